@@ -1,0 +1,1 @@
+"""transcript-sync's Python client."""

@@ -1,0 +1,30 @@
+"""Limits both ends agree on.
+
+The server enforces them (and may be configured tighter); clients use them to
+refuse a request before sending it. They are plain typed constants so that
+``mypy`` and readers see one name per limit.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Longest transcript id, in characters (ids match ``[A-Za-z0-9._:-]{1,128}``).
+MAX_ID_LENGTH: Final[int] = 128
+#: Regular expression an id must match in full.
+ID_PATTERN: Final[str] = r"^[A-Za-z0-9._:-]{1,128}$"
+#: Most messages one append batch may carry.
+MAX_MESSAGES_PER_BATCH: Final[int] = 1000
+#: Largest single message, measured as its compact JSON encoding in bytes.
+MAX_MESSAGE_BYTES: Final[int] = 1 << 20  # 1 MiB
+#: Largest inbound WebSocket message (one client op) in bytes.
+MAX_FRAME_BYTES: Final[int] = 4 << 20  # 4 MiB
+#: Longest idempotency key, in characters.
+MAX_IDEMPOTENCY_KEY_LENGTH: Final[int] = 200
+#: Longest ``ref`` a client may attach to an op, in characters.
+MAX_REF_LENGTH: Final[int] = 200
+
+#: Roles a message may have. ``context`` holds narrative preamble (LMML import).
+ROLES: Final[tuple[str, ...]] = ("user", "assistant", "system", "tool", "context")
+#: The chat-completions roles, i.e. every role but ``context``.
+CHAT_ROLES: Final[tuple[str, ...]] = ("user", "assistant", "system", "tool")

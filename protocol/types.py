@@ -1,0 +1,208 @@
+"""The model's vocabulary as frozen msgspec Structs.
+
+Envelope fields are camelCase on the wire (``transcriptId``); message bodies
+are chat-completions messages and keep their own snake_case names
+(``tool_call_id``) verbatim. Every type encodes to JSON and MessagePack alike.
+
+Nothing in here does I/O; see ``docs/architecture.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeAlias
+
+import msgspec
+from msgspec import Meta, Struct
+
+from protocol.limits import ID_PATTERN
+
+TranscriptId: TypeAlias = Annotated[str, Meta(pattern=ID_PATTERN)]
+NonNegative: TypeAlias = Annotated[int, Meta(ge=0)]
+Positive: TypeAlias = Annotated[int, Meta(ge=1)]
+Role: TypeAlias = Literal["user", "assistant", "system", "tool", "context"]
+
+__all__ = [
+    "AttachmentPart",
+    "Change",
+    "ContentPart",
+    "ImageUrl",
+    "ImageUrlPart",
+    "Message",
+    "MessageLocator",
+    "MessagesAppended",
+    "Origin",
+    "Role",
+    "Segment",
+    "SegmentStarted",
+    "TextPart",
+    "TranscriptEvent",
+    "TranscriptId",
+    "TranscriptRangeLocator",
+    "TranscriptRecord",
+    "TranscriptSnapshot",
+]
+
+
+# --- message bodies (verbatim chat-completions names) -----------------------
+
+
+class TextPart(Struct, frozen=True, forbid_unknown_fields=True, tag_field="type", tag="text"):
+    """``{"type": "text", "text": ...}``"""
+
+    text: str
+
+
+class ImageUrl(Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """The ``image_url`` object of an image part (``url`` may be a data URI)."""
+
+    url: str
+    detail: str | None = None
+
+
+class ImageUrlPart(
+    Struct, frozen=True, forbid_unknown_fields=True, tag_field="type", tag="image_url"
+):
+    """``{"type": "image_url", "image_url": {"url": ...}}``"""
+
+    image_url: ImageUrl
+
+
+class AttachmentPart(
+    Struct, frozen=True, forbid_unknown_fields=True, tag_field="type", tag="attachment"
+):
+    """``{"type": "attachment", "name": ..., "mime": ..., "content": ...}``
+
+    ``content`` is text for text-like files and base64 for binary ones.
+    """
+
+    name: str
+    mime: str
+    content: str
+
+
+ContentPart: TypeAlias = TextPart | ImageUrlPart | AttachmentPart
+
+
+class Message(Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """One chat message. Never changed once appended.
+
+    ``tool_calls`` is accepted on assistant messages so that chat-completions
+    tool use round-trips; it is kept verbatim.
+    """
+
+    role: Role
+    content: str | tuple[ContentPart, ...]
+    name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: tuple[dict[str, Any], ...] | None = None
+    metadata: dict[str, Any] | None = None
+
+    def text(self) -> str:
+        """The message's text: the string content, or its text parts joined."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+
+# --- changes and events ------------------------------------------------------
+
+
+class Origin(Struct, frozen=True, rename="camel"):
+    """Who made a change: ``contextId`` names a connection or a request."""
+
+    context_id: str
+
+
+class MessagesAppended(
+    Struct, frozen=True, rename="camel", tag_field="kind", tag="messages-appended"
+):
+    """Messages ``start .. start+len(messages)-1`` were appended."""
+
+    start: NonNegative
+    messages: tuple[Message, ...]
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.messages)
+
+
+class SegmentStarted(Struct, frozen=True, rename="camel", tag_field="kind", tag="segment-started"):
+    """``active_start`` moved from ``previous_start`` to ``start``; ``end`` = length then."""
+
+    previous_start: NonNegative
+    start: NonNegative
+    end: NonNegative
+
+
+Change: TypeAlias = MessagesAppended | SegmentStarted
+
+
+class TranscriptEvent(Struct, frozen=True, rename="camel", omit_defaults=True):
+    """The frozen fact of one accepted change, at ``revision``."""
+
+    transcript_id: TranscriptId
+    epoch: str
+    revision: Positive
+    occurred_at: int
+    change: Change
+    origin: Origin | None = None
+
+
+class Segment(Struct, frozen=True):
+    """A segment ``[start, end)``; ``end`` is ``None`` for the open one."""
+
+    start: NonNegative
+    end: NonNegative | None
+
+
+class TranscriptSnapshot(Struct, frozen=True, rename="camel"):
+    """The transcript fixed at ``revision``; ``messages`` begin at index ``start``."""
+
+    transcript_id: TranscriptId
+    epoch: str
+    revision: NonNegative
+    start: NonNegative
+    messages: tuple[Message, ...]
+    active_start: NonNegative
+    segments: tuple[Segment, ...]
+
+    @property
+    def end(self) -> int:
+        """Index one past the last message included."""
+        return self.start + len(self.messages)
+
+
+class TranscriptRecord(Struct, frozen=True, rename="camel"):
+    """What the observation port records of one change: ids and ranges, no bodies.
+
+    For an append, ``[start, end)`` is the appended range; for a segment start
+    it is the new segment's ``[start, end)`` (``end`` = length at that moment).
+    """
+
+    transcript_id: str
+    revision: int
+    kind: Literal["messages-appended", "segment-started"]
+    start: int
+    end: int
+    occurred_at: int = 0
+
+
+class MessageLocator(Struct, frozen=True, rename="camel"):
+    """Where one message lives: forever the same message."""
+
+    transcript_id: str
+    index: NonNegative
+
+
+class TranscriptRangeLocator(Struct, frozen=True, rename="camel"):
+    """The range ``[start, end)`` of a transcript as fixed at ``revision``."""
+
+    transcript_id: str
+    start: NonNegative
+    end: NonNegative
+    revision: NonNegative
+
+
+def to_builtins(obj: Any) -> Any:
+    """Plain dicts/lists for a Struct (camelCase envelope, verbatim bodies)."""
+    return msgspec.to_builtins(obj)

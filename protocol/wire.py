@@ -1,0 +1,312 @@
+"""The wire protocol of ``/v1/ws`` (contract section 3) as tagged msgspec unions.
+
+Client ops are tagged by ``op``, server frames by ``type``. Two encodings carry
+the same objects: JSON text (subprotocol ``tsync.v1.json``, the default; the
+server may put several frames into one WebSocket message separated by ``\\n``)
+and MessagePack (``tsync.v1.msgpack``, one frame per WebSocket message).
+
+The hot path of the server never re-encodes an event per subscriber: it
+encodes the event once (``encode_event_json``) and splices the connection's
+``seq`` in front of it (``increment_json``), which yields exactly the bytes that
+encoding the whole ``Increment`` would.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, TypeAlias
+
+import msgspec
+from msgspec import Meta, Struct
+
+from protocol.errors import InvalidFrame
+from protocol.limits import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_REF_LENGTH
+from protocol.types import (
+    NonNegative,
+    Positive,
+    SegmentStarted,
+    TranscriptEvent,
+    TranscriptId,
+    TranscriptSnapshot,
+)
+
+SUBPROTOCOL_JSON: Final = "tsync.v1.json"
+SUBPROTOCOL_MSGPACK: Final = "tsync.v1.msgpack"
+SUBPROTOCOLS: Final = (SUBPROTOCOL_JSON, SUBPROTOCOL_MSGPACK)
+
+Ref: TypeAlias = Annotated[str, Meta(max_length=MAX_REF_LENGTH)] | int | None
+IdempotencyKey: TypeAlias = Annotated[str, Meta(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH)]
+
+# Error codes (contract section 3). Servers may add more; clients treat unknown
+# codes like ``internal``.
+INVALID_FRAME: Final = "invalid-frame"
+INVALID_MESSAGE: Final = "invalid-message"
+NOT_FOUND: Final = "not-found"
+CONFLICT: Final = "conflict"
+REVISION_CONFLICT: Final = "revision-conflict"
+TOO_LARGE: Final = "too-large"
+LAGGED: Final = "lagged"
+UNAUTHORIZED: Final = "unauthorized"
+FORBIDDEN: Final = "forbidden"
+RATE_LIMITED: Final = "rate-limited"
+TOO_MANY_SUBSCRIPTIONS: Final = "too-many-subscriptions"
+UNAVAILABLE: Final = "unavailable"
+INTERNAL: Final = "internal"
+
+# --- client -> server ----------------------------------------------------------
+
+class Subscribe(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="subscribe"
+):
+    """Subscribe; with ``from_revision`` resume after it (same ``epoch`` required)."""
+
+    transcript_id: TranscriptId
+    from_revision: NonNegative | None = None
+    epoch: str | None = None
+    ref: Ref = None
+
+
+class Unsubscribe(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="unsubscribe"
+):
+    transcript_id: TranscriptId
+    ref: Ref = None
+
+
+class Append(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="append"
+):
+    """Append a batch. ``messages`` stays plain data here and is validated by
+    ``protocol.validation.parse_messages`` so that errors name the message path."""
+
+    transcript_id: TranscriptId
+    messages: list[Any]
+    expected_revision: NonNegative | None = None
+    idempotency_key: IdempotencyKey | None = None
+    ref: Ref = None
+
+
+class StartSegment(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="startSegment"
+):
+    transcript_id: TranscriptId
+    start: NonNegative | None = None
+    ref: Ref = None
+
+
+class Ping(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="ping"
+):
+    ref: Ref = None
+
+
+ClientOp: TypeAlias = Subscribe | Unsubscribe | Append | StartSegment | Ping
+
+# --- server -> client ----------------------------------------------------------
+
+class Baseline(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type", tag="baseline"
+):
+    """The transcript at ``snapshot.revision``; increments follow from revision+1."""
+
+    seq: Positive
+    snapshot: TranscriptSnapshot
+
+
+class Increment(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type", tag="increment"
+):
+    """One event of one subscribed transcript."""
+
+    seq: Positive
+    event: TranscriptEvent
+
+
+class Ack(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type", tag="ack"
+):
+    """The answer to ``append`` (``start``/``count`` set) or ``startSegment``.
+
+    ``duplicate`` is true when an idempotency key matched an earlier append and
+    this ack repeats the first one.
+    """
+
+    seq: Positive
+    transcript_id: TranscriptId
+    revision: NonNegative
+    ref: Ref = None
+    start: NonNegative | None = None
+    count: NonNegative | None = None
+    duplicate: bool = False
+
+
+class Pong(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type", tag="pong"
+):
+    seq: Positive
+    ref: Ref = None
+
+
+class ErrorFrame(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type", tag="error"
+):
+    """An error about one op or one subscription; the connection stays usable.
+
+    ``revision`` is the transcript's current revision when the server knows it
+    (set for ``revision-conflict``).
+    """
+
+    seq: Positive
+    code: str
+    message: str
+    transcript_id: str | None = None
+    ref: Ref = None
+    revision: NonNegative | None = None
+
+
+ServerFrame: TypeAlias = Baseline | Increment | Ack | Pong | ErrorFrame
+
+# --- codecs ----------------------------------------------------------------------
+
+_json_encoder: Final = msgspec.json.Encoder()
+_msgpack_encoder: Final = msgspec.msgpack.Encoder()
+_json_server_decoder: Final = msgspec.json.Decoder(ServerFrame)
+_msgpack_server_decoder: Final = msgspec.msgpack.Decoder(ServerFrame)
+_json_client_decoder: Final = msgspec.json.Decoder(ClientOp)
+_msgpack_client_decoder: Final = msgspec.msgpack.Decoder(ClientOp)
+
+encode_json = _json_encoder.encode
+encode_msgpack = _msgpack_encoder.encode
+
+
+def encode(obj: Any, *, binary: bool = False) -> bytes:
+    """Encode any protocol object as JSON (default) or MessagePack."""
+    return _msgpack_encoder.encode(obj) if binary else _json_encoder.encode(obj)
+
+
+def _decode(data: bytes | str, json_decoder: Any, msgpack_decoder: Any) -> Any:
+    if isinstance(data, str):
+        return json_decoder.decode(data)
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise InvalidFrame(f"expected bytes or str, got {type(data).__name__}")
+    head = bytes(data[:1])
+    if head == b"{" or head.isspace() or not head:
+        return json_decoder.decode(data)
+    return msgpack_decoder.decode(data)
+
+
+def accept_transcript_update(data: bytes | str) -> ServerFrame:
+    """Validate ONE server frame and return it typed.
+
+    JSON when ``data`` is ``str`` or bytes starting with ``{``, MessagePack
+    otherwise. Raises ``InvalidFrame`` with a readable reason, and nothing else,
+    whatever the input. Keeps no state and checks no continuity (see
+    ``protocol.continuity`` for that). Returns ``Baseline``, ``Increment`` or
+    ``ErrorFrame`` for transcript updates, and ``Ack``/``Pong`` for answers.
+    """
+    try:
+        frame: ServerFrame = _decode(data, _json_server_decoder, _msgpack_server_decoder)
+    except InvalidFrame:
+        raise
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise InvalidFrame(str(exc)) from None
+    except (ValueError, TypeError, RecursionError, OverflowError) as exc:  # defensive
+        raise InvalidFrame(f"undecodable frame: {exc}") from None
+    if isinstance(frame, Baseline):
+        _check_snapshot(frame.snapshot)
+    elif isinstance(frame, Increment):
+        _check_event(frame.event)
+    return frame
+
+
+def decode_client_op(data: bytes | str) -> ClientOp:
+    """Decode one client op or raise ``InvalidFrame`` (used by the server)."""
+    try:
+        op: ClientOp = _decode(data, _json_client_decoder, _msgpack_client_decoder)
+    except InvalidFrame:
+        raise
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise InvalidFrame(str(exc)) from None
+    except (ValueError, TypeError, RecursionError, OverflowError) as exc:
+        raise InvalidFrame(f"undecodable frame: {exc}") from None
+    return op
+
+
+def split_frames(message: bytes | str) -> list[bytes | str]:
+    """Split one WebSocket text message into its newline-separated JSON frames.
+
+    Binary (MessagePack) messages hold exactly one frame and are returned whole.
+    """
+    if isinstance(message, str):
+        return [part for part in message.split("\n") if part]
+    if message[:1] == b"{" or message[:1].isspace():
+        return [part for part in message.split(b"\n") if part.strip()]
+    return [message]
+
+
+def _check_snapshot(snapshot: TranscriptSnapshot) -> None:
+    if snapshot.active_start > snapshot.end:
+        raise InvalidFrame(
+            f"snapshot.activeStart {snapshot.active_start} is past the end {snapshot.end}"
+        )
+    previous = -1
+    for i, segment in enumerate(snapshot.segments):
+        if segment.start <= previous:
+            raise InvalidFrame(f"snapshot.segments[{i}] does not start after the previous one")
+        if segment.end is not None and segment.end < segment.start:
+            raise InvalidFrame(f"snapshot.segments[{i}] ends before it starts")
+        previous = segment.start
+
+
+def _check_event(event: TranscriptEvent) -> None:
+    change = event.change
+    if isinstance(change, SegmentStarted):
+        if not change.previous_start < change.start <= change.end:
+            raise InvalidFrame("event.change: a segment start needs previousStart < start <= end")
+    elif not change.messages:
+        raise InvalidFrame("event.change: an append carries at least one message")
+
+
+# --- the hot path: one encoding per event, seq spliced per connection ------------
+
+_INCREMENT_HEAD: Final = b'{"type":"increment","seq":'
+_INCREMENT_MID: Final = b',"event":'
+
+
+def encode_event_json(event: TranscriptEvent) -> bytes:
+    """The event's JSON, encoded once and shared by every subscriber."""
+    return _json_encoder.encode(event)
+
+
+def increment_json(seq: int, event_json: bytes) -> bytes:
+    """The bytes of ``Increment(seq, event)`` given the event's encoded JSON.
+
+    Equal to ``encode_json(Increment(seq=seq, event=event))``; a test checks it.
+    """
+    return b"".join((_INCREMENT_HEAD, str(seq).encode(), _INCREMENT_MID, event_json, b"}"))
+
+
+_MSGPACK_INCREMENT_HEAD: Final = _msgpack_encoder.encode({"type": "increment"})[1:]
+
+
+def encode_event_msgpack(event: TranscriptEvent) -> bytes:
+    """The event's MessagePack, encoded once and shared by every subscriber."""
+    return _msgpack_encoder.encode(event)
+
+
+def increment_msgpack(seq: int, event_msgpack: bytes) -> bytes:
+    """The bytes of ``Increment(seq, event)`` in MessagePack given the encoded event."""
+    return b"".join(
+        (
+            b"\x83",  # fixmap of 3 entries: type, seq, event
+            _MSGPACK_INCREMENT_HEAD,
+            _msgpack_encoder.encode("seq"),
+            _msgpack_encoder.encode(seq),
+            _msgpack_encoder.encode("event"),
+            event_msgpack,
+        )
+    )
+
+
+def with_seq(frame: Any, seq: int) -> Any:
+    """A copy of a frame struct with ``seq`` set (frames are built before numbering)."""
+    return msgspec.structs.replace(frame, seq=seq)
