@@ -1,0 +1,190 @@
+"""The ports through which a ``Transcript`` reports its changes.
+
+One accepted change of a transcript goes, in this order, through::
+
+    persistence.commit(event)    before memory changes; if it raises, nothing changed
+    (messages and revision updated)
+    changes.capture(event)       hands the frozen event on; never runs a consumer
+    observation.observe(record)  ids and ranges only, never message bodies
+
+``ChangeCapture``, ``Observation`` and ``Persistence`` are the ports (typing
+protocols); ``ChangeBuffer`` and ``RecordingObservation`` are the presets.
+
+Errors raised after the change is committed (the transcript keeps it)::
+
+    ChangeCaptureError      capture raised; ``events`` and ``cause`` say what and why
+    ObservationError        observation raised; ``records`` and ``cause``
+    ExceptionGroup          both raised for one change: it holds one of each, in that order
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol, runtime_checkable
+
+from protocol.types import MessagesAppended, TranscriptEvent, TranscriptRecord
+
+__all__ = [
+    "ChangeBuffer",
+    "ChangeCapture",
+    "ChangeCaptureError",
+    "Observation",
+    "ObservationError",
+    "Persistence",
+    "RecordingObservation",
+    "record_of",
+]
+
+
+# --- ports -------------------------------------------------------------------
+
+
+@runtime_checkable
+class ChangeCapture(Protocol):
+    """Takes each accepted event, synchronously, in revision order.
+
+    ``capture`` either accepts the event fully or raises before accepting it,
+    and it never runs a consumer: whoever reads the events does so later, in
+    its own task.
+    """
+
+    def capture(self, event: TranscriptEvent) -> None: ...
+
+
+@runtime_checkable
+class Observation(Protocol):
+    """Is told of each accepted change as a ``TranscriptRecord`` (no bodies)."""
+
+    def observe(self, record: TranscriptRecord) -> None: ...
+
+
+@runtime_checkable
+class Persistence(Protocol):
+    """Commits each event before the transcript's memory changes.
+
+    ``commit`` is synchronous; if it raises, the event was not committed and
+    the transcript does not change.
+    """
+
+    def commit(self, event: TranscriptEvent) -> None: ...
+
+
+# --- errors --------------------------------------------------------------------
+
+
+class ChangeCaptureError(Exception):
+    """Capture refused events of changes that are committed nonetheless.
+
+    ``events`` are the events the capture port did not take, ``cause`` is what
+    it raised (also ``__cause__``). The transcript kept the change: a caller
+    that must not lose the event can hand ``events`` on itself.
+    """
+
+    def __init__(self, events: tuple[TranscriptEvent, ...], cause: BaseException) -> None:
+        revisions = ", ".join(str(e.revision) for e in events)
+        super().__init__(
+            f"change capture failed for revision {revisions} (the change is committed): {cause!r}"
+        )
+        self.events = events
+        self.cause = cause
+        self.__cause__ = cause
+
+
+class ObservationError(Exception):
+    """Observation failed for changes that are committed nonetheless.
+
+    ``records`` are the records it was given, ``cause`` is what it raised
+    (also ``__cause__``).
+    """
+
+    def __init__(self, records: tuple[TranscriptRecord, ...], cause: BaseException) -> None:
+        revisions = ", ".join(str(r.revision) for r in records)
+        super().__init__(
+            f"observation failed for revision {revisions} (the change is committed): {cause!r}"
+        )
+        self.records = records
+        self.cause = cause
+        self.__cause__ = cause
+
+
+# --- presets -------------------------------------------------------------------
+
+
+def record_of(event: TranscriptEvent) -> TranscriptRecord:
+    """The record of one event: for an append the appended range
+    ``[start, start + count)``, for a segment start the new segment's
+    ``[start, end)`` where ``end`` is the length at that moment."""
+    change = event.change
+    if isinstance(change, MessagesAppended):
+        return TranscriptRecord(
+            transcript_id=event.transcript_id,
+            revision=event.revision,
+            kind="messages-appended",
+            start=change.start,
+            end=change.start + len(change.messages),
+            occurred_at=event.occurred_at,
+        )
+    return TranscriptRecord(
+        transcript_id=event.transcript_id,
+        revision=event.revision,
+        kind="segment-started",
+        start=change.start,
+        end=change.end,
+        occurred_at=event.occurred_at,
+    )
+
+
+class RecordingObservation:
+    """Keeps every record it is told of in ``records``, oldest first."""
+
+    def __init__(self) -> None:
+        self.records: list[TranscriptRecord] = []
+
+    def observe(self, record: TranscriptRecord) -> None:
+        self.records.append(record)
+
+
+class ChangeBuffer:
+    """Pending events waiting for one consumer task; a ``ChangeCapture``.
+
+    ``capture`` appends and wakes the waiter, nothing more: the consumer runs
+    in its own task, after ``await wait()``, and takes the whole pending batch
+    with ``take()``. One buffer may be shared by several transcripts; events
+    keep the order in which they were captured. It keeps no history and knows
+    no acks: once taken, an event is the taker's.
+
+    ``capture`` may be called with no event loop running; ``wait`` needs one.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[TranscriptEvent] = []
+        # asyncio.Event binds to a loop only when first awaited (Python >= 3.10),
+        # so a buffer can be made and filled before the loop runs.
+        self._ready = asyncio.Event()
+
+    def capture(self, event: TranscriptEvent) -> None:
+        """Add ``event`` to the pending batch and wake the waiter."""
+        self._pending.append(event)
+        # set() only schedules the waiter's wake-up; it never runs it here.
+        self._ready.set()
+
+    def take(self) -> tuple[TranscriptEvent, ...]:
+        """The pending batch in capture order (an immutable tuple); the buffer
+        is empty afterwards."""
+        batch = tuple(self._pending)
+        self._pending.clear()
+        self._ready.clear()
+        return batch
+
+    async def wait(self) -> None:
+        """Return at once if anything is pending, else when something is captured."""
+        # A waiter woken by a capture whose events another task took first
+        # waits again rather than returning to an empty buffer.
+        while not self._pending:
+            await self._ready.wait()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __repr__(self) -> str:
+        return f"<ChangeBuffer pending={len(self._pending)}>"
