@@ -26,7 +26,7 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
-from protocol.types import TranscriptEvent
+from protocol.types import MessagesAppended, TranscriptEvent
 
 
 class StoreError(Exception):
@@ -69,6 +69,14 @@ class AppendAck(msgspec.Struct, frozen=True):
     revision: int
     start: int
     count: int
+
+    @classmethod
+    def for_event(cls, event: TranscriptEvent) -> AppendAck:
+        """The ack that accepting ``event`` answers (the same in every backend)."""
+        change = event.change
+        if isinstance(change, MessagesAppended):
+            return cls(event.revision, change.start, len(change.messages))
+        return cls(event.revision, change.start, 0)
 
 
 class StoredTranscript(msgspec.Struct, frozen=True):
@@ -148,6 +156,8 @@ class Store(Protocol):
         return its ack with ``duplicate=True`` and store nothing; else require
         ``event.revision == stored revision + 1`` (else ``RevisionMismatch``),
         store the event and the key with its ack. Raises ``TranscriptNotFound``.
+        An event of another ``epoch`` (a stale copy of a transcript that was
+        deleted and created again) is refused with ``RevisionMismatch`` too.
         """
 
     async def events_after(
