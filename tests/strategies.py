@@ -1,0 +1,354 @@
+"""Hypothesis strategies for the protocol's values, for every test author.
+
+    from tests.strategies import messages, events, snapshots, server_frames
+
+    @given(messages(), events(transcript_id=st.just("t1")))
+    def test_something(message, event): ...
+
+Each public name is a function returning a strategy, like ``st.integers()``.
+Everything drawn is *valid*: it decodes under the protocol's types and passes
+``accept_transcript_update``'s checks, so a round trip must give it back
+unchanged. Sizes are small so property tests stay fast.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+import msgspec
+from hypothesis import strategies as st
+
+from protocol.types import (
+    AttachmentPart,
+    Change,
+    ContentPart,
+    ImageUrl,
+    ImageUrlPart,
+    Message,
+    MessageLocator,
+    MessagesAppended,
+    Origin,
+    Segment,
+    SegmentStarted,
+    TextPart,
+    TranscriptEvent,
+    TranscriptRangeLocator,
+    TranscriptRecord,
+    TranscriptSnapshot,
+)
+from protocol.wire import (
+    Ack,
+    Append,
+    Baseline,
+    ClientOp,
+    ErrorFrame,
+    Increment,
+    Ping,
+    Pong,
+    ServerFrame,
+    StartSegment,
+    Subscribe,
+    Unsubscribe,
+)
+
+__all__ = [
+    "acks",
+    "baselines",
+    "changes",
+    "client_ops",
+    "content_parts",
+    "epochs",
+    "error_frames",
+    "events",
+    "increments",
+    "json_values",
+    "message_dicts",
+    "message_locators",
+    "messages",
+    "origins",
+    "pongs",
+    "range_locators",
+    "records",
+    "refs",
+    "roles",
+    "seqs",
+    "server_frames",
+    "snapshots",
+    "transcript_ids",
+    "transcript_updates",
+]
+
+ID_ALPHABET = string.ascii_letters + string.digits + "._:-"
+#: Integers both encodings carry exactly (MessagePack stops at 64 bits).
+_INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+_SMALL = st.integers(min_value=0, max_value=10_000)
+_POSITIVE = st.integers(min_value=1, max_value=10_000)
+_MILLIS = st.integers(min_value=0, max_value=2**53)
+#: Short text including newlines, quotes and non-ASCII (JSON must escape them).
+_TEXT = st.text(max_size=20)
+
+
+def transcript_ids() -> st.SearchStrategy[str]:
+    """Valid transcript ids: 1..128 characters of ``[A-Za-z0-9._:-]``."""
+    return st.text(ID_ALPHABET, min_size=1, max_size=128)
+
+
+def epochs() -> st.SearchStrategy[str]:
+    return st.text(string.hexdigits.lower(), min_size=1, max_size=32)
+
+
+def roles() -> st.SearchStrategy[str]:
+    return st.sampled_from(["user", "assistant", "system", "tool", "context"])
+
+
+def refs() -> st.SearchStrategy[str | int | None]:
+    return st.none() | st.text(max_size=200) | _INT64
+
+
+def seqs() -> st.SearchStrategy[int]:
+    return st.integers(min_value=1, max_value=2**40)
+
+
+def json_values() -> st.SearchStrategy[Any]:
+    """JSON values whose trip through JSON and MessagePack is exact.
+
+    Lists, not tuples; finite floats; 64-bit integers.
+    """
+    return st.recursive(
+        st.none()
+        | st.booleans()
+        | _INT64
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | _TEXT,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+        max_leaves=6,
+    )
+
+
+def _json_objects() -> st.SearchStrategy[dict[str, Any]]:
+    return st.dictionaries(_TEXT, json_values(), max_size=3)
+
+
+def content_parts() -> st.SearchStrategy[ContentPart]:
+    return st.one_of(
+        st.builds(TextPart, text=_TEXT),
+        st.builds(
+            ImageUrlPart,
+            image_url=st.builds(
+                ImageUrl, url=_TEXT, detail=st.none() | st.sampled_from(["low", "high", "auto"])
+            ),
+        ),
+        st.builds(
+            AttachmentPart,
+            name=_TEXT,
+            mime=st.sampled_from(["text/plain", "image/png"]),
+            content=_TEXT,
+        ),
+    )
+
+
+def messages(role: st.SearchStrategy[str] | None = None) -> st.SearchStrategy[Message]:
+    """Valid ``Message`` structs, with every optional field sometimes set."""
+    return st.builds(
+        Message,
+        role=roles() if role is None else role,
+        content=_TEXT | st.lists(content_parts(), max_size=3).map(tuple),
+        name=st.none() | _TEXT,
+        tool_call_id=st.none() | _TEXT,
+        tool_calls=st.none() | st.lists(_json_objects(), max_size=2).map(tuple),
+        metadata=st.none() | _json_objects(),
+    )
+
+
+def message_dicts() -> st.SearchStrategy[dict[str, Any]]:
+    """Plain decoded-JSON message objects that ``parse_message`` accepts."""
+    return messages().map(msgspec.to_builtins)
+
+
+def origins() -> st.SearchStrategy[Origin]:
+    return st.builds(Origin, context_id=_TEXT)
+
+
+@st.composite
+def _segment_started(draw: st.DrawFn) -> SegmentStarted:
+    previous = draw(_SMALL)
+    start = previous + draw(_POSITIVE)
+    return SegmentStarted(previous_start=previous, start=start, end=start + draw(_SMALL))
+
+
+def changes() -> st.SearchStrategy[Change]:
+    """A ``MessagesAppended`` (1..3 messages) or a valid ``SegmentStarted``."""
+    return st.one_of(
+        st.builds(
+            MessagesAppended,
+            start=_SMALL,
+            messages=st.lists(messages(), min_size=1, max_size=3).map(tuple),
+        ),
+        _segment_started(),
+    )
+
+
+def events(
+    transcript_id: st.SearchStrategy[str] | None = None,
+    epoch: st.SearchStrategy[str] | None = None,
+    revision: st.SearchStrategy[int] | None = None,
+) -> st.SearchStrategy[TranscriptEvent]:
+    """Valid ``TranscriptEvent`` values (pass ``st.just(...)`` to fix a field)."""
+    return st.builds(
+        TranscriptEvent,
+        transcript_id=transcript_ids() if transcript_id is None else transcript_id,
+        epoch=epochs() if epoch is None else epoch,
+        revision=_POSITIVE if revision is None else revision,
+        occurred_at=_MILLIS,
+        change=changes(),
+        origin=st.none() | origins(),
+    )
+
+
+@st.composite
+def _snapshot(
+    draw: st.DrawFn,
+    transcript_id: st.SearchStrategy[str],
+    epoch: st.SearchStrategy[str],
+    revision: st.SearchStrategy[int],
+) -> TranscriptSnapshot:
+    start = draw(st.integers(min_value=0, max_value=20))
+    body = tuple(draw(st.lists(messages(), max_size=4)))
+    end = start + len(body)
+    starts = sorted(draw(st.sets(st.integers(min_value=0, max_value=end), max_size=3)))
+    segments = []
+    for i, seg_start in enumerate(starts):
+        seg_end: int | None = None
+        if i < len(starts) - 1:
+            # A closed segment ends where the next begins, or anywhere after its start.
+            seg_end = starts[i + 1]
+            if draw(st.booleans()):
+                seg_end = draw(st.integers(min_value=seg_start, max_value=end))
+        segments.append(Segment(start=seg_start, end=seg_end))
+    return TranscriptSnapshot(
+        transcript_id=draw(transcript_id),
+        epoch=draw(epoch),
+        revision=draw(revision),
+        start=start,
+        messages=body,
+        active_start=draw(st.integers(min_value=0, max_value=end)),
+        segments=tuple(segments),
+    )
+
+
+def snapshots(
+    transcript_id: st.SearchStrategy[str] | None = None,
+    epoch: st.SearchStrategy[str] | None = None,
+    revision: st.SearchStrategy[int] | None = None,
+) -> st.SearchStrategy[TranscriptSnapshot]:
+    """Valid ``TranscriptSnapshot`` values (segments ascend; activeStart within)."""
+    return _snapshot(
+        transcript_ids() if transcript_id is None else transcript_id,
+        epochs() if epoch is None else epoch,
+        _SMALL if revision is None else revision,
+    )
+
+
+def records() -> st.SearchStrategy[TranscriptRecord]:
+    return st.builds(
+        TranscriptRecord,
+        transcript_id=transcript_ids(),
+        revision=_SMALL,
+        kind=st.sampled_from(["messages-appended", "segment-started"]),
+        start=_SMALL,
+        end=_SMALL,
+        occurred_at=_MILLIS,
+    )
+
+
+def message_locators() -> st.SearchStrategy[MessageLocator]:
+    return st.builds(MessageLocator, transcript_id=transcript_ids(), index=_SMALL)
+
+
+def range_locators() -> st.SearchStrategy[TranscriptRangeLocator]:
+    return st.builds(
+        TranscriptRangeLocator,
+        transcript_id=transcript_ids(),
+        start=_SMALL,
+        end=_SMALL,
+        revision=_SMALL,
+    )
+
+
+# --- wire frames ---------------------------------------------------------------
+
+
+def client_ops() -> st.SearchStrategy[ClientOp]:
+    """Every client op: subscribe, unsubscribe, append, startSegment, ping."""
+    return st.one_of(
+        st.builds(
+            Subscribe,
+            transcript_id=transcript_ids(),
+            from_revision=st.none() | _SMALL,
+            epoch=st.none() | epochs(),
+            ref=refs(),
+        ),
+        st.builds(Unsubscribe, transcript_id=transcript_ids(), ref=refs()),
+        st.builds(
+            Append,
+            transcript_id=transcript_ids(),
+            messages=st.lists(message_dicts(), max_size=3),
+            expected_revision=st.none() | _SMALL,
+            idempotency_key=st.none() | st.text(min_size=1, max_size=200),
+            ref=refs(),
+        ),
+        st.builds(
+            StartSegment, transcript_id=transcript_ids(), start=st.none() | _SMALL, ref=refs()
+        ),
+        st.builds(Ping, ref=refs()),
+    )
+
+
+def baselines() -> st.SearchStrategy[Baseline]:
+    return st.builds(Baseline, seq=seqs(), snapshot=snapshots())
+
+
+def increments() -> st.SearchStrategy[Increment]:
+    return st.builds(Increment, seq=seqs(), event=events())
+
+
+def error_frames() -> st.SearchStrategy[ErrorFrame]:
+    return st.builds(
+        ErrorFrame,
+        seq=seqs(),
+        code=st.sampled_from(
+            ["invalid-frame", "not-found", "lagged", "revision-conflict", "forbidden", "internal"]
+        ),
+        message=_TEXT,
+        transcript_id=st.none() | transcript_ids(),
+        ref=refs(),
+        revision=st.none() | _SMALL,
+    )
+
+
+def acks() -> st.SearchStrategy[Ack]:
+    return st.builds(
+        Ack,
+        seq=seqs(),
+        transcript_id=transcript_ids(),
+        revision=_SMALL,
+        ref=refs(),
+        start=st.none() | _SMALL,
+        count=st.none() | _SMALL,
+        duplicate=st.booleans(),
+    )
+
+
+def pongs() -> st.SearchStrategy[Pong]:
+    return st.builds(Pong, seq=seqs(), ref=refs())
+
+
+def transcript_updates() -> st.SearchStrategy[Baseline | Increment | ErrorFrame]:
+    """The frames a subscription receives: ``Baseline | Increment | ErrorFrame``."""
+    return st.one_of(baselines(), increments(), error_frames())
+
+
+def server_frames() -> st.SearchStrategy[ServerFrame]:
+    """Every server frame type."""
+    return st.one_of(baselines(), increments(), error_frames(), acks(), pongs())
