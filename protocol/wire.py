@@ -237,7 +237,7 @@ def split_frames(message: bytes | str) -> list[bytes | str]:
     Binary (MessagePack) messages hold exactly one frame and are returned whole.
     """
     if isinstance(message, str):
-        return [part for part in message.split("\n") if part]
+        return [part for part in message.split("\n") if part.strip()]
     if message[:1] == b"{" or message[:1].isspace():
         return [part for part in message.split(b"\n") if part.strip()]
     return [message]

@@ -162,8 +162,8 @@ def messages(role: st.SearchStrategy[str] | None = None) -> st.SearchStrategy[Me
 
 
 def message_dicts() -> st.SearchStrategy[dict[str, Any]]:
-    """Plain decoded-JSON message objects that ``parse_message`` accepts."""
-    return messages().map(msgspec.to_builtins)
+    """Plain decoded-JSON message objects (lists, not tuples) that ``parse_message`` accepts."""
+    return messages().map(lambda m: msgspec.json.decode(msgspec.json.encode(m)))
 
 
 def origins() -> st.SearchStrategy[Origin]:
