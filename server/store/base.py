@@ -165,7 +165,9 @@ class Store(Protocol):
     ) -> list[TranscriptEvent] | None:
         """Events with revision > ``revision`` in order (at most ``limit``),
         ``[]`` when ``revision`` is current, or ``None`` when the store no
-        longer holds all of them (trimmed history). Raises ``TranscriptNotFound``.
+        longer holds all of them (trimmed history) or ``revision`` is beyond
+        the stored one (a history this store does not have). Raises
+        ``TranscriptNotFound``.
         """
 
     async def list(self, *, after: str | None = None, limit: int = 100) -> list[TranscriptInfo]:

@@ -127,12 +127,13 @@ class _Database:
         synchronous: Synchronous,
         retention: int,
         ttl_ms: int,
+        busy_timeout_s: float,
         clock: Callable[[], float],
     ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / DATABASE_FILE
         # isolation_level=None: we issue BEGIN/COMMIT ourselves.
-        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
+        self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout_s)
         self.retention = retention
         self.ttl_ms = ttl_ms
         self.clock = clock
@@ -394,7 +395,9 @@ class SQLiteStore:
     ``synchronous``: ``"normal"`` survives SIGKILL, ``"full"`` also power loss.
     ``idempotency_retention`` keys are kept per transcript (the newest), each
     for at most ``idempotency_ttl_s`` seconds. ``max_batch`` bounds how many
-    appends share one commit (1 turns group commit off). ``clock`` gives the
+    appends share one commit (1 turns group commit off). ``busy_timeout_s`` is
+    how long a write waits for another process's lock before the store answers
+    ``StoreUnavailable``. ``clock`` gives the
     time in seconds used to age idempotency keys.
     """
 
@@ -408,6 +411,7 @@ class SQLiteStore:
         idempotency_retention: int = 1000,
         idempotency_ttl_s: float = 86400,
         max_batch: int = DEFAULT_MAX_BATCH,
+        busy_timeout_s: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if synchronous not in ("off", "normal", "full", "extra"):
@@ -423,6 +427,7 @@ class SQLiteStore:
         self._retention = idempotency_retention
         self._ttl_ms = int(idempotency_ttl_s * 1000)
         self._max_batch = max_batch
+        self._busy_timeout_s = busy_timeout_s
         self._clock = clock
         self._executor: ThreadPoolExecutor | None = None
         self._db: _Database | None = None
@@ -430,6 +435,10 @@ class SQLiteStore:
         self._wakeup = asyncio.Event()
         self._committer: asyncio.Task[None] | None = None
         self._closing = False
+        #: Append transactions run, and appends they carried (for metrics:
+        #: ``batched_appends / append_transactions`` is the mean batch size).
+        self.append_transactions = 0
+        self.batched_appends = 0
 
     @property
     def database_file(self) -> Path:
@@ -445,7 +454,12 @@ class SQLiteStore:
         try:
             self._db = await self._run_raw(
                 lambda: _Database(
-                    folder, self._synchronous, self._retention, self._ttl_ms, self._clock
+                    folder,
+                    self._synchronous,
+                    self._retention,
+                    self._ttl_ms,
+                    self._busy_timeout_s,
+                    self._clock,
                 )
             )
         except BaseException:
@@ -555,6 +569,8 @@ class SQLiteStore:
                     # A fresh exception per caller: they are raised in different tasks.
                     p.future.set_exception(type(err)(*err.args))
             return
+        self.append_transactions += 1
+        self.batched_appends += len(batch)
         for p, result in zip(batch, outcomes, strict=True):
             if p.future.done():
                 continue

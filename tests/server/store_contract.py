@@ -1,0 +1,462 @@
+"""The contract every ``Store`` backend must pass.
+
+A backend's test module subclasses ``StoreContract`` and supplies the
+``store_backend`` fixture::
+
+    class TestMemoryStore(StoreContract):
+        @pytest.fixture
+        def store_backend(self) -> StoreBackend:
+            return MemoryBackend()
+
+``StoreBackend.make(**options)`` builds a new, unopened store over the SAME
+place every time it is called within one test (same folder, same Redis key
+prefix), so a persistent backend can be closed and opened again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+import pytest
+
+from protocol.types import (
+    AttachmentPart,
+    ImageUrl,
+    ImageUrlPart,
+    Message,
+    MessagesAppended,
+    Origin,
+    SegmentStarted,
+    TextPart,
+    TranscriptEvent,
+)
+from server.store import (
+    AppendAck,
+    AppendResult,
+    RevisionMismatch,
+    Store,
+    StoredTranscript,
+    StoreUnavailable,
+    TranscriptExists,
+    TranscriptInfo,
+    TranscriptNotFound,
+)
+
+EPOCH = "e1"
+CREATED_AT = 1_700_000_000_000
+
+
+class StoreBackend(Protocol):
+    #: Whether data survives ``close()`` and a new ``make()``.
+    persistent: bool
+
+    def make(self, **options: Any) -> Store:
+        """A new, unopened store over this test's place; ``options`` go to the
+        constructor (the contract uses ``idempotency_retention``)."""
+        ...
+
+
+def message(i: int, role: str = "user") -> Message:
+    return Message(role=role, content=f"message {i}")  # type: ignore[arg-type]
+
+
+def appended(
+    revision: int,
+    start: int,
+    count: int = 1,
+    *,
+    transcript_id: str = "t1",
+    epoch: str = EPOCH,
+    origin: Origin | None = None,
+) -> TranscriptEvent:
+    """An event appending ``count`` plain messages at ``start``."""
+    return TranscriptEvent(
+        transcript_id=transcript_id,
+        epoch=epoch,
+        revision=revision,
+        occurred_at=CREATED_AT + revision,
+        change=MessagesAppended(start, tuple(message(start + i) for i in range(count))),
+        origin=origin,
+    )
+
+
+def segment_started(
+    revision: int, previous_start: int, start: int, end: int, *, transcript_id: str = "t1"
+) -> TranscriptEvent:
+    return TranscriptEvent(
+        transcript_id=transcript_id,
+        epoch=EPOCH,
+        revision=revision,
+        occurred_at=CREATED_AT + revision,
+        change=SegmentStarted(previous_start, start, end),
+    )
+
+
+def rich_messages() -> tuple[Message, ...]:
+    """Messages using every field and content part kind."""
+    return (
+        Message(role="system", content="be brief", metadata={"source": "import"}),
+        Message(
+            role="user",
+            content=(
+                TextPart("look at this: "),
+                ImageUrlPart(ImageUrl("data:image/png;base64,iVBORw0KGgo=", detail="low")),
+                AttachmentPart("notes.txt", "text/plain", "line 1\nline 2 \u00e9\u4e2d"),
+            ),
+            name="ada",
+            metadata={"nested": {"list": [1, 2.5, None, True, "x"]}, "n": -(2**40)},
+        ),
+        Message(
+            role="assistant",
+            content="",
+            tool_calls=({"id": "call_1", "type": "function", "function": {"name": "f"}},),
+        ),
+        Message(role="tool", content="42", tool_call_id="call_1"),
+        Message(role="context", content="Once upon a time"),
+    )
+
+
+class StoreContract:
+    """Tests every backend must pass; see the module docstring."""
+
+    @pytest.fixture
+    def store_backend(self) -> StoreBackend:
+        raise NotImplementedError("a backend's test class supplies store_backend")
+
+    @pytest.fixture
+    async def store(self, store_backend: StoreBackend) -> AsyncIterator[Store]:
+        store = store_backend.make()
+        await store.open()
+        yield store
+        await store.close()
+
+    async def test_is_a_store(self, store: Store) -> None:
+        assert isinstance(store, Store)
+        assert store.name
+
+    # --- create / exists / load -------------------------------------------------
+
+    async def test_unknown_transcript(self, store: Store) -> None:
+        assert await store.load("nope") is None
+        assert await store.delete("nope") is False
+        assert await store.list() == []
+        with pytest.raises(TranscriptNotFound) as caught:
+            await store.append(appended(1, 0, transcript_id="nope"))
+        assert caught.value.transcript_id == "nope"
+        with pytest.raises(TranscriptNotFound):
+            await store.events_after("nope", 0)
+
+    async def test_create_empty(self, store: Store) -> None:
+        await store.create("t1", EPOCH, CREATED_AT)
+        assert await store.load("t1") == StoredTranscript("t1", EPOCH, CREATED_AT, (), {})
+        assert await store.events_after("t1", 0) == []
+        assert await store.list() == [TranscriptInfo("t1", EPOCH, 0, 0, CREATED_AT, CREATED_AT)]
+        with pytest.raises(TranscriptExists) as caught:
+            await store.create("t1", "other", CREATED_AT)
+        assert caught.value.transcript_id == "t1"
+        loaded = await store.load("t1")
+        assert loaded is not None
+        assert loaded.epoch == EPOCH
+
+    async def test_create_with_first_event(self, store: Store) -> None:
+        first = appended(1, 0, 3)
+        await store.create("t1", EPOCH, CREATED_AT, first, idempotency_key="k1")
+        loaded = await store.load("t1")
+        assert loaded == StoredTranscript(
+            "t1", EPOCH, CREATED_AT, (first,), {"k1": AppendAck(1, 0, 3)}
+        )
+        assert loaded.revision == 1
+        [info] = await store.list()
+        assert (info.revision, info.length, info.updated_at) == (1, 3, first.occurred_at)
+        # The creating request retried as an append is recognised.
+        retry = await store.append(appended(1, 0, 3), idempotency_key="k1")
+        assert retry == AppendResult(AppendAck(1, 0, 3), duplicate=True)
+
+    async def test_create_refuses_a_foreign_first_event(self, store: Store) -> None:
+        with pytest.raises(RevisionMismatch) as caught:
+            await store.create("t1", EPOCH, CREATED_AT, appended(2, 0))
+        assert caught.value.current == 0
+        with pytest.raises(ValueError):
+            await store.create("t1", EPOCH, CREATED_AT, appended(1, 0, transcript_id="t2"))
+        with pytest.raises(ValueError):
+            await store.create("t1", EPOCH, CREATED_AT, appended(1, 0, epoch="other"))
+        assert await store.load("t1") is None
+
+    # --- append -------------------------------------------------------------------
+
+    async def test_append_in_order(self, store: Store) -> None:
+        await store.create("t1", EPOCH, CREATED_AT)
+        events = [
+            appended(1, 0, 2),
+            appended(2, 2, 1),
+            segment_started(3, 0, 3, 3),
+            appended(4, 3, 2),
+        ]
+        acks = [(await store.append(e)).ack for e in events]
+        assert acks == [
+            AppendAck(1, 0, 2),
+            AppendAck(2, 2, 1),
+            AppendAck(3, 3, 0),
+            AppendAck(4, 3, 2),
+        ]
+        loaded = await store.load("t1")
+        assert loaded is not None
+        assert loaded.events == tuple(events)
+        assert loaded.revision == 4
+        assert loaded.idempotency == {}
+        [info] = await store.list()
+        assert info == TranscriptInfo("t1", EPOCH, 4, 5, CREATED_AT, events[-1].occurred_at)
+
+    async def test_revision_mismatch_carries_current(self, store: Store) -> None:
+        await store.create("t1", EPOCH, CREATED_AT, appended(1, 0))
+        for wrong in (appended(3, 1), appended(1, 1)):
+            with pytest.raises(RevisionMismatch) as caught:
+                await store.append(wrong, idempotency_key=f"k{wrong.revision}")
+            assert (caught.value.transcript_id, caught.value.current) == ("t1", 1)
+            assert caught.value.expected == wrong.revision - 1
+        loaded = await store.load("t1")
+        assert loaded is not None
+        assert (loaded.revision, loaded.idempotency) == (1, {})
+        # A refused append recorded no key: the same key now appends.
+        result = await store.append(appended(2, 1), idempotency_key="k3")
+        assert result == AppendResult(AppendAck(2, 1, 1))
+
+    async def test_event_of_another_epoch_is_refused(self, store: Store) -> None:
+        await store.create("t1", EPOCH, CREATED_AT)
+        with pytest.raises(RevisionMismatch) as caught:
+            await store.append(appended(1, 0, epoch="stale"))
+        assert caught.value.current == 0
+        assert await store.events_after("t1", 0) == []
+
+    async def test_idempotent_retry_returns_first_ack(self, store: Store) -> None:
+        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create("t2", EPOCH, CREATED_AT)
+        first = await store.append(appended(1, 0, 2), idempotency_key="k")
+        assert first == AppendResult(AppendAck(1, 0, 2), duplicate=False)
+        # The same request again, and a retry built after a reload (next revision).
+        for retry in (appended(1, 0, 2), appended(2, 2, 2)):
+            again = await store.append(retry, idempotency_key="k")
+            assert again == AppendResult(AppendAck(1, 0, 2), duplicate=True)
+        assert await store.events_after("t1", 0) == [appended(1, 0, 2)]
+        # Keys belong to one transcript.
+        other = await store.append(appended(1, 0, transcript_id="t2"), idempotency_key="k")
+        assert other == AppendResult(AppendAck(1, 0, 1))
+        # A segment start's ack: the new active start and count 0.
+        seg = await store.append(segment_started(2, 0, 1, 2), idempotency_key="s")
+        assert seg.ack == AppendAck(2, 1, 0)
+        assert (await store.append(segment_started(3, 1, 2, 2), idempotency_key="s")).duplicate
+
+    async def test_key_is_reusable_after_retention(self, store_backend: StoreBackend) -> None:
+        store = store_backend.make(idempotency_retention=3)
+        await store.open()
+        try:
+            await store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k1")
+            for r in (2, 3, 4):
+                await store.append(appended(r, r - 1), idempotency_key=f"k{r}")
+            await store.append(appended(5, 4))  # no key: prunes nothing
+            loaded = await store.load("t1")
+            assert loaded is not None
+            assert list(loaded.idempotency) == ["k2", "k3", "k4"]
+            assert loaded.idempotency["k4"] == AppendAck(4, 3, 1)
+            assert (await store.append(appended(5, 4), idempotency_key="k2")).duplicate
+            reused = await store.append(appended(6, 5), idempotency_key="k1")
+            assert reused == AppendResult(AppendAck(6, 5, 1), duplicate=False)
+            loaded = await store.load("t1")
+            assert loaded is not None
+            assert list(loaded.idempotency) == ["k3", "k4", "k1"]
+        finally:
+            await store.close()
+
+    async def test_retention_zero_keeps_no_keys(self, store_backend: StoreBackend) -> None:
+        store = store_backend.make(idempotency_retention=0)
+        await store.open()
+        try:
+            await store.create("t1", EPOCH, CREATED_AT)
+            await store.append(appended(1, 0), idempotency_key="k")
+            result = await store.append(appended(2, 1), idempotency_key="k")
+            assert result == AppendResult(AppendAck(2, 1, 1))
+        finally:
+            await store.close()
+
+    # --- events_after ---------------------------------------------------------------
+
+    async def test_events_after(self, store: Store) -> None:
+        events = [appended(r, r - 1) for r in range(1, 6)]
+        await store.create("t1", EPOCH, CREATED_AT, events[0])
+        for e in events[1:]:
+            await store.append(e)
+        assert await store.events_after("t1", 0) == events
+        assert await store.events_after("t1", 2) == events[2:]
+        assert await store.events_after("t1", 2, limit=2) == events[2:4]
+        assert await store.events_after("t1", 4, limit=10) == events[4:]
+        assert await store.events_after("t1", 1, limit=0) == []
+        assert await store.events_after("t1", 5) == []
+        # Beyond the stored revision: a history this store does not have.
+        assert await store.events_after("t1", 6) is None
+        with pytest.raises(ValueError):
+            await store.events_after("t1", -1)
+
+    # --- list / delete ---------------------------------------------------------------
+
+    async def test_list_orders_by_id_with_after_and_limit(self, store: Store) -> None:
+        for tid in ("b", "d", "a", "c", "a.1"):
+            await store.create(tid, EPOCH, CREATED_AT)
+        await store.append(appended(1, 0, 2, transcript_id="c"))
+
+        async def ids(**kwargs: Any) -> list[str]:
+            return [info.transcript_id for info in await store.list(**kwargs)]
+
+        assert await ids() == ["a", "a.1", "b", "c", "d"]
+        assert await ids(limit=2) == ["a", "a.1"]
+        assert await ids(after="a.1", limit=2) == ["b", "c"]
+        assert await ids(after="b") == ["c", "d"]
+        assert await ids(after="bb") == ["c", "d"]
+        assert await ids(after="d") == []
+        assert await ids(limit=0) == []
+        [c] = await store.list(after="b", limit=1)
+        assert (c.revision, c.length) == (1, 2)
+
+    async def test_delete(self, store: Store) -> None:
+        await store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k")
+        await store.create("t2", EPOCH, CREATED_AT)
+        assert await store.delete("t1") is True
+        assert await store.load("t1") is None
+        assert await store.delete("t1") is False
+        assert [i.transcript_id for i in await store.list()] == ["t2"]
+        with pytest.raises(TranscriptNotFound):
+            await store.append(appended(2, 1))
+        # Created again: a new history, nothing of the old one (not its keys).
+        await store.create("t1", "e2", CREATED_AT + 5)
+        assert await store.load("t1") == StoredTranscript("t1", "e2", CREATED_AT + 5, (), {})
+        result = await store.append(appended(1, 0, epoch="e2"), idempotency_key="k")
+        assert not result.duplicate
+
+    # --- exact round trip ---------------------------------------------------------------
+
+    async def test_load_gives_back_exactly_the_events_written(self, store: Store) -> None:
+        msgs = rich_messages()
+        origin = Origin("conn-7")
+        events = [
+            TranscriptEvent("t1", EPOCH, 1, CREATED_AT, MessagesAppended(0, msgs[:2]), origin),
+            TranscriptEvent("t1", EPOCH, 2, CREATED_AT + 1, SegmentStarted(0, 1, 2), origin),
+            TranscriptEvent("t1", EPOCH, 3, CREATED_AT + 2, MessagesAppended(2, msgs[2:])),
+        ]
+        await store.create("t1", EPOCH, CREATED_AT, events[0])
+        await store.append(events[1])
+        await store.append(events[2])
+        loaded = await store.load("t1")
+        assert loaded is not None
+        assert loaded.events == tuple(events)
+        first = loaded.events[0].change
+        assert isinstance(first, MessagesAppended)
+        assert first.messages[1].content == msgs[1].content
+        assert first.messages[1].metadata == msgs[1].metadata
+        assert loaded.events[0].origin == origin
+        assert await store.events_after("t1", 1) == events[1:]
+
+    # --- concurrency ------------------------------------------------------------------
+
+    async def test_one_winner_per_revision(self, store: Store) -> None:
+        await store.create("t1", EPOCH, CREATED_AT)
+        outcomes = await asyncio.gather(
+            *(store.append(appended(1, 0, origin=Origin(f"c{i}"))) for i in range(20)),
+            return_exceptions=True,
+        )
+        winners = [o for o in outcomes if isinstance(o, AppendResult)]
+        losers = [o for o in outcomes if isinstance(o, RevisionMismatch)]
+        assert len(winners) == 1
+        assert len(losers) == 19
+        assert {e.current for e in losers} == {1}
+        loaded = await store.load("t1")
+        assert loaded is not None
+        assert len(loaded.events) == 1
+
+    async def test_concurrent_writers_never_lose_or_repeat(self, store: Store) -> None:
+        await store.create("t1", EPOCH, CREATED_AT)
+        writers, per_writer = 8, 5
+
+        async def writer(name: str) -> list[int]:
+            mine: list[int] = []
+            known = 0
+            while len(mine) < per_writer:
+                event = appended(known + 1, known, origin=Origin(name))
+                try:
+                    result = await store.append(event)
+                except RevisionMismatch as err:
+                    known = err.current
+                    continue
+                mine.append(result.ack.revision)
+                known = result.ack.revision
+            return mine
+
+        won = await asyncio.gather(*(writer(f"w{i}") for i in range(writers)))
+        total = writers * per_writer
+        assert sorted(r for mine in won for r in mine) == list(range(1, total + 1))
+        loaded = await store.load("t1")
+        assert loaded is not None
+        assert [e.revision for e in loaded.events] == list(range(1, total + 1))
+        # Each stored event is the one its winner wrote.
+        for i, mine in enumerate(won):
+            for r in mine:
+                assert loaded.events[r - 1].origin == Origin(f"w{i}")
+
+    async def test_concurrent_retries_of_one_key_append_once(self, store: Store) -> None:
+        await store.create("t1", EPOCH, CREATED_AT)
+        results = await asyncio.gather(
+            *(store.append(appended(1, 0, 2), idempotency_key="k") for _ in range(10))
+        )
+        assert [r.duplicate for r in results].count(False) == 1
+        assert {r.ack for r in results} == {AppendAck(1, 0, 2)}
+        assert len(await store.events_after("t1", 0) or []) == 1
+
+    async def test_a_refused_append_does_not_fail_concurrent_ones(self, store: Store) -> None:
+        ids = [f"t{i}" for i in range(10)]
+        for tid in ids:
+            await store.create(tid, EPOCH, CREATED_AT)
+        batch = [store.append(appended(1, 0, transcript_id=tid)) for tid in ids]
+        batch.insert(3, store.append(appended(5, 0, transcript_id="t3")))
+        batch.insert(6, store.append(appended(1, 0, transcript_id="missing")))
+        outcomes = await asyncio.gather(*batch, return_exceptions=True)
+        assert isinstance(outcomes[3], RevisionMismatch)
+        assert isinstance(outcomes[6], TranscriptNotFound)
+        ok = [o for i, o in enumerate(outcomes) if i not in (3, 6)]
+        assert ok == [AppendResult(AppendAck(1, 0, 1))] * len(ids)
+        for info in await store.list():
+            assert info.revision == 1
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def test_closed_store_is_unavailable(self, store_backend: StoreBackend) -> None:
+        store = store_backend.make()
+        await store.open()
+        await store.create("t1", EPOCH, CREATED_AT)
+        await store.close()
+        with pytest.raises(StoreUnavailable):
+            await store.load("t1")
+        with pytest.raises(StoreUnavailable):
+            await store.append(appended(1, 0))
+
+    async def test_close_and_open_again_keeps_everything(self, store_backend: StoreBackend) -> None:
+        if not store_backend.persistent:
+            pytest.skip("this backend keeps nothing across close")
+        store = store_backend.make()
+        await store.open()
+        await store.create("t1", EPOCH, CREATED_AT, appended(1, 0, 2), idempotency_key="k1")
+        await store.create("t2", "e2", CREATED_AT + 1)
+        for r in range(2, 6):
+            await store.append(appended(r, r, r % 3 + 1), idempotency_key=f"k{r}")
+        before = (await store.load("t1"), await store.load("t2"), await store.list())
+        await store.close()
+
+        reopened = store_backend.make()
+        await reopened.open()
+        try:
+            after = (await reopened.load("t1"), await reopened.load("t2"), await reopened.list())
+            assert after == before
+            assert (await reopened.append(appended(1, 0, 2), idempotency_key="k1")).duplicate
+            result = await reopened.append(appended(6, 6))
+            assert result.ack.revision == 6
+        finally:
+            await reopened.close()

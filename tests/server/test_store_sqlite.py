@@ -1,0 +1,395 @@
+"""``SQLiteStore``: the store contract, plus what only a file on disk has."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import sys
+import tempfile
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.types import Origin, SegmentStarted, TranscriptEvent
+from server.store import (
+    MemoryStore,
+    RevisionMismatch,
+    SQLiteStore,
+    Store,
+    StoreError,
+    StoreUnavailable,
+)
+from server.store.sqlite import DATABASE_FILE, SCHEMA_VERSION
+from tests.server.store_contract import (
+    CREATED_AT,
+    EPOCH,
+    StoreBackend,
+    StoreContract,
+    appended,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class SQLiteBackend:
+    persistent = True
+
+    def __init__(self, folder: Path, **defaults: Any) -> None:
+        self.folder = folder
+        self.defaults = defaults
+
+    def make(self, **options: Any) -> Store:
+        return SQLiteStore(self.folder, **{**self.defaults, **options})
+
+
+class TestSQLiteStore(StoreContract):
+    # max_batch=1 runs the same contract with group commit off.
+    @pytest.fixture(params=[256, 1], ids=["group-commit", "one-per-commit"])
+    def store_backend(self, tmp_path: Path, request: pytest.FixtureRequest) -> StoreBackend:
+        return SQLiteBackend(tmp_path / "data", max_batch=request.param)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    store = SQLiteStore(tmp_path / "data")
+    await store.open()
+    yield store
+    await store.close()
+
+
+def raw(folder: Path) -> sqlite3.Connection:
+    """A second connection to the store's file, as another process would open it."""
+    return sqlite3.connect(folder / DATABASE_FILE, isolation_level=None)
+
+
+async def test_creates_the_folder_and_a_wal_database(tmp_path: Path) -> None:
+    folder = tmp_path / "deep" / "data"
+    store = SQLiteStore(folder)
+    await store.open()
+    await store.create("t1", EPOCH, CREATED_AT, appended(1, 0))
+    await store.close()
+    assert store.database_file == folder / DATABASE_FILE
+    conn = raw(folder)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        # The event is stored as msgspec MessagePack of the TranscriptEvent.
+        [(revision, occurred_at, data)] = conn.execute(
+            "SELECT revision, occurred_at, data FROM events WHERE transcript_id = 't1'"
+        ).fetchall()
+        event = msgspec.msgpack.decode(data, type=TranscriptEvent)
+        assert (revision, occurred_at, event) == (1, CREATED_AT + 1, appended(1, 0))
+    finally:
+        conn.close()
+
+
+async def test_synchronous_is_configurable(tmp_path: Path) -> None:
+    for setting, level in (("normal", 1), ("full", 2)):
+        store = SQLiteStore(tmp_path / setting, synchronous=setting)  # type: ignore[arg-type]
+        await store.open()
+        try:
+            got = await store._run(lambda db: db.conn.execute("PRAGMA synchronous").fetchone())
+            assert got == (level,)
+        finally:
+            await store.close()
+    with pytest.raises(ValueError):
+        SQLiteStore(tmp_path, synchronous="sometimes")  # type: ignore[arg-type]
+
+
+async def test_a_second_store_on_the_same_folder_sees_the_data(tmp_path: Path) -> None:
+    first = SQLiteStore(tmp_path)
+    second = SQLiteStore(tmp_path)
+    await first.open()
+    await second.open()
+    try:
+        await first.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k")
+        loaded = await second.load("t1")
+        assert loaded is not None
+        assert loaded.events == (appended(1, 0),)
+        # Writes go through the file, so each sees the other's revision and keys.
+        await second.append(appended(2, 1))
+        with pytest.raises(RevisionMismatch) as caught:
+            await first.append(appended(2, 1))
+        assert caught.value.current == 2
+        assert (await first.append(appended(3, 2), idempotency_key="k")).duplicate
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_another_process_reads_what_was_acknowledged(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path)
+    await store.open()
+    await store.create("t1", EPOCH, CREATED_AT, appended(1, 0, 2))
+    await store.append(appended(2, 2, 3))
+    # Still open: a reader in another process must see committed data anyway.
+    script = textwrap.dedent(
+        f"""
+        import asyncio
+        from server.store import SQLiteStore
+
+        async def main():
+            store = SQLiteStore({str(tmp_path)!r})
+            await store.open()
+            loaded = await store.load("t1")
+            await store.close()
+            print(loaded.revision, sum(len(e.change.messages) for e in loaded.events))
+
+        asyncio.run(main())
+        """
+    )
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, cwd=REPO, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await asyncio.wait_for(child.communicate(), timeout=30)
+    await store.close()
+    assert child.returncode == 0
+    assert out.split() == [b"2", b"5"]
+
+
+async def test_sigkill_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    """A process appending in a loop is killed; every append it reported is there."""
+    script = textwrap.dedent(
+        f"""
+        import asyncio, sys
+        from protocol.types import Message, MessagesAppended, TranscriptEvent
+        from server.store import SQLiteStore
+
+        async def main():
+            store = SQLiteStore({str(tmp_path)!r})
+            await store.open()
+            await store.create("t1", "e1", 0)
+            revision = 0
+            while True:
+                event = TranscriptEvent("t1", "e1", revision + 1, 0,
+                    MessagesAppended(revision, (Message("user", str(revision)),)))
+                ack = (await store.append(event, idempotency_key=f"k{{revision}}")).ack
+                revision = ack.revision
+                sys.stdout.write(f"{{revision}}\\n")
+                sys.stdout.flush()
+
+        asyncio.run(main())
+        """
+    )
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, cwd=REPO, stdout=asyncio.subprocess.PIPE
+    )
+    assert child.stdout is not None
+    acknowledged = 0
+    try:
+        while acknowledged < 200:
+            line = await asyncio.wait_for(child.stdout.readline(), timeout=30)
+            assert line, "the child stopped before being killed"
+            acknowledged = int(line)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(child.wait(), timeout=30)
+    assert child.returncode == -signal.SIGKILL
+
+    store = SQLiteStore(tmp_path)
+    await store.open()
+    try:
+        loaded = await store.load("t1")
+        assert loaded is not None
+        revisions = [e.revision for e in loaded.events]
+        assert revisions == list(range(1, len(revisions) + 1))
+        assert len(revisions) >= acknowledged
+        assert f"k{acknowledged - 1}" in loaded.idempotency
+    finally:
+        await store.close()
+
+
+async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path)
+    await store.open()
+    await store.close()
+    conn = raw(tmp_path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreError, match="newer"):
+        await SQLiteStore(tmp_path).open()
+
+
+async def test_a_locked_database_is_unavailable_and_recovers(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path, busy_timeout_s=0.05)
+    await store.open()
+    await store.create("t1", EPOCH, CREATED_AT)
+    other = raw(tmp_path)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
+        outcomes = await asyncio.gather(
+            store.append(appended(1, 0)),
+            store.append(appended(1, 0, transcript_id="missing")),
+            store.create("t2", EPOCH, CREATED_AT),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            assert isinstance(outcome, StoreUnavailable)
+            assert "locked" in str(outcome)
+        # Reads still work while another process writes (WAL).
+        loaded = await store.load("t1")
+        assert loaded is not None
+        assert loaded.revision == 0
+        other.execute("ROLLBACK")
+        # Nothing was applied, so the same append now succeeds.
+        assert (await store.append(appended(1, 0))).ack.revision == 1
+    finally:
+        other.close()
+        await store.close()
+
+
+async def test_idempotency_keys_expire_after_the_ttl(tmp_path: Path) -> None:
+    now = [1000.0]
+    store = SQLiteStore(tmp_path, idempotency_ttl_s=60, clock=lambda: now[0])
+    await store.open()
+    try:
+        await store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="old")
+        now[0] += 30
+        await store.append(appended(2, 1), idempotency_key="new")
+        assert (await store.append(appended(3, 2), idempotency_key="old")).duplicate
+        now[0] += 31  # "old" is 61 s old, "new" 31 s
+        loaded = await store.load("t1")
+        assert loaded is not None
+        assert list(loaded.idempotency) == ["new"]
+        result = await store.append(appended(3, 2), idempotency_key="old")
+        assert result.duplicate is False
+        assert (await store.append(appended(4, 3), idempotency_key="new")).duplicate
+    finally:
+        await store.close()
+
+
+async def test_expired_keys_are_swept_from_disk(tmp_path: Path) -> None:
+    now = [1000.0]
+    store = SQLiteStore(tmp_path, idempotency_ttl_s=60, clock=lambda: now[0])
+    await store.open()
+    try:
+        await store.create("t1", EPOCH, CREATED_AT)
+        for r in range(1, 4):
+            await store.append(appended(r, r - 1), idempotency_key=f"k{r}")
+        now[0] += 3600
+        await store.append(appended(4, 3))
+    finally:
+        await store.close()
+    conn = raw(tmp_path)
+    try:
+        assert conn.execute("SELECT count(*) FROM idempotency").fetchone() == (0,)
+    finally:
+        conn.close()
+
+
+async def test_concurrent_appends_share_commits(store: SQLiteStore) -> None:
+    ids = [f"t{i}" for i in range(50)]
+    for tid in ids:
+        await store.create(tid, EPOCH, CREATED_AT)
+    results = await asyncio.gather(*(store.append(appended(1, 0, transcript_id=t)) for t in ids))
+    assert all(r.ack.revision == 1 for r in results)
+    assert store.batched_appends == 50
+    assert store.append_transactions < 50
+
+
+async def test_close_commits_queued_appends(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path, max_batch=4)
+    await store.open()
+    await store.create("t1", EPOCH, CREATED_AT)
+    await store.create("t2", EPOCH, CREATED_AT)
+    # gather starts its tasks in order: both appends are queued before close runs.
+    one, two, _ = await asyncio.gather(
+        store.append(appended(1, 0, transcript_id="t1")),
+        store.append(appended(1, 0, transcript_id="t2")),
+        store.close(),
+    )
+    assert (one.ack.revision, two.ack.revision) == (1, 1)
+    with pytest.raises(StoreUnavailable):
+        await store.append(appended(2, 1))
+    reopened = SQLiteStore(tmp_path)
+    await reopened.open()
+    try:
+        assert [i.revision for i in await reopened.list()] == [1, 1]
+    finally:
+        await reopened.close()
+
+
+# --- SQLite behaves exactly like MemoryStore ----------------------------------------
+
+_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["append", "append", "append", "segment", "create", "delete"]),
+        st.sampled_from(["a", "b"]),
+        st.sampled_from([0, 0, 0, 1, -1]),  # offset from the right revision
+        st.sampled_from([None, None, "k1", "k2", "k3", "k4", "k5"]),
+    ),
+    max_size=30,
+)
+
+
+def _outcome(result: object) -> object:
+    if isinstance(result, BaseException):
+        return (type(result).__name__, getattr(result, "current", None))
+    return result
+
+
+async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) -> None:
+    memory = MemoryStore(idempotency_retention=3)
+    sqlite = SQLiteStore(folder, idempotency_retention=3)
+    stores: tuple[Store, Store] = (memory, sqlite)
+    await memory.open()
+    await sqlite.open()
+    generation = {"a": 0, "b": 0}
+    try:
+        for step, (op, tid, offset, key) in enumerate(ops):
+            epoch = f"e{generation[tid]}"
+            loaded = await memory.load(tid)
+            revision = max(1, (loaded.revision if loaded else 0) + 1 + offset)
+            outcomes = []
+            for store in stores:
+                try:
+                    if op == "create":
+                        first = appended(1, 0, 2, transcript_id=tid, epoch=epoch) if key else None
+                        result: object = await store.create(
+                            tid, epoch, step, first, idempotency_key=key
+                        )
+                    elif op == "delete":
+                        result = await store.delete(tid)
+                    else:
+                        event = (
+                            appended(
+                                revision,
+                                step,
+                                step % 3 + 1,
+                                transcript_id=tid,
+                                epoch=epoch,
+                                origin=Origin(f"s{step}"),
+                            )
+                            if op == "append"
+                            else TranscriptEvent(
+                                tid, epoch, revision, step, SegmentStarted(0, step, step)
+                            )
+                        )
+                        result = await store.append(event, idempotency_key=key)
+                except Exception as err:
+                    result = err
+                outcomes.append(_outcome(result))
+            assert outcomes[0] == outcomes[1], (step, op, tid)
+            if op == "delete" and outcomes[0] is True:
+                generation[tid] += 1
+        for tid in ("a", "b"):
+            assert await memory.load(tid) == await sqlite.load(tid)
+        assert await memory.list() == await sqlite.list()
+    finally:
+        await memory.close()
+        await sqlite.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(_ops)
+def test_sqlite_matches_memory(ops: list[tuple[str, str, int, str | None]]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        asyncio.run(_run_both(ops, os.path.join(folder, "data")))
