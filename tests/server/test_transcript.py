@@ -157,7 +157,8 @@ def test_message_structs_are_kept_as_the_same_objects() -> None:
 def test_mixed_structs_and_dicts_and_any_iterable_are_accepted() -> None:
     t = Transcript()
     m = Message("system", "be brief")
-    t.append(iter([m, user("hi")]))
+    batch: list[Any] = [m, user("hi")]
+    t.append(iter(batch))
     assert t.get(0) is m
     assert t.get(1) == Message("user", "hi")
 
