@@ -16,7 +16,9 @@ from msgspec import Meta, Struct
 
 from protocol.limits import ID_PATTERN
 
-TranscriptId: TypeAlias = Annotated[str, Meta(pattern=ID_PATTERN)]
+# Python's ``$`` also matches before a trailing newline, so "a\n" would pass; the
+# lookahead refuses it and, unlike ``\Z``, also means the same in a JSON Schema.
+TranscriptId: TypeAlias = Annotated[str, Meta(pattern=ID_PATTERN + r"(?!\n)")]
 NonNegative: TypeAlias = Annotated[int, Meta(ge=0)]
 Positive: TypeAlias = Annotated[int, Meta(ge=1)]
 Role: TypeAlias = Literal["user", "assistant", "system", "tool", "context"]

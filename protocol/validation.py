@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -38,7 +38,7 @@ _json_encode = msgspec.json.Encoder().encode
 
 def validate_id(value: object, *, what: str = "transcriptId") -> str:
     """Return ``value`` if it is a valid transcript id, else raise ``InvalidId``."""
-    if not isinstance(value, str) or not _ID_RE.match(value):
+    if not isinstance(value, str) or not _ID_RE.fullmatch(value):
         raise InvalidId(f"{what}: must be 1..128 characters of [A-Za-z0-9._:-], got {value!r:.60}")
     return value
 
@@ -81,7 +81,8 @@ def parse_messages(
         size = len(_json_encode(message))
         if size > max_message_bytes:
             raise InvalidMessage(
-                f"{path}[{i}]", f"message is {size} bytes, more than the limit of {max_message_bytes}"
+                f"{path}[{i}]",
+                f"message is {size} bytes, more than the limit of {max_message_bytes}",
             )
     return messages
 
@@ -97,7 +98,9 @@ def parse_message(
         raise InvalidMessage(path, str(exc).replace("$", path, 1)) from None
     size = len(_json_encode(message))
     if size > max_message_bytes:
-        raise InvalidMessage(path, f"message is {size} bytes, more than the limit of {max_message_bytes}")
+        raise InvalidMessage(
+            path, f"message is {size} bytes, more than the limit of {max_message_bytes}"
+        )
     return message
 
 
@@ -111,11 +114,13 @@ def _check_message(item: object, path: str) -> None:
         raise InvalidMessage(f"{path}.role", "missing")
     role = item["role"]
     if not isinstance(role, str) or role not in ROLES:
-        raise InvalidMessage(f"{path}.role", f"unknown role {_show(role)} (one of {', '.join(ROLES)})")
+        raise InvalidMessage(
+            f"{path}.role", f"unknown role {_show(role)} (one of {', '.join(ROLES)})"
+        )
     if "content" not in item:
         raise InvalidMessage(f"{path}.content", "missing")
     content = item["content"]
-    if isinstance(content, list):
+    if isinstance(content, list | tuple):
         for j, part in enumerate(content):
             _check_part(part, f"{path}.content[{j}]")
     elif not isinstance(content, str):
@@ -126,14 +131,18 @@ def _check_message(item: object, path: str) -> None:
         if key in item and item[key] is not None and not isinstance(item[key], str):
             raise InvalidMessage(f"{path}.{key}", f"expected a string, got {_kind(item[key])}")
     if item.get("metadata") is not None and not isinstance(item["metadata"], dict):
-        raise InvalidMessage(f"{path}.metadata", f"expected an object, got {_kind(item['metadata'])}")
+        raise InvalidMessage(
+            f"{path}.metadata", f"expected an object, got {_kind(item['metadata'])}"
+        )
     calls = item.get("tool_calls")
     if calls is not None:
         if not isinstance(calls, list):
             raise InvalidMessage(f"{path}.tool_calls", f"expected a list, got {_kind(calls)}")
         for j, call in enumerate(calls):
             if not isinstance(call, dict):
-                raise InvalidMessage(f"{path}.tool_calls[{j}]", f"expected an object, got {_kind(call)}")
+                raise InvalidMessage(
+                    f"{path}.tool_calls[{j}]", f"expected an object, got {_kind(call)}"
+                )
 
 
 def _check_part(part: object, path: str) -> None:
@@ -160,6 +169,10 @@ def _check_part(part: object, path: str) -> None:
         image = part["image_url"]
         if not isinstance(image.get("url"), str):
             raise InvalidMessage(f"{path}.image_url.url", "expected a string")
+        if image.get("detail") is not None and not isinstance(image["detail"], str):
+            raise InvalidMessage(
+                f"{path}.image_url.detail", f"expected a string, got {_kind(image['detail'])}"
+            )
         for key in image:
             if key not in ("url", "detail"):
                 raise InvalidMessage(f"{path}.image_url.{key}", "unknown field")

@@ -34,7 +34,9 @@ SUBPROTOCOL_MSGPACK: Final = "tsync.v1.msgpack"
 SUBPROTOCOLS: Final = (SUBPROTOCOL_JSON, SUBPROTOCOL_MSGPACK)
 
 Ref: TypeAlias = Annotated[str, Meta(max_length=MAX_REF_LENGTH)] | int | None
-IdempotencyKey: TypeAlias = Annotated[str, Meta(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH)]
+IdempotencyKey: TypeAlias = Annotated[
+    str, Meta(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH)
+]
 
 # Error codes (contract section 3). Servers may add more; clients treat unknown
 # codes like ``internal``.
@@ -54,6 +56,7 @@ INTERNAL: Final = "internal"
 
 # --- client -> server ----------------------------------------------------------
 
+
 class Subscribe(
     Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="subscribe"
 ):
@@ -72,9 +75,7 @@ class Unsubscribe(
     ref: Ref = None
 
 
-class Append(
-    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="append"
-):
+class Append(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="append"):
     """Append a batch. ``messages`` stays plain data here and is validated by
     ``protocol.validation.parse_messages`` so that errors name the message path."""
 
@@ -93,15 +94,14 @@ class StartSegment(
     ref: Ref = None
 
 
-class Ping(
-    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="ping"
-):
+class Ping(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="ping"):
     ref: Ref = None
 
 
 ClientOp: TypeAlias = Subscribe | Unsubscribe | Append | StartSegment | Ping
 
 # --- server -> client ----------------------------------------------------------
+
 
 class Baseline(
     Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type", tag="baseline"
@@ -121,9 +121,7 @@ class Increment(
     event: TranscriptEvent
 
 
-class Ack(
-    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type", tag="ack"
-):
+class Ack(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type", tag="ack"):
     """The answer to ``append`` (``start``/``count`` set) or ``startSegment``.
 
     ``duplicate`` is true when an idempotency key matched an earlier append and
@@ -139,9 +137,7 @@ class Ack(
     duplicate: bool = False
 
 
-class Pong(
-    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type", tag="pong"
-):
+class Pong(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type", tag="pong"):
     seq: Positive
     ref: Ref = None
 
