@@ -48,7 +48,14 @@ def open_store(url: str, **options: Any) -> Store:
         return SQLiteStore(path, **options)
     if scheme in ("redis", "rediss"):
         # Imported on use: the memory and SQLite stores need no Redis client.
-        from server.store.redis import RedisStore  # type: ignore[import-not-found,unused-ignore]
+        try:
+            from server.store.redis import (  # type: ignore[import-not-found,unused-ignore]
+                RedisStore,
+            )
+        except ModuleNotFoundError as err:
+            if err.name != "server.store.redis":
+                raise
+            raise ValueError(f"store URL {url!r}: this build has no Redis store yet") from err
 
         store: Store = RedisStore(url, **options)
         return store

@@ -319,14 +319,15 @@ async def test_close_commits_queued_appends(tmp_path: Path) -> None:
 
 # --- SQLite behaves exactly like MemoryStore ----------------------------------------
 
+# Weighted so that runs reach retention pruning, retries and stale revisions.
 _ops = st.lists(
     st.tuples(
-        st.sampled_from(["append", "append", "append", "segment", "create", "delete"]),
-        st.sampled_from(["a", "b"]),
-        st.sampled_from([0, 0, 0, 1, -1]),  # offset from the right revision
-        st.sampled_from([None, None, "k1", "k2", "k3", "k4", "k5"]),
+        st.sampled_from(["append"] * 6 + ["segment", "create", "create", "delete"]),
+        st.sampled_from(["a", "a", "a", "b"]),
+        st.sampled_from([0, 0, 0, 0, 1, -1]),  # offset from the right revision
+        st.sampled_from([None, "k1", "k2", "k3", "k4"]),
     ),
-    max_size=30,
+    max_size=40,
 )
 
 
@@ -337,8 +338,8 @@ def _outcome(result: object) -> object:
 
 
 async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) -> None:
-    memory = MemoryStore(idempotency_retention=3)
-    sqlite = SQLiteStore(folder, idempotency_retention=3)
+    memory = MemoryStore(idempotency_retention=2)
+    sqlite = SQLiteStore(folder, idempotency_retention=2)
     stores: tuple[Store, Store] = (memory, sqlite)
     await memory.open()
     await sqlite.open()
@@ -353,9 +354,8 @@ async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) ->
                 try:
                     if op == "create":
                         first = appended(1, 0, 2, transcript_id=tid, epoch=epoch) if key else None
-                        result: object = await store.create(
-                            tid, epoch, step, first, idempotency_key=key
-                        )
+                        await store.create(tid, epoch, step, first, idempotency_key=key)
+                        result: object = "created"
                     elif op == "delete":
                         result = await store.delete(tid)
                     else:
