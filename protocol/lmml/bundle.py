@@ -1,0 +1,296 @@
+"""Reading and writing ``.lmml`` files and ``.lmmlz`` bundles, in memory.
+
+A ``.lmmlz`` is a zip archive whose primary entry is the archive's name
+without the trailing ``z`` (``chat.lmmlz`` holds ``chat.lmml``) and whose
+other entries are assets that external references (``@name``) name. Archives
+come from strangers, so the central directory is checked as a whole before
+any entry is read: entry names must be relative, use ``/`` only and have no
+``..`` segment; no name may appear twice; the entry count, each entry's size
+and the total uncompressed size are bounded (``BundleLimits``). Reads are
+capped at the declared sizes, so an archive that lies about them fails its
+CRC check instead of inflating.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from protocol.lmml.errors import LmmlError
+from protocol.lmml.narrative import Narrative, parse
+from protocol.lmml.render import render_turn, resolver
+from protocol.lmml.turns import segment
+from protocol.types import Message
+
+__all__ = [
+    "Bundle",
+    "BundleLimits",
+    "ImportResult",
+    "decode_narrative",
+    "import_messages",
+    "read_bundle",
+    "write_bundle",
+]
+
+_ZIP_MAGIC: Final = (b"PK\x03\x04", b"PK\x05\x06")
+_BOM: Final = "\ufeff"
+# What a damaged or hostile archive can make zipfile raise.
+_ZIP_ERRORS: Final = (
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    OSError,
+    ValueError,
+    NotImplementedError,
+    RuntimeError,
+    OverflowError,
+    IndexError,
+)
+#: A fixed timestamp, so that writing the same bundle twice gives the same bytes.
+_EPOCH: Final = (1980, 1, 1, 0, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class BundleLimits:
+    """Bounds on what ``read_bundle`` accepts (bytes are uncompressed sizes)."""
+
+    max_entries: int = 1000
+    max_entry_bytes: int = 32 << 20
+    max_total_bytes: int = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    """A narrative and the assets its references name.
+
+    ``primary`` is the entry the narrative came from (``None`` for a plain
+    ``.lmml``); ``assets`` holds the entries that embeds use, by name;
+    ``entries`` names every file entry; ``warnings`` are readable sentences
+    about orphaned entries and conflicting duplicate embeds.
+    """
+
+    narrative: Narrative
+    primary: str | None = None
+    assets: Mapping[str, bytes] = field(default_factory=dict)
+    entries: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    """The messages a narrative's turns become, and what the reader noticed."""
+
+    messages: tuple[Message, ...]
+    warnings: tuple[str, ...]
+
+
+def decode_narrative(data: bytes, what: str = "narrative") -> str:
+    """UTF-8 text of a narrative, without a leading byte order mark."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LmmlError(f"{what} is not UTF-8 text (byte {exc.start})") from None
+    return text[1:] if text.startswith(_BOM) else text
+
+
+def _is_zip(data: bytes, filename: str | None) -> bool:
+    if filename is not None:
+        lower = filename.lower()
+        if lower.endswith(".lmmlz"):
+            return True
+        if lower.endswith(".lmml"):
+            return False
+    return data[:4] in _ZIP_MAGIC
+
+
+def read_bundle(
+    data: bytes, *, filename: str | None = None, limits: BundleLimits = BundleLimits()
+) -> Bundle:
+    """Read a ``.lmml`` (UTF-8 text) or ``.lmmlz`` (zip) from memory.
+
+    The kind comes from ``filename``'s extension, else from the zip magic.
+    Raises ``LmmlError`` for an unsafe or damaged archive, a narrative that
+    is not UTF-8 or does not parse, and an external reference that neither an
+    inline fence nor an entry supplies (the error names it).
+    """
+    if not _is_zip(data, filename):
+        if len(data) > limits.max_total_bytes:
+            raise LmmlError(
+                f"narrative is {len(data)} bytes, more than the limit of {limits.max_total_bytes}"
+            )
+        narrative = parse(decode_narrative(data))
+        _check_resolved(narrative, {}, "no inline fence defines it")
+        return Bundle(narrative=narrative, warnings=_fence_conflicts(narrative))
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except _ZIP_ERRORS as exc:
+        raise LmmlError(f"not a readable zip archive: {exc}") from None
+    with archive:
+        infos = _checked_entries(archive, limits)
+        files = {info.filename: info for info in infos if not info.is_dir()}
+        primary, notes = _primary_entry(list(files), filename)
+        narrative = parse(decode_narrative(_read(archive, files[primary]), primary))
+        wanted = {embed.name: embed for embed in narrative.embeds}
+        assets = {
+            name: _read(archive, info)
+            for name, info in files.items()
+            if name in wanted and name != primary
+        }
+    _check_resolved(narrative, assets, "no entry of the archive supplies it")
+    warnings = [*notes, *_fence_conflicts(narrative)]
+    for name in files:
+        if name == primary:
+            continue
+        embed = wanted.get(name)
+        if embed is None:
+            warnings.append(f"entry {name!r} is not referenced by the narrative (orphaned)")
+        elif embed.content is not None and embed.content != assets[name]:
+            warnings.append(
+                f"embed {name!r} has an inline fence and an entry with different contents;"
+                " the inline fence is used"
+            )
+    return Bundle(
+        narrative=narrative,
+        primary=primary,
+        assets=assets,
+        entries=tuple(files),
+        warnings=tuple(warnings),
+    )
+
+
+def _checked_entries(archive: zipfile.ZipFile, limits: BundleLimits) -> list[zipfile.ZipInfo]:
+    """The central directory, refused as a whole if anything in it is unsafe."""
+    infos = archive.infolist()
+    if len(infos) > limits.max_entries:
+        raise LmmlError(
+            f"archive has {len(infos)} entries, more than the limit of {limits.max_entries}"
+        )
+    seen: set[str] = set()
+    total = 0
+    for info in infos:
+        name = info.orig_filename
+        if not name or "\x00" in name:
+            raise LmmlError(f"entry name {name!r} is empty or holds a NUL byte")
+        if "\\" in name:
+            raise LmmlError(f"entry name {name!r} contains a backslash")
+        if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+            raise LmmlError(f"entry name {name!r} is absolute")
+        if ".." in name.split("/"):
+            raise LmmlError(f"entry name {name!r} has a '..' segment")
+        if name in seen:
+            raise LmmlError(f"entry name {name!r} appears twice")
+        seen.add(name)
+        if info.flag_bits & 0x1:
+            raise LmmlError(f"entry {name!r} is encrypted")
+        if info.file_size > limits.max_entry_bytes:
+            raise LmmlError(
+                f"entry {name!r} is {info.file_size} bytes uncompressed,"
+                f" more than the limit of {limits.max_entry_bytes}"
+            )
+        total += info.file_size
+    if total > limits.max_total_bytes:
+        raise LmmlError(
+            f"archive holds {total} bytes uncompressed,"
+            f" more than the limit of {limits.max_total_bytes}"
+        )
+    return infos
+
+
+def _primary_entry(names: list[str], filename: str | None) -> tuple[str, list[str]]:
+    """The narrative's entry and any note about how it was chosen."""
+    roots = [n for n in names if "/" not in n and n.lower().endswith(".lmml")]
+    if filename is not None and filename.lower().endswith(".lmmlz"):
+        expected = filename.replace("\\", "/").rpartition("/")[2][:-1]
+        if expected in names:
+            return expected, []
+        if len(roots) == 1:
+            return roots[0], [
+                f"no entry {expected!r}; the narrative is the only .lmml entry {roots[0]!r}"
+            ]
+        raise LmmlError(f"the archive has no entry {expected!r} (the primary entry)")
+    if len(roots) == 1:
+        return roots[0], []
+    if not roots:
+        raise LmmlError("the archive has no .lmml entry")
+    raise LmmlError(
+        f"the archive has several .lmml entries ({', '.join(sorted(roots))});"
+        " name the archive after the primary one"
+    )
+
+
+def _read(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+    try:
+        with archive.open(info) as entry:
+            data = entry.read(info.file_size + 1)
+    except _ZIP_ERRORS as exc:
+        raise LmmlError(f"entry {info.filename!r} cannot be read: {exc}") from None
+    if len(data) != info.file_size:
+        raise LmmlError(
+            f"entry {info.filename!r} does not hold its declared {info.file_size} bytes"
+        )
+    return data
+
+
+def _check_resolved(narrative: Narrative, assets: Mapping[str, bytes], why: str) -> None:
+    for embed in narrative.embeds:
+        if embed.content is None and embed.name not in assets:
+            raise LmmlError(f"@{embed.name} is referenced but {why}")
+
+
+def _fence_conflicts(narrative: Narrative) -> tuple[str, ...]:
+    return tuple(
+        f"embed {name!r} is fenced more than once with different contents; the first is used"
+        for name in narrative.conflicts
+    )
+
+
+def write_bundle(text: str, assets: Mapping[str, bytes], *, name: str = "transcript") -> bytes:
+    """A ``.lmmlz``: ``text`` as entry ``name.lmml``, then each asset as an entry.
+
+    The same arguments always give the same bytes (fixed timestamps).
+    """
+    primary = f"{name}.lmml"
+    if not name or "/" in name or "\\" in name or ".." in name.split("/"):
+        raise LmmlError(f"bundle name {name!r} is not a plain file name")
+    if primary in assets:
+        raise LmmlError(f"an asset is named like the primary entry {primary!r}")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for entry, data in [(primary, text.encode()), *assets.items()]:
+            info = zipfile.ZipInfo(entry, date_time=_EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, data)
+    return buffer.getvalue()
+
+
+def import_messages(
+    data: bytes,
+    *,
+    filename: str | None = None,
+    limits: BundleLimits = BundleLimits(),
+    max_embed_bytes: int | None = None,
+) -> ImportResult:
+    """A ``.lmml``/``.lmmlz`` as messages, one per turn; all or nothing.
+
+    Either every turn renders (see ``render_turns``) or ``LmmlError`` is
+    raised and nothing is returned. Warnings include embeds left out for
+    ``max_embed_bytes``.
+    """
+    bundle = read_bundle(data, filename=filename, limits=limits)
+    omitted: list[str] = []
+    resolve = resolver(bundle.assets)
+    messages = tuple(
+        render_turn(turn, resolve, max_embed_bytes=max_embed_bytes, omitted=omitted)
+        for turn in segment(bundle.narrative)
+    )
+    warnings = list(bundle.warnings)
+    warnings += [
+        f"embed {name!r} is larger than {max_embed_bytes} bytes and was left out"
+        for name in omitted
+    ]
+    return ImportResult(messages=messages, warnings=tuple(warnings))

@@ -1,0 +1,193 @@
+"""Transcript messages to ``.lmml`` text or a ``.lmmlz`` bundle, losslessly.
+
+Each message is written as a turn: a delimiter line ``<!-- role -->`` and the
+message's text. When the message carries what plain narrative cannot say, the
+delimiter holds it as a JSON object, ``<!-- role {...} -->``:
+
+- ``name``, ``tool_call_id``, ``tool_calls``, ``metadata``: the message's fields;
+- ``"string": true``: the content is a plain string, not a list of parts;
+- ``"chomp": true``: the text has no final line break (one was added so the
+  next delimiter starts a line, and import takes it off again);
+- ``"content": ...``: the whole content, for a message whose text and parts
+  do not survive as narrative (a text holding a line that is a delimiter or
+  ``@@@``, parts that are not its text's embeds, a remote image URL, ...);
+  the turn's text is then empty.
+
+A first ``context`` message with nothing to add is written as the preamble.
+The exporter checks its own output by importing it again and falls back to
+``"content"`` for any message that would not come back equal, so
+``import(export(t)) == t`` holds for every transcript ``t``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import msgspec
+
+from protocol.lmml.bundle import decode_narrative, write_bundle
+from protocol.lmml.errors import LmmlError
+from protocol.lmml.narrative import parse
+from protocol.lmml.render import embed_bytes, embed_part, render_turn, resolver
+from protocol.lmml.turns import segment
+from protocol.types import ContentPart, Message, TextPart
+
+__all__ = ["export_lmml", "export_lmmlz"]
+
+_encode_json: Final = msgspec.json.Encoder().encode
+
+
+def export_lmml(messages: Sequence[Message]) -> str:
+    """The messages as one ``.lmml`` narrative; embeds stay inline fences.
+
+    An embed that a message's text only references (``@name``) has no place
+    in a single file, so such a message is written with its ``"content"``.
+    """
+    text, _ = _export(tuple(messages), bundle_name=None)
+    return text
+
+
+def export_lmmlz(messages: Sequence[Message], *, name: str = "transcript") -> bytes:
+    """The messages as a ``.lmmlz``: ``name.lmml`` plus referenced embeds as entries."""
+    text, assets = _export(tuple(messages), bundle_name=name)
+    return write_bundle(text, assets, name=name)
+
+
+def _export(
+    messages: tuple[Message, ...], *, bundle_name: str | None
+) -> tuple[str, dict[str, bytes]]:
+    reserved = None if bundle_name is None else f"{bundle_name}.lmml"
+    forced: set[int] = set()
+    # Each round either returns or moves at least one more message to the
+    # "content" form, which always comes back exactly: at most n + 1 rounds.
+    while True:
+        text, assets, natural = _write(messages, forced, reserved)
+        got = _reimport(text, assets)
+        if got is not None and got == list(messages):
+            return text, assets
+        if got is None:
+            wrong = set(natural)
+        else:
+            wrong = {i for i, m in enumerate(messages) if i >= len(got) or got[i] != m}
+            if len(got) != len(messages):
+                # Turns shifted: only the first difference is surely at fault.
+                wrong = {min(wrong)} if wrong else {natural[-1]} if natural else set()
+            wrong &= set(natural)
+        if not wrong:
+            raise LmmlError("the transcript cannot be written as LMML")  # a bug, not bad input
+        forced |= wrong
+
+
+def _write(
+    messages: tuple[Message, ...], forced: set[int], reserved: str | None
+) -> tuple[str, dict[str, bytes], list[int]]:
+    """The document, its assets and which messages went in as narrative."""
+    chunks: list[str] = []
+    assets: dict[str, bytes] = {}
+    claimed: set[str] = set()
+    natural: list[int] = []
+    last = len(messages) - 1
+    for i, message in enumerate(messages):
+        chunk = None
+        if i not in forced:
+            chunk = _narrative(message, i == 0, i == last, claimed, assets, reserved)
+        if chunk is None:
+            attributes = _fields(message)
+            attributes["content"] = msgspec.to_builtins(message.content)
+            chunk = _delimiter(message.role, attributes)
+        else:
+            natural.append(i)
+        chunks.append(chunk)
+    return "".join(chunks), assets, natural
+
+
+def _narrative(
+    message: Message,
+    first: bool,
+    last: bool,
+    claimed: set[str],
+    assets: dict[str, bytes],
+    reserved: str | None,
+) -> str | None:
+    """The message as delimiter and narrative text, or ``None`` if it cannot be."""
+    content = message.content
+    parts: tuple[ContentPart, ...]
+    if isinstance(content, str):
+        text, parts, string = content, (), True
+    elif (
+        content
+        and isinstance(content[0], TextPart)
+        and not any(isinstance(p, TextPart) for p in content[1:])
+    ):
+        text, parts, string = content[0].text, content[1:], False
+    else:
+        return None
+    chomp = bool(text) and not last and not text.endswith("\n")
+    written = text + "\n" if chomp else text
+    try:
+        narrative = parse(written)
+    except LmmlError:
+        return None
+    if narrative.delimiters or (narrative.open_code_block and not last):
+        return None
+    own = [e for e in narrative.embeds if e.name not in claimed]
+    if len(own) != len(parts):
+        return None
+    entries: dict[str, bytes] = {}
+    for embed, part in zip(own, parts, strict=True):
+        data = embed.content
+        if data is None:
+            if reserved is None or embed.name == reserved:
+                return None
+            data = embed_bytes(part)
+            if data is None:
+                return None
+            entries[embed.name] = data
+        if embed_part(embed.name, data) != part:
+            return None
+    attributes = _fields(message)
+    if string:
+        attributes["string"] = True
+    if chomp:
+        attributes["chomp"] = True
+    claimed.update(e.name for e in own)
+    assets.update(entries)
+    if first and message.role == "context" and not attributes and text:
+        return text
+    return _delimiter(message.role, attributes) + written
+
+
+def _fields(message: Message) -> dict[str, Any]:
+    fields = {
+        "name": message.name,
+        "tool_call_id": message.tool_call_id,
+        "tool_calls": message.tool_calls,
+        "metadata": message.metadata,
+    }
+    return {key: msgspec.to_builtins(value) for key, value in fields.items() if value is not None}
+
+
+def _delimiter(role: str, attributes: dict[str, Any]) -> str:
+    if not attributes:
+        return f"<!-- {role} -->\n"
+    # "--" only occurs inside JSON strings; escaping it keeps "-->" from
+    # ending the comment early for Markdown readers.
+    data = _encode_json(attributes).decode().replace("--", "\\u002d\\u002d")
+    return f"<!-- {role} {data} -->\n"
+
+
+def _reimport(text: str, assets: dict[str, bytes]) -> list[Message | None] | None:
+    """What importing the document gives, turn by turn (``None``: a turn fails)."""
+    try:
+        turns = segment(parse(decode_narrative(text.encode())))
+    except LmmlError:
+        return None
+    resolve = resolver(assets)
+    result: list[Message | None] = []
+    for turn in turns:
+        try:
+            result.append(render_turn(turn, resolve))
+        except LmmlError:
+            result.append(None)
+    return result
