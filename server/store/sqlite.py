@@ -397,8 +397,8 @@ class SQLiteStore:
     for at most ``idempotency_ttl_s`` seconds. ``max_batch`` bounds how many
     appends share one commit (1 turns group commit off). ``busy_timeout_s`` is
     how long a write waits for another process's lock before the store answers
-    ``StoreUnavailable``. ``clock`` gives the
-    time in seconds used to age idempotency keys.
+    ``StoreUnavailable``. ``clock`` gives the time in seconds used to age
+    idempotency keys.
     """
 
     name = "sqlite"
