@@ -57,12 +57,11 @@ def export_lmmlz(messages: Sequence[Message], *, name: str = "transcript") -> by
 def _export(
     messages: tuple[Message, ...], *, bundle_name: str | None
 ) -> tuple[str, dict[str, bytes]]:
-    reserved = None if bundle_name is None else f"{bundle_name}.lmml"
     forced: set[int] = set()
     # Each round either returns or moves at least one more message to the
     # "content" form, which always comes back exactly: at most n + 1 rounds.
     while True:
-        text, assets, natural = _write(messages, forced, reserved)
+        text, assets, natural = _write(messages, forced, with_assets=bundle_name is not None)
         got = _reimport(text, assets)
         if got is not None and got == list(messages):
             return text, assets
@@ -80,7 +79,7 @@ def _export(
 
 
 def _write(
-    messages: tuple[Message, ...], forced: set[int], reserved: str | None
+    messages: tuple[Message, ...], forced: set[int], *, with_assets: bool
 ) -> tuple[str, dict[str, bytes], list[int]]:
     """The document, its assets and which messages went in as narrative."""
     chunks: list[str] = []
@@ -91,7 +90,7 @@ def _write(
     for i, message in enumerate(messages):
         chunk = None
         if i not in forced:
-            chunk = _narrative(message, i == 0, i == last, claimed, assets, reserved)
+            chunk = _narrative(message, i == 0, i == last, claimed, assets, with_assets)
         if chunk is None:
             attributes = _fields(message)
             attributes["content"] = msgspec.to_builtins(message.content)
@@ -108,7 +107,7 @@ def _narrative(
     last: bool,
     claimed: set[str],
     assets: dict[str, bytes],
-    reserved: str | None,
+    with_assets: bool,
 ) -> str | None:
     """The message as delimiter and narrative text, or ``None`` if it cannot be."""
     content = message.content
@@ -138,7 +137,8 @@ def _narrative(
     for embed, part in zip(own, parts, strict=True):
         data = embed.content
         if data is None:
-            if reserved is None or embed.name == reserved:
+            # No second .lmml entry: the bundle must import without a filename too.
+            if not with_assets or embed.name.lower().endswith(".lmml"):
                 return None
             data = embed_bytes(part)
             if data is None:

@@ -51,7 +51,7 @@ def segment(narrative: Narrative) -> tuple[Turn, ...]:
         spans.append(
             (0, preamble_end, 0, first.char_start if first else len(text), "context", "", {})
         )
-    following = [*narrative.delimiters[1:], None]
+    following = [*narrative.delimiters[1:], None][: len(narrative.delimiters)]
     for delimiter, after in zip(narrative.delimiters, following, strict=True):
         spans.append(
             (
