@@ -1,0 +1,184 @@
+"""Export: messages to ``.lmml``/``.lmmlz`` and back, exactly."""
+
+from __future__ import annotations
+
+import base64
+import io
+import zipfile
+from collections.abc import Sequence
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.lmml import (
+    LmmlError,
+    export_lmml,
+    export_lmmlz,
+    import_messages,
+    parse,
+    render_turns,
+    segment,
+)
+from protocol.types import AttachmentPart, ImageUrl, ImageUrlPart, Message, TextPart
+from tests.lmml.strategies import ASSETS, narratives
+from tests.strategies import messages as any_messages
+
+PNG = b"\x89PNG\r\n\x1a\n\x00\x01"
+
+
+def _via_lmml(messages: Sequence[Message]) -> tuple[Message, ...]:
+    return import_messages(export_lmml(messages).encode(), filename="t.lmml").messages
+
+
+def _via_lmmlz(messages: Sequence[Message], name: str = "transcript") -> tuple[Message, ...]:
+    return import_messages(export_lmmlz(messages, name=name), filename=f"{name}.lmmlz").messages
+
+
+def test_plain_chat_messages_are_readable_and_exact() -> None:
+    transcript = [
+        Message(role="system", content="Be brief."),
+        Message(role="user", content="Hello"),
+        Message(role="assistant", content="Hi!\n"),
+        Message(role="user", content="Bye"),
+    ]
+    assert export_lmml(transcript) == (
+        '<!-- system {"string":true,"chomp":true} -->\n'
+        "Be brief.\n"
+        '<!-- user {"string":true,"chomp":true} -->\n'
+        "Hello\n"
+        '<!-- assistant {"string":true} -->\n'
+        "Hi!\n"
+        '<!-- user {"string":true} -->\n'
+        "Bye"
+    )
+    assert _via_lmml(transcript) == tuple(transcript)
+    assert _via_lmmlz(transcript) == tuple(transcript)
+
+
+def test_an_imported_narrative_exports_as_narrative() -> None:
+    text = "Notes first.\n\n## user\nLook:\n@@@a.py\nprint(1)\n@@@\n\n## assistant\nIt prints 1.\n"
+    imported = import_messages(text.encode()).messages
+    exported = export_lmml(imported)
+    assert exported == (
+        "Notes first.\n\n"
+        "<!-- user -->\nLook:\n@@@a.py\nprint(1)\n@@@\n\n"
+        "<!-- assistant -->\nIt prints 1.\n"
+    )
+    assert _via_lmml(imported) == imported
+
+
+def test_message_fields_travel_in_the_delimiter() -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    transcript = [
+        Message(role="assistant", content="", tool_calls=({**call},)),
+        Message(role="tool", content="42", tool_call_id="call_1", name="f"),
+        Message(role="user", content=(TextPart(text="ok\n"),), metadata={"k": [1, 2.5, None]}),
+    ]
+    exported = export_lmml(transcript)
+    assert (
+        '<!-- tool {"name":"f","tool_call_id":"call_1","string":true,"chomp":true} -->' in exported
+    )
+    assert _via_lmml(transcript) == tuple(transcript)
+
+
+def test_text_that_would_be_read_differently_goes_into_the_content_attribute() -> None:
+    tricky = [
+        Message(role="user", content="one\n## assistant\ntwo"),
+        Message(role="assistant", content="```\nunclosed"),
+        Message(role="user", content="@@@x.txt\nunclosed fence"),
+        Message(role="user", content="mail -->@me"),
+        Message(role="context", content="a context message in the middle"),
+        Message(role="user", content="ends in CR\r"),
+        Message(role="user", content=()),
+        Message(role="user", content=(TextPart(text="a"), TextPart(text="b"))),
+        Message(role="user", content=(ImageUrlPart(image_url=ImageUrl(url="https://x/y.png")),)),
+        Message(role="user", content="last"),
+    ]
+    exported = export_lmml(tricky)
+    assert "-->@me" not in exported  # "--" inside JSON is escaped
+    assert _via_lmml(tricky) == tuple(tricky)
+    assert _via_lmmlz(tricky) == tuple(tricky)
+
+
+def test_referenced_assets_become_entries_of_an_lmmlz() -> None:
+    transcript = (
+        Message(
+            role="user",
+            content=(
+                TextPart(text="See @pic.png and @data.bin.\n"),
+                ImageUrlPart(
+                    image_url=ImageUrl(
+                        url="data:image/png;base64," + base64.b64encode(PNG).decode()
+                    )
+                ),
+                AttachmentPart(
+                    name="data.bin",
+                    mime="application/octet-stream",
+                    content=base64.b64encode(b"\xff\x00").decode(),
+                ),
+            ),
+        ),
+    )
+    data = export_lmmlz(transcript, name="chat")
+    archive = zipfile.ZipFile(io.BytesIO(data))
+    assert archive.namelist() == ["chat.lmml", "pic.png", "data.bin"]
+    assert archive.read("pic.png") == PNG
+    assert archive.read("data.bin") == b"\xff\x00"
+    assert archive.read("chat.lmml").decode() == "<!-- user -->\nSee @pic.png and @data.bin.\n"
+    assert _via_lmmlz(transcript, "chat") == transcript
+    assert import_messages(data).messages == transcript  # no filename: the only .lmml entry
+    # A single .lmml has nowhere to put them: the message keeps its content as JSON.
+    assert '"content":[' in export_lmml(transcript)
+    assert _via_lmml(transcript) == transcript
+
+
+def test_an_attachment_that_looks_like_base64_text_stays_text() -> None:
+    for content in ("aGVsbG8=", "/w==", "/w==\n", ""):
+        part = AttachmentPart(name="f.b64", mime="application/octet-stream", content=content)
+        transcript = (Message(role="user", content=(TextPart(text="@f.b64\n"), part)),)
+        assert _via_lmmlz(transcript) == transcript
+
+
+def test_export_is_deterministic_and_a_fixpoint() -> None:
+    transcript = import_messages(b"## user\n@@@a.txt\nx\n@@@\n## assistant\ny").messages
+    assert export_lmml(transcript) == export_lmml(transcript)
+    assert export_lmmlz(transcript) == export_lmmlz(transcript)
+    assert export_lmml(_via_lmml(transcript)) == export_lmml(transcript)
+
+
+def test_an_empty_transcript_exports_to_an_empty_narrative() -> None:
+    assert export_lmml([]) == ""
+    assert _via_lmml([]) == ()
+    assert _via_lmmlz([]) == ()
+
+
+def test_export_lmmlz_checks_its_name() -> None:
+    try:
+        export_lmmlz([], name="../x")
+    except LmmlError as exc:
+        assert "not a plain file name" in str(exc)
+    else:
+        raise AssertionError("a name with a path was accepted")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(any_messages(), max_size=6))
+def test_any_transcript_round_trips(transcript: list[Message]) -> None:
+    assert _via_lmml(transcript) == tuple(transcript)
+    assert _via_lmmlz(transcript) == tuple(transcript)
+
+
+@settings(max_examples=100, deadline=None)
+@given(narratives())
+def test_imported_narratives_round_trip(text: str) -> None:
+    transcript = tuple(render_turns(segment(parse(text)), ASSETS))
+    assert _via_lmmlz(transcript) == transcript
+    assert _via_lmml(transcript) == transcript
+    # Exporting what an export imports to changes nothing: a fixpoint.
+    assert export_lmmlz(_via_lmmlz(transcript)) == export_lmmlz(transcript)
+
+
+def test_chat_json_of_a_round_trip_is_identical() -> None:
+    transcript = [Message(role="user", content="Hello", metadata={"a": 1})]
+    assert msgspec.json.encode(_via_lmml(transcript)) == msgspec.json.encode(transcript)
