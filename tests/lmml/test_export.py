@@ -175,6 +175,9 @@ def test_imported_narratives_round_trip(text: str) -> None:
     transcript = tuple(render_turns(segment(parse(text)), ASSETS))
     assert _via_lmmlz(transcript) == transcript
     assert _via_lmml(transcript) == transcript
+    # Everything an import produces is narrative again: no "content" objects.
+    primary = zipfile.ZipFile(io.BytesIO(export_lmmlz(transcript))).read("transcript.lmml")
+    assert b'"content"' not in primary
     # Exporting what an export imports to changes nothing: a fixpoint.
     assert export_lmmlz(_via_lmmlz(transcript)) == export_lmmlz(transcript)
 
