@@ -1,0 +1,75 @@
+"""Server settings: one frozen struct, filled from defaults, env vars and the CLI.
+
+Every limit has a name, a default chosen for a 2-core box serving thousands of
+connections, and an env var ``TSYNC_<NAME>`` (upper case) that sets it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from protocol import limits
+
+
+class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    host: str = "127.0.0.1"
+    port: int = 8765
+    #: ``sqlite:PATH`` (the embedded default), ``memory``, ``redis://...``.
+    store: str = "sqlite:./data"
+    #: A shared secret; when set, every request needs ``Authorization: Bearer``
+    #: (or ``?token=`` on the WebSocket, for browsers).
+    token: str | None = None
+    log_level: str = "info"
+    log_format: str = "text"  # "text" or "json"
+
+    # --- inbound limits ---
+    max_frame_bytes: int = limits.MAX_FRAME_BYTES
+    max_message_bytes: int = limits.MAX_MESSAGE_BYTES
+    max_messages_per_batch: int = limits.MAX_MESSAGES_PER_BATCH
+    max_http_body_bytes: int = 16 << 20
+    max_subscriptions_per_connection: int = 256
+    max_connections: int = 20_000
+
+    # --- outbound queue per connection (lagged when over either) ---
+    queue_max_frames: int = 10_000
+    queue_max_bytes: int = 8 << 20
+    #: Most bytes coalesced into one WebSocket message (frames joined by "\n").
+    write_batch_bytes: int = 256 << 10
+
+    # --- per live transcript ---
+    #: Recent encoded events kept in memory for resumes.
+    event_window: int = 1024
+    #: A resume further behind than this gets a fresh baseline instead.
+    max_resume_events: int = 10_000
+    #: Seconds an unused transcript stays in memory.
+    idle_ttl_s: float = 60.0
+    #: Idempotency keys remembered per transcript (the store keeps its own).
+    idempotency_retention: int = 1000
+
+    # --- connections ---
+    ping_interval_s: float = 20.0
+    ping_timeout_s: float = 20.0
+    permessage_deflate: bool = False
+    #: Hard cap above which the WebSocket layer closes with 1009 instead of
+    #: answering ``too-large`` (frames between the two get the error frame).
+    ws_hard_max_bytes: int = 64 << 20
+    graceful_shutdown_s: float = 10.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ServerConfig:
+        """Defaults, then ``TSYNC_*`` env vars, then ``overrides`` (non-None only)."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for field in msgspec.structs.fields(cls):
+            raw = env.get("TSYNC_" + field.name.upper())
+            if raw is not None:
+                values[field.name] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return msgspec.convert(values, cls, strict=False)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"invalid setting: {exc}") from None

@@ -1,0 +1,241 @@
+"""One WebSocket connection's outbound side: a bounded queue and a writer task.
+
+The hub pushes frames with ``push`` (synchronous, never blocks, never
+awaits a socket). The connection's own writer task drains the queue, numbers
+the frames (``seq``), coalesces JSON frames into one WebSocket message
+separated by ``\\n`` and awaits the socket. A client that stops reading only
+blocks its own writer; once its queue is over ``queue_max_frames`` or
+``queue_max_bytes`` its queued data frames are dropped and each affected
+subscription gets a ``lagged`` error and is unsubscribed, so the server's
+memory stays bounded and nobody else waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from protocol import wire
+from server.frames import ControlFrame, EncodedEvent, EncodedSnapshot, Outbound
+
+if TYPE_CHECKING:
+    from server.metrics import Metrics
+
+log = logging.getLogger("tsync.connection")
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Connection:
+    """The server's view of one client connection."""
+
+    def __init__(
+        self,
+        conn_id: str,
+        send: Send,
+        *,
+        binary: bool = False,
+        queue_max_frames: int = 10_000,
+        queue_max_bytes: int = 8 << 20,
+        write_batch_bytes: int = 256 << 10,
+        metrics: Metrics | None = None,
+        on_lagged: Callable[[Connection, set[str]], None] | None = None,
+    ) -> None:
+        self.id = conn_id
+        self.context_id = f"ws:{conn_id}"
+        self.binary = binary
+        #: transcript id -> the revision the subscriber has been sent up to.
+        self.subscriptions: dict[str, int] = {}
+        self.seq = 0
+        self.closed = False
+        self._send = send
+        self._queue: deque[Outbound] = deque()
+        self._queued_bytes = 0
+        self._max_frames = queue_max_frames
+        self._max_bytes = queue_max_bytes
+        self._batch_bytes = write_batch_bytes
+        self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._metrics = metrics
+        self._on_lagged = on_lagged
+        self._writer: asyncio.Task[None] | None = None
+
+    # --- pushing (hub side; synchronous) ---------------------------------------
+
+    def push_event(self, item: EncodedEvent) -> None:
+        """Queue one increment (hot path: called once per event per subscriber)."""
+        if len(self._queue) >= self._max_frames or self._queued_bytes + item.size > self._max_bytes:
+            self._lag({item.transcript_id})
+            return
+        self._queue.append(item)
+        self._queued_bytes += item.size
+        self._wake.set()
+
+    def push_baseline(self, item: EncodedSnapshot) -> None:
+        """Queue a baseline. A baseline is the repair path, so it is let in even
+        when it alone is larger than the byte limit, as long as the queue is
+        not otherwise full."""
+        if len(self._queue) >= self._max_frames:
+            self._lag({item.transcript_id})
+            return
+        self._queue.append(item)
+        self._queued_bytes += item.size
+        self._wake.set()
+
+    def push_control(self, frame: Any) -> None:
+        """Queue an ack, pong or error (a wire struct with ``seq=0``)."""
+        if self.closed:
+            return
+        if len(self._queue) >= self._max_frames + 1024:
+            # Only control frames are left and the client still reads none of
+            # them: it is not a slow consumer but a dead or abusive one.
+            log.warning("closing %s: outbound queue full of unread answers", self.id)
+            self.closed = True
+            self._wake.set()
+            return
+        item = ControlFrame(frame)
+        self._queue.append(item)
+        self._queued_bytes += item.size
+        self._wake.set()
+
+    def push_error(
+        self,
+        code: str,
+        message: str,
+        *,
+        transcript_id: str | None = None,
+        ref: str | int | None = None,
+        revision: int | None = None,
+    ) -> None:
+        if self._metrics is not None:
+            self._metrics.errors.labels(code).inc()
+        self.push_control(
+            wire.ErrorFrame(
+                seq=0,
+                code=code,
+                message=message,
+                transcript_id=transcript_id,
+                ref=ref,
+                revision=revision,
+            )
+        )
+
+    def has_room(self, frames: int, size: int) -> bool:
+        """Whether ``frames`` more data frames of ``size`` bytes fit the queue."""
+        return (
+            len(self._queue) + frames <= self._max_frames
+            and self._queued_bytes + size <= self._max_bytes
+        )
+
+    @property
+    def queued(self) -> tuple[int, int]:
+        """(frames, bytes) waiting to be written."""
+        return len(self._queue), self._queued_bytes
+
+    def _lag(self, transcript_ids: set[str]) -> None:
+        kept: deque[Outbound] = deque()
+        kept_bytes = 0
+        for item in self._queue:
+            if item.data and item.transcript_id is not None:
+                transcript_ids.add(item.transcript_id)
+            else:
+                kept.append(item)
+                kept_bytes += item.size
+        self._queue = kept
+        self._queued_bytes = kept_bytes
+        lagged = {t for t in transcript_ids if t in self.subscriptions}
+        if self._on_lagged is not None:
+            self._on_lagged(self, lagged)
+        for transcript_id in sorted(lagged):
+            self.subscriptions.pop(transcript_id, None)
+            self.push_error(
+                wire.LAGGED,
+                "outbound queue full: frames were dropped; resubscribe from your revision",
+                transcript_id=transcript_id,
+            )
+        if self._metrics is not None:
+            self._metrics.lagged.inc(len(lagged))
+
+    # --- writing (the connection's own task) ---------------------------------------
+
+    def start(self) -> asyncio.Task[None]:
+        self._writer = asyncio.create_task(self._write_loop(), name=f"writer-{self.id}")
+        return self._writer
+
+    async def _write_loop(self) -> None:
+        metrics = self._metrics
+        try:
+            while True:
+                if not self._queue:
+                    self._drained.set()
+                    if self.closed:
+                        return
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                if self.closed:
+                    return
+                if self.binary:
+                    await self._write_binary()
+                    continue
+                q = self._queue
+                parts: list[bytes] = []
+                size = 0
+                accounted = 0
+                seq = self.seq
+                limit = self._batch_bytes
+                while q and size < limit:
+                    item = q.popleft()
+                    accounted += item.size
+                    seq += 1
+                    frame = item.render_json(seq)
+                    parts.append(frame)
+                    size += len(frame)
+                self.seq = seq
+                self._queued_bytes -= accounted
+                payload = parts[0] if len(parts) == 1 else b"\n".join(parts)
+                await self._send({"type": "websocket.send", "text": payload.decode()})
+                if metrics is not None:
+                    metrics.frames_sent.inc(len(parts))
+                    metrics.messages_sent.inc()
+                    metrics.bytes_sent.inc(size)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the socket is gone; the reader will notice
+            log.debug("writer of %s stopped: %r", self.id, exc)
+            self.closed = True
+
+    async def _write_binary(self) -> None:
+        item = self._queue.popleft()
+        self._queued_bytes -= item.size
+        self.seq += 1
+        frame = item.render_msgpack(self.seq)
+        await self._send({"type": "websocket.send", "bytes": frame})
+        if self._metrics is not None:
+            self._metrics.frames_sent.inc()
+            self._metrics.messages_sent.inc()
+            self._metrics.bytes_sent.inc(len(frame))
+
+    async def drain(self) -> None:
+        """Wait until the writer has sent everything queued (bound it with a
+        timeout: a client that does not read never lets it finish)."""
+        while self._queue and not self.closed:
+            self._drained.clear()
+            await self._drained.wait()
+
+    async def send_close(self, code: int, reason: str) -> None:
+        """Close the WebSocket (after ``drain`` for a graceful goodbye)."""
+        self.closed = True
+        await self._send({"type": "websocket.close", "code": code, "reason": reason})
+
+    async def stop(self) -> None:
+        self.closed = True
+        self._wake.set()
+        if self._writer is not None:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._writer

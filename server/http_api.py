@@ -1,0 +1,292 @@
+"""The HTTP API (contract section 4). JSON in and out; every error is an
+``application/problem+json`` document (RFC 9457) with a ``code`` that matches
+the WebSocket error codes."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import uuid
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from protocol import wire
+from protocol.errors import InvalidId, InvalidMessage
+from protocol.types import Origin
+from protocol.validation import validate_id, validate_idempotency_key
+from server.hub import Ack, Hub, RevisionConflict
+from server.metrics import CONTENT_TYPE_LATEST
+from server.store.base import StoreUnavailable, TranscriptExists, TranscriptNotFound
+from server.transcript import InvalidSegment
+
+log = logging.getLogger("tsync.http")
+_json = msgspec.json.Encoder()
+_decode = msgspec.json.Decoder()
+
+
+class Problem(Exception):
+    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.extra = extra
+
+
+_TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    409: "Conflict",
+    410: "Gone",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+}
+
+
+def problem_response(problem: Problem) -> Response:
+    body = {
+        "type": f"https://transcript-sync.dev/problems/{problem.code}",
+        "title": _TITLES.get(problem.status, "Error"),
+        "status": problem.status,
+        "code": problem.code,
+        "detail": problem.detail,
+        **problem.extra,
+    }
+    return Response(_json.encode(body), problem.status, media_type="application/problem+json")
+
+
+def json_response(obj: Any, status: int = 200) -> Response:
+    return Response(_json.encode(obj), status, media_type="application/json")
+
+
+def _hub(request: Request) -> Hub:
+    hub: Hub = request.app.state.hub
+    return hub
+
+
+def _origin(request: Request) -> Origin:
+    return Origin(context_id=request.headers.get("x-request-id") or f"http:{uuid.uuid4().hex[:12]}")
+
+
+def check_auth(request: Request) -> None:
+    token = _hub(request).config.token
+    if token is None:
+        return
+    header = request.headers.get("authorization", "")
+    offered = header[7:] if header.lower().startswith("bearer ") else ""
+    if not secrets.compare_digest(offered.encode(), token.encode()):
+        raise Problem(401, wire.UNAUTHORIZED, "missing or wrong bearer token")
+
+
+async def read_body(request: Request) -> bytes:
+    limit = _hub(request).config.max_http_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise Problem(413, wire.TOO_LARGE, f"body of {declared} bytes is over the limit of {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Problem(413, wire.TOO_LARGE, f"body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json_object(request: Request, *, allow_empty: bool = False) -> dict[str, Any]:
+    body = await read_body(request)
+    if not body.strip() and allow_empty:
+        return {}
+    try:
+        obj = _decode.decode(body)
+    except msgspec.DecodeError as exc:
+        raise Problem(400, wire.INVALID_FRAME, f"malformed JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise Problem(400, wire.INVALID_FRAME, "the body must be a JSON object")
+    return obj
+
+
+def _transcript_id(request: Request) -> str:
+    try:
+        return validate_id(request.path_params["transcript_id"])
+    except InvalidId as exc:
+        raise Problem(400, wire.INVALID_FRAME, str(exc)) from None
+
+
+def _int_param(request: Request, name: str, default: int | None = None) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise Problem(
+            400, wire.INVALID_FRAME, f"query parameter {name!r} must be an integer"
+        ) from None
+    if value < 0:
+        raise Problem(400, wire.INVALID_FRAME, f"query parameter {name!r} must be >= 0")
+    return value
+
+
+def _optional_int(obj: dict[str, Any], key: str) -> int | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise Problem(400, wire.INVALID_FRAME, f"{key!r} must be a non-negative integer")
+    return value
+
+
+def ack_body(ack: Ack) -> dict[str, Any]:
+    return {
+        "transcriptId": ack.transcript_id,
+        "revision": ack.ack.revision,
+        "start": ack.ack.start,
+        "count": ack.ack.count,
+        "duplicate": ack.duplicate,
+    }
+
+
+# --- endpoints ----------------------------------------------------------------------
+
+
+async def create_transcript(request: Request) -> Response:
+    obj = await read_json_object(request, allow_empty=True)
+    tid = obj.get("id")
+    if tid is not None and not isinstance(tid, str):
+        raise Problem(400, wire.INVALID_FRAME, "'id' must be a string")
+    try:
+        tid, epoch, revision = await _hub(request).create(
+            tid, obj.get("messages") or [], origin=_origin(request)
+        )
+    except TranscriptExists as exc:
+        raise Problem(409, "conflict", str(exc)) from None
+    return json_response({"transcriptId": tid, "epoch": epoch, "revision": revision}, 201)
+
+
+async def list_transcripts(request: Request) -> Response:
+    limit = _int_param(request, "limit", 100) or 100
+    infos = await _hub(request).store.list(
+        after=request.query_params.get("after"), limit=min(limit, 1000)
+    )
+    return json_response({"transcripts": infos})
+
+
+async def get_transcript(request: Request) -> Response:
+    tid = _transcript_id(request)
+    start = _int_param(request, "start", 0) or 0
+    end = _int_param(request, "end")
+    snapshot = await _hub(request).snapshot(tid, 0, None)
+    length = snapshot.end
+    if (end is not None and end > length) or start > (length if end is None else end):
+        raise Problem(
+            400, wire.INVALID_FRAME, f"range [{start}, {end}) is not within [0, {length}]"
+        )
+    if start or end is not None:
+        snapshot = await _hub(request).snapshot(tid, start, end)
+    return json_response(snapshot)
+
+
+async def get_events(request: Request) -> Response:
+    tid = _transcript_id(request)
+    after = _int_param(request, "after", 0) or 0
+    events = await _hub(request).events_after(tid, after)
+    if events is None:
+        raise Problem(
+            410, "gone", f"events after revision {after} are no longer held; load a snapshot"
+        )
+    return json_response({"transcriptId": tid, "events": events})
+
+
+async def append_messages(request: Request) -> Response:
+    tid = _transcript_id(request)
+    obj = await read_json_object(request)
+    if "messages" not in obj:
+        raise Problem(400, wire.INVALID_MESSAGE, "messages: missing")
+    key = validate_idempotency_key(
+        obj.get("idempotencyKey") or request.headers.get("idempotency-key")
+    )
+    ack = await _hub(request).append(
+        tid,
+        obj["messages"],
+        expected_revision=_optional_int(obj, "expectedRevision"),
+        idempotency_key=key,
+        origin=_origin(request),
+        transport="http",
+    )
+    return json_response(ack_body(ack), 200 if ack.duplicate else 201)
+
+
+async def start_segment(request: Request) -> Response:
+    tid = _transcript_id(request)
+    obj = await read_json_object(request, allow_empty=True)
+    ack = await _hub(request).start_segment(
+        tid, _optional_int(obj, "start"), origin=_origin(request), transport="http"
+    )
+    return json_response(ack_body(ack), 201)
+
+
+async def delete_transcript(request: Request) -> Response:
+    tid = _transcript_id(request)
+    hub = _hub(request)
+    live = hub.live.get(tid)
+    if not await hub.store.delete(tid):
+        raise TranscriptNotFound(tid)
+    if live is not None:
+        for conn in list(live.subscribers):
+            conn.push_error(wire.NOT_FOUND, f"transcript {tid!r} was deleted", transcript_id=tid)
+        hub.forget(tid)
+        await live.close()
+    return Response(status_code=204)
+
+
+async def healthz(request: Request) -> Response:
+    hub = _hub(request)
+    return json_response({"status": "ok", "store": hub.store.name, **hub.stats()})
+
+
+async def metrics(request: Request) -> Response:
+    return Response(_hub(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+HANDLED: tuple[type[Exception], ...] = (
+    Problem,
+    InvalidMessage,
+    InvalidId,
+    TranscriptNotFound,
+    TranscriptExists,
+    RevisionConflict,
+    InvalidSegment,
+    StoreUnavailable,
+)
+
+
+def problem_for(exc: Exception) -> Problem:
+    """Map a domain error to its HTTP problem."""
+    match exc:
+        case Problem():
+            return exc
+        case InvalidMessage():
+            return Problem(422, wire.INVALID_MESSAGE, str(exc), path=exc.path)
+        case InvalidId():
+            return Problem(400, wire.INVALID_FRAME, str(exc))
+        case TranscriptNotFound():
+            return Problem(404, wire.NOT_FOUND, str(exc))
+        case TranscriptExists():
+            return Problem(409, "conflict", str(exc))
+        case RevisionConflict():
+            return Problem(409, wire.REVISION_CONFLICT, str(exc), revision=exc.current)
+        case InvalidSegment():
+            return Problem(422, "invalid-segment", str(exc))
+        case StoreUnavailable():
+            return Problem(503, wire.UNAVAILABLE, f"store unavailable: {exc}")
+    log.error("unhandled error", exc_info=exc)
+    return Problem(500, wire.INTERNAL, "internal error (logged)")

@@ -1,0 +1,513 @@
+"""The hub: live transcripts in memory, their subscribers, and the fan-out.
+
+Each live transcript has a ``ChangeBuffer`` as its ``changes`` port and one
+pump task that loops ``await buffer.wait()`` / ``buffer.take()`` and pushes each
+event, encoded once, to every subscriber's connection queue in revision order.
+
+Writes go through the hub: validate -> build the event (``prepare_*``) -> the
+store commits it (``await``, under the transcript's lock) -> ``apply`` updates
+memory and captures the event. Whatever changes the transcript (a WebSocket
+append, an HTTP append, another replica's change learnt through the
+backplane) reaches subscribers through that same path.
+
+Subscribing is synchronous with respect to the transcript: pending events are
+delivered first (``_flush``), then the baseline at revision R is queued and
+the connection joins the subscribers, all without an ``await`` in between, so
+the first increment it gets is R+1: no gap, no repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from typing import Any
+
+from protocol.types import Message, Origin, TranscriptEvent, TranscriptSnapshot
+from protocol.validation import parse_messages, validate_id
+from server.changes import ChangeBuffer
+from server.config import ServerConfig
+from server.connection import Connection
+from server.frames import EncodedEvent, EncodedSnapshot
+from server.metrics import Metrics
+from server.store.base import (
+    AppendAck,
+    RevisionMismatch,
+    Store,
+    StoredTranscript,
+    TranscriptNotFound,
+)
+from server.transcript import Transcript
+
+log = logging.getLogger("tsync.hub")
+
+
+class RevisionConflict(Exception):
+    """``expectedRevision`` did not match; ``current`` is the actual revision."""
+
+    def __init__(self, transcript_id: str, expected: int, current: int) -> None:
+        super().__init__(f"transcript {transcript_id!r} is at revision {current}, not {expected}")
+        self.transcript_id = transcript_id
+        self.expected = expected
+        self.current = current
+
+
+class TooManySubscriptions(Exception):
+    pass
+
+
+class Ack:
+    """The answer to an accepted (or replayed) change."""
+
+    __slots__ = ("ack", "duplicate", "transcript_id")
+
+    def __init__(self, transcript_id: str, ack: AppendAck, duplicate: bool = False) -> None:
+        self.transcript_id = transcript_id
+        self.ack = ack
+        self.duplicate = duplicate
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Live:
+    """One transcript held in memory, with its buffer, subscribers and window."""
+
+    def __init__(self, hub: Hub, stored: StoredTranscript) -> None:
+        self.hub = hub
+        self.buffer = ChangeBuffer()
+        self.transcript = Transcript.restore(
+            stored.events, id=stored.transcript_id, epoch=stored.epoch, changes=self.buffer
+        )
+        self.id = stored.transcript_id
+        self.created_at = stored.created_at
+        self.subscribers: dict[Connection, None] = {}
+        self.window: deque[EncodedEvent] = deque(maxlen=hub.config.event_window)
+        self.idempotency: OrderedDict[str, AppendAck] = OrderedDict(stored.idempotency)
+        self.lock = asyncio.Lock()
+        self.last_used = time.monotonic()
+        self._snapshot_cache: EncodedSnapshot | None = None
+        self.pump = asyncio.create_task(self._pump(), name=f"pump-{self.id}")
+
+    async def _pump(self) -> None:
+        buffer = self.buffer
+        while True:
+            await buffer.wait()
+            self._deliver(buffer.take())
+
+    def flush(self) -> None:
+        """Deliver whatever the buffer holds now (before a subscribe)."""
+        if len(self.buffer):
+            self._deliver(self.buffer.take())
+
+    def _deliver(self, events: Sequence[TranscriptEvent]) -> None:
+        window = self.window
+        for event in events:
+            item = EncodedEvent(event)
+            window.append(item)
+            revision = item.revision
+            for conn in list(self.subscribers):
+                # Subscriptions made after this event was captured but before
+                # it was pumped already have it in their baseline.
+                if conn.subscriptions.get(self.id, revision) < revision:
+                    conn.subscriptions[self.id] = revision
+                    conn.push_event(item)
+
+    def remember(self, key: str | None, ack: AppendAck) -> None:
+        if key is None:
+            return
+        self.idempotency[key] = ack
+        self.idempotency.move_to_end(key)
+        while len(self.idempotency) > self.hub.config.idempotency_retention:
+            self.idempotency.popitem(last=False)
+
+    def encoded_snapshot(self) -> EncodedSnapshot:
+        cached = self._snapshot_cache
+        if cached is None or cached.revision != self.transcript.revision:
+            cached = self._snapshot_cache = EncodedSnapshot(self.transcript.snapshot())
+        return cached
+
+    async def close(self) -> None:
+        self.pump.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.pump
+
+
+class Hub:
+    """Holds the transcripts in use and serves every change and subscription."""
+
+    def __init__(self, store: Store, config: ServerConfig, metrics: Metrics | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.metrics = metrics or Metrics()
+        self.live: dict[str, Live] = {}
+        self.connections: dict[str, Connection] = {}
+        self._loading: dict[str, asyncio.Future[Live]] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._sweeper = asyncio.create_task(self._sweep_idle(), name="hub-sweeper")
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        for conn in list(self.connections.values()):
+            await conn.stop()
+        for live in list(self.live.values()):
+            await live.close()
+        self.live.clear()
+        self.metrics.live_transcripts.set(0)
+
+    async def _sweep_idle(self) -> None:
+        ttl = self.config.idle_ttl_s
+        while True:
+            await asyncio.sleep(max(ttl / 4, 0.05))
+            cutoff = time.monotonic() - ttl
+            for tid, live in list(self.live.items()):
+                if not live.subscribers and live.last_used < cutoff and not live.lock.locked():
+                    live.flush()
+                    del self.live[tid]
+                    await live.close()
+                    log.debug("evicted idle transcript %s", tid)
+            self.metrics.live_transcripts.set(len(self.live))
+
+    # --- loading ------------------------------------------------------------------
+
+    async def acquire(self, transcript_id: str) -> Live:
+        """The live transcript, loaded from the store if needed."""
+        live = self.live.get(transcript_id)
+        if live is not None:
+            live.last_used = time.monotonic()
+            return live
+        pending = self._loading.get(transcript_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Live] = asyncio.get_running_loop().create_future()
+        self._loading[transcript_id] = future
+        try:
+            stored = await self.store.load(transcript_id)
+            if stored is None:
+                raise TranscriptNotFound(transcript_id)
+            live = Live(self, stored)
+            self.live[transcript_id] = live
+            self.metrics.live_transcripts.set(len(self.live))
+            future.set_result(live)
+            return live
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            del self._loading[transcript_id]
+
+    def forget(self, transcript_id: str) -> None:
+        """Drop a transcript from memory (after a delete, or a lost history)."""
+        live = self.live.pop(transcript_id, None)
+        if live is not None:
+            live.pump.cancel()
+            for conn in list(live.subscribers):
+                conn.subscriptions.pop(transcript_id, None)
+            self.metrics.live_transcripts.set(len(self.live))
+
+    # --- writes ---------------------------------------------------------------------
+
+    async def create(
+        self,
+        transcript_id: str | None,
+        messages: object = (),
+        *,
+        origin: Origin | None = None,
+    ) -> tuple[str, str, int]:
+        """Create a transcript (initial messages are revision 1); returns
+        ``(id, epoch, revision)``. Raises ``TranscriptExists``."""
+        tid = validate_id(transcript_id) if transcript_id is not None else uuid.uuid4().hex
+        parsed = self._parse(messages)
+        epoch = uuid.uuid4().hex
+        draft = Transcript(id=tid, epoch=epoch)
+        first = draft.prepare_append(parsed, origin=origin) if parsed else None
+        await self.store.create(tid, epoch, now_ms(), first)
+        if first is not None:
+            self.metrics.appends.labels("create", "messages-appended").inc()
+        return tid, epoch, 1 if first is not None else 0
+
+    def _parse(self, messages: object) -> tuple[Message, ...]:
+        if isinstance(messages, tuple) and all(isinstance(m, Message) for m in messages):
+            return messages
+        return parse_messages(
+            messages,
+            max_messages=self.config.max_messages_per_batch,
+            max_message_bytes=self.config.max_message_bytes,
+        )
+
+    async def append(
+        self,
+        transcript_id: str,
+        messages: object,
+        *,
+        expected_revision: int | None = None,
+        idempotency_key: str | None = None,
+        origin: Origin | None = None,
+        transport: str = "ws",
+    ) -> Ack:
+        """Append one batch, all or nothing. Raises ``InvalidMessage``,
+        ``RevisionConflict``, ``TranscriptNotFound``, ``StoreUnavailable``."""
+        started = time.perf_counter()
+        parsed = self._parse(messages)
+        live = await self.acquire(transcript_id)
+        async with live.lock:
+            while True:
+                replay = live.idempotency.get(idempotency_key) if idempotency_key else None
+                if replay is not None:
+                    self.metrics.duplicates.inc()
+                    return Ack(transcript_id, replay, duplicate=True)
+                transcript = live.transcript
+                if expected_revision is not None and expected_revision != transcript.revision:
+                    raise RevisionConflict(transcript_id, expected_revision, transcript.revision)
+                event = transcript.prepare_append(parsed, origin=origin)
+                if event is None:  # an empty batch changes nothing
+                    return Ack(transcript_id, AppendAck(transcript.revision, transcript.length, 0))
+                try:
+                    result = await self.store.append(event, idempotency_key=idempotency_key)
+                except RevisionMismatch:
+                    # Another replica moved the transcript on: catch up and retry.
+                    await self._catch_up(live)
+                    continue
+                if not result.duplicate:
+                    transcript.apply(event)
+                    self.metrics.appends.labels(transport, "messages-appended").inc()
+                live.remember(idempotency_key, result.ack)
+                self.metrics.append_latency.observe(time.perf_counter() - started)
+                return Ack(transcript_id, result.ack, duplicate=result.duplicate)
+
+    async def start_segment(
+        self,
+        transcript_id: str,
+        start: int | None = None,
+        *,
+        origin: Origin | None = None,
+        transport: str = "ws",
+    ) -> Ack:
+        """Start a segment. Raises ``InvalidSegment`` (a ValueError) and the
+        errors of ``append``."""
+        live = await self.acquire(transcript_id)
+        async with live.lock:
+            while True:
+                event = live.transcript.prepare_segment(start, origin=origin)
+                try:
+                    result = await self.store.append(event)
+                except RevisionMismatch:
+                    await self._catch_up(live)
+                    continue
+                live.transcript.apply(event)
+                self.metrics.appends.labels(transport, "segment-started").inc()
+                return Ack(transcript_id, result.ack)
+
+    async def _catch_up(self, live: Live) -> None:
+        """Apply the changes other replicas stored since our revision (under
+        ``live.lock``). If the store no longer holds them, reload whole and
+        give every subscriber a fresh baseline."""
+        transcript = live.transcript
+        events = await self.store.events_after(live.id, transcript.revision)
+        if events is None:
+            await self.reload(live)
+            return
+        for event in events:
+            if event.revision == transcript.revision + 1:
+                transcript.apply(event)
+                self.metrics.backplane_events.inc()
+
+    async def reload(self, live: Live) -> None:
+        """Replace a live transcript with the store's copy (its history here is
+        lost or from another epoch) and re-baseline its subscribers."""
+        stored = await self.store.load(live.id)
+        subscribers = list(live.subscribers)
+        self.forget(live.id)
+        await live.close()
+        if stored is None:
+            for conn in subscribers:
+                conn.push_error(
+                    "not-found", f"transcript {live.id!r} was deleted", transcript_id=live.id
+                )
+            return
+        fresh = Live(self, stored)
+        self.live[live.id] = fresh
+        for conn in subscribers:
+            self._subscribe_baseline(fresh, conn)
+
+    def apply_remote(self, live: Live, event: TranscriptEvent) -> bool:
+        """Apply a change learnt from another replica if it is the next one.
+        Returns False on a gap (the caller catches up from the store)."""
+        transcript = live.transcript
+        if event.epoch != transcript.epoch:
+            return False
+        if event.revision <= transcript.revision:
+            return True
+        if event.revision != transcript.revision + 1:
+            return False
+        transcript.apply(event)
+        self.metrics.backplane_events.inc()
+        return True
+
+    # --- reads ----------------------------------------------------------------------
+
+    async def snapshot(
+        self, transcript_id: str, start: int = 0, end: int | None = None
+    ) -> TranscriptSnapshot:
+        live = await self.acquire(transcript_id)
+        return live.transcript.snapshot(end, start=start)
+
+    async def events_after(self, transcript_id: str, revision: int) -> list[TranscriptEvent] | None:
+        """Events after ``revision`` from the window or the store; ``None`` when
+        they are no longer held."""
+        live = await self.acquire(transcript_id)
+        current = live.transcript.revision
+        if revision >= current:
+            return []
+        live.flush()
+        window = live.window
+        if window and window[0].revision <= revision + 1:
+            return [item.event for item in window if item.revision > revision]
+        return await self.store.events_after(transcript_id, revision)
+
+    # --- subscriptions ----------------------------------------------------------------
+
+    def register(self, conn: Connection) -> None:
+        self.connections[conn.id] = conn
+        self.metrics.connections.set(len(self.connections))
+
+    def unregister(self, conn: Connection) -> None:
+        self.connections.pop(conn.id, None)
+        for transcript_id in list(conn.subscriptions):
+            self.unsubscribe(conn, transcript_id)
+        self.metrics.connections.set(len(self.connections))
+
+    def on_lagged(self, conn: Connection, transcript_ids: set[str]) -> None:
+        for transcript_id in transcript_ids:
+            live = self.live.get(transcript_id)
+            if live is not None and live.subscribers.pop(conn, 0) is None:
+                self.metrics.subscriptions.dec()
+
+    async def subscribe(
+        self,
+        conn: Connection,
+        transcript_id: str,
+        *,
+        from_revision: int | None = None,
+        epoch: str | None = None,
+    ) -> str:
+        """Subscribe ``conn``; returns how it was served: ``baseline``,
+        ``resume`` or ``current``. A subscribe of a transcript the connection
+        already follows replaces that subscription."""
+        if (
+            transcript_id not in conn.subscriptions
+            and len(conn.subscriptions) >= self.config.max_subscriptions_per_connection
+        ):
+            limit = self.config.max_subscriptions_per_connection
+            raise TooManySubscriptions(f"at most {limit} subscriptions per connection")
+        live = await self.acquire(transcript_id)
+        transcript = live.transcript
+        older: list[TranscriptEvent] = []
+        if (
+            from_revision is not None
+            and epoch == transcript.epoch
+            and from_revision <= transcript.revision
+            and transcript.revision - from_revision <= self.config.max_resume_events
+        ):
+            live.flush()
+            window = live.window
+            if not (window and window[0].revision <= from_revision + 1) and (
+                from_revision < transcript.revision
+            ):
+                # Older than the window: fetch from the store, then splice with
+                # the window (which may have moved on during the await).
+                fetched = await self.store.events_after(
+                    transcript_id, from_revision, limit=self.config.max_resume_events
+                )
+                if fetched is not None:
+                    older = fetched
+                    live.flush()
+                    window = live.window
+                    covered = older[-1].revision if older else from_revision
+                    if covered < transcript.revision and not (
+                        window and window[0].revision <= covered + 1
+                    ):
+                        older = []  # neither source covers the whole range
+                    else:
+                        return self._subscribe_resume(live, conn, from_revision, older)
+            else:
+                return self._subscribe_resume(live, conn, from_revision, older)
+        live.flush()
+        self._subscribe_baseline(live, conn)
+        return "baseline"
+
+    def _join(self, live: Live, conn: Connection, revision: int) -> None:
+        if conn not in live.subscribers:
+            live.subscribers[conn] = None
+            self.metrics.subscriptions.inc()
+        conn.subscriptions[live.id] = revision
+        live.last_used = time.monotonic()
+
+    def _subscribe_baseline(self, live: Live, conn: Connection) -> None:
+        snapshot = live.encoded_snapshot()
+        # Join before queueing: if the queue overflows, the lag handling then
+        # sees (and drops) this subscription too.
+        self._join(live, conn, snapshot.revision)
+        conn.push_baseline(snapshot)
+        self.metrics.subscribes.labels("baseline").inc()
+
+    def _subscribe_resume(
+        self, live: Live, conn: Connection, from_revision: int, older: list[TranscriptEvent]
+    ) -> str:
+        # No await from here on: the increments queued and the join are one step.
+        items: list[EncodedEvent] = []
+        sent = from_revision
+        for event in older:
+            if event.revision == sent + 1:
+                items.append(EncodedEvent(event))
+                sent = event.revision
+        for item in live.window:
+            if item.revision == sent + 1:
+                items.append(item)
+                sent = item.revision
+        if sent != live.transcript.revision or not conn.has_room(
+            len(items), sum(item.size for item in items)
+        ):
+            # The sources did not join up, or the increments would overflow
+            # the connection's queue (and lag it before the writer could send
+            # any: no progress). A baseline is one frame: always progress.
+            self._subscribe_baseline(live, conn)
+            return "baseline"
+        self._join(live, conn, sent)
+        subscriptions = conn.subscriptions
+        for item in items:
+            if live.id not in subscriptions:  # lagged on the way: stop here
+                break
+            conn.push_event(item)
+        mode = "current" if sent == from_revision else "resume"
+        self.metrics.subscribes.labels(mode).inc()
+        return mode
+
+    def unsubscribe(self, conn: Connection, transcript_id: str) -> bool:
+        had = conn.subscriptions.pop(transcript_id, None) is not None
+        live = self.live.get(transcript_id)
+        if live is not None and conn in live.subscribers:
+            del live.subscribers[conn]
+            live.last_used = time.monotonic()
+            self.metrics.subscriptions.dec()
+        return had
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "connections": len(self.connections),
+            "live": len(self.live),
+            "subscriptions": sum(len(live.subscribers) for live in self.live.values()),
+        }

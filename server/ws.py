@@ -1,0 +1,226 @@
+"""``/v1/ws``: the WebSocket endpoint (contract section 3).
+
+The reader loop handles one client op at a time, in arrival order; every
+answer and every error goes through the connection's queue so that ``seq``
+numbers every frame. A bad frame gets an ``error`` frame and the connection
+stays usable; nothing already accepted is affected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import secrets
+from typing import Any
+
+import msgspec
+from starlette.websockets import WebSocket
+
+from protocol import wire
+from protocol.errors import InvalidFrame, InvalidMessage
+from protocol.types import Origin
+from server.connection import Connection
+from server.hub import Hub, RevisionConflict, TooManySubscriptions
+from server.store.base import StoreUnavailable, TranscriptNotFound
+from server.transcript import InvalidSegment
+
+log = logging.getLogger("tsync.ws")
+_ids = itertools.count(1)
+_lenient = msgspec.json.Decoder()
+
+
+def _authorized(websocket: WebSocket, token: str | None) -> bool:
+    if token is None:
+        return True
+    header = websocket.headers.get("authorization", "")
+    offered = (
+        header[7:]
+        if header.lower().startswith("bearer ")
+        else websocket.query_params.get("token", "")
+    )
+    return secrets.compare_digest(offered.encode(), token.encode())
+
+
+async def websocket_endpoint(websocket: WebSocket) -> None:
+    hub: Hub = websocket.app.state.hub
+    config = hub.config
+    if not _authorized(websocket, config.token):
+        await websocket.close(code=1008, reason="unauthorized")
+        return
+    if len(hub.connections) >= config.max_connections:
+        await websocket.close(code=1013, reason="too many connections, try again later")
+        return
+    offered = websocket.scope.get("subprotocols") or []
+    binary = wire.SUBPROTOCOL_MSGPACK in offered and wire.SUBPROTOCOL_JSON not in offered[:1]
+    chosen = (
+        wire.SUBPROTOCOL_MSGPACK
+        if binary
+        else (wire.SUBPROTOCOL_JSON if wire.SUBPROTOCOL_JSON in offered else None)
+    )
+    await websocket.accept(subprotocol=chosen)
+    conn = Connection(
+        f"c{next(_ids)}-{secrets.token_hex(3)}",
+        websocket.send,
+        binary=binary,
+        queue_max_frames=config.queue_max_frames,
+        queue_max_bytes=config.queue_max_bytes,
+        write_batch_bytes=config.write_batch_bytes,
+        metrics=hub.metrics,
+        on_lagged=hub.on_lagged,
+    )
+    hub.register(conn)
+    conn.start()
+    client = websocket.client
+    log.info(
+        "connection opened",
+        extra={"conn": conn.id, "peer": f"{client.host}:{client.port}" if client else None},
+    )
+    handler = OpHandler(hub, conn)
+    try:
+        while not conn.closed:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                break
+            data = message.get("text")
+            if data is None:
+                data = message.get("bytes") or b""
+            await handler.handle(data)
+            # Let the pump and the writers run between ops even when the
+            # store answered without suspending: a burst of appends from one
+            # client must not starve everyone else's deliveries.
+            await asyncio.sleep(0)
+    finally:
+        hub.unregister(conn)
+        await conn.stop()
+        log.info("connection closed", extra={"conn": conn.id})
+        if conn.closed and websocket.client_state.name == "CONNECTED":
+            with contextlib.suppress(Exception):  # already gone
+                await websocket.close(code=1008, reason="outbound queue overflow")
+
+
+class OpHandler:
+    """Turns client ops into hub calls and answers into frames."""
+
+    def __init__(self, hub: Hub, conn: Connection) -> None:
+        self.hub = hub
+        self.conn = conn
+        self.origin = Origin(context_id=conn.context_id)
+
+    async def handle(self, data: str | bytes) -> None:
+        limit = self.hub.config.max_frame_bytes
+        if len(data) > limit:
+            self.conn.push_error(
+                wire.TOO_LARGE, f"frame of {len(data)} bytes is over the limit of {limit}"
+            )
+            return
+        frames = wire.split_frames(data) if isinstance(data, str) or data[:1] == b"{" else [data]
+        for frame in frames:
+            await self._handle_one(frame)
+
+    async def _handle_one(self, frame: str | bytes) -> None:
+        conn = self.conn
+        try:
+            op = wire.decode_client_op(frame)
+        except InvalidFrame as exc:
+            conn.push_error(wire.INVALID_FRAME, _explain(frame, exc), ref=_ref_of(frame))
+            return
+        ref = op.ref
+        transcript_id = getattr(op, "transcript_id", None)
+        try:
+            await self._dispatch(op)
+        except InvalidMessage as exc:
+            conn.push_error(wire.INVALID_MESSAGE, str(exc), transcript_id=transcript_id, ref=ref)
+        except TranscriptNotFound as exc:
+            conn.push_error(wire.NOT_FOUND, str(exc), transcript_id=transcript_id, ref=ref)
+        except RevisionConflict as exc:
+            conn.push_error(
+                wire.REVISION_CONFLICT,
+                str(exc),
+                transcript_id=transcript_id,
+                ref=ref,
+                revision=exc.current,
+            )
+        except InvalidSegment as exc:
+            conn.push_error("invalid-segment", str(exc), transcript_id=transcript_id, ref=ref)
+        except TooManySubscriptions as exc:
+            conn.push_error(
+                wire.TOO_MANY_SUBSCRIPTIONS, str(exc), transcript_id=transcript_id, ref=ref
+            )
+        except StoreUnavailable as exc:
+            conn.push_error(
+                wire.UNAVAILABLE, f"store unavailable: {exc}", transcript_id=transcript_id, ref=ref
+            )
+        except Exception:
+            log.exception("op failed", extra={"conn": conn.id, "op": type(op).__name__})
+            conn.push_error(
+                wire.INTERNAL, "internal error (logged)", transcript_id=transcript_id, ref=ref
+            )
+
+    async def _dispatch(self, op: wire.ClientOp) -> None:
+        hub, conn = self.hub, self.conn
+        match op:
+            case wire.Append():
+                ack = await hub.append(
+                    op.transcript_id,
+                    op.messages,
+                    expected_revision=op.expected_revision,
+                    idempotency_key=op.idempotency_key,
+                    origin=self.origin,
+                )
+                conn.push_control(
+                    wire.Ack(
+                        seq=0,
+                        transcript_id=op.transcript_id,
+                        revision=ack.ack.revision,
+                        ref=op.ref,
+                        start=ack.ack.start,
+                        count=ack.ack.count,
+                        duplicate=ack.duplicate,
+                    )
+                )
+            case wire.Subscribe():
+                await hub.subscribe(
+                    conn, op.transcript_id, from_revision=op.from_revision, epoch=op.epoch
+                )
+            case wire.Unsubscribe():
+                hub.unsubscribe(conn, op.transcript_id)
+            case wire.StartSegment():
+                ack = await hub.start_segment(op.transcript_id, op.start, origin=self.origin)
+                conn.push_control(
+                    wire.Ack(
+                        seq=0,
+                        transcript_id=op.transcript_id,
+                        revision=ack.ack.revision,
+                        ref=op.ref,
+                        start=ack.ack.start,
+                    )
+                )
+            case wire.Ping():
+                conn.push_control(wire.Pong(seq=0, ref=op.ref))
+
+
+def _ref_of(frame: str | bytes) -> Any:
+    try:
+        obj = _lenient.decode(frame)
+    except Exception:
+        return None
+    ref = obj.get("ref") if isinstance(obj, dict) else None
+    return ref if isinstance(ref, str | int) and not isinstance(ref, bool) else None
+
+
+def _explain(frame: str | bytes, exc: InvalidFrame) -> str:
+    """A reason a person can act on ("unknown op", "missing field")."""
+    try:
+        obj = _lenient.decode(frame)
+    except Exception:
+        return f"malformed JSON: {exc}"
+    if not isinstance(obj, dict):
+        return "a frame must be a JSON object"
+    op = obj.get("op")
+    if op is None:
+        return 'missing field "op"'
+    if op not in ("subscribe", "unsubscribe", "append", "startSegment", "ping"):
+        return f"unknown op {op!r}"
+    return f"invalid {op!r} op: {exc}"
