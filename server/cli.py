@@ -54,12 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=_serve)
 
-    try:
-        client_cli = importlib.import_module("client_py.cli")
-    except ImportError:
-        client_cli = None
-    if client_cli is not None:
-        client_cli.register(commands)
+    for module in ("client_py.cli", "client_py.bench.cli"):
+        try:
+            extra = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not module.startswith(exc.name):
+                raise  # a real import error inside the module
+            continue
+        extra.register(commands)
     return parser
 
 

@@ -149,6 +149,8 @@ class Hub:
         self.connections: dict[str, Connection] = {}
         self._loading: dict[str, asyncio.Future[Live]] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        #: How many idle sweeps have run (tests wait on it instead of sleeping).
+        self.sweeps = 0
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -179,6 +181,7 @@ class Hub:
                     await live.close()
                     log.debug("evicted idle transcript %s", tid)
             self.metrics.live_transcripts.set(len(self.live))
+            self.sweeps += 1
 
     # --- loading ------------------------------------------------------------------
 

@@ -109,10 +109,20 @@ class ServerProcess:
             "--host", "127.0.0.1", "--port", str(self.port), "--store", self.store,
             "--log-level", "warning", *self.args,
         ]  # fmt: skip
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            cmd, stdout=out, stderr=out, env={**os.environ, **self.env}, start_new_session=True
-        )
+        env = {**os.environ, **self.env}
+        if self.log_path:
+            with open(self.log_path, "ab") as out:  # the child keeps its own copy
+                self.proc = subprocess.Popen(
+                    cmd, stdout=out, stderr=out, env=env, start_new_session=True
+                )
+        else:
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
