@@ -1,24 +1,169 @@
-"""HTTP endpoints backed by ``protocol.lmml``: import, export and chat rendering."""
+"""HTTP endpoints backed by ``protocol.lmml``: import, export and chat rendering.
+
+- ``POST /v1/transcripts/import``: a ``.lmml`` or ``.lmmlz`` body becomes one new
+  transcript, one message per turn, created as a single append (revision 1).
+- ``GET /v1/transcripts/{id}/chat``: chat-completions ``{"messages": [...]}``.
+- ``GET /v1/transcripts/{id}/export.lmml`` and ``export.lmmlz``: the transcript
+  written so that importing it gives the same messages back.
+"""
 
 from __future__ import annotations
 
+import email.message
+from typing import Literal
+
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server.http_api import Problem
+from protocol import lmml
+from protocol.types import Message
+from server.http_api import (
+    Problem,
+    _hub,
+    _int_param,
+    _origin,
+    _transcript_id,
+    json_response,
+    read_body,
+)
+
+INVALID_LMML = "invalid-lmml"
+
+#: The first bytes of a zip archive (local file header, empty archive, spanned).
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")
+_ZIP_TYPES = ("application/zip", "application/x-zip-compressed", "application/x-zip")
+_TEXT_TYPES = ("text/markdown", "text/plain", "text/x-markdown")
+
+
+def _upload_name(request: Request) -> str | None:
+    """The uploaded file's base name: ``?filename=``, else the
+    ``Content-Disposition`` header's ``filename`` (RFC 6266, ``filename*`` too)."""
+    name = request.query_params.get("filename")
+    if not name:
+        header = request.headers.get("content-disposition")
+        if header:
+            parsed = email.message.Message()
+            parsed["content-disposition"] = header
+            name = parsed.get_filename()
+    if not name:
+        return None
+    # Only the base name: a client's directories say nothing about the file.
+    return name.replace("\\", "/").rpartition("/")[2] or None
+
+
+def _import_filename(request: Request, body: bytes) -> str | None:
+    """The file name to read ``body`` as: the upload's own name when it says
+    ``.lmml`` or ``.lmmlz``, else a name that encodes what ``Content-Type``
+    says (``None`` leaves it to the zip magic)."""
+    name = _upload_name(request)
+    if name is not None and name.lower().endswith((".lmml", ".lmmlz")):
+        return name
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media in _ZIP_TYPES:
+        if body[:4] not in _ZIP_MAGIC:
+            # Without a .lmmlz name read_bundle would take it for text.
+            raise Problem(
+                422, INVALID_LMML, f"the body is sent as {media} but is not a zip archive"
+            )
+        return name
+    if media in _TEXT_TYPES:
+        # A synthetic .lmml name makes read_bundle read it as text, magic or not.
+        return "upload.lmml"
+    return name
 
 
 async def import_transcript(request: Request) -> Response:
-    raise Problem(501, "not-implemented", "LMML import is not available yet")
+    """Create a transcript from an LMML narrative or bundle; all or nothing.
+
+    Answers 201 ``{transcriptId, epoch, revision, count, warnings}``; 422
+    ``invalid-lmml`` when the file cannot be read (nothing is created), 422
+    ``invalid-message`` when a turn is not a message this server accepts,
+    409 when ``?id=`` exists, 413 for a body over ``max_http_body_bytes``.
+    """
+    hub = _hub(request)
+    body = await read_body(request)
+    filename = _import_filename(request, body)
+    max_embed = _int_param(request, "maxEmbedBytes")
+    try:
+        result = lmml.import_messages(body, filename=filename, max_embed_bytes=max_embed)
+    except lmml.LmmlError as exc:
+        raise Problem(422, INVALID_LMML, str(exc)) from None
+    # As plain data, so the hub validates them like any other batch (limits
+    # included) instead of trusting the structs.
+    messages = [msgspec.to_builtins(m) for m in result.messages]
+    tid, epoch, revision = await hub.create(
+        request.query_params.get("id") or None, messages, origin=_origin(request)
+    )
+    return json_response(
+        {
+            "transcriptId": tid,
+            "epoch": epoch,
+            "revision": revision,
+            "count": len(messages),
+            "warnings": list(result.warnings),
+        },
+        201,
+    )
+
+
+def _choice(request: Request, name: str, allowed: tuple[str, ...]) -> str:
+    value = request.query_params.get(name) or allowed[0]
+    if value not in allowed:
+        raise Problem(
+            400, "invalid-query", f"query parameter {name!r} must be one of {', '.join(allowed)}"
+        )
+    return value
 
 
 async def chat(request: Request) -> Response:
-    raise Problem(501, "not-implemented", "chat rendering is not available yet")
+    """Chat-completions ``{"messages": [...]}`` of the active segment
+    (``?segment=active``, the default) or of every message (``all``);
+    ``context`` messages are left out unless ``?context=system``."""
+    tid = _transcript_id(request)
+    segment = _choice(request, "segment", ("active", "all"))
+    context: Literal["omit", "system"] = (
+        "system" if _choice(request, "context", ("omit", "system")) == "system" else "omit"
+    )
+    snapshot = await _hub(request).snapshot(tid)
+    messages: tuple[Message, ...] = snapshot.messages
+    if segment == "active":
+        messages = messages[snapshot.active_start - snapshot.start :]
+    response = json_response({"messages": lmml.chat_messages(messages, context=context)})
+    response.headers["x-transcript-revision"] = str(snapshot.revision)
+    return response
+
+
+def _bundle_name(transcript_id: str) -> str:
+    # ".." is a valid id but not a file name a bundle may hold.
+    return "transcript" if transcript_id == ".." else transcript_id
+
+
+def _download(body: bytes, media_type: str, filename: str, revision: int) -> Response:
+    response = Response(body, media_type=media_type)
+    # Ids are [A-Za-z0-9._:-]: nothing to quote or escape.
+    response.headers["content-disposition"] = f'attachment; filename="{filename}"'
+    response.headers["x-transcript-revision"] = str(revision)
+    return response
 
 
 async def export_lmml(request: Request) -> Response:
-    raise Problem(501, "not-implemented", "LMML export is not available yet")
+    """The transcript as one ``.lmml`` narrative (embeds as inline fences)."""
+    tid = _transcript_id(request)
+    snapshot = await _hub(request).snapshot(tid)
+    text = lmml.export_lmml(snapshot.messages)
+    return _download(
+        text.encode(),
+        "text/markdown; charset=utf-8",
+        f"{_bundle_name(tid)}.lmml",
+        snapshot.revision,
+    )
 
 
 async def export_lmmlz(request: Request) -> Response:
-    raise Problem(501, "not-implemented", "LMML export is not available yet")
+    """The transcript as a ``.lmmlz`` whose primary entry is ``<id>.lmml``."""
+    tid = _transcript_id(request)
+    snapshot = await _hub(request).snapshot(tid)
+    name = _bundle_name(tid)
+    data = lmml.export_lmmlz(snapshot.messages, name=name)
+    return _download(data, "application/zip", f"{name}.lmmlz", snapshot.revision)

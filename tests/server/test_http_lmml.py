@@ -1,0 +1,363 @@
+"""LMML over HTTP: import, export and chat rendering against a real server."""
+
+from __future__ import annotations
+
+import base64
+import io
+import zipfile
+from typing import Any
+
+import httpx
+import pytest
+
+from protocol import lmml
+from protocol.wire import Baseline
+from tests.support.servers import running_server
+from tests.support.wsclient import RawClient
+
+NARRATIVE = (
+    "A chat about notes.\n"
+    "## Turn 1 -- user\n"
+    "See @notes.txt and @pic.png.\n"
+    "<!-- assistant -->\n"
+    "Here is a dot:\n"
+    "@@@dot.svg\n"
+    "<svg/>\n"
+    "@@@\n"
+)
+PNG = b"\x89PNG\r\n\x1a\n\x00\xff"
+
+#: What NARRATIVE (as chat.lmmlz with notes.txt and pic.png) imports to, by issue 6.
+EXPECTED: list[dict[str, Any]] = [
+    {"role": "context", "content": [{"type": "text", "text": "A chat about notes.\n"}]},
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "See @notes.txt and @pic.png.\n"},
+            {"type": "attachment", "name": "notes.txt", "mime": "text/plain", "content": "hello"},
+            {
+                "type": "image_url",
+                "image_url": {"url": "data:image/png;base64," + base64.b64encode(PNG).decode()},
+            },
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "Here is a dot:\n@@@dot.svg\n<svg/>\n@@@\n"},
+            {"type": "image_url", "image_url": {"url": "data:image/svg+xml;base64,PHN2Zy8+"}},
+        ],
+    },
+]
+
+
+def bundle(entries: list[tuple[str, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries:
+            archive.writestr(zipfile.ZipInfo(name), data, compress_type=zipfile.ZIP_DEFLATED)
+    return buffer.getvalue()
+
+
+CHAT_LMMLZ = bundle([("chat.lmml", NARRATIVE.encode()), ("notes.txt", b"hello"), ("pic.png", PNG)])
+
+
+async def messages_of(http: httpx.AsyncClient, tid: str) -> list[dict[str, Any]]:
+    r = await http.get(f"/v1/transcripts/{tid}")
+    assert r.status_code == 200, r.text
+    got: list[dict[str, Any]] = r.json()["messages"]
+    return got
+
+
+async def ids(http: httpx.AsyncClient) -> list[str]:
+    r = await http.get("/v1/transcripts")
+    assert r.status_code == 200
+    return [t["transcriptId"] for t in r.json()["transcripts"]]
+
+
+def assert_problem(r: httpx.Response, status: int, code: str, detail: str = "") -> None:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    body = r.json()
+    assert body["status"] == status and body["code"] == code
+    assert detail in body["detail"], body["detail"]
+
+
+# --- import -------------------------------------------------------------------------
+
+
+async def test_import_lmmlz_by_filename_makes_one_message_per_turn() -> None:
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        r = await http.post(
+            "/v1/transcripts/import",
+            params={"filename": "chat.lmmlz", "id": "chat-1"},
+            content=CHAT_LMMLZ,
+        )
+        assert r.status_code == 201, r.text
+        body = r.json()
+        assert body["transcriptId"] == "chat-1"
+        assert body["revision"] == 1 and body["count"] == 3 and body["warnings"] == []
+        assert isinstance(body["epoch"], str) and body["epoch"]
+        assert await messages_of(http, "chat-1") == EXPECTED
+        events = (await http.get("/v1/transcripts/chat-1/events", params={"after": 0})).json()
+        assert [e["revision"] for e in events["events"]] == [1]  # one append: revision 1
+
+
+async def test_import_lmml_text_with_inline_fences_and_a_generated_id() -> None:
+    text = "## user\nRead this:\n@@@a.md\n# not a turn\n@@@\n## assistant\nDone.\n"
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        r = await http.post(
+            "/v1/transcripts/import",
+            content=text.encode(),
+            headers={"content-type": "text/markdown; charset=utf-8"},
+        )
+        assert r.status_code == 201, r.text
+        tid = r.json()["transcriptId"]
+        assert len(tid) == 32  # uuid4 hex
+        assert await messages_of(http, tid) == [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Read this:\n@@@a.md\n# not a turn\n@@@\n"},
+                    {
+                        "type": "attachment",
+                        "name": "a.md",
+                        "mime": "text/markdown",
+                        "content": "# not a turn",
+                    },
+                ],
+            },
+            {"role": "assistant", "content": [{"type": "text", "text": "Done.\n"}]},
+        ]
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        {"headers": {"content-disposition": 'attachment; filename="chat.lmmlz"'}},
+        {"headers": {"content-disposition": "attachment; filename*=UTF-8''dir%2Fchat.lmmlz"}},
+        {"headers": {"content-type": "application/zip"}},
+        {"headers": {}},  # the zip magic alone
+    ],
+)
+async def test_a_bundle_is_recognised_by_header_or_magic(how: dict[str, Any]) -> None:
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        r = await http.post("/v1/transcripts/import", content=CHAT_LMMLZ, **how)
+        assert r.status_code == 201, r.text
+        assert r.json()["warnings"] == []
+        assert await messages_of(http, r.json()["transcriptId"]) == EXPECTED
+
+
+async def test_import_reports_warnings_and_can_leave_large_embeds_out() -> None:
+    data = bundle(
+        [("chat.lmml", b"## user\n@big.txt\n"), ("big.txt", b"x" * 100), ("orphan.txt", b"o")]
+    )
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        r = await http.post(
+            "/v1/transcripts/import",
+            params={"filename": "chat.lmmlz", "maxEmbedBytes": 99},
+            content=data,
+        )
+        assert r.status_code == 201, r.text
+        warnings = r.json()["warnings"]
+        assert any("'orphan.txt'" in w and "orphaned" in w for w in warnings)
+        assert any("'big.txt'" in w and "left out" in w for w in warnings)
+        messages = await messages_of(http, r.json()["transcriptId"])
+        assert messages == [{"role": "user", "content": [{"type": "text", "text": "@big.txt\n"}]}]
+
+
+async def test_import_into_an_existing_id_is_a_conflict() -> None:
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        assert (await http.post("/v1/transcripts", json={"id": "taken"})).status_code == 201
+        r = await http.post("/v1/transcripts/import", params={"id": "taken"}, content=b"## user\n")
+        assert_problem(r, 409, "conflict")
+        assert await messages_of(http, "taken") == []
+        r = await http.post("/v1/transcripts/import", params={"id": "bad/id"}, content=b"x")
+        assert_problem(r, 400, "invalid-frame")
+
+
+def _traversal() -> bytes:
+    return bundle([("chat.lmml", b"## user\nhi\n"), ("../../etc/passwd", b"evil")])
+
+
+def _bomb() -> bytes:
+    # 40 MiB of zeros, over the 32 MiB entry limit, in well under 1 MiB of zip.
+    data = bundle([("chat.lmml", b"## user\n@bomb.bin\n"), ("bomb.bin", b"\0" * (40 << 20))])
+    assert len(data) < 1 << 20
+    return data
+
+
+HOSTILE: dict[str, tuple[Any, str, str]] = {
+    "traversal": (_traversal, "chat.lmmlz", "'..' segment"),
+    "zip bomb": (_bomb, "chat.lmmlz", "uncompressed"),
+    "truncated": (lambda: CHAT_LMMLZ[: len(CHAT_LMMLZ) // 2], "chat.lmmlz", "not a readable zip"),
+    "non-zip named .lmmlz": (lambda: b"## user\nhello\n", "chat.lmmlz", "not a readable zip"),
+    "missing reference": (
+        lambda: bundle([("chat.lmml", b"## user\nsee @gone.txt\n")]),
+        "chat.lmmlz",
+        "@gone.txt",
+    ),
+    "missing reference in text": (lambda: b"## user\nsee @gone.txt\n", "chat.lmml", "@gone.txt"),
+    "not utf-8": (lambda: b"## user\n\xff\xfe\n", "chat.lmml", "not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+async def test_hostile_imports_are_422_and_create_nothing(case: str) -> None:
+    make, filename, reason = HOSTILE[case]
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        await http.post("/v1/transcripts", json={"id": "existing"})
+        before = await ids(http)
+        r = await http.post(
+            "/v1/transcripts/import", params={"filename": filename, "id": "x"}, content=make()
+        )
+        assert_problem(r, 422, "invalid-lmml", reason)
+        assert await ids(http) == before == ["existing"]
+        assert (await http.get("/v1/transcripts/x")).status_code == 404
+
+
+async def test_a_body_sent_as_zip_that_is_no_zip_is_refused() -> None:
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        r = await http.post(
+            "/v1/transcripts/import",
+            content=b"## user\nhi\n",
+            headers={"content-type": "application/zip"},
+        )
+        assert_problem(r, 422, "invalid-lmml", "not a zip archive")
+        assert await ids(http) == []
+
+
+async def test_turns_over_the_server_limits_are_invalid_messages() -> None:
+    text = "## user\n" + "x" * 2000 + "\n"
+    async with running_server(max_message_bytes=1000) as srv:
+        async with httpx.AsyncClient(base_url=srv.url) as http:
+            r = await http.post("/v1/transcripts/import", content=text.encode())
+            assert_problem(r, 422, "invalid-message", "more than the limit of 1000")
+            assert r.json()["path"] == "messages[0]"
+            assert await ids(http) == []
+
+
+async def test_an_import_over_the_body_limit_is_413() -> None:
+    async with running_server(max_http_body_bytes=1000) as srv:
+        async with httpx.AsyncClient(base_url=srv.url) as http:
+            r = await http.post("/v1/transcripts/import", content=b"## user\n" + b"x" * 1001)
+            assert_problem(r, 413, "too-large")
+            assert await ids(http) == []
+
+
+async def test_subscribers_of_an_imported_transcript_get_a_baseline_with_its_messages() -> None:
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        r = await http.post(
+            "/v1/transcripts/import", params={"filename": "chat.lmmlz"}, content=CHAT_LMMLZ
+        )
+        tid = r.json()["transcriptId"]
+        async with await RawClient.connect(srv.ws_url) as ws:
+            await ws.send(op="subscribe", transcriptId=tid)
+            base = await ws.expect(Baseline)
+            assert base.snapshot.revision == 1
+            assert base.snapshot.epoch == r.json()["epoch"]
+            assert [m.role for m in base.snapshot.messages] == ["context", "user", "assistant"]
+            assert list(base.snapshot.messages) == list(
+                lmml.import_messages(CHAT_LMMLZ, filename="chat.lmmlz").messages
+            )
+
+
+# --- export -------------------------------------------------------------------------
+
+
+async def test_export_then_import_gives_the_same_messages_both_ways() -> None:
+    odd: list[dict[str, Any]] = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "## user\nnot a delimiter", "name": "bob"},
+        {"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": "http://x"}}]},
+        {"role": "tool", "content": "42", "tool_call_id": "call_1", "metadata": {"k": [1]}},
+    ]
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        r = await http.post(
+            "/v1/transcripts/import", params={"filename": "chat.lmmlz"}, content=CHAT_LMMLZ
+        )
+        imported = r.json()["transcriptId"]
+        r = await http.post("/v1/transcripts", json={"id": "odd", "messages": odd})
+        assert r.status_code == 201
+        for tid in (imported, "odd"):
+            original = await messages_of(http, tid)
+            for ext, media in (("lmml", "text/markdown"), ("lmmlz", "application/zip")):
+                r = await http.get(f"/v1/transcripts/{tid}/export.{ext}")
+                assert r.status_code == 200, r.text
+                assert r.headers["content-type"].startswith(media)
+                disposition = r.headers["content-disposition"]
+                assert disposition == f'attachment; filename="{tid}.{ext}"'
+                again = await http.post(
+                    "/v1/transcripts/import",
+                    params={"filename": f"{tid}.{ext}"},
+                    content=r.content,
+                )
+                assert again.status_code == 201, again.text
+                assert again.json()["warnings"] == []
+                assert await messages_of(http, again.json()["transcriptId"]) == original
+
+
+async def test_export_lmml_is_utf8_markdown_and_lmmlz_holds_id_lmml() -> None:
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        r = await http.post(
+            "/v1/transcripts/import",
+            params={"filename": "chat.lmmlz", "id": "notes:v1"},
+            content=CHAT_LMMLZ,
+        )
+        assert r.status_code == 201
+        text = await http.get("/v1/transcripts/notes:v1/export.lmml")
+        assert text.headers["content-type"] == "text/markdown; charset=utf-8"
+        # A single file has no place for referenced embeds: that turn is JSON.
+        assert text.text.startswith('A chat about notes.\n<!-- user {"content":')
+        assert text.text.endswith("<!-- assistant -->\nHere is a dot:\n@@@dot.svg\n<svg/>\n@@@\n")
+        zipped = await http.get("/v1/transcripts/notes:v1/export.lmmlz")
+        with zipfile.ZipFile(io.BytesIO(zipped.content)) as archive:
+            names = archive.namelist()
+            assert names[0] == "notes:v1.lmml"
+            assert set(names) == {"notes:v1.lmml", "notes.txt", "pic.png"}
+            assert archive.read("pic.png") == PNG
+
+
+@pytest.mark.parametrize("path", ["chat", "export.lmml", "export.lmmlz"])
+async def test_unknown_transcripts_are_404(path: str) -> None:
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        assert_problem(await http.get(f"/v1/transcripts/nope/{path}"), 404, "not-found")
+
+
+# --- chat ---------------------------------------------------------------------------
+
+
+async def test_chat_renders_the_active_segment_and_maps_context_on_request() -> None:
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        r = await http.post(
+            "/v1/transcripts/import",
+            params={"filename": "chat.lmmlz", "id": "c"},
+            content=CHAT_LMMLZ,
+        )
+        assert r.status_code == 201
+        chat = (await http.get("/v1/transcripts/c/chat")).json()
+        assert chat == {"messages": EXPECTED[1:]}  # active is the default, context left out
+        chat = (await http.get("/v1/transcripts/c/chat", params={"context": "system"})).json()
+        assert chat == {"messages": [{**EXPECTED[0], "role": "system"}, *EXPECTED[1:]]}
+
+        r = await http.post("/v1/transcripts/c/segments", json={"start": 2})
+        assert r.status_code == 201
+        r = await http.post(
+            "/v1/transcripts/c/messages", json={"messages": [{"role": "user", "content": "more"}]}
+        )
+        assert r.status_code == 201
+        active = await http.get("/v1/transcripts/c/chat", params={"segment": "active"})
+        assert active.headers["x-transcript-revision"] == "3"
+        assert active.json() == {"messages": [EXPECTED[2], {"role": "user", "content": "more"}]}
+        every = await http.get(
+            "/v1/transcripts/c/chat", params={"segment": "all", "context": "omit"}
+        )
+        assert every.json() == {"messages": [*EXPECTED[1:], {"role": "user", "content": "more"}]}
+
+
+@pytest.mark.parametrize("params", [{"segment": "open"}, {"context": "user"}, {"segment": "ALL"}])
+async def test_chat_refuses_unknown_query_values(params: dict[str, str]) -> None:
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        await http.post("/v1/transcripts", json={"id": "c"})
+        r = await http.get("/v1/transcripts/c/chat", params=params)
+        assert_problem(r, 400, "invalid-query", next(iter(params)))
