@@ -229,20 +229,24 @@ async def test_a_body_sent_as_zip_that_is_no_zip_is_refused() -> None:
 
 async def test_turns_over_the_server_limits_are_invalid_messages() -> None:
     text = "## user\n" + "x" * 2000 + "\n"
-    async with running_server(max_message_bytes=1000) as srv:
-        async with httpx.AsyncClient(base_url=srv.url) as http:
-            r = await http.post("/v1/transcripts/import", content=text.encode())
-            assert_problem(r, 422, "invalid-message", "more than the limit of 1000")
-            assert r.json()["path"] == "messages[0]"
-            assert await ids(http) == []
+    async with (
+        running_server(max_message_bytes=1000) as srv,
+        httpx.AsyncClient(base_url=srv.url) as http,
+    ):
+        r = await http.post("/v1/transcripts/import", content=text.encode())
+        assert_problem(r, 422, "invalid-message", "more than the limit of 1000")
+        assert r.json()["path"] == "messages[0]"
+        assert await ids(http) == []
 
 
 async def test_an_import_over_the_body_limit_is_413() -> None:
-    async with running_server(max_http_body_bytes=1000) as srv:
-        async with httpx.AsyncClient(base_url=srv.url) as http:
-            r = await http.post("/v1/transcripts/import", content=b"## user\n" + b"x" * 1001)
-            assert_problem(r, 413, "too-large")
-            assert await ids(http) == []
+    async with (
+        running_server(max_http_body_bytes=1000) as srv,
+        httpx.AsyncClient(base_url=srv.url) as http,
+    ):
+        r = await http.post("/v1/transcripts/import", content=b"## user\n" + b"x" * 1001)
+        assert_problem(r, 413, "too-large")
+        assert await ids(http) == []
 
 
 async def test_subscribers_of_an_imported_transcript_get_a_baseline_with_its_messages() -> None:
