@@ -320,7 +320,8 @@ class Hub:
         give every subscriber a fresh baseline."""
         transcript = live.transcript
         events = await self.store.events_after(live.id, transcript.revision)
-        if events is None:
+        if events is None or any(event.epoch != transcript.epoch for event in events):
+            # History gone, or the transcript was deleted and created again.
             await self.reload(live)
             return
         for event in events:
