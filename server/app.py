@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 
-from server import http_api, http_lmml
+from server import http_api, http_lmml, pages
 from server.config import ServerConfig
 from server.hub import Hub
 from server.metrics import Metrics
@@ -93,6 +93,7 @@ def create_app(config: ServerConfig | None = None, *, store: Store | None = None
         ),
         Route("/healthz", http_api.healthz, methods=["GET"]),
         Route("/metrics", http_api.metrics, methods=["GET"]),
+        *pages.routes,
     ]
     app = Starlette(
         routes=routes,

@@ -1,0 +1,61 @@
+"""The browser side: the JavaScript client and the live chat page.
+
+- ``/v1/client.js``: the dependency-free ES module client (``server/static/client.js``).
+- ``/``: the transcript list and a form to create one.
+- ``/t/{transcript_id}``: one transcript, live.
+- ``/static/...``: the page's script and style sheet.
+
+The pages are static files: the script reads the transcript id from the path
+and ``?token=`` from the query, and talks to the HTTP API and ``/v1/ws`` like
+any other client. The auth middleware lets these paths through; the API calls
+the page makes carry the token.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+STATIC: Final = Path(__file__).resolve().parent / "static"
+
+#: The page loads only its own script, style and API; images may come from
+#: anywhere (image_url parts) and attachments are offered as blob: URLs.
+_PAGE_HEADERS: Final = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "img-src 'self' data: blob: https: http:; base-uri 'none'; form-action 'self'; "
+        "frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+async def client_js(request: Request) -> Response:
+    """The JavaScript client, as an ES module."""
+    return FileResponse(
+        STATIC / "client.js",
+        media_type="text/javascript; charset=utf-8",
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+    )
+
+
+async def page(request: Request) -> Response:
+    """The chat page; its script decides from the path what to show."""
+    return FileResponse(
+        STATIC / "index.html", media_type="text/html; charset=utf-8", headers=_PAGE_HEADERS
+    )
+
+
+routes: list[BaseRoute] = [
+    Route("/v1/client.js", client_js, methods=["GET", "HEAD"]),
+    Route("/", page, methods=["GET", "HEAD"]),
+    Route("/t/{transcript_id}", page, methods=["GET", "HEAD"]),
+    Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+]
