@@ -1,1 +1,51 @@
-"""transcript-sync's Python client."""
+"""transcript-sync's Python client.
+
+``async with client_py.connect(url) as client:`` opens one WebSocket
+connection that the client keeps up by itself; ``await client.subscribe(id)``
+returns a live ``Mirror`` whose continuity the client checks and repairs;
+``await client.append(id, messages)`` lands a batch exactly once, even across
+reconnects. ``HttpApi`` is the plain HTTP API. See ``client_py.errors`` for
+the errors.
+"""
+
+from client_py.client import Client, ClientCounters, connect
+from client_py.errors import (
+    ClientClosed,
+    ClientError,
+    Conflict,
+    Disconnected,
+    InvalidMessage,
+    NotFound,
+    RequestTimeout,
+    RevisionConflict,
+    ServerError,
+    Unauthorized,
+    Unreachable,
+)
+from client_py.http import Ack, Created, HttpApi, Imported, endpoints
+from client_py.mirror import EventStream, Mirror, MirrorUpdate
+
+__all__ = [
+    "Ack",
+    "Client",
+    "ClientClosed",
+    "ClientCounters",
+    "ClientError",
+    "Conflict",
+    "Created",
+    "Disconnected",
+    "EventStream",
+    "HttpApi",
+    "Imported",
+    "InvalidMessage",
+    "Mirror",
+    "MirrorUpdate",
+    "NotFound",
+    "RequestTimeout",
+    "RevisionConflict",
+    "ServerError",
+    "Unauthorized",
+    "Unreachable",
+    "connect",
+    "endpoints",
+]

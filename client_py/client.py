@@ -1,0 +1,566 @@
+"""``Client``: one WebSocket connection, kept up, and the mirrors it feeds.
+
+One task (the runner) owns the connection. It connects (again and again,
+with exponential backoff and full jitter), resubscribes every mirror from its
+revision and epoch, re-sends the calls that are still waiting, and reads:
+every message is split into frames, every frame goes through
+``accept_transcript_update`` and the connection's ``SeqTracker``, and every
+transcript update through its mirror's ``Continuity``, whose decision the
+runner carries out. Nothing the server sends is trusted blindly: gaps,
+repeats, foreign frames and new epochs are repaired as the contract says.
+
+Calls (``append``, ``start_segment``, ``ping``) carry a ``ref``; their answer
+is matched by it. An append always carries an idempotency key (a fresh uuid4
+when the caller gave none), so re-sending it after a lost connection or a
+lost frame lands it exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from client_py.errors import (
+    ClientClosed,
+    Disconnected,
+    RequestTimeout,
+    ServerError,
+    Unauthorized,
+    Unreachable,
+    error_for,
+    error_from_frame,
+)
+from client_py.http import Ack, Created, HttpApi
+from client_py.mirror import Mirror
+from protocol import wire
+from protocol.continuity import (
+    Apply,
+    Decision,
+    Ignore,
+    Reject,
+    Replace,
+    Resubscribe,
+    SeqCounters,
+    SeqTracker,
+    SeqVerdict,
+    Stop,
+)
+from protocol.errors import InvalidFrame
+from protocol.types import TranscriptSnapshot
+
+__all__ = ["Client", "ClientCounters", "connect"]
+
+log = logging.getLogger("tsync.client")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientCounters:
+    """What the client's connection has been through (mirrors count the rest).
+
+    ``connections``: connections opened; ``reconnects``: those after the
+    first; ``seq``: the ``SeqTracker`` verdicts over every connection;
+    ``invalid_frames``: frames ``accept_transcript_update`` refused;
+    ``resent``: calls sent again after a lost connection or a ``seq`` gap.
+    """
+
+    connections: int
+    reconnects: int
+    seq: SeqCounters
+    invalid_frames: int
+    resent: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "connections": self.connections,
+            "reconnects": self.reconnects,
+            "seq": self.seq.as_dict(),
+            "invalid_frames": self.invalid_frames,
+            "resent": self.resent,
+        }
+
+
+@dataclass(slots=True)
+class _Call:
+    """A call waiting for its answer. ``sent_on`` is the connection number it was
+    last sent on; ``retry`` says whether it may be sent again on another one."""
+
+    op: wire.Append | wire.StartSegment | wire.Ping
+    future: asyncio.Future[wire.ServerFrame]
+    retry: bool
+    sent_on: int = 0
+
+
+@contextlib.asynccontextmanager
+async def connect(url: str, token: str | None = None, **options: Any) -> AsyncIterator[Client]:
+    """Open a ``Client`` (see its options), wait for its first connection, and
+    close it on exit. ``url`` is ``ws://host:port/v1/ws`` or an ``http(s)``
+    base URL. Raises ``Unreachable`` when no connection is made in
+    ``connect_timeout`` seconds."""
+    client = Client(url, token, **options)
+    try:
+        await client.start()
+        yield client
+    finally:
+        await client.aclose()
+
+
+class Client:
+    """The async client. Prefer ``async with connect(url) as client``.
+
+    Options: ``connect_timeout`` (first connection), ``request_timeout``
+    (default per call), ``backoff_min``/``backoff_max`` (reconnect delays:
+    full jitter over ``min(backoff_max, backoff_min * 2**attempt)``),
+    ``heartbeat`` (seconds between ``ping`` ops; a pong carries a ``seq``,
+    so a frame lost at the end of a burst is noticed; ``None`` disables),
+    ``open_timeout`` (per connection attempt), ``seed`` (for the jitter).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        connect_timeout: float = 10.0,
+        request_timeout: float = 10.0,
+        backoff_min: float = 0.1,
+        backoff_max: float = 5.0,
+        heartbeat: float | None = 5.0,
+        open_timeout: float = 5.0,
+        seed: int | None = None,
+    ) -> None:
+        self.http = HttpApi(url, token, timeout=request_timeout)
+        self.ws_url = self.http.ws_url
+        self.token = token
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self.backoff_min = backoff_min
+        self.backoff_max = backoff_max
+        self.heartbeat = heartbeat
+        self.open_timeout = open_timeout
+        self.mirrors: dict[str, Mirror] = {}
+        self.seq = SeqTracker()
+        self._random = random.Random(seed)
+        self._calls: dict[str, _Call] = {}
+        self._refs = itertools.count(1)
+        self._ws: ClientConnection | None = None
+        self._connection = 0  # number of the current connection (0: none yet)
+        self._connected = asyncio.Event()
+        self._runner: asyncio.Task[None] | None = None
+        self._fatal: ServerError | None = None
+        self._last_error: BaseException | None = None
+        self._closed = False
+        self._invalid_frames = 0
+        self._resent = 0
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self, *, wait: bool = True) -> None:
+        """Start the runner; with ``wait``, return once connected (or raise
+        ``Unreachable``/``Unauthorized``)."""
+        if self._runner is None:
+            self._runner = asyncio.create_task(self._run(), name=f"tsync-client {self.ws_url}")
+        if not wait:
+            return
+        waiter = asyncio.create_task(self._connected.wait())
+        try:
+            await asyncio.wait(
+                {waiter, self._runner},
+                timeout=self.connect_timeout,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            waiter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiter
+        if self._fatal is not None:
+            raise self._fatal
+        if not self._connected.is_set():
+            reason = f": {self._last_error}" if self._last_error else ""
+            raise Unreachable(
+                f"no connection to {self.ws_url} within {self.connect_timeout} s{reason}"
+            )
+
+    async def aclose(self) -> None:
+        """Close the connection, stop the runner, and fail whatever still waits
+        with ``ClientClosed``. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+        self._fail_everything(ClientClosed("the client was closed"))
+        await self.http.aclose()
+
+    async def __aenter__(self) -> Client:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    @property
+    def counters(self) -> ClientCounters:
+        return ClientCounters(
+            connections=self._connection,
+            reconnects=max(0, self._connection - 1),
+            seq=self.seq.counters,
+            invalid_frames=self._invalid_frames,
+            resent=self._resent,
+        )
+
+    # -- transcripts ------------------------------------------------------------------
+
+    async def subscribe(self, transcript_id: str, *, timeout: float | None = None) -> Mirror:
+        """A live mirror of the transcript, returned once its baseline arrived.
+
+        Subscribing twice returns the same mirror. Raises ``NotFound`` (or
+        another ``ServerError``) when the server refuses, ``RequestTimeout``
+        when no baseline arrives in time.
+        """
+        self._check_open()
+        mirror = self.mirrors.get(transcript_id)
+        if mirror is None:
+            mirror = Mirror(transcript_id)
+            self.mirrors[transcript_id] = mirror
+            if self._ws is not None:
+                await self._send(mirror.continuity.resubscribe_request())
+        limit = self.request_timeout if timeout is None else timeout
+        try:
+            await mirror.wait_ready(limit)
+        except TimeoutError:
+            if mirror.failed is None:
+                await self.unsubscribe(transcript_id)
+                raise RequestTimeout(
+                    f"no baseline for {transcript_id!r} within {limit} s"
+                ) from None
+            raise
+        return mirror
+
+    async def unsubscribe(self, transcript_id: str) -> None:
+        """Stop following the transcript; its mirror ends (``ClientClosed``)."""
+        mirror = self.mirrors.pop(transcript_id, None)
+        if mirror is None:
+            return
+        mirror._close()
+        if self._ws is not None:
+            await self._send(wire.Unsubscribe(transcript_id=transcript_id))
+
+    async def append(
+        self,
+        transcript_id: str,
+        messages: Iterable[Any],
+        expected_revision: int | None = None,
+        idempotency_key: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Ack:
+        """Append one batch (``Message`` structs or plain dicts) over the WebSocket.
+
+        Retried on every new connection with the same idempotency key until
+        answered, so it lands exactly once. Raises ``RevisionConflict``
+        (``.current``), ``NotFound``, ``InvalidMessage``, ``ServerError``, or
+        ``RequestTimeout`` after ``timeout`` (default ``request_timeout``).
+        """
+        key = idempotency_key or uuid.uuid4().hex
+        batch = list(messages)
+        frame = await self._call(
+            lambda ref: wire.Append(
+                transcript_id=transcript_id,
+                messages=batch,
+                expected_revision=expected_revision,
+                idempotency_key=key,
+                ref=ref,
+            ),
+            retry=True,
+            timeout=timeout,
+        )
+        assert isinstance(frame, wire.Ack)
+        return _ack(frame)
+
+    async def start_segment(
+        self, transcript_id: str, start: int | None = None, *, timeout: float | None = None
+    ) -> Ack:
+        """Start a segment at ``start`` (default: the transcript's length).
+
+        Not repeated on a new connection (it is not idempotent): if the
+        connection drops before the answer, raises ``Disconnected``.
+        """
+        frame = await self._call(
+            lambda ref: wire.StartSegment(transcript_id=transcript_id, start=start, ref=ref),
+            retry=False,
+            timeout=timeout,
+        )
+        assert isinstance(frame, wire.Ack)
+        return _ack(frame)
+
+    async def ping(self, *, timeout: float | None = None) -> float:
+        """Round trip over the WebSocket, in seconds."""
+        began = time.perf_counter()
+        await self._call(lambda ref: wire.Ping(ref=ref), retry=True, timeout=timeout)
+        return time.perf_counter() - began
+
+    async def create(
+        self, transcript_id: str | None = None, messages: Iterable[Any] = ()
+    ) -> Created:
+        """``POST /v1/transcripts``: a new transcript (id generated when ``None``)."""
+        return await self.http.create(transcript_id, list(messages))
+
+    async def get(self, transcript_id: str) -> TranscriptSnapshot:
+        """``GET /v1/transcripts/{id}``: the server's snapshot now."""
+        return await self.http.get(transcript_id)
+
+    # -- calls --------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def _call(
+        self,
+        make: Callable[[str], wire.Append | wire.StartSegment | wire.Ping],
+        *,
+        retry: bool,
+        timeout: float | None,
+    ) -> wire.ServerFrame:
+        self._check_open()
+        ref = f"r{next(self._refs)}"
+        call = _Call(make(ref), asyncio.get_running_loop().create_future(), retry)
+        self._calls[ref] = call
+        limit = self.request_timeout if timeout is None else timeout
+        try:
+            async with asyncio.timeout(limit) as scope:
+                if self._ws is not None:
+                    await self._send_call(call)
+                return await call.future
+        except TimeoutError:
+            if scope.expired():
+                raise RequestTimeout(
+                    f"{type(call.op).__name__.lower()} got no answer within {limit} s"
+                    + ("" if self.connected else " (not connected)")
+                ) from None
+            raise
+        finally:
+            self._calls.pop(ref, None)
+
+    async def _send_call(self, call: _Call) -> None:
+        connection = self._connection
+        if call.sent_on == connection:
+            return
+        if call.sent_on:
+            self._resent += 1
+        call.sent_on = connection
+        await self._send(call.op)
+
+    async def _send(self, op: wire.ClientOp) -> None:
+        ws = self._ws
+        if ws is None:
+            return  # the next connection sends what is still needed
+        with contextlib.suppress(websockets.ConnectionClosed):
+            await ws.send(wire.encode_json(op).decode())
+
+    def _answer(self, ref: wire.Ref, result: wire.ServerFrame | BaseException) -> None:
+        call = self._calls.get(str(ref)) if ref is not None else None
+        if call is None or call.future.done():
+            return  # a late answer to a call already answered (it was re-sent)
+        if isinstance(result, BaseException):
+            call.future.set_exception(result)
+        else:
+            call.future.set_result(result)
+
+    def _fail_everything(self, error: BaseException) -> None:
+        for call in self._calls.values():
+            if not call.future.done():
+                call.future.set_exception(error)
+        for mirror in self.mirrors.values():
+            mirror._fail(error)
+
+    # -- the runner ---------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                ws = await websockets.connect(
+                    self.ws_url,
+                    compression=None,
+                    subprotocols=[wire.SUBPROTOCOL_JSON],  # type: ignore[list-item]
+                    additional_headers=(
+                        {"Authorization": f"Bearer {self.token}"} if self.token else None
+                    ),
+                    open_timeout=self.open_timeout,
+                    close_timeout=1.0,
+                    max_size=None,
+                )
+            except websockets.InvalidStatus as exc:
+                status = exc.response.status_code
+                if status in (401, 403):
+                    self._fatal = Unauthorized(
+                        "unauthorized", f"the server refused the connection ({status})"
+                    )
+                    self._fail_everything(self._fatal)
+                    return
+                self._last_error = exc
+            except (OSError, TimeoutError, websockets.WebSocketException) as exc:
+                self._last_error = exc
+            else:
+                async with ws:
+                    received = await self._session(ws)
+                if received:
+                    attempt = 0
+            attempt += 1
+            ceiling = min(self.backoff_max, self.backoff_min * 2 ** min(attempt, 30))
+            await asyncio.sleep(self._random.uniform(0, ceiling))
+
+    async def _session(self, ws: ClientConnection) -> bool:
+        """Serve one connection until it closes; True if any frame arrived."""
+        self._connection += 1
+        self._ws = ws
+        self.seq.reset()
+        received = False
+        heartbeat = (
+            asyncio.create_task(self._heartbeat(ws), name="tsync-heartbeat")
+            if self.heartbeat
+            else None
+        )
+        try:
+            for mirror in list(self.mirrors.values()):
+                await self._carry_out(mirror, mirror.continuity.on_new_connection())
+            for call in list(self._calls.values()):
+                if call.future.done():
+                    continue
+                if call.sent_on and not call.retry:
+                    call.future.set_exception(
+                        Disconnected(
+                            f"the connection dropped before {type(call.op).__name__} was answered"
+                        )
+                    )
+                    continue
+                await self._send_call(call)
+            self._connected.set()
+            async for message in ws:
+                received = True
+                await self._on_message(message)
+        except websockets.ConnectionClosed as exc:
+            self._last_error = exc
+        except Exception as exc:  # a bug must not end the client: log, reconnect
+            log.exception("client connection failed; reconnecting")
+            self._last_error = exc
+        finally:
+            self._connected.clear()
+            self._ws = None
+            if heartbeat is not None:
+                heartbeat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeat
+            for mirror in self.mirrors.values():
+                mirror.continuity.on_connection_lost()
+        return received
+
+    async def _heartbeat(self, ws: ClientConnection) -> None:
+        assert self.heartbeat is not None
+        beats = itertools.count(1)
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            # Answers to "h" refs match no call and are dropped; what counts is
+            # that the pong carries a seq.
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await ws.send(wire.encode_json(wire.Ping(ref=f"h{next(beats)}")).decode())
+
+    async def _on_message(self, message: str | bytes) -> None:
+        for raw in wire.split_frames(message):
+            try:
+                frame = wire.accept_transcript_update(raw)
+            except InvalidFrame as exc:
+                self._invalid_frames += 1
+                log.warning("invalid frame ignored: %s", exc)
+                continue
+            verdict = self.seq.observe(frame.seq)
+            if verdict is SeqVerdict.REPEAT:
+                continue
+            if verdict is SeqVerdict.GAP:
+                await self._on_seq_gap()
+            await self._dispatch(frame)
+
+    async def _on_seq_gap(self) -> None:
+        # Frames were lost: any subscription may have missed events, and any
+        # call sent on this connection may have lost its answer.
+        for mirror in list(self.mirrors.values()):
+            await self._carry_out(mirror, mirror.continuity.on_seq_gap())
+        for call in list(self._calls.values()):
+            if call.retry and not call.future.done():
+                call.sent_on = -1  # force a re-send on this connection
+                await self._send_call(call)
+
+    async def _dispatch(self, frame: wire.ServerFrame) -> None:
+        match frame:
+            case wire.Ack() | wire.Pong():
+                self._answer(frame.ref, frame)
+            case wire.ErrorFrame() if frame.ref is not None:
+                self._answer(frame.ref, error_from_frame(frame))
+            case wire.ErrorFrame():
+                mirror = self.mirrors.get(frame.transcript_id or "")
+                if mirror is not None:
+                    await self._carry_out(mirror, mirror.continuity.on_error(frame))
+                else:
+                    log.warning("server error: %s: %s", frame.code, frame.message)
+            case wire.Baseline():
+                mirror = self.mirrors.get(frame.snapshot.transcript_id)
+                if mirror is not None:
+                    await self._carry_out(mirror, mirror.continuity.on_baseline(frame.snapshot))
+            case wire.Increment():
+                mirror = self.mirrors.get(frame.event.transcript_id)
+                if mirror is not None:
+                    await self._carry_out(mirror, mirror.continuity.on_event(frame.event))
+
+    async def _carry_out(self, mirror: Mirror, decision: Decision) -> None:
+        match decision:
+            case Apply(event=event):
+                try:
+                    mirror._apply(event)
+                except ValueError as exc:
+                    # The event did not join the copy although its revision
+                    # did: trust neither; take a fresh baseline.
+                    log.error("%s", exc)
+                    mirror.continuity.revision = None
+                    mirror.continuity.epoch = None
+                    mirror.continuity.resyncing = True
+                    await self._send(mirror.continuity.resubscribe_request())
+            case Replace(snapshot=snapshot):
+                mirror._replace(snapshot)
+            case Resubscribe():
+                await self._send(decision.op())
+            case Stop(code=code, reason=reason):
+                if self.mirrors.get(mirror.transcript_id) is mirror:
+                    del self.mirrors[mirror.transcript_id]
+                mirror._fail(error_for(code, reason, transcript_id=mirror.transcript_id))
+            case Ignore() | Reject():
+                pass
+
+
+def _ack(frame: wire.Ack) -> Ack:
+    return Ack(
+        transcript_id=frame.transcript_id,
+        revision=frame.revision,
+        start=frame.start,
+        count=frame.count,
+        duplicate=frame.duplicate,
+    )

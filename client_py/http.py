@@ -1,0 +1,239 @@
+"""The HTTP half of the client (contract section 4), over httpx.
+
+``HttpApi`` makes one request per call and maps ``application/problem+json``
+answers to the typed errors of ``client_py.errors``. The WebSocket client uses
+it for ``create`` and ``get``; the command line uses it for the one-shot
+commands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import msgspec
+
+from client_py.errors import ServerError, Unreachable, error_for
+from protocol.types import TranscriptSnapshot
+
+__all__ = ["Ack", "Created", "HttpApi", "Imported", "endpoints"]
+
+WS_PATH = "/v1/ws"
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """What the server answered to an append or a segment start.
+
+    ``start``/``count`` are the appended range (``count`` is ``None`` for a
+    segment start). ``duplicate`` is true when the server had already applied
+    this idempotency key, possibly from an earlier attempt of the same call
+    that the client retried after losing its connection.
+    """
+
+    transcript_id: str
+    revision: int
+    start: int | None = None
+    count: int | None = None
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    """A new transcript: its id, its epoch and its revision (1 with messages, else 0)."""
+
+    transcript_id: str
+    epoch: str
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Imported:
+    """A transcript made from an imported LMML file, with the importer's warnings."""
+
+    transcript_id: str
+    epoch: str
+    revision: int
+    warnings: tuple[str, ...] = ()
+
+
+def endpoints(url: str) -> tuple[str, str]:
+    """``(http_base, ws_url)`` for a server URL given either way.
+
+    ``ws://h:p/v1/ws`` gives ``http://h:p``; ``http://h:p`` gives
+    ``ws://h:p/v1/ws`` (``wss``/``https`` likewise). Raises ``ValueError``
+    for any other scheme.
+    """
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    path = parts.path.rstrip("/")
+    if scheme in ("ws", "wss"):
+        if path.endswith(WS_PATH):
+            base_path = path[: -len(WS_PATH)]
+        else:
+            base_path, path = path, path + WS_PATH
+        http_scheme = "https" if scheme == "wss" else "http"
+        return (
+            urlunsplit((http_scheme, parts.netloc, base_path, "", "")),
+            urlunsplit((scheme, parts.netloc, path, parts.query, "")),
+        )
+    if scheme in ("http", "https"):
+        ws_scheme = "wss" if scheme == "https" else "ws"
+        return (
+            urlunsplit((scheme, parts.netloc, path, "", "")),
+            urlunsplit((ws_scheme, parts.netloc, path + WS_PATH, "", "")),
+        )
+    raise ValueError(f"not a ws://, wss://, http:// or https:// URL: {url!r}")
+
+
+_snapshot_decoder = msgspec.json.Decoder(TranscriptSnapshot)
+
+
+class HttpApi:
+    """The HTTP API of one server. Use as ``async with HttpApi(url) as api:``
+    or call ``aclose()``. Every method raises ``ServerError`` (typed by code)
+    when the server says no and ``Unreachable`` when it cannot be reached."""
+
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 10.0) -> None:
+        self.base, self.ws_url = endpoints(url)
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(base_url=self.base, headers=headers, timeout=timeout)
+
+    async def __aenter__(self) -> HttpApi:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def create(self, transcript_id: str | None = None, messages: Any = ()) -> Created:
+        """``POST /v1/transcripts``: a new transcript, optionally with messages."""
+        body: dict[str, Any] = {}
+        if transcript_id is not None:
+            body["id"] = transcript_id
+        if messages:
+            body["messages"] = _plain(messages)
+        obj = await self._json("POST", "/v1/transcripts", json=body)
+        return Created(obj["transcriptId"], obj["epoch"], obj["revision"])
+
+    async def get(
+        self, transcript_id: str, *, start: int | None = None, end: int | None = None
+    ) -> TranscriptSnapshot:
+        """``GET /v1/transcripts/{id}``: the snapshot now (or of ``[start, end)``)."""
+        params = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
+        response = await self._request("GET", f"/v1/transcripts/{transcript_id}", params=params)
+        return _snapshot_decoder.decode(response.content)
+
+    async def append(
+        self,
+        transcript_id: str,
+        messages: Any,
+        *,
+        expected_revision: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Ack:
+        """``POST /v1/transcripts/{id}/messages``: append one batch."""
+        body: dict[str, Any] = {"messages": _plain(messages)}
+        if expected_revision is not None:
+            body["expectedRevision"] = expected_revision
+        if idempotency_key is not None:
+            body["idempotencyKey"] = idempotency_key
+        obj = await self._json("POST", f"/v1/transcripts/{transcript_id}/messages", json=body)
+        return _ack(obj, transcript_id)
+
+    async def start_segment(self, transcript_id: str, start: int | None = None) -> Ack:
+        """``POST /v1/transcripts/{id}/segments``: start a segment."""
+        body = {} if start is None else {"start": start}
+        obj = await self._json("POST", f"/v1/transcripts/{transcript_id}/segments", json=body)
+        return _ack(obj, transcript_id)
+
+    async def import_file(
+        self, filename: str, data: bytes, *, transcript_id: str | None = None
+    ) -> Imported:
+        """``POST /v1/transcripts/import``: make a transcript from ``.lmml``/``.lmmlz`` bytes.
+
+        The file name travels as ``?filename=`` (and ``Content-Disposition``)
+        so the server can tell a bundle from a narrative.
+        """
+        params = {"filename": filename}
+        if transcript_id is not None:
+            params["id"] = transcript_id
+        zipped = filename.lower().endswith(".lmmlz")
+        headers = {
+            "content-type": "application/zip" if zipped else "text/plain; charset=utf-8",
+            "content-disposition": f'attachment; filename="{_quoted(filename)}"',
+        }
+        obj = await self._json(
+            "POST", "/v1/transcripts/import", content=data, params=params, headers=headers
+        )
+        warnings = tuple(str(w) for w in obj.get("warnings") or ())
+        return Imported(obj["transcriptId"], obj["epoch"], obj["revision"], warnings)
+
+    async def export(self, transcript_id: str, *, bundle: bool = False) -> bytes:
+        """``GET /v1/transcripts/{id}/export.lmml`` (or ``.lmmlz`` when ``bundle``)."""
+        suffix = "lmmlz" if bundle else "lmml"
+        response = await self._request("GET", f"/v1/transcripts/{transcript_id}/export.{suffix}")
+        return response.content
+
+    # -- internals ------------------------------------------------------------------
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        response = await self._request(method, path, **kwargs)
+        obj = response.json()
+        if not isinstance(obj, dict):
+            raise ServerError("invalid-frame", f"{method} {path}: expected a JSON object")
+        return obj
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise Unreachable(f"{self.base}: {exc or type(exc).__name__}") from exc
+        if response.is_success:
+            return response
+        raise _problem(response)
+
+
+def _problem(response: httpx.Response) -> ServerError:
+    try:
+        obj = response.json()
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict):
+        text = response.text.strip().splitlines()
+        message = text[0] if text else response.reason_phrase
+        return error_for(
+            _code_for_status(response.status_code), message, status=response.status_code
+        )
+    code = str(obj.get("code") or _code_for_status(response.status_code))
+    message = str(obj.get("detail") or obj.get("title") or response.reason_phrase)
+    return error_for(code, message, status=response.status_code, details=obj)
+
+
+def _code_for_status(status: int) -> str:
+    return {401: "unauthorized", 403: "forbidden", 404: "not-found", 409: "conflict"}.get(
+        status, "internal"
+    )
+
+
+def _ack(obj: dict[str, Any], transcript_id: str) -> Ack:
+    return Ack(
+        transcript_id=obj.get("transcriptId", transcript_id),
+        revision=obj["revision"],
+        start=obj.get("start"),
+        count=obj.get("count"),
+        duplicate=bool(obj.get("duplicate", False)),
+    )
+
+
+def _plain(messages: Any) -> list[Any]:
+    # Messages may be Message structs or plain dicts; the wire wants plain data.
+    return [msgspec.to_builtins(m) for m in messages]
+
+
+def _quoted(filename: str) -> str:
+    return filename.replace("\\", "_").replace('"', "_")
