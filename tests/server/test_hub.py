@@ -1,0 +1,173 @@
+"""The hub and connection queues without sockets: a fake ``send`` collects messages."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from protocol import wire
+from protocol.types import Message
+from protocol.wire import Baseline, ErrorFrame, Increment, accept_transcript_update, split_frames
+from server.config import ServerConfig
+from server.connection import Connection
+from server.hub import Hub
+from server.store.memory import MemoryStore
+
+
+class Socket:
+    """Collects what a connection writes; can be made to block like a full TCP buffer."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self.open = asyncio.Event()
+        self.open.set()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.open.wait()
+        self.messages.append(message["text"])
+
+    def frames(self) -> list[Any]:
+        return [accept_transcript_update(f) for m in self.messages for f in split_frames(m)]
+
+
+async def settle() -> None:
+    """Let the pump and writers run until nothing is runnable (bounded)."""
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+async def hub() -> Any:
+    store = MemoryStore()
+    await store.open()
+    h = Hub(store, ServerConfig(store="memory", queue_max_frames=50, queue_max_bytes=1 << 20))
+    await h.start()
+    yield h
+    await h.stop()
+
+
+def connect(hub: Hub, name: str, **kwargs: Any) -> tuple[Connection, Socket]:
+    sock = Socket()
+    conn = Connection(
+        name,
+        sock.send,
+        queue_max_frames=hub.config.queue_max_frames,
+        queue_max_bytes=hub.config.queue_max_bytes,
+        metrics=hub.metrics,
+        on_lagged=hub.on_lagged,
+        **kwargs,
+    )
+    hub.register(conn)
+    conn.start()
+    return conn, sock
+
+
+def user(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+async def test_each_event_is_encoded_once_whatever_the_subscribers(
+    hub: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = 0
+    original = wire.encode_event_json
+
+    def counting(event: Any) -> bytes:
+        nonlocal calls
+        calls += 1
+        return original(event)
+
+    monkeypatch.setattr("server.frames.wire.encode_event_json", counting)
+    await hub.create("t", user("a"))
+    conns = [connect(hub, f"c{i}") for i in range(10)]
+    for conn, _ in conns:
+        await hub.subscribe(conn, "t")
+    for i in range(5):
+        await hub.append("t", user(str(i)))
+    await settle()
+    assert calls == 5
+    expected = None
+    for _, sock in conns:
+        frames = sock.frames()
+        assert [f.seq for f in frames] == list(range(1, 7))
+        assert isinstance(frames[0], Baseline)
+        body = [(f.event.revision, f.event.change.messages[0].content) for f in frames[1:]]
+        assert body == [(2 + i, str(i)) for i in range(5)]
+        expected = expected or body
+        assert body == expected
+
+
+async def test_frames_queued_together_go_out_in_one_message(hub: Hub) -> None:
+    await hub.create("t")
+    conn, sock = connect(hub, "c")
+    await hub.subscribe(conn, "t")
+    await settle()
+    sock.open.clear()  # the socket is busy: frames pile up
+    for i in range(10):
+        await hub.append("t", user(str(i)))
+    await settle()
+    sock.open.set()
+    await settle()
+    assert len(sock.messages) <= 3  # baseline, maybe one stuck increment, the rest coalesced
+    assert [f.seq for f in sock.frames()] == list(range(1, 12))
+
+
+async def test_subscribe_between_capture_and_pump_has_no_gap_or_repeat(hub: Hub) -> None:
+    await hub.create("t")
+    live = await hub.acquire("t")
+    conn, sock = connect(hub, "c")
+    # Appends captured but not yet pumped when the subscribe arrives.
+    for i in range(3):
+        event = live.transcript.prepare_append(tuple([Message(role="user", content=str(i))]))
+        assert event is not None
+        await hub.store.append(event)
+        live.transcript.apply(event)
+    assert len(live.buffer) == 3
+    await hub.subscribe(conn, "t")
+    await hub.append("t", user("after"))
+    await settle()
+    frames = sock.frames()
+    assert isinstance(frames[0], Baseline) and frames[0].snapshot.revision == 3
+    assert [f.event.revision for f in frames[1:]] == [4]
+
+
+async def test_a_blocked_socket_lags_only_its_connection(hub: Hub) -> None:
+    await hub.create("t")
+    slow, slow_sock = connect(hub, "slow")
+    fast, fast_sock = connect(hub, "fast")
+    await hub.subscribe(slow, "t")
+    await hub.subscribe(fast, "t")
+    await settle()
+    slow_sock.open.clear()
+    for i in range(120):
+        await hub.append("t", user(str(i)))
+        await settle()
+    frames, _ = slow.queued
+    assert frames <= 51
+    assert "t" not in slow.subscriptions and "t" in fast.subscriptions
+    assert [f.event.revision for f in fast_sock.frames()[1:]] == list(range(1, 121))
+    slow_sock.open.set()
+    await settle()
+    got = slow_sock.frames()
+    assert [f.seq for f in got] == list(
+        range(1, len(got) + 1)
+    )  # no seq gap: dropped ones took none
+    errors = [f for f in got if isinstance(f, ErrorFrame)]
+    assert [(e.code, e.transcript_id) for e in errors] == [("lagged", "t")]
+    increments = [f.event.revision for f in got if isinstance(f, Increment)]
+    assert increments == list(range(1, len(increments) + 1))
+    # Resume from where it got: only the missing increments follow.
+    last = increments[-1] if increments else 0
+    epoch = hub.live["t"].transcript.epoch
+    mode = await hub.subscribe(slow, "t", from_revision=last, epoch=epoch)
+    await settle()
+    more = [f.event.revision for f in slow_sock.frames() if isinstance(f, Increment)][
+        len(increments) :
+    ]
+    if mode == "resume":
+        assert more == list(range(last + 1, 121))
+    else:
+        assert mode == "baseline"
+        assert isinstance(slow_sock.frames()[-1], Baseline)
