@@ -1,0 +1,456 @@
+// The TsyncClient over a fake WebSocket and fake timers: what it sends, what
+// it emits, and how it survives lost connections, gaps, lag and new epochs.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  Mirror,
+  ServerError,
+  SUBPROTOCOL_JSON,
+  TsyncClient,
+  attachmentBytes,
+  backoffDelay,
+  newIdempotencyKey,
+} from "../../server/static/client.js";
+
+// --- fakes -------------------------------------------------------------------------
+
+class FakeSocket {
+  static all = [];
+  constructor(url, protocols) {
+    this.url = url;
+    this.protocols = protocols;
+    this.sent = [];
+    this.closed = null;
+    this.seq = 0;
+    FakeSocket.all.push(this);
+  }
+  send(data) {
+    if (this.closed) throw new Error("send on a closed socket");
+    this.sent.push(JSON.parse(data));
+  }
+  close(code, reason) {
+    this.closed = { code, reason };
+  }
+  // -- the server's side --
+  open() {
+    this.onopen?.({});
+  }
+  /** Deliver frames in one WebSocket message, numbering seq unless given. */
+  deliver(...frames) {
+    const lines = frames.map((f) => JSON.stringify({ seq: (this.seq += 1), ...f }));
+    this.onmessage?.({ data: lines.join("\n") });
+  }
+  drop(code = 1006, reason = "") {
+    this.closed = { code, reason };
+    this.onclose?.({ code, reason });
+  }
+  ops(kind) {
+    return this.sent.filter((op) => op.op === kind);
+  }
+  /** Answer the latest sync ping. */
+  pong() {
+    const ping = this.ops("ping").at(-1);
+    this.deliver({ type: "pong", ref: ping.ref });
+  }
+}
+
+class FakeTimers {
+  constructor() {
+    this.time = 0;
+    this.pending = [];
+    this.nextId = 1;
+  }
+  setTimeout = (fn, ms) => {
+    const id = this.nextId++;
+    this.pending.push({ id, at: this.time + ms, fn });
+    return id;
+  };
+  clearTimeout = (id) => {
+    this.pending = this.pending.filter((t) => t.id !== id);
+  };
+  setInterval = (fn, ms) => {
+    const id = this.nextId++;
+    const tick = () => {
+      fn();
+      if (this.intervals.has(id)) this.pending.push({ id, at: this.time + ms, fn: tick });
+    };
+    this.intervals.add(id);
+    this.pending.push({ id, at: this.time + ms, fn: tick });
+    return id;
+  };
+  clearInterval = (id) => {
+    this.intervals.delete(id);
+    this.clearTimeout(id);
+  };
+  intervals = new Set();
+  now = () => this.time;
+  /** Move the clock forward, firing what falls due in order. */
+  advance(ms) {
+    const until = this.time + ms;
+    for (;;) {
+      this.pending.sort((a, b) => a.at - b.at);
+      const next = this.pending[0];
+      if (!next || next.at > until) break;
+      this.pending.shift();
+      this.time = next.at;
+      next.fn();
+    }
+    this.time = until;
+  }
+}
+
+const EPOCH = "e1";
+const msg = (i) => ({ role: i % 2 ? "assistant" : "user", content: `message ${i}` });
+
+function snapshot(revision, length, { epoch = EPOCH, id = "t1", segments } = {}) {
+  return {
+    transcriptId: id,
+    epoch,
+    revision,
+    start: 0,
+    messages: Array.from({ length }, (_, i) => msg(i)),
+    activeStart: segments ? segments.at(-1).start : 0,
+    segments: segments ?? [{ start: 0, end: null }],
+  };
+}
+
+function appended(revision, start, count, { epoch = EPOCH, id = "t1" } = {}) {
+  return {
+    type: "increment",
+    event: {
+      transcriptId: id,
+      epoch,
+      revision,
+      occurredAt: 1700000000000 + revision,
+      change: {
+        kind: "messages-appended",
+        start,
+        messages: Array.from({ length: count }, (_, i) => msg(start + i)),
+      },
+    },
+  };
+}
+
+function setup(options = {}) {
+  FakeSocket.all = [];
+  const timers = new FakeTimers();
+  let keys = 0;
+  const client = new TsyncClient("ws://server/v1/ws", {
+    WebSocket: FakeSocket,
+    timers,
+    random: () => 0.5,
+    newKey: () => `key-${(keys += 1)}`,
+    heartbeatMs: 0,
+    ...options,
+  });
+  const events = [];
+  for (const type of ["status", "baseline", "messages", "segment", "stop", "ack", "error"]) {
+    client.on(type, (detail) => events.push({ type, ...detail }));
+  }
+  const statuses = () => events.filter((e) => e.type === "status").map((e) => e.state);
+  return { client, timers, events, statuses, socket: () => FakeSocket.all.at(-1) };
+}
+
+/** Connect, subscribe t1 and serve a baseline of `length` messages at `revision`. */
+function live({ revision = 2, length = 2, ...options } = {}) {
+  const s = setup(options);
+  s.client.subscribe("t1");
+  s.client.connect();
+  const ws = s.socket();
+  ws.open();
+  ws.deliver({ type: "baseline", snapshot: snapshot(revision, length) });
+  ws.pong();
+  return { ...s, ws };
+}
+
+// --- tests -----------------------------------------------------------------------------
+
+test("connects with the JSON subprotocol, subscribes fresh and goes live after a baseline", () => {
+  const { client, ws, statuses, events } = live();
+  assert.deepEqual(ws.protocols, [SUBPROTOCOL_JSON]);
+  assert.equal(ws.url, "ws://server/v1/ws");
+  const [sub] = ws.ops("subscribe");
+  assert.equal(sub.transcriptId, "t1");
+  assert.equal("fromRevision" in sub, false);
+  assert.deepEqual(statuses(), ["connecting", "live"]);
+  const baseline = events.find((e) => e.type === "baseline");
+  assert.equal(baseline.mirror.revision, 2);
+  assert.equal(baseline.epochChanged, false);
+  assert.equal(client.mirror("t1").length, 2);
+});
+
+test("the token goes into the URL (a browser cannot set WebSocket headers)", () => {
+  const { client, socket } = setup({ token: "s3cret&x" });
+  client.connect();
+  assert.equal(socket().url, "ws://server/v1/ws?token=s3cret%26x");
+});
+
+test("several frames in one message are split on newlines and applied in order", () => {
+  const { client, ws, events } = live();
+  ws.deliver(appended(3, 2, 1), appended(4, 3, 2), {
+    type: "increment",
+    event: {
+      transcriptId: "t1", epoch: EPOCH, revision: 5, occurredAt: 1,
+      change: { kind: "segment-started", previousStart: 0, start: 4, end: 5 },
+    },
+  });
+  const got = events.filter((e) => e.type === "messages").map((e) => [e.start, e.messages.length]);
+  assert.deepEqual(got, [[2, 1], [3, 2]]);
+  const segment = events.find((e) => e.type === "segment");
+  assert.deepEqual([segment.previousStart, segment.start, segment.end], [0, 4, 5]);
+  const mirror = client.mirror("t1");
+  assert.equal(mirror.revision, 5);
+  assert.deepEqual(mirror.messages.map((m) => m.content), [0, 1, 2, 3, 4].map((i) => `message ${i}`));
+  assert.deepEqual(mirror.segments, [{ start: 0, end: 5 }, { start: 4, end: null }]);
+  assert.equal(mirror.activeStart, 4);
+});
+
+test("a repeated event is ignored; a revision gap resubscribes from the copy's revision", () => {
+  const { client, ws, events } = live();
+  ws.deliver(appended(3, 2, 1));
+  ws.deliver(appended(3, 2, 1)); // a repeat (new seq, old revision)
+  assert.equal(client.mirror("t1").length, 3);
+  ws.deliver(appended(5, 4, 1)); // revision 4 is missing
+  const sub = ws.ops("subscribe").at(-1);
+  assert.deepEqual([sub.fromRevision, sub.epoch], [3, EPOCH]);
+  assert.equal(events.filter((e) => e.type === "messages").length, 1);
+  ws.deliver(appended(4, 3, 1), appended(5, 4, 1));
+  assert.equal(client.mirror("t1").revision, 5);
+  assert.equal(client.mirror("t1").length, 5);
+});
+
+test("a seq gap resubscribes every transcript and says resyncing, then resynced", () => {
+  const { client, ws, statuses } = live();
+  client.subscribe("t2");
+  ws.deliver({ type: "baseline", snapshot: snapshot(1, 1, { id: "t2", epoch: "e2" }) });
+  ws.pong();
+  const before = ws.ops("subscribe").length;
+  ws.seq += 2; // two frames lost
+  ws.deliver(appended(3, 2, 1));
+  const subs = ws.ops("subscribe").slice(before);
+  assert.deepEqual(
+    subs.map((s) => [s.transcriptId, s.fromRevision, s.epoch]).sort(),
+    [["t1", 2, EPOCH], ["t2", 1, "e2"]],
+  );
+  assert.equal(client.mirror("t1").revision, 3, "the frame that revealed the gap still counts");
+  assert.equal(statuses().at(-1), "resyncing");
+  ws.pong();
+  assert.equal(statuses().at(-1), "resynced");
+  assert.equal(client.stats.resyncs, 1);
+});
+
+test("a lagged error resubscribes from the copy's revision", () => {
+  const { ws, statuses } = live();
+  ws.deliver({ type: "error", code: "lagged", message: "too slow", transcriptId: "t1" });
+  const sub = ws.ops("subscribe").at(-1);
+  assert.deepEqual([sub.fromRevision, sub.epoch], [2, EPOCH]);
+  assert.equal(statuses().at(-1), "resyncing");
+});
+
+test("an event of a new epoch drops the copy and takes a fresh baseline", () => {
+  const { client, ws, events } = live();
+  ws.deliver(appended(3, 2, 1, { epoch: "e2" }));
+  const sub = ws.ops("subscribe").at(-1);
+  assert.equal("fromRevision" in sub, false);
+  assert.equal("epoch" in sub, false);
+  assert.equal(client.mirror("t1"), null);
+  ws.deliver({ type: "baseline", snapshot: snapshot(1, 1, { epoch: "e2" }) });
+  const baseline = events.filter((e) => e.type === "baseline").at(-1);
+  assert.equal(baseline.mirror.epoch, "e2");
+  assert.equal(client.mirror("t1").length, 1);
+});
+
+test("a baseline of a new epoch replaces the copy and says so", () => {
+  const { ws, events } = live();
+  ws.deliver({ type: "baseline", snapshot: snapshot(4, 3, { epoch: "e9" }) });
+  const baseline = events.filter((e) => e.type === "baseline").at(-1);
+  assert.equal(baseline.epochChanged, true);
+});
+
+test("not-found ends the subscription", () => {
+  const { client, ws, events } = live();
+  ws.deliver({ type: "error", code: "not-found", message: "gone", transcriptId: "t1" });
+  const stop = events.find((e) => e.type === "stop");
+  assert.deepEqual([stop.transcriptId, stop.code], ["t1", "not-found"]);
+  assert.equal(client.subscriptions.has("t1"), false);
+});
+
+test("a lost connection reconnects after a jittered backoff and resumes from the revision", () => {
+  const { client, ws, timers, statuses, socket } = live();
+  ws.deliver(appended(3, 2, 1));
+  ws.drop();
+  assert.equal(statuses().at(-1), "reconnecting");
+  assert.equal(FakeSocket.all.length, 1, "no new socket before the delay");
+  timers.advance(124); // random() = 0.5 of 250 ms
+  assert.equal(FakeSocket.all.length, 1);
+  timers.advance(1);
+  assert.equal(FakeSocket.all.length, 2);
+  const next = socket();
+  next.open();
+  const sub = next.ops("subscribe").at(-1);
+  assert.deepEqual([sub.transcriptId, sub.fromRevision, sub.epoch], ["t1", 3, EPOCH]);
+  next.deliver(appended(4, 3, 1)); // seq starts again at 1 on the new connection
+  next.pong();
+  assert.equal(statuses().at(-1), "resynced");
+  assert.equal(client.mirror("t1").revision, 4);
+  assert.equal(client.stats.reconnects, 1);
+  assert.equal(client.subscriptions.get("t1").continuity.counters.resumes, 1);
+});
+
+test("backoff grows while the server stays away, and resets once connected", () => {
+  const { ws, timers, events, socket } = live();
+  ws.drop();
+  const delays = [];
+  for (let i = 0; i < 6; i += 1) {
+    delays.push(events.filter((e) => e.type === "status").at(-1).delayMs);
+    timers.advance(10_000);
+    socket().drop(); // the dial fails
+  }
+  assert.deepEqual(delays, [125, 250, 500, 1000, 2000, 2500]); // 0.5 * min(5000, 250 * 2^n)
+  const last = events.filter((e) => e.type === "status").at(-1).delayMs;
+  timers.advance(10_000);
+  socket().open();
+  socket().drop();
+  assert.equal(events.filter((e) => e.type === "status").at(-1).delayMs, 125);
+  assert.equal(last, 2500);
+});
+
+test("backoffDelay is full jitter: uniform below an exponential cap", () => {
+  assert.equal(backoffDelay(0, { random: () => 0 }), 0);
+  assert.equal(backoffDelay(0, { initialMs: 100, random: () => 0.999 }), 99);
+  assert.equal(backoffDelay(3, { initialMs: 100, random: () => 0.999 }), 799);
+  assert.equal(backoffDelay(40, { initialMs: 100, maxMs: 3000, random: () => 0.999 }), 2997);
+  for (let attempt = 0; attempt < 12; attempt += 1) {
+    const d = backoffDelay(attempt);
+    assert.ok(d >= 0 && d < Math.min(5000, 250 * 2 ** attempt), `${attempt}: ${d}`);
+  }
+});
+
+test("an append resolves with its ack and carries an idempotency key", async () => {
+  const { client, ws, events } = live();
+  const sending = client.append("t1", [msg(2)]);
+  const [op] = ws.ops("append");
+  assert.equal(op.idempotencyKey, "key-1");
+  assert.equal(op.transcriptId, "t1");
+  ws.deliver({ type: "ack", ref: op.ref, transcriptId: "t1", revision: 3, start: 2, count: 1 });
+  const ack = await sending;
+  assert.deepEqual([ack.revision, ack.start, ack.count], [3, 2, 1]);
+  assert.equal(client.pendingAppends.length, 0);
+  assert.equal(events.filter((e) => e.type === "ack").length, 1);
+});
+
+test("an append whose ack was lost is sent again on the next connection with the same key", async () => {
+  const { client, ws, timers, socket } = live();
+  const sending = client.append("t1", [msg(2)]);
+  const first = ws.ops("append")[0];
+  ws.drop(); // the server may or may not have applied it
+  timers.advance(1000);
+  const next = socket();
+  next.open();
+  const again = next.ops("append");
+  assert.equal(again.length, 1);
+  assert.equal(again[0].idempotencyKey, first.idempotencyKey);
+  assert.deepEqual(again[0].messages, first.messages);
+  // The resume comes before the retry, so the copy is current when the ack arrives.
+  const order = next.sent.map((op) => op.op);
+  assert.ok(order.indexOf("subscribe") < order.indexOf("append"), order.join());
+  next.deliver({ type: "ack", ref: again[0].ref, transcriptId: "t1", revision: 3, start: 2, count: 1, duplicate: true });
+  const ack = await sending;
+  assert.equal(ack.duplicate, true);
+  assert.equal(client.stats.duplicateAcks, 1);
+  assert.equal(client.pendingAppends.length, 0);
+});
+
+test("an append made while disconnected waits for the connection", async () => {
+  const { client, ws, timers, socket } = live();
+  ws.drop();
+  const sending = client.append("t1", [msg(2)], { idempotencyKey: "mine" });
+  assert.equal(ws.ops("append").length, 0);
+  assert.deepEqual(client.pendingAppends.map((p) => p.key), ["mine"]);
+  timers.advance(1000);
+  socket().open();
+  const [op] = socket().ops("append");
+  assert.equal(op.idempotencyKey, "mine");
+  socket().deliver({ type: "ack", ref: op.ref, transcriptId: "t1", revision: 3, start: 2, count: 1 });
+  assert.equal((await sending).revision, 3);
+});
+
+test("an append the server refuses rejects with the server's code and is not retried", async () => {
+  const { client, ws, timers, socket } = live();
+  const sending = client.append("t1", [{ role: "nobody", content: "x" }]);
+  const [op] = ws.ops("append");
+  ws.deliver({ type: "error", ref: op.ref, transcriptId: "t1", code: "invalid-message", message: "messages[0].role" });
+  await assert.rejects(sending, (err) => err instanceof ServerError && err.code === "invalid-message");
+  assert.equal(client.subscriptions.has("t1"), true, "the subscription is not affected");
+  ws.drop();
+  timers.advance(1000);
+  socket().open();
+  assert.equal(socket().ops("append").length, 0);
+});
+
+test("close() rejects pending appends and stops reconnecting", async () => {
+  const { client, timers, statuses } = live();
+  const sending = client.append("t1", [msg(2)]);
+  client.close();
+  await assert.rejects(sending, /client closed/);
+  timers.advance(60_000);
+  assert.equal(FakeSocket.all.length, 1);
+  assert.equal(statuses().at(-1), "closed");
+});
+
+test("a server that refuses the token is not retried", () => {
+  const { client, socket, timers, statuses } = setup({ token: "wrong" });
+  client.connect();
+  socket().drop(1008, "unauthorized");
+  timers.advance(60_000);
+  assert.equal(FakeSocket.all.length, 1);
+  assert.equal(statuses().at(-1), "unauthorized");
+});
+
+test("a silent connection is given up after two heartbeat periods", () => {
+  const { ws, timers, statuses } = live({ heartbeatMs: 1000 });
+  timers.advance(1000);
+  assert.equal(ws.ops("ping").at(-1).ref, "heartbeat");
+  ws.pong(); // any frame counts as a sign of life
+  timers.advance(2000);
+  assert.equal(ws.closed, null);
+  timers.advance(1500);
+  assert.equal(ws.closed?.code, 4000);
+  assert.equal(statuses().at(-1), "reconnecting");
+});
+
+test("an event that does not fit the copy makes the client start over from a baseline", () => {
+  const { client, ws, events } = live();
+  // Revision 3 follows, but its messages claim to start at 7: the copy cannot take it.
+  ws.deliver(appended(3, 7, 1));
+  assert.equal(events.filter((e) => e.type === "error").at(-1).code, "mirror");
+  const sub = ws.ops("subscribe").at(-1);
+  assert.equal("fromRevision" in sub, false);
+  assert.equal(client.mirror("t1"), null);
+});
+
+test("Mirror closes the open segment at the event's end", () => {
+  const mirror = new Mirror(snapshot(3, 3));
+  mirror.apply({
+    transcriptId: "t1", epoch: EPOCH, revision: 4, occurredAt: 0,
+    change: { kind: "segment-started", previousStart: 0, start: 3, end: 3 },
+  });
+  assert.deepEqual(mirror.segments, [{ start: 0, end: 3 }, { start: 3, end: null }]);
+  assert.throws(() => mirror.apply({ ...appended(5, 1, 1).event }), /does not continue/);
+});
+
+test("attachmentBytes: text stays text, base64 of binary is decoded", () => {
+  const text = new TextDecoder().decode(attachmentBytes({ content: "plain text ✓" }));
+  assert.equal(text, "plain text ✓");
+  // "aGVsbG8=" is base64 of UTF-8 "hello": by the LMML rule it is the file's text itself.
+  assert.equal(new TextDecoder().decode(attachmentBytes({ content: "aGVsbG8=" })), "aGVsbG8=");
+  assert.deepEqual([...attachmentBytes({ content: "/wAB" })], [0xff, 0x00, 0x01]);
+});
+
+test("newIdempotencyKey makes distinct UUIDs", () => {
+  const keys = new Set(Array.from({ length: 100 }, newIdempotencyKey));
+  assert.equal(keys.size, 100);
+  for (const key of keys) assert.match(key, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+});
