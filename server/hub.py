@@ -374,7 +374,9 @@ class Hub:
         they are no longer held."""
         live = await self.acquire(transcript_id)
         current = live.transcript.revision
-        if revision >= current:
+        if revision > current:
+            return None  # a history this server never had: the caller needs a snapshot
+        if revision == current:
             return []
         live.flush()
         window = live.window
