@@ -1,0 +1,222 @@
+"""``tsync bench SCENARIO --url ws://host:port/v1/ws ...``: the command line.
+
+Exit status: 0 when every run behaved, 1 when a server misbehaved (a gap, a
+repeat, a missing event, an error, ...) or could not be benchmarked, 2 on bad
+usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from client_py.bench import report
+from client_py.bench.run import BenchError, Live, run_workload
+from client_py.bench.workload import DEFAULTS, SCENARIOS, Workload
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def register(commands: Any) -> None:
+    """Add the ``bench`` subcommand to ``tsync``'s subparsers."""
+    parser = commands.add_parser(
+        "bench",
+        help="load-test a server (fanout, chatroom, catchup, idle, slow)",
+        description="Load-test a transcript-sync server and check every frame's continuity. "
+        "Exits 1 if the server drops, repeats or reorders anything.",
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=main_args)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", choices=SCENARIOS)
+    parser.add_argument("--url", required=True, help="the server's ws://host:port/v1/ws")
+    parser.add_argument("--subscribers", type=int, help="subscriber connections")
+    parser.add_argument("--writers", type=int, help="writer connections")
+    parser.add_argument("--transcripts", type=int, help="transcripts written and followed")
+    loop = parser.add_mutually_exclusive_group()
+    loop.add_argument("--rate", type=float, help="appends/s per writer (open loop)")
+    loop.add_argument(
+        "--closed-loop", action="store_true", help="each writer appends as soon as its ack is back"
+    )
+    span = parser.add_mutually_exclusive_group()
+    span.add_argument("--duration", type=float, help="seconds of appending")
+    span.add_argument("--count", type=int, help="appends in total (over all writers)")
+    parser.add_argument("--size", type=int, default=200, help="bytes per message (default 200)")
+    parser.add_argument("--procs", type=int, default=1, help="processes to spread subscribers over")
+    parser.add_argument(
+        "--slow-share",
+        type=float,
+        default=0.1,
+        help="share of subscribers that stop reading (slow)",
+    )
+    parser.add_argument(
+        "--behind", type=int, default=100, help="events a resuming subscriber missed (catchup)"
+    )
+    parser.add_argument(
+        "--baseline-messages",
+        type=int,
+        default=10_000,
+        help="messages of the transcript whose baseline is timed (catchup)",
+    )
+    parser.add_argument(
+        "--drain-timeout", type=float, default=30.0, help="seconds to wait for stragglers"
+    )
+    parser.add_argument("--json", type=Path, help="write the full result here")
+    parser.add_argument("--markdown", type=Path, help="write a Markdown summary here")
+    parser.add_argument("--compare", metavar="BASELINE_URL", help="run the same against this too")
+    parser.add_argument("--server-pid", type=int, help="sample this process's CPU and RSS")
+    parser.add_argument("--compare-pid", type=int, help="the baseline server's process id")
+    parser.add_argument("--label", default="server", help="name of the --url run in reports")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no live display even on a terminal"
+    )
+
+
+def workload_from(args: argparse.Namespace) -> Workload:
+    defaults = DEFAULTS[args.scenario]
+
+    def pick(name: str) -> Any:
+        value = getattr(args, name, None)
+        return defaults[name] if value is None else value
+
+    rate = None if args.closed_loop else pick("rate")
+    duration = args.duration
+    if duration is None and args.count is None:
+        duration = defaults["duration"]
+    return Workload(
+        scenario=args.scenario,
+        subscribers=int(pick("subscribers")),
+        writers=int(pick("writers")),
+        transcripts=int(pick("transcripts")),
+        rate=rate,
+        duration=duration,
+        count=args.count,
+        size=args.size,
+        procs=args.procs,
+        slow_share=args.slow_share,
+        behind=args.behind,
+        baseline_messages=args.baseline_messages,
+        drain_timeout=args.drain_timeout,
+    )
+
+
+def main_args(args: argparse.Namespace) -> int:
+    try:
+        workload = workload_from(args)
+    except ValueError as exc:
+        print(f"tsync bench: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    show = not args.no_progress and sys.stderr.isatty()
+    try:
+        result = asyncio.run(bench(workload, args, show=show))
+    except BenchError as exc:
+        print(f"tsync bench: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+    text = report.markdown(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if args.markdown:
+        args.markdown.write_text(text)
+    print(text)
+    return 0 if result["ok"] else EXIT_FAILED
+
+
+async def bench(workload: Workload, args: argparse.Namespace, *, show: bool) -> dict[str, Any]:
+    """Run the workload against ``--url`` (and ``--compare``); the JSON result."""
+    targets = [(args.label, args.url, args.server_pid)]
+    if args.compare:
+        targets.append(("baseline", args.compare, args.compare_pid))
+    runs: list[dict[str, Any]] = []
+    for i, (label, url, pid) in enumerate(targets):
+        live = Live(label=label)
+        async with _display(live, show):
+            run = await run_workload(
+                url, workload.with_run_id(f"{workload.run_id}{i}"), server_pid=pid, live=live
+            )
+        run["label"] = label
+        run["failures"] = report.judge(run, workload.scenario)
+        run.pop("_histogram", None)
+        runs.append(run)
+    result: dict[str, Any] = {
+        "version": 1,
+        "scenario": workload.scenario,
+        "workload": {
+            k: getattr(workload, k) for k in Workload.__dataclass_fields__ if k != "run_id"
+        },
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "runs": runs,
+        "ok": not any(run["failures"] for run in runs),
+    }
+    if len(runs) == 2:
+        result["ratios"] = report.ratios(runs[0], runs[1])
+    return result
+
+
+@contextlib.asynccontextmanager
+async def _display(live: Live, show: bool) -> AsyncIterator[None]:
+    if not show:
+        yield
+        return
+    from rich.console import Console
+    from rich.live import Live as RichLive
+    from rich.table import Table
+
+    last = {"t": time.monotonic(), "delivered": 0}
+    rate = {"value": 0.0}
+
+    def render() -> Table:
+        delivered = sum(live.delivered.values())
+        now = time.monotonic()
+        if now - last["t"] >= 0.5:
+            rate["value"] = (delivered - last["delivered"]) / (now - last["t"])
+            last["t"], last["delivered"] = now, delivered
+        table = Table(title=f"tsync bench: {live.label}", show_header=True)
+        for column in (
+            "phase",
+            "elapsed",
+            "appends",
+            "acks",
+            "delivered",
+            "delivered/s",
+            "problems",
+            "lagged",
+        ):
+            table.add_column(column, justify="right" if column != "phase" else "left")
+        table.add_row(
+            live.phase,
+            f"{now - live.started:.1f}s",
+            f"{live.appends:,}",
+            f"{live.acks:,}",
+            f"{delivered:,}",
+            f"{rate['value']:,.0f}",
+            str(sum(live.problems.values())),
+            str(sum(live.lagged.values())),
+        )
+        return table
+
+    with RichLive(
+        render(), console=Console(stderr=True), refresh_per_second=4, transient=True
+    ) as display:
+
+        async def refresh() -> None:
+            while True:
+                display.update(render())
+                await asyncio.sleep(0.25)
+
+        task = asyncio.create_task(refresh())
+        try:
+            yield
+        finally:
+            task.cancel()

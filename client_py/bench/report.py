@@ -1,0 +1,159 @@
+"""Judging a run and writing it up: failures, ratios, the Markdown summary.
+
+``judge`` is the rule that makes a fast but wrong server fail the run: every
+subscriber must have seen each event exactly once, in order, on a gap-free
+connection, up to the final revision; writers must get an ack for every
+append. The only exception is the stopped share of the ``slow`` scenario,
+which is expected to be ``lagged`` (and may be re-baselined or dropped) but
+must still catch up without a gap or a repeat.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Counters that must stay at zero for subscribers that kept reading.
+ON_TIME_ZERO = (
+    "gaps",
+    "seq_gaps",
+    "repeats",
+    "foreign",
+    "invalid",
+    "stops",
+    "errors",
+    "disconnects",
+    "incomplete",
+    "lagged",
+    "rebaselines",
+)
+#: ... and for the subscribers that stopped reading (slow scenario).
+STOPPED_ZERO = ("gaps", "seq_gaps", "repeats", "foreign", "invalid", "stops", "incomplete")
+WRITER_ZERO = ("errors", "invalid", "seq_gaps", "disconnects")
+
+
+def judge(run: dict[str, Any], scenario: str) -> list[str]:
+    """Why this run shows a misbehaving server (empty when it behaved)."""
+    failures: list[str] = []
+    if scenario == "idle":
+        return failures
+    groups: dict[str, dict[str, Any]] = run.get("groups", {})
+    for name, group in groups.items():
+        zero = STOPPED_ZERO if name == "stopped" else ON_TIME_ZERO
+        for counter in zero:
+            if group.get(counter, 0):
+                failures.append(f"{name} subscribers: {counter} = {group[counter]}")
+        if group.get("delivered", 0) != group.get("expected", 0):
+            failures.append(
+                f"{name} subscribers applied {group.get('delivered', 0)} events, "
+                f"expected {group.get('expected', 0)}"
+            )
+    on_time = groups.get("on-time")
+    writers = run.get("writers", {})
+    if (
+        on_time is not None
+        and on_time.get("subscribers")
+        and writers.get("acks", 0)
+        and not on_time.get("expected")
+    ):
+        failures.append("on-time subscribers were owed no events although appends were acked")
+    for counter in WRITER_ZERO:
+        if writers.get(counter, 0):
+            failures.append(f"writers: {counter} = {writers[counter]}")
+    if writers and writers.get("acks") != writers.get("appends"):
+        failures.append(
+            f"writers got {writers.get('acks')} acks for {writers.get('appends')} appends"
+        )
+    for sample in writers.get("error_samples", []):
+        failures.append(f"writer error: {sample}")
+    catchup = run.get("catchup")
+    if catchup and catchup.get("baselines_on_resume"):
+        failures.append(
+            f"resume sent {catchup['baselines_on_resume']} baselines instead of increments"
+        )
+    return failures
+
+
+def _get(run: dict[str, Any], path: str) -> float | None:
+    value: Any = run
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return float(value) if isinstance(value, int | float) else None
+
+
+#: (label, path in a run, unit, higher is better)
+METRICS: tuple[tuple[str, str, str, bool], ...] = (
+    ("delivered events/s", "delivered_per_s", "/s", True),
+    ("acks/s", "writers.acks_per_s", "/s", True),
+    ("latency p50", "latency_ms.p50", "ms", False),
+    ("latency p90", "latency_ms.p90", "ms", False),
+    ("latency p99", "latency_ms.p99", "ms", False),
+    ("latency p99.9", "latency_ms.p99_9", "ms", False),
+    ("latency max", "latency_ms.max", "ms", False),
+    ("stopped share p99", "groups.stopped.latency_ms.p99", "ms", False),
+    ("ack latency p99", "writers.ack_latency_ms.p99", "ms", False),
+    ("server CPU per delivered event", "server_cpu.cpu_us_per_delivered", "µs", False),
+    ("server CPU share", "server_cpu.cpu_share", "cores", False),
+    ("server RSS peak", "server_cpu.rss_mb_peak", "MB", False),
+    ("resume (catch up) p50", "catchup.resume_ms.p50", "ms", False),
+    ("frames per resume", "catchup.frames_per_resume", "", False),
+    ("bytes per resume", "catchup.bytes_per_resume", "B", False),
+    ("baseline of N messages", "catchup.baseline.median_ms", "ms", False),
+    ("RSS per idle connection", "idle.kb_per_connection", "KB", False),
+    ("RSS per idle subscribed connection", "idle.kb_per_subscribed_connection", "KB", False),
+)
+
+
+def ratios(target: dict[str, Any], baseline: dict[str, Any]) -> dict[str, float]:
+    """target / baseline for every metric both runs have."""
+    out: dict[str, float] = {}
+    for _label, path, _unit, _higher in METRICS:
+        a, b = _get(target, path), _get(baseline, path)
+        if a is not None and b:
+            out[path] = round(a / b, 3)
+    return out
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 100 or value == int(value):
+        return f"{value:,.0f}"
+    return f"{value:,.3g}" if value < 1 else f"{value:,.2f}"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """A Markdown summary of a result (one or two runs, failures, ratios)."""
+    runs: list[dict[str, Any]] = result["runs"]
+    w = result["workload"]
+    mode = "closed loop" if w["rate"] is None else f"{w['rate']:g} appends/s per writer"
+    span = (
+        f"{w['duration']:g} s" if w.get("duration") else f"{w.get('count') or w['behind']} appends"
+    )
+    lines = [
+        f"## tsync bench {result['scenario']}",
+        "",
+        f"{w['subscribers']} subscribers over {w['procs']} process(es), {w['writers']} writer(s), "
+        f"{w['transcripts']} transcript(s), {mode}, {span}, {w['size']} B messages.",
+        "",
+    ]
+    header = "| metric | " + " | ".join(r["label"] for r in runs)
+    if len(runs) == 2:
+        header += " | ratio"
+    lines += [header + " |", "|---" * (len(runs) + 1 + (len(runs) == 2)) + "|"]
+    for label, path, unit, _higher in METRICS:
+        values = [_get(r, path) for r in runs]
+        if all(v is None for v in values):
+            continue
+        row = f"| {label}{f' ({unit})' if unit else ''} | " + " | ".join(_fmt(v) for v in values)
+        if len(runs) == 2:
+            ratio = result.get("ratios", {}).get(path)
+            row += f" | {ratio:.2f}x" if ratio is not None else " | -"
+        lines.append(row + " |")
+    lines.append("")
+    for run in runs:
+        problems = run.get("failures", [])
+        verdict = "OK" if not problems else "FAILED: " + "; ".join(problems)
+        lines.append(f"- {run['label']} ({run['url']}): {verdict}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,426 @@
+"""One benchmark run against one server: set up, spawn the subscribers' processes,
+drive the writers, collect and merge what everybody saw.
+
+``run_workload`` returns a plain dict (the ``runs[i]`` of the JSON result);
+``report.judge`` decides whether the server behaved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import multiprocessing
+import statistics
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import msgspec
+from websockets.asyncio.client import connect
+
+from client_py.bench import worker
+from client_py.bench.channel import Channel
+from client_py.bench.histogram import LatencyHistogram
+from client_py.bench.sampler import ServerSampler
+from client_py.bench.subscriber import GroupStats, Subscriber
+from client_py.bench.workload import Workload, filler
+from client_py.bench.writer import Writer, WriterStats
+from protocol import wire
+
+SETTLE_S = 1.0  # let the server's memory settle before reading RSS
+FILL_BATCH = 500  # messages per append when filling the catchup transcript
+BASELINE_SAMPLES = 5  # fresh subscribes timed on the catchup transcript
+
+
+class BenchError(Exception):
+    """The run could not be carried out (server unreachable, a worker died, ...)."""
+
+
+@dataclass
+class Live:
+    """What the progress display shows; updated as the run goes."""
+
+    label: str = ""
+    phase: str = "starting"
+    started: float = field(default_factory=time.monotonic)
+    appends: int = 0
+    acks: int = 0
+    delivered: dict[int, int] = field(default_factory=dict)  # per worker
+    problems: dict[int, int] = field(default_factory=dict)
+    lagged: dict[int, int] = field(default_factory=dict)
+
+
+def http_base(ws_url: str) -> str:
+    """``ws://host:port/v1/ws`` -> ``http://host:port``."""
+    parts = urlsplit(ws_url)
+    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme)
+    if scheme is None:
+        raise BenchError(f"not a WebSocket URL: {ws_url!r} (expected ws://host:port/v1/ws)")
+    return urlunsplit((scheme, parts.netloc, "", "", ""))
+
+
+def _http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            raw = response.read()
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        status = exc.code
+    try:
+        return status, json.loads(raw) if raw else None
+    except ValueError:
+        return status, None
+
+
+async def probe(ws_url: str) -> dict[str, Any]:
+    """``GET /healthz``: is anybody there, and does it create transcripts on first use?"""
+    base = http_base(ws_url)
+    try:
+        status, body = await asyncio.to_thread(_http, "GET", base + "/healthz")
+    except OSError as exc:
+        raise BenchError(f"cannot reach {base}/healthz: {exc}") from None
+    if status != 200 or not isinstance(body, dict):
+        raise BenchError(f"{base}/healthz answered {status}: not a transcript-sync server")
+    return body
+
+
+async def create_transcripts(ws_url: str, ids: list[str]) -> None:
+    base = http_base(ws_url)
+    for tid in ids:
+        status, body = await asyncio.to_thread(_http, "POST", base + "/v1/transcripts", {"id": tid})
+        if status not in (200, 201):
+            raise BenchError(f"creating transcript {tid!r}: HTTP {status} {body}")
+
+
+async def fill(ws_url: str, transcript_id: str, messages: int, size: int) -> None:
+    """Append ``messages`` messages of ``size`` bytes in batches (catchup scenario)."""
+    content = filler(size)
+    async with connect(ws_url, compression=None, max_size=None) as ws:
+        done = 0
+        while done < messages:
+            n = min(FILL_BATCH, messages - done)
+            op = {
+                "op": "append",
+                "transcriptId": transcript_id,
+                "ref": done,
+                "messages": [{"role": "user", "content": content}] * n,
+            }
+            await ws.send(msgspec.json.encode(op), text=True)
+            while True:
+                frames = [
+                    wire.accept_transcript_update(f) for f in wire.split_frames(await ws.recv())
+                ]
+                if any(isinstance(f, wire.ErrorFrame) for f in frames):
+                    raise BenchError(f"filling {transcript_id!r}: {frames}")
+                if any(isinstance(f, wire.Ack) for f in frames):
+                    break
+            done += n
+
+
+async def time_baselines(ws_url: str, transcript_id: str, samples: int) -> dict[str, Any]:
+    """Fresh subscribes to a big transcript, one after the other: connect ->
+    baseline received and validated."""
+    times: list[float] = []
+    sizes: list[int] = []
+    for _ in range(samples):
+        sub = Subscriber(ws_url, transcript_id, GroupStats())
+        started = time.perf_counter()
+        await sub.open()
+        async with asyncio.timeout(60):
+            await sub.ready.wait()
+        times.append((time.perf_counter() - started) * 1000)
+        sizes.append(sub.since_connect_bytes)
+        await sub.close()
+    return {
+        "samples_ms": [round(t, 2) for t in times],
+        "median_ms": round(statistics.median(times), 2),
+        "bytes": max(sizes),
+    }
+
+
+class WorkerPool:
+    """The subscribers' processes and their pipes."""
+
+    def __init__(self, ws_url: str, workload: Workload, live: Live) -> None:
+        self.live = live
+        self.timeout = workload.drain_timeout + 60
+        context = multiprocessing.get_context("spawn")
+        self.procs: list[Any] = []
+        self.channels: list[Channel] = []
+        self.replies: list[asyncio.Queue[tuple[str, Any]]] = []
+        for chunk in workload.chunks():
+            if not chunk:
+                continue
+            ours, theirs = context.Pipe()
+            proc = context.Process(
+                target=worker.main, args=(ws_url, workload, chunk, theirs), daemon=True
+            )
+            self.procs.append(proc)
+            self.channels.append(Channel(ours))
+            self.replies.append(asyncio.Queue())
+        self._pumps: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        for proc in self.procs:
+            proc.start()
+        for i, channel in enumerate(self.channels):
+            channel.start()
+            self._pumps.append(asyncio.create_task(self._pump(i, channel)))
+        await self.expect("ready")
+
+    async def _pump(self, i: int, channel: Channel) -> None:
+        while True:
+            kind, payload = await channel.recv()
+            if kind == "progress":
+                groups = payload.values()
+                self.live.delivered[i] = sum(g["delivered"] for g in groups)
+                self.live.problems[i] = sum(g["problems"] for g in groups)
+                self.live.lagged[i] = sum(g["lagged"] for g in groups)
+                continue
+            await self.replies[i].put((kind, payload))
+            if kind == "eof":
+                return
+
+    def send(self, kind: str, payload: Any = None) -> None:
+        for channel in self.channels:
+            channel.send(kind, payload)
+
+    async def expect(self, kind: str) -> list[Any]:
+        """Wait for every worker to answer ``kind``."""
+        answers = []
+        for i, queue in enumerate(self.replies):
+            try:
+                async with asyncio.timeout(self.timeout):
+                    got, payload = await queue.get()
+            except TimeoutError:
+                raise BenchError(f"subscriber process {i} did not answer {kind!r}") from None
+            if got != kind:
+                detail = payload if isinstance(payload, str) else got
+                raise BenchError(f"subscriber process {i} failed: {detail}")
+            answers.append(payload)
+        return answers
+
+    async def stop(self) -> None:
+        for channel in self.channels:
+            with contextlib.suppress(OSError):
+                channel.send("stop")
+        deadline = time.monotonic() + 10
+        for proc in self.procs:
+            await asyncio.to_thread(proc.join, max(0.1, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+        for task in self._pumps:
+            task.cancel()
+        for channel in self.channels:
+            channel.close()
+
+
+def merge_results(answers: list[dict[str, Any]]) -> tuple[dict[str, GroupStats], dict[str, Any]]:
+    groups = {"on-time": GroupStats(), "stopped": GroupStats()}
+    resume_latency = LatencyHistogram()
+    resume: dict[str, Any] = {"latency": resume_latency, "frames": 0, "bytes": 0, "baselines": 0}
+    for answer in answers:
+        for name, data in answer["groups"].items():
+            groups[name].merge(data["counters"], data["latency"])
+        resume_latency.merge_encoded(answer["resume"]["latency"])
+        for key in ("frames", "bytes", "baselines"):
+            resume[key] += answer["resume"][key]
+    return groups, resume
+
+
+async def run_workload(
+    ws_url: str, workload: Workload, *, server_pid: int | None, live: Live
+) -> dict[str, Any]:
+    """Run ``workload`` once against ``ws_url``; the result as plain data."""
+    info = await probe(ws_url)
+    ids = workload.transcript_ids()
+    if not info.get("createsOnUse"):
+        live.phase = "creating transcripts"
+        await create_transcripts(
+            ws_url, ids + ([workload.big_transcript()] if workload.scenario == "catchup" else [])
+        )
+    result: dict[str, Any] = {
+        "url": ws_url,
+        "server": {k: v for k, v in info.items() if isinstance(v, str | int | bool)},
+    }
+    if workload.scenario == "catchup":
+        live.phase = f"filling a {workload.baseline_messages}-message transcript"
+        await fill(ws_url, workload.big_transcript(), workload.baseline_messages, workload.size)
+
+    sampler = ServerSampler(server_pid) if server_pid else None
+    if sampler is not None:
+        sampler.start()
+        await asyncio.sleep(SETTLE_S)
+        rss_before = sampler.rss()
+    pool = WorkerPool(ws_url, workload, live)
+    wstats = WriterStats()
+    writers = [
+        Writer(ws_url, workload.writer_transcript(w), w, workload.size, wstats)
+        for w in range(workload.writers)
+    ]
+    try:
+        live.phase = f"connecting {workload.subscribers} subscribers"
+        await pool.start()
+        if workload.scenario == "idle":
+            result["idle"] = await _idle(pool, sampler, rss_before if sampler else 0, workload)
+            answers: list[dict[str, Any]] = []
+            cpu_used = None
+        else:
+            await asyncio.gather(*(w.open() for w in writers))
+            if workload.scenario == "catchup":
+                live.phase = "subscribers disconnected"
+                pool.send("disconnect")
+                await pool.expect("disconnected")
+            cpu_start = sampler.cpu() if sampler else 0.0
+            first_send_ns = time.time_ns()
+            live.phase = "appending"
+            live.started = time.monotonic()
+            writing = _drive_writers(writers, workload, wstats, live)
+            await writing
+            for w in writers:
+                await w.settle(10)
+            append_s = time.monotonic() - live.started
+            targets = {tid: wstats.revisions.get(tid, 0) for tid in ids}
+            live.phase = "draining"
+            pool.send("resume" if workload.scenario == "catchup" else "targets", targets)
+            answers = await pool.expect("result")
+            cpu_used = (sampler.cpu() - cpu_start) if sampler else None
+            result["append_s"] = round(append_s, 3)
+            result["first_send_ns"] = first_send_ns
+    finally:
+        live.phase = "closing"
+        await asyncio.gather(*(w.close() for w in writers), return_exceptions=True)
+        await pool.stop()
+        if sampler is not None:
+            await sampler.stop()
+
+    if workload.scenario == "idle":
+        return result
+    groups, resume = merge_results(answers)
+    on_time = groups["on-time"]
+    window_s = max(1e-9, (on_time.last_apply_ns - result["first_send_ns"]) / 1e9)
+    delivered = on_time.delivered
+    result.update(
+        {
+            "writers": {
+                "appends": wstats.appends,
+                "acks": wstats.acks,
+                "acks_per_s": round(wstats.acks / max(result["append_s"], 1e-9), 1),
+                "errors": wstats.errors,
+                "error_samples": wstats.error_samples,
+                "invalid": wstats.invalid,
+                "seq_gaps": wstats.seq_gaps,
+                "disconnects": wstats.disconnects,
+                "max_behind_ms": round(wstats.max_behind_s * 1000, 2),
+                "ack_latency_ms": wstats.ack_latency.summary_ms(),
+                "final_revisions": dict(sorted(wstats.revisions.items())[:5]),
+            },
+            "delivery_window_s": round(window_s, 3),
+            "delivered": delivered,
+            "delivered_per_s": round(delivered / window_s, 1) if delivered else 0.0,
+            "latency_ms": on_time.latency.summary_ms(),
+            "groups": {
+                name: {**g.counters(), "latency_ms": g.latency.summary_ms()}
+                for name, g in groups.items()
+                if g.subscribers
+            },
+        }
+    )
+    result["_histogram"] = on_time.latency.encode()
+    if cpu_used is not None and sampler is not None:
+        result["server_cpu"] = {
+            "cpu_s": round(cpu_used, 3),
+            "cpu_us_per_delivered": round(cpu_used * 1e6 / delivered, 2) if delivered else None,
+            "cpu_share": round(cpu_used / max(window_s, 1e-9), 3),
+            "rss_mb_start": round(rss_before / 2**20, 1),
+            "rss_mb_peak": round(sampler.peak_rss / 2**20, 1),
+        }
+    if workload.scenario == "catchup":
+        subs = max(1, on_time.subscribers)
+        result["catchup"] = {
+            "behind": workload.behind,
+            "resume_ms": resume["latency"].summary_ms(),
+            "frames_per_resume": round(resume["frames"] / subs, 2),
+            "bytes_per_resume": round(resume["bytes"] / subs),
+            "baselines_on_resume": resume["baselines"],
+        }
+        live.phase = f"timing {workload.baseline_messages}-message baselines"
+        result["catchup"]["baseline"] = {
+            "messages": workload.baseline_messages,
+            **await time_baselines(ws_url, workload.big_transcript(), BASELINE_SAMPLES),
+        }
+    return result
+
+
+async def _drive_writers(
+    writers: list[Writer], workload: Workload, wstats: WriterStats, live: Live
+) -> None:
+    stop = asyncio.Event()
+    if workload.scenario == "catchup":
+        count: int | None = workload.behind
+        until = None
+        rate = None
+    else:
+        count = None
+        until = time.monotonic() + workload.duration if workload.duration else None
+        rate = workload.rate
+
+    async def show() -> None:
+        while True:
+            live.appends, live.acks = wstats.appends, wstats.acks
+            await asyncio.sleep(0.1)
+
+    shower = asyncio.create_task(show())
+    try:
+        await asyncio.gather(
+            *(
+                w.run(
+                    rate=rate,
+                    until=until,
+                    count=count
+                    if workload.scenario == "catchup"
+                    else workload.appends_for_writer(i),
+                    stop=stop,
+                )
+                for i, w in enumerate(writers)
+            )
+        )
+    finally:
+        shower.cancel()
+        live.appends, live.acks = wstats.appends, wstats.acks
+
+
+async def _idle(
+    pool: WorkerPool, sampler: ServerSampler | None, rss_before: int, workload: Workload
+) -> dict[str, Any]:
+    n = workload.subscribers
+    out: dict[str, Any] = {"connections": n}
+    if sampler is None:
+        pool.send("subscribe")
+        await pool.expect("subscribed")
+        out["note"] = "no --server-pid: RSS not measured"
+        return out
+    await asyncio.sleep(SETTLE_S)
+    rss_connected = sampler.rss()
+    pool.send("subscribe")
+    await pool.expect("subscribed")
+    await asyncio.sleep(SETTLE_S)
+    rss_subscribed = sampler.rss()
+    out.update(
+        {
+            "rss_mb_before": round(rss_before / 2**20, 1),
+            "rss_mb_connected": round(rss_connected / 2**20, 1),
+            "rss_mb_subscribed": round(rss_subscribed / 2**20, 1),
+            "kb_per_connection": round((rss_connected - rss_before) / n / 1024, 2),
+            "kb_per_subscribed_connection": round((rss_subscribed - rss_before) / n / 1024, 2),
+        }
+    )
+    return out

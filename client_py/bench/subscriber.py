@@ -1,0 +1,266 @@
+"""One subscriber connection: subscribe, verify every frame, time every message.
+
+Each subscriber follows one transcript on its own connection. Every frame
+goes through ``accept_transcript_update`` (a frame that does not validate is
+counted as invalid), the connection's ``SeqTracker`` and the transcript's
+``Continuity``; the decisions are carried out as a real client would (a
+``Resubscribe`` sends the subscribe op). Latency is the time from the
+writer's timestamp (``metadata.t``, ``time.time_ns``) to the arrival of the
+WebSocket message that carried the increment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+import websockets
+from websockets.asyncio.client import ClientConnection, connect
+
+from client_py.bench.histogram import LatencyHistogram
+from protocol import wire
+from protocol.continuity import (
+    Apply,
+    Continuity,
+    Replace,
+    Resubscribe,
+    SeqTracker,
+    SeqVerdict,
+    Stop,
+)
+from protocol.errors import InvalidFrame
+from protocol.types import MessagesAppended
+
+
+@dataclass(slots=True)
+class GroupStats:
+    """What the subscribers of one group (``on-time`` or ``stopped``) saw."""
+
+    subscribers: int = 0
+    frames: int = 0
+    ws_messages: int = 0
+    received_bytes: int = 0
+    delivered: int = 0  #: increments applied (events)
+    messages: int = 0  #: messages in those increments that carried a timestamp
+    baselines: int = 0
+    rebaselines: int = 0
+    gaps: int = 0  #: revision gaps and seq gaps
+    seq_gaps: int = 0
+    repeats: int = 0  #: events at or below the copy's revision, and repeated seqs
+    lagged: int = 0
+    foreign: int = 0
+    invalid: int = 0
+    errors: int = 0  #: error frames other than lagged
+    stops: int = 0
+    disconnects: int = 0  #: connections lost without being asked to close
+    incomplete: int = 0  #: subscribers that never reached the final revision
+    missing: int = 0  #: events between their last revision and the final one
+    expected: int = 0  #: events each subscriber should have applied, summed
+    last_apply_ns: int = 0
+    latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+
+    def counters(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__ if name != "latency"}
+
+    def merge(self, counters: dict[str, int], latency: bytes) -> None:
+        for name, value in counters.items():
+            if name == "last_apply_ns":
+                self.last_apply_ns = max(self.last_apply_ns, value)
+            else:
+                setattr(self, name, getattr(self, name) + value)
+        self.latency.merge_encoded(latency)
+
+
+class Subscriber:
+    """One connection following one transcript, with continuity checks.
+
+    ``reading`` gates the reader: a stopped subscriber (slow scenario) clears
+    it and the socket's buffers fill up as a stalled client's would.
+    """
+
+    def __init__(self, url: str, transcript_id: str, stats: GroupStats) -> None:
+        self.url = url
+        self.transcript_id = transcript_id
+        self.stats = stats
+        self.seq = SeqTracker()
+        self.continuity = Continuity(transcript_id)
+        self.ready = asyncio.Event()  #: the first baseline arrived
+        self.done = asyncio.Event()  #: the copy reached ``target``
+        self.reading = asyncio.Event()
+        self.reading.set()
+        self.target: int | None = None
+        self.start_revision: int | None = None
+        self.ws: ClientConnection | None = None
+        self.closing = False
+        self.auto_reconnect = True
+        #: Frames and bytes received since the last (re)connect, and when it started.
+        self.since_connect_frames = 0
+        self.since_connect_bytes = 0
+        self.since_connect_baselines = 0
+        self.connected_at = 0.0
+        self.done_at = 0.0
+        #: Events a later baseline covered (they are not owed as increments).
+        self.skipped_by_baselines = 0
+        self._pending_ops: list[bytes] = []
+        self._task: asyncio.Task[None] | None = None
+
+    # --- connection ------------------------------------------------------------
+
+    async def open(self, *, subscribe: bool = True) -> None:
+        """Connect and (unless told not to) send the subscribe op for the copy held."""
+        self.connected_at = time.perf_counter()
+        self.since_connect_frames = self.since_connect_bytes = self.since_connect_baselines = 0
+        self.ws = await connect(
+            self.url,
+            subprotocols=[wire.SUBPROTOCOL_JSON],  # type: ignore[list-item]
+            compression=None,
+            max_size=None,
+            open_timeout=30,
+            ping_interval=None,
+        )
+        self.seq.reset()
+        self.closing = False
+        if subscribe:
+            await self.subscribe()
+        self._task = asyncio.create_task(self._read_loop())
+
+    async def subscribe(self) -> None:
+        assert self.ws is not None
+        if self.continuity.revision is None:
+            op = self.continuity.resubscribe_request()
+        else:
+            op = self.continuity.on_new_connection().op()
+        await self.ws.send(wire.encode_json(op), text=True)
+
+    async def close(self) -> None:
+        """Close on purpose (not counted as a lost connection)."""
+        self.closing = True
+        if self.ws is not None:
+            await self.ws.close()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        self.continuity.on_connection_lost()
+
+    def set_target(self, revision: int) -> None:
+        """The transcript's final revision: the subscriber is done when its copy gets there."""
+        self.target = revision
+        self._check_done()
+
+    def finish(self) -> None:
+        """Count what was owed and what is missing once the run is over."""
+        if self.target is None:
+            return
+        start = self.start_revision if self.start_revision is not None else self.target
+        self.stats.expected += max(0, self.target - start - self.skipped_by_baselines)
+        revision = self.continuity.revision or 0
+        if revision < self.target:
+            self.stats.incomplete += 1
+            self.stats.missing += self.target - revision
+
+    # --- reading -----------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        ws = self.ws
+        assert ws is not None
+        try:
+            while True:
+                if not self.reading.is_set():
+                    await self.reading.wait()
+                message = await ws.recv()
+                self._on_message(message, time.time_ns())
+                if self._pending_ops:
+                    ops, self._pending_ops = self._pending_ops, []
+                    for op in ops:
+                        await ws.send(op, text=True)
+        except websockets.ConnectionClosed:
+            if not self.closing:
+                self.stats.disconnects += 1
+                if self.auto_reconnect:
+                    self.continuity.on_connection_lost()
+                    asyncio.get_running_loop().create_task(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        with contextlib.suppress(OSError, websockets.InvalidHandshake, TimeoutError):
+            await self.open()
+
+    def _on_message(self, message: str | bytes, now_ns: int) -> None:
+        stats = self.stats
+        stats.ws_messages += 1
+        stats.received_bytes += len(message)
+        self.since_connect_bytes += len(message)
+        for raw in wire.split_frames(message):
+            stats.frames += 1
+            self.since_connect_frames += 1
+            try:
+                frame = wire.accept_transcript_update(raw)
+            except InvalidFrame:
+                stats.invalid += 1
+                continue
+            verdict = self.seq.observe(frame.seq)
+            if verdict is SeqVerdict.REPEAT:
+                stats.repeats += 1
+                continue
+            if verdict is SeqVerdict.GAP:
+                stats.seq_gaps += 1
+                stats.gaps += 1
+                self._act(self.continuity.on_seq_gap())
+            if isinstance(frame, wire.Ack | wire.Pong):
+                continue
+            if isinstance(frame, wire.ErrorFrame):
+                if frame.code == wire.LAGGED:
+                    stats.lagged += 1
+                elif frame.code not in ("not-found",):
+                    stats.errors += 1
+            before = self.continuity.counters
+            previous_revision = self.continuity.revision
+            decision = self.continuity.on_frame(frame)
+            after = self.continuity.counters
+            stats.repeats += after.repeats_ignored - before.repeats_ignored
+            stats.gaps += after.gaps - before.gaps
+            stats.foreign += after.foreign - before.foreign
+            if isinstance(decision, Apply):
+                stats.delivered += 1
+                stats.last_apply_ns = now_ns
+                change = decision.event.change
+                if isinstance(change, MessagesAppended):
+                    for msg in change.messages:
+                        sent = msg.metadata.get("t") if msg.metadata else None
+                        if isinstance(sent, int):
+                            stats.latency.record_ns(now_ns - sent)
+                            stats.messages += 1
+                self._check_done()
+            elif isinstance(decision, Replace):
+                stats.baselines += 1
+                self.since_connect_baselines += 1
+                if after.rebaselines > before.rebaselines:
+                    stats.rebaselines += 1
+                    if previous_revision is not None:
+                        self.skipped_by_baselines += max(
+                            0, decision.snapshot.revision - previous_revision
+                        )
+                if self.start_revision is None:
+                    self.start_revision = decision.snapshot.revision
+                self.ready.set()
+                self._check_done()
+            elif isinstance(decision, Resubscribe):
+                self._act(decision)
+            elif isinstance(decision, Stop):
+                stats.stops += 1
+
+    def _act(self, decision: Resubscribe) -> None:
+        # Sent by the read loop once the message is handled (sending awaits).
+        self._pending_ops.append(wire.encode_json(decision.op()))
+
+    def _check_done(self) -> None:
+        revision = self.continuity.revision
+        if (
+            self.target is not None
+            and revision is not None
+            and revision >= self.target
+            and not self.done.is_set()
+        ):
+            self.done_at = time.perf_counter()
+            self.done.set()

@@ -1,0 +1,169 @@
+"""A worker process: a share of the subscribers, driven by the harness over a pipe.
+
+The harness sends commands and the worker answers each one:
+
+==================  ==================================================================
+``subscribe``       (idle) subscribe every connection -> ``subscribed``
+``targets``         final revision per transcript: read until every copy gets there
+                    (or the drain timeout) -> ``result``
+``disconnect``      (catchup) close every connection -> ``disconnected``
+``resume``          (catchup) reconnect, resume from the copy's revision, read up to the
+                    targets given -> ``result``
+``stop``            close everything and exit
+==================  ==================================================================
+
+Before any command the worker connects its subscribers and says ``ready``
+(with ``failed`` instead if it cannot); while it runs it sends ``progress``
+twice a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from client_py.bench.channel import Channel
+from client_py.bench.histogram import LatencyHistogram
+from client_py.bench.subscriber import GroupStats, Subscriber
+from client_py.bench.workload import Workload
+
+CONNECT_CONCURRENCY = 64
+PROGRESS_INTERVAL_S = 0.5
+
+
+def main(url: str, workload: Workload, indices: list[int], conn: Connection) -> None:
+    """The process entry point (``multiprocessing`` target)."""
+    asyncio.run(Worker(url, workload, indices, conn).run())
+
+
+class Worker:
+    def __init__(self, url: str, workload: Workload, indices: list[int], conn: Connection) -> None:
+        self.url = url
+        self.workload = workload
+        self.channel = Channel(conn)
+        self.groups = {"on-time": GroupStats(), "stopped": GroupStats()}
+        self.subscribers: list[Subscriber] = []
+        for index in indices:
+            group = "stopped" if workload.is_stopped(index) else "on-time"
+            self.groups[group].subscribers += 1
+            sub = Subscriber(url, workload.subscriber_transcript(index), self.groups[group])
+            # Only a stopped subscriber may lose its connection and go on.
+            sub.auto_reconnect = group == "stopped"
+            self.subscribers.append(sub)
+        self.resume_latency = LatencyHistogram()
+
+    async def run(self) -> None:
+        self.channel.start()
+        progress = asyncio.create_task(self._progress())
+        try:
+            subscribe = self.workload.scenario != "idle"
+            await self._open_all(subscribe=subscribe)
+            if subscribe:
+                await self._wait_ready()
+            for sub in self.subscribers:
+                if sub.stats is self.groups["stopped"]:
+                    sub.reading.clear()
+            self.channel.send("ready", {"connections": len(self.subscribers)})
+            while True:
+                kind, payload = await self.channel.recv()
+                if kind in ("stop", "eof"):
+                    break
+                await self._command(kind, payload)
+        except Exception as exc:
+            self.channel.send("failed", f"{exc!r}\n{traceback.format_exc(limit=4)}")
+        finally:
+            progress.cancel()
+            for sub in self.subscribers:
+                sub.closing = True
+            await asyncio.gather(*(self._quiet_close(s) for s in self.subscribers))
+            self.channel.close()
+
+    async def _command(self, kind: str, payload: Any) -> None:
+        if kind == "subscribe":
+            await asyncio.gather(*(sub.subscribe() for sub in self.subscribers))
+            await self._wait_ready()
+            self.channel.send("subscribed", None)
+        elif kind == "disconnect":
+            await asyncio.gather(*(sub.close() for sub in self.subscribers))
+            self.channel.send("disconnected", None)
+        elif kind == "resume":
+            await self._open_all(subscribe=True)
+            await self._drain(payload)
+            for sub in self.subscribers:
+                if sub.done.is_set():
+                    self.resume_latency.record_us(int((sub.done_at - sub.connected_at) * 1e6))
+            self.channel.send("result", self._result())
+        elif kind == "targets":
+            for sub in self.subscribers:
+                sub.reading.set()
+            await self._drain(payload)
+            self.channel.send("result", self._result())
+        else:
+            raise ValueError(f"unknown command {kind!r}")
+
+    async def _open_all(self, *, subscribe: bool) -> None:
+        gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
+
+        async def one(sub: Subscriber) -> None:
+            async with gate:
+                await sub.open(subscribe=subscribe)
+
+        await asyncio.gather(*(one(sub) for sub in self.subscribers))
+
+    async def _wait_ready(self) -> None:
+        async with asyncio.timeout(self.workload.drain_timeout):
+            await asyncio.gather(*(sub.ready.wait() for sub in self.subscribers))
+
+    async def _drain(self, targets: dict[str, int]) -> None:
+        for sub in self.subscribers:
+            sub.done.clear()
+            sub.set_target(targets.get(sub.transcript_id, 0))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.workload.drain_timeout):
+                await asyncio.gather(*(sub.done.wait() for sub in self.subscribers))
+        for sub in self.subscribers:
+            sub.finish()
+
+    def _result(self) -> dict[str, Any]:
+        return {
+            "groups": {
+                name: {"counters": g.counters(), "latency": g.latency.encode()}
+                for name, g in self.groups.items()
+            },
+            "resume": {
+                "latency": self.resume_latency.encode(),
+                "frames": sum(s.since_connect_frames for s in self.subscribers),
+                "bytes": sum(s.since_connect_bytes for s in self.subscribers),
+                "baselines": sum(s.since_connect_baselines for s in self.subscribers),
+            },
+        }
+
+    async def _progress(self) -> None:
+        while True:
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
+            with contextlib.suppress(OSError):
+                self.channel.send(
+                    "progress",
+                    {
+                        name: {
+                            "delivered": g.delivered,
+                            "frames": g.frames,
+                            "bytes": g.received_bytes,
+                            "problems": g.gaps + g.repeats + g.invalid + g.foreign + g.stops,
+                            "lagged": g.lagged,
+                            "time": time.time(),
+                        }
+                        for name, g in self.groups.items()
+                    },
+                )
+
+    @staticmethod
+    async def _quiet_close(sub: Subscriber) -> None:
+        if sub.ws is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(2):
+                    await sub.ws.close()

@@ -1,0 +1,117 @@
+"""What one benchmark run does: the scenario, its sizes, and the messages it sends.
+
+Everything here is plain data (picklable: worker processes get a copy) and
+pure functions of it, so the choice of which subscriber follows which
+transcript, and which of them stop reading, is the same in every process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from dataclasses import dataclass
+from typing import Final
+
+SCENARIOS: Final = ("fanout", "chatroom", "catchup", "idle", "slow")
+
+#: Sizes of each scenario when the command line does not say.
+DEFAULTS: Final[dict[str, dict[str, float | int | None]]] = {
+    "fanout": {"subscribers": 100, "writers": 1, "transcripts": 1, "rate": None, "duration": 10},
+    "chatroom": {"subscribers": 200, "writers": 50, "transcripts": 50, "rate": 5, "duration": 10},
+    "catchup": {"subscribers": 100, "writers": 1, "transcripts": 1, "rate": None, "duration": None},
+    "idle": {"subscribers": 1000, "writers": 0, "transcripts": 1, "rate": None, "duration": None},
+    "slow": {"subscribers": 100, "writers": 1, "transcripts": 1, "rate": 200, "duration": 10},
+}
+
+# The message template: the writer's send time (ns) goes into ``metadata.t``.
+_MESSAGE_OVERHEAD: Final = len(
+    b'{"role":"user","content":"","metadata":{"t":1700000000000000000,"w":0}}'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One run's shape. ``rate`` is appends/s per writer (open loop); ``None``
+    means closed loop (each writer sends the next append when the last ack
+    came back). A run stops after ``duration`` seconds or ``count`` appends
+    in total, whichever the caller set."""
+
+    scenario: str
+    subscribers: int
+    writers: int
+    transcripts: int
+    rate: float | None = None
+    duration: float | None = None
+    count: int | None = None
+    size: int = 200
+    procs: int = 1
+    slow_share: float = 0.1
+    behind: int = 100
+    baseline_messages: int = 10_000
+    drain_timeout: float = 30.0
+    run_id: str = dataclasses.field(default_factory=lambda: secrets.token_hex(4))
+
+    def __post_init__(self) -> None:
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {self.scenario!r} (one of {', '.join(SCENARIOS)})")
+        if self.subscribers < 0 or self.writers < 0 or self.transcripts < 1 or self.procs < 1:
+            raise ValueError("subscribers and writers must be >= 0, transcripts and procs >= 1")
+        if self.rate is not None and self.rate <= 0:
+            raise ValueError("--rate must be positive")
+        if not 0 <= self.slow_share < 1:
+            raise ValueError("--slow-share must be in [0, 1)")
+        if self.size < 1:
+            raise ValueError("--size must be at least 1 byte")
+
+    def with_run_id(self, run_id: str) -> Workload:
+        return dataclasses.replace(self, run_id=run_id)
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.rate is None
+
+    def transcript_ids(self) -> list[str]:
+        return [f"bench-{self.run_id}-{i}" for i in range(self.transcripts)]
+
+    def subscriber_transcript(self, index: int) -> str:
+        return f"bench-{self.run_id}-{index % self.transcripts}"
+
+    def writer_transcript(self, index: int) -> str:
+        return f"bench-{self.run_id}-{index % self.transcripts}"
+
+    def big_transcript(self) -> str:
+        """The transcript of ``baseline_messages`` messages (catchup scenario)."""
+        return f"bench-{self.run_id}-big"
+
+    def is_stopped(self, index: int) -> bool:
+        """Whether subscriber ``index`` stops reading (slow scenario): spread
+        evenly so that every process and transcript gets its share."""
+        if self.scenario != "slow" or self.slow_share <= 0:
+            return False
+        return int((index + 1) * self.slow_share) > int(index * self.slow_share)
+
+    def appends_for_writer(self, index: int) -> int | None:
+        """This writer's share of ``count`` (``None`` when the run is timed)."""
+        if self.count is None or self.writers == 0:
+            return None
+        share, extra = divmod(self.count, self.writers)
+        return share + (1 if index < extra else 0)
+
+    def chunks(self) -> list[list[int]]:
+        """Subscriber indices for each of ``procs`` worker processes."""
+        procs = max(1, min(self.procs, self.subscribers or 1))
+        return [list(range(p, self.subscribers, procs)) for p in range(procs)]
+
+
+def filler(size: int) -> str:
+    """Message content such that the whole message is about ``size`` bytes of JSON."""
+    return "x" * max(1, size - _MESSAGE_OVERHEAD)
+
+
+def append_op(transcript_id: str, ref: int, content: str, sent_ns: int, writer: int) -> bytes:
+    """The ``append`` op of one message carrying its send time (built by hand:
+    the generator must not spend its time in an encoder)."""
+    return (
+        f'{{"op":"append","transcriptId":"{transcript_id}","ref":{ref},"messages":'
+        f'[{{"role":"user","content":"{content}","metadata":{{"t":{sent_ns},"w":{writer}}}}}]}}'
+    ).encode()
