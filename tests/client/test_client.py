@@ -125,9 +125,10 @@ async def test_an_idempotency_key_lands_once() -> None:
 
 
 async def test_an_append_in_flight_over_a_dropped_connection_lands_once() -> None:
-    async with running_server() as srv, client_py.connect(
-        srv.url, backoff_min=0.01, backoff_max=0.05
-    ) as client:
+    async with (
+        running_server() as srv,
+        client_py.connect(srv.url, backoff_min=0.01, backoff_max=0.05) as client,
+    ):
         await client.create("t")
         mirror = await client.subscribe("t")
         ws = client._ws
