@@ -104,6 +104,7 @@ class Subscriber:
         #: Events a later baseline covered (they are not owed as increments).
         self.skipped_by_baselines = 0
         self._pending_ops: list[bytes] = []
+        self.baselines = 0
         self._task: asyncio.Task[None] | None = None
 
     # --- connection ------------------------------------------------------------
@@ -151,6 +152,10 @@ class Subscriber:
 
     def finish(self) -> None:
         """Count what was owed and what is missing once the run is over."""
+        counters = self.continuity.counters
+        self.stats.repeats += counters.repeats_ignored
+        self.stats.gaps += counters.gaps
+        self.stats.foreign += counters.foreign
         if self.target is None:
             return
         start = self.start_revision if self.start_revision is not None else self.target
@@ -214,13 +219,8 @@ class Subscriber:
                     stats.lagged += 1
                 elif frame.code not in ("not-found",):
                     stats.errors += 1
-            before = self.continuity.counters
             previous_revision = self.continuity.revision
             decision = self.continuity.on_frame(frame)
-            after = self.continuity.counters
-            stats.repeats += after.repeats_ignored - before.repeats_ignored
-            stats.gaps += after.gaps - before.gaps
-            stats.foreign += after.foreign - before.foreign
             if isinstance(decision, Apply):
                 stats.delivered += 1
                 stats.last_apply_ns = now_ns
@@ -235,7 +235,8 @@ class Subscriber:
             elif isinstance(decision, Replace):
                 stats.baselines += 1
                 self.since_connect_baselines += 1
-                if after.rebaselines > before.rebaselines:
+                self.baselines += 1
+                if self.baselines > 1:
                     stats.rebaselines += 1
                     if previous_revision is not None:
                         self.skipped_by_baselines += max(

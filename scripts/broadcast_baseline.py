@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""The broadcast baseline: the practical ceiling of Python WebSocket fan-out.
+
+A small ``websockets`` server that speaks just enough of the transcript-sync
+protocol for ``tsync bench`` (subscribe -> ``baseline``, resume from
+``fromRevision``, ``append`` -> ``ack``, ``ping`` -> ``pong``) and sends each
+append to every subscriber as its own pre-encoded ``increment`` frame: one
+WebSocket message, one socket write per subscriber per append, through
+``websockets.broadcast`` with compression off. It validates nothing, stores
+nothing on disk and never applies back-pressure, so it measures what the
+``websockets`` library costs to push the same bytes to the same clients.
+
+``seq`` is per connection, so the frame is encoded once per distinct next
+``seq`` among the subscribers (once in total when they all subscribed before
+the first append, as the harness does) and each group gets one broadcast.
+
+Transcripts are created on first use; ``GET /healthz`` says so
+(``createsOnUse``) so the harness skips creating them over HTTP.
+
+    python scripts/broadcast_baseline.py --port 8798
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import time
+import uuid
+
+import msgspec
+from websockets.asyncio.server import ServerConnection, broadcast, serve
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+
+class Op(msgspec.Struct):
+    """Any client op; ``messages`` stays raw JSON (it is spliced, never re-encoded)."""
+
+    op: str
+    transcriptId: str = ""
+    fromRevision: int | None = None
+    epoch: str | None = None
+    ref: str | int | None = None
+    messages: list[msgspec.Raw] = []
+
+
+_decode_op = msgspec.json.Decoder(Op).decode
+_encode = msgspec.json.encode
+
+
+class Stream:
+    """One transcript: its messages and encoded events, in memory."""
+
+    def __init__(self, transcript_id: str) -> None:
+        self.id = transcript_id
+        self.id_json = _encode(transcript_id)
+        self.epoch = uuid.uuid4().hex
+        self.messages: list[msgspec.Raw] = []
+        self.events: list[bytes] = []  # the event JSON of revision i + 1
+        self.subscribers: set[ServerConnection] = set()
+
+    @property
+    def revision(self) -> int:
+        return len(self.events)
+
+    def append(self, messages: list[msgspec.Raw]) -> bytes:
+        start = len(self.messages)
+        self.messages.extend(messages)
+        event = b"".join(
+            (
+                b'{"transcriptId":',
+                self.id_json,
+                b',"epoch":"',
+                self.epoch.encode(),
+                b'","revision":',
+                str(len(self.events) + 1).encode(),
+                b',"occurredAt":',
+                str(time.time_ns() // 1_000_000).encode(),
+                b',"change":{"kind":"messages-appended","start":',
+                str(start).encode(),
+                b',"messages":[',
+                b",".join(messages),
+                b"]}}",
+            )
+        )
+        self.events.append(event)
+        return event
+
+    def snapshot(self) -> bytes:
+        return b"".join(
+            (
+                b'{"transcriptId":',
+                self.id_json,
+                b',"epoch":"',
+                self.epoch.encode(),
+                b'","revision":',
+                str(self.revision).encode(),
+                b',"start":0,"messages":[',
+                b",".join(self.messages),
+                b'],"activeStart":0,"segments":[{"start":0,"end":null}]}',
+            )
+        )
+
+
+class Baseline:
+    def __init__(self) -> None:
+        self.streams: dict[str, Stream] = {}
+        self.seq: dict[ServerConnection, int] = {}
+
+    def stream(self, transcript_id: str) -> Stream:
+        stream = self.streams.get(transcript_id)
+        if stream is None:
+            stream = self.streams[transcript_id] = Stream(transcript_id)
+        return stream
+
+    def frame(self, conn: ServerConnection, head: bytes, body: bytes) -> bytes:
+        """``{"type":..,"seq":n,<body>`` with the connection's next seq."""
+        seq = self.seq[conn] = self.seq[conn] + 1
+        return b"".join((head, str(seq).encode(), body))
+
+    async def handle(self, conn: ServerConnection) -> None:
+        self.seq[conn] = 0
+        try:
+            async for message in conn:
+                for line in message.splitlines() if isinstance(message, str) else [message]:
+                    if line.strip():
+                        await self.handle_op(conn, _decode_op(line))
+        finally:
+            del self.seq[conn]
+            for stream in self.streams.values():
+                stream.subscribers.discard(conn)
+
+    async def handle_op(self, conn: ServerConnection, op: Op) -> None:
+        ref = b"" if op.ref is None else b',"ref":' + _encode(op.ref)
+        if op.op == "subscribe":
+            stream = self.stream(op.transcriptId)
+            since = op.fromRevision
+            if since is not None and op.epoch == stream.epoch and since <= stream.revision:
+                for event in stream.events[since:]:
+                    await conn.send(
+                        self.frame(
+                            conn, b'{"type":"increment","seq":', b',"event":' + event + b"}"
+                        ),
+                        text=True,
+                    )
+            else:
+                snapshot = stream.snapshot()
+                await conn.send(
+                    self.frame(
+                        conn, b'{"type":"baseline","seq":', b',"snapshot":' + snapshot + b"}"
+                    ),
+                    text=True,
+                )
+            stream.subscribers.add(conn)
+        elif op.op == "unsubscribe":
+            self.stream(op.transcriptId).subscribers.discard(conn)
+        elif op.op == "append":
+            stream = self.stream(op.transcriptId)
+            start = len(stream.messages)
+            event = stream.append(op.messages)
+            ack = b"".join(
+                (
+                    b',"transcriptId":',
+                    stream.id_json,
+                    b',"revision":',
+                    str(stream.revision).encode(),
+                    ref,
+                    b',"start":',
+                    str(start).encode(),
+                    b',"count":',
+                    str(len(op.messages)).encode(),
+                    b"}",
+                )
+            )
+            await conn.send(self.frame(conn, b'{"type":"ack","seq":', ack), text=True)
+            self.fan_out(stream, event)
+        elif op.op == "ping":
+            await conn.send(self.frame(conn, b'{"type":"pong","seq":', ref + b"}"), text=True)
+        else:
+            body = b',"code":"invalid-frame","message":"unknown op"' + ref + b"}"
+            await conn.send(self.frame(conn, b'{"type":"error","seq":', body), text=True)
+
+    def fan_out(self, stream: Stream, event: bytes) -> None:
+        """One pre-encoded frame per distinct next seq, one broadcast per group."""
+        groups: dict[int, list[ServerConnection]] = {}
+        seqs = self.seq
+        for conn in stream.subscribers:
+            seq = seqs.get(conn)
+            if seq is not None:
+                seqs[conn] = seq + 1
+                groups.setdefault(seq + 1, []).append(conn)
+        tail = b',"event":' + event + b"}"
+        for seq, conns in groups.items():
+            frame = b"".join((b'{"type":"increment","seq":', str(seq).encode(), tail))
+            broadcast(conns, frame, text=True)
+
+
+def healthz(conn: ServerConnection, request: Request) -> Response | None:
+    if request.path != "/healthz":
+        return None
+    body = json.dumps({"status": "ok", "server": "broadcast-baseline", "createsOnUse": True})
+    headers = Headers([("Content-Type", "application/json")])
+    return Response(200, "OK", headers, body.encode())
+
+
+async def main(host: str, port: int) -> None:
+    baseline = Baseline()
+    stop = asyncio.get_running_loop().create_future()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set_result, None)
+    async with serve(
+        baseline.handle,
+        host,
+        port,
+        compression=None,
+        max_size=None,
+        process_request=healthz,
+        ping_interval=20,
+        ping_timeout=20,
+    ):
+        print(f"broadcast baseline on ws://{host}:{port}/v1/ws", flush=True)
+        await stop
+
+
+def _args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8798)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    args = _args()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main(args.host, args.port))
