@@ -13,6 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 
 from server import http_api, http_lmml, pages
+from server.backplane import Backplane
 from server.config import ServerConfig
 from server.hub import Hub
 from server.metrics import Metrics
@@ -61,11 +62,18 @@ def create_app(config: ServerConfig | None = None, *, store: Store | None = None
         await the_store.open()
         hub = Hub(the_store, config, metrics)
         await hub.start()
+        # Replicas sharing a store (Redis) mirror each other's changes.
+        backplane = Backplane.for_hub(hub, resync_interval_s=config.backplane_resync_s)
+        if backplane is not None:
+            await backplane.start()
         app.state.hub = hub
+        app.state.backplane = backplane
         log.info("serving", extra={"store": the_store.name})
         try:
             yield
         finally:
+            if backplane is not None:
+                await backplane.stop()
             await hub.stop()
             await the_store.close()
             log.info("stopped")

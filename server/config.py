@@ -49,6 +49,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     idle_ttl_s: float = 60.0
     #: Idempotency keys remembered per transcript (the store keeps its own).
     idempotency_retention: int = 1000
+    #: With a shared store (Redis): seconds between the backplane's checks of
+    #: every live copy against the store (pub/sub notices are only a wake-up).
+    backplane_resync_s: float = 1.0
 
     # --- connections ---
     ping_interval_s: float = 20.0

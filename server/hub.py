@@ -266,7 +266,19 @@ class Hub:
         started = time.perf_counter()
         parsed = self._parse(messages)
         live = await self.acquire(transcript_id)
+
+        async def again() -> Ack:  # with the copy that replaced ``live``
+            return await self.append(
+                transcript_id,
+                parsed,
+                expected_revision=expected_revision,
+                idempotency_key=idempotency_key,
+                origin=origin,
+                transport=transport,
+            )
+
         async with live.lock:
+            caught_up = False
             while True:
                 replay = live.idempotency.get(idempotency_key) if idempotency_key else None
                 if replay is not None:
@@ -274,6 +286,12 @@ class Hub:
                     return Ack(transcript_id, replay, duplicate=True)
                 transcript = live.transcript
                 if expected_revision is not None and expected_revision != transcript.revision:
+                    if expected_revision > transcript.revision and not caught_up:
+                        # This copy may trail a change made through another replica.
+                        caught_up = True
+                        if not await self._caught_up(live):
+                            return await again()
+                        continue
                     raise RevisionConflict(transcript_id, expected_revision, transcript.revision)
                 event = transcript.prepare_append(parsed, origin=origin)
                 if event is None:  # an empty batch changes nothing
@@ -282,7 +300,8 @@ class Hub:
                     result = await self.store.append(event, idempotency_key=idempotency_key)
                 except RevisionMismatch:
                     # Another replica moved the transcript on: catch up and retry.
-                    await self._catch_up(live)
+                    if not await self._caught_up(live, mismatch=True):
+                        return await again()
                     continue
                 if not result.duplicate:
                     transcript.apply(event)
@@ -308,7 +327,10 @@ class Hub:
                 try:
                     result = await self.store.append(event)
                 except RevisionMismatch:
-                    await self._catch_up(live)
+                    if not await self._caught_up(live, mismatch=True):
+                        return await self.start_segment(
+                            transcript_id, start, origin=origin, transport=transport
+                        )
                     continue
                 live.transcript.apply(event)
                 self.metrics.appends.labels(transport, "segment-started").inc()
@@ -328,6 +350,17 @@ class Hub:
             if event.revision == transcript.revision + 1:
                 transcript.apply(event)
                 self.metrics.backplane_events.inc()
+
+    async def _caught_up(self, live: Live, *, mismatch: bool = False) -> bool:
+        """``_catch_up`` for a writer holding ``live.lock``; False when ``live``
+        was replaced (reloaded or forgotten): the writer starts over with the
+        current copy. After a ``RevisionMismatch`` (``mismatch``) a catch-up
+        that found nothing means the store holds another epoch: reload."""
+        before = live.transcript.revision
+        await self._catch_up(live)
+        if mismatch and self.live.get(live.id) is live and live.transcript.revision == before:
+            await self.reload(live)
+        return self.live.get(live.id) is live
 
     async def reload(self, live: Live) -> None:
         """Replace a live transcript with the store's copy (its history here is
@@ -420,6 +453,16 @@ class Hub:
             limit = self.config.max_subscriptions_per_connection
             raise TooManySubscriptions(f"at most {limit} subscriptions per connection")
         live = await self.acquire(transcript_id)
+        if (
+            from_revision is not None
+            and epoch == live.transcript.epoch
+            and from_revision > live.transcript.revision
+        ):
+            # The consumer saw more than this copy holds: another replica
+            # served it. Catch up first so that it can resume here.
+            async with live.lock:
+                await self._catch_up(live)
+            live = await self.acquire(transcript_id)
         transcript = live.transcript
         older: list[TranscriptEvent] = []
         if (

@@ -1,0 +1,234 @@
+"""The backplane: keeps this replica's live transcripts in step with changes
+other replicas stored in the shared store (Redis).
+
+How a change made through replica A reaches a subscriber on replica B:
+
+1. A's append script stores the event (log + stream) and PUBLISHes a small
+   notice ``[id, epoch, revision]`` (never the body).
+2. B's listener gets the notice. If B holds that transcript live and its copy
+   is behind (or of another epoch), the id is marked for a sync.
+3. The sync takes the live transcript's lock (so it never interleaves with a
+   local append), reads the events after B's revision from the store's stream
+   and feeds them through the consumer's continuity state machine
+   (``protocol.continuity.Continuity``): the next revision is applied with
+   ``Hub.apply_remote`` (the transcript captures it into its ``ChangeBuffer``
+   and the pump fans it out exactly like a local change); a gap, another epoch,
+   a trimmed stream or a deleted transcript mean the copy is replaced by the
+   store's (``Hub.reload``: subscribers get a fresh baseline or ``not-found``).
+
+Pub/sub is only a wake-up: Redis drops messages while a subscriber is
+disconnected, so after every (re)subscription every live transcript is
+checked, and a safety net compares every live copy with the store's head
+(epoch, revision; one pipelined read) every ``resync_interval_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from protocol.continuity import Apply, Continuity, Resubscribe
+from server.hub import Hub, Live
+from server.store.base import Store, StoreError, TranscriptNotFound
+from server.store.redis import Head, Notice
+
+__all__ = ["Backplane", "BackplaneCounters", "SharedStore"]
+
+log = logging.getLogger("tsync.backplane")
+
+
+@runtime_checkable
+class SharedStore(Store, Protocol):
+    """A store several replicas share, which tells them about changes."""
+
+    def notices(self) -> AsyncIterator[Notice | None]:
+        """Notices of changes; ``None`` after every (re)connection."""
+        ...
+
+    async def heads(self, transcript_ids: Iterable[str]) -> dict[str, Head | None]:
+        """Epoch and revision of each transcript now (``None``: gone)."""
+        ...
+
+
+@dataclass
+class BackplaneCounters:
+    """What the backplane did, for tests and logs."""
+
+    notices: int = 0  #: notices received
+    resubscribed: int = 0  #: (re)subscriptions to the notices
+    syncs: int = 0  #: copies brought up to date from the stream
+    reloads: int = 0  #: copies replaced by the store's (gap, epoch, trimmed, deleted)
+    errors: int = 0  #: syncs or safety-net checks that failed (store unavailable)
+
+
+class Backplane:
+    """Mirrors other replicas' changes into ``hub``'s live transcripts.
+
+    Create with ``Backplane.for_hub(hub)`` (``None`` when the hub's store is
+    not shared), then ``await start()``; ``await stop()`` before the hub stops.
+    """
+
+    def __init__(
+        self, hub: Hub, store: SharedStore, *, resync_interval_s: float = 1.0, concurrency: int = 32
+    ) -> None:
+        self.hub = hub
+        self.store = store
+        self.resync_interval_s = resync_interval_s
+        self.counters = BackplaneCounters()
+        # id -> the newest notice (None: unknown, look in the store).
+        self._pending: dict[str, Notice | None] = {}
+        self._wake = asyncio.Event()
+        self._limit = asyncio.Semaphore(concurrency)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    def for_hub(cls, hub: Hub, *, resync_interval_s: float = 1.0) -> Backplane | None:
+        """A backplane for ``hub`` if its store is shared, else ``None``."""
+        if not isinstance(hub.store, SharedStore):
+            return None
+        return cls(hub, hub.store, resync_interval_s=resync_interval_s)
+
+    async def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._listen(), name="backplane-listen"),
+            asyncio.create_task(self._work(), name="backplane-work"),
+            asyncio.create_task(self._safety_net(), name="backplane-resync"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    # --- what needs a sync --------------------------------------------------------
+
+    def mark(self, transcript_id: str, notice: Notice | None) -> None:
+        """Ask for a sync of ``transcript_id`` (``notice=None``: check the store)."""
+        if transcript_id in self._pending:
+            older = self._pending[transcript_id]
+            if older is None or notice is None or older.epoch != notice.epoch:
+                notice = None  # mixed news: look in the store
+            elif older.revision > notice.revision:
+                notice = older
+        self._pending[transcript_id] = notice
+        self._wake.set()
+
+    def _held(self, transcript_id: str) -> bool:
+        # Loading counts: the notice may be newer than what the load read.
+        return transcript_id in self.hub.live or transcript_id in self.hub._loading
+
+    async def _listen(self) -> None:
+        async for notice in self.store.notices():
+            if notice is None:
+                # (Re)subscribed: anything published meanwhile is lost; check all.
+                self.counters.resubscribed += 1
+                for transcript_id in list(self.hub.live):
+                    self.mark(transcript_id, None)
+                continue
+            self.counters.notices += 1
+            if self._held(notice.transcript_id):
+                self.mark(notice.transcript_id, notice)
+
+    async def _safety_net(self) -> None:
+        while True:
+            await asyncio.sleep(self.resync_interval_s)
+            lives = dict(self.hub.live)
+            try:
+                heads = await self.store.heads(lives)
+            except StoreError as err:
+                self.counters.errors += 1
+                log.debug("backplane safety net: %s", err)
+                continue
+            for transcript_id, head in heads.items():
+                notice = (
+                    Notice(transcript_id, "", 0) if head is None else Notice(transcript_id, *head)
+                )
+                if not _covers(lives[transcript_id], notice):
+                    self.mark(transcript_id, notice)
+
+    async def _work(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._pending = self._pending, {}
+            await asyncio.gather(*(self._sync(tid, notice) for tid, notice in batch.items()))
+
+    # --- bringing one copy up to date -----------------------------------------------
+
+    async def _sync(self, transcript_id: str, notice: Notice | None) -> None:
+        async with self._limit:
+            try:
+                await self._sync_now(transcript_id, notice)
+            except StoreError as err:
+                # The safety net (or the next notice) tries again.
+                self.counters.errors += 1
+                log.warning("backplane: sync of %s failed: %s", transcript_id, err)
+            except Exception:
+                self.counters.errors += 1
+                log.exception("backplane: sync of %s failed", transcript_id)
+
+    async def _sync_now(self, transcript_id: str, notice: Notice | None) -> None:
+        hub = self.hub
+        while True:
+            loading = hub._loading.get(transcript_id)
+            if loading is not None:
+                await asyncio.wait([loading])
+            live = hub.live.get(transcript_id)
+            if live is None or _covers(live, notice):
+                return
+            async with live.lock:
+                if hub.live.get(transcript_id) is not live:
+                    continue  # reloaded or evicted while we waited: look again
+                if not _covers(live, notice):
+                    await self._mirror(live, notice)
+                return
+
+    async def _mirror(self, live: Live, notice: Notice | None) -> None:
+        """Bring ``live`` up to the store (under ``live.lock``)."""
+        transcript = live.transcript
+        if notice is None:
+            head = (await self.store.heads([live.id]))[live.id]
+            notice = Notice(live.id, "", 0) if head is None else Notice(live.id, *head)
+        if notice.epoch != transcript.epoch:
+            await self._reload(live, "epoch")
+            return
+        try:
+            events = await self.store.events_after(live.id, transcript.revision)
+        except TranscriptNotFound:
+            await self._reload(live, "deleted")
+            return
+        if events is None:
+            await self._reload(live, "history not in the stream")
+            return
+        continuity = Continuity(live.id)
+        continuity.revision, continuity.epoch = transcript.revision, transcript.epoch
+        for event in events:
+            decision = continuity.on_event(event)
+            if isinstance(decision, Apply):
+                self.hub.apply_remote(live, event)
+            elif isinstance(decision, Resubscribe):
+                await self._reload(live, decision.reason)
+                return
+        if events:
+            self.counters.syncs += 1
+
+    async def _reload(self, live: Live, reason: str) -> None:
+        log.info("backplane: reloading %s (%s)", live.id, reason)
+        self.counters.reloads += 1
+        await self.hub.reload(live)
+
+
+def _covers(live: Live, notice: Notice | None) -> bool:
+    """Whether ``live`` already holds what ``notice`` announces."""
+    return (
+        notice is not None
+        and notice.epoch == live.transcript.epoch
+        and notice.revision <= live.transcript.revision
+    )
