@@ -18,6 +18,10 @@ Transcripts are created on first use; ``GET /healthz`` says so
 (``createsOnUse``) so the harness skips creating them over HTTP.
 
     python scripts/broadcast_baseline.py --port 8798
+
+``--fault drop`` or ``--fault repeat`` makes it a fast but wrong server (every
+50th increment is left out, or sent twice) to show that the harness fails
+such a run.
 """
 
 from __future__ import annotations
@@ -105,10 +109,14 @@ class Stream:
         )
 
 
+FAULT_EVERY = 50
+
+
 class Baseline:
-    def __init__(self) -> None:
+    def __init__(self, fault: str = "none") -> None:
         self.streams: dict[str, Stream] = {}
         self.seq: dict[ServerConnection, int] = {}
+        self.fault = fault
 
     def stream(self, transcript_id: str) -> Stream:
         stream = self.streams.get(transcript_id)
@@ -185,6 +193,13 @@ class Baseline:
 
     def fan_out(self, stream: Stream, event: bytes) -> None:
         """One pre-encoded frame per distinct next seq, one broadcast per group."""
+        copies = 1
+        if self.fault != "none" and stream.revision % FAULT_EVERY == 0:
+            copies = 0 if self.fault == "drop" else 2
+        for _ in range(copies):
+            self._broadcast(stream, event)
+
+    def _broadcast(self, stream: Stream, event: bytes) -> None:
         groups: dict[int, list[ServerConnection]] = {}
         seqs = self.seq
         for conn in stream.subscribers:
@@ -206,8 +221,8 @@ def healthz(conn: ServerConnection, request: Request) -> Response | None:
     return Response(200, "OK", headers, body.encode())
 
 
-async def main(host: str, port: int) -> None:
-    baseline = Baseline()
+async def main(host: str, port: int, fault: str = "none") -> None:
+    baseline = Baseline(fault)
     stop = asyncio.get_running_loop().create_future()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set_result, None)
@@ -229,10 +244,13 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8798)
+    parser.add_argument(
+        "--fault", choices=["none", "drop", "repeat"], default="none", help="misbehave on purpose"
+    )
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
     args = _args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main(args.host, args.port))
+        asyncio.run(main(args.host, args.port, args.fault))

@@ -1,0 +1,93 @@
+"""CI's smoke run of ``tsync bench``: a few seconds against a real server process.
+
+Not a benchmark: it checks that the harness drives a real ``tsync serve``,
+that every subscriber saw every event exactly once, and that a server which
+drops or repeats increments makes the run fail.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.servers import ServerProcess, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "server.cli", "bench", *args, "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+def test_fanout_against_a_real_server_delivers_everything_once(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    with ServerProcess(store=f"sqlite:{tmp_path / 'data'}", log_path=tmp_path / "log") as server:
+        assert server.proc is not None
+        done = bench(
+            "fanout", "--url", server.ws_url, "--subscribers", "20", "--writers", "2",
+            "--rate", "40", "--duration", "6", "--procs", "2",
+            "--server-pid", str(server.proc.pid), "--json", str(out),
+            "--markdown", str(tmp_path / "summary.md"),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    assert result["ok"] is True
+    run = result["runs"][0]
+    assert run["failures"] == []
+    on_time = run["groups"]["on-time"]
+    for counter in ("gaps", "seq_gaps", "repeats", "lagged", "rebaselines", "invalid", "missing"):
+        assert on_time[counter] == 0, counter
+    appends = run["writers"]["appends"]
+    assert appends == run["writers"]["acks"]
+    assert 2 * 40 * 6 * 0.8 <= appends <= 2 * 40 * 6 + 2
+    # Every subscriber follows the one transcript from its first baseline on.
+    assert on_time["delivered"] == on_time["expected"] == 20 * appends
+    assert run["latency_ms"]["count"] == on_time["delivered"]
+    assert 0 < run["latency_ms"]["p50"] <= run["latency_ms"]["p99"] <= run["latency_ms"]["max"]
+    assert run["server_cpu"]["cpu_s"] > 0
+    assert "| delivered events/s" in (tmp_path / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("fault", ["drop", "repeat"])
+def test_a_fast_but_wrong_server_fails_the_run(tmp_path: Path, fault: str) -> None:
+    port = free_port()
+    script = ROOT / "scripts" / "broadcast_baseline.py"
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "--port", str(port), "--fault", fault],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=0.5)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        out = tmp_path / "result.json"
+        done = bench(
+            "fanout", "--url", f"ws://127.0.0.1:{port}/v1/ws", "--subscribers", "5",
+            "--count", "120", "--closed-loop", "--json", str(out), "--drain-timeout", "5",
+        )  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert done.returncode == 1, done.stdout + done.stderr
+    run = json.loads(out.read_text())["runs"][0]
+    expected = "gaps" if fault == "drop" else "repeats"
+    assert any(expected in failure for failure in run["failures"]), run["failures"]
