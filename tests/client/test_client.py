@@ -190,3 +190,18 @@ def assert_mirror_equals(mirror: client_py.Mirror, snapshot: TranscriptSnapshot)
     assert mirror.epoch == snapshot.epoch
     assert mirror.active_start == snapshot.active_start
     assert mirror.segments == snapshot.segments
+
+
+async def test_a_token_is_required_and_sent() -> None:
+    async with running_server(token="s3cret") as srv:
+        with pytest.raises(client_py.Unauthorized):
+            async with client_py.connect(srv.url, connect_timeout=5):
+                pass
+        async with client_py.HttpApi(srv.url) as anonymous:
+            with pytest.raises(client_py.Unauthorized):
+                await anonymous.create("t")
+        async with client_py.connect(srv.url, token="s3cret") as client:
+            await client.create("t")
+            mirror = await client.subscribe("t")
+            await client.append("t", [user("authorized")])
+            await mirror.wait_for_revision(1, timeout=5)
