@@ -128,10 +128,19 @@ function renderTranscript(transcriptId) {
   const client = new TsyncClient(wsUrl, { token });
   window.tsyncClient = client; // for the console and the end-to-end tests
 
+  let probing = false;
   client.on("status", ({ state, delayMs, attempt }) => {
     let text = STATUS_TEXT[state];
-    if (state === "reconnecting" && delayMs !== undefined) {
-      text = `Connection lost: reconnecting in ${(delayMs / 1000).toFixed(1)} s (attempt ${attempt})…`;
+    if ((state === "reconnecting" || state === "connecting") && delayMs !== undefined) {
+      const what = state === "connecting" ? "Cannot connect" : "Connection lost";
+      text = `${what}: trying again in ${(delayMs / 1000).toFixed(1)} s (attempt ${attempt})…`;
+      // A refused WebSocket handshake does not say why; the HTTP API does.
+      if (!probing) {
+        probing = true;
+        probeAccess(client, transcriptId).finally(() => {
+          probing = false;
+        });
+      }
     }
     setStatus(state, text);
     renderOutbox(client);
@@ -185,6 +194,25 @@ function renderTranscript(transcriptId) {
   setUpCompose(client, transcriptId);
   client.subscribe(transcriptId);
   client.connect();
+}
+
+/** Ask the HTTP API why the WebSocket fails: a wrong token or no such transcript end the page. */
+async function probeAccess(client, transcriptId) {
+  const headers = token ? { Authorization: `Bearer ${token}` } : {};
+  let response;
+  try {
+    response = await fetch(`/v1/transcripts/${encodeURIComponent(transcriptId)}?start=0&end=0`, { headers });
+  } catch {
+    return; // the server is away: keep trying
+  }
+  if (response.status === 401 || response.status === 403) {
+    client.close();
+    setStatus("unauthorized");
+    $("transcript-error").textContent = token
+      ? "The server refused this token."
+      : "This server needs a token: open the page with ?token=…";
+    $("send").disabled = true;
+  }
 }
 
 function renderMeta(mirror) {
