@@ -293,15 +293,18 @@ class RedisStore:
 
     # --- lifecycle ------------------------------------------------------------------
 
-    def _new_client(self) -> aioredis.Redis:
+    def _new_client(self, *, retries: int | None = None, size: int | None = None) -> aioredis.Redis:
         pool = aioredis.BlockingConnectionPool.from_url(
             self.url,
-            max_connections=self.max_connections,
+            max_connections=size or self.max_connections,
             timeout=self.pool_timeout,
             socket_timeout=self.socket_timeout,
             socket_connect_timeout=self.connect_timeout,
             health_check_interval=self.health_check_interval,
-            retry=Retry(ExponentialWithJitterBackoff(base=0.02, cap=0.25), self.retries),
+            retry=Retry(
+                ExponentialWithJitterBackoff(base=0.02, cap=0.25),
+                self.retries if retries is None else retries,
+            ),
         )
         return aioredis.Redis(connection_pool=pool)
 
@@ -562,13 +565,18 @@ class RedisStore:
         check every copy. Connection errors are retried here forever (with a
         growing delay up to one second); they never end the iteration.
         """
-        delay = reconnect_delay
+        delay, lost = reconnect_delay, False
         while True:
-            client = self._client()
+            self._client()  # closed: StoreUnavailable ends the iteration
+            # A client of its own without retries: redis-py would otherwise
+            # reconnect and resubscribe silently, hiding the lost messages.
+            client = self._new_client(retries=0, size=1)
             pubsub = client.pubsub()
             try:
                 await pubsub.subscribe(self.channel)
-                delay = reconnect_delay
+                if lost:
+                    log.warning("backplane: %s subscribed again", self.where)
+                lost, delay = False, reconnect_delay
                 yield None
                 while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
@@ -581,8 +589,16 @@ class RedisStore:
                         continue
                     yield Notice(tid, epoch, revision)
             except (RedisError, OSError) as err:
-                log.warning("backplane: %s lost (%s); reconnecting", self.where, err)
+                # Warn once per outage, not at every attempt to reconnect.
+                log.log(
+                    logging.DEBUG if lost else logging.WARNING,
+                    "backplane: %s lost (%s); reconnecting",
+                    self.where,
+                    err,
+                )
+                lost = True
             finally:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await client.aclose(close_connection_pool=True)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)

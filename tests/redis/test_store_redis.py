@@ -3,15 +3,32 @@ a trimmed stream, retried scripts, an unreachable server, URL options."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from server.store import Store
-from server.store.redis import RedisStore
-from tests.server.store_contract import StoreBackend, StoreContract
+from server.store import (
+    AppendAck,
+    AppendResult,
+    Store,
+    StoreUnavailable,
+    TranscriptExists,
+    open_store,
+)
+from server.store.redis import INTERNAL_KEY_RETENTION, Notice, RedisStore
+from tests.server.store_contract import (
+    CREATED_AT,
+    EPOCH,
+    StoreBackend,
+    StoreContract,
+    appended,
+)
 from tests.support.redis_server import RedisServer
+from tests.support.servers import free_port
 
 pytestmark = pytest.mark.redis
 
@@ -34,3 +51,188 @@ class TestRedisStore(StoreContract):
     @pytest.fixture
     def store_backend(self, shared_redis: RedisServer) -> StoreBackend:
         return RedisBackend(shared_redis.url)
+
+
+# --- what only Redis does -----------------------------------------------------------
+
+
+@pytest.fixture
+async def redis_store(shared_redis: RedisServer) -> AsyncIterator[RedisStore]:
+    store = RedisStore(shared_redis.url, prefix=f"t{next(_prefixes)}:")
+    await store.open()
+    yield store
+    await store.close()
+
+
+async def test_a_trimmed_stream_still_loads_whole(shared_redis: RedisServer) -> None:
+    store = RedisStore(shared_redis.url, prefix=f"t{next(_prefixes)}:", stream_maxlen=10)
+    await store.open()
+    try:
+        events = [appended(r, r - 1) for r in range(1, 251)]
+        await store.create("t1", EPOCH, CREATED_AT, events[0])
+        for event in events[1:]:
+            await store.append(event)
+        # MAXLEN ~ trims whole stream nodes: the start is gone, the end is there.
+        assert await store.events_after("t1", 0) is None
+        assert await store.events_after("t1", 240) == events[240:]
+        assert await store.events_after("t1", 250) == []
+        loaded = await store.load("t1")
+        assert loaded is not None
+        assert loaded.events == tuple(events)
+    finally:
+        await store.close()
+
+
+async def test_no_stream_means_every_catch_up_reloads(shared_redis: RedisServer) -> None:
+    store = RedisStore(shared_redis.url, prefix=f"t{next(_prefixes)}:", stream_maxlen=0)
+    await store.open()
+    try:
+        await store.create("t1", EPOCH, CREATED_AT, appended(1, 0))
+        assert await store.events_after("t1", 0) is None
+        assert await store.events_after("t1", 1) == []
+        loaded = await store.load("t1")
+        assert loaded is not None
+        assert loaded.revision == 1
+    finally:
+        await store.close()
+
+
+async def test_a_repeated_script_without_caller_key_appends_once(
+    redis_store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What redis-py does after a timeout: send the same script again. The
+    # generated key is the same for both sends of one call.
+    await redis_store.create("t1", EPOCH, CREATED_AT)
+    fixed = uuid.UUID(int=7)
+    monkeypatch.setattr("server.store.redis.uuid.uuid4", lambda: fixed)
+    first = await redis_store.append(appended(1, 0, 2))
+    again = await redis_store.append(appended(1, 0, 2))
+    assert first == again == AppendResult(AppendAck(1, 0, 2), duplicate=False)
+    assert await redis_store.events_after("t1", 0) == [appended(1, 0, 2)]
+    loaded = await redis_store.load("t1")
+    assert loaded is not None
+    assert loaded.idempotency == {}  # generated keys are not the callers'
+
+
+async def test_generated_keys_are_bounded(redis_store: RedisStore) -> None:
+    await redis_store.create("t1", EPOCH, CREATED_AT)
+    for r in range(1, INTERNAL_KEY_RETENTION + 11):
+        await redis_store.append(appended(r, r - 1))
+    client = redis_store._client()
+    assert await client.zcard(redis_store._keys("t1")[6]) == INTERNAL_KEY_RETENTION
+    assert await client.hlen(redis_store._keys("t1")[5]) == INTERNAL_KEY_RETENTION
+
+
+async def test_every_key_of_a_transcript_carries_its_hash_tag(redis_store: RedisStore) -> None:
+    await redis_store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k")
+    await redis_store.append(appended(2, 1))
+    client = redis_store._client()
+    keys = sorted(k.decode() for k in await client.keys(redis_store.prefix + "*"))
+    tagged = [k for k in keys if k != redis_store.prefix + "ids"]
+    assert len(tagged) == 7
+    assert all(k.startswith(redis_store.prefix + "{t1}:") for k in tagged)
+
+
+async def test_a_retried_create_is_not_refused(redis_store: RedisStore) -> None:
+    # Two sends of one create() carry one token: the second answers ok.
+    keys = redis_store._keys("t1")
+    args = redis_store._event_args(None, "", internal=False)
+    args[10], args[11] = "t1", EPOCH
+    for _ in range(2):
+        answer = await redis_store._create(keys=keys, args=[EPOCH, CREATED_AT, "tok", *args])
+        assert answer == [b"ok"]
+    with pytest.raises(TranscriptExists):
+        await redis_store.create("t1", EPOCH, CREATED_AT)
+
+
+async def test_unreachable_redis_is_unavailable_with_a_clear_message() -> None:
+    store = RedisStore(f"redis://127.0.0.1:{free_port()}/0?socket_connect_timeout=0.2&retries=0")
+    await store.open()  # not an error: the replica starts and waits for Redis
+    try:
+        calls = [
+            store.load("t1"),
+            store.append(appended(1, 0)),
+            store.create("t1", EPOCH, CREATED_AT),
+            store.events_after("t1", 0),
+            store.list(),
+            store.delete("t1"),
+        ]
+        for call in calls:
+            with pytest.raises(StoreUnavailable, match="unreachable"):
+                await call
+    finally:
+        await store.close()
+
+
+async def test_a_paused_redis_times_out_and_a_resent_append_lands_once(
+    redis_server: RedisServer,
+) -> None:
+    store = RedisStore(redis_server.url, socket_timeout=0.2, retries=2)
+    await store.open()
+    try:
+        await store.create("t1", EPOCH, CREATED_AT)
+        client = store._client()
+        redis_server.pause()
+        try:
+            with pytest.raises(StoreUnavailable, match="did not answer"):
+                await store.append(appended(1, 0))
+        finally:
+            redis_server.resume()
+        # The three sends (first try and two retries) were queued in the
+        # paused server; wait until it has read them all (their connections,
+        # closed by the client, are gone), then count what they did.
+        # Redis offers no event for that: poll its client list, bounded.
+        for _ in range(250):
+            if len(await client.client_list()) == 1:
+                break
+            await asyncio.sleep(0.02)
+        assert len(await client.client_list()) == 1
+        loaded = await store.load("t1")
+        assert loaded is not None
+        assert loaded.revision <= 1
+        if loaded.revision == 1:
+            assert loaded.events == (appended(1, 0),)
+    finally:
+        await store.close()
+
+
+async def test_notices_after_every_subscription_and_change(redis_server: RedisServer) -> None:
+    # retries=1: after the restart, the first command on each pooled
+    # connection finds it closed and is sent again on a new one.
+    store = RedisStore(redis_server.url, socket_timeout=0.5, retries=1)
+    await store.open()
+    notices = store.notices(reconnect_delay=0.02)
+    try:
+        async with asyncio.timeout(10):
+            assert await anext(notices) is None  # subscribed
+            await store.create("t1", EPOCH, CREATED_AT)
+            assert await anext(notices) == Notice("t1", EPOCH, 0)
+            await store.append(appended(1, 0))
+            assert await anext(notices) == Notice("t1", EPOCH, 1)
+            await store.delete("t1")
+            assert await anext(notices) == Notice("t1", "", 0)
+            # Redis restarts: the subscription comes back by itself, announced.
+            redis_server.restart()
+            assert await anext(notices) is None
+            await store.create("t1", "e2", CREATED_AT)
+            assert await anext(notices) == Notice("t1", "e2", 0)
+    finally:
+        await notices.aclose()
+        await store.close()
+
+
+def test_url_options() -> None:
+    store = RedisStore(
+        "redis://:pw@h:7000/3?prefix=x:&stream_maxlen=5&socket_timeout=0.5"
+        "&max_connections=3&retries=4&health_check_interval=10",
+        retries=1,
+    )
+    assert (store.prefix, store.stream_maxlen, store.socket_timeout) == ("x:", 5, 0.5)
+    assert (store.max_connections, store.retries, store.health_check_interval) == (3, 1, 10)
+    assert store.where == "redis at h:7000"
+    assert store.channel == "x:changes"
+    assert "prefix" not in store.url and store.url.startswith("redis://:pw@h:7000/3")
+    assert isinstance(open_store("rediss://h:7000/0"), RedisStore)
+    for bad in ("redis://h/0?stream_maxlen=x", "redis://h/0?retries=-1", "http://h/0"):
+        with pytest.raises(ValueError):
+            RedisStore(bad)
