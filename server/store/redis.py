@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -557,7 +557,7 @@ class RedisStore:
             for tid, (epoch, rev) in zip(ids, replies, strict=True)
         }
 
-    async def notices(self, *, reconnect_delay: float = 0.1) -> AsyncIterator[Notice | None]:
+    async def notices(self, *, reconnect_delay: float = 0.1) -> AsyncGenerator[Notice | None, None]:
         """Every change's notice, from pub/sub, for as long as the caller iterates.
 
         Pub/sub drops messages while a connection is down, so after every

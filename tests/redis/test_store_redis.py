@@ -127,7 +127,8 @@ async def test_every_key_of_a_transcript_carries_its_hash_tag(redis_store: Redis
     await redis_store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k")
     await redis_store.append(appended(2, 1))
     client = redis_store._client()
-    keys = sorted(k.decode() for k in await client.keys(redis_store.prefix + "*"))
+    found = await client.keys(redis_store.prefix + "*")
+    keys = sorted(k.decode() if isinstance(k, bytes) else k for k in found)
     tagged = [k for k in keys if k != redis_store.prefix + "ids"]
     assert len(tagged) == 7
     assert all(k.startswith(redis_store.prefix + "{t1}:") for k in tagged)

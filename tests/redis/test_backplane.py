@@ -1,0 +1,135 @@
+"""The backplane's repairs, with two in-process replicas on one Redis: a
+missed notice, a stream that no longer holds the gap, a transcript deleted
+and created again through the other replica."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from protocol import wire
+from server.backplane import Backplane
+from server.store.redis import RedisStore
+from tests.redis.replicas import Follower, append, authoritative, check_converged, create
+from tests.support.redis_server import RedisServer
+from tests.support.servers import RunningServer, running_server
+from tests.support.wsclient import RawClient
+
+pytestmark = pytest.mark.redis
+
+_prefixes = itertools.count()
+
+
+@contextlib.asynccontextmanager
+async def two_replicas(
+    redis: RedisServer, **store_options: Any
+) -> AsyncIterator[tuple[str, RunningServer, RunningServer]]:
+    """Two in-process replicas sharing a fresh key prefix; yields the store URL too."""
+    url = f"{redis.url}?prefix=bp{next(_prefixes)}:"
+    async with (
+        running_server(store=RedisStore(url, **store_options), backplane_resync_s=0.2) as a,
+        running_server(store=RedisStore(url, **store_options), backplane_resync_s=0.2) as b,
+    ):
+        yield url, a, b
+
+
+def backplane_of(server: RunningServer) -> Backplane:
+    backplane = server.app.state.backplane
+    assert isinstance(backplane, Backplane)
+    return backplane
+
+
+async def test_a_missed_notice_is_repaired_by_the_safety_net(shared_redis: RedisServer) -> None:
+    async with two_replicas(shared_redis) as (url, a, b), httpx.AsyncClient() as http:
+        await create(http, a.url, "t")
+        follower = Follower("t")
+        await follower.attach(b.ws_url)
+        # B stops hearing notices (as if pub/sub dropped them all).
+        backplane_of(b)._tasks[0].cancel()
+        for i in range(3):
+            assert (await append(http, a.url, "t", [f"m{i}"])).status_code == 201
+        await check_converged([follower], await authoritative(url, "t"), timeout=5)
+        assert follower.baselines == 1
+        assert backplane_of(b).counters.syncs >= 1
+        await follower.detach()
+
+
+async def test_a_gap_the_stream_no_longer_holds_means_a_fresh_baseline(
+    shared_redis: RedisServer,
+) -> None:
+    async with (
+        two_replicas(shared_redis, stream_maxlen=5) as (url, a, b),
+        httpx.AsyncClient(timeout=10) as http,
+    ):
+        await create(http, a.url, "t")
+        follower = Follower("t")
+        await follower.attach(b.ws_url)
+        await backplane_of(b).stop()  # B falls behind ...
+        for i in range(250):  # ... further than the trimmed stream reaches
+            await a.hub.append("t", [{"role": "user", "content": f"m{i}"}])
+        assert await b.hub.store.events_after("t", 0) is None
+        await backplane_of(b).start()
+        stored = await authoritative(url, "t")
+        await check_converged([follower], stored)
+        assert follower.baselines == 2
+        assert follower.base_revision == 250
+        assert backplane_of(b).counters.reloads == 1
+        await follower.detach()
+
+
+async def test_deleted_and_created_again_through_the_other_replica(
+    shared_redis: RedisServer,
+) -> None:
+    async with two_replicas(shared_redis) as (url, a, b), httpx.AsyncClient() as http:
+        first_epoch = await create(http, a.url, "t")
+        assert (await append(http, a.url, "t", ["old"])).status_code == 201
+        async with await RawClient.connect(b.ws_url) as client:
+            await client.send(op="subscribe", transcriptId="t")
+            baseline = await client.expect(wire.Baseline)
+            assert baseline.snapshot.epoch == first_epoch
+            assert (await http.delete(f"{a.url}/v1/transcripts/t")).status_code == 204
+            gone = await client.expect(wire.ErrorFrame)
+            assert (gone.code, gone.transcript_id) == ("not-found", "t")
+            assert "t" not in b.hub.live
+
+            second_epoch = await create(http, a.url, "t")
+            assert (await append(http, a.url, "t", ["new"])).status_code == 201
+            await client.send(op="subscribe", transcriptId="t", fromRevision=1, epoch=first_epoch)
+            fresh = await client.expect(wire.Baseline)
+            assert fresh.snapshot.epoch == second_epoch
+            assert [m.content for m in fresh.snapshot.messages] == ["new"]
+        # B's copy, if it kept one, is of the new epoch: an append through B lands.
+        reply = await append(http, b.url, "t", ["via b"], expected=1)
+        assert reply.status_code == 201, reply.text
+        stored = await authoritative(url, "t")
+        assert (stored.epoch, stored.revision) == (second_epoch, 2)
+
+
+async def test_a_new_epoch_found_by_the_safety_net_rebaselines_subscribers(
+    shared_redis: RedisServer,
+) -> None:
+    async with two_replicas(shared_redis) as (url, a, b), httpx.AsyncClient() as http:
+        first_epoch = await create(http, a.url, "t")
+        assert (await append(http, a.url, "t", ["old", "older"])).status_code == 201
+        follower = Follower("t")
+        await follower.attach(b.ws_url)
+        await follower.wait_revision(1)
+        # B hears nothing of the delete and the new creation ...
+        backplane_of(b)._tasks[0].cancel()
+        assert (await http.delete(f"{a.url}/v1/transcripts/t")).status_code == 204
+        second_epoch = await create(http, a.url, "t")
+        for text in ("new 1", "new 2", "new 3"):
+            assert (await append(http, a.url, "t", [text])).status_code == 201
+        # ... and still gives its subscriber the new transcript, as a baseline.
+        stored = await authoritative(url, "t")
+        assert stored.epoch == second_epoch != first_epoch
+        await check_converged([follower], stored, timeout=5)
+        assert follower.continuity.epoch == second_epoch
+        assert follower.continuity.counters.epoch_changes == 1
+        assert backplane_of(b).counters.reloads >= 1
+        await follower.detach()
