@@ -19,7 +19,7 @@ def test_node_unit_tests_pass() -> None:
     # Files named explicitly: how ``node --test`` reads a directory argument
     # differs between Node versions.
     result = subprocess.run(
-        [node, "--test", *map(str, files)],
+        [node, "--test", "--test-reporter=tap", *map(str, files)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -392,7 +392,8 @@ export class TsyncClient {
    * @param {object} [options]
    *   token: sent as ?token= (browsers cannot set headers on a WebSocket);
    *   initialBackoffMs, maxBackoffMs, random: the reconnect backoff;
-   *   heartbeatMs: ping this often, reconnect after two silent periods (0: off);
+   *   heartbeatMs: ping this often; reconnect when a ping got no frame back
+   *   by the next one (0: off);
    *   WebSocket: the WebSocket class (for tests; default globalThis.WebSocket);
    *   newKey: the idempotency key generator; timers: {setTimeout, clearTimeout,
    *   setInterval, clearInterval, now} (for tests).
@@ -429,6 +430,7 @@ export class TsyncClient {
     this._retryTimer = null;
     this._heartbeat = null;
     this._lastFrameAt = 0;
+    this._pingSentAt = null;
     this._barrier = 0;
     this._awaiting = null; // the status to announce when the barrier's pong arrives
     this._refs = 0;
@@ -490,11 +492,15 @@ export class TsyncClient {
         // already closing
       }
     }
+    this._failPending(new Error("client closed"));
+    this._status("closed");
+  }
+
+  _failPending(error) {
     for (const [ref, pending] of this._pending) {
       this._pending.delete(ref);
-      pending.reject(new Error("client closed"));
+      pending.reject(error);
     }
-    this._status("closed");
   }
 
   _dial() {
@@ -544,6 +550,7 @@ export class TsyncClient {
     if (this._closed) return;
     if (close && close.code === 1008 && /unauthori[sz]ed/i.test(close.reason ?? "")) {
       this._closed = true;
+      this._failPending(new Error("unauthorized"));
       this._status("unauthorized", { reason: close.reason });
       return;
     }
@@ -575,12 +582,15 @@ export class TsyncClient {
     const every = this.options.heartbeatMs;
     if (!every) return;
     this._stopHeartbeat();
+    this._pingSentAt = null;
     this._heartbeat = this._timers.setInterval(() => {
       const ws = this._ws;
       if (!ws || !this._open) return;
-      if (this._timers.now() - this._lastFrameAt > 2 * every) {
-        // Nothing, not even a pong, for two periods: the connection is dead
-        // even if the socket has not noticed yet.
+      // Judged against the last ping, not the clock: a background tab's
+      // timers fire late, but frames still arrive on time.
+      if (this._pingSentAt !== null && this._lastFrameAt < this._pingSentAt) {
+        // Nothing, not even the pong, since the last ping a whole period
+        // ago: the connection is dead even if the socket has not noticed.
         try {
           ws.close(4000, "heartbeat timeout");
         } catch {
@@ -589,6 +599,7 @@ export class TsyncClient {
         this._onClose(ws, { code: 4000, reason: "heartbeat timeout" });
         return;
       }
+      this._pingSentAt = this._timers.now();
       this._send({ op: "ping", ref: "heartbeat" });
     }, every);
   }
@@ -647,6 +658,9 @@ export class TsyncClient {
    * idempotency key, so it is applied once.
    */
   append(transcriptId, messages, { idempotencyKey, expectedRevision } = {}) {
+    if (this._closed && this.state !== "idle") {
+      return Promise.reject(new Error(`client ${this.state}`));
+    }
     const key = idempotencyKey ?? this._newKey();
     const ref = `append:${key}`;
     const op = { op: "append", transcriptId, messages, idempotencyKey: key, ref };

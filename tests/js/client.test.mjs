@@ -409,16 +409,28 @@ test("a server that refuses the token is not retried", () => {
   assert.equal(statuses().at(-1), "unauthorized");
 });
 
-test("a silent connection is given up after two heartbeat periods", () => {
+test("a connection that leaves a heartbeat ping unanswered for a period is given up", () => {
   const { ws, timers, statuses } = live({ heartbeatMs: 1000 });
   timers.advance(1000);
   assert.equal(ws.ops("ping").at(-1).ref, "heartbeat");
   ws.pong(); // any frame counts as a sign of life
-  timers.advance(2000);
+  timers.advance(1000);
   assert.equal(ws.closed, null);
-  timers.advance(1500);
+  assert.equal(ws.ops("ping").filter((p) => p.ref === "heartbeat").length, 2);
+  timers.advance(1000); // the second ping got nothing back
   assert.equal(ws.closed?.code, 4000);
   assert.equal(statuses().at(-1), "reconnecting");
+});
+
+test("appends fail at once after close() and when the server refuses the token", async () => {
+  const { client } = live();
+  client.close();
+  await assert.rejects(client.append("t1", [msg(2)]), /client closed/);
+  const other = setup({ token: "wrong" });
+  other.client.connect();
+  const early = other.client.append("t1", [msg(0)]);
+  other.socket().drop(1008, "unauthorized");
+  await assert.rejects(early, /unauthorized/);
 });
 
 test("an event that does not fit the copy makes the client start over from a baseline", () => {
