@@ -1,0 +1,31 @@
+"""The page routes over plain HTTP (no browser): what is served, with which
+headers, and that a token-protected server still serves the page and client."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.support.servers import running_server
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def test_the_page_the_client_and_the_static_files_are_served_without_a_token() -> None:
+    async with running_server(token="s3cret") as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        assert (await http.get("/v1/transcripts")).status_code == 401
+        for path in ("/", "/t/some-id", "/t/a:b.c_d-e"):
+            page = await http.get(path)
+            assert page.status_code == 200, path
+            assert page.headers["content-type"].startswith("text/html")
+            assert '<script type="module" src="/static/app.js">' in page.text
+            csp = page.headers["content-security-policy"]
+            assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+        client = await http.get("/v1/client.js")
+        assert client.status_code == 200
+        assert client.headers["content-type"].startswith("text/javascript")
+        assert "export class TsyncClient" in client.text
+        for path in ("/static/app.js", "/static/style.css"):
+            assert (await http.get(path)).status_code == 200, path
+        assert (await http.get("/static/nope.js")).status_code == 404
+        assert (await http.get("/t/a/b")).status_code != 200
