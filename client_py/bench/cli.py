@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -135,6 +136,7 @@ def main_args(args: argparse.Namespace) -> int:
 
 async def bench(workload: Workload, args: argparse.Namespace, *, show: bool) -> dict[str, Any]:
     """Run the workload against ``--url`` (and ``--compare``); the JSON result."""
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     targets = [(args.label, args.url, args.server_pid)]
     if args.compare:
         targets.append(("baseline", args.compare, args.compare_pid))
@@ -147,7 +149,6 @@ async def bench(workload: Workload, args: argparse.Namespace, *, show: bool) -> 
             )
         run["label"] = label
         run["failures"] = report.judge(run, workload.scenario)
-        run.pop("_histogram", None)
         runs.append(run)
     result: dict[str, Any] = {
         "version": 1,
@@ -156,6 +157,8 @@ async def bench(workload: Workload, args: argparse.Namespace, *, show: bool) -> 
             k: getattr(workload, k) for k in Workload.__dataclass_fields__ if k != "run_id"
         },
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        # The generator shares the machine with the server: say how busy it was.
+        "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start},
         "runs": runs,
         "ok": not any(run["failures"] for run in runs),
     }

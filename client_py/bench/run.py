@@ -34,6 +34,7 @@ from protocol import wire
 SETTLE_S = 1.0  # let the server's memory settle before reading RSS
 FILL_BATCH = 500  # messages per append when filling the catchup transcript
 BASELINE_SAMPLES = 5  # fresh subscribes timed on the catchup transcript
+CURVE_PERCENTILES = (0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.99, 100.0)
 
 
 class BenchError(Exception):
@@ -286,7 +287,7 @@ async def run_workload(
             writing = _drive_writers(writers, workload, wstats, live)
             await writing
             for w in writers:
-                await w.settle(10)
+                await w.settle(workload.drain_timeout)
             append_s = time.monotonic() - live.started
             targets = {tid: wstats.revisions.get(tid, 0) for tid in ids}
             live.phase = "draining"
@@ -334,7 +335,8 @@ async def run_workload(
             },
         }
     )
-    result["_histogram"] = on_time.latency.encode()
+    # The percentile curve of the on-time latency, for plots (HDR-style x axis).
+    result["latency_curve_ms"] = on_time.latency.distribution_ms(list(CURVE_PERCENTILES))
     if cpu_used is not None and sampler is not None:
         result["server_cpu"] = {
             "cpu_s": round(cpu_used, 3),

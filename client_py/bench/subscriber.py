@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import urlsplit
 
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
@@ -32,6 +35,8 @@ from protocol.continuity import (
 )
 from protocol.errors import InvalidFrame
 from protocol.types import MessagesAppended
+
+SMALL_RCVBUF: Final = 32 << 10
 
 
 @dataclass(slots=True)
@@ -95,6 +100,9 @@ class Subscriber:
         self.ws: ClientConnection | None = None
         self.closing = False
         self.auto_reconnect = True
+        #: Small socket buffers, for a subscriber that stops reading: the
+        #: server then sees the stall after kilobytes rather than megabytes.
+        self.small_buffers = False
         #: Frames and bytes received since the last (re)connect, and when it started.
         self.since_connect_frames = 0
         self.since_connect_bytes = 0
@@ -113,6 +121,16 @@ class Subscriber:
         """Connect and (unless told not to) send the subscribe op for the copy held."""
         self.connected_at = time.perf_counter()
         self.since_connect_frames = self.since_connect_bytes = self.since_connect_baselines = 0
+        extra: dict[str, Any] = {}
+        if self.small_buffers:
+            parts = urlsplit(self.url)
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_RCVBUF)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(
+                sock, (parts.hostname or "127.0.0.1", parts.port or 80)
+            )
+            extra = {"sock": sock, "max_queue": 1}
         self.ws = await connect(
             self.url,
             subprotocols=[wire.SUBPROTOCOL_JSON],  # type: ignore[list-item]
@@ -120,6 +138,7 @@ class Subscriber:
             max_size=None,
             open_timeout=30,
             ping_interval=None,
+            **extra,
         )
         self.seq.reset()
         self.closing = False

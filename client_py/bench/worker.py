@@ -52,7 +52,7 @@ class Worker:
             self.groups[group].subscribers += 1
             sub = Subscriber(url, workload.subscriber_transcript(index), self.groups[group])
             # Only a stopped subscriber may lose its connection and go on.
-            sub.auto_reconnect = group == "stopped"
+            sub.auto_reconnect = sub.small_buffers = group == "stopped"
             self.subscribers.append(sub)
         self.resume_latency = LatencyHistogram()
 

@@ -58,6 +58,7 @@ class Writer:
         self._waiting: dict[int, asyncio.Future[None]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._next_ref = 0
+        self._closing = False
         self._answered = asyncio.Event()  #: set whenever no append awaits its answer
         self._answered.set()
 
@@ -73,6 +74,7 @@ class Writer:
         self._reader = asyncio.create_task(self._read_loop())
 
     async def close(self) -> None:
+        self._closing = True
         if self.ws is not None:
             await self.ws.close()
         if self._reader is not None:
@@ -164,7 +166,8 @@ class Writer:
                         if future is not None and not future.done():
                             future.set_result(None)
         except websockets.ConnectionClosed:
-            stats.disconnects += 1
+            if not self._closing:  # a close we asked for is no loss, however it ends
+                stats.disconnects += 1
         finally:
             self._answered.set()
             for future in self._waiting.values():
