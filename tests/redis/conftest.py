@@ -11,8 +11,6 @@ import pytest
 from tests.conftest import require_binary
 from tests.support.redis_server import RedisServer
 
-pytestmark = pytest.mark.redis
-
 
 @pytest.fixture(scope="module")
 def shared_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
