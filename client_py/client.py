@@ -162,6 +162,8 @@ class Client:
         self._closed = False
         self._invalid_frames = 0
         self._resent = 0
+        self._resubscribes = 0
+        self._latest_resubscribe: dict[str, str] = {}
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -512,6 +514,8 @@ class Client:
 
     async def _dispatch(self, frame: wire.ServerFrame) -> None:
         match frame:
+            case wire.Pong() if isinstance(frame.ref, str) and frame.ref.startswith("resub:"):
+                self._on_resubscribe_answered(frame.ref)
             case wire.Ack() | wire.Pong():
                 self._answer(frame.ref, frame)
             case wire.ErrorFrame() if frame.ref is not None:
@@ -531,6 +535,20 @@ class Client:
                 if mirror is not None:
                     await self._carry_out(mirror, mirror.continuity.on_event(frame.event))
 
+    async def _mark_resubscribe(self, transcript_id: str) -> None:
+        # A ping right behind the subscribe op: its pong says the server has
+        # handled the resubscribe (ops are handled in order).
+        self._resubscribes += 1
+        ref = f"resub:{self._resubscribes}:{transcript_id}"
+        self._latest_resubscribe[transcript_id] = ref
+        await self._send(wire.Ping(ref=ref))
+
+    def _on_resubscribe_answered(self, ref: str) -> None:
+        transcript_id = ref.split(":", 2)[2]
+        mirror = self.mirrors.get(transcript_id)
+        if mirror is not None and self._latest_resubscribe.get(transcript_id) == ref:
+            mirror.continuity.on_resubscribe_answered()
+
     async def _carry_out(self, mirror: Mirror, decision: Decision) -> None:
         match decision:
             case Apply(event=event):
@@ -548,6 +566,7 @@ class Client:
                 mirror._replace(snapshot)
             case Resubscribe():
                 await self._send(decision.op())
+                await self._mark_resubscribe(mirror.transcript_id)
             case Stop(code=code, reason=reason):
                 if self.mirrors.get(mirror.transcript_id) is mirror:
                     del self.mirrors[mirror.transcript_id]

@@ -381,6 +381,16 @@ class Continuity:
         self._resume_counted = False
         return decision
 
+    def on_resubscribe_answered(self) -> None:
+        """The server has handled the last resubscribe: call it when the pong of
+        a ``ping`` sent right after the ``subscribe`` op arrives. The server
+        handles ops in order and queues the resumed increments before that
+        pong, so from here on a revision gap is a real gap again (a resume
+        from the current revision is otherwise never answered, and
+        ``resyncing`` would stay true until the next event)."""
+        if self.revision is not None:
+            self.resyncing = False
+
     def resubscribe_request(self, ref: Ref = None) -> Subscribe:
         """The ``subscribe`` op for the current state (resume if there is a copy)."""
         if self.revision is None:

@@ -237,6 +237,15 @@ export class Continuity {
   }
 
   /** The subscribe op for the current state (resume if there is a copy). */
+  /**
+   * The server has handled the last resubscribe: call it when the pong of a
+   * ping sent right after the subscribe op arrives (ops are handled in order,
+   * so the resumed increments came first). From here on a gap is a gap again.
+   */
+  onResubscribeAnswered() {
+    if (this.revision !== null) this.resyncing = false;
+  }
+
   resubscribeRequest(ref) {
     return this.revision === null
       ? subscribeOp(this.transcriptId, null, null, ref)
@@ -436,6 +445,7 @@ export class TsyncClient {
     this._refs = 0;
     this.state = "idle";
     this.stats = { connections: 0, reconnects: 0, resyncs: 0, duplicateAcks: 0 };
+    this._resubscribes = 0;
   }
 
   // -- events ------------------------------------------------------------------------
@@ -725,6 +735,11 @@ export class TsyncClient {
         this._onAck(frame);
         break;
       case "pong":
+        if (typeof frame.ref === "string" && frame.ref.startsWith("resub:")) {
+          const sub = this.subscriptions.get(frame.ref.split(":").slice(2).join(":"));
+          if (sub && sub.resubscribeRef === frame.ref) sub.continuity.onResubscribeAnswered();
+          break;
+        }
         if (frame.ref === `sync:${this._barrier}` && this._awaiting) {
           const state = this._awaiting;
           this._awaiting = null;
@@ -814,6 +829,9 @@ export class TsyncClient {
       case "resubscribe":
         if (decision.fromRevision === null) sub.mirror = null; // a new epoch: drop the copy
         this._send(decision.op(this._ref("sub")));
+        // A ping right behind it: its pong says the resubscribe was handled.
+        sub.resubscribeRef = `resub:${++this._resubscribes}:${transcriptId}`;
+        this._send({ op: "ping", ref: sub.resubscribeRef });
         break;
       case "stop":
         this.subscriptions.delete(transcriptId);

@@ -117,3 +117,20 @@ test("the counters have the names of protocol.continuity.Counters, in camelCase"
     "repeatsIgnored", "resubscribes", "resumes", "skipped",
   ]);
 });
+
+test("a resubscribe answered with nothing ends the resync (as in Python)", () => {
+  const c = new Continuity("t");
+  const msg = { role: "user", content: "x" };
+  c.onBaseline({ transcriptId: "t", epoch: "e", revision: 1, start: 0, messages: [msg], activeStart: 0, segments: [] });
+  const event = (revision) => ({
+    transcriptId: "t", epoch: "e", revision, occurredAt: 0,
+    change: { kind: "messages-appended", start: revision - 1, messages: [msg] },
+  });
+  assert.equal(c.onConnectionLost().kind, "resubscribe");
+  assert.equal(c.onEvent(event(3)).kind, "ignore");
+  c.onResubscribeAnswered();
+  assert.equal(c.resyncing, false);
+  const decision = c.onEvent(event(4));
+  assert.equal(decision.kind, "resubscribe");
+  assert.equal(decision.fromRevision, 1);
+});

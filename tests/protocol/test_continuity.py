@@ -530,3 +530,25 @@ class ContinuityMachine(RuleBasedStateMachine):
 
 TestContinuityMachine = ContinuityMachine.TestCase
 TestContinuityMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
+
+
+def test_a_resubscribe_answered_with_nothing_ends_the_resync() -> None:
+    """A resume from the current revision is answered with nothing; the pong of
+    the ping sent behind it says so, and a later gap is asked about again."""
+    from protocol.continuity import Continuity, Ignore, Resubscribe
+    from protocol.types import MessagesAppended, Message, TranscriptEvent, TranscriptSnapshot
+
+    def event(revision: int) -> TranscriptEvent:
+        return TranscriptEvent(
+            "t", "e", revision, 0, MessagesAppended(revision - 1, (Message("user", "x"),))
+        )
+
+    c = Continuity("t")
+    c.on_baseline(TranscriptSnapshot("t", "e", 1, 0, (Message("user", "x"),), 0, ()))
+    assert isinstance(c.on_connection_lost(), Resubscribe) and c.resyncing
+    # Without the answer, a gap while resyncing is not asked about:
+    assert isinstance(c.on_event(event(3)), Ignore)
+    c.on_resubscribe_answered()
+    assert not c.resyncing
+    decision = c.on_event(event(4))
+    assert isinstance(decision, Resubscribe) and decision.from_revision == 1
