@@ -536,7 +536,7 @@ def test_a_resubscribe_answered_with_nothing_ends_the_resync() -> None:
     """A resume from the current revision is answered with nothing; the pong of
     the ping sent behind it says so, and a later gap is asked about again."""
     from protocol.continuity import Continuity, Ignore, Resubscribe
-    from protocol.types import MessagesAppended, Message, TranscriptEvent, TranscriptSnapshot
+    from protocol.types import Message, MessagesAppended, TranscriptEvent, TranscriptSnapshot
 
     def event(revision: int) -> TranscriptEvent:
         return TranscriptEvent(
