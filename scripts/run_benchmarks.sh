@@ -90,13 +90,13 @@ for store in $STORES; do
   for run in $(seq "$RUNS"); do
     if wanted fanout500; then
       start_servers "$store"
-      bench fanout500 "$store" "$run" fanout --subscribers 500 --count 2000 --rate 1000 --size 200
+      bench fanout500 "$store" "$run" fanout --subscribers 500 --count 2000 --rate 1000 --size 200 --drain-timeout 240
       stop_servers
     fi
     for rate in 50 100; do
       if wanted "fanout1000x$rate"; then
         start_servers "$store"
-        bench "fanout1000x$rate" "$store" "$run" fanout --subscribers 1000 --rate "$rate" --duration 6 --size 200
+        bench "fanout1000x$rate" "$store" "$run" fanout --subscribers 1000 --rate "$rate" --duration 6 --size 200 --drain-timeout 120
         stop_servers
       fi
     done
@@ -106,10 +106,12 @@ for store in $STORES; do
       stop_servers
     fi
     if wanted slow; then
-      # A 256 KiB outbound queue so that the stopped share lags within the run.
-      for share in 0 0.1; do
+      # A 256 KiB outbound queue and 8 KB messages so that the stopped share
+      # (10 of 50) overflows the kernel's socket buffers and its queue, and
+      # gets lagged, within the run; share 0 is the control run.
+      for share in 0 0.2; do
         start_servers "$store" --set queue_max_bytes=262144
-        bench "slow$share" "$store" "$run" slow --subscribers 200 --slow-share "$share" --rate 100 --duration 10 --size 1000
+        bench "slow$share" "$store" "$run" slow --subscribers 50 --slow-share "$share" --rate 100 --duration 10 --size 8000
         stop_servers
       done
     fi

@@ -131,13 +131,18 @@ def markdown(result: dict[str, Any]) -> str:
     span = (
         f"{w['duration']:g} s" if w.get("duration") else f"{w.get('count') or w['behind']} appends"
     )
-    lines = [
-        f"## tsync bench {result['scenario']}",
-        "",
+    shape = (
         f"{w['subscribers']} subscribers over {w['procs']} process(es), {w['writers']} writer(s), "
-        f"{w['transcripts']} transcript(s), {mode}, {span}, {w['size']} B messages.",
-        "",
-    ]
+        f"{w['transcripts']} transcript(s), {mode}, {span}, {w['size']} B messages."
+    )
+    if result["scenario"] == "idle":
+        shape = f"{w['subscribers']} idle connections over {w['procs']} process(es)."
+    elif result["scenario"] == "catchup":
+        shape = (
+            f"{w['subscribers']} subscribers resume {w['behind']} events behind; fresh baselines "
+            f"of a {w['baseline_messages']}-message transcript; {w['size']} B messages."
+        )
+    lines = [f"## tsync bench {result['scenario']}", "", shape, ""]
     header = "| metric | " + " | ".join(r["label"] for r in runs)
     if len(runs) == 2:
         header += " | ratio"
