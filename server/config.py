@@ -33,6 +33,10 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_http_body_bytes: int = 16 << 20
     max_subscriptions_per_connection: int = 256
     max_connections: int = 20_000
+    #: Ops a connection may send per second on average (0: unlimited), and
+    #: how many it may send at once; more get ``rate-limited``.
+    max_ops_per_second: float = 0.0
+    max_ops_burst: float = 1000.0
 
     # --- outbound queue per connection (lagged when over either) ---
     queue_max_frames: int = 10_000

@@ -23,6 +23,7 @@ from protocol.errors import InvalidFrame, InvalidMessage
 from protocol.types import Origin
 from server.connection import Connection
 from server.hub import Hub, RevisionConflict, TooManySubscriptions
+from server.ratelimit import TokenBucket
 from server.store.base import StoreUnavailable, TranscriptNotFound
 from server.transcript import InvalidSegment
 
@@ -107,6 +108,8 @@ class OpHandler:
         self.hub = hub
         self.conn = conn
         self.origin = Origin(context_id=conn.context_id)
+        config = hub.config
+        self.bucket = TokenBucket(config.max_ops_per_second, config.max_ops_burst)
 
     async def handle(self, data: str | bytes) -> None:
         limit = self.hub.config.max_frame_bytes
@@ -128,6 +131,14 @@ class OpHandler:
             return
         ref = op.ref
         transcript_id = getattr(op, "transcript_id", None)
+        if not self.bucket.take():
+            conn.push_error(
+                wire.RATE_LIMITED,
+                f"more than {self.bucket.rate:g} ops per second: slow down and retry",
+                transcript_id=transcript_id,
+                ref=ref,
+            )
+            return
         try:
             await self._dispatch(op)
         except InvalidMessage as exc:

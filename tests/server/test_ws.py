@@ -292,3 +292,15 @@ async def test_pipelined_appends_keep_their_order() -> None:
             acks = [await c.expect(Ack) for _ in range(50)]
             assert [a.ref for a in acks] == list(range(50))
             assert [a.revision for a in acks] == list(range(1, 51))
+
+
+async def test_ops_over_the_rate_limit_are_refused_and_the_connection_stays_usable() -> None:
+    async with running_server(max_ops_per_second=0.001, max_ops_burst=3) as srv:
+        await create(srv.url, "rl")
+        async with await RawClient.connect(srv.ws_url) as c:
+            for i in range(5):
+                await c.send(op="ping", ref=i)
+            frames = [await c.recv() for _ in range(5)]
+            assert [type(f).__name__ for f in frames] == ["Pong"] * 3 + ["ErrorFrame"] * 2
+            assert all(f.code == "rate-limited" for f in frames[3:])  # type: ignore[union-attr]
+            assert [f.ref for f in frames] == list(range(5))
