@@ -41,34 +41,9 @@ class UsageError(Exception):
 
 
 def register(subparsers: Any) -> None:
-    """Add the client commands to ``tsync``'s subparsers."""
-    # ``tsync append ID --role user "text"``: argparse (3.11) matches
-    # positionals before the first option only, so "text" would be refused.
-    # Our commands parse intermixed, whatever parser class tsync uses.
-    base = subparsers._parser_class
-    subparsers._parser_class = _intermixed(base)
-    try:
-        _add_commands(subparsers)
-    finally:
-        subparsers._parser_class = base
-
-
-def _intermixed(base: type[argparse.ArgumentParser]) -> type[argparse.ArgumentParser]:
-    class Intermixed(base):  # type: ignore[valid-type,misc]
-        _mixing = False
-
-        def parse_known_args(
-            self, args: Any = None, namespace: Any = None
-        ) -> tuple[argparse.Namespace, list[str]]:
-            if self._mixing:  # parse_known_intermixed_args calls us back
-                return super().parse_known_args(args, namespace)  # type: ignore[no-any-return]
-            self._mixing = True
-            try:
-                return self.parse_known_intermixed_args(args, namespace)  # type: ignore[no-any-return]
-            finally:
-                self._mixing = False
-
-    return Intermixed
+    """Add the client commands to ``tsync``'s subparsers (``server.cli`` makes
+    each command's parser accept options between positionals)."""
+    _add_commands(subparsers)
 
 
 def _add_commands(subparsers: Any) -> None:

@@ -25,9 +25,28 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"tsync: {message}\n")
 
 
+class _CommandParser(_Parser):
+    """A command's parser: options and positionals may come in any order
+    (``tsync append ID --role user "text"``), which plain ``parse_args`` of
+    Python 3.11 refuses once an option stands between two positionals."""
+
+    _mixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._mixing:  # parse_known_intermixed_args calls back into us
+            return super().parse_known_args(args, namespace)
+        self._mixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._mixing = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tsync", description="transcript-sync: real-time sync of LLM transcripts")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     commands.required = True
 
     serve = commands.add_parser(
