@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Medians and ranges of the runs that scripts/run_benchmarks.sh wrote, as Markdown.
 
-    python scripts/bench_summary.py /tmp/bench-results
+    python scripts/bench_summary.py /tmp/bench-results [--brief]
 
 Files are named ``NAME-STORE-RUN.json``; each holds our server's run and the
 broadcast baseline's run of the same workload (``tsync bench --compare``).
@@ -39,7 +39,26 @@ def _num(value: float) -> str:
     return f"{value:.2f}"
 
 
-def main(folder: str) -> None:
+#: The metrics ``--brief`` keeps.
+BRIEF = {
+    "delivered_per_s",
+    "writers.acks_per_s",
+    "latency_ms.p50",
+    "latency_ms.p99",
+    "latency_ms.max",
+    "groups.stopped.latency_ms.p99",
+    "server_cpu.cpu_us_per_delivered",
+    "server_cpu.rss_mb_peak",
+    "catchup.resume_ms.p50",
+    "catchup.frames_per_resume",
+    "catchup.bytes_per_resume",
+    "catchup.baseline.median_ms",
+    "idle.kb_per_connection",
+    "idle.kb_per_subscribed_connection",
+}
+
+
+def main(folder: str, brief: bool = False) -> None:
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for path in sorted(Path(folder).glob("*.json")):
         name, store, _run = path.stem.rsplit("-", 2)
@@ -51,6 +70,8 @@ def main(folder: str) -> None:
         print(f"\n### {name} ({store}): {runs} run(s), {ok} passed; load at start {loads}\n")
         print("| metric | tsync | baseline | ratio |\n|---|---|---|---|")
         for label, path, unit, _higher in METRICS:
+            if brief and path not in BRIEF:
+                continue
             ours = [v for r in results if (v := _get(r["runs"][0], path)) is not None]
             theirs = [
                 v
@@ -69,4 +90,5 @@ def main(folder: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/bench-results")
+    args = [a for a in sys.argv[1:] if a != "--brief"]
+    main(args[0] if args else "/tmp/bench-results", brief="--brief" in sys.argv)
