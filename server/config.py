@@ -43,6 +43,10 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     queue_max_bytes: int = 8 << 20
     #: Most bytes coalesced into one WebSocket message (frames joined by "\n").
     write_batch_bytes: int = 256 << 10
+    #: Milliseconds to let increments gather before waking the writers, so
+    #: that events arriving close together go out in one message per
+    #: subscriber (0: at the end of the current event-loop turn).
+    write_delay_ms: float = 1.0
 
     # --- per live transcript ---
     #: Recent encoded events kept in memory for resumes.
@@ -65,6 +69,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: answering ``too-large`` (frames between the two get the error frame).
     ws_hard_max_bytes: int = 64 << 20
     graceful_shutdown_s: float = 10.0
+    #: ``sys.setswitchinterval`` of the server process, in milliseconds: how
+    #: soon the store's worker thread gets the GIL back from a busy loop.
+    gil_switch_interval_ms: float = 0.5
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ServerConfig:

@@ -30,6 +30,46 @@ log = logging.getLogger("tsync.connection")
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
+class Flusher:
+    """Wakes the writers of connections that got new increments, at most once
+    per ``delay`` seconds (Centrifugo's ``write_delay``).
+
+    Without it every event wakes every subscriber's writer at once and each
+    sends that one frame on its own: one trip through the ASGI and WebSocket
+    layers per frame per subscriber. Waking them together a moment later lets
+    the increments of events that arrive close together leave in one
+    WebSocket message, at the cost of at most ``delay`` of latency. With
+    ``delay`` 0 the writers are woken at the end of the current loop turn.
+    """
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self._dirty: list[Connection] = []
+        self._handle: asyncio.Handle | None = None
+
+    def mark(self, conn: Connection) -> None:
+        self._dirty.append(conn)
+        if self._handle is None:
+            loop = asyncio.get_running_loop()
+            self._handle = (
+                loop.call_later(self.delay, self._flush)
+                if self.delay > 0
+                else loop.call_soon(self._flush)
+            )
+
+    def _flush(self) -> None:
+        self._handle = None
+        dirty, self._dirty = self._dirty, []
+        for conn in dirty:
+            conn._wake_writer()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._dirty.clear()
+
+
 class Connection:
     """The server's view of one client connection."""
 
@@ -44,6 +84,7 @@ class Connection:
         write_batch_bytes: int = 256 << 10,
         metrics: Metrics | None = None,
         on_lagged: Callable[[Connection, set[str]], None] | None = None,
+        flusher: Flusher | None = None,
     ) -> None:
         self.id = conn_id
         self.context_id = f"ws:{conn_id}"
@@ -63,6 +104,8 @@ class Connection:
         self._metrics = metrics
         self._on_lagged = on_lagged
         self._writer: asyncio.Task[None] | None = None
+        self._flusher = flusher
+        self._marked = False
 
     # --- pushing (hub side; synchronous) ---------------------------------------
 
@@ -73,6 +116,14 @@ class Connection:
             return
         self._queue.append(item)
         self._queued_bytes += item.size
+        if self._flusher is None:
+            self._wake.set()
+        elif not self._marked:
+            self._marked = True
+            self._flusher.mark(self)
+
+    def _wake_writer(self) -> None:
+        self._marked = False
         self._wake.set()
 
     def push_baseline(self, item: EncodedSnapshot) -> None:
@@ -200,9 +251,10 @@ class Connection:
                 payload = parts[0] if len(parts) == 1 else b"\n".join(parts)
                 await self._send({"type": "websocket.send", "text": payload.decode()})
                 if metrics is not None:
-                    metrics.frames_sent.inc(len(parts))
-                    metrics.messages_sent.inc()
-                    metrics.bytes_sent.inc(size)
+                    sent = metrics.sent
+                    sent.frames += len(parts)
+                    sent.messages += 1
+                    sent.bytes += size
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the socket is gone; the reader will notice
@@ -216,9 +268,10 @@ class Connection:
         frame = item.render_msgpack(self.seq)
         await self._send({"type": "websocket.send", "bytes": frame})
         if self._metrics is not None:
-            self._metrics.frames_sent.inc()
-            self._metrics.messages_sent.inc()
-            self._metrics.bytes_sent.inc(len(frame))
+            sent = self._metrics.sent
+            sent.frames += 1
+            sent.messages += 1
+            sent.bytes += len(frame)
 
     async def drain(self) -> None:
         """Wait until the writer has sent everything queued (bound it with a

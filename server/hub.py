@@ -31,7 +31,7 @@ from protocol.types import Message, Origin, TranscriptEvent, TranscriptSnapshot
 from protocol.validation import parse_messages, validate_id
 from server.changes import ChangeBuffer
 from server.config import ServerConfig
-from server.connection import Connection
+from server.connection import Connection, Flusher
 from server.frames import EncodedEvent, EncodedSnapshot
 from server.metrics import Metrics
 from server.store.base import (
@@ -149,6 +149,8 @@ class Hub:
         self.connections: dict[str, Connection] = {}
         self._loading: dict[str, asyncio.Future[Live]] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        #: Wakes the writers of connections with new increments (write delay).
+        self.flusher = Flusher(config.write_delay_ms / 1000)
         #: How many idle sweeps have run (tests wait on it instead of sleeping).
         self.sweeps = 0
 
@@ -162,6 +164,7 @@ class Hub:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
+        self.flusher.cancel()
         for conn in list(self.connections.values()):
             await conn.stop()
         for live in list(self.live.values()):

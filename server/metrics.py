@@ -2,10 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+
+class SendTotals:
+    """Plain integers the connection writers add to on every send; folded into
+    the registry only when ``/metrics`` is scraped (a prometheus-client
+    ``Counter.inc`` takes a lock: too dear for the per-send path)."""
+
+    __slots__ = ("bytes", "frames", "messages")
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.messages = 0
+        self.bytes = 0
+
+
+class _SendTotalsCollector(Collector):
+    def __init__(self, totals: SendTotals) -> None:
+        self.totals = totals
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        t = self.totals
+        yield CounterMetricFamily("tsync_frames_sent", "Frames sent to clients", value=t.frames)
+        yield CounterMetricFamily(
+            "tsync_ws_messages_sent", "WebSocket messages sent (frames coalesced)", value=t.messages
+        )
+        yield CounterMetricFamily("tsync_bytes_sent", "Bytes of frames sent", value=t.bytes)
 
 
 class Metrics:
@@ -19,11 +49,8 @@ class Metrics:
         self.live_transcripts = Gauge(
             "tsync_live_transcripts", "Transcripts held in memory", registry=r
         )
-        self.frames_sent = Counter("tsync_frames_sent", "Frames sent to clients", registry=r)
-        self.messages_sent = Counter(
-            "tsync_ws_messages_sent", "WebSocket messages sent (frames coalesced)", registry=r
-        )
-        self.bytes_sent = Counter("tsync_bytes_sent", "Bytes of frames sent", registry=r)
+        self.sent = SendTotals()
+        r.register(_SendTotalsCollector(self.sent))
         self.appends = Counter(
             "tsync_appends", "Accepted changes", ["transport", "kind"], registry=r
         )

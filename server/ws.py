@@ -70,6 +70,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         write_batch_bytes=config.write_batch_bytes,
         metrics=hub.metrics,
         on_lagged=hub.on_lagged,
+        flusher=hub.flusher,
     )
     hub.register(conn)
     conn.start()
@@ -79,6 +80,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         extra={"conn": conn.id, "peer": f"{client.host}:{client.port}" if client else None},
     )
     handler = OpHandler(hub, conn)
+    handled = 0
     try:
         while not conn.closed:
             message = await websocket.receive()
@@ -88,10 +90,15 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
             if data is None:
                 data = message.get("bytes") or b""
             await handler.handle(data)
-            # Let the pump and the writers run between ops even when the
-            # store answered without suspending: a burst of appends from one
-            # client must not starve everyone else's deliveries.
-            await asyncio.sleep(0)
+            handled += 1
+            if handled % 16 == 0:
+                # Let the pump and the writers run now and then even when the
+                # store answers without suspending: a burst of appends from
+                # one client must not starve everyone else's deliveries. (Not
+                # after every op: a reader that takes one op per loop turn
+                # falls behind busy writers, and uvicorn then stops reading
+                # the socket, pongs included.)
+                await asyncio.sleep(0)
     finally:
         hub.unregister(conn)
         await conn.stop()

@@ -51,10 +51,15 @@ class SQLiteBackend:
 
 
 class TestSQLiteStore(StoreContract):
-    # max_batch=1 runs the same contract with group commit off.
-    @pytest.fixture(params=[256, 1], ids=["group-commit", "one-per-commit"])
+    # The same contract with writes inline in the loop (the default), through
+    # the worker with group commit, and through the worker one per commit.
+    @pytest.fixture(
+        params=[(True, 256), (False, 256), (False, 1)],
+        ids=["inline", "group-commit", "one-per-commit"],
+    )
     def store_backend(self, tmp_path: Path, request: pytest.FixtureRequest) -> StoreBackend:
-        return SQLiteBackend(tmp_path / "data", max_batch=request.param)
+        inline, max_batch = request.param
+        return SQLiteBackend(tmp_path / "data", inline_writes=inline, max_batch=max_batch)
 
 
 @pytest.fixture
@@ -285,7 +290,16 @@ async def test_expired_keys_are_swept_from_disk(tmp_path: Path) -> None:
         conn.close()
 
 
-async def test_concurrent_appends_share_commits(store: SQLiteStore) -> None:
+async def test_concurrent_appends_share_commits(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "data", inline_writes=False)
+    await store.open()
+    try:
+        await _concurrent_appends_share_commits(store)
+    finally:
+        await store.close()
+
+
+async def _concurrent_appends_share_commits(store: SQLiteStore) -> None:
     ids = [f"t{i}" for i in range(50)]
     for tid in ids:
         await store.create(tid, EPOCH, CREATED_AT)
