@@ -10,7 +10,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Route
 
 from server import http_api, http_lmml, pages
 from server.backplane import Backplane
@@ -50,7 +50,23 @@ class _AuthMiddleware:
         await self.app(scope, receive, send)
 
 
-def create_app(config: ServerConfig | None = None, *, store: Store | None = None) -> Starlette:
+class TsyncApp:
+    """The ASGI application: WebSockets on ``/v1/ws`` go straight to their
+    handler (no router or middleware frames kept alive per connection);
+    everything else, lifespan included, goes to the Starlette app."""
+
+    def __init__(self, starlette: Starlette) -> None:
+        self.starlette = starlette
+        self.state = starlette.state
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket" and scope["path"] == "/v1/ws":
+            await websocket_endpoint(scope, receive, send, self.state.hub)
+            return
+        await self.starlette(scope, receive, send)
+
+
+def create_app(config: ServerConfig | None = None, *, store: Store | None = None) -> TsyncApp:
     """Build the app. The store is opened at startup and closed (flushed) at
     shutdown; pass one to share it with a test."""
     config = config or ServerConfig()
@@ -79,7 +95,6 @@ def create_app(config: ServerConfig | None = None, *, store: Store | None = None
             log.info("stopped")
 
     routes = [
-        WebSocketRoute("/v1/ws", websocket_endpoint),
         Route("/v1/transcripts", http_api.create_transcript, methods=["POST"]),
         Route("/v1/transcripts", http_api.list_transcripts, methods=["GET"]),
         Route("/v1/transcripts/import", http_lmml.import_transcript, methods=["POST"]),
@@ -114,4 +129,4 @@ def create_app(config: ServerConfig | None = None, *, store: Store | None = None
     app.state.config = config
     app.state.metrics = metrics
     app.add_middleware(_AuthMiddleware)
-    return app
+    return TsyncApp(app)

@@ -73,6 +73,29 @@ class Flusher:
 class Connection:
     """The server's view of one client connection."""
 
+    # Thousands of these live at once: no per-instance __dict__.
+    __slots__ = (
+        "_batch_bytes",
+        "_drained",
+        "_flusher",
+        "_marked",
+        "_max_bytes",
+        "_max_frames",
+        "_metrics",
+        "_on_lagged",
+        "_queue",
+        "_queued_bytes",
+        "_send",
+        "_wake",
+        "_writer",
+        "binary",
+        "closed",
+        "context_id",
+        "id",
+        "seq",
+        "subscriptions",
+    )
+
     def __init__(
         self,
         conn_id: str,
@@ -100,7 +123,7 @@ class Connection:
         self._max_bytes = queue_max_bytes
         self._batch_bytes = write_batch_bytes
         self._wake = asyncio.Event()
-        self._drained = asyncio.Event()
+        self._drained: asyncio.Event | None = None  # made on the first drain()
         self._metrics = metrics
         self._on_lagged = on_lagged
         self._writer: asyncio.Task[None] | None = None
@@ -222,7 +245,8 @@ class Connection:
         try:
             while True:
                 if not self._queue:
-                    self._drained.set()
+                    if self._drained is not None:
+                        self._drained.set()
                     if self.closed:
                         return
                     self._wake.clear()
@@ -276,6 +300,8 @@ class Connection:
     async def drain(self) -> None:
         """Wait until the writer has sent everything queued (bound it with a
         timeout: a client that does not read never lets it finish)."""
+        if self._drained is None:
+            self._drained = asyncio.Event()
         while self._queue and not self.closed:
             self._drained.clear()
             await self._drained.wait()

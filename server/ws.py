@@ -13,10 +13,11 @@ import contextlib
 import itertools
 import logging
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import parse_qs
 
 import msgspec
-from starlette.websockets import WebSocket
 
 from protocol import wire
 from protocol.errors import InvalidFrame, InvalidMessage
@@ -32,38 +33,55 @@ _ids = itertools.count(1)
 _lenient = msgspec.json.Decoder()
 
 
-def _authorized(websocket: WebSocket, token: str | None) -> bool:
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def _authorized(scope: Scope, token: str | None) -> bool:
     if token is None:
         return True
-    header = websocket.headers.get("authorization", "")
-    offered = (
-        header[7:]
-        if header.lower().startswith("bearer ")
-        else websocket.query_params.get("token", "")
-    )
+    offered = ""
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"authorization":
+            header = value.decode("latin-1")
+            if header.lower().startswith("bearer "):
+                offered = header[7:]
+            break
+    else:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        offered = (query.get("token") or [""])[0]
     return secrets.compare_digest(offered.encode(), token.encode())
 
 
-async def websocket_endpoint(websocket: WebSocket) -> None:
-    hub: Hub = websocket.app.state.hub
+async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hub) -> None:
+    """``/v1/ws`` as a bare ASGI handler.
+
+    It is served before Starlette's router and middleware (see
+    ``server.app``): a long-lived connection then keeps no routing or
+    middleware frames and no ``WebSocket`` wrapper alive, which is a good
+    part of the memory an idle connection costs.
+    """
+    if (await receive())["type"] != "websocket.connect":
+        return
     config = hub.config
-    if not _authorized(websocket, config.token):
-        await websocket.close(code=1008, reason="unauthorized")
+    if not _authorized(scope, config.token):
+        await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized"})
         return
     if len(hub.connections) >= config.max_connections:
-        await websocket.close(code=1013, reason="too many connections, try again later")
+        await send({"type": "websocket.close", "code": 1013, "reason": "too many connections"})
         return
-    offered = websocket.scope.get("subprotocols") or []
+    offered = scope.get("subprotocols") or []
     binary = wire.SUBPROTOCOL_MSGPACK in offered and wire.SUBPROTOCOL_JSON not in offered[:1]
     chosen = (
         wire.SUBPROTOCOL_MSGPACK
         if binary
         else (wire.SUBPROTOCOL_JSON if wire.SUBPROTOCOL_JSON in offered else None)
     )
-    await websocket.accept(subprotocol=chosen)
+    await send({"type": "websocket.accept", "subprotocol": chosen})
     conn = Connection(
         f"c{next(_ids)}-{secrets.token_hex(3)}",
-        websocket.send,
+        send,
         binary=binary,
         queue_max_frames=config.queue_max_frames,
         queue_max_bytes=config.queue_max_bytes,
@@ -74,17 +92,19 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     )
     hub.register(conn)
     conn.start()
-    client = websocket.client
+    client = scope.get("client")
     log.info(
         "connection opened",
-        extra={"conn": conn.id, "peer": f"{client.host}:{client.port}" if client else None},
+        extra={"conn": conn.id, "peer": f"{client[0]}:{client[1]}" if client else None},
     )
     handler = OpHandler(hub, conn)
     handled = 0
+    disconnected = False
     try:
         while not conn.closed:
-            message = await websocket.receive()
+            message = await receive()
             if message["type"] == "websocket.disconnect":
+                disconnected = True
                 break
             data = message.get("text")
             if data is None:
@@ -103,9 +123,11 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         hub.unregister(conn)
         await conn.stop()
         log.info("connection closed", extra={"conn": conn.id})
-        if conn.closed and websocket.client_state.name == "CONNECTED":
+        if conn.closed and not disconnected:
             with contextlib.suppress(Exception):  # already gone
-                await websocket.close(code=1008, reason="outbound queue overflow")
+                await send(
+                    {"type": "websocket.close", "code": 1008, "reason": "outbound queue overflow"}
+                )
 
 
 class OpHandler:
