@@ -36,9 +36,11 @@ from server.frames import EncodedEvent, EncodedSnapshot
 from server.metrics import Metrics
 from server.store.base import (
     AppendAck,
+    AppendResult,
     RevisionMismatch,
     Store,
     StoredTranscript,
+    StoreUnavailable,
     TranscriptNotFound,
 )
 from server.transcript import Transcript
@@ -71,6 +73,64 @@ class Ack:
         self.duplicate = duplicate
 
 
+class _PendingAppend:
+    """An append waiting for its transcript's lock; ``future`` gets its ack."""
+
+    __slots__ = ("expected_revision", "future", "key", "messages", "origin", "transport")
+
+    def __init__(
+        self,
+        messages: tuple[Message, ...],
+        expected_revision: int | None,
+        key: str | None,
+        origin: Origin | None,
+        transport: str,
+    ) -> None:
+        self.messages = messages
+        self.expected_revision = expected_revision
+        self.key = key
+        self.origin = origin
+        self.transport = transport
+        self.future: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
+        # The caller may be gone (cancelled): its error is then nobody's.
+        self.future.add_done_callback(_retrieve)
+
+    def succeed(self, ack: Ack) -> None:
+        if not self.future.done():
+            self.future.set_result(ack)
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+async def append_many(
+    store: Store, items: Sequence[tuple[TranscriptEvent, str | None]]
+) -> list[AppendResult | Exception]:
+    """``store.append_many`` when the store has it (one transaction, one
+    round trip), else one ``append`` after the other; one outcome per item."""
+    many = getattr(store, "append_many", None)
+    if many is not None:
+        outcomes: list[AppendResult | Exception] = await many(items)
+        return outcomes
+    results: list[AppendResult | Exception] = []
+    for event, key in items:
+        try:
+            results.append(await store.append(event, idempotency_key=key))
+        except Exception as exc:  # this one failed: the rest was planned on it
+            results.append(exc)
+            break
+    return results + [
+        RevisionMismatch(event.transcript_id, event.revision - 1, -1)
+        for event, _ in items[len(results) :]
+    ]
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -89,6 +149,9 @@ class Live:
         self.subscribers: dict[Connection, None] = {}
         self.window: deque[EncodedEvent] = deque(maxlen=hub.config.event_window)
         self.idempotency: OrderedDict[str, AppendAck] = OrderedDict(stored.idempotency)
+        #: Appends waiting to be committed, and the task that commits them.
+        self.appends: list[_PendingAppend] = []
+        self.committer: asyncio.Task[None] | None = None
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
         self._snapshot_cache: EncodedSnapshot | None = None
@@ -168,6 +231,10 @@ class Hub:
         for conn in list(self.connections.values()):
             await conn.stop()
         for live in list(self.live.values()):
+            if live.committer is not None and not live.committer.done():
+                live.committer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await live.committer
             await live.close()
         self.live.clear()
         self.metrics.live_transcripts.set(0)
@@ -178,7 +245,12 @@ class Hub:
             await asyncio.sleep(max(ttl / 4, 0.05))
             cutoff = time.monotonic() - ttl
             for tid, live in list(self.live.items()):
-                if not live.subscribers and live.last_used < cutoff and not live.lock.locked():
+                if (
+                    not live.subscribers
+                    and live.last_used < cutoff
+                    and not live.lock.locked()
+                    and not live.appends
+                ):
                     live.flush()
                     del self.live[tid]
                     await live.close()
@@ -265,53 +337,173 @@ class Hub:
         transport: str = "ws",
     ) -> Ack:
         """Append one batch, all or nothing. Raises ``InvalidMessage``,
-        ``RevisionConflict``, ``TranscriptNotFound``, ``StoreUnavailable``."""
+        ``RevisionConflict``, ``TranscriptNotFound``, ``StoreUnavailable``.
+
+        Appends to one transcript that queue up while the store is busy are
+        committed together (``Store.append_many``: one transaction or one
+        round trip), then applied in order: the store's latency is paid once
+        per batch, not once per append, and their increments leave together.
+        """
         started = time.perf_counter()
         parsed = self._parse(messages)
         live = await self.acquire(transcript_id)
-
-        async def again() -> Ack:  # with the copy that replaced ``live``
-            return await self.append(
-                transcript_id,
-                parsed,
-                expected_revision=expected_revision,
-                idempotency_key=idempotency_key,
-                origin=origin,
-                transport=transport,
+        pending = _PendingAppend(parsed, expected_revision, idempotency_key, origin, transport)
+        live.appends.append(pending)
+        if live.committer is None or live.committer.done():
+            live.committer = asyncio.create_task(
+                self._commit_appends(live), name=f"appends-{live.id}"
             )
+        # The commit runs in the committer task: a caller that goes away
+        # (its connection closed) cannot cut a store write in half.
+        ack = await asyncio.shield(pending.future)  # raises what the append raised
+        self.metrics.append_latency.observe(time.perf_counter() - started)
+        return ack
 
+    async def _commit_appends(self, live: Live) -> None:
         async with live.lock:
-            caught_up = False
-            while True:
-                replay = live.idempotency.get(idempotency_key) if idempotency_key else None
-                if replay is not None:
-                    self.metrics.duplicates.inc()
-                    return Ack(transcript_id, replay, duplicate=True)
-                transcript = live.transcript
-                if expected_revision is not None and expected_revision != transcript.revision:
-                    if expected_revision > transcript.revision and not caught_up:
-                        # This copy may trail a change made through another replica.
-                        caught_up = True
-                        if not await self._caught_up(live):
-                            return await again()
-                        continue
-                    raise RevisionConflict(transcript_id, expected_revision, transcript.revision)
-                event = transcript.prepare_append(parsed, origin=origin)
-                if event is None:  # an empty batch changes nothing
-                    return Ack(transcript_id, AppendAck(transcript.revision, transcript.length, 0))
-                try:
-                    result = await self.store.append(event, idempotency_key=idempotency_key)
-                except RevisionMismatch:
-                    # Another replica moved the transcript on: catch up and retry.
-                    if not await self._caught_up(live, mismatch=True):
-                        return await again()
+            try:
+                while live.appends:
+                    await self._append_queued(live)
+            finally:
+                for p in live.appends:  # only if this task was cancelled (shutdown)
+                    p.fail(StoreUnavailable("server shutting down"))
+                live.appends.clear()
+
+    async def _append_queued(self, live: Live) -> None:
+        """Commit every append queued on ``live`` (under its lock), resolving
+        each one's future. Simple appends go in runs through ``append_many``;
+        one that needs more care (a key seen before, an expected revision
+        that differs, an empty batch, a store that moved on) goes alone
+        through ``_append_one``."""
+        batch, live.appends = live.appends, []
+        i = 0
+        careful = False  # send batch[i] alone (the store refused it in a run)
+        try:
+            while i < len(batch):
+                if self.live.get(live.id) is not live:
+                    # A catch-up replaced this copy: start the rest over on the new one.
+                    for p in batch[i:]:
+                        await self._resolve_later(p, live.id)
+                    i = len(batch)
+                    return
+                run = [] if careful else self._plan_run(live, batch, i)
+                careful = False
+                if not run:
+                    p = batch[i]
+                    try:
+                        p.succeed(await self._append_one(live, p))
+                    except Exception as exc:
+                        p.fail(exc)
+                    i += 1
                     continue
-                if not result.duplicate:
-                    transcript.apply(event)
-                    self.metrics.appends.labels(transport, "messages-appended").inc()
-                live.remember(idempotency_key, result.ack)
-                self.metrics.append_latency.observe(time.perf_counter() - started)
-                return Ack(transcript_id, result.ack, duplicate=result.duplicate)
+                events = live.transcript.prepare_appends([(p.messages, p.origin) for p in run])
+                try:
+                    results = await append_many(
+                        self.store, [(e, p.key) for p, e in zip(run, events, strict=True)]
+                    )
+                except Exception as exc:  # the store is unavailable: none of them landed
+                    for p in run:
+                        p.fail(exc)
+                    i += len(run)
+                    continue
+                for p, event, result in zip(run, events, results, strict=True):
+                    if isinstance(result, RevisionMismatch):
+                        careful = True  # another replica moved on: catch up first
+                        break
+                    if isinstance(result, Exception):
+                        p.fail(result)
+                        i += 1
+                        break  # the rest was planned on top of this one: plan again
+                    if not result.duplicate:
+                        live.transcript.apply(event)
+                        self.metrics.appends.labels(p.transport, "messages-appended").inc()
+                    else:
+                        self.metrics.duplicates.inc()
+                    live.remember(p.key, result.ack)
+                    p.succeed(Ack(live.id, result.ack, duplicate=result.duplicate))
+                    i += 1
+                    if result.duplicate:
+                        break  # the next ones were planned on a revision that did not happen
+        finally:
+            # Cancelled (shutdown) half-way: what is left goes back in the queue.
+            live.appends[:0] = [p for p in batch[i:] if not p.future.done()]
+
+    def _plan_run(self, live: Live, batch: list[_PendingAppend], i: int) -> list[_PendingAppend]:
+        """The longest run of appends from ``batch[i]`` that can be committed
+        together without looking anything up."""
+        revision = live.transcript.revision
+        keys: set[str] = set()
+        run: list[_PendingAppend] = []
+        for p in batch[i:]:
+            if not p.messages:
+                break
+            if p.key is not None and (p.key in live.idempotency or p.key in keys):
+                break
+            if p.expected_revision is not None and p.expected_revision != revision:
+                break
+            run.append(p)
+            revision += 1
+            if p.key is not None:
+                keys.add(p.key)
+        return run
+
+    async def _resolve_later(self, p: _PendingAppend, transcript_id: str) -> None:
+        try:
+            p.succeed(
+                await self.append(
+                    transcript_id,
+                    p.messages,
+                    expected_revision=p.expected_revision,
+                    idempotency_key=p.key,
+                    origin=p.origin,
+                    transport=p.transport,
+                )
+            )
+        except Exception as exc:
+            p.fail(exc)
+
+    async def _append_one(self, live: Live, p: _PendingAppend) -> Ack:
+        """One append on its own (under ``live.lock``): replays, conflicts,
+        catching up with other replicas."""
+        transcript_id = live.id
+        caught_up = False
+        while True:
+            if self.live.get(transcript_id) is not live:
+                return await self.append(
+                    transcript_id,
+                    p.messages,
+                    expected_revision=p.expected_revision,
+                    idempotency_key=p.key,
+                    origin=p.origin,
+                    transport=p.transport,
+                )
+            replay = live.idempotency.get(p.key) if p.key else None
+            if replay is not None:
+                self.metrics.duplicates.inc()
+                return Ack(transcript_id, replay, duplicate=True)
+            transcript = live.transcript
+            expected = p.expected_revision
+            if expected is not None and expected != transcript.revision:
+                if expected > transcript.revision and not caught_up:
+                    # This copy may trail a change made through another replica.
+                    caught_up = True
+                    await self._caught_up(live)
+                    continue
+                raise RevisionConflict(transcript_id, expected, transcript.revision)
+            event = transcript.prepare_append(p.messages, origin=p.origin)
+            if event is None:  # an empty batch changes nothing
+                return Ack(transcript_id, AppendAck(transcript.revision, transcript.length, 0))
+            try:
+                result = await self.store.append(event, idempotency_key=p.key)
+            except RevisionMismatch:
+                # Another replica moved the transcript on: catch up and retry.
+                await self._caught_up(live, mismatch=True)
+                continue
+            if not result.duplicate:
+                transcript.apply(event)
+                self.metrics.appends.labels(p.transport, "messages-appended").inc()
+            live.remember(p.key, result.ack)
+            return Ack(transcript_id, result.ack, duplicate=result.duplicate)
 
     async def start_segment(
         self,

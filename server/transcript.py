@@ -31,7 +31,7 @@ import itertools
 import operator
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import msgspec
@@ -284,6 +284,34 @@ class Transcript:
         if not batch:
             return None
         return self._append_event(batch, origin)
+
+    def prepare_appends(
+        self, batches: Sequence[tuple[Iterable[MessageInput], Origin | None]]
+    ) -> list[TranscriptEvent]:
+        """The events of several non-empty appends applied one after the other
+        (revision + 1, + 2, ...), changing nothing. Raises ``InvalidMessage``
+        and ``ValueError`` for an empty batch. The hub commits them to its
+        store together, then ``apply``s them in order."""
+        events: list[TranscriptEvent] = []
+        revision = self._revision
+        length = len(self._messages)
+        for messages, origin in batches:
+            batch = _validate_batch(messages)
+            if not batch:
+                raise ValueError("prepare_appends: an empty batch takes no revision")
+            revision += 1
+            events.append(
+                TranscriptEvent(
+                    transcript_id=self._id,
+                    epoch=self._epoch,
+                    revision=revision,
+                    occurred_at=self._clock(),
+                    change=MessagesAppended(start=length, messages=batch),
+                    origin=_check_origin(origin),
+                )
+            )
+            length += len(batch)
+        return events
 
     def prepare_segment(
         self, start: int | None = None, *, origin: Origin | None = None

@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -439,6 +439,51 @@ class RedisStore:
         if status == b"mismatch":
             raise RevisionMismatch(event.transcript_id, event.revision - 1, int(answer[1]))
         raise TranscriptNotFound(event.transcript_id)
+
+    async def append_many(
+        self, items: Sequence[tuple[TranscriptEvent, str | None]]
+    ) -> list[AppendResult | Exception]:
+        """Several appends in one round trip: the scripts are pipelined on one
+        connection, so Redis runs them in order, each atomic on its own. One
+        outcome per item; ``StoreUnavailable`` when the round trip failed."""
+        client = self._client()
+        internal: list[bool] = []
+        try:
+            async with client.pipeline(transaction=False) as pipe:
+                for event, idempotency_key in items:
+                    internal.append(idempotency_key is None)
+                    key = uuid.uuid4().hex if idempotency_key is None else idempotency_key
+                    args = self._event_args(event, key, idempotency_key is None)
+                    await self._append(
+                        keys=self._keys(event.transcript_id),
+                        args=[event.epoch, event.revision, "", *args],
+                        client=pipe,
+                    )
+                answers = await pipe.execute(raise_on_error=False)
+        except RedisError as err:
+            raise self._unavailable(err) from err
+        outcomes: list[AppendResult | Exception] = []
+        for (event, _), was_internal, answer in zip(items, internal, answers, strict=True):
+            if isinstance(answer, RedisError):
+                outcomes.append(self._unavailable(answer))
+                continue
+            if isinstance(answer, Exception):
+                outcomes.append(StoreError(f"{self.where}: {answer}"))
+                continue
+            outcomes.append(self._outcome(event, answer, was_internal))
+        return outcomes
+
+    def _outcome(
+        self, event: TranscriptEvent, answer: Any, internal: bool
+    ) -> AppendResult | Exception:
+        status = answer[0]
+        if status == b"ok":
+            return AppendResult(AppendAck.for_event(event))
+        if status == b"dup":
+            return AppendResult(_ack_from(answer[1]), duplicate=not internal)
+        if status == b"mismatch":
+            return RevisionMismatch(event.transcript_id, event.revision - 1, int(answer[1]))
+        return TranscriptNotFound(event.transcript_id)
 
     async def delete(self, transcript_id: str) -> bool:
         """Remove a transcript (script), then its index entry."""

@@ -569,6 +569,34 @@ class SQLiteStore:
         # database; a retry with the same idempotency key is then a duplicate.
         return await future
 
+    async def append_many(
+        self, items: Sequence[tuple[TranscriptEvent, str | None]]
+    ) -> list[AppendResult | Exception]:
+        """Several appends in order, committed in one transaction; one
+        outcome per item (``append``'s result or the exception it would
+        raise). Raises ``StoreUnavailable`` when nothing could be committed."""
+        db = self._db
+        if db is None or self._closing:
+            raise StoreUnavailable(f"sqlite store {self.path} is not open")
+        if self._inline_writes:
+            try:
+                with db.lock:
+                    outcomes = db.append_batch(items)
+            except sqlite3.Error as err:
+                raise _unavailable(self.path, err) from err
+            self.append_transactions += 1
+            self.batched_appends += len(items)
+            return outcomes
+        # The committer takes them in this order, most likely in one batch.
+        results = await asyncio.gather(
+            *(self.append(event, idempotency_key=key) for event, key in items),
+            return_exceptions=True,
+        )
+        return [
+            r if isinstance(r, AppendResult | Exception) else StoreUnavailable(str(r))
+            for r in results
+        ]
+
     async def _commit_loop(self) -> None:
         """Hand everything queued to the worker, one transaction per turn."""
         while True:

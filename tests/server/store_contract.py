@@ -209,6 +209,31 @@ class StoreContract:
         [info] = await store.list()
         assert info == TranscriptInfo("t1", EPOCH, 4, 5, CREATED_AT, events[-1].occurred_at)
 
+    async def test_append_many_keeps_order_and_reports_each_outcome(self, store: Store) -> None:
+        """``append_many`` (through the hub's helper, which falls back to one
+        ``append`` after the other for a store without it)."""
+        from server.hub import append_many
+
+        await store.create("t1", EPOCH, CREATED_AT)
+        await store.append(appended(1, 0), idempotency_key="seen")
+        outcomes = await append_many(
+            store,
+            [(appended(2, 1), "a"), (appended(3, 2, 2), None), (appended(4, 4), "b")],
+        )
+        assert outcomes == [
+            AppendResult(AppendAck(2, 1, 1)),
+            AppendResult(AppendAck(3, 2, 2)),
+            AppendResult(AppendAck(4, 4, 1)),
+        ]
+        # A replayed key answers its first ack; what was planned on top of it
+        # is refused as a mismatch and nothing after it is stored.
+        outcomes = await append_many(store, [(appended(5, 5), "seen"), (appended(6, 6), "c")])
+        assert outcomes[0] == AppendResult(AppendAck(1, 0, 1), duplicate=True)
+        assert isinstance(outcomes[1], RevisionMismatch) and outcomes[1].current == 4
+        loaded = await store.load("t1")
+        assert loaded is not None and loaded.revision == 4
+        assert [e.revision for e in loaded.events] == [1, 2, 3, 4]
+
     async def test_revision_mismatch_carries_current(self, store: Store) -> None:
         await store.create("t1", EPOCH, CREATED_AT, appended(1, 0))
         for wrong in (appended(3, 1), appended(1, 1)):

@@ -171,3 +171,40 @@ async def test_a_blocked_socket_lags_only_its_connection(hub: Hub) -> None:
     else:
         assert mode == "baseline"
         assert isinstance(slow_sock.frames()[-1], Baseline)
+
+
+async def test_queued_appends_commit_together_in_order_with_each_answer_right(
+    tmp_path: Any,
+) -> None:
+    from server.hub import RevisionConflict
+    from server.store.sqlite import SQLiteStore
+
+    # Commits through the worker thread: appends queue up behind each commit.
+    store = SQLiteStore(tmp_path / "data", inline_writes=False)
+    await store.open()
+    h = Hub(store, ServerConfig(store="sqlite"))
+    await h.start()
+    try:
+        await h.create("t")
+        first = await h.append("t", user("first"), idempotency_key="k")
+        calls = [h.append("t", user(f"m{i}"), idempotency_key=f"key-{i}") for i in range(40)] + [
+            h.append("t", user("again"), idempotency_key="k"),  # a replay
+            h.append("t", user("stale"), expected_revision=1),  # a conflict
+            h.append("t", []),  # an empty batch
+        ]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        acks, replay, conflict, empty = results[:40], results[40], results[41], results[42]
+        assert [a.ack.revision for a in acks] == list(range(2, 42))  # type: ignore[union-attr]
+        assert replay.duplicate and replay.ack == first.ack  # type: ignore[union-attr]
+        assert isinstance(conflict, RevisionConflict)
+        assert empty.ack.count == 0  # type: ignore[union-attr]
+        # Fewer transactions than appends: they were committed in batches.
+        assert store.append_transactions < 41
+        live = h.live["t"]
+        texts = [m.content for m in live.transcript.snapshot().messages]
+        assert texts == ["first"] + [f"m{i}" for i in range(40)]
+        stored = await store.load("t")
+        assert stored is not None and [e.revision for e in stored.events] == list(range(1, 42))
+    finally:
+        await h.stop()
+        await store.close()
