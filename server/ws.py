@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import logging
 import secrets
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -30,6 +31,8 @@ from server.transcript import InvalidSegment
 
 log = logging.getLogger("tsync.ws")
 _ids = itertools.count(1)
+#: Appends of one connection waiting for their commit before reading pauses.
+MAX_APPENDS_IN_FLIGHT = 256
 _lenient = msgspec.json.Decoder()
 
 
@@ -120,6 +123,7 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
                 # the socket, pongs included.)
                 await asyncio.sleep(0)
     finally:
+        await handler.cancel()
         hub.unregister(conn)
         await conn.stop()
         log.info("connection closed", extra={"conn": conn.id})
@@ -139,6 +143,7 @@ class OpHandler:
         self.origin = Origin(context_id=conn.context_id)
         config = hub.config
         self.bucket = TokenBucket(config.max_ops_per_second, config.max_ops_burst)
+        self.in_flight: deque[asyncio.Task[None]] = deque()
 
     async def handle(self, data: str | bytes) -> None:
         limit = self.hub.config.max_frame_bytes
@@ -168,6 +173,40 @@ class OpHandler:
                 ref=ref,
             )
             return
+        if isinstance(op, wire.Append):
+            # Appends are pipelined: the next ops are read while this one
+            # waits for its commit, so appends that arrive together are
+            # committed together. Their acks come back in order.
+            self._forget_done()
+            self.in_flight.append(asyncio.create_task(self._run(op)))
+            if len(self.in_flight) > MAX_APPENDS_IN_FLIGHT:
+                await self.in_flight[0]  # back-pressure: stop reading for a moment
+            return
+        if isinstance(op, wire.StartSegment):
+            await self.settle()  # after the appends sent before it
+        await self._run(op)
+
+    def _forget_done(self) -> None:
+        while self.in_flight and self.in_flight[0].done():
+            self.in_flight.popleft()
+
+    async def settle(self) -> None:
+        """Wait until every append in flight has been answered."""
+        while self.in_flight:
+            await self.in_flight.popleft()
+
+    async def cancel(self) -> None:
+        """The connection is gone: stop waiting for answers nobody reads (the
+        commits themselves go on in the hub)."""
+        for task in self.in_flight:
+            task.cancel()
+        await asyncio.gather(*self.in_flight, return_exceptions=True)
+        self.in_flight.clear()
+
+    async def _run(self, op: wire.ClientOp) -> None:
+        conn = self.conn
+        ref = op.ref
+        transcript_id = getattr(op, "transcript_id", None)
         try:
             await self._dispatch(op)
         except InvalidMessage as exc:
