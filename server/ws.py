@@ -173,10 +173,17 @@ class OpHandler:
                 ref=ref,
             )
             return
+        if isinstance(op, wire.Append) and op.transcript_id not in self.hub.live:
+            # The transcript must be loaded first: later appends would find
+            # it loaded and queue up ahead of this one. Wait for it instead.
+            await self.settle()
+            await self._run(op)
+            return
         if isinstance(op, wire.Append):
             # Appends are pipelined: the next ops are read while this one
             # waits for its commit, so appends that arrive together are
-            # committed together. Their acks come back in order.
+            # committed together. Their acks come back in order (each task
+            # queues its append in its first step, in creation order).
             self._forget_done()
             self.in_flight.append(asyncio.create_task(self._run(op)))
             if len(self.in_flight) > MAX_APPENDS_IN_FLIGHT:
