@@ -10,7 +10,12 @@ from typing import Any
 
 import msgspec
 
-_STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+# uvicorn adds a `color_message` copy of each message for its own formatter.
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 _encode = msgspec.json.Encoder().encode
 
 
