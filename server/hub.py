@@ -294,6 +294,8 @@ class Hub:
             live.pump.cancel()
             for conn in list(live.subscribers):
                 conn.subscriptions.pop(transcript_id, None)
+            self.metrics.subscriptions.dec(len(live.subscribers))
+            live.subscribers.clear()
             self.metrics.live_transcripts.set(len(self.live))
 
     # --- writes ---------------------------------------------------------------------
