@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -86,7 +85,7 @@ class Connection:
         "_queue",
         "_queued_bytes",
         "_send",
-        "_wake",
+        "_waiter",
         "_writer",
         "binary",
         "closed",
@@ -117,12 +116,16 @@ class Connection:
         self.seq = 0
         self.closed = False
         self._send = send
-        self._queue: deque[Outbound] = deque()
+        # A list, not a deque: an empty deque costs ~600 bytes per connection
+        # and the writer takes whole batches off the front anyway.
+        self._queue: list[Outbound] = []
         self._queued_bytes = 0
         self._max_frames = queue_max_frames
         self._max_bytes = queue_max_bytes
         self._batch_bytes = write_batch_bytes
-        self._wake = asyncio.Event()
+        #: The writer's wake-up, made only while it waits (an Event and its
+        #: waiter deque would cost ~700 bytes on every idle connection).
+        self._waiter: asyncio.Future[None] | None = None
         self._drained: asyncio.Event | None = None  # made on the first drain()
         self._metrics = metrics
         self._on_lagged = on_lagged
@@ -140,14 +143,19 @@ class Connection:
         self._queue.append(item)
         self._queued_bytes += item.size
         if self._flusher is None:
-            self._wake.set()
+            self._wake_up()
         elif not self._marked:
             self._marked = True
             self._flusher.mark(self)
 
     def _wake_writer(self) -> None:
         self._marked = False
-        self._wake.set()
+        self._wake_up()
+
+    def _wake_up(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def push_baseline(self, item: EncodedSnapshot) -> None:
         """Queue a baseline. A baseline is the repair path, so it is let in even
@@ -158,7 +166,7 @@ class Connection:
             return
         self._queue.append(item)
         self._queued_bytes += item.size
-        self._wake.set()
+        self._wake_up()
 
     def push_control(self, frame: Any) -> None:
         """Queue an ack, pong or error (a wire struct with ``seq=0``)."""
@@ -169,12 +177,12 @@ class Connection:
             # them: it is not a slow consumer but a dead or abusive one.
             log.warning("closing %s: outbound queue full of unread answers", self.id)
             self.closed = True
-            self._wake.set()
+            self._wake_up()
             return
         item = ControlFrame(frame)
         self._queue.append(item)
         self._queued_bytes += item.size
-        self._wake.set()
+        self._wake_up()
 
     def push_error(
         self,
@@ -211,7 +219,7 @@ class Connection:
         return len(self._queue), self._queued_bytes
 
     def _lag(self, transcript_ids: set[str]) -> None:
-        kept: deque[Outbound] = deque()
+        kept: list[Outbound] = []
         kept_bytes = 0
         for item in self._queue:
             if item.data and item.transcript_id is not None:
@@ -249,8 +257,11 @@ class Connection:
                         self._drained.set()
                     if self.closed:
                         return
-                    self._wake.clear()
-                    await self._wake.wait()
+                    self._waiter = asyncio.get_running_loop().create_future()
+                    try:
+                        await self._waiter
+                    finally:
+                        self._waiter = None
                     continue
                 if self.closed:
                     return
@@ -263,13 +274,18 @@ class Connection:
                 accounted = 0
                 seq = self.seq
                 limit = self._batch_bytes
-                while q and size < limit:
-                    item = q.popleft()
+                taken = 0
+                for item in q:
+                    if size >= limit:
+                        break
+                    taken += 1
                     accounted += item.size
                     seq += 1
                     frame = item.render_json(seq)
                     parts.append(frame)
                     size += len(frame)
+                # Pushes made while the send below is awaited go to the new list.
+                self._queue = q[taken:] if taken < len(q) else []
                 self.seq = seq
                 self._queued_bytes -= accounted
                 payload = parts[0] if len(parts) == 1 else b"\n".join(parts)
@@ -286,7 +302,7 @@ class Connection:
             self.closed = True
 
     async def _write_binary(self) -> None:
-        item = self._queue.popleft()
+        item = self._queue.pop(0)
         self._queued_bytes -= item.size
         self.seq += 1
         frame = item.render_msgpack(self.seq)
@@ -313,7 +329,7 @@ class Connection:
 
     async def stop(self) -> None:
         self.closed = True
-        self._wake.set()
+        self._wake_up()
         if self._writer is not None:
             self._writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -13,7 +13,6 @@ import contextlib
 import itertools
 import logging
 import secrets
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -137,13 +136,15 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
 class OpHandler:
     """Turns client ops into hub calls and answers into frames."""
 
+    __slots__ = ("bucket", "conn", "hub", "in_flight", "origin")
+
     def __init__(self, hub: Hub, conn: Connection) -> None:
         self.hub = hub
         self.conn = conn
         self.origin = Origin(context_id=conn.context_id)
         config = hub.config
         self.bucket = TokenBucket(config.max_ops_per_second, config.max_ops_burst)
-        self.in_flight: deque[asyncio.Task[None]] = deque()
+        self.in_flight: list[asyncio.Task[None]] = []  # oldest first
 
     async def handle(self, data: str | bytes) -> None:
         limit = self.hub.config.max_frame_bytes
@@ -194,13 +195,18 @@ class OpHandler:
         await self._run(op)
 
     def _forget_done(self) -> None:
-        while self.in_flight and self.in_flight[0].done():
-            self.in_flight.popleft()
+        done = 0
+        for task in self.in_flight:
+            if not task.done():
+                break
+            done += 1
+        if done:
+            del self.in_flight[:done]
 
     async def settle(self) -> None:
         """Wait until every append in flight has been answered."""
         while self.in_flight:
-            await self.in_flight.popleft()
+            await self.in_flight.pop(0)
 
     async def cancel(self) -> None:
         """The connection is gone: stop waiting for answers nobody reads (the
