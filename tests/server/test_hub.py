@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
 import pytest
 
 from protocol import wire
@@ -208,3 +209,46 @@ async def test_queued_appends_commit_together_in_order_with_each_answer_right(
     finally:
         await h.stop()
         await store.close()
+
+
+async def test_an_append_to_a_transcript_still_loading_holds_the_reader_back() -> None:
+    """Appends read while the first one loads the transcript would find it
+    loaded and queue ahead of it (the SIGKILL test once saw acks 0, 2..7, 1):
+    so the reader waits for that first append before reading on."""
+    from server.ws import OpHandler
+
+    class GatedStore(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = asyncio.Event()
+
+        async def load(self, transcript_id: str) -> Any:
+            await self.gate.wait()  # a slow disk, under the test's control
+            return await super().load(transcript_id)
+
+    store = GatedStore()
+    h = Hub(store, ServerConfig(store="memory"))
+    await h.start()
+    try:
+        await h.create("cold")
+        conn, sock = connect(h, "c")
+        handler = OpHandler(h, conn)
+
+        def op(i: int) -> str:
+            body = {"op": "append", "transcriptId": "cold", "ref": i, "messages": user(str(i))}
+            return msgspec.json.encode(body).decode()
+
+        first = asyncio.create_task(handler.handle(op(0)))
+        await settle()
+        assert not first.done()  # still loading: nothing more is read
+        store.gate.set()
+        await first
+        for i in range(1, 20):
+            await handler.handle(op(i))
+        await handler.settle()
+        await settle()
+        acks = [f for f in sock.frames() if f.__class__.__name__ == "Ack"]
+        assert [a.ref for a in acks] == list(range(20))
+        assert [a.revision for a in acks] == list(range(1, 21))
+    finally:
+        await h.stop()

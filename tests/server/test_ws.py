@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import httpx
-import msgspec
 import pytest
 
+from protocol import types as wire_types
 from protocol import wire
 from protocol.wire import Ack, Baseline, ErrorFrame, Increment, Pong
 from tests.support.servers import running_server
@@ -52,9 +51,6 @@ async def test_baseline_then_increments_and_two_subscribers_agree() -> None:
                     else:
                         assert isinstance(frame, Ack)
             assert seen["a"] == seen["b"] == [(2 + i, f"m{i}") for i in range(5)]
-
-
-from protocol import types as wire_types  # noqa: E402
 
 
 async def test_http_appends_reach_ws_subscribers_with_origin() -> None:
@@ -306,40 +302,3 @@ async def test_ops_over_the_rate_limit_are_refused_and_the_connection_stays_usab
             assert [type(f).__name__ for f in frames] == ["Pong"] * 3 + ["ErrorFrame"] * 2
             assert all(f.code == "rate-limited" for f in frames[3:])  # type: ignore[union-attr]
             assert [f.ref for f in frames] == list(range(5))
-
-
-async def test_pipelined_appends_to_a_transcript_not_yet_in_memory_keep_their_order(
-    tmp_path: Any,
-) -> None:
-    """The first append loads the transcript; appends read while it loads
-    must not overtake it. (The race needs later ops to arrive between the end
-    of the load and the wake-up of the appends waiting for it; the SIGKILL
-    test in test_durability.py met it once as acks 0, 2..7, 1. This test pins
-    the ordering of a pipelined burst on a cold transcript.)"""
-    from server.config import ServerConfig
-    from server.store.sqlite import SQLiteStore
-
-    store = SQLiteStore(tmp_path / "data")
-    await store.open()
-    await store.create("cold", "e" * 32, 0)
-    await store.close()
-    async with running_server(ServerConfig(store=f"sqlite:{tmp_path / 'data'}")) as srv:
-        assert "cold" not in srv.hub.live
-        async with await RawClient.connect(srv.ws_url) as c:
-            # All in one WebSocket message: they are read in one go.
-            await c.ws.send(
-                "\n".join(
-                    msgspec.json.encode(
-                        {
-                            "op": "append",
-                            "transcriptId": "cold",
-                            "ref": i,
-                            "messages": [msg(str(i))],
-                        }
-                    ).decode()
-                    for i in range(20)
-                )
-            )
-            acks = [await c.expect(Ack) for _ in range(20)]
-            assert [a.ref for a in acks] == list(range(20))
-            assert [a.revision for a in acks] == list(range(1, 21))
