@@ -31,9 +31,14 @@ pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]
 LIVE = re.compile(r"^(live|resynced)$")
 
 # What the page shows: (index, role, text of the text parts) per message, in DOM order.
+# Text parts are rendered as Markdown with line breaks kept (<br>): read them back as text.
 DOM_MESSAGES = """() => [...document.querySelectorAll('#messages li.message')].map(li => [
     Number(li.dataset.index), li.dataset.role,
-    [...li.querySelectorAll('.body .text')].map(p => p.textContent).join('')])"""
+    [...li.querySelectorAll('.body .text')].map(p => {
+        const copy = p.cloneNode(true);
+        for (const br of copy.querySelectorAll('br')) br.replaceWith('\\n');
+        return copy.textContent;
+    }).join('')])"""
 
 
 @dataclass
@@ -240,7 +245,7 @@ async def test_the_page_recovers_from_a_server_restart_with_nothing_lost_or_doub
         # Written while the server is down: it waits in the outbox, then goes once.
         await tab.send("typed while the server was down")
         await expect(tab.page.locator("#outbox li")).to_have_count(1)
-        await expect(tab.page.locator("#outbox li")).to_contain_text("waiting for the connection")
+        await expect(tab.page.locator("#outbox li")).to_contain_text("Waiting for the connection")
 
         await asyncio.to_thread(server.start)
         for i in range(8, 11):
@@ -277,8 +282,9 @@ async def test_with_a_token_the_list_creates_and_opens_transcripts(
         tab = await open_tab(context, f"{srv.url}/?token=s3cret")
         link = tab.page.get_by_role("link", name="listed")
         await expect(link).to_have_attribute("href", "/t/listed?token=s3cret")
-        await tab.page.get_by_label("New transcript id").fill("made-in-browser")
-        await tab.page.get_by_role("button", name="Create transcript").click()
+        await tab.page.get_by_text("New conversation with an id of your choice").click()
+        await tab.page.get_by_label("Conversation id").fill("made-in-browser")
+        await tab.page.get_by_role("button", name="Create", exact=True).click()
         await tab.page.wait_for_url("**/t/made-in-browser?token=s3cret")
         await expect(tab.page.locator("#status")).to_have_attribute("data-state", LIVE)
         await tab.send("hello with a token")
@@ -291,6 +297,9 @@ async def test_with_a_token_the_list_creates_and_opens_transcripts(
             "data-state", "unauthorized"
         )
         await expect(stranger.page.locator("#transcript-error")).to_contain_text("token")
+        # ... and the composer says that it cannot send, instead of queueing forever.
+        await expect(stranger.page.get_by_label("Message", exact=True)).to_be_disabled()
+        await expect(stranger.page.locator("#compose-disabled")).to_contain_text("token")
 
 
 def _png(width: int, height: int) -> bytes:
@@ -391,7 +400,10 @@ async def test_a_real_conversation_renders_and_is_saved_as_a_screenshot(
             "Monday: logo review\nTuesday: print proofs\n"
         )
         await expect(page.locator("li.segment")).to_have_attribute("data-start", "4")
-        await expect(page.locator("#messages")).to_have_attribute("aria-live", "polite")
+        # New messages are announced politely by a live region of their own (a live list
+        # would also announce the older messages rendered as the reader scrolls up).
+        await expect(page.locator("#announcer")).to_have_attribute("aria-live", "polite")
+        await expect(page.locator("#announcer")).to_contain_text("Thanks! Can you send")
 
         ARTIFACTS.mkdir(exist_ok=True)
         shot = ARTIFACTS / "chat-page.png"
