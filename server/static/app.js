@@ -314,7 +314,7 @@ function renderTranscript(transcriptId) {
 async function copyCode(button) {
   const code = button.closest(".code-block")?.querySelector("pre code, pre");
   if (!code) return;
-  const text = code.textContent;
+  const text = code.textContent.replace(/\n$/, ""); // Markdown ends a block's text with a newline
   let done = false;
   try {
     await navigator.clipboard.writeText(text);

@@ -27,6 +27,13 @@ const marked = new Marked({
   },
 });
 
+/**
+ * Text without any of these is one plain paragraph in Markdown: punctuation with a meaning,
+ * line breaks, autolinks (GFM links bare URLs and e-mail addresses), list markers and
+ * indented code at the start.
+ */
+const MARKDOWN_SYNTAX = /[\\`*_~[\]<>&#|!\n\r=]|https?:|www\.|@|^\s*([-+]|\d+[.)])|^( {4}|\t)/i;
+
 /** Everything that Markdown can produce, and nothing else. */
 const ALLOWED_TAGS = [
   "a", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr",
@@ -89,7 +96,18 @@ const PURIFY_OPTIONS = {
  * wrapped with their language and a copy button (a button with data-action="copy").
  */
 export function markdownFragment(text) {
-  const html = marked.parse(String(text ?? ""));
+  text = String(text ?? "");
+  if (!MARKDOWN_SYNTAX.test(text)) {
+    // Plain words (most chat turns): the paragraph Markdown would make, without parsing.
+    const fragment = document.createDocumentFragment();
+    if (text.trim()) {
+      const p = document.createElement("p");
+      p.textContent = text.trim();
+      fragment.append(p);
+    }
+    return fragment;
+  }
+  const html = marked.parse(text);
   const fragment = purify.sanitize(html, PURIFY_OPTIONS);
   for (const node of [...fragment.childNodes]) {
     if (node.nodeType === Node.TEXT_NODE && !node.data.trim()) node.remove(); // newlines between blocks

@@ -33,6 +33,17 @@ export function textOf(message) {
   return content.filter((p) => p?.type === "text" && typeof p.text === "string").map((p) => p.text).join("\n");
 }
 
+const BLOCKS = "p, li, pre, td, th, h1, h2, h3, h4, h5, h6, blockquote, summary, figure, dd";
+
+/** The words a rendered element shows, on one line: what a screen reader should announce. */
+export function readableText(node, limit = PREVIEW_CHARS) {
+  const copy = node.cloneNode(true);
+  for (const block of copy.querySelectorAll(BLOCKS)) block.append(" ");
+  for (const br of copy.querySelectorAll("br")) br.replaceWith(" ");
+  for (const hidden of copy.querySelectorAll("[aria-hidden=true], .code-head")) hidden.remove();
+  return oneLine(copy.textContent, limit);
+}
+
 /** A one-line preview of some text: whitespace collapsed, cut at `limit` characters. */
 export function oneLine(text, limit = PREVIEW_CHARS) {
   const flat = String(text ?? "").replace(/\s+/g, " ").trim();

@@ -9,9 +9,9 @@
 //   for the committed message in one DOM operation, so the swap neither flickers nor jumps.
 // - New messages are announced politely through a live region (not the whole list).
 
-import { el, oneLine, renderMessage, resultLink, textOf, toolCallsOf } from "./messages.js";
+import { el, readableText, renderMessage, resultLink, toolCallsOf } from "./messages.js";
 
-export const CHUNK = 40; // messages rendered per step
+export const CHUNK = 25; // messages rendered per step: a few milliseconds of work
 const NEAR_BOTTOM_PX = 64; // closer than this counts as "at the bottom"
 const PRELOAD_PX = 1200; // render older messages when the reader is this close to them
 
@@ -108,7 +108,7 @@ export class Timeline {
       this.unseen += messages.length;
       this._updateJump();
     }
-    this._announce(messages);
+    this._announce(messages, items);
     return true;
   }
 
@@ -239,11 +239,12 @@ export class Timeline {
     this.jump.classList.toggle("has-new", this.unseen > 0);
   }
 
-  _announce(messages) {
+  _announce(messages, items) {
     if (messages.length === 1) {
       const m = messages[0];
       const who = typeof m.role === "string" ? m.role : "someone";
-      const words = oneLine(textOf(m), 140) || (toolCallsOf(m).length ? "a tool call" : "no text");
+      const body = items.at(-1)?.querySelector(".body, details");
+      const words = (body && readableText(body, 140)) || "no text";
       this.announcer.textContent = `New message from ${who}: ${words}`;
     } else if (messages.length > 1) {
       this.announcer.textContent = `${messages.length} new messages`;
