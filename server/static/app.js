@@ -157,6 +157,7 @@ function renderTranscript(transcriptId) {
     loader: $("loader"),
     jump: $("jump"),
     announcer: $("announcer"),
+    composer: $("text"),
   });
   const wsUrl = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/ws`;
   const client = new TsyncClient(wsUrl, { token });
@@ -197,7 +198,7 @@ function renderTranscript(transcriptId) {
   });
 
   client.on("baseline", ({ mirror, epochChanged }) => {
-    timeline.reset({ start: mirror.start, messages: mirror.messages, segments: mirror.segments });
+    timeline.load(mirror);
     title = mirror.start === 0 ? titleOf(mirror.messages) : null;
     showTitle();
     if (epochChanged) {
@@ -212,7 +213,7 @@ function renderTranscript(transcriptId) {
 
   client.on("messages", ({ start, messages, mirror }) => {
     if (!timeline.append(start, messages)) {
-      timeline.reset({ start: mirror.start, messages: mirror.messages, segments: mirror.segments });
+      timeline.load(mirror);
     }
     if (title === null && mirror.start === 0) {
       title = titleOf(messages);

@@ -19,10 +19,11 @@ export class Timeline {
   /**
    * @param {object} parts the elements: scroller (the scrolling element), list (<ol>),
    *   drafts (<ul>), loader (the "show earlier" row), jump (the new-messages button),
-   *   announcer (a polite live region)
+   *   announcer (a polite live region), composer (where the focus goes after the button)
    */
-  constructor({ scroller, list, drafts, loader, jump, announcer }) {
-    Object.assign(this, { scroller, list, drafts, loader, jump, announcer });
+  constructor({ scroller, list, drafts, loader, jump, announcer, composer = null }) {
+    Object.assign(this, { scroller, list, drafts, loader, jump, announcer, composer });
+    this.epoch = null;
     this.start = 0; // transcript index of messages[0]
     this.messages = [];
     this.segmentStarts = new Set();
@@ -67,7 +68,26 @@ export class Timeline {
 
   // -- the model ---------------------------------------------------------------------------
 
-  /** Show a transcript anew (a baseline): the newest chunk, scrolled to the bottom. */
+  /**
+   * Show a baseline. A baseline of the same history that only adds to what is shown (a
+   * resync after a lost connection) extends it, so the reader keeps their place; any other
+   * shows the transcript anew: the newest chunk, scrolled to the bottom.
+   */
+  load({ epoch, start, messages, segments }) {
+    const extends_ = epoch === this.epoch && start === this.start && messages.length >= this.messages.length;
+    this.epoch = epoch;
+    if (!extends_ || this.messages.length === 0) {
+      this.reset({ start, messages, segments });
+      return;
+    }
+    const known = this.length;
+    const fresh = segments.map((s) => s.start).filter((s) => s > 0 && !this.segmentStarts.has(s));
+    for (const s of fresh.filter((s) => s <= known)) this.segment(s);
+    if (messages.length > this.messages.length) this.append(known, messages.slice(this.messages.length));
+    for (const s of fresh.filter((s) => s > known)) this.segment(s);
+  }
+
+  /** Show a transcript anew: the newest chunk, scrolled to the bottom. */
   reset({ start, messages, segments }) {
     for (const url of this.blobUrls) URL.revokeObjectURL(url);
     this.blobUrls.clear();
@@ -233,6 +253,10 @@ export class Timeline {
 
   _updateJump() {
     const show = !this.following;
+    if (!show && document.activeElement === this.jump) {
+      // Hiding a focused button would drop the focus to <body>: move it on.
+      (this.composer && !this.composer.disabled ? this.composer : this.scroller).focus({ preventScroll: true });
+    }
     this.jump.hidden = !show;
     this.jump.textContent =
       this.unseen > 0 ? `↓ ${this.unseen} new message${this.unseen === 1 ? "" : "s"}` : "↓ Jump to the newest";

@@ -6,9 +6,13 @@ import re
 import struct
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from playwright.async_api import BrowserContext, Page
+
+#: Functions that the tests evaluate in the page, kept as JavaScript files.
+PROBES = Path(__file__).resolve().parent / "probes"
 
 LIVE = re.compile(r"^(live|resynced)$")
 

@@ -35,7 +35,8 @@ def chat(i: int) -> dict[str, Any]:
         return {"role": "user", "content": f"Question {i}: how does step {i} work?"}
     return {
         "role": "assistant",
-        "content": f"Answer {i}.\n\n- first point of {i}\n- second point\n\n`code {i}` and **bold**",
+        "content": f"Answer {i}.\n\n- first point of {i}\n- second point\n\n"
+        f"`code {i}` and **bold**",
     }
 
 
@@ -115,7 +116,8 @@ async def test_scrolled_up_nothing_moves_and_a_button_counts_new_messages(
         await expect(page.locator('li.message[data-index="61"]')).to_have_count(1)
         await page.evaluate(TWO_FRAMES)
         after = await page.evaluate(
-            "i => document.querySelector(`li.message[data-index='${i}']`).getBoundingClientRect().top",
+            "i => document.querySelector(`li.message[data-index='${i}']`)"
+            ".getBoundingClientRect().top",
             before["index"],
         )
         assert after == before["top"], "the message being read moved"
@@ -159,7 +161,8 @@ async def test_a_draft_grows_and_becomes_its_message_without_a_jump(
         words = DRAFT_TEXT.split(" ")
         for n in range(1, len(words) + 1):
             await page.evaluate(
-                "text => window.tsyncPage.timeline.showDraft('d1', {role: 'assistant', content: text})",
+                "text => window.tsyncPage.timeline.showDraft("
+                "'d1', {role: 'assistant', content: text})",
                 " ".join(words[:n]),
             )
         draft = page.locator("#drafts li.message.draft")
@@ -175,10 +178,14 @@ async def test_a_draft_grows_and_becomes_its_message_without_a_jump(
         # Watch every DOM change from here: the swap must be a single step.
         await page.evaluate("""() => {
             window.__batches = [];
-            new MutationObserver(records => window.__batches.push(records.map(r =>
-                [...r.addedNodes].filter(n => n.classList?.contains('message')).map(n => 'add ' + n.dataset.index)
-                .concat([...r.removedNodes].filter(n => n.classList?.contains('draft')).map(() => 'remove draft'))
-            ).flat())).observe(document.getElementById('main-chat'), {childList: true, subtree: true});
+            const seen = records => records.map(r => [
+                ...[...r.addedNodes].filter(n => n.classList?.contains('message'))
+                    .map(n => 'add ' + n.dataset.index),
+                ...[...r.removedNodes].filter(n => n.classList?.contains('draft'))
+                    .map(() => 'remove draft'),
+            ]).flat();
+            new MutationObserver(records => window.__batches.push(seen(records)))
+                .observe(document.getElementById('main-chat'), {childList: true, subtree: true});
         }""")
         await page.evaluate("window.tsyncPage.timeline.commitDraft('d1', 30)")
         await expect(draft).to_have_count(1)  # it waits for its message
@@ -230,7 +237,8 @@ async def test_five_thousand_messages_open_fast_and_scroll_smoothly(
         await expect(last).to_be_in_viewport(timeout=30_000)
         opened = await page.evaluate("""() => ({
             lastMessageMs: performance.now(),
-            firstContentfulPaintMs: performance.getEntriesByName('first-contentful-paint')[0]?.startTime,
+            firstContentfulPaintMs:
+                performance.getEntriesByName('first-contentful-paint')[0]?.startTime,
             rendered: document.querySelectorAll('li.message').length,
         })""")
         await expect(page.locator("#status")).to_have_attribute("data-state", LIVE)
@@ -249,8 +257,10 @@ async def test_five_thousand_messages_open_fast_and_scroll_smoothly(
             }
             gaps.sort((a, b) => a - b);
             return {frames: gaps.length, totalMs: performance.now() - began,
-                    medianFrameMs: gaps[gaps.length >> 1], p95FrameMs: gaps[Math.floor(gaps.length * 0.95)],
-                    maxFrameMs: gaps[gaps.length - 1], rendered: document.querySelectorAll('li.message').length};
+                    medianFrameMs: gaps[gaps.length >> 1],
+                    p95FrameMs: gaps[Math.floor(gaps.length * 0.95)],
+                    maxFrameMs: gaps[gaps.length - 1],
+                    rendered: document.querySelectorAll('li.message').length};
         }""")
         long_tasks = await page.evaluate("window.__longTasks")
         timings = {
