@@ -55,10 +55,7 @@ export class Timeline {
     );
     this._older.observe(loader);
     loader.querySelector("button")?.addEventListener("click", () => this.renderOlder());
-    jump.addEventListener("click", () => {
-      this.scrollToBottom({ smooth: true });
-      this._setFollowing(true);
-    });
+    jump.addEventListener("click", () => this.follow());
   }
 
   /** The transcript index after the last message. */
@@ -116,7 +113,8 @@ export class Timeline {
     messages.forEach((message, i) => {
       const index = start + i;
       this.messages.push(message);
-      this._indexTools(message, index);
+      const answered = this._indexTools(message, index);
+      if (answered !== null) this._showResult(answered, index);
       // A separator for `start` already ends the list (segments start at the length).
       items.push(...this._itemsFor(index, index !== start));
     });
@@ -142,15 +140,19 @@ export class Timeline {
     else if (start === this.length) this.list.append(separator);
   }
 
+  /** Record the calls a message makes or answers; returns the id of the call it answers. */
   _indexTools(message, index) {
     for (const call of toolCallsOf(message)) if (call.id) this.calls.set(call.id, { index, name: call.name });
     const id = message?.role === "tool" ? message.tool_call_id : undefined;
-    if (typeof id === "string" && this.calls.has(id) && !this.results.has(id)) {
-      this.results.set(id, index);
-      // The call may already be on screen, "waiting for the result": point it here now.
-      const status = [...this.list.querySelectorAll("li.tool-call")].find((li) => li.dataset.callId === id);
-      status?.querySelector(".tool-status")?.replaceChildren(resultLink(index));
-    }
+    if (typeof id !== "string" || !this.calls.has(id) || this.results.has(id)) return null;
+    this.results.set(id, index);
+    return id;
+  }
+
+  /** A call on screen still says "waiting for the result": point it to its result now. */
+  _showResult(id, index) {
+    const call = [...this.list.querySelectorAll("li.tool-call")].find((li) => li.dataset.callId === id);
+    call?.querySelector(".tool-status")?.replaceChildren(resultLink(index));
   }
 
   _itemsFor(index, withSeparator = true) {
@@ -214,9 +216,9 @@ export class Timeline {
 
   // -- following the newest ----------------------------------------------------------------
 
-  scrollToBottom({ smooth = false } = {}) {
-    const reduce = matchMedia("(prefers-reduced-motion: reduce)").matches;
-    this.scroller.scrollTo({ top: this.scroller.scrollHeight, behavior: smooth && !reduce ? "smooth" : "instant" });
+  /** At once, never smoothly: a smooth scroll is still "not at the bottom" while it runs. */
+  scrollToBottom() {
+    this.scroller.scrollTo({ top: this.scroller.scrollHeight, behavior: "instant" });
   }
 
   /** Start following again (after the reader sent a message, say). */
@@ -255,7 +257,7 @@ export class Timeline {
     const show = !this.following;
     if (!show && document.activeElement === this.jump) {
       // Hiding a focused button would drop the focus to <body>: move it on.
-      (this.composer && !this.composer.disabled ? this.composer : this.scroller).focus({ preventScroll: true });
+      (this.composer && !this.composer.matches(":disabled") ? this.composer : this.scroller).focus({ preventScroll: true });
     }
     this.jump.hidden = !show;
     this.jump.textContent =
