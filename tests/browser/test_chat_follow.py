@@ -120,7 +120,7 @@ async def test_scrolled_up_nothing_moves_and_a_button_counts_new_messages(
             ".getBoundingClientRect().top",
             before["index"],
         )
-        assert after == before["top"], "the message being read moved"
+        assert abs(after - before["top"]) <= 1, "the message being read moved"
         await expect(page.locator("#jump")).to_have_text("↓ 2 new messages")
         await expect(page.locator('li.message[data-index="61"]')).not_to_be_in_viewport()
 
