@@ -74,6 +74,7 @@ CONVERSATION: list[dict[str, Any]] = [
         ],
     },
 ]
+TWO_FRAMES = "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
 DRAFT = {"role": "assistant", "content": "Looks good. To make the line smoother, pass"}
 
 LOW_CONTRAST = (PROBES / "low_contrast.js").read_text()
@@ -86,7 +87,7 @@ async def show_conversation(page: Page, url: str) -> None:
     await expect(page.locator(".code-block code .hljs-keyword").first).to_be_visible()
     await page.wait_for_function("[...document.images].every(i => i.complete && i.naturalWidth)")
     await page.evaluate("d => window.tsyncPage.timeline.showDraft('draft', d)", DRAFT)
-    await page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    await page.evaluate(TWO_FRAMES)
 
 
 def save(name: str) -> Path:
@@ -211,6 +212,9 @@ async def test_keyboard_only(context: BrowserContext, http: httpx.AsyncClient) -
         seen: list[str] = []
         for _ in range(60):
             await page.keyboard.press("Tab")
+            # Focusing scrolls; let the page see that scroll (and show or hide the jump
+            # button) before looking at where the focus is.
+            await page.evaluate(TWO_FRAMES)
             stop = await page.evaluate("""() => {
                 const el = document.activeElement, s = getComputedStyle(el);
                 const ring = s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) > 0
