@@ -3,12 +3,18 @@
 - ``/v1/client.js``: the dependency-free ES module client (``server/static/client.js``).
 - ``/``: the transcript list and a form to create one.
 - ``/t/{transcript_id}``: one transcript, live.
-- ``/static/...``: the page's script and style sheet.
+- ``/static/...``: the page's modules (``app.js``, ``timeline.js``, ``messages.js``,
+  ``markdown.js``), its style sheet and the vendored libraries it uses
+  (``static/vendor/``: marked, DOMPurify, highlight.js; see its README).
 
 The pages are static files: the script reads the transcript id from the path
 and ``?token=`` from the query, and talks to the HTTP API and ``/v1/ws`` like
 any other client. The auth middleware lets these paths through; the API calls
 the page makes carry the token.
+
+The Content-Security-Policy allows scripts and styles from this origin only (no
+inline script, no inline style attribute, no eval): message text is sanitized
+before it reaches the DOM, and this policy is the second wall behind that.
 """
 
 from __future__ import annotations

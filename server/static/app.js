@@ -1,8 +1,12 @@
-// The chat page: the transcript list at "/" and one transcript, live, at "/t/{id}".
-// Everything is rendered with textContent and attributes, never innerHTML:
-// message bodies are whatever someone appended.
+// The chat page: the conversations at "/" and one conversation, live, at "/t/{id}".
+//
+// It talks to the server like any other client: the HTTP API for the list and for creating,
+// /v1/client.js (TsyncClient) for the live conversation and for sending. Rendering lives in
+// timeline.js (the scrolling list), messages.js (one message) and markdown.js (safe Markdown).
 
-import { TsyncClient, attachmentBytes } from "/v1/client.js";
+import { TsyncClient } from "/v1/client.js";
+import { el, oneLine, textOf } from "./messages.js";
+import { Timeline } from "./timeline.js";
 
 const params = new URLSearchParams(location.search);
 const token = params.get("token");
@@ -13,7 +17,7 @@ function withToken(path) {
   return token ? `${path}?token=${encodeURIComponent(token)}` : path;
 }
 
-/** fetch() with the bearer token; throws an Error carrying problem+json's detail. */
+/** fetch() with the bearer token; throws an Error carrying problem+json's detail and status. */
 async function api(path, init = {}) {
   const headers = { Accept: "application/json", ...(init.headers ?? {}) };
   if (token) headers.Authorization = `Bearer ${token}`;
@@ -22,91 +26,111 @@ async function api(path, init = {}) {
   const body = await response.json().catch(() => null);
   if (!response.ok) {
     const detail = body?.detail ?? body?.title ?? response.statusText;
-    throw new Error(`${response.status}: ${detail}`);
+    const error = new Error(`${response.status}: ${detail}`);
+    error.status = response.status;
+    throw error;
   }
   return body;
 }
 
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(attrs)) {
-    if (name === "class") node.className = value;
-    else if (name === "text") node.textContent = value;
-    else node.setAttribute(name, value);
-  }
-  for (const child of children) if (child !== null && child !== undefined) node.append(child);
-  return node;
+for (const link of document.querySelectorAll("a.home")) link.href = withToken("/");
+
+function showView(id, mainId) {
+  for (const view of document.querySelectorAll(".view")) view.hidden = view.id !== id;
+  document.querySelector("a.skip").href = `#${mainId}`;
 }
 
-$("home").href = withToken("/");
+// --- the conversations ----------------------------------------------------------------------
 
-// --- the list ------------------------------------------------------------------------
+const relative = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+const STEPS = [[60, "second"], [60, "minute"], [24, "hour"], [7, "day"], [4.35, "week"], [12, "month"], [Infinity, "year"]];
+
+/** "5 minutes ago", "yesterday", ... */
+function ago(ms, now = Date.now()) {
+  let amount = (ms - now) / 1000;
+  for (const [size, unit] of STEPS) {
+    if (Math.abs(amount) < size) return relative.format(Math.round(amount), unit);
+    amount /= size;
+  }
+  return "";
+}
 
 async function showList() {
-  $("list-view").hidden = false;
-  document.title = "Transcripts · transcript-sync";
-  setStatus("idle", "Not connected (list view)");
-  $("create-form").addEventListener("submit", createTranscript);
+  showView("list-view", "main");
+  document.title = "Conversations · transcript-sync";
+  $("new-conversation").addEventListener("click", () => createTranscript(null));
+  $("create-form").addEventListener("submit", (submit) => {
+    submit.preventDefault();
+    const input = $("new-id");
+    if (!input.checkValidity()) {
+      $("create-error").textContent = "An id is 1 to 128 letters, digits or . _ : -";
+      input.focus();
+      return;
+    }
+    createTranscript(input.value.trim());
+  });
   $("refresh").addEventListener("click", loadList);
   await loadList();
 }
 
 async function loadList() {
   const state = $("list-state");
-  const table = $("transcripts");
+  const list = $("transcripts");
   state.textContent = "Loading…";
   try {
     const { transcripts } = await api("/v1/transcripts?limit=1000");
-    const rows = transcripts.map((t) =>
-      el(
-        "tr",
-        {},
-        el("td", {}, el("a", { href: withToken(`/t/${encodeURIComponent(t.transcriptId)}`), text: t.transcriptId })),
-        el("td", { text: String(t.length) }),
-        el("td", { text: String(t.revision) }),
-        el("td", {}, el("time", { datetime: new Date(t.updatedAt).toISOString(), text: new Date(t.updatedAt).toLocaleString() })),
-      ),
-    );
-    table.tBodies[0].replaceChildren(...rows);
-    table.hidden = rows.length === 0;
-    state.textContent = rows.length ? `${rows.length} transcript${rows.length === 1 ? "" : "s"}` : "No transcripts yet.";
+    transcripts.sort((a, b) => (b.updatedAt ?? 0) - (a.updatedAt ?? 0));
+    list.replaceChildren(...transcripts.map(conversationItem));
+    state.textContent = transcripts.length
+      ? `${transcripts.length} conversation${transcripts.length === 1 ? "" : "s"}, newest first`
+      : "No conversations yet: start one with “New conversation”.";
   } catch (err) {
-    table.hidden = true;
-    state.textContent = `Could not load the list: ${err.message}`;
+    list.replaceChildren();
+    state.textContent =
+      err.status === 401 || err.status === 403
+        ? "This server needs a token: open the page with ?token=…"
+        : `Could not load the conversations: ${err.message}`;
   }
 }
 
-async function createTranscript(submit) {
-  submit.preventDefault();
-  const input = $("new-id");
+function conversationItem(t) {
+  const title = typeof t.title === "string" && t.title.trim() ? oneLine(t.title, 80) : null;
+  const preview = typeof t.preview === "string" ? oneLine(t.preview, 140) : "";
+  const updated = Number(t.updatedAt);
+  const when = Number.isFinite(updated)
+    ? el("time", { datetime: new Date(updated).toISOString(), title: new Date(updated).toLocaleString(), text: ago(updated) })
+    : null;
+  const count = `${t.length} message${t.length === 1 ? "" : "s"}`;
+  return el("li", { class: "conversation", "data-id": t.transcriptId },
+    el("a", { href: withToken(`/t/${encodeURIComponent(t.transcriptId)}`) },
+      el("span", { class: title ? "conversation-title" : "conversation-title id", text: title ?? t.transcriptId }),
+      preview ? el("span", { class: "conversation-preview", text: preview }) : null,
+      el("span", { class: "conversation-meta" }, count, when ? " · " : null, when)));
+}
+
+async function createTranscript(id) {
   const error = $("create-error");
   error.textContent = "";
-  const id = input.value.trim();
-  if (id && !input.checkValidity()) {
-    error.textContent = "An id is 1 to 128 letters, digits or . _ : -";
-    input.focus();
-    return;
-  }
   try {
     const created = await api("/v1/transcripts", { method: "POST", body: JSON.stringify(id ? { id } : {}) });
     location.assign(withToken(`/t/${encodeURIComponent(created.transcriptId)}`));
   } catch (err) {
-    error.textContent = `Could not create it: ${err.message}`;
-    input.focus();
+    error.textContent =
+      err.status === 409 ? `There is already a conversation “${id}”.` : `Could not create it: ${err.message}`;
   }
 }
 
-// --- connection state ------------------------------------------------------------------
+// --- connection state -----------------------------------------------------------------------
 
 const STATUS_TEXT = {
   idle: "Not connected",
   connecting: "Connecting…",
   live: "Live",
-  reconnecting: "Connection lost: reconnecting…",
-  resyncing: "Frames were lost: resyncing…",
-  resynced: "Live (resynced)",
-  closed: "Closed",
-  unauthorized: "Unauthorized: open the page with ?token=…",
+  reconnecting: "Reconnecting…",
+  resyncing: "Catching up…",
+  resynced: "Live",
+  closed: "Offline",
+  unauthorized: "Not allowed",
 };
 
 function setStatus(state, text) {
@@ -114,202 +138,239 @@ function setStatus(state, text) {
   $("status-text").textContent = text ?? STATUS_TEXT[state] ?? state;
 }
 
-// --- one transcript ----------------------------------------------------------------
+// --- one conversation ---------------------------------------------------------------------
 
-const blobUrls = new Set();
+const TITLE_CHARS = 80;
+
+/** The conversation's title: its first user message, on one line, trimmed. */
+function titleOf(messages) {
+  const first = messages.find((m) => m?.role === "user" && textOf(m).trim());
+  return first ? oneLine(textOf(first).replace(/^#+\s*/, ""), TITLE_CHARS) : null;
+}
 
 function renderTranscript(transcriptId) {
-  $("transcript-view").hidden = false;
-  $("transcript-title").textContent = transcriptId;
-  document.title = `${transcriptId} · transcript-sync`;
-
-  const list = $("messages");
+  showView("transcript-view", "main-chat");
+  const timeline = new Timeline({
+    scroller: $("main-chat"),
+    list: $("messages"),
+    drafts: $("drafts"),
+    loader: $("loader"),
+    jump: $("jump"),
+    announcer: $("announcer"),
+    composer: $("text"),
+  });
   const wsUrl = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/ws`;
   const client = new TsyncClient(wsUrl, { token });
-  window.tsyncClient = client; // for the console and the end-to-end tests
+  // For the console, the end-to-end tests and, later, the wiring of live drafts.
+  window.tsyncClient = client;
+  window.tsyncPage = { timeline, client };
+  let title = null;
+  let ended = false; // no such conversation, or not allowed: statuses no longer matter
+  let loaded = false; // "Live" only once there is something live to show
+
+  const showTitle = () => {
+    $("title").textContent = title ?? transcriptId;
+    $("title").classList.toggle("id", title === null);
+    document.title = `${title ?? transcriptId} · transcript-sync`;
+  };
+  showTitle();
 
   let probing = false;
-  client.on("status", ({ state, delayMs, attempt }) => {
+  client.on("status", ({ state, delayMs }) => {
+    if (ended) return;
+    if (!loaded && (state === "live" || state === "resynced")) {
+      setStatus("connecting", "Loading…");
+      return;
+    }
     let text = STATUS_TEXT[state];
     if ((state === "reconnecting" || state === "connecting") && delayMs !== undefined) {
-      const what = state === "connecting" ? "Cannot connect" : "Connection lost";
-      text = `${what}: trying again in ${(delayMs / 1000).toFixed(1)} s (attempt ${attempt})…`;
+      text = `${state === "connecting" ? "Cannot connect" : "Reconnecting"}: retry in ${Math.ceil(delayMs / 1000)} s`;
       // A refused WebSocket handshake does not say why; the HTTP API does.
       if (!probing) {
         probing = true;
-        probeAccess(client, transcriptId).finally(() => {
+        probeAccess().finally(() => {
           probing = false;
         });
       }
     }
     setStatus(state, text);
-    renderOutbox(client);
+    renderOutbox();
   });
 
   client.on("baseline", ({ mirror, epochChanged }) => {
-    list.setAttribute("aria-busy", "true");
-    for (const url of blobUrls) URL.revokeObjectURL(url);
-    blobUrls.clear();
-    const items = [];
-    if (mirror.start > 0) {
-      items.push(el("li", { class: "note", text: `Messages before #${mirror.start} are not loaded.` }));
-    }
-    const starts = new Set(mirror.segments.map((s) => s.start).filter((s) => s > 0));
-    mirror.messages.forEach((message, i) => {
-      const index = mirror.start + i;
-      if (starts.has(index)) items.push(segmentItem(mirror, index));
-      items.push(messageItem(message, index));
-    });
-    if (starts.has(mirror.length)) items.push(segmentItem(mirror, mirror.length));
-    list.replaceChildren(...items);
-    list.removeAttribute("aria-busy");
+    timeline.load(mirror);
+    title = mirror.start === 0 ? titleOf(mirror.messages) : null;
+    showTitle();
     if (epochChanged) {
-      $("transcript-error").textContent =
-        "This transcript was recreated on the server: showing its new history.";
+      $("transcript-error").textContent = "This conversation was recreated on the server: showing its new history.";
     }
     renderMeta(mirror);
+    if (!loaded) {
+      loaded = true;
+      if (client.state === "live" || client.state === "resynced") setStatus(client.state);
+    }
   });
 
   client.on("messages", ({ start, messages, mirror }) => {
-    messages.forEach((message, i) => list.append(messageItem(message, start + i)));
+    if (!timeline.append(start, messages)) {
+      timeline.load(mirror);
+    }
+    if (title === null && mirror.start === 0) {
+      title = titleOf(messages);
+      showTitle();
+    }
     renderMeta(mirror);
   });
 
   client.on("segment", ({ start, mirror }) => {
-    const before = list.querySelector(`li.message[data-index="${start}"]`);
-    const item = segmentItem(mirror, start);
-    if (before) before.before(item);
-    else list.append(item);
+    timeline.segment(start);
     renderMeta(mirror);
   });
 
   client.on("stop", ({ code, message }) => {
-    $("transcript-error").textContent =
-      code === "not-found" ? `There is no transcript “${transcriptId}”.` : `${code}: ${message}`;
-    $("send").disabled = true;
+    if (code === "not-found") {
+      showMissing();
+      return;
+    }
+    refuseWrites(code === "forbidden" ? "You may not read this conversation." : message);
+    setStatus("closed", "Not allowed");
+    $("transcript-error").textContent = `${code}: ${message}`;
   });
 
-  client.on("ack", () => renderOutbox(client));
+  client.on("ack", () => renderOutbox());
 
-  setUpCompose(client, transcriptId);
+  /** No such conversation: say so, and nothing else (no composer, no "Live"). */
+  function showMissing() {
+    ended = true;
+    client.close();
+    showView("missing-view", "main-missing");
+    $("missing-id").textContent = transcriptId;
+    document.title = "No such conversation · transcript-sync";
+  }
+
+  /** Ask the HTTP API why the WebSocket fails: a wrong token or no such conversation. */
+  async function probeAccess() {
+    try {
+      await api(`/v1/transcripts/${encodeURIComponent(transcriptId)}?start=0&end=0`);
+    } catch (err) {
+      if (err.status === 404) {
+        showMissing();
+      } else if (err.status === 401 || err.status === 403) {
+        ended = true;
+        client.close();
+        setStatus("unauthorized");
+        const why = token ? "The server refused this token." : "This server needs a token: open the page with ?token=…";
+        $("transcript-error").textContent = why;
+        refuseWrites(why);
+      }
+      // Anything else: the server is away; the client keeps trying.
+    }
+  }
+
+  function renderMeta(mirror) {
+    const rows = [
+      ["Id", transcriptId],
+      ["Messages", String(mirror.length)],
+      ["Revision", String(mirror.revision)],
+      ["Active segment from", `message ${mirror.activeStart}`],
+    ];
+    const meta = $("meta");
+    meta.replaceChildren(...rows.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]));
+    meta.dataset.revision = String(mirror.revision);
+    meta.dataset.length = String(mirror.length);
+    $("segments").replaceChildren(
+      ...mirror.segments.map((s, n) =>
+        el("li", { text: `Segment ${n + 1}: messages ${s.start} to ${s.end === null ? "now" : s.end - 1}${s.end === null ? " (active)" : ""}` }),
+      ),
+    );
+  }
+
+  function renderOutbox() {
+    const waiting = client.state === "live" || client.state === "resynced" ? "Sending…" : "Waiting for the connection…";
+    const items = client.pendingAppends.map(({ key, op }) => {
+      const preview = oneLine(textOf(op.messages[0] ?? {}), 140);
+      return el("li", { "data-key": key }, el("span", { class: "hint", text: `${waiting} ` }), el("span", { text: preview }));
+    });
+    $("outbox").replaceChildren(...items);
+  }
+
+  // Clicks inside the conversation: copy buttons and links between tool calls and results.
+  $("main-chat").addEventListener("click", (click) => {
+    const target = click.target.closest("[data-action]");
+    if (!target) return;
+    if (target.dataset.action === "copy") {
+      click.preventDefault();
+      copyCode(target);
+    } else if (target.dataset.action === "reveal") {
+      click.preventDefault();
+      timeline.reveal(Number(target.dataset.target));
+    }
+  });
+
+  setUpCompose({ client, transcriptId, timeline, renderOutbox });
   client.subscribe(transcriptId);
   client.connect();
 }
 
-/** Ask the HTTP API why the WebSocket fails: a wrong token or no such transcript end the page. */
-async function probeAccess(client, transcriptId) {
-  const headers = token ? { Authorization: `Bearer ${token}` } : {};
-  let response;
+async function copyCode(button) {
+  const code = button.closest(".code-block")?.querySelector("pre code, pre");
+  if (!code) return;
+  const text = code.textContent.replace(/\n$/, ""); // Markdown ends a block's text with a newline
+  let done = false;
   try {
-    response = await fetch(`/v1/transcripts/${encodeURIComponent(transcriptId)}?start=0&end=0`, { headers });
+    await navigator.clipboard.writeText(text);
+    done = true;
   } catch {
-    return; // the server is away: keep trying
+    // Not a secure context, or no permission: select the text so Ctrl+C works.
+    const range = document.createRange();
+    range.selectNodeContents(code);
+    getSelection().removeAllRanges();
+    getSelection().addRange(range);
+    done = document.execCommand?.("copy") ?? false;
   }
-  if (response.status === 401 || response.status === 403) {
-    client.close();
-    setStatus("unauthorized");
-    $("transcript-error").textContent = token
-      ? "The server refused this token."
-      : "This server needs a token: open the page with ?token=…";
-    $("send").disabled = true;
-  }
+  button.textContent = done ? "Copied" : "Selected: press Ctrl+C";
+  setTimeout(() => {
+    button.textContent = "Copy";
+  }, 2000);
 }
 
-function renderMeta(mirror) {
-  const parts = [
-    `${mirror.length} message${mirror.length === 1 ? "" : "s"}`,
-    `revision ${mirror.revision}`,
-    `${mirror.segments.length} segment${mirror.segments.length === 1 ? "" : "s"}, the active one from #${mirror.activeStart}`,
-  ];
-  const meta = $("meta");
-  meta.textContent = parts.join(" · ");
-  meta.dataset.revision = String(mirror.revision);
-  meta.dataset.length = String(mirror.length);
+/** The composer goes quiet, and says why. */
+function refuseWrites(reason) {
+  $("compose-fields").disabled = true;
+  const note = $("compose-disabled");
+  note.textContent = `You cannot send messages here: ${reason}`;
+  note.hidden = false;
 }
 
-function segmentItem(mirror, start) {
-  const number = mirror.segments.findIndex((s) => s.start === start) + 1;
-  const label = `Segment ${number || "?"} starts at message #${start}`;
-  return el("li", { class: "segment", role: "separator", "aria-label": label, "data-start": String(start) },
-    el("span", { text: label }));
-}
+// --- composing ------------------------------------------------------------------------------
 
-function messageItem(message, index) {
-  const role = typeof message.role === "string" ? message.role : "unknown";
-  const item = el("li", { class: `message role-${role}`, "data-index": String(index), "data-role": role });
-  const header = el("p", { class: "who" },
-    el("span", { class: "role", text: role }),
-    message.name ? el("span", { class: "name", text: message.name }) : null,
-    el("span", { class: "index", text: `#${index}` }),
-  );
-  const body = el("div", { class: "body" });
-  const content = message.content;
-  if (typeof content === "string") {
-    body.append(el("p", { class: "text", text: content }));
-  } else if (Array.isArray(content)) {
-    content.forEach((part, n) => body.append(partNode(part, index, n)));
-  }
-  if (message.tool_call_id) body.append(el("p", { class: "hint", text: `answer to tool call ${message.tool_call_id}` }));
-  if (Array.isArray(message.tool_calls)) {
-    body.append(el("pre", { class: "tool-calls", text: JSON.stringify(message.tool_calls, null, 2) }));
-  }
-  if (role === "context") {
-    // Narrative preamble, not a chat turn: shown, but folded.
-    const details = el("details", {}, el("summary", { text: "Context (narrative preamble)" }), body);
-    item.append(header, details);
-  } else {
-    item.append(header, body);
-  }
-  return item;
-}
+const REFUSALS = new Set(["unauthorized", "forbidden"]);
 
-function safeImageUrl(url) {
-  return typeof url === "string" && /^(https?:|data:image\/|blob:)/i.test(url);
-}
-
-function partNode(part, index, n) {
-  if (part?.type === "text") return el("p", { class: "text", text: part.text });
-  if (part?.type === "image_url") {
-    const url = part.image_url?.url;
-    if (!safeImageUrl(url)) return el("p", { class: "hint", text: `image with an unsupported URL` });
-    return el("figure", { class: "image" },
-      el("img", { src: url, alt: `Image ${n + 1} of message #${index}`, loading: "lazy", decoding: "async" }));
-  }
-  if (part?.type === "attachment") {
-    const bytes = attachmentBytes(part);
-    const url = URL.createObjectURL(new Blob([bytes], { type: part.mime || "application/octet-stream" }));
-    blobUrls.add(url);
-    const name = part.name || "attachment";
-    return el("p", { class: "attachment" },
-      el("a", { href: url, download: name, text: `⬇ ${name}` }),
-      el("span", { class: "hint", text: ` ${part.mime || "application/octet-stream"}, ${formatSize(bytes.length)}` }));
-  }
-  return el("pre", { class: "unknown-part", text: JSON.stringify(part) });
-}
-
-function formatSize(n) {
-  if (n < 1024) return `${n} B`;
-  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
-  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
-}
-
-// --- composing ------------------------------------------------------------------------
-
-function setUpCompose(client, transcriptId) {
+function setUpCompose({ client, transcriptId, timeline, renderOutbox }) {
   const form = $("compose");
   const text = $("text");
   const files = $("files");
   const error = $("compose-error");
 
+  const fit = () => {
+    text.style.height = "auto";
+    text.style.height = `${Math.min(text.scrollHeight + 2, Math.round(innerHeight * 0.4))}px`;
+  };
+  text.addEventListener("input", fit);
   text.addEventListener("keydown", (key) => {
     if (key.key === "Enter" && !key.shiftKey && !key.ctrlKey && !key.altKey && !key.metaKey && !key.isComposing) {
       key.preventDefault();
       form.requestSubmit();
     }
   });
+  files.addEventListener("change", () => {
+    const names = [...files.files].map((f) => f.name);
+    $("chosen-files").textContent = names.length ? `Attached: ${names.join(", ")}` : "";
+  });
 
   form.addEventListener("submit", async (submit) => {
     submit.preventDefault();
+    if ($("compose-fields").disabled) return;
     error.textContent = "";
     const body = text.value;
     const chosen = [...files.files];
@@ -326,16 +387,23 @@ function setUpCompose(client, transcriptId) {
     const message = { role: $("role").value, content };
     text.value = "";
     files.value = "";
+    $("chosen-files").textContent = "";
+    fit();
     text.focus();
     const sending = client.append(transcriptId, [message]);
-    renderOutbox(client);
+    renderOutbox();
+    timeline.follow(); // your own message: show it arrive
     try {
       await sending;
     } catch (err) {
+      if (REFUSALS.has(err.code)) refuseWrites(err.message);
       error.textContent = `Not sent: ${err.message}`;
-      if (!text.value) text.value = body; // give the words back
+      if (!text.value) {
+        text.value = body; // give the words back
+        fit();
+      }
     } finally {
-      renderOutbox(client);
+      renderOutbox();
     }
   });
 }
@@ -360,17 +428,7 @@ async function filePart(file) {
   return { type: "attachment", name: file.name, mime, content };
 }
 
-function renderOutbox(client) {
-  const waiting = client.state === "live" || client.state === "resynced" ? "sending…" : "waiting for the connection…";
-  const items = client.pendingAppends.map(({ key, op }) => {
-    const first = op.messages[0];
-    const preview = typeof first?.content === "string" ? first.content : first?.content?.[0]?.text ?? "";
-    return el("li", { "data-key": key }, el("span", { class: "hint", text: `${waiting} ` }), el("span", { text: preview }));
-  });
-  $("outbox").replaceChildren(...items);
-}
-
-// --- route ---------------------------------------------------------------------------
+// --- route ----------------------------------------------------------------------------------
 
 const match = location.pathname.match(/^\/t\/([^/]+)$/);
 if (match) renderTranscript(decodeURIComponent(match[1]));

@@ -7,6 +7,7 @@ import importlib.util
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 import pytest_asyncio
 
@@ -55,3 +56,9 @@ async def context(browser: Browser) -> AsyncIterator[BrowserContext]:
         yield context
     finally:
         await context.close()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=10) as client:
+        yield client

@@ -10,100 +10,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
-import struct
-import zlib
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from playwright.async_api import BrowserContext, Page, expect
+from playwright.async_api import BrowserContext, expect
 
 import client_py
 from protocol.types import Message
 from tests.browser.conftest import ARTIFACTS
+from tests.browser.tabs import LIVE, open_tab, png, say, server_rows
 from tests.support.servers import ServerProcess, running_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]
-
-LIVE = re.compile(r"^(live|resynced)$")
-
-# What the page shows: (index, role, text of the text parts) per message, in DOM order.
-DOM_MESSAGES = """() => [...document.querySelectorAll('#messages li.message')].map(li => [
-    Number(li.dataset.index), li.dataset.role,
-    [...li.querySelectorAll('.body .text')].map(p => p.textContent).join('')])"""
-
-
-@dataclass
-class Tab:
-    """A page and the errors it reported: uncaught exceptions, and console
-    errors (the browser's own network errors among them)."""
-
-    page: Page
-    errors: list[str] = field(default_factory=list)
-
-    def errors_other_than(self, *expected: str) -> list[str]:
-        """The errors that mention none of ``expected`` (a server that is
-        away, on purpose, makes the browser log refused connections)."""
-        return [e for e in self.errors if not any(x in e for x in expected)]
-
-    async def messages(self) -> list[tuple[int, str, str]]:
-        rows: list[list[Any]] = await self.page.evaluate(DOM_MESSAGES)
-        return [(int(i), str(role), str(text)) for i, role, text in rows]
-
-    async def wait_revision(self, revision: int, timeout: float = 10_000) -> None:
-        await self.page.wait_for_function(
-            "r => Number(document.getElementById('meta').dataset.revision) === r",
-            arg=revision,
-            timeout=timeout,
-        )
-
-    async def send(self, text: str, role: str = "user") -> None:
-        """Type a message and press Enter, as a person would."""
-        await self.page.get_by_label("Role").select_option(role)
-        box = self.page.get_by_label("Message", exact=True)
-        await box.fill(text)
-        await box.press("Enter")
-
-
-async def open_tab(context: BrowserContext, url: str) -> Tab:
-    page = await context.new_page()
-    tab = Tab(page)
-    page.on("pageerror", lambda exc: tab.errors.append(f"pageerror: {exc}"))
-    page.on(
-        "console",
-        lambda msg: tab.errors.append(f"console: {msg.text}") if msg.type == "error" else None,
-    )
-    await page.goto(url)
-    return tab
-
-
-def server_rows(snapshot: dict[str, Any]) -> list[tuple[int, str, str]]:
-    """The server's messages as the page should show them."""
-    start = snapshot["start"]
-    rows = []
-    for i, raw in enumerate(snapshot["messages"]):
-        content = raw["content"]
-        text = (
-            content
-            if isinstance(content, str)
-            else "".join(p["text"] for p in content if p["type"] == "text")
-        )
-        rows.append((start + i, raw["role"], text))
-    return rows
-
-
-def say(i: int) -> dict[str, Any]:
-    return {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}"}
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=10) as client:
-        yield client
-
 
 # --- tests ----------------------------------------------------------------------------
 
@@ -240,7 +160,7 @@ async def test_the_page_recovers_from_a_server_restart_with_nothing_lost_or_doub
         # Written while the server is down: it waits in the outbox, then goes once.
         await tab.send("typed while the server was down")
         await expect(tab.page.locator("#outbox li")).to_have_count(1)
-        await expect(tab.page.locator("#outbox li")).to_contain_text("waiting for the connection")
+        await expect(tab.page.locator("#outbox li")).to_contain_text("Waiting for the connection")
 
         await asyncio.to_thread(server.start)
         for i in range(8, 11):
@@ -277,8 +197,9 @@ async def test_with_a_token_the_list_creates_and_opens_transcripts(
         tab = await open_tab(context, f"{srv.url}/?token=s3cret")
         link = tab.page.get_by_role("link", name="listed")
         await expect(link).to_have_attribute("href", "/t/listed?token=s3cret")
-        await tab.page.get_by_label("New transcript id").fill("made-in-browser")
-        await tab.page.get_by_role("button", name="Create transcript").click()
+        await tab.page.get_by_text("New conversation with an id of your choice").click()
+        await tab.page.get_by_label("Conversation id").fill("made-in-browser")
+        await tab.page.get_by_role("button", name="Create", exact=True).click()
         await tab.page.wait_for_url("**/t/made-in-browser?token=s3cret")
         await expect(tab.page.locator("#status")).to_have_attribute("data-state", LIVE)
         await tab.send("hello with a token")
@@ -291,30 +212,9 @@ async def test_with_a_token_the_list_creates_and_opens_transcripts(
             "data-state", "unauthorized"
         )
         await expect(stranger.page.locator("#transcript-error")).to_contain_text("token")
-
-
-def _png(width: int, height: int) -> bytes:
-    """A small gradient PNG, made here so the test needs no image file."""
-    rows = b"".join(
-        b"\x00"
-        + b"".join(
-            bytes((30 + 200 * x // width, 80 + 120 * y // height, 190)) for x in range(width)
-        )
-        for y in range(height)
-    )
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-        )
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(rows))
-        + (chunk(b"IEND", b""))
-    )
+        # ... and the composer says that it cannot send, instead of queueing forever.
+        await expect(stranger.page.get_by_label("Message", exact=True)).to_be_disabled()
+        await expect(stranger.page.locator("#compose-disabled")).to_contain_text("token")
 
 
 CONVERSATION: list[dict[str, Any]] = [
@@ -327,7 +227,7 @@ CONVERSATION: list[dict[str, Any]] = [
             {
                 "type": "image_url",
                 "image_url": {
-                    "url": "data:image/png;base64," + base64.b64encode(_png(160, 90)).decode()
+                    "url": "data:image/png;base64," + base64.b64encode(png(160, 90)).decode()
                 },
             },
         ],
@@ -391,7 +291,10 @@ async def test_a_real_conversation_renders_and_is_saved_as_a_screenshot(
             "Monday: logo review\nTuesday: print proofs\n"
         )
         await expect(page.locator("li.segment")).to_have_attribute("data-start", "4")
-        await expect(page.locator("#messages")).to_have_attribute("aria-live", "polite")
+        # New messages are announced politely by a live region of their own (a live list
+        # would also announce the older messages rendered as the reader scrolls up).
+        await expect(page.locator("#announcer")).to_have_attribute("aria-live", "polite")
+        await expect(page.locator("#announcer")).to_contain_text("Thanks! Can you send")
 
         ARTIFACTS.mkdir(exist_ok=True)
         shot = ARTIFACTS / "chat-page.png"

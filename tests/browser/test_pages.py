@@ -27,5 +27,18 @@ async def test_the_page_the_client_and_the_static_files_are_served_without_a_tok
         assert "export class TsyncClient" in client.text
         for path in ("/static/app.js", "/static/style.css"):
             assert (await http.get(path)).status_code == 200, path
+        # Every module the page imports is served, as JavaScript (module scripts need the type).
+        for path in (
+            "/static/timeline.js",
+            "/static/messages.js",
+            "/static/markdown.js",
+            "/static/vendor/marked/marked.esm.js",
+            "/static/vendor/dompurify/purify.es.mjs",
+            "/static/vendor/highlight/core.min.js",
+            "/static/vendor/highlight/languages/python.min.js",
+        ):
+            module = await http.get(path)
+            assert module.status_code == 200, path
+            assert module.headers["content-type"].startswith("text/javascript"), path
         assert (await http.get("/static/nope.js")).status_code == 404
         assert (await http.get("/t/a/b")).status_code != 200
