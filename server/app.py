@@ -1,25 +1,49 @@
-"""The Starlette application: routes, error mapping, startup and shutdown."""
+"""The ASGI application: routes, error mapping, startup and shutdown.
+
+Three ways in, one configuration (``server.config.load_config``):
+
+- ``tsync serve`` builds ``create_app(config)`` from its flags and ``TSYNC_*``;
+- ``uvicorn --factory server.app:create_app`` calls ``create_app()``;
+- ``uvicorn server.app:app`` (or hypercorn, or gunicorn with uvicorn
+  workers) takes the module attribute ``app``, built on first access.
+
+The last two read ``TSYNC_*`` exactly as ``tsync serve`` does; a bad setting
+is one line on stderr and exit status 2 before anything is opened.
+
+The app looks after itself whatever server runs it: it configures logging
+when built, opens the store at lifespan startup and closes (flushes) it at
+lifespan shutdown, which every ASGI server runs after its connections are
+gone. What ``tsync serve`` adds on SIGTERM (``drain``: readiness 503,
+queues drained, close code 1001 instead of the server's own, e.g. uvicorn's
+1012) is described in the README.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from server import http_api, http_lmml, pages
+from protocol import wire
+from server import http_api, http_lmml, http_ops, logs, openapi, pages
 from server.backplane import Backplane
-from server.config import ServerConfig
+from server.config import ConfigError, ServerConfig, load_config, unknown_env_names
 from server.hub import Hub
 from server.metrics import Metrics
 from server.store.base import Store
 from server.store.open import open_store
-from server.ws import websocket_endpoint
+from server.ws import refuse, websocket_endpoint
+
+__all__ = ["TsyncApp", "create_app"]
 
 log = logging.getLogger("tsync.app")
 
@@ -28,12 +52,40 @@ async def _handle_error(request: Request, exc: Exception) -> Response:
     return http_api.problem_response(http_api.problem_for(exc))
 
 
-class _AuthMiddleware:
-    """Checks the bearer token of every HTTP request but the health and the
-    static pages; WebSockets check theirs in the endpoint (browsers cannot set
-    headers there, so ``?token=`` is accepted too)."""
+async def _handle_http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404 (no route) and 405 (route, other method) as problems."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        problem = http_api.Problem(
+            405,
+            wire.METHOD_NOT_ALLOWED,
+            f"{request.method} is not allowed on {request.url.path}",
+        )
+    elif exc.status_code == 404:
+        problem = http_api.Problem(404, wire.NOT_FOUND, f"no such path: {request.url.path}")
+    else:
+        problem = http_api.Problem(exc.status_code, wire.INVALID_FRAME, str(exc.detail))
+    response = http_api.problem_response(problem)
+    response.headers.update(exc.headers or {})
+    return response
 
-    OPEN = ("/healthz", "/metrics", "/v1/client.js", "/static/", "/t/")
+
+class _AuthMiddleware:
+    """Checks the bearer token of every HTTP request but the health, metrics,
+    API descriptions and static pages; WebSockets check theirs in the
+    endpoint (browsers cannot set headers there, so ``?token=`` is accepted
+    too)."""
+
+    OPEN = (
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/v1/openapi.json",
+        "/v1/schema.json",
+        "/v1/client.js",
+        "/static/",
+        "/t/",
+    )
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -52,29 +104,78 @@ class _AuthMiddleware:
 
 class TsyncApp:
     """The ASGI application: WebSockets on ``/v1/ws`` go straight to their
-    handler (no router or middleware frames kept alive per connection);
-    everything else, lifespan included, goes to the Starlette app."""
+    handler (no router or middleware frames kept alive per connection); HTTP
+    goes through the request log to the Starlette app, lifespan straight to
+    it."""
 
-    def __init__(self, starlette: Starlette) -> None:
+    def __init__(self, starlette: Starlette, metrics: Metrics) -> None:
         self.starlette = starlette
         self.state = starlette.state
+        self.lifecycle: http_ops.Lifecycle = starlette.state.lifecycle
+        self._http = http_ops.RequestLog(starlette, metrics)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "websocket" and scope["path"] == "/v1/ws":
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "websocket" and scope["path"] == "/v1/ws":
+            if self.lifecycle.draining:
+                await refuse(receive, send, 1001, "server shutting down")
+                return
             await websocket_endpoint(scope, receive, send, self.state.hub)
+        else:
+            await self.starlette(scope, receive, send)
+
+    async def drain(self, timeout: float) -> None:
+        """Begin a graceful shutdown: ``/readyz`` answers 503, new WebSockets
+        are refused, and every open one gets a moment to send what is queued
+        and is then closed with 1001 (going away). Every step is bounded by
+        ``timeout``: a client that does not read cannot hold it up."""
+        self.lifecycle.draining = True
+        hub: Hub | None = getattr(self.state, "hub", None)
+        if hub is None or not hub.connections:
             return
-        await self.starlette(scope, receive, send)
+        conns = list(hub.connections.values())
+        log.info("closing connections", extra={"count": len(conns)})
+
+        async def goodbye(conn: Any) -> None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.drain(), timeout / 2)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.send_close(1001, "server shutting down"), timeout / 2)
+
+        await asyncio.gather(*(goodbye(c) for c in conns))
 
 
-def create_app(config: ServerConfig | None = None, *, store: Store | None = None) -> TsyncApp:
-    """Build the app. The store is opened at startup and closed (flushed) at
-    shutdown; pass one to share it with a test."""
-    config = config or ServerConfig()
+def create_app(
+    config: ServerConfig | None = None,
+    *,
+    store: Store | None = None,
+    configure_logging: bool = True,
+) -> TsyncApp:
+    """Build the app. Without ``config`` it is read from ``TSYNC_*`` (this is
+    the ASGI factory: a bad setting exits with status 2 and one line).
+
+    The store is opened at startup and closed (flushed) at shutdown; pass one
+    to share it with a test. ``configure_logging`` installs the app's log
+    format (``server.logs``) at ``config.log_level``.
+    """
+    if config is None:
+        config = _config_from_environment()
+    the_store = store if store is not None else open_store(config.store)
+    if configure_logging:
+        logs.configure(config.log_level, config.log_format)
     metrics = Metrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        the_store = store if store is not None else open_store(config.store)
+        # The store's worker thread (SQLite) needs the GIL for a few steps
+        # per commit; with the default 5 ms switch interval each of those
+        # waits up to 5 ms behind a busy event loop (measured: ~20 ms per
+        # append under fan-out load). A shorter interval hands it over sooner.
+        sys.setswitchinterval(config.gil_switch_interval_ms / 1000)
+        for name in unknown_env_names():
+            log.warning("%s is not a setting and is ignored (misspelt?)", name)
         await the_store.open()
         hub = Hub(the_store, config, metrics)
         await hub.start()
@@ -92,7 +193,7 @@ def create_app(config: ServerConfig | None = None, *, store: Store | None = None
                 await backplane.stop()
             await hub.stop()
             await the_store.close()
-            log.info("stopped")
+            log.info("stopped: store closed", extra={"store": the_store.name})
 
     routes = [
         Route("/v1/transcripts", http_api.create_transcript, methods=["POST"]),
@@ -114,8 +215,11 @@ def create_app(config: ServerConfig | None = None, *, store: Store | None = None
             http_lmml.export_lmmlz,
             methods=["GET"],
         ),
-        Route("/healthz", http_api.healthz, methods=["GET"]),
-        Route("/metrics", http_api.metrics, methods=["GET"]),
+        Route("/v1/openapi.json", openapi.openapi_json, methods=["GET"]),
+        Route("/v1/schema.json", openapi.schema_json, methods=["GET"]),
+        Route("/healthz", http_ops.healthz, methods=["GET"]),
+        Route("/readyz", http_ops.readyz, methods=["GET"]),
+        Route("/metrics", http_ops.metrics, methods=["GET"]),
         *pages.routes,
     ]
     app = Starlette(
@@ -124,9 +228,34 @@ def create_app(config: ServerConfig | None = None, *, store: Store | None = None
         # Domain errors are answered by ExceptionMiddleware; only unexpected
         # ones reach the catch-all (which logs them with their traceback).
         exception_handlers={exc: _handle_error for exc in http_api.HANDLED}
-        | {Exception: _handle_error},
+        | {HTTPException: _handle_http_exception, Exception: _handle_error},
     )
     app.state.config = config
     app.state.metrics = metrics
+    app.state.lifecycle = http_ops.Lifecycle()
     app.add_middleware(_AuthMiddleware)
-    return TsyncApp(app)
+    return TsyncApp(app, metrics)
+
+
+def _config_from_environment() -> ServerConfig:
+    """``TSYNC_*`` as ``tsync serve`` reads them; a bad one ends the process
+    with one line and status 2 (an ASGI server would print a traceback)."""
+    try:
+        return load_config()
+    except ConfigError as exc:
+        print(f"tsync: {exc} (see docs/configuration.md)", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+_app: TsyncApp | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """``server.app.app``: the app configured from ``TSYNC_*``, built on first
+    access (importing this module for ``create_app`` builds nothing)."""
+    global _app
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if _app is None:
+        _app = create_app()
+    return _app

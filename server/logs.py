@@ -1,5 +1,18 @@
-"""Structured logging: one JSON object per line (``--log-format json``) or a
-readable ``key=value`` text line, both carrying the record's ``extra`` fields."""
+"""Logging of the server process: one JSON object per line (``log_format=json``)
+or a readable text line, both carrying the record's ``extra`` fields.
+
+``configure`` is called by the app itself (``server.app.create_app``), so the
+same lines come out under ``tsync serve``, ``uvicorn server.app:app`` or
+gunicorn. It takes uvicorn's loggers over:
+
+- ``uvicorn.access`` is switched off: the app writes its own access line per
+  HTTP request (``tsync.access``: method, route template, status, duration,
+  never the query string, so ``?token=`` cannot reach a log);
+- uvicorn's WebSocket lines (``"WebSocket /v1/ws?token=..." [accepted]``) are
+  dropped: ``tsync.ws`` writes one line per connection opened and closed;
+- uvicorn's other lines ("Started server process", "Uvicorn running on ...")
+  are kept under the name ``uvicorn`` instead of ``uvicorn.error``.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +30,10 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
     "color_message",
 }
 _encode = msgspec.json.Encoder().encode
+
+#: Set on a record (``extra={"_said": (...)}``) to name the extra fields that
+#: its message already says: the text format leaves them out, JSON keeps them.
+SAID = "_said"
 
 
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
@@ -49,20 +66,54 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        extras = _extras(record)
+        said = getattr(record, SAID, ())
+        extras = {k: v for k, v in _extras(record).items() if k not in said}
         if extras:
             line += " " + " ".join(f"{k}={v}" for k, v in extras.items())
         return line
 
 
+class _UvicornLines(logging.Filter):
+    """On ``uvicorn.error``: drops the WebSocket handshake lines (they carry the
+    query string, and the app logs connections itself) and files the rest
+    under ``uvicorn``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith('%s - "WebSocket '):
+            return False
+        record.name = "uvicorn"
+        return True
+
+
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler ``configure`` installs (so that it can replace its own)."""
+
+
 def configure(level: str = "info", fmt: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    """Send the process's log records to stderr in ``fmt`` at ``level``.
+
+    Replaces the handler an earlier call installed and leaves other handlers
+    on the root logger alone. Safe to call again (each app build does).
+    """
+    handler = _Handler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+    for old in [h for h in root.handlers if isinstance(h, _Handler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    numeric = logging.getLevelName(level.upper())
+    root.setLevel(numeric)
+    for name in ("uvicorn", "uvicorn.error"):
         logger = logging.getLogger(name)
         logger.handlers[:] = []
         logger.propagate = True
-    logging.getLogger("uvicorn.access").setLevel(max(root.level, logging.WARNING))
+        # uvicorn checks this logger's own level before building trace lines.
+        logger.setLevel(numeric)
+    uvicorn_error = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _UvicornLines) for f in uvicorn_error.filters):
+        uvicorn_error.addFilter(_UvicornLines())
+    # No handler and no propagation: uvicorn then skips its access lines
+    # altogether (``hasHandlers()`` is false).
+    access = logging.getLogger("uvicorn.access")
+    access.handlers[:] = []
+    access.propagate = False
