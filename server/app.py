@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -196,30 +196,24 @@ def create_app(
             log.info("stopped: store closed", extra={"store": the_store.name})
 
     routes = [
-        Route("/v1/transcripts", http_api.create_transcript, methods=["POST"]),
-        Route("/v1/transcripts", http_api.list_transcripts, methods=["GET"]),
-        Route("/v1/transcripts/import", http_lmml.import_transcript, methods=["POST"]),
-        Route("/v1/transcripts/{transcript_id}", http_api.get_transcript, methods=["GET"]),
-        Route("/v1/transcripts/{transcript_id}", http_api.delete_transcript, methods=["DELETE"]),
-        Route("/v1/transcripts/{transcript_id}/events", http_api.get_events, methods=["GET"]),
-        Route(
-            "/v1/transcripts/{transcript_id}/messages", http_api.append_messages, methods=["POST"]
+        _route("/v1/transcripts", post=http_api.create_transcript, get=http_api.list_transcripts),
+        _route("/v1/transcripts/import", post=http_lmml.import_transcript),
+        _route(
+            "/v1/transcripts/{transcript_id}",
+            get=http_api.get_transcript,
+            delete=http_api.delete_transcript,
         ),
-        Route("/v1/transcripts/{transcript_id}/segments", http_api.start_segment, methods=["POST"]),
-        Route("/v1/transcripts/{transcript_id}/chat", http_lmml.chat, methods=["GET"]),
-        Route(
-            "/v1/transcripts/{transcript_id}/export.lmml", http_lmml.export_lmml, methods=["GET"]
-        ),
-        Route(
-            "/v1/transcripts/{transcript_id}/export.lmmlz",
-            http_lmml.export_lmmlz,
-            methods=["GET"],
-        ),
-        Route("/v1/openapi.json", openapi.openapi_json, methods=["GET"]),
-        Route("/v1/schema.json", openapi.schema_json, methods=["GET"]),
-        Route("/healthz", http_ops.healthz, methods=["GET"]),
-        Route("/readyz", http_ops.readyz, methods=["GET"]),
-        Route("/metrics", http_ops.metrics, methods=["GET"]),
+        _route("/v1/transcripts/{transcript_id}/events", get=http_api.get_events),
+        _route("/v1/transcripts/{transcript_id}/messages", post=http_api.append_messages),
+        _route("/v1/transcripts/{transcript_id}/segments", post=http_api.start_segment),
+        _route("/v1/transcripts/{transcript_id}/chat", get=http_lmml.chat),
+        _route("/v1/transcripts/{transcript_id}/export.lmml", get=http_lmml.export_lmml),
+        _route("/v1/transcripts/{transcript_id}/export.lmmlz", get=http_lmml.export_lmmlz),
+        _route("/v1/openapi.json", get=openapi.openapi_json),
+        _route("/v1/schema.json", get=openapi.schema_json),
+        _route("/healthz", get=http_ops.healthz),
+        _route("/readyz", get=http_ops.readyz),
+        _route("/metrics", get=http_ops.metrics),
         *pages.routes,
     ]
     app = Starlette(
@@ -235,6 +229,23 @@ def create_app(
     app.state.lifecycle = http_ops.Lifecycle()
     app.add_middleware(_AuthMiddleware)
     return TsyncApp(app, metrics)
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _route(path: str, **endpoints: Endpoint) -> Route:
+    """One route per path, whatever its methods, so that a 405 names them all
+    in ``Allow`` (``post=``, ``get=``, ``delete=``; GET answers HEAD too)."""
+    if len(endpoints) == 1:
+        ((method, endpoint),) = endpoints.items()
+        return Route(path, endpoint, methods=[method.upper()])
+
+    async def by_method(request: Request) -> Response:
+        method = request.method.lower()
+        return await endpoints["get" if method == "head" else method](request)
+
+    return Route(path, by_method, methods=[m.upper() for m in endpoints])
 
 
 def _config_from_environment() -> ServerConfig:

@@ -172,9 +172,19 @@ def _serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the command's parser, so that the hint names the command
+        _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
     code: int = args.func(args)
     return code
+
+
+def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser
 
 
 if __name__ == "__main__":

@@ -73,13 +73,24 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+#: Lines uvicorn (and the websockets library it hands its logger to) writes
+#: about each WebSocket; the first kind carries the query string. The app logs
+#: every connection itself (``tsync.ws``).
+_CONNECTION_LINES = (
+    '%s - "WebSocket ',
+    "connection open",
+    "connection closed",
+    "connection rejected (",
+    "HTTP response sent (",
+)
+
+
 class _UvicornLines(logging.Filter):
-    """On ``uvicorn.error``: drops the WebSocket handshake lines (they carry the
-    query string, and the app logs connections itself) and files the rest
-    under ``uvicorn``."""
+    """On ``uvicorn.error``: drops the per-connection WebSocket lines and
+    files the rest under ``uvicorn``."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.msg, str) and record.msg.startswith('%s - "WebSocket '):
+        if isinstance(record.msg, str) and record.msg.startswith(_CONNECTION_LINES):
             return False
         record.name = "uvicorn"
         return True
