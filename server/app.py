@@ -29,7 +29,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -50,6 +50,12 @@ log = logging.getLogger("tsync.app")
 
 async def _handle_error(request: Request, exc: Exception) -> Response:
     return http_api.problem_response(http_api.problem_for(exc))
+
+
+async def _handle_client_gone(request: Request, exc: Exception) -> Response:
+    """The client hung up while sending its body: nobody reads the answer,
+    nothing is logged beyond the access line."""
+    return Response(status_code=http_ops.CLIENT_GONE)
 
 
 async def _handle_http_exception(request: Request, exc: Exception) -> Response:
@@ -222,7 +228,11 @@ def create_app(
         # Domain errors are answered by ExceptionMiddleware; only unexpected
         # ones reach the catch-all (which logs them with their traceback).
         exception_handlers={exc: _handle_error for exc in http_api.HANDLED}
-        | {HTTPException: _handle_http_exception, Exception: _handle_error},
+        | {
+            HTTPException: _handle_http_exception,
+            ClientDisconnect: _handle_client_gone,
+            Exception: _handle_error,
+        },
     )
     app.state.config = config
     app.state.metrics = metrics

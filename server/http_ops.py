@@ -33,6 +33,10 @@ access_log = logging.getLogger("tsync.access")
 
 #: How long ``/readyz`` waits for the store before it calls it unreachable.
 READY_TIMEOUT_S = 2.0
+#: The status logged for a request whose client went away before the answer
+#: (nginx's "client closed request"), and for one cut by a shutdown.
+CLIENT_GONE = 499
+CANCELLED = 503
 #: The route label of requests no route matched (the path itself would let a
 #: client grow the metrics without bound).
 UNMATCHED = "<unmatched>"
@@ -125,6 +129,9 @@ class RequestLog:
 
         try:
             await self.app(scope, receive, observe)
+        except asyncio.CancelledError:
+            status = CANCELLED  # cut by a shutdown's deadline
+            raise
         finally:
             seconds = time.perf_counter() - began
             method = scope["method"]

@@ -16,6 +16,7 @@ gunicorn. It takes uvicorn's loggers over:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -86,11 +87,17 @@ _CONNECTION_LINES = (
 
 
 class _UvicornLines(logging.Filter):
-    """On ``uvicorn.error``: drops the per-connection WebSocket lines and
-    files the rest under ``uvicorn``."""
+    """On ``uvicorn.error``: drops the per-connection WebSocket lines and the
+    tracebacks of requests cancelled by a shutdown, and files the rest under
+    ``uvicorn``."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.msg, str) and record.msg.startswith(_CONNECTION_LINES):
+            return False
+        if record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError):
+            # A request cut at the end of the graceful shutdown: uvicorn has
+            # just said so ("Cancel N running task(s)"); its traceback says
+            # nothing more.
             return False
         record.name = "uvicorn"
         return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -139,3 +140,24 @@ def test_building_the_app_installs_one_handler_that_follows_stderr(
     lines = [line for line in capsys.readouterr().err.splitlines() if "hello" in line]
     assert len(lines) == 1 and '"logger":"tsync.test"' in lines[0] and '"n":1' in lines[0]
     create_app(load_config({"TSYNC_STORE": "memory"}))  # back to text for the other tests
+
+
+async def test_a_client_gone_mid_body_is_one_access_line_not_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with running_server() as srv:
+        port = int(srv.url.rsplit(":", 1)[1])
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/transcripts HTTP/1.1\r\nHost: x\r\nContent-Length: 99\r\n\r\n{")
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+        def gone() -> bool:
+            return any(
+                r.getMessage().startswith("POST /v1/transcripts 499") for r in caplog.records
+            )
+
+        await until(gone)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
