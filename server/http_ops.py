@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Mount
+from starlette.routing import BaseRoute, Match, Mount
 
 from protocol import api
 from server.hub import Hub
@@ -98,11 +99,14 @@ async def metrics(request: Request) -> Response:
     return Response(_hub(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
-def route_template(scope: dict[str, Any]) -> str:
-    """``/v1/transcripts/{transcript_id}`` for the route that served ``scope``."""
+def route_template(scope: dict[str, Any], routes: Sequence[BaseRoute] = ()) -> str:
+    """``/v1/transcripts/{transcript_id}`` for the route that served ``scope``,
+    or that would have (a request refused before routing, e.g. a 401)."""
     route = scope.get("route")
     if route is None:
-        return UNMATCHED
+        route = next((r for r in routes if r.matches(scope)[0] is not Match.NONE), None)
+        if route is None:
+            return UNMATCHED
     path: str = getattr(route, "path", UNMATCHED)
     return f"{path}/{{path}}" if isinstance(route, Mount) else path
 
@@ -113,9 +117,10 @@ class RequestLog:
     request, by route template. Costs a clock read and a closure per
     request; WebSockets never pass through it."""
 
-    def __init__(self, app: Any, metrics: Metrics) -> None:
+    def __init__(self, app: Any, metrics: Metrics, routes: Sequence[BaseRoute] = ()) -> None:
         self.app = app
         self.metrics = metrics
+        self.routes = routes
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         began = time.perf_counter()
@@ -135,7 +140,7 @@ class RequestLog:
         finally:
             seconds = time.perf_counter() - began
             method = scope["method"]
-            route = route_template(scope)
+            route = route_template(scope, self.routes)
             self.metrics.observe_http(method, route, status, seconds)
             ms = round(seconds * 1000, 2)
             client = scope.get("client")

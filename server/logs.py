@@ -1,7 +1,7 @@
 """Logging of the server process: one JSON object per line (``log_format=json``)
 or a readable text line, both carrying the record's ``extra`` fields.
 
-``configure`` is called by the app itself (``server.app.create_app``), so the
+``configure`` is called by the app itself (``server.application.create_app``), so the
 same lines come out under ``tsync serve``, ``uvicorn server.app:app`` or
 gunicorn. It takes uvicorn's loggers over:
 
@@ -11,7 +11,9 @@ gunicorn. It takes uvicorn's loggers over:
 - uvicorn's WebSocket lines (``"WebSocket /v1/ws?token=..." [accepted]``) are
   dropped: ``tsync.ws`` writes one line per connection opened and closed;
 - uvicorn's other lines ("Started server process", "Uvicorn running on ...")
-  are kept under the name ``uvicorn`` instead of ``uvicorn.error``.
+  are kept under the name ``uvicorn`` instead of ``uvicorn.error``;
+- hypercorn's go through the same handler (``hypercorn.error``), its access
+  logger is silenced too.
 """
 
 from __future__ import annotations
@@ -107,6 +109,34 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
     """The handler ``configure`` installs (so that it can replace its own)."""
 
 
+#: The loggers of the ASGI servers the app may run under: their lines go
+#: through the app's handler; their access loggers are silenced (the app
+#: writes its own access lines, without the query string).
+SERVER_LOGGERS = ("uvicorn", "uvicorn.error", "hypercorn.error")
+SERVER_ACCESS_LOGGERS = ("uvicorn.access", "hypercorn.access")
+
+
+def adopt_server_loggers(level: int) -> None:
+    """Route the ASGI server's loggers through the app's handler. Called when
+    the app is built and again at its startup (hypercorn sets its loggers up
+    after importing the app)."""
+    for name in SERVER_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.handlers[:] = []
+        logger.propagate = True
+        # uvicorn checks this logger's own level before building trace lines.
+        logger.setLevel(level)
+    uvicorn_error = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _UvicornLines) for f in uvicorn_error.filters):
+        uvicorn_error.addFilter(_UvicornLines())
+    for name in SERVER_ACCESS_LOGGERS:
+        # No handler and no propagation: uvicorn then skips its access lines
+        # altogether (``hasHandlers()`` is false).
+        access = logging.getLogger(name)
+        access.handlers[:] = []
+        access.propagate = False
+
+
 def configure(level: str = "info", fmt: str = "text") -> None:
     """Send the process's log records to stderr in ``fmt`` at ``level``.
 
@@ -121,17 +151,4 @@ def configure(level: str = "info", fmt: str = "text") -> None:
     root.addHandler(handler)
     numeric = logging.getLevelName(level.upper())
     root.setLevel(numeric)
-    for name in ("uvicorn", "uvicorn.error"):
-        logger = logging.getLogger(name)
-        logger.handlers[:] = []
-        logger.propagate = True
-        # uvicorn checks this logger's own level before building trace lines.
-        logger.setLevel(numeric)
-    uvicorn_error = logging.getLogger("uvicorn.error")
-    if not any(isinstance(f, _UvicornLines) for f in uvicorn_error.filters):
-        uvicorn_error.addFilter(_UvicornLines())
-    # No handler and no propagation: uvicorn then skips its access lines
-    # altogether (``hasHandlers()`` is false).
-    access = logging.getLogger("uvicorn.access")
-    access.handlers[:] = []
-    access.propagate = False
+    adopt_server_loggers(numeric)

@@ -17,7 +17,7 @@ from typing import Any
 
 import uvicorn
 
-from server.app import TsyncApp, create_app
+from server.application import TsyncApp, create_app
 from server.config import ServerConfig
 
 log = logging.getLogger("tsync.serve")

@@ -81,7 +81,7 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
     """``/v1/ws`` as a bare ASGI handler.
 
     It is served before Starlette's router and middleware (see
-    ``server.app``): a long-lived connection then keeps no routing or
+    ``server.application``): a long-lived connection then keeps no routing or
     middleware frames and no ``WebSocket`` wrapper alive, which is a good
     part of the memory an idle connection costs.
     """
@@ -146,12 +146,18 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
                 # falls behind busy writers, and uvicorn then stops reading
                 # the socket, pongs included.)
                 await asyncio.sleep(0)
+    except asyncio.CancelledError:
+        # The ASGI server gave up waiting for the connection to end (hypercorn
+        # does at the end of its graceful timeout): still say goodbye.
+        code, reason = 1001, "server shutting down"
+        raise
     finally:
         await handler.cancel()
         hub.unregister(conn)
         await conn.stop()
-        if conn.closed and not disconnected:
-            code, reason = 1008, "outbound queue overflow"
+        if not disconnected:
+            if code is None:
+                code, reason = 1008, "outbound queue overflow"
             with contextlib.suppress(Exception):  # already gone
                 await send({"type": "websocket.close", "code": code, "reason": reason})
         log.info(

@@ -11,7 +11,7 @@ import pytest
 import websockets
 
 from protocol.wire import Pong
-from server.app import create_app
+from server.application import create_app
 from tests.support.servers import running_server
 from tests.support.waiting import until
 from tests.support.wsclient import RawClient
@@ -103,6 +103,7 @@ async def test_the_access_log_has_method_route_status_duration_and_no_query(
         headers = {"authorization": "Bearer s3cret"}
         await http.post("/v1/transcripts", json={"id": "logged"}, headers=headers)
         await http.get("/v1/transcripts/logged?token=s3cret&start=0", headers=headers)
+        assert (await http.get("/v1/transcripts/logged?token=s3cre")).status_code == 401
         async with await RawClient.connect(srv.ws_url + "?token=s3cret") as c:
             await c.send(op="ping", ref="p")
             await c.recv()
@@ -110,6 +111,7 @@ async def test_the_access_log_has_method_route_status_duration_and_no_query(
             await websockets.connect(srv.ws_url + "?token=wrong")
         await until(lambda: not srv.hub.connections)
     access = [r for r in caplog.records if r.name == "tsync.access"]
+    assert not [r for r in access if r.route == "<unmatched>"]  # type: ignore[attr-defined]
     get = next(r for r in access if getattr(r, "method", "") == "GET")
     assert get.getMessage().startswith("GET /v1/transcripts/{transcript_id} 200 ")
     assert get.route == "/v1/transcripts/{transcript_id}"  # type: ignore[attr-defined]

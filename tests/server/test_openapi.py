@@ -108,7 +108,7 @@ async def documents_and_server() -> Any:
 
 
 def test_the_document_describes_every_http_route() -> None:
-    from server.app import create_app
+    from server.application import create_app
     from server.config import ServerConfig
     from server.openapi import openapi_document
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from server.app import create_app
+from server.application import create_app
 from server.config import ServerConfig
 from server.hub import Hub
 from server.serve import TsyncServer, uvicorn_config
