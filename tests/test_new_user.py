@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.servers import free_port
+from tests.support.servers import free_port, wait_healthy
 
 pytestmark = [pytest.mark.newuser, pytest.mark.timeout(300)]
 
@@ -73,15 +73,7 @@ class Served:
             )
 
     def healthy(self, url: str, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                if httpx.get(url + "/healthz", timeout=0.5).status_code == 200:
-                    return True
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        return False
+        return wait_healthy(self.proc, url, timeout)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import websockets
 
-from tests.support.servers import free_port
+from tests.support.servers import free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -38,17 +38,7 @@ class Process:
             )
 
     def wait_healthy(self, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"exited with {self.proc.returncode}: {self.output()}")
-            try:
-                if httpx.get(self.url + "/healthz", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError(f"not healthy in time: {self.output()}")
+        assert wait_healthy(self.proc, self.url, timeout), self.output()
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
