@@ -1,28 +1,43 @@
-"""The client commands of ``tsync``: tail, append, get, create, import, export.
+"""The client commands of ``tsync``: tail, append, get, list, create, delete,
+segment, import, export.
 
 ``server.cli`` calls ``register(subparsers)``. Every command takes ``--url``
 (default ``$TSYNC_URL`` or http://127.0.0.1:8765) and ``--token``
 (default ``$TSYNC_TOKEN``). Errors are one line on stderr; the exit code is 2
-for bad usage, 1 when the server says no or cannot be reached.
+for bad usage (the line ends with ``see 'tsync COMMAND --help'``), 1 when the
+server says no or cannot be reached, 130 after Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import binascii
 import os
 import sys
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TextIO
 
 import msgspec
 
-from client_py.client import connect
+from client_py.client import Client, connect
 from client_py.errors import ClientError, ServerError, Unreachable
 from client_py.http import Ack, HttpApi, endpoints
+from client_py.mirror import Mirror
+from protocol.api import TranscriptSummary
 from protocol.errors import InvalidId
-from protocol.types import Message, MessagesAppended, TranscriptSnapshot
+from protocol.types import (
+    AttachmentPart,
+    ContentPart,
+    ImageUrlPart,
+    Message,
+    MessagesAppended,
+    TextPart,
+    TranscriptSnapshot,
+)
 from protocol.validation import validate_id
 
 __all__ = ["register"]
@@ -52,12 +67,12 @@ def _add_commands(subparsers: Any) -> None:
         "--url",
         default=os.environ.get("TSYNC_URL") or DEFAULT_URL,
         help="server URL, http(s)://host:port or ws(s)://host:port/v1/ws "
-        "(default $TSYNC_URL or %(default)s)",
+        "(default $TSYNC_URL, else %(default)s)",
     )
     common.add_argument(
         "--token",
         default=os.environ.get("TSYNC_TOKEN") or None,
-        help="bearer token (default $TSYNC_TOKEN)",
+        help="bearer token (default $TSYNC_TOKEN, else none)",
     )
     common.add_argument(
         "--timeout", type=float, default=10.0, help="seconds to wait for the server (default 10)"
@@ -68,7 +83,8 @@ def _add_commands(subparsers: Any) -> None:
         parents=[common],
         help="print a transcript, then every new message live",
         description="Print every message of the transcript, then each new one as it arrives, "
-        "one line per message ([index] role: text). Survives server restarts.",
+        "one line per message ([index] role: text). Survives server restarts: a note on "
+        "stderr says when it reconnected.",
     )
     tail.add_argument("id", help="transcript id")
     tail.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -95,11 +111,51 @@ def _add_commands(subparsers: Any) -> None:
     append.set_defaults(func=_command(_append))
 
     get = subparsers.add_parser(
-        "get", parents=[common], help="print a transcript", description="Print a transcript."
+        "get",
+        parents=[common],
+        help="print a transcript",
+        description="Print a transcript, one line per message ([index] role: text); images "
+        "and attachments show as [image: ...] and [attachment: name, mime, size].",
     )
     get.add_argument("id", help="transcript id")
     get.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     get.set_defaults(func=_command(_get))
+
+    listing = subparsers.add_parser(
+        "list",
+        parents=[common],
+        help="list transcripts",
+        description="List transcripts ordered by id: id, revision, messages, last change.",
+    )
+    listing.add_argument("--after", metavar="ID", help="start after this id (default: the first)")
+    listing.add_argument(
+        "--limit", type=int, default=None, help="list at most this many (default: all)"
+    )
+    listing.add_argument("--json", action="store_true", help="one JSON object per transcript")
+    listing.set_defaults(func=_command(_list))
+
+    delete = subparsers.add_parser(
+        "delete",
+        parents=[common],
+        help="delete a transcript",
+        description="Delete a transcript for good; its subscribers are told (not-found).",
+    )
+    delete.add_argument("id", help="transcript id")
+    delete.set_defaults(func=_command(_delete))
+
+    segment = subparsers.add_parser(
+        "segment",
+        parents=[common],
+        help="start a segment",
+        description="Start a new segment (the messages that feed the next model call) at "
+        "--start, by default at the end of the transcript.",
+    )
+    segment.add_argument("id", help="transcript id")
+    segment.add_argument(
+        "--start", type=int, default=None, help="index where it starts (default: the length)"
+    )
+    segment.add_argument("--json", action="store_true", help="print the ack as JSON")
+    segment.set_defaults(func=_command(_segment))
 
     create = subparsers.add_parser(
         "create",
@@ -144,6 +200,7 @@ def _command(
     """Run ``body`` in a fresh event loop and turn errors into one line and an exit code."""
 
     def run(args: argparse.Namespace) -> int:
+        hint = f" (see 'tsync {args.command} --help')"
         try:
             try:
                 endpoints(args.url)
@@ -155,7 +212,7 @@ def _command(
                 validate_id(args.transcript_id)
             return asyncio.run(body(args))
         except (UsageError, InvalidId) as exc:
-            return _fail(str(exc), EXIT_USAGE)
+            return _fail(str(exc) + hint, EXIT_USAGE)
         except Unreachable as exc:
             return _fail(f"cannot reach the server: {exc}", EXIT_REFUSED)
         except ServerError as exc:
@@ -188,11 +245,54 @@ def _line(transcript_id: str, index: int, message: Message, *, as_json: bool) ->
         return _json.encode(
             {"transcriptId": transcript_id, "index": index, "message": message}
         ).decode()
-    text = message.text() if message.content else ""
-    if not isinstance(message.content, str) and not text:
-        text = f"<{len(message.content)} content part(s)>"
+    text = _content_text(message)
     escaped = text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
     return f"[{index}] {message.role}: {escaped}"
+
+
+def _content_text(message: Message) -> str:
+    """The text, with each image or attachment shown in brackets where it
+    stands (text parts join as ``Message.text()`` joins them)."""
+    if isinstance(message.content, str):
+        return message.content
+    text = ""
+    previous_was_text = False
+    for part in message.content:
+        is_text = isinstance(part, TextPart)
+        piece = part.text if isinstance(part, TextPart) else _describe(part)
+        if text and not (is_text and previous_was_text):
+            text += " "
+        text += piece
+        previous_was_text = is_text
+    return text
+
+
+def _describe(part: ContentPart) -> str:
+    if isinstance(part, ImageUrlPart):
+        url = part.image_url.url
+        if url.startswith("data:"):
+            head, _, data = url.partition(",")
+            mime = head[5:].split(";")[0] or "image"
+            size = _decoded_size(data) if ";base64" in head else len(data.encode())
+            return f"[image: {mime}, {_bytes(size)}]"
+        return f"[image: {url if len(url) <= 80 else url[:77] + '...'}]"
+    if isinstance(part, AttachmentPart):
+        textual = part.mime.startswith("text/") or part.mime.endswith(("json", "xml"))
+        size = len(part.content.encode()) if textual else _decoded_size(part.content)
+        return f"[attachment: {part.name}, {part.mime}, {_bytes(size)}]"
+    return f"[{getattr(part, 'type', 'part')}]"
+
+
+def _decoded_size(data: str) -> int:
+    """Bytes of base64 ``data`` once decoded (its own length when it is not base64)."""
+    try:
+        return len(base64.b64decode(data, validate=True))
+    except (binascii.Error, ValueError):
+        return len(data.encode())
+
+
+def _bytes(size: int) -> str:
+    return f"{size:,} byte{'s' if size != 1 else ''}"
 
 
 def _emit(out: TextIO, line: str) -> None:
@@ -203,8 +303,22 @@ def _emit(out: TextIO, line: str) -> None:
 # --- the commands -----------------------------------------------------------------
 
 
+async def _note_reconnects(client: Client, revision: Callable[[], int]) -> None:
+    """One line on stderr each time the client had to connect again."""
+    seen = client.counters.connections
+    while True:
+        await asyncio.sleep(0.2)
+        now = client.counters.connections
+        if now > seen:
+            seen = now
+            print(
+                f"tsync: reconnected to the server; resuming after revision {revision()}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 async def _tail(args: argparse.Namespace) -> int:
-    out = sys.stdout
     async with connect(
         args.url,
         args.token,
@@ -213,32 +327,41 @@ async def _tail(args: argparse.Namespace) -> int:
         backoff_max=2.0,
     ) as client:
         mirror = await client.subscribe(args.id)
-        # Read the copy and open the stream in one step: nothing falls between.
-        stream = mirror.events()
-        epoch = mirror.epoch
-        for index, message in enumerate(mirror.messages, mirror.start):
-            _emit(out, _line(args.id, index, message, as_json=args.json))
-        printed = mirror.length
-        async for update in stream:
-            if isinstance(update, TranscriptSnapshot):
-                if update.epoch != epoch:
-                    print(
-                        f"tsync: transcript {args.id!r} was re-created (new epoch); "
-                        "printing it from the start",
-                        file=sys.stderr,
-                    )
-                    epoch = update.epoch
-                    printed = update.start
-                for index, message in enumerate(update.messages, update.start):
-                    if index >= printed:
-                        _emit(out, _line(args.id, index, message, as_json=args.json))
-                printed = max(printed, update.end)
-            elif isinstance(update.change, MessagesAppended):
-                change = update.change
-                for index, message in enumerate(change.messages, change.start):
-                    if index >= printed:
-                        _emit(out, _line(args.id, index, message, as_json=args.json))
-                printed = max(printed, change.end)
+        notes = asyncio.create_task(_note_reconnects(client, lambda: mirror.revision))
+        try:
+            return await _follow(args, mirror)
+        finally:
+            notes.cancel()
+
+
+async def _follow(args: argparse.Namespace, mirror: Mirror) -> int:
+    out = sys.stdout
+    # Read the copy and open the stream in one step: nothing falls between.
+    stream = mirror.events()
+    epoch = mirror.epoch
+    for index, message in enumerate(mirror.messages, mirror.start):
+        _emit(out, _line(args.id, index, message, as_json=args.json))
+    printed = mirror.length
+    async for update in stream:
+        if isinstance(update, TranscriptSnapshot):
+            if update.epoch != epoch:
+                print(
+                    f"tsync: transcript {args.id!r} was re-created (new epoch); "
+                    "printing it from the start",
+                    file=sys.stderr,
+                )
+                epoch = update.epoch
+                printed = update.start
+            for index, message in enumerate(update.messages, update.start):
+                if index >= printed:
+                    _emit(out, _line(args.id, index, message, as_json=args.json))
+            printed = max(printed, update.end)
+        elif isinstance(update.change, MessagesAppended):
+            change = update.change
+            for index, message in enumerate(change.messages, change.start):
+                if index >= printed:
+                    _emit(out, _line(args.id, index, message, as_json=args.json))
+            printed = max(printed, change.end)
     return EXIT_OK
 
 
@@ -276,6 +399,49 @@ async def _get(args: argparse.Namespace) -> int:
         return EXIT_OK
     for index, message in enumerate(snapshot.messages, snapshot.start):
         print(_line(args.id, index, message, as_json=False))
+    return EXIT_OK
+
+
+async def _list(args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    after = args.after
+    shown = 0
+    async with _api(args) as api:
+        while args.limit is None or shown < args.limit:
+            page = 1000 if args.limit is None else min(1000, args.limit - shown)
+            summaries = await api.list(after=after, limit=page)
+            for summary in summaries:
+                print(_json.encode(summary).decode() if args.json else _summary_line(summary))
+            shown += len(summaries)
+            if len(summaries) < page:
+                break
+            after = summaries[-1].transcript_id
+    return EXIT_OK
+
+
+def _summary_line(t: TranscriptSummary) -> str:
+    updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t.updated_at / 1000))
+    messages = f"{t.length} message{'s' if t.length != 1 else ''}"
+    return f"{t.transcript_id}  revision {t.revision}  {messages}  updated {updated}"
+
+
+async def _delete(args: argparse.Namespace) -> int:
+    async with _api(args) as api:
+        await api.delete(args.id)
+    print(f"deleted {args.id}")
+    return EXIT_OK
+
+
+async def _segment(args: argparse.Namespace) -> int:
+    if args.start is not None and args.start < 0:
+        raise UsageError("--start must be >= 0")
+    async with _api(args) as api:
+        ack = await api.start_segment(args.id, args.start)
+    if args.json:
+        print(_json.encode(_ack_dict(ack)).decode())
+    else:
+        print(f"segment started at index {ack.start}, revision {ack.revision}")
     return EXIT_OK
 
 

@@ -16,6 +16,7 @@ import httpx
 import msgspec
 
 from client_py.errors import ServerError, Unreachable, error_for
+from protocol.api import TranscriptList, TranscriptSummary
 from protocol.types import TranscriptSnapshot
 
 __all__ = ["Ack", "Created", "HttpApi", "Imported", "endpoints"]
@@ -89,6 +90,7 @@ def endpoints(url: str) -> tuple[str, str]:
 
 
 _snapshot_decoder = msgspec.json.Decoder(TranscriptSnapshot)
+_list_decoder = msgspec.json.Decoder(TranscriptList)
 
 
 class HttpApi:
@@ -127,6 +129,23 @@ class HttpApi:
         params = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
         response = await self._request("GET", f"/v1/transcripts/{transcript_id}", params=params)
         return _snapshot_decoder.decode(response.content)
+
+    async def list(
+        self, *, after: str | None = None, limit: int | None = None
+    ) -> list[TranscriptSummary]:
+        """``GET /v1/transcripts``: one page of transcripts ordered by id, after
+        ``after`` (the server caps ``limit`` at 1000; default 100)."""
+        params: dict[str, Any] = {}
+        if after is not None:
+            params["after"] = after
+        if limit is not None:
+            params["limit"] = limit
+        response = await self._request("GET", "/v1/transcripts", params=params)
+        return _list_decoder.decode(response.content).transcripts
+
+    async def delete(self, transcript_id: str) -> None:
+        """``DELETE /v1/transcripts/{id}``: gone for good; subscribers get ``not-found``."""
+        await self._request("DELETE", f"/v1/transcripts/{transcript_id}")
 
     async def append(
         self,

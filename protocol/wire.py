@@ -53,6 +53,11 @@ RATE_LIMITED: Final = "rate-limited"
 TOO_MANY_SUBSCRIPTIONS: Final = "too-many-subscriptions"
 UNAVAILABLE: Final = "unavailable"
 INTERNAL: Final = "internal"
+# HTTP only: the body is not JSON / is JSON of the wrong shape; the method is
+# not one the route answers.
+INVALID_JSON: Final = "invalid-json"
+INVALID_BODY: Final = "invalid-body"
+METHOD_NOT_ALLOWED: Final = "method-not-allowed"
 
 # --- client -> server ----------------------------------------------------------
 

@@ -1,28 +1,47 @@
 """``tsync``: the command line.
 
 ``tsync serve`` runs the server; the client commands (``tail``, ``append``,
-``get``, ``create``, ``import``, ``export``, ``bench``) are registered by
-``client_py.cli``. Bad usage exits with 2 and one line on stderr; a server
-that says no exits with 1.
+``get``, ``list``, ``create``, ``delete``, ``segment``, ``import``,
+``export``) are registered by ``client_py.cli``, and ``bench`` by
+``client_py.bench.cli``, whose own dependencies (the ``bench`` extra) are
+imported only when it runs. Bad usage exits with 2 and one line on stderr
+that ends with where to look (``see 'tsync serve --help'``); a server that
+says no exits with 1; Ctrl-C with 130.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
-import msgspec
-
-from server.config import ServerConfig
+from server import package_version
+from server.config import FIELDS, ConfigError, ServerConfig, env_name, load_config
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+#: The settings with a flag of their own; every other one is ``--set NAME=VALUE``.
+FLAGS = {
+    "host": "--host",
+    "port": "--port",
+    "store": "--store",
+    "token": "--token",
+    "log_level": "--log-level",
+    "log_format": "--log-format",
+}
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"tsync: {message}\n")
+    """Errors are one line that ends with where to read more."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see '{self.prog} --help')\n")
 
 
 class _CommandParser(_Parser):
@@ -44,84 +63,128 @@ class _CommandParser(_Parser):
             self._mixing = False
 
 
+def _default(name: str) -> str:
+    value = FIELDS[name].default
+    return (
+        "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    )
+
+
+def _flag_help(name: str, text: str) -> str:
+    return f"{text} (default {_default(name)}; env {env_name(name)})"
+
+
+def _settings_epilog() -> str:
+    others = [name for name in FIELDS if name not in FLAGS]
+    width = max(len(n) for n in others)
+    lines = [f"  {name.ljust(width)}  {_default(name)}" for name in others]
+    return (
+        "other settings (--set NAME=VALUE or env TSYNC_<NAME>; defaults shown;\n"
+        "every one is explained in docs/configuration.md):\n" + "\n".join(lines) + "\n\n"
+        "precedence: a flag or --set, then TSYNC_<NAME>, then the default."
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tsync", description="transcript-sync: real-time sync of LLM transcripts")
+    parser.add_argument("--version", action="version", version=f"tsync {package_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     commands.required = True
 
     serve = commands.add_parser(
         "serve",
         help="run the server",
-        description="Run the server. Every setting also reads TSYNC_<NAME> from the environment "
-        "(e.g. TSYNC_PORT, TSYNC_STORE, TSYNC_QUEUE_MAX_FRAMES); flags win.",
+        description="Run the server on http://HOST:PORT (WebSocket at /v1/ws, the chat page "
+        "at /). Every setting also reads TSYNC_<NAME> from the environment.",
+        epilog=_settings_epilog(),
     )
-    serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default 8765; 0 picks a free one)")
+    serve.add_argument("--host", help=_flag_help("host", "address to bind"))
+    serve.add_argument("--port", help=_flag_help("port", "port to bind, 0 for any free one"))
     serve.add_argument(
         "--store",
-        help="sqlite:PATH (default sqlite:./data), memory, or redis://host:port/db",
+        help=_flag_help("store", "where data goes: sqlite:PATH, memory, or redis://host:port/db"),
     )
-    serve.add_argument("--token", help="require this bearer token from every client")
-    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    serve.add_argument("--log-format", choices=["text", "json"])
+    serve.add_argument(
+        "--token", help=_flag_help("token", "require this bearer token from every client")
+    )
+    serve.add_argument(
+        "--log-level",
+        metavar="{debug,info,warning,error}",
+        help=_flag_help("log_level", "least severe log level written"),
+    )
+    serve.add_argument(
+        "--log-format", metavar="{text,json}", help=_flag_help("log_format", "log line format")
+    )
     serve.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="any other setting, e.g. --set queue_max_frames=5000 (see docs/configuration.md)",
+        help="any other setting, e.g. --set queue_max_frames=5000 (listed below)",
     )
     serve.set_defaults(func=_serve)
 
-    for module in ("client_py.cli", "client_py.bench.cli"):
-        try:
-            extra = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not module.startswith(exc.name):
-                raise  # a real import error inside the module
-            continue
-        extra.register(commands)
+    from client_py import cli as client_cli
+
+    client_cli.register(commands)
+    _register_bench(commands)
     return parser
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from server import logs, serve
+def _register_bench(commands: Any) -> None:
+    """``tsync bench``; its parser is plain data, its dependencies (the
+    ``bench`` extra) are imported when it runs."""
+    from client_py.bench import cli as bench_cli
 
-    overrides: dict[str, object] = {
-        "host": args.host,
-        "port": args.port,
-        "store": args.store,
-        "token": args.token,
-        "log_level": args.log_level,
-        "log_format": args.log_format,
-    }
-    names = {f.name for f in msgspec.structs.fields(ServerConfig)}
+    bench_cli.register(commands)
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """The server's settings from ``tsync serve``'s flags over ``TSYNC_*``."""
+    overrides: dict[str, Any] = {name: getattr(args, name) for name in FLAGS}
+    given_as = dict(FLAGS)
     for item in args.set:
         name, sep, value = item.partition("=")
         name = name.strip().replace("-", "_")
-        if not sep or name not in names:
-            print(f"tsync: unknown setting {item!r} (see docs/configuration.md)", file=sys.stderr)
-            return EXIT_USAGE
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected NAME=VALUE")
+        given_as[name] = f"--set {name}"
         overrides[name] = value
+    return load_config(None, overrides, given_as=given_as)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from server import serve
+
+    hint = "(see 'tsync serve --help')"
     try:
-        config = ServerConfig.from_env(None, **overrides)
-    except ValueError as exc:
-        print(f"tsync: {exc}", file=sys.stderr)
+        config = config_from_args(args)
+    except ConfigError as exc:
+        print(f"tsync serve: {exc} {hint}", file=sys.stderr)
         return EXIT_USAGE
-    logs.configure(config.log_level, config.log_format)
     try:
         serve.run(config)
-    except ValueError as exc:  # e.g. an unknown store URL
-        print(f"tsync: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except KeyboardInterrupt:
+        # uvicorn shut down gracefully, then raised SIGINT again.
+        return EXIT_INTERRUPTED
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the command's parser, so that the hint names the command
+        _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
     code: int = args.func(args)
     return code
+
+
+def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser
 
 
 if __name__ == "__main__":

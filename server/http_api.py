@@ -7,24 +7,23 @@ from __future__ import annotations
 import logging
 import secrets
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from protocol import wire
+from protocol import api, wire
 from protocol.errors import InvalidId, InvalidMessage
 from protocol.types import Origin
 from protocol.validation import validate_id, validate_idempotency_key
 from server.hub import Ack, Hub, RevisionConflict
-from server.metrics import CONTENT_TYPE_LATEST
 from server.store.base import StoreUnavailable, TranscriptExists, TranscriptNotFound
 from server.transcript import InvalidSegment
 
 log = logging.getLogger("tsync.http")
 _json = msgspec.json.Encoder()
-_decode = msgspec.json.Decoder()
+Body = TypeVar("Body", bound=msgspec.Struct)
 
 
 class Problem(Exception):
@@ -40,6 +39,7 @@ _TITLES = {
     400: "Bad Request",
     401: "Unauthorized",
     404: "Not Found",
+    405: "Method Not Allowed",
     409: "Conflict",
     410: "Gone",
     413: "Content Too Large",
@@ -101,17 +101,21 @@ async def read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-async def read_json_object(request: Request, *, allow_empty: bool = False) -> dict[str, Any]:
+async def read_json(request: Request, body_type: type[Body], *, allow_empty: bool = False) -> Body:
+    """The request body decoded as ``body_type``: ``invalid-json`` when it is
+    not JSON, ``invalid-body`` when it is JSON of the wrong shape (the
+    message says where), an empty body is ``body_type()`` if ``allow_empty``."""
     body = await read_body(request)
-    if not body.strip() and allow_empty:
-        return {}
+    if not body.strip():
+        if allow_empty:
+            return body_type()
+        raise Problem(400, wire.INVALID_JSON, "the body is empty; expected a JSON object")
     try:
-        obj = _decode.decode(body)
+        return msgspec.json.decode(body, type=body_type)
+    except msgspec.ValidationError as exc:  # a DecodeError too: catch it first
+        raise Problem(400, wire.INVALID_BODY, f"the body does not fit: {exc}") from None
     except msgspec.DecodeError as exc:
-        raise Problem(400, wire.INVALID_FRAME, f"malformed JSON: {exc}") from None
-    if not isinstance(obj, dict):
-        raise Problem(400, wire.INVALID_FRAME, "the body must be a JSON object")
-    return obj
+        raise Problem(400, wire.INVALID_JSON, f"the body is not JSON: {exc}") from None
 
 
 def _transcript_id(request: Request) -> str:
@@ -136,40 +140,28 @@ def _int_param(request: Request, name: str, default: int | None = None) -> int |
     return value
 
 
-def _optional_int(obj: dict[str, Any], key: str) -> int | None:
-    value = obj.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise Problem(400, wire.INVALID_FRAME, f"{key!r} must be a non-negative integer")
-    return value
-
-
-def ack_body(ack: Ack) -> dict[str, Any]:
-    return {
-        "transcriptId": ack.transcript_id,
-        "revision": ack.ack.revision,
-        "start": ack.ack.start,
-        "count": ack.ack.count,
-        "duplicate": ack.duplicate,
-    }
+def ack_body(ack: Ack) -> api.AckBody:
+    return api.AckBody(
+        transcript_id=ack.transcript_id,
+        revision=ack.ack.revision,
+        start=ack.ack.start,
+        count=ack.ack.count,
+        duplicate=ack.duplicate,
+    )
 
 
 # --- endpoints ----------------------------------------------------------------------
 
 
 async def create_transcript(request: Request) -> Response:
-    obj = await read_json_object(request, allow_empty=True)
-    tid = obj.get("id")
-    if tid is not None and not isinstance(tid, str):
-        raise Problem(400, wire.INVALID_FRAME, "'id' must be a string")
+    body = await read_json(request, api.CreateBody, allow_empty=True)
     try:
         tid, epoch, revision = await _hub(request).create(
-            tid, obj.get("messages") or [], origin=_origin(request)
+            body.id, body.messages, origin=_origin(request)
         )
     except TranscriptExists as exc:
         raise Problem(409, "conflict", str(exc)) from None
-    return json_response({"transcriptId": tid, "epoch": epoch, "revision": revision}, 201)
+    return json_response(api.Created(transcript_id=tid, epoch=epoch, revision=revision), 201)
 
 
 async def list_transcripts(request: Request) -> Response:
@@ -177,7 +169,21 @@ async def list_transcripts(request: Request) -> Response:
     infos = await _hub(request).store.list(
         after=request.query_params.get("after"), limit=min(limit, 1000)
     )
-    return json_response({"transcripts": infos})
+    return json_response(
+        api.TranscriptList(
+            transcripts=[
+                api.TranscriptSummary(
+                    transcript_id=i.transcript_id,
+                    epoch=i.epoch,
+                    revision=i.revision,
+                    length=i.length,
+                    created_at=i.created_at,
+                    updated_at=i.updated_at,
+                )
+                for i in infos
+            ]
+        )
+    )
 
 
 async def get_transcript(request: Request) -> Response:
@@ -203,21 +209,17 @@ async def get_events(request: Request) -> Response:
         raise Problem(
             410, "gone", f"events after revision {after} are no longer held; load a snapshot"
         )
-    return json_response({"transcriptId": tid, "events": events})
+    return json_response(api.EventsBody(transcript_id=tid, events=list(events)))
 
 
 async def append_messages(request: Request) -> Response:
     tid = _transcript_id(request)
-    obj = await read_json_object(request)
-    if "messages" not in obj:
-        raise Problem(400, wire.INVALID_MESSAGE, "messages: missing")
-    key = validate_idempotency_key(
-        obj.get("idempotencyKey") or request.headers.get("idempotency-key")
-    )
+    body = await read_json(request, api.AppendBody)
+    key = validate_idempotency_key(body.idempotency_key or request.headers.get("idempotency-key"))
     ack = await _hub(request).append(
         tid,
-        obj["messages"],
-        expected_revision=_optional_int(obj, "expectedRevision"),
+        body.messages,
+        expected_revision=body.expected_revision,
         idempotency_key=key,
         origin=_origin(request),
         transport="http",
@@ -227,9 +229,9 @@ async def append_messages(request: Request) -> Response:
 
 async def start_segment(request: Request) -> Response:
     tid = _transcript_id(request)
-    obj = await read_json_object(request, allow_empty=True)
+    body = await read_json(request, api.SegmentBody, allow_empty=True)
     ack = await _hub(request).start_segment(
-        tid, _optional_int(obj, "start"), origin=_origin(request), transport="http"
+        tid, body.start, origin=_origin(request), transport="http"
     )
     return json_response(ack_body(ack), 201)
 
@@ -246,15 +248,6 @@ async def delete_transcript(request: Request) -> Response:
         hub.forget(tid)
         await live.close()
     return Response(status_code=204)
-
-
-async def healthz(request: Request) -> Response:
-    hub = _hub(request)
-    return json_response({"status": "ok", "store": hub.store.name, **hub.stats()})
-
-
-async def metrics(request: Request) -> Response:
-    return Response(_hub(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
 HANDLED: tuple[type[Exception], ...] = (

@@ -16,7 +16,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from protocol import lmml
+from protocol import api, lmml
 from protocol.types import Message
 from server.http_api import (
     Problem,
@@ -96,13 +96,13 @@ async def import_transcript(request: Request) -> Response:
         request.query_params.get("id") or None, messages, origin=_origin(request)
     )
     return json_response(
-        {
-            "transcriptId": tid,
-            "epoch": epoch,
-            "revision": revision,
-            "count": len(messages),
-            "warnings": list(result.warnings),
-        },
+        api.Imported(
+            transcript_id=tid,
+            epoch=epoch,
+            revision=revision,
+            count=len(messages),
+            warnings=[str(w) for w in result.warnings],
+        ),
         201,
     )
 
@@ -129,7 +129,7 @@ async def chat(request: Request) -> Response:
     messages: tuple[Message, ...] = snapshot.messages
     if segment == "active":
         messages = messages[snapshot.active_start - snapshot.start :]
-    response = json_response({"messages": lmml.chat_messages(messages, context=context)})
+    response = json_response(api.ChatBody(messages=lmml.chat_messages(messages, context=context)))
     response.headers["x-transcript-revision"] = str(snapshot.revision)
     return response
 

@@ -1,8 +1,24 @@
-"""Structured logging: one JSON object per line (``--log-format json``) or a
-readable ``key=value`` text line, both carrying the record's ``extra`` fields."""
+"""Logging of the server process: one JSON object per line (``log_format=json``)
+or a readable text line, both carrying the record's ``extra`` fields.
+
+``configure`` is called by the app itself (``server.application.create_app``), so the
+same lines come out under ``tsync serve``, ``uvicorn server.app:app`` or
+gunicorn. It takes uvicorn's loggers over:
+
+- ``uvicorn.access`` is switched off: the app writes its own access line per
+  HTTP request (``tsync.access``: method, route template, status, duration,
+  never the query string, so ``?token=`` cannot reach a log);
+- uvicorn's WebSocket lines (``"WebSocket /v1/ws?token=..." [accepted]``) are
+  dropped: ``tsync.ws`` writes one line per connection opened and closed;
+- uvicorn's other lines ("Started server process", "Uvicorn running on ...")
+  are kept under the name ``uvicorn`` instead of ``uvicorn.error``;
+- hypercorn's go through the same handler (``hypercorn.error``), its access
+  logger is silenced too.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -17,6 +33,10 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
     "color_message",
 }
 _encode = msgspec.json.Encoder().encode
+
+#: Set on a record (``extra={"_said": (...)}``) to name the extra fields that
+#: its message already says: the text format leaves them out, JSON keeps them.
+SAID = "_said"
 
 
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
@@ -49,20 +69,86 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        extras = _extras(record)
+        said = getattr(record, SAID, ())
+        extras = {k: v for k, v in _extras(record).items() if k not in said}
         if extras:
             line += " " + " ".join(f"{k}={v}" for k, v in extras.items())
         return line
 
 
-def configure(level: str = "info", fmt: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+#: Lines uvicorn (and the websockets library it hands its logger to) writes
+#: about each WebSocket; the first kind carries the query string. The app logs
+#: every connection itself (``tsync.ws``).
+_CONNECTION_LINES = (
+    '%s - "WebSocket ',
+    "connection open",
+    "connection closed",
+    "connection rejected (",
+    "HTTP response sent (",
+)
+
+
+class _UvicornLines(logging.Filter):
+    """On ``uvicorn.error``: drops the per-connection WebSocket lines and the
+    tracebacks of requests cancelled by a shutdown, and files the rest under
+    ``uvicorn``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith(_CONNECTION_LINES):
+            return False
+        if record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError):
+            # A request cut at the end of the graceful shutdown: uvicorn has
+            # just said so ("Cancel N running task(s)"); its traceback says
+            # nothing more.
+            return False
+        record.name = "uvicorn"
+        return True
+
+
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler ``configure`` installs (so that it can replace its own)."""
+
+
+#: The loggers of the ASGI servers the app may run under: their lines go
+#: through the app's handler; their access loggers are silenced (the app
+#: writes its own access lines, without the query string).
+SERVER_LOGGERS = ("uvicorn", "uvicorn.error", "hypercorn.error")
+SERVER_ACCESS_LOGGERS = ("uvicorn.access", "hypercorn.access")
+
+
+def adopt_server_loggers(level: int) -> None:
+    """Route the ASGI server's loggers through the app's handler. Called when
+    the app is built and again at its startup (hypercorn sets its loggers up
+    after importing the app)."""
+    for name in SERVER_LOGGERS:
         logger = logging.getLogger(name)
         logger.handlers[:] = []
         logger.propagate = True
-    logging.getLogger("uvicorn.access").setLevel(max(root.level, logging.WARNING))
+        # uvicorn checks this logger's own level before building trace lines.
+        logger.setLevel(level)
+    uvicorn_error = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _UvicornLines) for f in uvicorn_error.filters):
+        uvicorn_error.addFilter(_UvicornLines())
+    for name in SERVER_ACCESS_LOGGERS:
+        # No handler and no propagation: uvicorn then skips its access lines
+        # altogether (``hasHandlers()`` is false).
+        access = logging.getLogger(name)
+        access.handlers[:] = []
+        access.propagate = False
+
+
+def configure(level: str = "info", fmt: str = "text") -> None:
+    """Send the process's log records to stderr in ``fmt`` at ``level``.
+
+    Replaces the handler an earlier call installed and leaves other handlers
+    on the root logger alone. Safe to call again (each app build does).
+    """
+    handler = _Handler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _Handler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    numeric = logging.getLevelName(level.upper())
+    root.setLevel(numeric)
+    adopt_server_loggers(numeric)

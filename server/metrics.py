@@ -4,12 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+# A ``<name>_created`` series per counter and histogram doubles what every
+# scrape stores and no dashboard reads it.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+#: Methods counted by name; anything else is counted as "other" (a label per
+#: made-up method would let a client grow the registry without bound).
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 class SendTotals:
@@ -44,6 +62,10 @@ class Metrics:
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        # The standard collectors (process_cpu_seconds_total,
+        # process_resident_memory_bytes, open fds, python_info, GC).
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            r.register(collector)
         self.connections = Gauge("tsync_connections", "Open WebSocket connections", registry=r)
         self.subscriptions = Gauge("tsync_subscriptions", "Active subscriptions", registry=r)
         self.live_transcripts = Gauge(
@@ -76,6 +98,26 @@ class Metrics:
         self.backplane_events = Counter(
             "tsync_backplane_events", "Changes learnt from other replicas", registry=r
         )
+
+        self.http_requests = Counter(
+            "tsync_http_requests",
+            "HTTP requests answered, by method, route template and status",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self.http_duration = Histogram(
+            "tsync_http_request_duration_seconds",
+            "Time from receiving an HTTP request to the end of its answer",
+            ["method", "route", "status"],
+            registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
+        )
+
+    def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one answered HTTP request (``route`` is its template)."""
+        labels = (method if method in HTTP_METHODS else "other", route, str(status))
+        self.http_requests.labels(*labels).inc()
+        self.http_duration.labels(*labels).observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,61 +1,59 @@
-"""Running the app under uvicorn, with a shutdown that says goodbye properly.
+"""``tsync serve``: the app under uvicorn, with a shutdown that says goodbye.
 
-On SIGTERM/SIGINT uvicorn stops accepting and would close WebSockets with
-1012; we first close every connection ourselves with 1001 (going away) after
-letting each writer drain briefly, then uvicorn finishes and the lifespan
-closes (flushes) the store.
+On SIGTERM or Ctrl-C, uvicorn on its own stops accepting, closes every
+WebSocket with 1012 at once, waits for requests, then runs the lifespan
+shutdown (the app closes and flushes its store there). ``TsyncServer`` first
+lets the app drain (``TsyncApp.drain``: ``/readyz`` says 503, new WebSockets
+are refused, queued frames get a moment to leave, then each connection is
+closed with 1001), all of it within ``graceful_shutdown_s``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import socket
-import sys
+import time
 from typing import Any
 
 import uvicorn
 
-from server.app import create_app
+from server.application import TsyncApp, create_app
 from server.config import ServerConfig
 
 log = logging.getLogger("tsync.serve")
 
+#: Share of ``graceful_shutdown_s`` given to draining WebSockets; the rest is
+#: uvicorn's wait for HTTP requests in flight.
+DRAIN_SHARE = 0.5
+
 
 class TsyncServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, *, grace_s: float | None = None) -> None:
+        super().__init__(config)
+        #: The whole shutdown's budget (default: uvicorn's own setting).
+        self.grace_s = grace_s if grace_s is not None else config.timeout_graceful_shutdown or 10
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        app = self.config.loaded_app
-        hub = getattr(getattr(app, "state", None), "hub", None)
-        if hub is None:  # wrapped by uvicorn middleware: find the Starlette app
-            inner: Any = app
-            while hub is None and hasattr(inner, "app"):
-                inner = inner.app
-                hub = getattr(getattr(inner, "state", None), "hub", None)
-        if hub is not None:
-            await close_connections(hub, timeout=min(self.config.timeout_graceful_shutdown or 5, 5))
+        began = time.monotonic()
+        app = _tsync_app(self.config.loaded_app)
+        if app is not None:
+            await app.drain(self.grace_s * DRAIN_SHARE)
+        left = max(0.1, self.grace_s - (time.monotonic() - began))
+        self.config.timeout_graceful_shutdown = max(1, round(left))
         await super().shutdown(sockets)
 
 
-async def close_connections(hub: Any, timeout: float) -> None:
-    """Let each connection's queue drain for a moment, then close it with 1001.
-    A client that does not read cannot hold the shutdown up: every step is
-    bounded by ``timeout``."""
-    conns = list(hub.connections.values())
-    if not conns:
-        return
-    log.info("closing connections", extra={"count": len(conns)})
-
-    async def goodbye(conn: Any) -> None:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(conn.drain(), timeout / 2)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(conn.send_close(1001, "server shutting down"), timeout / 2)
-
-    await asyncio.gather(*(goodbye(c) for c in conns))
+def _tsync_app(app: Any) -> TsyncApp | None:
+    """Our app inside whatever uvicorn wrapped it in (proxy headers, ...)."""
+    for _ in range(8):
+        if isinstance(app, TsyncApp):
+            return app
+        app = getattr(app, "app", None)
+    return None
 
 
 def uvicorn_config(config: ServerConfig, app: Any | None = None, **kwargs: Any) -> uvicorn.Config:
+    """uvicorn's settings from ours (the WebSocket ones live in uvicorn)."""
     return uvicorn.Config(
         app if app is not None else create_app(config),
         host=config.host,
@@ -65,6 +63,7 @@ def uvicorn_config(config: ServerConfig, app: Any | None = None, **kwargs: Any) 
         ws_ping_interval=config.ping_interval_s or None,
         ws_ping_timeout=config.ping_timeout_s or None,
         ws_per_message_deflate=config.permessage_deflate,
+        # The app configures logging itself (server.logs).
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=max(1, round(config.graceful_shutdown_s)),
@@ -73,11 +72,12 @@ def uvicorn_config(config: ServerConfig, app: Any | None = None, **kwargs: Any) 
     )
 
 
+def server_for(config: ServerConfig, app: Any | None = None, **kwargs: Any) -> TsyncServer:
+    return TsyncServer(uvicorn_config(config, app, **kwargs), grace_s=config.graceful_shutdown_s)
+
+
 def run(config: ServerConfig) -> None:
-    # The store's worker thread (SQLite) needs the GIL for a few steps per
-    # commit; with the default 5 ms switch interval each of those waits up to
-    # 5 ms behind a busy event loop (measured: ~20 ms per append under fan-out
-    # load). A shorter interval hands the GIL over sooner.
-    sys.setswitchinterval(config.gil_switch_interval_ms / 1000)
-    server = TsyncServer(uvicorn_config(config))
-    server.run()
+    """Serve until SIGTERM or Ctrl-C. uvicorn raises the signal again once it
+    has shut down (so that a supervisor sees how the process ended): the
+    caller turns Ctrl-C's ``KeyboardInterrupt`` into a quiet exit."""
+    server_for(config).run()

@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -56,22 +57,42 @@ def _authorized(scope: Scope, token: str | None) -> bool:
     return secrets.compare_digest(offered.encode(), token.encode())
 
 
+def _peer(scope: Scope) -> str | None:
+    client = scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else None
+
+
+async def refuse(
+    receive: Receive, send: Send, code: int, reason: str, scope: Scope | None = None
+) -> None:
+    """Turn a connection away before accepting it (the client sees the
+    handshake refused) and log it: one line, no query string."""
+    if (await receive())["type"] != "websocket.connect":
+        return
+    await send({"type": "websocket.close", "code": code, "reason": reason})
+    log.info(
+        "connection refused: %s",
+        reason,
+        extra={"code": code, "peer": _peer(scope) if scope is not None else None},
+    )
+
+
 async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hub) -> None:
     """``/v1/ws`` as a bare ASGI handler.
 
     It is served before Starlette's router and middleware (see
-    ``server.app``): a long-lived connection then keeps no routing or
+    ``server.application``): a long-lived connection then keeps no routing or
     middleware frames and no ``WebSocket`` wrapper alive, which is a good
     part of the memory an idle connection costs.
     """
-    if (await receive())["type"] != "websocket.connect":
-        return
     config = hub.config
     if not _authorized(scope, config.token):
-        await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized"})
+        await refuse(receive, send, 1008, "unauthorized", scope)
         return
     if len(hub.connections) >= config.max_connections:
-        await send({"type": "websocket.close", "code": 1013, "reason": "too many connections"})
+        await refuse(receive, send, 1013, "too many connections", scope)
+        return
+    if (await receive())["type"] != "websocket.connect":
         return
     offered = scope.get("subprotocols") or []
     binary = wire.SUBPROTOCOL_MSGPACK in offered and wire.SUBPROTOCOL_JSON not in offered[:1]
@@ -94,19 +115,23 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
     )
     hub.register(conn)
     conn.start()
-    client = scope.get("client")
+    opened = time.monotonic()
     log.info(
         "connection opened",
-        extra={"conn": conn.id, "peer": f"{client[0]}:{client[1]}" if client else None},
+        extra={"conn": conn.id, "peer": _peer(scope), "subprotocol": chosen},
     )
     handler = OpHandler(hub, conn)
     handled = 0
     disconnected = False
+    code: int | None = None
+    reason = ""
     try:
         while not conn.closed:
             message = await receive()
             if message["type"] == "websocket.disconnect":
                 disconnected = True
+                code = message.get("code", 1005)
+                reason = message.get("reason") or ""
                 break
             data = message.get("text")
             if data is None:
@@ -121,16 +146,30 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
                 # falls behind busy writers, and uvicorn then stops reading
                 # the socket, pongs included.)
                 await asyncio.sleep(0)
+    except asyncio.CancelledError:
+        # The ASGI server gave up waiting for the connection to end (hypercorn
+        # does at the end of its graceful timeout): still say goodbye.
+        code, reason = 1001, "server shutting down"
+        raise
     finally:
         await handler.cancel()
         hub.unregister(conn)
         await conn.stop()
-        log.info("connection closed", extra={"conn": conn.id})
-        if conn.closed and not disconnected:
+        if not disconnected:
+            if code is None:
+                code, reason = 1008, "outbound queue overflow"
             with contextlib.suppress(Exception):  # already gone
-                await send(
-                    {"type": "websocket.close", "code": 1008, "reason": "outbound queue overflow"}
-                )
+                await send({"type": "websocket.close", "code": code, "reason": reason})
+        log.info(
+            "connection closed",
+            extra={
+                "conn": conn.id,
+                "code": code,
+                "reason": reason,
+                "ops": handled,
+                "duration_s": round(time.monotonic() - opened, 3),
+            },
+        )
 
 
 class OpHandler:

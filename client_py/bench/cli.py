@@ -1,8 +1,16 @@
-"""``tsync bench SCENARIO --url ws://host:port/v1/ws ...``: the command line.
+"""``tsync bench SCENARIO [--url URL] ...``: the command line.
+
+``--url`` takes the server like every other client command: ``$TSYNC_URL``
+by default, ``http(s)://host:port`` or ``ws(s)://host:port/v1/ws``.
+
+This module imports only plain data at the top, so that ``tsync`` works
+without the ``bench`` extra; the harness and its dependencies (hdrhistogram,
+psutil, rich) are imported when the command runs, and their absence is one
+line naming the extra to install.
 
 Exit status: 0 when every run behaved, 1 when a server misbehaved (a gap, a
-repeat, a missing event, an error, ...) or could not be benchmarked, 2 on bad
-usage.
+repeat, a missing event, an error, ...) or could not be benchmarked, or the
+``bench`` extra is missing, 2 on bad usage.
 """
 
 from __future__ import annotations
@@ -16,14 +24,21 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from client_py.bench import report
-from client_py.bench.run import BenchError, Live, run_workload
 from client_py.bench.workload import DEFAULTS, SCENARIOS, Workload
+from client_py.http import endpoints
+
+if TYPE_CHECKING:
+    from client_py.bench.run import Live
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+DEFAULT_URL = "http://127.0.0.1:8765"
+#: The ``bench`` extra's modules: without one of them the command says
+#: which extra to install instead of failing on an import.
+EXTRA_MODULES = frozenset({"hdrh", "psutil", "rich"})
+INSTALL_HINT = "pip install 'transcript-sync[bench]'"
 
 
 def register(commands: Any) -> None:
@@ -40,7 +55,12 @@ def register(commands: Any) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", choices=SCENARIOS)
-    parser.add_argument("--url", required=True, help="the server's ws://host:port/v1/ws")
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("TSYNC_URL") or DEFAULT_URL,
+        help="server URL, http(s)://host:port or ws(s)://host:port/v1/ws "
+        "(default $TSYNC_URL, else %(default)s)",
+    )
     parser.add_argument("--subscribers", type=int, help="subscriber connections")
     parser.add_argument("--writers", type=int, help="writer connections")
     parser.add_argument("--transcripts", type=int, help="transcripts written and followed")
@@ -74,7 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", type=Path, help="write the full result here")
     parser.add_argument("--markdown", type=Path, help="write a Markdown summary here")
-    parser.add_argument("--compare", metavar="BASELINE_URL", help="run the same against this too")
+    parser.add_argument(
+        "--compare", metavar="BASELINE_URL", help="run the same against this server too"
+    )
     parser.add_argument("--server-pid", type=int, help="sample this process's CPU and RSS")
     parser.add_argument("--compare-pid", type=int, help="the baseline server's process id")
     parser.add_argument("--label", default="server", help="name of the --url run in reports")
@@ -112,11 +134,26 @@ def workload_from(args: argparse.Namespace) -> Workload:
 
 
 def main_args(args: argparse.Namespace) -> int:
+    hint = "(see 'tsync bench --help')"
     try:
         workload = workload_from(args)
+        args.url = endpoints(args.url)[1]
+        if args.compare:
+            args.compare = endpoints(args.compare)[1]
     except ValueError as exc:
-        print(f"tsync bench: {exc}", file=sys.stderr)
+        print(f"tsync bench: {exc} {hint}", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        from client_py.bench import report
+        from client_py.bench.run import BenchError
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in EXTRA_MODULES:
+            raise
+        print(
+            f"tsync bench: needs the bench extra (no module {exc.name!r}): {INSTALL_HINT}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     show = not args.no_progress and sys.stderr.isatty()
     try:
         result = asyncio.run(bench(workload, args, show=show))
@@ -136,6 +173,9 @@ def main_args(args: argparse.Namespace) -> int:
 
 async def bench(workload: Workload, args: argparse.Namespace, *, show: bool) -> dict[str, Any]:
     """Run the workload against ``--url`` (and ``--compare``); the JSON result."""
+    from client_py.bench import report
+    from client_py.bench.run import Live, run_workload
+
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     targets = [(args.label, args.url, args.server_pid)]
     if args.compare:

@@ -8,6 +8,7 @@ drops or repeats increments makes the run fail.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -21,13 +22,16 @@ from tests.support.servers import ServerProcess, free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def bench(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+def bench(
+    *args: str, timeout: float = 90, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "server.cli", "bench", *args, "--no-progress"],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=ROOT,
+        env=None if env is None else os.environ | env,
     )
 
 
@@ -35,11 +39,13 @@ def test_fanout_against_a_real_server_delivers_everything_once(tmp_path: Path) -
     out = tmp_path / "result.json"
     with ServerProcess(store=f"sqlite:{tmp_path / 'data'}", log_path=tmp_path / "log") as server:
         assert server.proc is not None
+        # The server from TSYNC_URL, given as http:// like every client command.
         done = bench(
-            "fanout", "--url", server.ws_url, "--subscribers", "20", "--writers", "2",
+            "fanout", "--subscribers", "20", "--writers", "2",
             "--rate", "40", "--duration", "6", "--procs", "2",
             "--server-pid", str(server.proc.pid), "--json", str(out),
             "--markdown", str(tmp_path / "summary.md"),
+            env={"TSYNC_URL": server.url},
         )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(out.read_text())
@@ -91,3 +97,22 @@ def test_a_fast_but_wrong_server_fails_the_run(tmp_path: Path, fault: str) -> No
     run = json.loads(out.read_text())["runs"][0]
     expected = "gaps" if fault == "drop" else "repeats"
     assert any(expected in failure for failure in run["failures"]), run["failures"]
+
+
+def test_bench_without_its_extra_says_which_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from server.cli import main
+
+    for name in list(sys.modules):
+        if name.startswith(("client_py.bench.run", "client_py.bench.report", "client_py.bench.h")):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "hdrh", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "hdrh.histogram", None)
+    with pytest.raises(SystemExit):
+        main(["--help"])  # the rest of tsync works
+    assert main(["bench", "fanout", "--url", "http://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("pip install 'transcript-sync[bench]'") and len(err) == 1
+    assert main(["bench", "fanout", "--url", "ftp://x"]) == 2
+    assert "see 'tsync bench --help'" in capsys.readouterr().err

@@ -4,6 +4,7 @@ subprocess that survives a server restart."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,6 +86,7 @@ def test_bad_usage_exits_2(server: ServerProcess, capsys: pytest.CaptureFixture[
     capsys.readouterr()
     code, _, err = run(capsys, "get", "bad id", "--url", server.url)
     assert code == 2 and err.startswith("tsync: ")
+    assert err.rstrip().endswith("(see 'tsync get --help')") and err.count("\n") == 1
     code, _, err = run(capsys, "get", "x", "--url", "ftp://nowhere")
     assert code == 2 and "URL" in err
     code, _, err = run(capsys, "import", "/no/such/file.lmml", "--url", server.url)
@@ -138,6 +140,9 @@ async def test_tail_prints_live_and_survives_a_restart(server: ServerProcess) ->
                 "[4] user: end",
             ]
             assert proc.returncode is None
+            assert proc.stderr is not None
+            note = await asyncio.wait_for(proc.stderr.readline(), 15)
+            assert note.decode().startswith("tsync: reconnected")
         finally:
             if proc.returncode is None:
                 proc.kill()
@@ -167,3 +172,61 @@ def test_import_then_export_round_trip(
         assert (code, out) == (0, "[0] user: question?\n[1] assistant: answer.\n")
     code, _, err = run(capsys, "import", str(tmp_path / "t.lmml"), "--id", "cli-src", *url)
     assert code == 1 and "exists" in err
+
+
+def test_list_segment_and_delete(server: ServerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    url = ("--url", server.url)
+    for tid in ("ls-b", "ls-a", "ls-c"):
+        assert run(capsys, "create", tid, *url)[0] == 0
+    assert run(capsys, "append", "ls-a", "one", *url)[0] == 0
+    assert run(capsys, "append", "ls-a", "two", *url)[0] == 0
+
+    code, out, _ = run(capsys, "list", *url)
+    mine = [line for line in out.splitlines() if line.startswith("ls-")]
+    assert code == 0 and [line.split()[0] for line in mine] == ["ls-a", "ls-b", "ls-c"]
+    assert "revision 2  2 messages  updated " in mine[0]
+    assert "revision 0  0 messages" in mine[1]
+    code, out, _ = run(capsys, "list", "--after", "ls-a", "--limit", "1", *url)
+    assert (code, out.split()[0]) == (0, "ls-b") and len(out.splitlines()) == 1
+    code, out, _ = run(capsys, "list", "--after", "ls-b", "--limit", "1", "--json", *url)
+    assert code == 0 and '"transcriptId":"ls-c"' in out and '"length":0' in out
+    assert run(capsys, "list", "--limit", "0", *url)[0] == 2
+
+    code, out, _ = run(capsys, "segment", "ls-a", "--start", "1", *url)
+    assert (code, out) == (0, "segment started at index 1, revision 3\n")
+    code, _, err = run(capsys, "segment", "ls-a", "--start", "1", *url)
+    assert code == 1 and "invalid-segment" in err
+    code, out, _ = run(capsys, "segment", "ls-a", "--json", *url)
+    assert code == 0 and '"start":2' in out and '"revision":4' in out
+    code, _, err = run(capsys, "segment", "ls-a", "--start", "-1", *url)
+    assert code == 2 and "(see 'tsync segment --help')" in err
+
+    assert run(capsys, "delete", "ls-c", *url)[:2] == (0, "deleted ls-c\n")
+    code, _, err = run(capsys, "delete", "ls-c", *url)
+    assert code == 1 and "not found" in err
+    assert run(capsys, "get", "ls-c", *url)[0] == 1
+
+
+async def test_get_shows_images_and_attachments(server: ServerProcess) -> None:
+    png = base64.b64encode(b"\x89PNG\r\n").decode()
+    content = [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}},
+        {"type": "attachment", "name": "notes.txt", "mime": "text/plain", "content": "héllo"},
+        {"type": "attachment", "name": "a.bin", "mime": "application/pdf", "content": png},
+        {"type": "text", "text": "and"},
+        {"type": "text", "text": " more"},
+    ]
+    async with HttpApi(server.url) as api:
+        await api.create("cli-parts", [{"role": "user", "content": content}])
+    done = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "server.cli", "get", "cli-parts", "--url", server.url,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(done.communicate(), 30)
+    assert out.decode() == (
+        "[0] user: look [image: image/png, 6 bytes] [image: https://example.com/cat.jpg] "
+        "[attachment: notes.txt, text/plain, 6 bytes] "
+        "[attachment: a.bin, application/pdf, 6 bytes] and more\n"
+    )

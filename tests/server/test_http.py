@@ -54,10 +54,11 @@ async def test_create_is_201_with_revision_and_409_when_the_id_exists() -> None:
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [
-        (b"{not json", 400, "invalid-frame"),
-        (b"[1]", 400, "invalid-frame"),
-        (b'{"id": 5}', 400, "invalid-frame"),
-        (b'{"id": "a/b"}', 400, "invalid-frame"),
+        (b"{not json", 400, "invalid-json"),
+        (b"[1]", 400, "invalid-body"),
+        (b'{"id": 5}', 400, "invalid-body"),
+        (b'{"id": "a/b"}', 400, "invalid-body"),
+        (b'{"id": "t", "mesages": []}', 400, "invalid-body"),
         (b'{"messages": [{"role": "robot", "content": "x"}]}', 422, "invalid-message"),
     ],
 )
@@ -190,11 +191,20 @@ async def test_append_ack_duplicate_conflict_and_invalid_message() -> None:
             path, json={"messages": [{"role": "user", "content": [{"type": "video"}]}]}
         )
         assert assert_problem(unknown, 422, "invalid-message")["path"].startswith("messages[0]")
-        assert_problem(await http.post(path, json={}), 400, "invalid-message", "missing")
+        assert_problem(await http.post(path, json={}), 400, "invalid-body", "messages")
+        assert_problem(await http.post(path, content=b"messages"), 400, "invalid-json")
+        assert_problem(await http.post(path, content=b""), 400, "invalid-json", "empty")
+        assert_problem(
+            await http.post(path, json={"messages": [], "expectedRevison": 1}),
+            400,
+            "invalid-body",
+            "expectedRevison",
+        )
         assert_problem(
             await http.post(path, json={"messages": [], "expectedRevision": -1}),
             400,
-            "invalid-frame",
+            "invalid-body",
+            "$.expectedRevision",
         )
 
         snapshot = (await http.get("/v1/transcripts/t")).json()

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from server.app import create_app
+from server.application import create_app
 from server.config import ServerConfig
 from server.hub import Hub
 from server.serve import TsyncServer, uvicorn_config
@@ -84,6 +84,20 @@ def _fields(config: ServerConfig) -> dict[str, Any]:
     return {f.name: getattr(config, f.name) for f in msgspec.structs.fields(config)}
 
 
+def wait_healthy(proc: subprocess.Popen[bytes], url: str, timeout: float) -> bool:
+    """True once ``url/healthz`` answers 200; False if ``proc`` exits first or
+    ``timeout`` passes (a process starting up offers nothing else to wait on)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(url + "/healthz", timeout=0.5).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
 @dataclass
 class ServerProcess:
     """``tsync serve`` in a subprocess, for kill/restart tests."""
@@ -123,16 +137,10 @@ class ServerProcess:
                 env=env,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log_tail()}")
-            try:
-                if httpx.get(self.url + "/healthz", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
+        if wait_healthy(self.proc, self.url, timeout):
+            return
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log_tail()}")
         self.kill()
         raise TimeoutError(f"server did not become healthy: {self.log_tail()}")
 

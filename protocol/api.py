@@ -1,0 +1,156 @@
+"""The HTTP API's request and response bodies (``docs/protocol.md`` section 3).
+
+The server decodes requests into these types and encodes its answers from
+them, and ``GET /v1/openapi.json`` is generated from them, so the document
+and the server cannot disagree. Message bodies stay plain data in requests
+(``messages: list[Any]``): ``protocol.validation`` checks them afterwards so
+that an error names the message path.
+
+Request bodies refuse unknown fields: a misspelt ``expectedRevison`` must not
+turn a guarded append into an unguarded one.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from msgspec import Meta, Struct
+
+from protocol.types import NonNegative, TranscriptEvent, TranscriptId
+from protocol.wire import IdempotencyKey
+
+__all__ = [
+    "AckBody",
+    "AppendBody",
+    "ChatBody",
+    "CreateBody",
+    "Created",
+    "EventsBody",
+    "Health",
+    "Imported",
+    "Problem",
+    "Readiness",
+    "SegmentBody",
+    "TranscriptList",
+    "TranscriptSummary",
+]
+
+# --- requests ---------------------------------------------------------------------
+
+
+class CreateBody(Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``POST /v1/transcripts``: an id (generated when omitted) and first messages."""
+
+    id: TranscriptId | None = None
+    messages: list[Any] = []
+
+
+class AppendBody(Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``POST /v1/transcripts/{id}/messages``: one batch, all or nothing."""
+
+    messages: list[Any]
+    expected_revision: NonNegative | None = None
+    idempotency_key: IdempotencyKey | None = None
+
+
+class SegmentBody(Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``POST /v1/transcripts/{id}/segments``: where the new segment starts
+    (default: the transcript's length)."""
+
+    start: NonNegative | None = None
+
+
+# --- responses --------------------------------------------------------------------
+
+
+class Created(Struct, frozen=True, rename="camel"):
+    """A new transcript (revision 1 when it was created with messages, else 0)."""
+
+    transcript_id: str
+    epoch: str
+    revision: NonNegative
+
+
+class Imported(Struct, frozen=True, rename="camel"):
+    """A transcript made from an LMML file: ``count`` messages, and what the
+    importer had to say about the file."""
+
+    transcript_id: str
+    epoch: str
+    revision: NonNegative
+    count: NonNegative
+    warnings: list[str]
+
+
+class AckBody(Struct, frozen=True, rename="camel"):
+    """An accepted append (``start``, ``count``) or segment start (``start`` is
+    the new active start, ``count`` 0). ``duplicate``: an idempotency key
+    matched and this repeats the first answer."""
+
+    transcript_id: str
+    revision: NonNegative
+    start: NonNegative
+    count: NonNegative
+    duplicate: bool
+
+
+class TranscriptSummary(Struct, frozen=True, rename="camel"):
+    """One line of the list: times are milliseconds since the Unix epoch."""
+
+    transcript_id: str
+    epoch: str
+    revision: NonNegative
+    length: NonNegative
+    created_at: int
+    updated_at: int
+
+
+class TranscriptList(Struct, frozen=True, rename="camel"):
+    """Transcripts ordered by id; ask again with ``?after=<last id>`` for more."""
+
+    transcripts: list[TranscriptSummary]
+
+
+class EventsBody(Struct, frozen=True, rename="camel"):
+    """The events after the revision asked for, oldest first."""
+
+    transcript_id: str
+    events: list[TranscriptEvent]
+
+
+class ChatBody(Struct, frozen=True):
+    """Chat-completions ``messages``, ready for a model call."""
+
+    messages: list[dict[str, Any]]
+
+
+class Health(Struct, frozen=True):
+    """Liveness: the process answers. Counts of what it holds now."""
+
+    status: Literal["ok"]
+    store: str
+    connections: NonNegative
+    live: NonNegative
+    subscriptions: NonNegative
+
+
+class Readiness(Struct, frozen=True, omit_defaults=True):
+    """Readiness: 200 ``ready``, or 503 with the reason (store unreachable,
+    draining for a shutdown)."""
+
+    status: Literal["ready", "unready"]
+    reason: str | None = None
+
+
+class Problem(Struct, frozen=True, omit_defaults=True):
+    """An error (``application/problem+json``, RFC 9457). ``code`` is the same
+    vocabulary as the WebSocket ``error`` frame; ``path`` comes with
+    ``invalid-message``, ``revision`` with ``revision-conflict``."""
+
+    type: str
+    title: str
+    status: Annotated[int, Meta(ge=400, le=599)]
+    code: str
+    detail: str
+    path: str | None = None
+    revision: NonNegative | None = None

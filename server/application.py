@@ -1,0 +1,275 @@
+"""Building the ASGI application: routes, error mapping, startup and shutdown.
+
+``server.app`` is the module ASGI servers import (``server.app:app``,
+``server.app:create_app``); this one builds the app, so that code can import
+``create_app`` without building anything. One configuration everywhere
+(``server.config.load_config``):
+
+- ``tsync serve`` builds ``create_app(config)`` from its flags and ``TSYNC_*``;
+- ``uvicorn --factory server.app:create_app`` calls ``create_app()``;
+- ``uvicorn server.app:app`` (or hypercorn, or gunicorn with uvicorn
+  workers) takes ``server.app.app``, built when that module is imported.
+
+The last two read ``TSYNC_*`` exactly as ``tsync serve`` does; a bad setting
+is one line on stderr and exit status 2 before anything is opened.
+
+The app looks after itself whatever server runs it: it configures logging
+when built, opens the store at lifespan startup and closes (flushes) it at
+lifespan shutdown, which every ASGI server runs after its connections are
+gone. What ``tsync serve`` adds on SIGTERM (``drain``: readiness 503,
+queues drained, close code 1001 instead of the server's own, e.g. uvicorn's
+1012) is described in the README.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from protocol import wire
+from server import http_api, http_lmml, http_ops, logs, openapi, pages
+from server.backplane import Backplane
+from server.config import ConfigError, ServerConfig, load_config, unknown_env_names
+from server.hub import Hub
+from server.metrics import Metrics
+from server.store.base import Store
+from server.store.open import open_store
+from server.ws import refuse, websocket_endpoint
+
+__all__ = ["TsyncApp", "create_app"]
+
+log = logging.getLogger("tsync.app")
+
+
+async def _handle_error(request: Request, exc: Exception) -> Response:
+    return http_api.problem_response(http_api.problem_for(exc))
+
+
+async def _handle_client_gone(request: Request, exc: Exception) -> Response:
+    """The client hung up while sending its body: nobody reads the answer,
+    nothing is logged beyond the access line."""
+    return Response(status_code=http_ops.CLIENT_GONE)
+
+
+async def _handle_http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404 (no route) and 405 (route, other method) as problems."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        problem = http_api.Problem(
+            405,
+            wire.METHOD_NOT_ALLOWED,
+            f"{request.method} is not allowed on {request.url.path}",
+        )
+    elif exc.status_code == 404:
+        problem = http_api.Problem(404, wire.NOT_FOUND, f"no such path: {request.url.path}")
+    else:
+        problem = http_api.Problem(exc.status_code, wire.INVALID_FRAME, str(exc.detail))
+    response = http_api.problem_response(problem)
+    response.headers.update(exc.headers or {})
+    return response
+
+
+class _AuthMiddleware:
+    """Checks the bearer token of every HTTP request but the health, metrics,
+    API descriptions and static pages; WebSockets check theirs in the
+    endpoint (browsers cannot set headers there, so ``?token=`` is accepted
+    too)."""
+
+    OPEN = (
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/v1/openapi.json",
+        "/v1/schema.json",
+        "/v1/client.js",
+        "/static/",
+        "/t/",
+    )
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            path = scope["path"]
+            if path != "/" and not path.startswith(self.OPEN):
+                try:
+                    http_api.check_auth(Request(scope))
+                except http_api.Problem as problem:
+                    await http_api.problem_response(problem)(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
+class TsyncApp:
+    """The ASGI application: WebSockets on ``/v1/ws`` go straight to their
+    handler (no router or middleware frames kept alive per connection); HTTP
+    goes through the request log to the Starlette app, lifespan straight to
+    it."""
+
+    def __init__(self, starlette: Starlette, metrics: Metrics) -> None:
+        self.starlette = starlette
+        self.state = starlette.state
+        self.lifecycle: http_ops.Lifecycle = starlette.state.lifecycle
+        self._http = http_ops.RequestLog(starlette, metrics, starlette.routes)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "websocket" and scope["path"] == "/v1/ws":
+            if self.lifecycle.draining:
+                await refuse(receive, send, 1001, "server shutting down")
+                return
+            await websocket_endpoint(scope, receive, send, self.state.hub)
+        else:
+            await self.starlette(scope, receive, send)
+
+    async def drain(self, timeout: float) -> None:
+        """Begin a graceful shutdown: ``/readyz`` answers 503, new WebSockets
+        are refused, and every open one gets a moment to send what is queued
+        and is then closed with 1001 (going away). Every step is bounded by
+        ``timeout``: a client that does not read cannot hold it up."""
+        self.lifecycle.draining = True
+        hub: Hub | None = getattr(self.state, "hub", None)
+        if hub is None or not hub.connections:
+            return
+        conns = list(hub.connections.values())
+        log.info("closing connections", extra={"count": len(conns)})
+
+        async def goodbye(conn: Any) -> None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.drain(), timeout / 2)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.send_close(1001, "server shutting down"), timeout / 2)
+
+        await asyncio.gather(*(goodbye(c) for c in conns))
+
+
+def create_app(
+    config: ServerConfig | None = None,
+    *,
+    store: Store | None = None,
+    configure_logging: bool = True,
+) -> TsyncApp:
+    """Build the app. Without ``config`` it is read from ``TSYNC_*`` (this is
+    the ASGI factory: a bad setting exits with status 2 and one line).
+
+    The store is opened at startup and closed (flushed) at shutdown; pass one
+    to share it with a test. ``configure_logging`` installs the app's log
+    format (``server.logs``) at ``config.log_level``.
+    """
+    if config is None:
+        config = _config_from_environment()
+    the_store = store if store is not None else open_store(config.store)
+    if configure_logging:
+        logs.configure(config.log_level, config.log_format)
+    metrics = Metrics()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # The store's worker thread (SQLite) needs the GIL for a few steps
+        # per commit; with the default 5 ms switch interval each of those
+        # waits up to 5 ms behind a busy event loop (measured: ~20 ms per
+        # append under fan-out load). A shorter interval hands it over sooner.
+        sys.setswitchinterval(config.gil_switch_interval_ms / 1000)
+        if configure_logging:
+            logs.adopt_server_loggers(logging.getLogger().level)
+        for name in unknown_env_names():
+            log.warning("%s is not a setting and is ignored (misspelt?)", name)
+        await the_store.open()
+        hub = Hub(the_store, config, metrics)
+        await hub.start()
+        # Replicas sharing a store (Redis) mirror each other's changes.
+        backplane = Backplane.for_hub(hub, resync_interval_s=config.backplane_resync_s)
+        if backplane is not None:
+            await backplane.start()
+        app.state.hub = hub
+        app.state.backplane = backplane
+        log.info("serving", extra={"store": the_store.name})
+        try:
+            yield
+        finally:
+            if backplane is not None:
+                await backplane.stop()
+            await hub.stop()
+            await the_store.close()
+            log.info("stopped: store closed", extra={"store": the_store.name})
+
+    routes = [
+        _route("/v1/transcripts", post=http_api.create_transcript, get=http_api.list_transcripts),
+        _route("/v1/transcripts/import", post=http_lmml.import_transcript),
+        _route(
+            "/v1/transcripts/{transcript_id}",
+            get=http_api.get_transcript,
+            delete=http_api.delete_transcript,
+        ),
+        _route("/v1/transcripts/{transcript_id}/events", get=http_api.get_events),
+        _route("/v1/transcripts/{transcript_id}/messages", post=http_api.append_messages),
+        _route("/v1/transcripts/{transcript_id}/segments", post=http_api.start_segment),
+        _route("/v1/transcripts/{transcript_id}/chat", get=http_lmml.chat),
+        _route("/v1/transcripts/{transcript_id}/export.lmml", get=http_lmml.export_lmml),
+        _route("/v1/transcripts/{transcript_id}/export.lmmlz", get=http_lmml.export_lmmlz),
+        _route("/v1/openapi.json", get=openapi.openapi_json),
+        _route("/v1/schema.json", get=openapi.schema_json),
+        _route("/healthz", get=http_ops.healthz),
+        _route("/readyz", get=http_ops.readyz),
+        _route("/metrics", get=http_ops.metrics),
+        *pages.routes,
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        # Domain errors are answered by ExceptionMiddleware; only unexpected
+        # ones reach the catch-all (which logs them with their traceback).
+        exception_handlers={exc: _handle_error for exc in http_api.HANDLED}
+        | {
+            HTTPException: _handle_http_exception,
+            ClientDisconnect: _handle_client_gone,
+            Exception: _handle_error,
+        },
+    )
+    app.state.config = config
+    app.state.metrics = metrics
+    app.state.lifecycle = http_ops.Lifecycle()
+    app.add_middleware(_AuthMiddleware)
+    return TsyncApp(app, metrics)
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _route(path: str, **endpoints: Endpoint) -> Route:
+    """One route per path, whatever its methods, so that a 405 names them all
+    in ``Allow`` (``post=``, ``get=``, ``delete=``; GET answers HEAD too)."""
+    if len(endpoints) == 1:
+        ((method, endpoint),) = endpoints.items()
+        return Route(path, endpoint, methods=[method.upper()])
+
+    async def by_method(request: Request) -> Response:
+        method = request.method.lower()
+        return await endpoints["get" if method == "head" else method](request)
+
+    return Route(path, by_method, methods=[m.upper() for m in endpoints])
+
+
+def _config_from_environment() -> ServerConfig:
+    """``TSYNC_*`` as ``tsync serve`` reads them; a bad one ends the process
+    with one line and status 2 (an ASGI server would print a traceback)."""
+    try:
+        return load_config()
+    except ConfigError as exc:
+        print(f"tsync: {exc} (see docs/configuration.md)", file=sys.stderr)
+        # A gunicorn worker that exits with 2 is started again, forever; 4
+        # (its "app failed to load") stops gunicorn instead.
+        raise SystemExit(4 if "gunicorn.arbiter" in sys.modules else 2) from None

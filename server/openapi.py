@@ -1,0 +1,345 @@
+"""Machine-readable descriptions of the API, generated from the msgspec types
+the server itself decodes and encodes (``msgspec.json.schema_components``):
+
+- ``GET /v1/openapi.json``: OpenAPI 3.1 of the HTTP API (``protocol.api``,
+  ``protocol.types``);
+- ``GET /v1/schema.json``: JSON Schema (2020-12) of every WebSocket client op
+  (``$defs/ClientOp``) and server frame (``$defs/ServerFrame``) of ``/v1/ws``.
+
+Only the operation table below is written by hand (paths, parameters, which
+type answers which status); ``tests/server/test_openapi.py`` checks real
+responses and frames against both documents, so they cannot drift.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from protocol import api, wire
+from protocol.types import Message, TranscriptSnapshot
+from server import package_version
+
+__all__ = ["openapi_document", "openapi_json", "schema_document", "schema_json"]
+
+_COMPONENTS = "#/components/schemas/{name}"
+_DEFS = "#/$defs/{name}"
+PROBLEM_JSON: Final = "application/problem+json"
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    where: str  # "query", "path" or "header"
+    description: str
+    schema: dict[str, Any] = field(default_factory=lambda: {"type": "string"})
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    path: str
+    summary: str
+    #: status -> a msgspec type (JSON), a ``(media type, schema)`` pair, or
+    #: ``None`` (no body). Error statuses answer ``api.Problem``.
+    responses: dict[int, Any]
+    body: Any = None  # a msgspec type, or {media type: schema} for raw bodies
+    params: tuple[Param, ...] = ()
+    #: Without a token configured nothing needs one; these never do.
+    public: bool = False
+
+
+_ID = Param("transcript_id", "path", "the transcript's id", required=True)
+_INT = {"type": "integer", "minimum": 0}
+_PROBLEM = api.Problem
+
+OPERATIONS: Final = (
+    Operation(
+        "post",
+        "/v1/transcripts",
+        "Create a transcript, optionally with its first messages (one append: revision 1)",
+        {201: api.Created, 400: _PROBLEM, 409: _PROBLEM, 413: _PROBLEM, 422: _PROBLEM},
+        body=api.CreateBody,
+    ),
+    Operation(
+        "get",
+        "/v1/transcripts",
+        "List transcripts ordered by id",
+        {200: api.TranscriptList, 400: _PROBLEM},
+        params=(
+            Param("after", "query", "only ids after this one (the last id of the previous page)"),
+            Param("limit", "query", "most transcripts (default 100, at most 1000)", _INT),
+        ),
+    ),
+    Operation(
+        "post",
+        "/v1/transcripts/import",
+        "Make a transcript from an .lmml narrative or an .lmmlz bundle",
+        {201: api.Imported, 400: _PROBLEM, 409: _PROBLEM, 413: _PROBLEM, 422: _PROBLEM},
+        body={
+            "text/markdown": {"type": "string"},
+            "application/zip": {"type": "string", "contentMediaType": "application/zip"},
+        },
+        params=(
+            Param("filename", "query", "the file's name (.lmml or .lmmlz)"),
+            Param("id", "query", "id of the new transcript (default: generated)"),
+            Param("maxEmbedBytes", "query", "largest embedded file kept inline", _INT),
+        ),
+    ),
+    Operation(
+        "get",
+        "/v1/transcripts/{transcript_id}",
+        "The transcript's snapshot now, or of the range [start, end)",
+        {200: TranscriptSnapshot, 400: _PROBLEM, 404: _PROBLEM},
+        params=(
+            _ID,
+            Param("start", "query", "index of the first message (default 0)", _INT),
+            Param("end", "query", "index after the last message (default: the length)", _INT),
+        ),
+    ),
+    Operation(
+        "delete",
+        "/v1/transcripts/{transcript_id}",
+        "Delete a transcript; its subscribers get not-found",
+        {204: None, 404: _PROBLEM},
+        params=(_ID,),
+    ),
+    Operation(
+        "get",
+        "/v1/transcripts/{transcript_id}/events",
+        "The events after revision R, or 410 when they are no longer held",
+        {200: api.EventsBody, 400: _PROBLEM, 404: _PROBLEM, 410: _PROBLEM},
+        params=(_ID, Param("after", "query", "the revision R the caller has (default 0)", _INT)),
+    ),
+    Operation(
+        "post",
+        "/v1/transcripts/{transcript_id}/messages",
+        "Append one batch of messages, all or nothing (201; 200 for an idempotent replay)",
+        {
+            200: api.AckBody,
+            201: api.AckBody,
+            400: _PROBLEM,
+            404: _PROBLEM,
+            409: _PROBLEM,
+            413: _PROBLEM,
+            422: _PROBLEM,
+        },
+        body=api.AppendBody,
+        params=(
+            _ID,
+            Param("Idempotency-Key", "header", "the same as the body's idempotencyKey"),
+        ),
+    ),
+    Operation(
+        "post",
+        "/v1/transcripts/{transcript_id}/segments",
+        "Start a segment at start (default: the length)",
+        {201: api.AckBody, 400: _PROBLEM, 404: _PROBLEM, 422: _PROBLEM},
+        body=api.SegmentBody,
+        params=(_ID,),
+    ),
+    Operation(
+        "get",
+        "/v1/transcripts/{transcript_id}/chat",
+        "The messages in chat-completions form",
+        {200: api.ChatBody, 400: _PROBLEM, 404: _PROBLEM},
+        params=(
+            _ID,
+            Param("segment", "query", "active (default) or all", {"enum": ["active", "all"]}),
+            Param(
+                "context",
+                "query",
+                "omit (default) or system: how context messages are rendered",
+                {"enum": ["omit", "system"]},
+            ),
+        ),
+    ),
+    Operation(
+        "get",
+        "/v1/transcripts/{transcript_id}/export.lmml",
+        "The transcript as an LMML narrative",
+        {200: ("text/markdown", {"type": "string"}), 400: _PROBLEM, 404: _PROBLEM},
+        params=(_ID,),
+    ),
+    Operation(
+        "get",
+        "/v1/transcripts/{transcript_id}/export.lmmlz",
+        "The transcript as an LMML bundle (zip)",
+        {
+            200: ("application/zip", {"type": "string", "contentMediaType": "application/zip"}),
+            400: _PROBLEM,
+            404: _PROBLEM,
+        },
+        params=(_ID,),
+    ),
+    Operation("get", "/healthz", "Liveness: the process answers", {200: api.Health}, public=True),
+    Operation(
+        "get",
+        "/readyz",
+        "Readiness: the store answers and the server is not draining",
+        {200: api.Readiness, 503: api.Readiness},
+        public=True,
+    ),
+    Operation(
+        "get",
+        "/metrics",
+        "Prometheus metrics (text format)",
+        {200: ("text/plain", {"type": "string"})},
+        public=True,
+    ),
+    Operation(
+        "get",
+        "/v1/openapi.json",
+        "This document",
+        {200: ("application/json", {"type": "object"})},
+        public=True,
+    ),
+    Operation(
+        "get",
+        "/v1/schema.json",
+        "JSON Schema of the WebSocket ops and frames of /v1/ws",
+        {200: ("application/json", {"type": "object"})},
+        public=True,
+    ),
+)
+
+_TITLES: Final = {
+    200: "OK",
+    201: "Created",
+    204: "No Content",
+    400: "bad request (invalid-json, invalid-body, or a bad parameter)",
+    404: "not-found",
+    409: "conflict or revision-conflict",
+    410: "gone: the events are no longer held; load a snapshot",
+    413: "too-large",
+    422: "invalid-message, invalid-segment or invalid-lmml",
+    503: "unavailable",
+}
+
+
+def _messages_are_messages(schema: dict[str, Any], ref: str) -> None:
+    """Request ``messages`` are decoded as plain data (so that validation can
+    name the path) and then checked as ``Message``: say so in the schema."""
+    schema["properties"]["messages"]["items"] = {"$ref": ref}
+
+
+def _content(kind: Any) -> dict[str, Any]:
+    if isinstance(kind, tuple):
+        media, schema = kind
+        return {media: {"schema": schema}}
+    media = PROBLEM_JSON if kind is _PROBLEM else "application/json"
+    return {media: {"schema": {"$ref": _COMPONENTS.format(name=kind.__name__)}}}
+
+
+@functools.cache
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the HTTP API (built once)."""
+    types: list[Any] = [Message]
+    for op in OPERATIONS:
+        if isinstance(op.body, type):
+            types.append(op.body)
+        types.extend(k for k in op.responses.values() if isinstance(k, type))
+    _, components = msgspec.json.schema_components(
+        list(dict.fromkeys(types)), ref_template=_COMPONENTS
+    )
+    for name in ("CreateBody", "AppendBody"):
+        _messages_are_messages(components[name], _COMPONENTS.format(name="Message"))
+
+    paths: dict[str, dict[str, Any]] = {}
+    for op in OPERATIONS:
+        entry: dict[str, Any] = {
+            "summary": op.summary,
+            "operationId": f"{op.method}{op.path.replace('/', '_').replace('.', '_')}",
+            "responses": {
+                str(status): {"description": _TITLES.get(status, "error")}
+                | ({} if kind is None else {"content": _content(kind)})
+                for status, kind in op.responses.items()
+            }
+            | {"default": {"description": "an error", "content": _content(_PROBLEM)}},
+        }
+        if op.params:
+            entry["parameters"] = [
+                {
+                    "name": p.name,
+                    "in": p.where,
+                    "description": p.description,
+                    "required": p.required,
+                    "schema": p.schema,
+                }
+                for p in op.params
+            ]
+        if isinstance(op.body, type):
+            entry["requestBody"] = {"required": False, "content": _content(op.body)}
+        elif op.body is not None:
+            entry["requestBody"] = {
+                "required": True,
+                "content": {media: {"schema": s} for media, s in op.body.items()},
+            }
+        if op.public:
+            entry["security"] = []
+        paths.setdefault(op.path, {})[op.method] = entry
+
+    return {
+        "openapi": "3.1.0",
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "info": {
+            "title": "transcript-sync",
+            "version": package_version(),
+            "description": "Real-time sync of append-only LLM chat transcripts. This document "
+            "covers the HTTP API; the WebSocket protocol of /v1/ws is described by the JSON "
+            "Schema at /v1/schema.json and in docs/protocol.md.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        # A server started with a token wants it; one without wants nothing.
+        "security": [{"bearer": []}, {}],
+    }
+
+
+@functools.cache
+def schema_document() -> dict[str, Any]:
+    """JSON Schema of the WebSocket protocol: ``$defs/ClientOp`` (what a
+    client sends) and ``$defs/ServerFrame`` (what the server sends); one
+    WebSocket text message may hold several, separated by newlines."""
+    (client_op, server_frame), defs = msgspec.json.schema_components(
+        [wire.ClientOp, wire.ServerFrame], ref_template=_DEFS
+    )
+    _messages_are_messages(defs["Append"], _DEFS.format(name="Message"))
+    defs["ClientOp"] = {"title": "ClientOp", "description": "A client op."} | client_op
+    defs["ServerFrame"] = {"title": "ServerFrame", "description": "A server frame."} | server_frame
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "/v1/schema.json",
+        "title": f"transcript-sync WebSocket protocol ({wire.SUBPROTOCOL_JSON})",
+        "description": "Every frame of /v1/ws is a ClientOp (client to server) or a "
+        "ServerFrame (server to client). The same objects travel as MessagePack under "
+        f"{wire.SUBPROTOCOL_MSGPACK}.",
+        "oneOf": [
+            {"$ref": _DEFS.format(name="ClientOp")},
+            {"$ref": _DEFS.format(name="ServerFrame")},
+        ],
+        "$defs": defs,
+    }
+
+
+@functools.cache
+def _encoded(which: str) -> bytes:
+    document = openapi_document() if which == "openapi" else schema_document()
+    return msgspec.json.encode(document)
+
+
+async def openapi_json(request: Request) -> Response:
+    return Response(_encoded("openapi"), media_type="application/json")
+
+
+async def schema_json(request: Request) -> Response:
+    return Response(_encoded("schema"), media_type="application/json")
