@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 import struct
+import time
 import zipfile
 
 import pytest
@@ -163,7 +164,7 @@ def test_orphaned_entries_and_conflicts_are_warnings() -> None:
     assert len(result.warnings) == 2
     attachment = result.messages[0].content[1]
     assert isinstance(attachment, AttachmentPart)
-    assert attachment.content == "fenced"
+    assert attachment.content == "fenced\n"  # every line, with its line ending
 
 
 def test_the_primary_entry_is_the_archive_name_without_z() -> None:
@@ -232,3 +233,21 @@ def test_write_bundle_is_deterministic_and_checks_its_name() -> None:
             write_bundle(NARRATIVE, {}, name=bad)
     with pytest.raises(LmmlError, match="named like the primary entry"):
         write_bundle(NARRATIVE, {"chat.lmml": b""}, name="chat")
+
+
+def test_a_narrative_bomb_is_refused_before_inflating() -> None:
+    # Issue 14: a 65 KB zip holding a 32 MiB narrative stalled the server 4 s.
+    for size, reason in [
+        (32 << 20, "is 33554440 bytes uncompressed, more than the limit of 33554432"),
+        (24 << 20, "is 25165832 bytes, more than the limit of 16777216 for a narrative"),
+    ]:
+        data = _zip([("chat.lmml", b"## user\n" + b"`a" * (size // 2))])
+        assert len(data) < 100 << 10
+        started = time.perf_counter()
+        with pytest.raises(LmmlError, match=f"entry 'chat.lmml' {reason}"):
+            import_messages(data, filename="chat.lmmlz")
+        assert time.perf_counter() - started < 0.5  # the central directory only
+    limits = BundleLimits(max_narrative_bytes=100)
+    with pytest.raises(LmmlError, match="narrative is 101 bytes, more than the limit of 100"):
+        read_bundle(b"x" * 101, limits=limits)
+    assert read_bundle(b"x" * 100, limits=limits).narrative.size == 100
