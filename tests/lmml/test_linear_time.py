@@ -1,0 +1,191 @@
+"""Parsing, import and export take time linear in their input (issue 14).
+
+The first parser looked ahead from every backtick and every ``@@@name`` line
+and checked every reference against every code span: a 32 KB narrative of
+escaped backticks took 7.4 s, and export parsed its own output again. Here
+the worst inputs found, by reading the code and by fuzzing sizes, are timed
+at N and 2N: a linear algorithm takes about twice as long, a quadratic one
+four times. And the new parser must agree exactly with the old one (kept in
+``tests/lmml/oracle.py``) on every narrative.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.lmml import export_lmml, export_lmmlz, import_messages, parse, segment
+from protocol.types import AttachmentPart, Message, TextPart
+from tests.lmml import oracle
+from tests.lmml.strategies import narratives
+
+SIZE = 64 << 10
+#: For inputs that make many objects (turns, messages): enough to show the shape.
+SMALL = 32 << 10
+
+
+def _fill(unit: str) -> Callable[[int], str]:
+    return lambda size: (unit * (size // len(unit) + 1))[:size]
+
+
+def _turns(size: int) -> str:
+    return "".join(f"## user\n@a{i}.txt\n" for i in range(size // 10))[:size]
+
+
+def _comment(size: int) -> str:
+    return "<!-- user" + " " * size + "x -->\n"
+
+
+#: Narratives that were quadratic, or could be, and the loop each one drives.
+NARRATIVES: dict[str, Callable[[int], str]] = {
+    "escaped backticks (7.4 s at 32 KB before)": _fill("\\``a"),
+    "code spans and references": _fill("`x` @a "),
+    "backtick strings of two lengths": _fill("``a`b"),
+    "blanks inside a comment delimiter": _comment,
+    "turns each with its own reference": _turns,
+    "opening lines never closed": _fill("@@@a.txt\n"),
+    "opening lines, a closing line at the end": lambda n: _fill("@@@a.txt\nx\n")(n) + "\n@@@\n",
+    "code fences": _fill("```\n~~~\nx\n"),
+    "headings": _fill("## user `a\n# x @b\n"),
+    "one long line of names": _fill("@a/b.c/"),
+    "backslashes before at signs": _fill("\\\\\\@a"),
+    "non-ASCII prose with references": _fill("é @a ü\n\n"),
+}
+
+
+def _best(run: Callable[[], object], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - start)
+        finally:
+            gc.enable()
+    return best
+
+
+def _doubling_ratio(
+    run: Callable[[int], Callable[[], object]], size: int = SIZE, attempts: int = 3
+) -> float:
+    """Time at 2N over time at N, best of several runs; the lowest of a few
+    attempts, so that a busy machine does not fail a linear algorithm (a
+    quadratic one gives about 4 on every attempt)."""
+    small, large = run(size), run(2 * size)
+    ratio = float("inf")
+    for _ in range(attempts):
+        ratio = min(ratio, _best(large, 3) / max(_best(small, 3), 1e-6))
+        if ratio < 3:
+            break
+    return ratio
+
+
+@pytest.mark.parametrize("name", NARRATIVES)
+def test_parsing_takes_linear_time(name: str) -> None:
+    make = NARRATIVES[name]
+
+    def run(size: int) -> Callable[[], object]:
+        text = make(size)
+        return lambda: segment(parse(text))
+
+    assert _doubling_ratio(run, SMALL if make is _turns else SIZE) < 3
+
+
+@pytest.mark.parametrize(
+    "name", ["escaped backticks (7.4 s at 32 KB before)", "code spans and references"]
+)
+def test_exporting_one_big_message_takes_linear_time(name: str) -> None:
+    # 31.8 s for one 48 KB message before: the exporter parsed its output again.
+    make = NARRATIVES[name]
+
+    def run(size: int) -> Callable[[], object]:
+        transcript = [Message(role="user", content=make(size))]
+        return lambda: (export_lmml(transcript), export_lmmlz(transcript))
+
+    assert _doubling_ratio(run) < 3
+
+
+def test_exporting_many_messages_with_embeds_takes_linear_time() -> None:
+    def run(size: int) -> Callable[[], object]:
+        transcript = [
+            Message(
+                role="user" if i % 2 else "assistant",
+                content=(
+                    TextPart(text=f"see @@@f{i}.txt\n@@@f{i}.txt\nx\n@@@\n`y` @g{i}.txt\n"),
+                    AttachmentPart(name=f"f{i}.txt", mime="text/plain", content="x\n"),
+                    AttachmentPart(name=f"g{i}.txt", mime="text/plain", content="g"),
+                ),
+            )
+            for i in range(size // 64)
+        ]
+        return lambda: export_lmmlz(transcript)
+
+    assert _doubling_ratio(run, SMALL) < 3
+
+
+def test_importing_takes_linear_time() -> None:
+    def run(size: int) -> Callable[[], object]:
+        body = "".join(f"## user\n@@@a{i}.txt\nx `y` @@@\n@@@\n" for i in range(size // 32))
+        data = body.encode()
+        return lambda: import_messages(data)
+
+    assert _doubling_ratio(run, SMALL) < 3
+
+
+# The oracle on texts made of the pieces the parser cares about.
+_PIECES = st.sampled_from(
+    [
+        "`",
+        "``",
+        "```",
+        "~~~",
+        "\\",
+        "@",
+        "@a.txt",
+        "@img/h.png",
+        "@a/../b",
+        "@a/.x/",
+        "@b.",
+        "x",
+        " ",
+        "\t",
+        "\n",
+        "\r\n",
+        "\r",
+        "\n\n",
+        "## user",
+        "# Assistant x",
+        "#",
+        "<!--",
+        "-->",
+        " tool ",
+        "context",
+        "{",
+        "}",
+        '{"name": "n"}',
+        "@@@",
+        "@@@a.txt",
+        "@@@img/h.png",
+        "é",
+        ".",
+        "/",
+        "\u2028",
+        "\x0c",
+    ]
+)
+_SOUP = st.lists(_PIECES, max_size=80).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(_SOUP, narratives(), st.text(max_size=60)))
+def test_the_parser_gives_exactly_what_the_old_one_gives(text: str) -> None:
+    narrative = parse(text)
+    assert narrative == oracle.parse(text)
+    assert segment(narrative) == oracle.segment(narrative)
