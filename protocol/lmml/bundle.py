@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from protocol.limits import MAX_MESSAGES_PER_BATCH
 from protocol.lmml.errors import LmmlError
 from protocol.lmml.narrative import Narrative, parse
 from protocol.lmml.render import render_turn, resolver
@@ -64,12 +65,17 @@ class BundleLimits:
     anything is inflated): it is what gets parsed, so it bounds the work of
     an import. The default matches the server's largest request body, so a
     small archive cannot smuggle in a narrative larger than a plain upload.
+    ``max_delimiters`` (turns; by default what one append may carry) and
+    ``max_embed_marks`` (fences, references and unclosed fence lines) bound
+    what parsing holds in memory, checked while parsing.
     """
 
     max_entries: int = 1000
     max_entry_bytes: int = 32 << 20
     max_total_bytes: int = 64 << 20
     max_narrative_bytes: int = 16 << 20
+    max_delimiters: int = MAX_MESSAGES_PER_BATCH
+    max_embed_marks: int = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +134,7 @@ def read_bundle(
     """
     if not _is_zip(data, filename):
         _check_narrative_size(len(data), "narrative", limits)
-        narrative = parse(decode_narrative(data))
+        narrative = _parse(decode_narrative(data), limits)
         _check_resolved(narrative, {}, "no inline fence defines it")
         return Bundle(narrative=narrative, warnings=narrative.warnings)
     try:
@@ -140,7 +146,7 @@ def read_bundle(
         files = {info.filename: info for info in infos if not info.is_dir()}
         primary, notes = _primary_entry(list(files), filename)
         _check_narrative_size(files[primary].file_size, f"entry {primary!r}", limits)
-        narrative = parse(decode_narrative(_read(archive, files[primary]), primary))
+        narrative = _parse(decode_narrative(_read(archive, files[primary]), primary), limits)
         wanted = {embed.name: embed for embed in narrative.embeds}
         assets = {
             name: _read(archive, info)
@@ -246,6 +252,10 @@ def _check_resolved(narrative: Narrative, assets: Mapping[str, bytes], why: str)
     for embed in narrative.embeds:
         if embed.content is None and embed.name not in assets:
             raise LmmlError(f"@{embed.name} is referenced but {why}")
+
+
+def _parse(text: str, limits: BundleLimits) -> Narrative:
+    return parse(text, max_delimiters=limits.max_delimiters, max_embed_marks=limits.max_embed_marks)
 
 
 def _check_narrative_size(size: int, what: str, limits: BundleLimits) -> None:

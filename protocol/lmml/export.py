@@ -95,8 +95,8 @@ def _write(
     """The document, its assets and which messages went in as narrative."""
     chunks: list[str] = []
     assets: dict[str, bytes] = {}
-    # Embed names an earlier message owns: their bytes when only a bundle
-    # entry holds them, ``None`` when that message fences them.
+    # Embed names an earlier message owns: their bytes while only a bundle
+    # entry holds them, ``None`` once a fence of that name is written.
     claimed: dict[str, bytes | None] = {}
     natural: list[int] = []
     last = len(messages) - 1
@@ -195,6 +195,9 @@ def _narrative(
         return None
     if back != message:
         return None
+    for embed in turns[0].embeds:
+        if embed.content is not None and embed.name in claimed:
+            claimed[embed.name] = None  # the first fence is written: later ones never count
     claimed.update((e.name, entries.get(e.name)) for e in own)
     assets.update(entries)
     return chunk

@@ -67,6 +67,11 @@ _FENCE_CLOSE_LINE_RE: Final = re.compile(r"^@@@[ \t]*(?:\r?\n|\Z)", re.MULTILINE
 _REFERENCE_RE: Final = re.compile(rf"@({NAME_PATTERN})")
 _BACKTICKS_RE: Final = re.compile(r"`+")
 _NOT_LETTERS_RE: Final = re.compile(r"[^a-z]+")
+#: First characters of lines that may be blank or open a block (the empty
+#: string is in every string: an empty line).
+_BLOCK_STARTS: Final = " \t#<`~@"
+#: Unclosed fence lines warned about one by one; the rest are counted.
+_MAX_UNCLOSED_WARNINGS: Final = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +188,11 @@ class Narrative:
         """Readable sentences about what parsed but is likely a mistake."""
         unclosed = [
             f"line {u.line}: @@@{u.name} is never closed by a line @@@, so it is plain text"
-            for u in self.unclosed_fences
+            for u in self.unclosed_fences[:_MAX_UNCLOSED_WARNINGS]
         ]
+        more = len(self.unclosed_fences) - _MAX_UNCLOSED_WARNINGS
+        if more > 0:
+            unclosed.append(f"{more} more @@@name lines are never closed")
         conflicting = [
             f"embed {name!r} is fenced more than once with different contents; the first is used"
             for name in self.conflicts
@@ -288,17 +296,26 @@ class _Bytes:
         return self._byte
 
 
-def parse(text: str) -> Narrative:
+def parse(
+    text: str, *, max_delimiters: int | None = None, max_embed_marks: int | None = None
+) -> Narrative:
     """Parse a narrative. Any text parses, except that a delimiter's JSON
     object nested too deeply to decode raises ``LmmlError``.
 
     Nothing is dropped or changed: the result records positions in ``text``.
+    ``max_delimiters`` and ``max_embed_marks`` (fences, references and
+    unclosed fence lines together) bound what the result holds, and so the
+    memory a hostile narrative can take: ``LmmlError`` as soon as either is
+    exceeded.
     """
     to_bytes = _Bytes(text)
+    reference_bytes = _Bytes(text)
+    unclosed_bytes = _Bytes(text)
     delimiters: list[Delimiter] = []
     fences: list[EmbedFence] = []
-    references: list[tuple[str, int]] = []  # name and char offset
-    unclosed: list[tuple[str, int, int]] = []  # name, line number, char offset
+    references: list[Reference] = []
+    unclosed: list[UnclosedFence] = []
+    marks = 0
     code: tuple[str, int] | None = None  # the open code fence: char and length
     fence: tuple[str, int, int] | None = None  # name, start, content start
     paragraph: tuple[int, int] | None = None
@@ -309,10 +326,20 @@ def parse(text: str) -> Narrative:
     for last_close_match in _FENCE_CLOSE_LINE_RE.finditer(text):
         last_close = last_close_match.start()
 
+    def count_mark() -> None:
+        nonlocal marks
+        marks += 1
+        if max_embed_marks is not None and marks > max_embed_marks:
+            raise LmmlError(
+                f"the narrative has more than {max_embed_marks} embed fences and references"
+            )
+
     def end_paragraph() -> None:
         nonlocal paragraph
         if paragraph is not None:
-            references.extend(_references(text, *paragraph, silent))
+            for name, offset in _references(text, *paragraph, silent):
+                count_mark()
+                references.append(Reference(name, reference_bytes.at(offset)))
             paragraph = None
             silent.clear()
 
@@ -321,6 +348,7 @@ def parse(text: str) -> Narrative:
             if _FENCE_CLOSE_RE.fullmatch(line):
                 name, fence_start, content_start = fence
                 content = text[content_start:start].encode()
+                count_mark()
                 fences.append(EmbedFence(name, content, to_bytes.at(fence_start), to_bytes.at(end)))
                 fence = None
             continue
@@ -328,6 +356,13 @@ def parse(text: str) -> Narrative:
             close = _CODE_CLOSE_RE.fullmatch(line)
             if close and close.group(1)[0] == code[0] and len(close.group(1)) >= code[1]:
                 code = None
+            continue
+        if line[:1] not in _BLOCK_STARTS:
+            # Most lines: prose that can open nothing (a fast path, same result).
+            paragraph = (start, end) if paragraph is None else (paragraph[0], end)
+            continue
+        if not line.strip(" \t"):
+            end_paragraph()  # a blank line can be nothing else
             continue
         opening = _CODE_OPEN_RE.fullmatch(line)
         if opening and not (opening.group(1)[0] == "`" and "`" in opening.group(2)):
@@ -341,11 +376,14 @@ def parse(text: str) -> Narrative:
             continue
         if embed:
             # Never closed: plain text, in its paragraph, naming nothing.
-            unclosed.append((embed.group(1), number, start))
+            count_mark()
+            unclosed.append(UnclosedFence(embed.group(1), number, unclosed_bytes.at(start)))
             silent.append(start + 2)
         delimiter = _delimiter_role(line, number)
         if delimiter is not None:
             end_paragraph()
+            if max_delimiters is not None and len(delimiters) >= max_delimiters:
+                raise LmmlError(f"the narrative has more than {max_delimiters} role delimiters")
             role, attributes = delimiter
             delimiters.append(
                 Delimiter(
@@ -359,9 +397,7 @@ def parse(text: str) -> Narrative:
                 )
             )
             continue
-        if not line.strip(" \t"):
-            end_paragraph()
-        elif _ATX_RE.fullmatch(line):
+        if _ATX_RE.fullmatch(line):
             # A heading is a block of its own: no code span runs into it.
             end_paragraph()
             paragraph = (start, end)
@@ -371,55 +407,43 @@ def parse(text: str) -> Narrative:
         else:
             paragraph = (paragraph[0], end)
     end_paragraph()
-    size = to_bytes.at(len(text))
-    to_bytes = _Bytes(text)
-    found = tuple(Reference(name, to_bytes.at(offset)) for name, offset in references)
-    to_bytes = _Bytes(text)
     return Narrative(
         text=text,
-        size=size,
+        size=to_bytes.at(len(text)),
         delimiters=tuple(delimiters),
         fences=tuple(fences),
-        references=found,
+        references=tuple(references),
         open_code_block=code is not None,
-        unclosed_fences=tuple(
-            UnclosedFence(name, number, to_bytes.at(offset)) for name, number, offset in unclosed
-        ),
+        unclosed_fences=tuple(unclosed),
     )
 
 
-def _code_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
+def _code_spans(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
     """Char spans of the code spans in ``text[start:end]`` (CommonMark's rule).
 
     A backtick string opens a span closed by the next backtick string of the
     same length; one that no such string follows is literal text, and the
-    search goes on after it. The strings are listed once, with an index per
-    length whose pointers only move forward, so each is looked at a bounded
-    number of times.
+    search goes on after it. Where the last string of each length starts is
+    found first, so an opener knows at once whether a closer follows, and
+    the strings are then walked once: linear time, and memory for one entry
+    per distinct length.
     """
-    runs = [(m.start(), m.end()) for m in _BACKTICKS_RE.finditer(text, start, end)]
-    by_length: dict[int, list[int]] = {}
-    for index, (a, b) in enumerate(runs):
-        by_length.setdefault(b - a, []).append(index)
-    ahead = dict.fromkeys(by_length, 0)  # per length: first candidate closer
-    spans: list[tuple[int, int]] = []
-    index = 0
-    while index < len(runs):
-        opener, run_end = runs[index]
-        if _escaped(text, opener, start):
-            opener += 1  # "\`" is a literal backtick
-        length = run_end - opener
-        closers = by_length.get(length)
-        if closers is not None:
-            k = ahead[length]
-            while k < len(closers) and closers[k] <= index:
-                k += 1
-            ahead[length] = k
-            if k < len(closers):
-                index = closers[k]
-                spans.append((opener, runs[index][1]))
-        index += 1
-    return spans
+    last: dict[int, int] = {}
+    for run in _BACKTICKS_RE.finditer(text, start, end):
+        last[run.end() - run.start()] = run.start()
+    seeking = 0  # the length of the closer sought, 0 outside a span
+    opener = 0
+    for run in _BACKTICKS_RE.finditer(text, start, end):
+        first, stop = run.span()
+        if seeking:
+            if stop - first == seeking:
+                yield opener, stop
+                seeking = 0
+            continue
+        if _escaped(text, first, start):
+            first += 1  # "\`" is a literal backtick
+        if stop > first and last.get(stop - first, -1) > run.start():
+            seeking, opener = stop - first, first
 
 
 def _escaped(text: str, pos: int, start: int) -> bool:
@@ -436,14 +460,17 @@ def _references(text: str, start: int, end: int, silent: list[int]) -> Iterator[
     An ``@`` at an offset in ``silent`` (the ``@name`` of an unclosed
     ``@@@name`` line) starts no reference.
     """
-    spans = _code_spans(text, start, end)
-    span = 0
+    first_at = text.find("@", start, end)
+    if first_at < 0:
+        return  # most paragraphs: nothing to look for
+    spans = _code_spans(text, start, end) if text.find("`", start, end) >= 0 else iter(())
+    span = next(spans, None)
     silence = set(silent)
-    for match in _REFERENCE_RE.finditer(text, start, end):
+    for match in _REFERENCE_RE.finditer(text, first_at, end):
         at = match.start()
-        while span < len(spans) and spans[span][1] <= at:
-            span += 1
-        if span < len(spans) and spans[span][0] <= at:
+        while span is not None and span[1] <= at:
+            span = next(spans, None)
+        if span is not None and span[0] <= at:
             continue  # inside a code span
         before = text[at - 1] if at > start else ""
         if before.isalnum() or _escaped(text, at, start) or at in silence:

@@ -251,3 +251,24 @@ def test_a_narrative_bomb_is_refused_before_inflating() -> None:
     with pytest.raises(LmmlError, match="narrative is 101 bytes, more than the limit of 100"):
         read_bundle(b"x" * 101, limits=limits)
     assert read_bundle(b"x" * 100, limits=limits).narrative.size == 100
+
+
+def test_what_parsing_holds_is_bounded() -> None:
+    # Each turn or reference costs objects: 16 MiB of "## user\n" or "@a "
+    # would hold gigabytes. Parsing stops as soon as a bound is passed.
+    limits = BundleLimits(max_delimiters=3, max_embed_marks=4)
+    assert len(import_messages(b"## user\n" * 3, limits=limits).messages) == 3
+    with pytest.raises(LmmlError, match="more than 3 role delimiters"):
+        import_messages(b"## user\n" * 4, limits=limits)
+    assert read_bundle(b"@@@a\nx\n@@@\n@a @a\n@@@b\n", limits=limits).narrative
+    with pytest.raises(LmmlError, match="more than 4 embed fences and references"):
+        read_bundle(b"@@@a\nx\n@@@\n@a @a @a @a\n", limits=limits)
+    with pytest.raises(LmmlError, match="more than 1000 role delimiters"):
+        import_messages(b"## user\n" * 1001)  # an import is one append of at most 1000
+
+
+def test_unclosed_fence_warnings_are_counted_after_ten() -> None:
+    result = import_messages(b"".join(b"@@@f%d.txt\n" % i for i in range(25)))
+    assert len(result.warnings) == 11
+    assert result.warnings[0].startswith("line 1: @@@f0.txt is never closed")
+    assert result.warnings[-1] == "15 more @@@name lines are never closed"

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.lmml import export_lmml, export_lmmlz, import_messages, parse, segment
+from protocol.lmml import BundleLimits, export_lmml, export_lmmlz, import_messages, parse, segment
 from protocol.types import AttachmentPart, Message, TextPart
 from tests.lmml import oracle
 from tests.lmml.strategies import narratives
@@ -134,7 +134,8 @@ def test_importing_takes_linear_time() -> None:
     def run(size: int) -> Callable[[], object]:
         body = "".join(f"## user\n@@@a{i}.txt\nx `y` @@@\n@@@\n" for i in range(size // 32))
         data = body.encode()
-        return lambda: import_messages(data)
+        limits = BundleLimits(max_delimiters=1 << 20)
+        return lambda: import_messages(data, limits=limits)
 
     assert _doubling_ratio(run, SMALL) < 3
 
