@@ -20,12 +20,13 @@ nothing in one piece reaches into the next (a delimiter line ends every
 paragraph; a piece with an open code block is only written as narrative when
 it is the last, one with an unclosed ``@@@name`` line when no later text has a
 ``@@@`` line), so a piece that comes back equal alone comes back equal in the
-document. The only thing pieces share is
-embeds, which belong to the piece that names them first. The document is
-then imported once more as a whole, as a check, and any message that would
-not come back equal falls back to ``"content"``, so ``import(export(t)) == t``
-holds for every transcript ``t``. All of it takes time linear in the size of
-the transcript: each piece is parsed once alone and once in the document.
+document. The only thing pieces share is embeds, which belong to the piece
+that names them first, and whose bytes come from the first fence of their
+name. The document is then imported once more as a whole, as a check, and
+any message that would not come back equal falls back to ``"content"``, so
+``import(export(t)) == t`` holds for every transcript ``t``. All of it takes
+time linear in the size of the transcript: each piece is parsed once alone
+and once in the document (the check succeeds the first time).
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ def _narrative(
 
 
 def _text(message: Message) -> str:
-    """The text a message would be written with (more than that, never less)."""
+    """The text a message is written with if it is written as narrative."""
     content = message.content
     if isinstance(content, str):
         return content

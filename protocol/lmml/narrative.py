@@ -245,7 +245,7 @@ def _comment(line: str) -> tuple[str, str] | None:
 
     By hand rather than one regular expression: the blanks around the word,
     the object and the ``-->`` can each be matched by two neighbouring
-    ``[ \t]*`` of such an expression, which backtracks quadratically on a
+    ``[ \\t]*`` of such an expression, which backtracks quadratically on a
     long run of blanks.
     """
     opening = _COMMENT_OPEN_RE.match(line)

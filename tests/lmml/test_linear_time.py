@@ -29,8 +29,9 @@ SIZE = 64 << 10
 SMALL = 32 << 10
 
 
-def _fill(unit: str) -> Callable[[int], str]:
-    return lambda size: (unit * (size // len(unit) + 1))[:size]
+def _fill(unit: str, tail: str = "") -> Callable[[int], str]:
+    """``unit`` repeated to ``size`` characters, then ``tail``."""
+    return lambda size: (unit * (size // len(unit) + 1))[:size] + tail
 
 
 def _turns(size: int) -> str:
@@ -43,9 +44,13 @@ def _comment(size: int) -> str:
 
 #: Narratives that were quadratic, or could be, and the loop each one drives.
 NARRATIVES: dict[str, Callable[[int], str]] = {
-    "escaped backticks (7.4 s at 32 KB before)": _fill("\\``a"),
+    # An "@" makes the paragraph's code spans worth finding.
+    "escaped backticks (7.4 s at 32 KB before)": _fill("\\``a", " @a"),
     "code spans and references": _fill("`x` @a "),
-    "backtick strings of two lengths": _fill("``a`b"),
+    "backtick strings of two lengths": _fill("``a`b", " @a"),
+    "backtick strings of growing lengths": lambda n: (
+        "".join("`" * (i % 300 + 1) + "a" for i in range(n // 150)) + " @a"
+    ),
     "blanks inside a comment delimiter": _comment,
     "turns each with its own reference": _turns,
     "opening lines never closed": _fill("@@@a.txt\n"),
