@@ -10,7 +10,9 @@ Pure code, no I/O: everything works on ``str``/``bytes`` in memory.
 - ``export_lmml(messages)`` / ``export_lmmlz(messages)``: back again, losslessly.
 - ``chat_messages(messages, context=...)``: chat-completions ``messages``.
 
-Every failure is an ``LmmlError`` (a ``ValueError``). See ``docs/lmml.md``.
+Every failure is an ``LmmlError`` (a ``ValueError``); any text parses. Parsing,
+segmenting, importing and exporting take time linear in the input. See
+``docs/lmml.md``.
 """
 
 from protocol.lmml.bundle import (
@@ -23,7 +25,15 @@ from protocol.lmml.bundle import (
 )
 from protocol.lmml.errors import LmmlError
 from protocol.lmml.export import export_lmml, export_lmmlz
-from protocol.lmml.narrative import Delimiter, Embed, EmbedFence, Narrative, Reference, parse
+from protocol.lmml.narrative import (
+    Delimiter,
+    Embed,
+    EmbedFence,
+    Narrative,
+    Reference,
+    UnclosedFence,
+    parse,
+)
 from protocol.lmml.render import chat_messages, embed_part, mime_type, render_turns
 from protocol.lmml.turns import Turn, segment
 
@@ -38,6 +48,7 @@ __all__ = [
     "Narrative",
     "Reference",
     "Turn",
+    "UnclosedFence",
     "chat_messages",
     "embed_part",
     "export_lmml",

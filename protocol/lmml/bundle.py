@@ -2,13 +2,13 @@
 
 A ``.lmmlz`` is a zip archive whose primary entry is the archive's name
 without the trailing ``z`` (``chat.lmmlz`` holds ``chat.lmml``) and whose
-other entries are assets that external references (``@name``) name. Archives
-come from strangers, so the central directory is checked as a whole before
-any entry is read: entry names must be relative, use ``/`` only and have no
-``..`` segment; no name may appear twice; the entry count, each entry's size
-and the total uncompressed size are bounded (``BundleLimits``). Reads are
-capped at the declared sizes, so an archive that lies about them fails its
-CRC check instead of inflating.
+other entries are assets that external references (``@name``, ``@dir/name``)
+name. Archives come from strangers, so the central directory is checked as a
+whole before any entry is read: entry names must be relative, use ``/`` only
+and have no ``..`` segment; no name may appear twice; the entry count, each
+entry's size, the narrative's size and the total uncompressed size are
+bounded (``BundleLimits``). Reads are capped at the declared sizes, so an
+archive that lies about them fails its CRC check instead of inflating.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from protocol.limits import MAX_MESSAGES_PER_BATCH
 from protocol.lmml.errors import LmmlError
 from protocol.lmml.narrative import Narrative, parse
 from protocol.lmml.render import render_turn, resolver
-from protocol.lmml.turns import segment
+from protocol.lmml.turns import Turn, segment
 from protocol.types import Message
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "ImportResult",
     "decode_narrative",
     "import_messages",
+    "imported_turns",
     "read_bundle",
     "write_bundle",
 ]
@@ -56,11 +58,24 @@ _EPOCH: Final = (1980, 1, 1, 0, 0, 0)
 
 @dataclass(frozen=True, slots=True)
 class BundleLimits:
-    """Bounds on what ``read_bundle`` accepts (bytes are uncompressed sizes)."""
+    """Bounds on what ``read_bundle`` accepts (bytes are uncompressed sizes).
+
+    ``max_narrative_bytes`` bounds the narrative, a plain ``.lmml`` or a
+    ``.lmmlz``'s primary entry (checked from the central directory, before
+    anything is inflated): it is what gets parsed, so it bounds the work of
+    an import. The default matches the server's largest request body, so a
+    small archive cannot smuggle in a narrative larger than a plain upload.
+    ``max_delimiters`` (turns; by default what one append may carry) and
+    ``max_embed_marks`` (fences, references and unclosed fence lines) bound
+    what parsing holds in memory, checked while parsing.
+    """
 
     max_entries: int = 1000
     max_entry_bytes: int = 32 << 20
     max_total_bytes: int = 64 << 20
+    max_narrative_bytes: int = 16 << 20
+    max_delimiters: int = MAX_MESSAGES_PER_BATCH
+    max_embed_marks: int = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,13 +133,10 @@ def read_bundle(
     inline fence nor an entry supplies (the error names it).
     """
     if not _is_zip(data, filename):
-        if len(data) > limits.max_total_bytes:
-            raise LmmlError(
-                f"narrative is {len(data)} bytes, more than the limit of {limits.max_total_bytes}"
-            )
-        narrative = parse(decode_narrative(data))
+        _check_narrative_size(len(data), "narrative", limits)
+        narrative = _parse(decode_narrative(data), limits)
         _check_resolved(narrative, {}, "no inline fence defines it")
-        return Bundle(narrative=narrative, warnings=_fence_conflicts(narrative))
+        return Bundle(narrative=narrative, warnings=narrative.warnings)
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except _ZIP_ERRORS as exc:
@@ -133,7 +145,8 @@ def read_bundle(
         infos = _checked_entries(archive, limits)
         files = {info.filename: info for info in infos if not info.is_dir()}
         primary, notes = _primary_entry(list(files), filename)
-        narrative = parse(decode_narrative(_read(archive, files[primary]), primary))
+        _check_narrative_size(files[primary].file_size, f"entry {primary!r}", limits)
+        narrative = _parse(decode_narrative(_read(archive, files[primary]), primary), limits)
         wanted = {embed.name: embed for embed in narrative.embeds}
         assets = {
             name: _read(archive, info)
@@ -141,7 +154,7 @@ def read_bundle(
             if name in wanted and name != primary
         }
     _check_resolved(narrative, assets, "no entry of the archive supplies it")
-    warnings = [*notes, *_fence_conflicts(narrative)]
+    warnings = [*notes, *narrative.warnings]
     for name in files:
         if name == primary:
             continue
@@ -241,11 +254,23 @@ def _check_resolved(narrative: Narrative, assets: Mapping[str, bytes], why: str)
             raise LmmlError(f"@{embed.name} is referenced but {why}")
 
 
-def _fence_conflicts(narrative: Narrative) -> tuple[str, ...]:
-    return tuple(
-        f"embed {name!r} is fenced more than once with different contents; the first is used"
-        for name in narrative.conflicts
-    )
+def _parse(text: str, limits: BundleLimits) -> Narrative:
+    return parse(text, max_delimiters=limits.max_delimiters, max_embed_marks=limits.max_embed_marks)
+
+
+def _check_narrative_size(size: int, what: str, limits: BundleLimits) -> None:
+    limit = min(limits.max_narrative_bytes, limits.max_total_bytes)
+    if size > limit:
+        raise LmmlError(f"{what} is {size} bytes, more than the limit of {limit} for a narrative")
+
+
+def imported_turns(narrative: Narrative) -> tuple[Turn, ...]:
+    """The turns an import makes messages of: ``segment``'s, except an empty
+    narrative's one empty ``context`` turn (an empty file is no message)."""
+    turns = segment(narrative)
+    if len(turns) == 1 and not turns[0].delimiter and not turns[0].text:
+        return ()
+    return turns
 
 
 def write_bundle(text: str, assets: Mapping[str, bytes], *, name: str = "transcript") -> bytes:
@@ -286,7 +311,7 @@ def import_messages(
     resolve = resolver(bundle.assets)
     messages = tuple(
         render_turn(turn, resolve, max_embed_bytes=max_embed_bytes, omitted=omitted)
-        for turn in segment(bundle.narrative)
+        for turn in imported_turns(bundle.narrative)
     )
     warnings = list(bundle.warnings)
     warnings += [

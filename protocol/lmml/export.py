@@ -14,28 +14,40 @@ delimiter holds it as a JSON object, ``<!-- role {...} -->``:
   the turn's text is then empty.
 
 A first ``context`` message with nothing to add is written as the preamble.
-The exporter checks its own output by importing it again and falls back to
-``"content"`` for any message that would not come back equal, so
-``import(export(t)) == t`` holds for every transcript ``t``.
+
+Each message's piece of the document is checked on its own, by importing it:
+nothing in one piece reaches into the next (a delimiter line ends every
+paragraph; a piece with an open code block is only written as narrative when
+it is the last, one with an unclosed ``@@@name`` line when no later text has a
+``@@@`` line), so a piece that comes back equal alone comes back equal in the
+document. The only thing pieces share is embeds, which belong to the piece
+that names them first, and whose bytes come from the first fence of their
+name. The document is then imported once more as a whole, as a check, and
+any message that would not come back equal falls back to ``"content"``, so
+``import(export(t)) == t`` holds for every transcript ``t``. All of it takes
+time linear in the size of the transcript: each piece is parsed once alone
+and once in the document (the check succeeds the first time).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 import msgspec
 
-from protocol.lmml.bundle import decode_narrative, write_bundle
+from protocol.lmml.bundle import decode_narrative, imported_turns, write_bundle
 from protocol.lmml.errors import LmmlError
-from protocol.lmml.narrative import parse
-from protocol.lmml.render import embed_bytes, embed_part, render_turn, resolver
+from protocol.lmml.narrative import has_closing_line, parse
+from protocol.lmml.render import embed_bytes, render_turn, resolver
 from protocol.lmml.turns import segment
 from protocol.types import ContentPart, Message, TextPart
 
 __all__ = ["export_lmml", "export_lmmlz"]
 
 _encode_json: Final = msgspec.json.Encoder().encode
+_BOM: Final = "\ufeff"
 
 
 def export_lmml(messages: Sequence[Message]) -> str:
@@ -84,13 +96,22 @@ def _write(
     """The document, its assets and which messages went in as narrative."""
     chunks: list[str] = []
     assets: dict[str, bytes] = {}
-    claimed: set[str] = set()
+    # Embed names an earlier message owns: their bytes while only a bundle
+    # entry holds them, ``None`` once a fence of that name is written.
+    claimed: dict[str, bytes | None] = {}
     natural: list[int] = []
     last = len(messages) - 1
+    # Whether a later message's text has a "@@@" line, which would close an
+    # "@@@name" line left open in an earlier one.
+    closes_later = [False] * len(messages)
+    for i in range(last, 0, -1):
+        closes_later[i - 1] = closes_later[i] or has_closing_line(_text(messages[i]))
     for i, message in enumerate(messages):
         chunk = None
         if i not in forced:
-            chunk = _narrative(message, i == 0, i == last, claimed, assets, with_assets)
+            chunk = _narrative(
+                message, i == 0, i == last, closes_later[i], claimed, assets, with_assets
+            )
         if chunk is None:
             attributes = _fields(message)
             attributes["content"] = msgspec.to_builtins(message.content)
@@ -105,11 +126,17 @@ def _narrative(
     message: Message,
     first: bool,
     last: bool,
-    claimed: set[str],
+    closes_later: bool,
+    claimed: dict[str, bytes | None],
     assets: dict[str, bytes],
     with_assets: bool,
 ) -> str | None:
-    """The message as delimiter and narrative text, or ``None`` if it cannot be."""
+    """The message as delimiter and narrative text, or ``None`` if it cannot be.
+
+    The result imports back to exactly ``message``, alone and after the
+    pieces written before it (whose embeds are in ``claimed``); ``claimed``
+    and ``assets`` are updated only when a piece is returned.
+    """
     content = message.content
     parts: tuple[ContentPart, ...]
     if isinstance(content, str):
@@ -124,15 +151,33 @@ def _narrative(
         return None
     chomp = bool(text) and not last and not text.endswith("\n")
     written = text + "\n" if chomp else text
+    attributes = _fields(message)
+    if string:
+        attributes["string"] = True
+    if chomp:
+        attributes["chomp"] = True
+    # A byte order mark would be taken off the start of the file on import.
+    if first and message.role == "context" and not attributes and text and text[0] != _BOM:
+        chunk = written
+    else:
+        chunk = _delimiter(message.role, attributes) + written
     try:
-        narrative = parse(written)
+        narrative = parse(chunk)
     except LmmlError:
         return None
-    if narrative.delimiters or (narrative.open_code_block and not last):
-        return None
-    own = [e for e in narrative.embeds if e.name not in claimed]
+    if (narrative.open_code_block and not last) or (narrative.unclosed_fences and closes_later):
+        return None  # it would run into the next message
+    turns = segment(narrative)
+    if len(turns) != 1:
+        return None  # a line of the text is a delimiter
+    for embed in turns[0].embeds:
+        entry = claimed.get(embed.name)
+        if entry is not None and embed.content is not None and embed.content != entry:
+            return None  # the first fence would override an earlier message's entry
+    own = [e for e in turns[0].embeds if e.name not in claimed]
     if len(own) != len(parts):
         return None
+    contents: dict[str, bytes] = {}
     entries: dict[str, bytes] = {}
     for embed, part in zip(own, parts, strict=True):
         data = embed.content
@@ -144,18 +189,27 @@ def _narrative(
             if data is None:
                 return None
             entries[embed.name] = data
-        if embed_part(embed.name, data) != part:
-            return None
-    attributes = _fields(message)
-    if string:
-        attributes["string"] = True
-    if chomp:
-        attributes["chomp"] = True
-    claimed.update(e.name for e in own)
+        contents[embed.name] = data
+    try:
+        back = render_turn(replace(turns[0], embeds=tuple(own)), resolver(contents))
+    except LmmlError:
+        return None
+    if back != message:
+        return None
+    for embed in turns[0].embeds:
+        if embed.content is not None and embed.name in claimed:
+            claimed[embed.name] = None  # the first fence is written: later ones never count
+    claimed.update((e.name, entries.get(e.name)) for e in own)
     assets.update(entries)
-    if first and message.role == "context" and not attributes and text:
-        return text
-    return _delimiter(message.role, attributes) + written
+    return chunk
+
+
+def _text(message: Message) -> str:
+    """The text a message is written with if it is written as narrative."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return content[0].text if content and isinstance(content[0], TextPart) else ""
 
 
 def _fields(message: Message) -> dict[str, Any]:
@@ -180,7 +234,7 @@ def _delimiter(role: str, attributes: dict[str, Any]) -> str:
 def _reimport(text: str, assets: dict[str, bytes]) -> list[Message | None] | None:
     """What importing the document gives, turn by turn (``None``: a turn fails)."""
     try:
-        turns = segment(parse(decode_narrative(text.encode())))
+        turns = imported_turns(parse(decode_narrative(text.encode())))
     except LmmlError:
         return None
     resolve = resolver(assets)

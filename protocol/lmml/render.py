@@ -85,6 +85,8 @@ _OTHER_MIME_TYPES: Final[Mapping[str, str]] = {
     "yml": "application/yaml",
     "toml": "application/toml",
     "sql": "application/sql",
+    "diff": "text/x-diff",
+    "patch": "text/x-diff",
     "pdf": "application/pdf",
     "zip": "application/zip",
     "gz": "application/gzip",
@@ -110,7 +112,8 @@ class _Attributes(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def _extension(name: str) -> str:
-    return name.rpartition(".")[2].lower() if "." in name else ""
+    base = name.rpartition("/")[2]  # a folder's dots are not the file's extension
+    return base.rpartition(".")[2].lower() if "." in base else ""
 
 
 def is_image(name: str) -> bool:

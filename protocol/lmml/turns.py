@@ -38,21 +38,29 @@ def segment(narrative: Narrative) -> tuple[Turn, ...]:
     Text before the first delimiter, if any, is a ``context`` turn (the
     preamble), so nothing the author wrote is dropped: the preamble's text
     followed by each turn's ``delimiter`` and ``text`` is the narrative
-    exactly. Every delimiter opens a turn, even one with the same role as the
-    turn before.
+    exactly. A narrative without delimiters is one ``context`` turn, even an
+    empty one; an empty preamble before a delimiter is no turn. Every
+    delimiter opens a turn, even one with the same role as the turn before.
     """
     text = narrative.text
-    embeds = narrative.embeds
+    delimiters = narrative.delimiters
     # (byte start, byte end, char start, char end, role, delimiter line, attributes)
     spans: list[tuple[int, int, int, int, str, str, Mapping[str, Any]]] = []
-    first = narrative.delimiters[0] if narrative.delimiters else None
-    preamble_end = first.start if first else narrative.size
-    if preamble_end > 0:
+    if not delimiters or delimiters[0].start > 0:
+        first_delimiter = delimiters[0] if delimiters else None
         spans.append(
-            (0, preamble_end, 0, first.char_start if first else len(text), "context", "", {})
+            (
+                0,
+                first_delimiter.start if first_delimiter else narrative.size,
+                0,
+                first_delimiter.char_start if first_delimiter else len(text),
+                "context",
+                "",
+                {},
+            )
         )
-    following = [*narrative.delimiters[1:], None][: len(narrative.delimiters)]
-    for delimiter, after in zip(narrative.delimiters, following, strict=True):
+    for i, delimiter in enumerate(delimiters):
+        after = delimiters[i + 1] if i + 1 < len(delimiters) else None
         spans.append(
             (
                 delimiter.end,
@@ -64,15 +72,24 @@ def segment(narrative: Narrative) -> tuple[Turn, ...]:
                 delimiter.attributes,
             )
         )
-    return tuple(
-        Turn(
-            role=role,
-            text=text[char_start:char_end],
-            start=start,
-            end=end,
-            delimiter=line,
-            embeds=tuple(e for e in embeds if start <= e.offset < end),
-            attributes=attributes,
+    # Embeds come in offset order, like the turns: hand them out in one pass.
+    embeds = narrative.embeds
+    turns: list[Turn] = []
+    first = 0
+    for start, end, char_start, char_end, role, line, attributes in spans:
+        last = first
+        while last < len(embeds) and embeds[last].offset < end:
+            last += 1
+        turns.append(
+            Turn(
+                role=role,
+                text=text[char_start:char_end],
+                start=start,
+                end=end,
+                delimiter=line,
+                embeds=embeds[first:last],
+                attributes=attributes,
+            )
         )
-        for start, end, char_start, char_end, role, line, attributes in spans
-    )
+        first = last
+    return tuple(turns)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 import struct
+import time
 import zipfile
 
 import pytest
@@ -163,7 +164,7 @@ def test_orphaned_entries_and_conflicts_are_warnings() -> None:
     assert len(result.warnings) == 2
     attachment = result.messages[0].content[1]
     assert isinstance(attachment, AttachmentPart)
-    assert attachment.content == "fenced"
+    assert attachment.content == "fenced\n"  # every line, with its line ending
 
 
 def test_the_primary_entry_is_the_archive_name_without_z() -> None:
@@ -232,3 +233,42 @@ def test_write_bundle_is_deterministic_and_checks_its_name() -> None:
             write_bundle(NARRATIVE, {}, name=bad)
     with pytest.raises(LmmlError, match="named like the primary entry"):
         write_bundle(NARRATIVE, {"chat.lmml": b""}, name="chat")
+
+
+def test_a_narrative_bomb_is_refused_before_inflating() -> None:
+    # Issue 14: a 65 KB zip holding a 32 MiB narrative stalled the server 4 s.
+    for size, reason in [
+        (32 << 20, "is 33554440 bytes uncompressed, more than the limit of 33554432"),
+        (24 << 20, "is 25165832 bytes, more than the limit of 16777216 for a narrative"),
+    ]:
+        data = _zip([("chat.lmml", b"## user\n" + b"`a" * (size // 2))])
+        assert len(data) < 100 << 10
+        started = time.perf_counter()
+        with pytest.raises(LmmlError, match=f"entry 'chat.lmml' {reason}"):
+            import_messages(data, filename="chat.lmmlz")
+        assert time.perf_counter() - started < 0.5  # the central directory only
+    limits = BundleLimits(max_narrative_bytes=100)
+    with pytest.raises(LmmlError, match="narrative is 101 bytes, more than the limit of 100"):
+        read_bundle(b"x" * 101, limits=limits)
+    assert read_bundle(b"x" * 100, limits=limits).narrative.size == 100
+
+
+def test_what_parsing_holds_is_bounded() -> None:
+    # Each turn or reference costs objects: 16 MiB of "## user\n" or "@a "
+    # would hold gigabytes. Parsing stops as soon as a bound is passed.
+    limits = BundleLimits(max_delimiters=3, max_embed_marks=4)
+    assert len(import_messages(b"## user\n" * 3, limits=limits).messages) == 3
+    with pytest.raises(LmmlError, match="more than 3 role delimiters"):
+        import_messages(b"## user\n" * 4, limits=limits)
+    assert read_bundle(b"@@@a\nx\n@@@\n@a @a\n@@@b\n", limits=limits).narrative
+    with pytest.raises(LmmlError, match="more than 4 embed fences and references"):
+        read_bundle(b"@@@a\nx\n@@@\n@a @a @a @a\n", limits=limits)
+    with pytest.raises(LmmlError, match="more than 1000 role delimiters"):
+        import_messages(b"## user\n" * 1001)  # an import is one append of at most 1000
+
+
+def test_unclosed_fence_warnings_are_counted_after_ten() -> None:
+    result = import_messages(b"".join(b"@@@f%d.txt\n" % i for i in range(25)))
+    assert len(result.warnings) == 11
+    assert result.warnings[0].startswith("line 1: @@@f0.txt is never closed")
+    assert result.warnings[-1] == "15 more @@@name lines are never closed"

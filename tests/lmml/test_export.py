@@ -20,8 +20,10 @@ from protocol.lmml import (
     render_turns,
     segment,
 )
+from protocol.lmml.export import _reimport, _write
+from protocol.lmml.render import embed_part
 from protocol.types import AttachmentPart, ImageUrl, ImageUrlPart, Message, TextPart
-from tests.lmml.strategies import ASSETS, narratives
+from tests.lmml.strategies import ASSETS, narratives, transcripts
 from tests.strategies import messages as any_messages
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x01"
@@ -185,3 +187,78 @@ def test_imported_narratives_round_trip(text: str) -> None:
 def test_chat_json_of_a_round_trip_is_identical() -> None:
     transcript = [Message(role="user", content="Hello", metadata={"a": 1})]
     assert msgspec.json.encode(_via_lmml(transcript)) == msgspec.json.encode(transcript)
+
+
+@settings(max_examples=150, deadline=None)
+@given(transcripts())
+def test_mixed_transcripts_round_trip(transcript: list[Message]) -> None:
+    assert _via_lmml(transcript) == tuple(transcript)
+    assert _via_lmmlz(transcript) == tuple(transcript)
+
+
+@settings(max_examples=300, deadline=None)
+@given(transcripts() | narratives().map(lambda t: render_turns(segment(parse(t)), ASSETS)))
+def test_each_message_checked_alone_comes_back_the_same_in_the_document(
+    transcript: list[Message],
+) -> None:
+    # So the exporter's first round always succeeds: one parse of each
+    # message and one of the document, never a round per message.
+    for with_assets in (False, True):
+        text, assets, _ = _write(tuple(transcript), set(), with_assets=with_assets)
+        assert _reimport(text, assets) == transcript
+
+
+def test_fence_content_without_a_final_newline_still_round_trips() -> None:
+    # A fence holds whole lines, so "x" cannot come from "@@@a.txt\nx\n@@@":
+    # the message keeps its content in the delimiter, exactly.
+    text = "@@@a.txt\nx\n@@@\n"
+    part = AttachmentPart(name="a.txt", mime="text/plain", content="x")
+    transcript = (Message(role="user", content=(TextPart(text=text), part)),)
+    assert '"content":[' in export_lmml(transcript)
+    assert _via_lmml(transcript) == transcript
+    assert _via_lmmlz(transcript) == transcript
+    # Referenced instead of fenced, it is a bundle entry holding exactly "x".
+    referenced = (Message(role="user", content=(TextPart(text="see @a.txt\n"), part)),)
+    data = export_lmmlz(referenced)
+    assert zipfile.ZipFile(io.BytesIO(data)).read("a.txt") == b"x"
+    assert b'"content"' not in zipfile.ZipFile(io.BytesIO(data)).read("transcript.lmml")
+    assert _via_lmmlz(referenced) == referenced
+
+
+def test_an_unclosed_fence_line_stays_narrative_unless_a_later_line_would_close_it() -> None:
+    imported = import_messages(b"## user\n@@@a.txt\nnot a fence\n## assistant\nok\n").messages
+    assert export_lmml(imported) == (
+        "<!-- user -->\n@@@a.txt\nnot a fence\n<!-- assistant -->\nok\n"
+    )
+    assert _via_lmml(imported) == imported
+    closing = (*imported, Message(role="user", content="@@@\n"))
+    assert _write(closing, set(), with_assets=False)[2] == [1, 2]
+    assert export_lmml(closing).startswith('<!-- user {"content":')
+    assert _via_lmml(closing) == closing
+
+
+def test_entries_in_subfolders_round_trip() -> None:
+    png = embed_part("img/a.png", PNG)
+    transcript = (Message(role="user", content=(TextPart(text="see @img/a.png.\n"), png)),)
+    data = export_lmmlz(transcript, name="chat")
+    assert zipfile.ZipFile(io.BytesIO(data)).namelist() == ["chat.lmml", "img/a.png"]
+    assert _via_lmmlz(transcript, "chat") == transcript
+
+
+def test_a_byte_order_mark_keeps_the_first_message_out_of_the_preamble() -> None:
+    transcript = (Message(role="context", content=(TextPart(text="\ufeffnotes\n"),)),)
+    assert export_lmml(transcript) == "<!-- context -->\n\ufeffnotes\n"
+    assert _via_lmml(transcript) == transcript
+
+
+def test_a_later_fence_may_not_override_an_earlier_entry() -> None:
+    # The first fence of a name gives its bytes to every reference, so a
+    # fence in a later message would change the entry an earlier one wrote.
+    entry = AttachmentPart(name="a.txt", mime="text/plain", content="entry")
+    transcript = (
+        Message(role="user", content=(TextPart(text="@a.txt\n"), entry)),
+        Message(role="assistant", content=(TextPart(text="@@@a.txt\nfenced\n@@@\n"),)),
+    )
+    _, assets, natural = _write(transcript, set(), with_assets=True)
+    assert natural == [0] and assets == {"a.txt": b"entry"}
+    assert _via_lmmlz(transcript) == transcript

@@ -8,8 +8,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.lmml import LmmlError, chat_messages, mime_type, parse, render_turns, segment
-from protocol.lmml.narrative import heading_role
+from protocol.lmml import (
+    LmmlError,
+    Turn,
+    chat_messages,
+    import_messages,
+    mime_type,
+    parse,
+    render_turns,
+    segment,
+)
+from protocol.lmml.narrative import UnclosedFence, heading_role
 from protocol.lmml.render import embed_bytes, embed_part
 from protocol.types import AttachmentPart, ImageUrlPart, Message, TextPart
 
@@ -43,7 +52,7 @@ def test_offsets_are_utf8_byte_offsets() -> None:
     assert data[reference.offset : reference.offset + 6] == b"@a.txt"
     (fence,) = narrative.fences
     assert data[fence.offset : fence.end] == "@@@b.txt\nü\n@@@\n".encode()
-    assert fence.content == "ü".encode()
+    assert fence.content == "ü\n".encode()
     preamble, user = segment(narrative)
     assert (preamble.start, preamble.end) == (0, len("é ✓\n".encode()))
     assert user.end == len(data)
@@ -55,19 +64,133 @@ def test_a_role_token_in_a_heading_inside_a_fence_is_not_a_delimiter() -> None:
     assert [t.role for t in turns] == ["user"]
 
 
-def test_an_unclosed_embed_fence_names_its_line() -> None:
-    with pytest.raises(LmmlError, match=r"line 3: embed fence @@@x\.txt is never closed"):
-        parse("## user\nhi\n@@@x.txt\n## assistant\n")
+@pytest.mark.parametrize(
+    ("text", "content"),
+    [
+        ("@@@a.txt\nx\n@@@\n", b"x\n"),
+        ("@@@a.txt\nx\n@@@", b"x\n"),
+        ("@@@a.txt\n@@@\n", b""),
+        ("@@@a.txt\n\n@@@\n", b"\n"),
+        ("@@@a.txt\nx\ny\n\n@@@\n", b"x\ny\n\n"),
+        ("@@@a.txt\r\nx\r\n@@@\r\n", b"x\r\n"),
+        ("@@@a.txt \t\nx\n@@@\t\n", b"x\n"),
+    ],
+)
+def test_fence_content_is_every_line_between_with_its_line_ending(
+    text: str, content: bytes
+) -> None:
+    (fence,) = parse(text).fences
+    assert (fence.name, fence.content) == ("a.txt", content)
+
+
+def test_an_unclosed_embed_fence_is_plain_text_with_a_warning() -> None:
+    text = "## user\nhi\n@@@x.txt\n## assistant\nok\n"
+    narrative = parse(text)
+    assert [d.role for d in narrative.delimiters] == ["user", "assistant"]
+    assert narrative.fences == () and narrative.embeds == ()
+    assert narrative.unclosed_fences == (UnclosedFence("x.txt", 3, len("## user\nhi\n")),)
+    assert narrative.warnings == (
+        "line 3: @@@x.txt is never closed by a line @@@, so it is plain text",
+    )
+    result = import_messages(text.encode())
+    assert [m.content for m in result.messages] == [
+        (TextPart(text="hi\n@@@x.txt\n"),),
+        (TextPart(text="ok\n"),),
+    ]
+    assert result.warnings == narrative.warnings
+
+
+def test_a_closing_line_before_an_opening_line_does_not_close_it() -> None:
+    narrative = parse("@@@\n@@@a.txt\nx\n")
+    assert narrative.fences == ()
+    assert [u.name for u in narrative.unclosed_fences] == ["a.txt"]
+
+
+def test_an_unclosed_fence_line_stays_in_its_paragraph() -> None:
+    # Plain text: a code span runs across it, and it names nothing itself.
+    narrative = parse("`x\n@@@a.txt\n@b.txt` @c.txt\n")
+    assert [r.name for r in narrative.references] == ["c.txt"]
+    # Only the first of several opening lines after the last "@@@" line is
+    # unclosed; the one before that line is a fence holding the others.
+    narrative = parse("@@@a.txt\n@@@b.txt\n@@@\n@@@c.txt\n@@@d.txt\n")
+    assert [(f.name, f.content) for f in narrative.fences] == [("a.txt", b"@@@b.txt\n")]
+    assert [(u.name, u.line) for u in narrative.unclosed_fences] == [("c.txt", 4), ("d.txt", 5)]
 
 
 def test_a_fence_name_never_keeps_a_carriage_return() -> None:
     narrative = parse("@@@a.txt\r\nx\r\n@@@\r\n@b.txt\r\n")
     assert [e.name for e in narrative.embeds] == ["a.txt", "b.txt"]
-    assert narrative.fences[0].content == b"x"
+    assert narrative.fences[0].content == b"x\r\n"
 
 
-def test_an_empty_narrative_has_no_turns() -> None:
-    assert segment(parse("")) == ()
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("@img/a.png", ["img/a.png"]),
+        ("@a/b/c.txt, and", ["a/b/c.txt"]),
+        ("@img/a.png.", ["img/a.png"]),
+        ("@a/.hidden/x", ["a/.hidden/x"]),
+        ("@a/../b.txt", ["a"]),
+        ("@a/./b.txt", ["a"]),
+        ("@a/.../b.txt", ["a"]),
+        ("@a//b.txt", ["a"]),
+        ("@a/b/", ["a/b"]),
+        ("@/etc/passwd", []),
+        ("@a\\b.txt", ["a"]),
+        ("x@a/b.txt", []),
+    ],
+)
+def test_a_reference_may_name_an_entry_in_a_subfolder(text: str, names: list[str]) -> None:
+    assert [r.name for r in parse(text).references] == names
+
+
+def test_a_fence_may_name_an_entry_in_a_subfolder() -> None:
+    assert [f.name for f in parse("@@@src/a.py\nx\n@@@\n").fences] == ["src/a.py"]
+    assert parse("@@@src/../a.py\nx\n@@@\n").fences == ()
+
+
+def test_a_narrative_without_delimiters_is_one_context_turn_even_when_empty() -> None:
+    assert segment(parse("")) == (Turn(role="context", text="", start=0, end=0),)
+    (turn,) = segment(parse("just prose\n"))
+    assert (turn.role, turn.text, turn.delimiter) == ("context", "just prose\n", "")
+    # An empty preamble before a delimiter is no turn, and an empty file no message.
+    assert [t.role for t in segment(parse("## user\nhi\n"))] == ["user"]
+    assert import_messages(b"").messages == ()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "<!-- user -->",
+        "<!--user-->",
+        "   <!--\tUser\t-->\t ",
+        '<!-- tool {"name": "n"} -->',
+        '<!-- tool{"a": "-->"}-->',
+    ],
+)
+def test_comment_delimiters(line: str) -> None:
+    assert len(parse(line + "\n").delimiters) == 1
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "<!-- user --> -->",
+        "<!-- user x -->",
+        "<!-- user2 -->",
+        "<!-->",
+        "<!---->",
+        "<!-- {} -->",
+        "<!-- user { -->",
+        "<!-- user [1] -->",
+        '<!-- user {"a": 1} x -->',
+        "    <!-- user -->",
+        "<!-- users -->",
+        "<!-- user -->x",
+    ],
+)
+def test_lines_that_are_not_comment_delimiters(line: str) -> None:
+    assert parse(line + "\n").delimiters == ()
 
 
 def test_mime_types_by_extension() -> None:
@@ -76,10 +199,13 @@ def test_mime_types_by_extension() -> None:
     assert mime_type("notes.md") == "text/markdown"
     assert mime_type("x.unknownext") == "application/octet-stream"
     assert mime_type("Makefile") == "application/octet-stream"
+    assert mime_type("fix.diff") == mime_type("fix.PATCH") == "text/x-diff"
+    assert mime_type("img/a.png") == "image/png"
+    assert mime_type("v1.2/README") == "application/octet-stream"
 
 
 def test_render_keeps_an_embed_of_exactly_the_limit() -> None:
-    turns = segment(parse("## user\n@@@a.txt\n123\n@@@\n@b.png\n"))
+    turns = segment(parse("## user\n@@@a.txt\n12\n@@@\n@b.png\n"))
     messages = render_turns(turns, {"b.png": b"1234"}, max_embed_bytes=3)
     assert [type(p) for p in messages[0].content] == [TextPart, AttachmentPart]
     messages = render_turns(turns, {"b.png": b"1234"}, max_embed_bytes=4)

@@ -45,7 +45,7 @@ EXPECTED: list[dict[str, Any]] = [
         "role": "assistant",
         "content": [
             {"type": "text", "text": "Here is a dot:\n@@@dot.svg\n<svg/>\n@@@\n"},
-            {"type": "image_url", "image_url": {"url": "data:image/svg+xml;base64,PHN2Zy8+"}},
+            {"type": "image_url", "image_url": {"url": "data:image/svg+xml;base64,PHN2Zy8+Cg=="}},
         ],
     },
 ]
@@ -123,7 +123,7 @@ async def test_import_lmml_text_with_inline_fences_and_a_generated_id() -> None:
                         "type": "attachment",
                         "name": "a.md",
                         "mime": "text/markdown",
-                        "content": "# not a turn",
+                        "content": "# not a turn\n",
                     },
                 ],
             },
