@@ -125,6 +125,7 @@ export class Continuity {
       resumes: 0,
       baselines: 0,
       rebaselines: 0,
+      staleBaselines: 0,
       epochChanges: 0,
       foreign: 0,
       lagged: 0,
@@ -140,12 +141,20 @@ export class Continuity {
     return this.onError(frame);
   }
 
-  /** A baseline replaces the copy, whatever it held; a foreign one resubscribes. */
+  /**
+   * A baseline replaces the copy, unless it is older than the copy in the
+   * same epoch (stale: ignored, or the copy would go back in time); a
+   * foreign one resubscribes.
+   */
   onBaseline(snapshot) {
     const tally = this._tally;
     if (snapshot.transcriptId !== this.transcriptId) {
       tally.foreign += 1;
       return this._resubscribe("foreign", false);
+    }
+    if (this.revision !== null && snapshot.epoch === this.epoch && snapshot.revision < this.revision) {
+      tally.staleBaselines += 1;
+      return ignore("stale baseline");
     }
     if (tally.baselines) tally.rebaselines += 1;
     tally.baselines += 1;
@@ -210,6 +219,13 @@ export class Continuity {
       return stop(frame.code, frame.message);
     }
     return ignore(`error ${frame.code}`);
+  }
+
+  /** The copy is gone (an event did not fit it): forget it and ask for a fresh baseline. */
+  drop(reason) {
+    this.revision = null;
+    this.epoch = null;
+    return this._resubscribe(reason, true);
   }
 
   /** The connection lost frames (SeqTracker said "gap"): resubscribe. */

@@ -131,6 +131,19 @@ def test_segment_events_continue_the_copy_like_appends() -> None:
     assert machine.revision == 2
 
 
+def test_an_older_baseline_of_the_same_epoch_is_stale() -> None:
+    machine = Continuity(T)
+    machine.on_baseline(_snapshot(10))
+    assert machine.on_baseline(_snapshot(8)) == Ignore("stale baseline")
+    assert machine.revision == 10
+    assert machine.counters.stale_baselines == 1
+    # The same revision, a newer one, or another epoch still replace the copy.
+    assert isinstance(machine.on_baseline(_snapshot(10)), Replace)
+    assert isinstance(machine.on_baseline(_snapshot(12)), Replace)
+    assert isinstance(machine.on_baseline(_snapshot(3, epoch="e2")), Replace)
+    assert (machine.revision, machine.epoch) == (3, "e2")
+
+
 def test_repr_shows_the_state() -> None:
     machine = Continuity(T)
     machine.on_baseline(_snapshot(3))
