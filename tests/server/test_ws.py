@@ -68,7 +68,7 @@ async def test_http_appends_reach_ws_subscribers_with_origin() -> None:
                 assert r.status_code == 201
             inc = await c.expect(Increment)
             assert inc.event.revision == 1
-            assert inc.event.origin is not None and inc.event.origin.context_id == "req-42"
+            assert inc.event.origin is not None and inc.event.origin.context_id == "http:req-42"
 
 
 async def test_resume_from_held_revision_sends_only_missing() -> None:
