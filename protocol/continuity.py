@@ -53,6 +53,7 @@ from protocol.wire import (
     FORBIDDEN,
     LAGGED,
     NOT_FOUND,
+    TOO_MANY_SUBSCRIPTIONS,
     UNAUTHORIZED,
     Baseline,
     ErrorFrame,
@@ -77,8 +78,9 @@ __all__ = [
     "Stop",
 ]
 
-#: Error codes after which a subscription cannot go on by resubscribing.
-STOP_CODES: Final = frozenset({NOT_FOUND, FORBIDDEN, UNAUTHORIZED})
+#: Error codes after which a subscription cannot go on by resubscribing
+#: (``too-many-subscriptions`` only ever refuses a new subscription).
+STOP_CODES: Final = frozenset({NOT_FOUND, FORBIDDEN, UNAUTHORIZED, TOO_MANY_SUBSCRIPTIONS})
 
 
 # --- the connection's seq ----------------------------------------------------------
@@ -224,7 +226,9 @@ class Counters:
       ``skipped``: events ignored while a resubscribe was outstanding.
     - ``resumes``: resubscribes from a revision after a lost or new connection.
     - ``baselines``: baselines taken; ``rebaselines``: those after the first;
-      ``stale_baselines``: baselines ignored as older than the copy.
+      ``stale_baselines``: baselines ignored as older than the copy;
+      ``dropped``: copies dropped because an event judged next (and counted
+      in ``applied``) did not fit them.
     - ``epoch_changes``: copies dropped or replaced because the epoch differed.
     - ``foreign``: frames about another transcript; ``lagged``: ``lagged`` errors.
     - ``resubscribes``: ``Resubscribe`` decisions of any reason.
@@ -238,6 +242,7 @@ class Counters:
     baselines: int = 0
     rebaselines: int = 0
     stale_baselines: int = 0
+    dropped: int = 0
     epoch_changes: int = 0
     foreign: int = 0
     lagged: int = 0
@@ -258,6 +263,7 @@ class _Tally:
     baselines: int = 0
     rebaselines: int = 0
     stale_baselines: int = 0
+    dropped: int = 0
     epoch_changes: int = 0
     foreign: int = 0
     lagged: int = 0
@@ -359,7 +365,8 @@ class Continuity:
         return self._resubscribe("gap", fresh=False)
 
     def on_error(self, frame: ErrorFrame) -> Decision:
-        """``lagged`` resubscribes, ``not-found``/``forbidden``/``unauthorized`` stop."""
+        """``lagged`` resubscribes; ``not-found``, ``forbidden``, ``unauthorized``
+        and ``too-many-subscriptions`` stop."""
         if frame.transcript_id is not None and frame.transcript_id != self.transcript_id:
             return Reject(f"error about transcript {frame.transcript_id!r}")
         if frame.code == LAGGED:
@@ -375,6 +382,7 @@ class Continuity:
     def drop(self, reason: str) -> Resubscribe:
         """The copy is gone (an applied event did not fit it: one side broke
         the model): forget revision and epoch and ask for a fresh baseline."""
+        self._tally.dropped += 1
         self.revision = None
         self.epoch = None
         return self._resubscribe(reason, fresh=True)
