@@ -49,7 +49,7 @@ from protocol.wire import (
     encode_json,
     encode_msgpack,
 )
-from tests.protocol.test_continuity import ACTIONS, Server, T, run
+from tests.protocol.test_continuity import ACTIONS, ChannelFaults, Server, T, run
 
 E = "e1"
 
@@ -212,7 +212,7 @@ def test_a_stopped_subscription_can_be_made_again() -> None:
 # --- the model ---------------------------------------------------------------------------
 
 
-class ConsumerHarness:
+class ConsumerHarness(ChannelFaults):
     """A ``Consumer`` connected to the model ``Server`` of ``test_continuity``."""
 
     def __init__(self, retention: int, *, keep_messages: bool = True) -> None:
@@ -260,26 +260,6 @@ class ConsumerHarness:
             )  # fmt: skip
         assert not isinstance(update, Stopped | InvalidFrameReceived), update
         assert not (isinstance(update, Resubscribed) and update.reason == "mismatch"), update
-
-    # The faults run() plays on the channel.
-    def drop(self, index: int) -> None:
-        if self.server.channel:
-            del self.server.channel[index % len(self.server.channel)]
-
-    def duplicate(self, index: int) -> None:
-        if self.server.channel:
-            i = index % len(self.server.channel)
-            self.server.channel.insert(i, self.server.channel[i])
-
-    def swap(self, index: int) -> None:
-        channel = self.server.channel
-        if len(channel) >= 2:
-            i = index % (len(channel) - 1)
-            channel[i], channel[i + 1] = channel[i + 1], channel[i]
-
-    def foreign(self) -> None:
-        other = TranscriptEvent("t2", "x", 1, 0, MessagesAppended(0, (_message(0),)))
-        self.server.send(Increment(seq=1, event=other))
 
     def heal(self) -> None:
         """A clean reconnect, then everything delivered, several frames per message."""

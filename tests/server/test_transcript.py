@@ -45,6 +45,16 @@ class Boom(Exception):
     pass
 
 
+class RefusingCapture:
+    def capture(self, event: TranscriptEvent) -> None:
+        raise Boom("capture")
+
+
+class FailingObservation:
+    def observe(self, record: Any) -> None:
+        raise Boom("observe")
+
+
 class RecordingPersistence:
     def __init__(self) -> None:
         self.events: list[TranscriptEvent] = []
@@ -437,15 +447,7 @@ def test_a_failing_observation_keeps_the_change_and_the_capture() -> None:
 
 
 def test_capture_and_observation_failing_together_are_raised_as_a_group() -> None:
-    class Refusing:
-        def capture(self, event: TranscriptEvent) -> None:
-            raise Boom("capture")
-
-    class Failing:
-        def observe(self, record: Any) -> None:
-            raise Boom("observe")
-
-    t = Transcript(changes=Refusing(), observation=Failing())
+    t = Transcript(changes=RefusingCapture(), observation=FailingObservation())
     with pytest.raises(ExceptionGroup) as caught:
         t.append([user("a")])
     capture_error, observation_error = caught.value.exceptions
@@ -693,15 +695,7 @@ def test_a_partial_snapshot_says_so_and_restore_refuses_it() -> None:
 
 
 def test_capture_and_observation_failing_together_are_catchable_as_capture_errors() -> None:
-    class Refusing:
-        def capture(self, event: TranscriptEvent) -> None:
-            raise Boom("capture")
-
-    class Failing:
-        def observe(self, record: Any) -> None:
-            raise Boom("observe")
-
-    t = Transcript(changes=Refusing(), observation=Failing())
+    t = Transcript(changes=RefusingCapture(), observation=FailingObservation())
     with pytest.raises(ChangeCaptureError) as caught:
         t.append([user("a")])
     assert isinstance(caught.value, ExceptionGroup)
@@ -711,17 +705,12 @@ def test_capture_and_observation_failing_together_are_catchable_as_capture_error
 
 @pytest.mark.parametrize("observe", [False, True])
 def test_a_constructor_whose_capture_fails_hands_over_the_transcript(observe: bool) -> None:
-    class Refusing:
-        def capture(self, event: TranscriptEvent) -> None:
-            raise Boom("capture")
-
-    class Failing:
-        def observe(self, record: Any) -> None:
-            raise Boom("observe")
-
     with pytest.raises(ChangeCaptureError) as caught:
         Transcript(
-            [user("a")], id="made", changes=Refusing(), observation=Failing() if observe else None
+            [user("a")],
+            id="made",
+            changes=RefusingCapture(),
+            observation=FailingObservation() if observe else None,
         )
     t = caught.value.transcript
     assert isinstance(t, Transcript)
