@@ -283,9 +283,9 @@ class Subscription:
 
     def on_event(self, event: TranscriptEvent) -> Applied | Resubscribed | None:
         decision = self.continuity.on_event(event)
-        if isinstance(decision, Resubscribe):
-            return self._resubscribed(decision)
-        if not isinstance(decision, Apply):
+        if type(decision) is not Apply:
+            if isinstance(decision, Resubscribe):
+                return self._resubscribed(decision)
             return None  # a repeat, or a gap already being repaired
         copy = self.copy
         try:
@@ -342,7 +342,8 @@ class Consumer:
     ``keep_messages=False`` makes copies that hold no messages (a load-test
     subscriber that only checks). ``subscriptions`` maps transcript ids to
     their ``Subscription``; ``seq`` is the connection's ``SeqTracker``;
-    ``invalid_frames`` counts frames that did not validate.
+    ``frames`` counts the frames taken, ``invalid_frames`` those that did not
+    validate, ``repeated_frames`` those ignored as ``seq`` repeats.
     """
 
     def __init__(self, *, keep_messages: bool = True) -> None:
@@ -350,7 +351,10 @@ class Consumer:
         self.subscriptions: dict[str, Subscription] = {}
         self.seq = SeqTracker()
         self.connected = False
+        #: Frames taken (valid or not), frames refused, frames ignored as seq repeats.
+        self.frames = 0
         self.invalid_frames = 0
+        self.repeated_frames = 0
         self._ops: list[ClientOp] = []
         self._updates: list[Update] = []
         self._barrier = 0
@@ -417,6 +421,7 @@ class Consumer:
     def receive_data(self, data: bytes | str) -> None:
         """Take one WebSocket message: every frame in it, in order."""
         for raw in split_frames(data):
+            self.frames += 1
             try:
                 frame = accept_transcript_update(raw)
             except InvalidFrame as exc:
@@ -428,6 +433,7 @@ class Consumer:
 
     def receive_frame(self, frame: ServerFrame) -> None:
         """Take one frame that was decoded and validated already."""
+        self.frames += 1
         self._receive(frame)
         self._flush_barrier()
 
@@ -451,6 +457,7 @@ class Consumer:
         verdict = seq.observe(frame.seq)
         if verdict is not SeqVerdict.OK:
             if verdict is SeqVerdict.REPEAT:
+                self.repeated_frames += 1
                 return
             # Frames were lost: any subscription may have missed events.
             self._updates.append(FramesLost(frame.seq - last - 1))
@@ -461,7 +468,11 @@ class Consumer:
         if isinstance(frame, Increment):
             subscription = subscriptions.get(frame.event.transcript_id)
             if subscription is not None:  # else: a late frame of an unsubscribed one
-                self._take(subscription, subscription.on_event(frame.event))
+                update = subscription.on_event(frame.event)
+                if type(update) is Applied:  # the hot path
+                    self._updates.append(update)
+                else:
+                    self._take(subscription, update)
         elif isinstance(frame, Baseline):
             subscription = subscriptions.get(frame.snapshot.transcript_id)
             if subscription is not None:

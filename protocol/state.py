@@ -276,15 +276,17 @@ class TranscriptState:
                 f"event for revision {event.revision} applied to transcript {name!r} "
                 f"at revision {self.revision} (expected {self.revision + 1})"
             )
-        check_event(event)
         change = event.change
         length = self.length
         if isinstance(change, MessagesAppended):
+            if not change.messages:
+                raise InvalidChange("event.change: an append carries at least one message")
             if change.start != length:
                 raise InvalidChange(
                     f"append at index {change.start} applied to transcript {name!r} "
                     f"of length {length}"
                 )
+        # (This also makes the change well formed: previous_start < start <= end.)
         elif (
             change.previous_start != self.active_start
             or change.end != length

@@ -16,7 +16,7 @@ import msgspec
 from msgspec import Meta, Struct
 from msgspec.structs import force_setattr
 
-from protocol.frozen import FrozenDict, freeze
+from protocol.frozen import FrozenDict, freeze, freeze_object
 from protocol.limits import ID_PATTERN
 
 # Python's ``$`` also matches before a trailing newline, so "a\n" would pass; the
@@ -117,7 +117,8 @@ class Message(Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=Tru
             force_setattr(self, "content", tuple(content))
         metadata = self.metadata
         if metadata is not None and type(metadata) is not FrozenDict:
-            force_setattr(self, "metadata", freeze(metadata))
+            frozen = freeze_object(metadata) if type(metadata) is dict else freeze(metadata)
+            force_setattr(self, "metadata", frozen)
         calls = self.tool_calls
         if isinstance(calls, list | tuple) and any(type(c) is not FrozenDict for c in calls):
             force_setattr(self, "tool_calls", tuple(freeze(call) for call in calls))

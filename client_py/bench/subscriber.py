@@ -222,17 +222,12 @@ class Subscriber:
         stats.received_bytes += len(message)
         self.since_connect_bytes += len(message)
         core = self.core
-        invalid_before = core.invalid_frames
-        before = core.seq.counters
+        frames, repeats = core.frames, core.repeated_frames
         core.receive_data(message)
-        after = core.seq.counters
-        # Every frame is either judged by seq or refused as invalid.
-        frames = (
-            after.ok + after.gaps + after.repeats - before.ok - before.gaps - before.repeats
-        ) + (core.invalid_frames - invalid_before)
+        frames = core.frames - frames
         stats.frames += frames
         self.since_connect_frames += frames
-        stats.repeats += after.repeats - before.repeats
+        stats.repeats += core.repeated_frames - repeats
         for update in core.updates_received():
             if isinstance(update, Applied):  # the hot path: one per increment
                 stats.delivered += 1
