@@ -120,7 +120,11 @@ class Message(Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=Tru
             frozen = freeze_object(metadata) if type(metadata) is dict else freeze(metadata)
             force_setattr(self, "metadata", frozen)
         calls = self.tool_calls
-        if isinstance(calls, list | tuple) and any(type(c) is not FrozenDict for c in calls):
+        if (
+            calls is not None
+            and isinstance(calls, list | tuple)
+            and any(type(c) is not FrozenDict for c in calls)
+        ):
             force_setattr(self, "tool_calls", tuple(freeze(call) for call in calls))
 
     def text(self) -> str:
