@@ -298,7 +298,7 @@ class Subscription:
             return self._drop("mismatch")
         return Applied(self.transcript_id, event)
 
-    def on_error(self, frame: ErrorFrame) -> Resubscribed | Stopped | ErrorReceived | None:
+    def on_error(self, frame: ErrorFrame) -> Resubscribed | Stopped | ErrorReceived:
         decision = self.continuity.on_error(frame)
         if isinstance(decision, Resubscribe):
             return self._resubscribed(decision)
