@@ -1,13 +1,15 @@
 """``Client``: one WebSocket connection, kept up, and the mirrors it feeds.
 
 One task (the runner) owns the connection. It connects (again and again,
-with exponential backoff and full jitter), resubscribes every mirror from its
-revision and epoch, re-sends the calls that are still waiting, and reads:
-every message is split into frames, every frame goes through
-``accept_transcript_update`` and the connection's ``SeqTracker``, and every
-transcript update through its mirror's ``Continuity``, whose decision the
-runner carries out. Nothing the server sends is trusted blindly: gaps,
-repeats, foreign frames and new epochs are repaired as the contract says.
+with exponential backoff and full jitter) and re-sends the calls that are
+still waiting; everything else a consumer must decide is the consumer core's
+(``protocol.consumer.Consumer``): the runner hands it every message and
+sends the ops it asks for (resubscribes from each copy's revision and epoch,
+barrier pings), then acts on its updates (an event applied to a mirror's
+copy, a baseline that replaced it, a subscription stopped, the answer to a
+call). Nothing the server sends is trusted blindly: gaps, repeats, foreign
+frames, new epochs and events that do not fit the copy are repaired as the
+contract says.
 
 Calls (``append``, ``start_segment``, ``ping``) carry a ``ref``; their answer
 is matched by it. An append always carries an idempotency key (a fresh uuid4
@@ -44,19 +46,19 @@ from client_py.errors import (
 from client_py.http import Ack, Created, HttpApi
 from client_py.mirror import Mirror
 from protocol import wire
-from protocol.continuity import (
-    Apply,
-    Decision,
-    Ignore,
-    Reject,
-    Replace,
-    Resubscribe,
-    SeqCounters,
-    SeqTracker,
-    SeqVerdict,
-    Stop,
+from protocol.consumer import (
+    Answered,
+    Applied,
+    Consumer,
+    ErrorReceived,
+    FramesLost,
+    InvalidFrameReceived,
+    Replaced,
+    Resubscribed,
+    Stopped,
+    Update,
 )
-from protocol.errors import InvalidFrame
+from protocol.continuity import SeqCounters, SeqTracker
 from protocol.types import TranscriptSnapshot
 
 __all__ = ["Client", "ClientCounters", "connect"]
@@ -149,7 +151,8 @@ class Client:
         self.heartbeat = heartbeat
         self.open_timeout = open_timeout
         self.mirrors: dict[str, Mirror] = {}
-        self.seq = SeqTracker()
+        #: The consumer core: seq, continuity and every mirror's copy.
+        self.core = Consumer()
         self._random = random.Random(seed)
         self._calls: dict[str, _Call] = {}
         self._refs = itertools.count(1)
@@ -160,10 +163,7 @@ class Client:
         self._fatal: ServerError | None = None
         self._last_error: BaseException | None = None
         self._closed = False
-        self._invalid_frames = 0
         self._resent = 0
-        self._resubscribes = 0
-        self._latest_resubscribe: dict[str, str] = {}
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -218,12 +218,17 @@ class Client:
         return self._connected.is_set()
 
     @property
+    def seq(self) -> SeqTracker:
+        """The connection's ``SeqTracker`` (the core's)."""
+        return self.core.seq
+
+    @property
     def counters(self) -> ClientCounters:
         return ClientCounters(
             connections=self._connection,
             reconnects=max(0, self._connection - 1),
             seq=self.seq.counters,
-            invalid_frames=self._invalid_frames,
+            invalid_frames=self.core.invalid_frames,
             resent=self._resent,
         )
 
@@ -239,10 +244,9 @@ class Client:
         self._check_open()
         mirror = self.mirrors.get(transcript_id)
         if mirror is None:
-            mirror = Mirror(transcript_id)
+            mirror = Mirror(self.core.subscribe(transcript_id))
             self.mirrors[transcript_id] = mirror
-            if self._ws is not None:
-                await self._send(mirror.continuity.resubscribe_request())
+            await self._send_ops()
         limit = self.request_timeout if timeout is None else timeout
         try:
             await mirror.wait_ready(limit)
@@ -261,8 +265,8 @@ class Client:
         if mirror is None:
             return
         mirror._close()
-        if self._ws is not None:
-            await self._send(wire.Unsubscribe(transcript_id=transcript_id))
+        self.core.unsubscribe(transcript_id)
+        await self._send_ops()
 
     async def append(
         self,
@@ -379,6 +383,11 @@ class Client:
         with contextlib.suppress(websockets.ConnectionClosed):
             await ws.send(wire.encode_json(op).decode())
 
+    async def _send_ops(self) -> None:
+        """Send what the core asks for (it asks nothing while disconnected)."""
+        for op in self.core.ops_to_send():
+            await self._send(op)
+
     def _answer(self, ref: wire.Ref, result: wire.ServerFrame | BaseException) -> None:
         call = self._calls.get(str(ref)) if ref is not None else None
         if call is None or call.future.done():
@@ -436,7 +445,6 @@ class Client:
         """Serve one connection until it closes; True if any frame arrived."""
         self._connection += 1
         self._ws = ws
-        self.seq.reset()
         received = False
         heartbeat = (
             asyncio.create_task(self._heartbeat(ws), name="tsync-heartbeat")
@@ -444,8 +452,10 @@ class Client:
             else None
         )
         try:
-            for mirror in list(self.mirrors.values()):
-                await self._carry_out(mirror, mirror.continuity.on_new_connection())
+            # The resumes first, so that a mirror is current when the ack of
+            # a call re-sent below arrives.
+            self.core.connection_made()
+            await self._send_ops()
             for call in list(self._calls.values()):
                 if call.future.done():
                     continue
@@ -460,7 +470,10 @@ class Client:
             self._connected.set()
             async for message in ws:
                 received = True
-                await self._on_message(message)
+                self.core.receive_data(message)
+                await self._send_ops()
+                for update in self.core.updates_received():
+                    await self._on_update(update)
         except websockets.ConnectionClosed as exc:
             self._last_error = exc
         except Exception as exc:  # a bug must not end the client: log, reconnect
@@ -473,8 +486,7 @@ class Client:
                 heartbeat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await heartbeat
-            for mirror in self.mirrors.values():
-                mirror.continuity.on_connection_lost()
+            self.core.connection_lost()
         return received
 
     async def _heartbeat(self, ws: ClientConnection) -> None:
@@ -487,92 +499,37 @@ class Client:
             with contextlib.suppress(websockets.ConnectionClosed):
                 await ws.send(wire.encode_json(wire.Ping(ref=f"h{next(beats)}")).decode())
 
-    async def _on_message(self, message: str | bytes) -> None:
-        for raw in wire.split_frames(message):
-            try:
-                frame = wire.accept_transcript_update(raw)
-            except InvalidFrame as exc:
-                self._invalid_frames += 1
-                log.warning("invalid frame ignored: %s", exc)
-                continue
-            verdict = self.seq.observe(frame.seq)
-            if verdict is SeqVerdict.REPEAT:
-                continue
-            if verdict is SeqVerdict.GAP:
-                await self._on_seq_gap()
-            await self._dispatch(frame)
-
-    async def _on_seq_gap(self) -> None:
-        # Frames were lost: any subscription may have missed events, and any
-        # call sent on this connection may have lost its answer.
-        for mirror in list(self.mirrors.values()):
-            await self._carry_out(mirror, mirror.continuity.on_seq_gap())
-        for call in list(self._calls.values()):
-            if call.retry and not call.future.done():
-                call.sent_on = -1  # force a re-send on this connection
-                await self._send_call(call)
-
-    async def _dispatch(self, frame: wire.ServerFrame) -> None:
-        match frame:
-            case wire.Pong() if isinstance(frame.ref, str) and frame.ref.startswith("resub:"):
-                self._on_resubscribe_answered(frame.ref)
-            case wire.Ack() | wire.Pong():
-                self._answer(frame.ref, frame)
-            case wire.ErrorFrame() if frame.ref is not None:
+    async def _on_update(self, update: Update) -> None:
+        """Carry out one update of the core."""
+        match update:
+            case Applied(transcript_id=transcript_id, event=event):
+                mirror = self.mirrors.get(transcript_id)
+                if mirror is not None:
+                    mirror._applied(event)
+            case Replaced(transcript_id=transcript_id, snapshot=snapshot):
+                mirror = self.mirrors.get(transcript_id)
+                if mirror is not None:
+                    mirror._replaced(snapshot)
+            case Stopped(transcript_id=transcript_id, code=code, message=message):
+                mirror = self.mirrors.pop(transcript_id, None)
+                if mirror is not None:
+                    mirror._fail(error_for(code, message, transcript_id=transcript_id))
+            case Answered(frame=wire.ErrorFrame() as frame):
                 self._answer(frame.ref, error_from_frame(frame))
-            case wire.ErrorFrame():
-                mirror = self.mirrors.get(frame.transcript_id or "")
-                if mirror is not None:
-                    await self._carry_out(mirror, mirror.continuity.on_error(frame))
-                else:
-                    log.warning("server error: %s: %s", frame.code, frame.message)
-            case wire.Baseline():
-                mirror = self.mirrors.get(frame.snapshot.transcript_id)
-                if mirror is not None:
-                    await self._carry_out(mirror, mirror.continuity.on_baseline(frame.snapshot))
-            case wire.Increment():
-                mirror = self.mirrors.get(frame.event.transcript_id)
-                if mirror is not None:
-                    await self._carry_out(mirror, mirror.continuity.on_event(frame.event))
-
-    async def _mark_resubscribe(self, transcript_id: str) -> None:
-        # A ping right behind the subscribe op: its pong says the server has
-        # handled the resubscribe (ops are handled in order).
-        self._resubscribes += 1
-        ref = f"resub:{self._resubscribes}:{transcript_id}"
-        self._latest_resubscribe[transcript_id] = ref
-        await self._send(wire.Ping(ref=ref))
-
-    def _on_resubscribe_answered(self, ref: str) -> None:
-        transcript_id = ref.split(":", 2)[2]
-        mirror = self.mirrors.get(transcript_id)
-        if mirror is not None and self._latest_resubscribe.get(transcript_id) == ref:
-            mirror.continuity.on_resubscribe_answered()
-
-    async def _carry_out(self, mirror: Mirror, decision: Decision) -> None:
-        match decision:
-            case Apply(event=event):
-                try:
-                    mirror._apply(event)
-                except ValueError as exc:
-                    # The event did not join the copy although its revision
-                    # did: trust neither; take a fresh baseline.
-                    log.error("%s", exc)
-                    mirror.continuity.revision = None
-                    mirror.continuity.epoch = None
-                    mirror.continuity.resyncing = True
-                    await self._send(mirror.continuity.resubscribe_request())
-            case Replace(snapshot=snapshot):
-                mirror._replace(snapshot)
-            case Resubscribe():
-                await self._send(decision.op())
-                await self._mark_resubscribe(mirror.transcript_id)
-            case Stop(code=code, reason=reason):
-                if self.mirrors.get(mirror.transcript_id) is mirror:
-                    del self.mirrors[mirror.transcript_id]
-                mirror._fail(error_for(code, reason, transcript_id=mirror.transcript_id))
-            case Ignore() | Reject():
-                pass
+            case Answered(frame=frame):
+                self._answer(frame.ref, frame)
+            case FramesLost():
+                # Any call sent on this connection may have lost its answer.
+                for call in list(self._calls.values()):
+                    if call.retry and not call.future.done():
+                        call.sent_on = -1  # force a re-send on this connection
+                        await self._send_call(call)
+            case Resubscribed(reason="mismatch", transcript_id=transcript_id):
+                log.error("%s: an event did not fit the copy; taking a new baseline", transcript_id)
+            case ErrorReceived(frame=frame):
+                log.warning("server error: %s: %s", frame.code, frame.message)
+            case InvalidFrameReceived(reason=reason):
+                log.warning("invalid frame ignored: %s", reason)
 
 
 def _ack(frame: wire.Ack) -> Ack:

@@ -1,8 +1,11 @@
 """``Mirror``: the client's live copy of one subscribed transcript.
 
-The client's reader task is the only writer: it feeds every frame about the
-transcript to the mirror's ``Continuity`` and calls ``_apply``/``_replace``/
-``_fail`` with what it decided. Readers see a consistent copy between awaits.
+The copy itself is the consumer core's (``protocol.consumer.Subscription``):
+the client's reader task feeds every message to the core, which checks
+continuity and applies events to the copy with the same checks the server's
+entity makes. The mirror is the application's view of that copy: it reads it,
+wakes whoever waits for a revision and feeds ``events()`` streams. Readers
+see a consistent copy between awaits.
 """
 
 from __future__ import annotations
@@ -12,15 +15,10 @@ from collections.abc import AsyncIterator
 from typing import TypeAlias
 
 from client_py.errors import ClientClosed
+from protocol.consumer import Subscription
 from protocol.continuity import Continuity, Counters
-from protocol.types import (
-    Message,
-    MessagesAppended,
-    Segment,
-    SegmentStarted,
-    TranscriptEvent,
-    TranscriptSnapshot,
-)
+from protocol.state import TranscriptState
+from protocol.types import Message, Segment, TranscriptEvent, TranscriptSnapshot
 
 __all__ = ["EventStream", "Mirror", "MirrorUpdate"]
 
@@ -38,66 +36,81 @@ class Mirror:
     ``messages`` are those from index ``start`` on (``start`` is 0 unless the
     server sent a partial baseline); ``revision`` and ``epoch`` are the
     copy's; ``counters`` are its continuity counters. ``failed`` is the error
-    that ended the subscription, if any.
+    that ended the subscription, if any. When the core drops the copy (a new
+    epoch, an event that did not fit) the mirror keeps showing the last one
+    until the baseline that replaces it arrives.
     """
 
-    def __init__(self, transcript_id: str) -> None:
-        self.transcript_id = transcript_id
-        self.continuity = Continuity(transcript_id)
-        self.start = 0
-        self.active_start = 0
+    def __init__(self, subscription: Subscription) -> None:
+        self.transcript_id = subscription.transcript_id
+        self.subscription = subscription
         self.failed: BaseException | None = None
-        self._messages: list[Message] = []
-        self._frozen: tuple[Message, ...] | None = ()
-        self._segments: list[Segment] = [Segment(0, None)]
-        self._revision: int | None = None
-        self._epoch: str | None = None
+        self._copy: TranscriptState | None = None
+        self._frozen: tuple[Message, ...] = ()
+        self._frozen_at: tuple[int, int] = (0, 0)  # (id of the copy, its length)
         self._ready = asyncio.get_running_loop().create_future()
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._streams: list[EventStream] = []
 
     def __repr__(self) -> str:
         return (
-            f"Mirror({self.transcript_id!r}, revision={self._revision}, "
-            f"length={self.length}, epoch={self._epoch!r})"
+            f"Mirror({self.transcript_id!r}, revision={self.revision}, "
+            f"length={self.length}, epoch={self.epoch!r})"
         )
 
     # -- the copy --------------------------------------------------------------------
 
     @property
+    def continuity(self) -> Continuity:
+        return self.subscription.continuity
+
+    @property
     def messages(self) -> tuple[Message, ...]:
         """The messages held, oldest first (from index ``start``)."""
-        if self._frozen is None:
-            self._frozen = tuple(self._messages)
+        copy = self._copy
+        if copy is None or copy.messages is None:
+            return ()
+        at = (id(copy), copy.length)
+        if self._frozen_at != at:
+            self._frozen, self._frozen_at = tuple(copy.messages), at
         return self._frozen
 
     @property
     def revision(self) -> int:
         """The copy's revision (``-1`` before the first baseline)."""
-        return -1 if self._revision is None else self._revision
+        return -1 if self._copy is None else self._copy.revision
 
     @property
     def epoch(self) -> str | None:
-        return self._epoch
+        return None if self._copy is None else self._copy.epoch
+
+    @property
+    def start(self) -> int:
+        """Index of the first message held."""
+        return 0 if self._copy is None else self._copy.start
 
     @property
     def length(self) -> int:
-        """Index one past the last message held."""
-        return self.start + len(self._messages)
+        """Index one past the last message held: the transcript's length."""
+        return 0 if self._copy is None else self._copy.length
+
+    @property
+    def active_start(self) -> int:
+        return 0 if self._copy is None else self._copy.active_start
 
     @property
     def segments(self) -> tuple[Segment, ...]:
         """Every segment started, oldest first; the open one has ``end=None``."""
-        return tuple(self._segments)
+        return (Segment(0, None),) if self._copy is None else self._copy.segments()
 
     @property
     def counters(self) -> Counters:
-        return self.continuity.counters
+        return self.subscription.continuity.counters
 
     @property
     def ready(self) -> bool:
         """True once the first baseline arrived."""
-        return self._revision is not None
+        return self._copy is not None
 
     # -- waiting ------------------------------------------------------------------------
 
@@ -114,7 +127,7 @@ class Mirror:
         """
         if self.failed is not None:
             raise self.failed
-        if self._revision is not None and self._revision >= revision:
+        if self.revision >= revision:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (revision, future)
@@ -145,41 +158,22 @@ class Mirror:
 
     # -- the reader's side ----------------------------------------------------------------
 
-    def _replace(self, snapshot: TranscriptSnapshot) -> None:
-        first = self._revision is None
-        self._messages = list(snapshot.messages)
-        self._frozen = None
-        self.start = snapshot.start
-        self.active_start = snapshot.active_start
-        self._segments = list(snapshot.segments) or [Segment(0, None)]
-        self._revision = snapshot.revision
-        self._epoch = snapshot.epoch
+    def _replaced(self, snapshot: TranscriptSnapshot) -> None:
+        """The core replaced the copy with ``snapshot``'s."""
+        first = self._copy is None
+        # The core may have gone on with later frames of the same message:
+        # its copy is that snapshot's, advanced; if it dropped it again, the
+        # mirror shows the snapshot (it is valid: the core checked it).
+        copy = self.subscription.copy
+        self._copy = copy if copy is not None else TranscriptState.from_snapshot(snapshot)
         if not self._ready.done():
             self._ready.set_result(None)
         if not first:
             self._publish(snapshot)
         self._wake()
 
-    def _apply(self, event: TranscriptEvent) -> None:
-        change = event.change
-        if isinstance(change, MessagesAppended):
-            if change.start != self.length:
-                # Continuity vouched for the revision; a start that does not
-                # join up means the server broke the model. Keep the copy and
-                # let the caller see it rather than guess.
-                raise ValueError(
-                    f"{self.transcript_id}: event {event.revision} appends at {change.start}, "
-                    f"the copy ends at {self.length}"
-                )
-            self._messages.extend(change.messages)
-            self._frozen = None
-        elif isinstance(change, SegmentStarted):
-            self.active_start = change.start
-            if self._segments and self._segments[-1].end is None:
-                self._segments[-1] = Segment(self._segments[-1].start, change.start)
-            self._segments.append(Segment(change.start, None))
-        self._revision = event.revision
-        self._epoch = event.epoch
+    def _applied(self, event: TranscriptEvent) -> None:
+        """The core applied ``event`` to the copy."""
         self._publish(event)
         self._wake()
 

@@ -1,12 +1,15 @@
-"""transcript-sync's pure layer: the model's types, the wire protocol, validation.
+"""transcript-sync's pure layer: the model's types, the wire protocol, validation,
+the transcript state every copy shares with the entity, and the consumer core.
 
 This package does no I/O and imports no asyncio, sockets, Starlette or Redis
 (``tests/protocol/test_purity.py`` proves it), so both ends, the browser
 client's tests and the server's replica mirroring can rely on one definition.
 """
 
+from protocol.consumer import Consumer, Subscription
 from protocol.errors import InvalidFrame, InvalidId, InvalidMessage, ProtocolError
 from protocol.pairs import group_adjacent_pairs
+from protocol.state import InvalidChange, InvalidSnapshot, TranscriptState, check_snapshot
 from protocol.types import (
     AttachmentPart,
     Change,
@@ -51,14 +54,17 @@ __all__ = [
     "Baseline",
     "Change",
     "ClientOp",
+    "Consumer",
     "ContentPart",
     "ErrorFrame",
     "ImageUrl",
     "ImageUrlPart",
     "Increment",
+    "InvalidChange",
     "InvalidFrame",
     "InvalidId",
     "InvalidMessage",
+    "InvalidSnapshot",
     "Message",
     "MessageLocator",
     "MessagesAppended",
@@ -71,13 +77,16 @@ __all__ = [
     "ServerFrame",
     "StartSegment",
     "Subscribe",
+    "Subscription",
     "TextPart",
     "TranscriptEvent",
     "TranscriptRangeLocator",
     "TranscriptRecord",
     "TranscriptSnapshot",
+    "TranscriptState",
     "Unsubscribe",
     "accept_transcript_update",
+    "check_snapshot",
     "decode_client_op",
     "group_adjacent_pairs",
     "parse_message",

@@ -42,7 +42,7 @@ class CreateBody(Struct, frozen=True, rename="camel", forbid_unknown_fields=True
     """``POST /v1/transcripts``: an id (generated when omitted) and first messages."""
 
     id: TranscriptId | None = None
-    messages: list[Any] = []
+    messages: list[Any] | None = None
 
 
 class AppendBody(Struct, frozen=True, rename="camel", forbid_unknown_fields=True):

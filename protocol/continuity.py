@@ -22,7 +22,7 @@ Two machines:
     ==============  ================================================================
     ``Apply``       apply this event to the copy (it is revision + 1, same epoch)
     ``Replace``     replace the copy with this snapshot
-    ``Ignore``      do nothing (a repeat, a gap already being repaired, ...)
+    ``Ignore``      do nothing (a repeat, a gap already being repaired, a stale baseline)
     ``Resubscribe`` send ``decision.op()`` (a ``Subscribe``): from the copy's
                     revision and epoch, or fresh when ``from_revision`` is ``None``
     ``Reject``      the frame is not about this transcript; the copy is unchanged
@@ -53,6 +53,7 @@ from protocol.wire import (
     FORBIDDEN,
     LAGGED,
     NOT_FOUND,
+    TOO_MANY_SUBSCRIPTIONS,
     UNAUTHORIZED,
     Baseline,
     ErrorFrame,
@@ -77,8 +78,9 @@ __all__ = [
     "Stop",
 ]
 
-#: Error codes after which a subscription cannot go on by resubscribing.
-STOP_CODES: Final = frozenset({NOT_FOUND, FORBIDDEN, UNAUTHORIZED})
+#: Error codes after which a subscription cannot go on by resubscribing
+#: (``too-many-subscriptions`` only ever refuses a new subscription).
+STOP_CODES: Final = frozenset({NOT_FOUND, FORBIDDEN, UNAUTHORIZED, TOO_MANY_SUBSCRIPTIONS})
 
 
 # --- the connection's seq ----------------------------------------------------------
@@ -175,7 +177,7 @@ class Resubscribe:
     """Send ``op()``: resume after ``from_revision`` in ``epoch``, or fresh when ``None``.
 
     ``reason`` is one of ``gap``, ``seq-gap``, ``foreign``, ``lagged``,
-    ``epoch``, ``connection``, ``no-copy`` (for logs and metrics).
+    ``epoch``, ``connection``, ``no-copy``, ``mismatch`` (for logs and metrics).
     """
 
     kind: ClassVar[str] = "resubscribe"
@@ -223,7 +225,10 @@ class Counters:
       (revision gaps, and ``seq`` gaps reported with ``on_seq_gap``);
       ``skipped``: events ignored while a resubscribe was outstanding.
     - ``resumes``: resubscribes from a revision after a lost or new connection.
-    - ``baselines``: baselines taken; ``rebaselines``: those after the first.
+    - ``baselines``: baselines taken; ``rebaselines``: those after the first;
+      ``stale_baselines``: baselines ignored as older than the copy;
+      ``dropped``: copies dropped because an event judged next (and counted
+      in ``applied``) did not fit them.
     - ``epoch_changes``: copies dropped or replaced because the epoch differed.
     - ``foreign``: frames about another transcript; ``lagged``: ``lagged`` errors.
     - ``resubscribes``: ``Resubscribe`` decisions of any reason.
@@ -236,6 +241,8 @@ class Counters:
     resumes: int = 0
     baselines: int = 0
     rebaselines: int = 0
+    stale_baselines: int = 0
+    dropped: int = 0
     epoch_changes: int = 0
     foreign: int = 0
     lagged: int = 0
@@ -255,6 +262,8 @@ class _Tally:
     resumes: int = 0
     baselines: int = 0
     rebaselines: int = 0
+    stale_baselines: int = 0
+    dropped: int = 0
     epoch_changes: int = 0
     foreign: int = 0
     lagged: int = 0
@@ -299,12 +308,21 @@ class Continuity:
             return self.on_event(frame.event)
         return self.on_error(frame)
 
-    def on_baseline(self, snapshot: TranscriptSnapshot) -> Replace | Resubscribe:
-        """A baseline replaces the copy, whatever it held; a foreign one resubscribes."""
+    def on_baseline(self, snapshot: TranscriptSnapshot) -> Replace | Resubscribe | Ignore:
+        """A baseline replaces the copy, unless it is older than the copy in
+        the same epoch (a stale one, queued before a newer answer): that is
+        ignored, or the copy would go back in time. A foreign one resubscribes."""
         if snapshot.transcript_id != self.transcript_id:
             self._tally.foreign += 1
             return self._resubscribe("foreign", fresh=False)
         tally = self._tally
+        if (
+            self.revision is not None
+            and snapshot.epoch == self.epoch
+            and snapshot.revision < self.revision
+        ):
+            tally.stale_baselines += 1
+            return Ignore("stale baseline")
         if tally.baselines:
             tally.rebaselines += 1
         tally.baselines += 1
@@ -347,7 +365,8 @@ class Continuity:
         return self._resubscribe("gap", fresh=False)
 
     def on_error(self, frame: ErrorFrame) -> Decision:
-        """``lagged`` resubscribes, ``not-found``/``forbidden``/``unauthorized`` stop."""
+        """``lagged`` resubscribes; ``not-found``, ``forbidden``, ``unauthorized``
+        and ``too-many-subscriptions`` stop."""
         if frame.transcript_id is not None and frame.transcript_id != self.transcript_id:
             return Reject(f"error about transcript {frame.transcript_id!r}")
         if frame.code == LAGGED:
@@ -359,6 +378,14 @@ class Continuity:
         return Ignore(f"error {frame.code}")
 
     # -- the connection ---------------------------------------------------------------
+
+    def drop(self, reason: str) -> Resubscribe:
+        """The copy is gone (an applied event did not fit it: one side broke
+        the model): forget revision and epoch and ask for a fresh baseline."""
+        self._tally.dropped += 1
+        self.revision = None
+        self.epoch = None
+        return self._resubscribe(reason, fresh=True)
 
     def on_seq_gap(self) -> Resubscribe:
         """The connection lost frames (``SeqTracker`` said ``gap``): resubscribe."""

@@ -9,11 +9,14 @@ Nothing in here does I/O; see ``docs/architecture.md``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeAlias
 
 import msgspec
 from msgspec import Meta, Struct
+from msgspec.structs import force_setattr
 
+from protocol.frozen import FrozenDict, freeze, freeze_object
 from protocol.limits import ID_PATTERN
 
 # Python's ``$`` also matches before a trailing newline, so "a\n" would pass; the
@@ -90,14 +93,39 @@ class Message(Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=Tru
 
     ``tool_calls`` is accepted on assistant messages so that chat-completions
     tool use round-trips; it is kept verbatim.
+
+    Frozen all the way down, however it was made (decoded, converted or built
+    in Python): ``content`` is a tuple, ``metadata`` and each tool call a
+    ``FrozenDict`` whose lists and objects are frozen too
+    (``protocol.frozen``), so a message is hashable and nobody holding it can
+    change what the transcript stores.
     """
 
     role: Role
     content: str | tuple[ContentPart, ...]
     name: str | None = None
     tool_call_id: str | None = None
-    tool_calls: tuple[dict[str, Any], ...] | None = None
-    metadata: dict[str, Any] | None = None
+    tool_calls: tuple[Mapping[str, Any], ...] | None = None
+    metadata: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        # Runs on every decode, convert and construction: keep the common case
+        # (string content, no metadata) to three type checks. What is not the
+        # right shape is left as it is for validation to refuse.
+        content: Any = self.content
+        if type(content) is list:
+            force_setattr(self, "content", tuple(content))
+        metadata = self.metadata
+        if metadata is not None and type(metadata) is not FrozenDict:
+            frozen = freeze_object(metadata) if type(metadata) is dict else freeze(metadata)
+            force_setattr(self, "metadata", frozen)
+        calls = self.tool_calls
+        if (
+            calls is not None
+            and isinstance(calls, list | tuple)
+            and any(type(c) is not FrozenDict for c in calls)
+        ):
+            force_setattr(self, "tool_calls", tuple(freeze(call) for call in calls))
 
     def text(self) -> str:
         """The message's text: the string content, or its text parts joined."""
@@ -122,6 +150,10 @@ class MessagesAppended(
 
     start: NonNegative
     messages: tuple[Message, ...]
+
+    def __post_init__(self) -> None:
+        if type(self.messages) is not tuple:
+            force_setattr(self, "messages", tuple(self.messages))
 
     @property
     def end(self) -> int:
@@ -158,7 +190,16 @@ class Segment(Struct, frozen=True):
 
 
 class TranscriptSnapshot(Struct, frozen=True, rename="camel"):
-    """The transcript fixed at ``revision``; ``messages`` begin at index ``start``."""
+    """The transcript fixed at ``revision``; ``messages`` are ``[start, end)``
+    of a transcript of ``length`` messages.
+
+    A snapshot is *whole* when it holds every message (``start == 0`` and
+    ``end == length``), else *partial*: a range read over HTTP, or the window
+    of a windowed subscription. ``segments`` and ``active_start`` are always
+    those of the whole transcript. ``length`` is left out only by older peers;
+    their snapshots are whole, so it defaults to ``end``. The invariants every
+    snapshot must keep are checked by ``protocol.state.check_snapshot``.
+    """
 
     transcript_id: TranscriptId
     epoch: str
@@ -167,11 +208,27 @@ class TranscriptSnapshot(Struct, frozen=True, rename="camel"):
     messages: tuple[Message, ...]
     active_start: NonNegative
     segments: tuple[Segment, ...]
+    # Always an int once made: None (absent on the wire) becomes ``end``.
+    length: NonNegative = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if type(self.messages) is not tuple:
+            force_setattr(self, "messages", tuple(self.messages))
+        if type(self.segments) is not tuple:
+            force_setattr(self, "segments", tuple(self.segments))
+        length: int | None = self.length
+        if length is None:
+            force_setattr(self, "length", self.start + len(self.messages))
 
     @property
     def end(self) -> int:
         """Index one past the last message included."""
         return self.start + len(self.messages)
+
+    @property
+    def whole(self) -> bool:
+        """Whether the snapshot holds every message of the transcript."""
+        return self.start == 0 and self.start + len(self.messages) == self.length
 
 
 class TranscriptRecord(Struct, frozen=True, rename="camel"):

@@ -20,10 +20,10 @@ from msgspec import Meta, Struct
 
 from protocol.errors import InvalidFrame
 from protocol.limits import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_REF_LENGTH
+from protocol.state import InvalidChange, InvalidSnapshot, check_baseline, check_event
 from protocol.types import (
     NonNegative,
     Positive,
-    SegmentStarted,
     TranscriptEvent,
     TranscriptId,
     TranscriptSnapshot,
@@ -200,8 +200,11 @@ def accept_transcript_update(data: bytes | str) -> ServerFrame:
 
     JSON when ``data`` is ``str`` or bytes starting with ``{``, MessagePack
     otherwise. Raises ``InvalidFrame`` with a readable reason, and nothing else,
-    whatever the input. Keeps no state and checks no continuity (see
-    ``protocol.continuity`` for that). Returns ``Baseline``, ``Increment`` or
+    whatever the input: a frame that does not decode, an event whose change
+    is malformed, a baseline that breaks the snapshot invariants
+    (``protocol.state.check_baseline``, the same check ``Transcript.restore``
+    and every consumer copy make). Keeps no state and checks no continuity
+    (see ``protocol.consumer`` for that). Returns ``Baseline``, ``Increment`` or
     ``ErrorFrame`` for transcript updates, and ``Ack``/``Pong`` for answers.
     """
     try:
@@ -212,10 +215,13 @@ def accept_transcript_update(data: bytes | str) -> ServerFrame:
         raise InvalidFrame(str(exc)) from None
     except (ValueError, TypeError, RecursionError, OverflowError) as exc:  # defensive
         raise InvalidFrame(f"undecodable frame: {exc}") from None
-    if isinstance(frame, Baseline):
-        _check_snapshot(frame.snapshot)
-    elif isinstance(frame, Increment):
-        _check_event(frame.event)
+    try:
+        if isinstance(frame, Increment):
+            check_event(frame.event)
+        elif isinstance(frame, Baseline):
+            check_baseline(frame.snapshot)
+    except (InvalidChange, InvalidSnapshot) as exc:
+        raise InvalidFrame(str(exc)) from None
     return frame
 
 
@@ -242,29 +248,6 @@ def split_frames(message: bytes | str) -> list[bytes | str]:
     if message[:1] == b"{" or message[:1].isspace():
         return [part for part in message.split(b"\n") if part.strip()]
     return [message]
-
-
-def _check_snapshot(snapshot: TranscriptSnapshot) -> None:
-    if snapshot.active_start > snapshot.end:
-        raise InvalidFrame(
-            f"snapshot.activeStart {snapshot.active_start} is past the end {snapshot.end}"
-        )
-    previous = -1
-    for i, segment in enumerate(snapshot.segments):
-        if segment.start <= previous:
-            raise InvalidFrame(f"snapshot.segments[{i}] does not start after the previous one")
-        if segment.end is not None and segment.end < segment.start:
-            raise InvalidFrame(f"snapshot.segments[{i}] ends before it starts")
-        previous = segment.start
-
-
-def _check_event(event: TranscriptEvent) -> None:
-    change = event.change
-    if isinstance(change, SegmentStarted):
-        if not change.previous_start < change.start <= change.end:
-            raise InvalidFrame("event.change: a segment start needs previousStart < start <= end")
-    elif not change.messages:
-        raise InvalidFrame("event.change: an append carries at least one message")
 
 
 # --- the hot path: one encoding per event, seq spliced per connection ------------

@@ -9,12 +9,15 @@ How a change made through replica A reaches a subscriber on replica B:
    is behind (or of another epoch), the id is marked for a sync.
 3. The sync takes the live transcript's lock (so it never interleaves with a
    local append), reads the events after B's revision from the store's stream
-   and feeds them through the consumer's continuity state machine
-   (``protocol.continuity.Continuity``): the next revision is applied with
-   ``Hub.apply_remote`` (the transcript captures it into its ``ChangeBuffer``
-   and the pump fans it out exactly like a local change); a gap, another epoch,
-   a trimmed stream or a deleted transcript mean the copy is replaced by the
-   store's (``Hub.reload``: subscribers get a fresh baseline or ``not-found``).
+   and feeds them to the consumer core, as a subscription that follows the
+   live transcript's state (``protocol.consumer.Subscription.following``):
+   an event the core applies (the next revision, fitting the length, active
+   start and segments, checked as any consumer's copy checks it) is applied
+   with ``Hub.apply_remote`` (the transcript captures it into its
+   ``ChangeBuffer`` and the pump fans it out exactly like a local change); a
+   gap, another epoch, an event that does not fit, a trimmed stream or a
+   deleted transcript mean the copy is replaced by the store's
+   (``Hub.reload``: subscribers get a fresh baseline or ``not-found``).
 
 Pub/sub is only a wake-up: Redis drops messages while a subscriber is
 disconnected, so after every (re)subscription every live transcript is
@@ -31,7 +34,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from protocol.continuity import Apply, Continuity, Resubscribe
+from protocol.consumer import Applied, Resubscribed, Subscription
 from server.hub import Hub, Live
 from server.store.base import Store, StoreError, TranscriptNotFound
 from server.store.redis import Head, Notice
@@ -207,14 +210,13 @@ class Backplane:
         if events is None:
             await self._reload(live, "history not in the stream")
             return
-        continuity = Continuity(live.id)
-        continuity.revision, continuity.epoch = transcript.revision, transcript.epoch
+        follower = Subscription.following(transcript.state)
         for event in events:
-            decision = continuity.on_event(event)
-            if isinstance(decision, Apply):
+            update = follower.on_event(event)
+            if isinstance(update, Applied):
                 self.hub.apply_remote(live, event)
-            elif isinstance(decision, Resubscribe):
-                await self._reload(live, decision.reason)
+            elif isinstance(update, Resubscribed):
+                await self._reload(live, update.reason)
                 return
         if events:
             self.counters.syncs += 1

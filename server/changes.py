@@ -12,19 +12,30 @@ protocols); ``ChangeBuffer`` and ``RecordingObservation`` are the presets.
 
 Errors raised after the change is committed (the transcript keeps it)::
 
-    ChangeCaptureError      capture raised; ``events`` and ``cause`` say what and why
-    ObservationError        observation raised; ``records`` and ``cause``
-    ExceptionGroup          both raised for one change: it holds one of each, in that order
+    ChangeCaptureError              capture raised; ``events`` and ``cause`` say what and why
+    ├── CaptureAndObservationError  both raised for one change: an ``ExceptionGroup`` too,
+    │                               holding one of each, in that order
+    ObservationError                observation raised; ``records`` and ``cause``
+
+``except ChangeCaptureError`` (the seed's "stop" signal) catches a capture
+failure whether or not observation failed with it. When the change was the
+initial append of ``Transcript(messages, ...)``, the error's ``transcript``
+holds the entity the constructor could not return.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from protocol.types import MessagesAppended, TranscriptEvent, TranscriptRecord
 
+if TYPE_CHECKING:
+    from server.transcript import Transcript
+
 __all__ = [
+    "CaptureAndObservationError",
     "ChangeBuffer",
     "ChangeCapture",
     "ChangeCaptureError",
@@ -78,7 +89,10 @@ class ChangeCaptureError(Exception):
     ``events`` are the events the capture port did not take, ``cause`` is what
     it raised (also ``__cause__``). The transcript kept the change: a caller
     that must not lose the event can hand ``events`` on itself.
+    ``transcript`` is the entity when its constructor raised (else ``None``).
     """
+
+    transcript: Transcript | None = None
 
     def __init__(self, events: tuple[TranscriptEvent, ...], cause: BaseException) -> None:
         revisions = ", ".join(str(e.revision) for e in events)
@@ -94,8 +108,10 @@ class ObservationError(Exception):
     """Observation failed for changes that are committed nonetheless.
 
     ``records`` are the records it was given, ``cause`` is what it raised
-    (also ``__cause__``).
+    (also ``__cause__``). ``transcript`` as for ``ChangeCaptureError``.
     """
+
+    transcript: Transcript | None = None
 
     def __init__(self, records: tuple[TranscriptRecord, ...], cause: BaseException) -> None:
         revisions = ", ".join(str(r.revision) for r in records)
@@ -105,6 +121,34 @@ class ObservationError(Exception):
         self.records = records
         self.cause = cause
         self.__cause__ = cause
+
+
+class CaptureAndObservationError(ExceptionGroup[Exception], ChangeCaptureError):
+    """Capture and observation both failed for one committed change.
+
+    An ``ExceptionGroup`` of the ``ChangeCaptureError`` and the
+    ``ObservationError`` (in that order) that is itself a
+    ``ChangeCaptureError``: ``except ChangeCaptureError`` catches it, and its
+    ``events``/``cause`` are the capture error's, ``records`` the
+    observation's.
+    """
+
+    def __new__(cls, message: str, exceptions: Sequence[Exception]) -> CaptureAndObservationError:
+        group: CaptureAndObservationError = super().__new__(cls, message, exceptions)
+        return group
+
+    def __init__(self, message: str, exceptions: Sequence[Exception]) -> None:
+        capture, observation = exceptions
+        assert isinstance(capture, ChangeCaptureError)
+        assert isinstance(observation, ObservationError)
+        ExceptionGroup.__init__(self, message, exceptions)
+        self.events = capture.events
+        self.cause = capture.cause
+        self.records = observation.records
+
+    def derive(self, excs: Sequence[Exception]) -> ExceptionGroup[Exception]:  # type: ignore[override]
+        # A split-off part (``except*``) is an ordinary group.
+        return ExceptionGroup(self.message, excs)
 
 
 # --- presets -------------------------------------------------------------------

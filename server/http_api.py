@@ -5,6 +5,7 @@ the WebSocket error codes."""
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import uuid
 from typing import Any, TypeVar
@@ -15,6 +16,7 @@ from starlette.responses import Response
 
 from protocol import api, wire
 from protocol.errors import InvalidId, InvalidMessage
+from protocol.limits import MAX_ORIGIN_LENGTH
 from protocol.types import Origin
 from protocol.validation import validate_id, validate_idempotency_key
 from server.hub import Ack, Hub, RevisionConflict
@@ -72,8 +74,18 @@ def _hub(request: Request) -> Hub:
     return hub
 
 
+#: What a client's ``X-Request-Id`` may be to become part of an origin.
+_REQUEST_ID = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_ORIGIN_LENGTH - len('http:')}}}")
+
+
 def _origin(request: Request) -> Origin:
-    return Origin(context_id=request.headers.get("x-request-id") or f"http:{uuid.uuid4().hex[:12]}")
+    """``http:<X-Request-Id>``, or ``http:<random>`` when the header is absent
+    or not a short id: an HTTP change can never pass for a WebSocket one
+    (``ws:...``), and a client cannot make events carry kilobytes of it."""
+    request_id = request.headers.get("x-request-id")
+    if request_id is None or not _REQUEST_ID.fullmatch(request_id):
+        request_id = uuid.uuid4().hex[:12]
+    return Origin(context_id=f"http:{request_id}")
 
 
 def check_auth(request: Request) -> None:
@@ -157,7 +169,7 @@ async def create_transcript(request: Request) -> Response:
     body = await read_json(request, api.CreateBody, allow_empty=True)
     try:
         tid, epoch, revision = await _hub(request).create(
-            body.id, body.messages, origin=_origin(request)
+            body.id, body.messages or [], origin=_origin(request)
         )
     except TranscriptExists as exc:
         raise Problem(409, "conflict", str(exc)) from None
@@ -224,7 +236,9 @@ async def append_messages(request: Request) -> Response:
         origin=_origin(request),
         transport="http",
     )
-    return json_response(ack_body(ack), 200 if ack.duplicate else 201)
+    # 201 only when this request appended something: a replay or an empty batch is 200.
+    created = not ack.duplicate and bool(ack.ack.count)
+    return json_response(ack_body(ack), 201 if created else 200)
 
 
 async def start_segment(request: Request) -> Response:

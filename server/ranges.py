@@ -85,7 +85,11 @@ class TranscriptRangeReader:
 
         Raises ``IndexError`` unless ``start <= index < end``.
         """
-        if not (isinstance(index, int) and self._start <= index < self._end):
+        if not (
+            isinstance(index, int)
+            and not isinstance(index, bool)
+            and self._start <= index < self._end
+        ):
             raise IndexError(
                 f"index {index!r:.40} is outside the range [{self._start}, {self._end}) "
                 f"of transcript {self._transcript.id!r}"

@@ -27,8 +27,6 @@ the new one. Nothing is copied or deleted.
 
 from __future__ import annotations
 
-import itertools
-import operator
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,6 +36,7 @@ import msgspec
 
 from protocol.errors import InvalidMessage
 from protocol.limits import MAX_MESSAGE_BYTES, MAX_MESSAGES_PER_BATCH
+from protocol.state import TranscriptState
 from protocol.types import (
     Message,
     MessageLocator,
@@ -50,6 +49,7 @@ from protocol.types import (
 )
 from protocol.validation import parse_message, parse_messages, validate_id
 from server.changes import (
+    CaptureAndObservationError,
     ChangeCapture,
     ChangeCaptureError,
     Observation,
@@ -106,18 +106,10 @@ class Transcript:
     than they return.
     """
 
-    __slots__ = (
-        "_active_start",
-        "_changes",
-        "_clock",
-        "_closed_segments",
-        "_epoch",
-        "_id",
-        "_messages",
-        "_observation",
-        "_persistence",
-        "_revision",
-    )
+    # The state (``protocol.state``) is the one implementation of "apply an
+    # event" that every consumer's copy uses too; messages only ever grow at
+    # the end, so index i is the same object forever.
+    __slots__ = ("_changes", "_clock", "_observation", "_persistence", "_state")
 
     def __init__(
         self,
@@ -130,103 +122,98 @@ class Transcript:
         persistence: Persistence | None = None,
         clock: Clock | None = None,
     ) -> None:
-        self._id = _new_id() if id is None else validate_id(id)
-        self._epoch = _new_id() if epoch is None else _check_epoch(epoch)
+        self._state = TranscriptState(
+            _new_id() if id is None else validate_id(id),
+            _new_id() if epoch is None else _check_epoch(epoch),
+        )
         self._changes = changes
         self._observation = observation
         self._persistence = persistence
         self._clock: Clock = _wall_clock if clock is None else clock
-        # Messages only ever grow at the end, so index i is the same object forever.
-        self._messages: list[Message] = []
-        self._revision = 0
-        self._active_start = 0
-        self._closed_segments: list[Segment] = []
         if messages:
-            self.append(messages)
+            try:
+                self.append(messages)
+            except (ChangeCaptureError, ObservationError) as exc:
+                # Committed nonetheless: the caller gets the transcript on the error.
+                exc.transcript = self
+                raise
 
     # --- reading ---------------------------------------------------------------
 
     @property
     def id(self) -> str:
-        return self._id
+        return self._state.transcript_id
 
     @property
     def epoch(self) -> str:
-        return self._epoch
+        return self._state.epoch
 
     @property
     def revision(self) -> int:
         """The number of accepted changes (0 for a new, empty transcript)."""
-        return self._revision
+        return self._state.revision
+
+    @property
+    def state(self) -> TranscriptState:
+        """The state itself (read only: change it through this entity)."""
+        return self._state
 
     @property
     def length(self) -> int:
         """The number of messages."""
-        return len(self._messages)
+        return self._state.length
 
     def __len__(self) -> int:
-        return len(self._messages)
+        return self._state.length
 
     @property
     def active_start(self) -> int:
         """Index of the first message of the open segment."""
-        return self._active_start
+        return self._state.active_start
 
     def get(self, index: int) -> Message:
         """The message at ``index`` (always the same object).
 
         Raises ``IndexError`` unless ``0 <= index < length``; negative indices
-        do not count from the end.
+        do not count from the end. ``TypeError`` for a non-integer (a bool too).
         """
-        i = operator.index(index)
-        if not 0 <= i < len(self._messages):
-            raise IndexError(self._out_of_range(i))
-        return self._messages[i]
+        return self._state.get(index)
 
     def ref(self, index: int) -> MessageLocator:
-        """A locator of the message at ``index`` (``IndexError`` as for ``get``)."""
-        i = operator.index(index)
-        if not 0 <= i < len(self._messages):
-            raise IndexError(self._out_of_range(i))
-        return MessageLocator(transcript_id=self._id, index=i)
+        """A locator of the message at ``index`` (errors as for ``get``)."""
+        self._state.get(index)
+        return MessageLocator(transcript_id=self.id, index=int(index))
 
     def messages(self, start: int = 0, end: int | None = None) -> tuple[Message, ...]:
         """Messages ``[start, end)`` (``end`` defaults to ``length``), the same objects.
 
         Raises ``ValueError`` unless ``0 <= start <= end <= length``.
         """
-        stop = self._check_range(start, end)
-        return tuple(self._messages[start:stop])
+        return self._state.slice(start, end)
 
     def segments(self) -> tuple[Segment, ...]:
         """Every segment ever started, oldest first; the open one ends in ``None``."""
-        return (*self._closed_segments, Segment(start=self._active_start, end=None))
+        return self._state.segments()
 
     def active(self) -> tuple[Message, ...]:
         """The messages of the open segment: ``[active_start, length)``."""
-        return tuple(self._messages[self._active_start :])
+        return self._state.slice(self._state.active_start)
 
     def snapshot(self, end: int | None = None, *, start: int = 0) -> TranscriptSnapshot:
         """The transcript now, with messages ``[start, end)``.
 
-        ``revision`` is the current one; ``segments`` and ``active_start`` are
-        always whole. Raises ``ValueError`` unless ``0 <= start <= end <= length``.
+        ``revision`` is the current one; ``segments``, ``active_start`` and
+        ``length`` are always the whole transcript's, so a range says it is
+        partial (``snapshot.whole``). Raises ``ValueError`` unless
+        ``0 <= start <= end <= length``.
         """
-        stop = self._check_range(start, end)
-        return TranscriptSnapshot(
-            transcript_id=self._id,
-            epoch=self._epoch,
-            revision=self._revision,
-            start=start,
-            messages=tuple(self._messages[start:stop]),
-            active_start=self._active_start,
-            segments=self.segments(),
-        )
+        return self._state.snapshot(start, end)
 
     def __repr__(self) -> str:
+        state = self._state
         return (
-            f"<Transcript {self._id!r} revision={self._revision} length={len(self._messages)} "
-            f"active_start={self._active_start}>"
+            f"<Transcript {state.transcript_id!r} revision={state.revision} "
+            f"length={state.length} active_start={state.active_start}>"
         )
 
     # --- changing: one call ----------------------------------------------------
@@ -256,6 +243,10 @@ class Transcript:
         batch = reader.messages()
         if not batch:
             return []
+        if len(batch) > MAX_MESSAGES_PER_BATCH:
+            raise InvalidMessage(
+                "messages", f"too many messages: {len(batch)} > {MAX_MESSAGES_PER_BATCH}"
+            )
         return self._commit_append(self._append_event(batch, origin))
 
     def start_segment(
@@ -293,8 +284,8 @@ class Transcript:
         and ``ValueError`` for an empty batch. The hub commits them to its
         store together, then ``apply``s them in order."""
         events: list[TranscriptEvent] = []
-        revision = self._revision
-        length = len(self._messages)
+        state = self._state
+        revision, length = state.revision, state.length
         for messages, origin in batches:
             batch = _validate_batch(messages)
             if not batch:
@@ -302,8 +293,8 @@ class Transcript:
             revision += 1
             events.append(
                 TranscriptEvent(
-                    transcript_id=self._id,
-                    epoch=self._epoch,
+                    transcript_id=state.transcript_id,
+                    epoch=state.epoch,
                     revision=revision,
                     occurred_at=self._clock(),
                     change=MessagesAppended(start=length, messages=batch),
@@ -321,25 +312,25 @@ class Transcript:
         Raises ``InvalidSegment`` unless ``active_start < start <= length``
         (``start`` defaults to ``length``).
         """
-        length = len(self._messages)
+        state = self._state
+        length, active_start = state.length, state.active_start
         if start is None:
             new_start = length
         elif isinstance(start, int) and not isinstance(start, bool):
             new_start = start
         else:
             raise InvalidSegment(f"segment start must be an integer, got {start!r:.40}")
-        if not self._active_start < new_start <= length:
+        if not active_start < new_start <= length:
             raise InvalidSegment(
-                f"segment start {new_start} is invalid for transcript {self._id!r}: "
-                f"it must satisfy active_start ({self._active_start}) < start <= "
-                f"length ({length})"
+                f"segment start {new_start} is invalid for transcript {state.transcript_id!r}: "
+                f"it must satisfy active_start ({active_start}) < start <= length ({length})"
             )
         return TranscriptEvent(
-            transcript_id=self._id,
-            epoch=self._epoch,
-            revision=self._revision + 1,
+            transcript_id=state.transcript_id,
+            epoch=state.epoch,
+            revision=state.revision + 1,
             occurred_at=self._clock(),
-            change=SegmentStarted(previous_start=self._active_start, start=new_start, end=length),
+            change=SegmentStarted(previous_start=active_start, start=new_start, end=length),
             origin=_check_origin(origin),
         )
 
@@ -347,15 +338,16 @@ class Transcript:
         """Make a prepared (and already persisted) event the current state,
         then capture and observe it. Does not call ``persistence``.
 
-        Raises ``ValueError`` and changes nothing unless the event is this
-        transcript's (id and epoch) next change (revision + 1, starting at the
-        current length / active start). After memory is updated: raises
-        ``ChangeCaptureError`` if capture failed (observation is still tried),
-        ``ObservationError`` if only observation failed, or an
-        ``ExceptionGroup`` holding both.
+        Raises ``InvalidChange`` (a ``ValueError``) and changes nothing unless
+        the event is this transcript's (id and epoch) next change (revision +
+        1, starting at the current length / active start): the very check a
+        consumer's copy makes (``protocol.state.TranscriptState.apply``).
+        After memory is updated: raises ``ChangeCaptureError`` if capture
+        failed (observation is still tried), ``ObservationError`` if only
+        observation failed, or a ``CaptureAndObservationError`` (an
+        ``ExceptionGroup`` that is also a ``ChangeCaptureError``) holding both.
         """
-        self._check_next(event)
-        self._advance(event)
+        self._state.apply(event)
         self._report(event)
 
     # --- rebuilding --------------------------------------------------------------
@@ -403,10 +395,9 @@ class Transcript:
                     f"events[{position}]: expected a TranscriptEvent, got {event!r:.60}"
                 )
             try:
-                transcript._check_next(event)
+                transcript._state.apply(event)
             except ValueError as exc:
                 raise ValueError(f"events[{position}]: {exc}") from None
-            transcript._advance(event)
         return transcript
 
     @classmethod
@@ -418,30 +409,28 @@ class Transcript:
         epoch: str | None,
         **ports: Any,
     ) -> Transcript:
-        if snapshot.start != 0:
+        if not snapshot.whole:
             raise ValueError(
-                f"cannot restore from a partial snapshot (start={snapshot.start}); "
-                "a whole one starts at 0"
+                f"cannot restore from a partial snapshot (messages [{snapshot.start}, "
+                f"{snapshot.end}) of {snapshot.length}); a whole one holds them all"
             )
         _agree("id", id, snapshot.transcript_id)
         _agree("epoch", epoch, snapshot.epoch)
-        _check_segments(snapshot)
+        state = TranscriptState.from_snapshot(snapshot)  # InvalidSnapshot is a ValueError
         transcript = cls(id=snapshot.transcript_id, epoch=snapshot.epoch, **ports)
-        transcript._messages.extend(snapshot.messages)
-        transcript._revision = snapshot.revision
-        transcript._active_start = snapshot.active_start
-        transcript._closed_segments.extend(snapshot.segments[:-1])
+        transcript._state = state
         return transcript
 
     # --- inside one change -------------------------------------------------------
 
     def _append_event(self, batch: tuple[Message, ...], origin: Origin | None) -> TranscriptEvent:
+        state = self._state
         return TranscriptEvent(
-            transcript_id=self._id,
-            epoch=self._epoch,
-            revision=self._revision + 1,
+            transcript_id=state.transcript_id,
+            epoch=state.epoch,
+            revision=state.revision + 1,
             occurred_at=self._clock(),
-            change=MessagesAppended(start=len(self._messages), messages=batch),
+            change=MessagesAppended(start=state.length, messages=batch),
             origin=_check_origin(origin),
         )
 
@@ -450,7 +439,7 @@ class Transcript:
         assert isinstance(change, MessagesAppended)
         self._commit(event)
         entries = [
-            AppendedEntry(self._id, change.start + k, message)
+            AppendedEntry(self.id, change.start + k, message)
             for k, message in enumerate(change.messages)
         ]
         self.apply(event)
@@ -459,51 +448,6 @@ class Transcript:
     def _commit(self, event: TranscriptEvent) -> None:
         if self._persistence is not None:
             self._persistence.commit(event)
-
-    def _check_next(self, event: TranscriptEvent) -> None:
-        """Raise ``ValueError`` unless ``event`` is exactly this transcript's next change."""
-        if event.transcript_id != self._id:
-            raise ValueError(f"event of transcript {event.transcript_id!r} applied to {self._id!r}")
-        if event.epoch != self._epoch:
-            raise ValueError(
-                f"event of epoch {event.epoch!r} applied to transcript {self._id!r} "
-                f"of epoch {self._epoch!r}"
-            )
-        if event.revision != self._revision + 1:
-            raise ValueError(
-                f"event for revision {event.revision} applied to transcript {self._id!r} "
-                f"at revision {self._revision} (expected {self._revision + 1})"
-            )
-        change = event.change
-        length = len(self._messages)
-        if isinstance(change, MessagesAppended):
-            if change.start != length:
-                raise ValueError(
-                    f"append at index {change.start} applied to transcript {self._id!r} "
-                    f"of length {length}"
-                )
-            if not change.messages:
-                raise ValueError("an append event must carry at least one message")
-        elif (
-            change.previous_start != self._active_start
-            or change.end != length
-            or not self._active_start < change.start <= length
-        ):
-            raise ValueError(
-                f"segment start (previous {change.previous_start}, start {change.start}, "
-                f"end {change.end}) applied to transcript {self._id!r} with active_start "
-                f"{self._active_start} and length {length}"
-            )
-
-    def _advance(self, event: TranscriptEvent) -> None:
-        """Update memory for a checked event. Cannot fail halfway."""
-        change = event.change
-        if isinstance(change, MessagesAppended):
-            self._messages.extend(change.messages)
-        else:
-            self._closed_segments.append(Segment(start=change.previous_start, end=change.end))
-            self._active_start = change.start
-        self._revision = event.revision
 
     def _report(self, event: TranscriptEvent) -> None:
         capture_error: ChangeCaptureError | None = None
@@ -520,8 +464,8 @@ class Transcript:
             except Exception as exc:
                 observation_error = ObservationError((record,), exc)
         if capture_error is not None and observation_error is not None:
-            raise ExceptionGroup(
-                f"revision {event.revision} of transcript {self._id!r} is committed, "
+            raise CaptureAndObservationError(
+                f"revision {event.revision} of transcript {self.id!r} is committed, "
                 "but both change capture and observation failed",
                 [capture_error, observation_error],
             )
@@ -529,20 +473,6 @@ class Transcript:
             raise capture_error
         if observation_error is not None:
             raise observation_error
-
-    def _check_range(self, start: int, end: int | None) -> int:
-        length = len(self._messages)
-        stop = length if end is None else end
-        if not 0 <= start <= stop <= length:
-            raise ValueError(
-                f"range [{start}, {stop}) is not within transcript {self._id!r} of length {length}"
-            )
-        return stop
-
-    def _out_of_range(self, index: int) -> str:
-        n = len(self._messages)
-        held = f"indices 0..{n - 1}" if n else "no messages"
-        return f"message index {index} is out of range: transcript {self._id!r} has {held}"
 
 
 # --- validation --------------------------------------------------------------------
@@ -575,17 +505,20 @@ def _validate_batch(messages: Iterable[MessageInput]) -> tuple[Message, ...]:
 
 def _check_struct(message: Message, path: str) -> Message:
     """Check a ``Message`` built in Python: its size, and its fields, which a
-    Struct does not check when constructed directly."""
+    Struct does not check when constructed directly. The message itself is
+    kept when it is what decoding its JSON gives (it is frozen on
+    construction); one holding plain dicts where parts belong is replaced by
+    the decoded, canonical one."""
     encoded = _encode(message)
     if len(encoded) > MAX_MESSAGE_BYTES:
         raise InvalidMessage(
             path, f"message is {len(encoded)} bytes, more than the limit of {MAX_MESSAGE_BYTES}"
         )
     try:
-        _decode_message(encoded)
+        decoded = _decode_message(encoded)
     except msgspec.ValidationError as exc:
         raise InvalidMessage(path, str(exc).replace("$", path, 1)) from None
-    return message
+    return message if decoded == message else decoded
 
 
 def _check_epoch(epoch: object) -> str:
@@ -603,31 +536,3 @@ def _check_origin(origin: object) -> Origin | None:
 def _agree(what: str, given: str | None, found: str) -> None:
     if given is not None and given != found:
         raise ValueError(f"{what} {given!r} does not match the source's {what} {found!r}")
-
-
-def _check_segments(snapshot: TranscriptSnapshot) -> None:
-    """Raise ``ValueError`` unless the snapshot's segments could have been made
-    by segment starts: the first starts at 0, each later one starts inside
-    its predecessor, only the last is open and it starts at ``active_start``."""
-    segments, length = snapshot.segments, len(snapshot.messages)
-    problem = None
-    if not segments:
-        problem = "no segments"
-    elif segments[0].start != 0:
-        problem = "the first segment does not start at 0"
-    elif segments[-1].end is not None or segments[-1].start != snapshot.active_start:
-        problem = "the last segment is not the open one at active_start"
-    elif not snapshot.active_start <= length:
-        problem = "active_start is beyond the end"
-    elif snapshot.revision < len(segments) - 1 + (1 if length else 0):
-        problem = "the revision is lower than the changes it shows"
-    else:
-        for older, newer in itertools.pairwise(segments):
-            end = older.end
-            if end is None or end > length or not older.start < newer.start <= end:
-                problem = f"segment {older} cannot precede {newer}"
-                break
-    if problem is not None:
-        raise ValueError(
-            f"inconsistent snapshot of transcript {snapshot.transcript_id!r}: {problem}"
-        )

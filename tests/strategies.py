@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
+from protocol.state import TranscriptState
 from protocol.types import (
     AttachmentPart,
     Change,
@@ -29,7 +30,6 @@ from protocol.types import (
     MessageLocator,
     MessagesAppended,
     Origin,
-    Segment,
     SegmentStarted,
     TextPart,
     TranscriptEvent,
@@ -208,45 +208,36 @@ def events(
 
 @st.composite
 def _snapshot(
-    draw: st.DrawFn,
-    transcript_id: st.SearchStrategy[str],
-    epoch: st.SearchStrategy[str],
-    revision: st.SearchStrategy[int],
+    draw: st.DrawFn, transcript_id: st.SearchStrategy[str], epoch: st.SearchStrategy[str]
 ) -> TranscriptSnapshot:
-    start = draw(st.integers(min_value=0, max_value=20))
-    body = tuple(draw(st.lists(messages(), max_size=4)))
-    end = start + len(body)
-    starts = sorted(draw(st.sets(st.integers(min_value=0, max_value=end), max_size=3)))
-    segments = []
-    for i, seg_start in enumerate(starts):
-        seg_end: int | None = None
-        if i < len(starts) - 1:
-            # A closed segment ends where the next begins, or anywhere after its start.
-            seg_end = starts[i + 1]
-            if draw(st.booleans()):
-                seg_end = draw(st.integers(min_value=seg_start, max_value=end))
-        segments.append(Segment(start=seg_start, end=seg_end))
-    return TranscriptSnapshot(
-        transcript_id=draw(transcript_id),
-        epoch=draw(epoch),
-        revision=draw(revision),
-        start=start,
-        messages=body,
-        active_start=draw(st.integers(min_value=0, max_value=end)),
-        segments=tuple(segments),
-    )
+    # Played from a history of appends and segment starts, so that it keeps
+    # every invariant of protocol.state.check_snapshot; then, sometimes, only
+    # a window of the last messages is kept (a baseline may leave out the
+    # start, never the end).
+    state = TranscriptState(draw(transcript_id), draw(epoch))
+    for _ in range(draw(st.integers(min_value=0, max_value=5))):
+        room = state.length - state.active_start
+        if room and draw(st.booleans()):
+            start = state.active_start + draw(st.integers(min_value=1, max_value=room))
+            change: Change = SegmentStarted(state.active_start, start, state.length)
+        else:
+            batch = tuple(draw(st.lists(messages(), min_size=1, max_size=3)))
+            change = MessagesAppended(state.length, batch)
+        state.apply(
+            TranscriptEvent(state.transcript_id, state.epoch, state.revision + 1, 0, change)
+        )
+    start = draw(st.integers(min_value=0, max_value=state.length))
+    return state.snapshot(start)
 
 
 def snapshots(
     transcript_id: st.SearchStrategy[str] | None = None,
     epoch: st.SearchStrategy[str] | None = None,
-    revision: st.SearchStrategy[int] | None = None,
 ) -> st.SearchStrategy[TranscriptSnapshot]:
-    """Valid ``TranscriptSnapshot`` values (segments ascend; activeStart within)."""
+    """Valid ``TranscriptSnapshot`` values (whole or a window that reaches the length)."""
     return _snapshot(
         transcript_ids() if transcript_id is None else transcript_id,
         epochs() if epoch is None else epoch,
-        _SMALL if revision is None else revision,
     )
 
 

@@ -1,12 +1,15 @@
 """One subscriber connection: subscribe, verify every frame, time every message.
 
-Each subscriber follows one transcript on its own connection. Every frame
-goes through ``accept_transcript_update`` (a frame that does not validate is
-counted as invalid), the connection's ``SeqTracker`` and the transcript's
-``Continuity``; the decisions are carried out as a real client would (a
-``Resubscribe`` sends the subscribe op). Latency is the time from the
-writer's timestamp (``metadata.t``, ``time.time_ns``) to the arrival of the
-WebSocket message that carried the increment.
+Each subscriber follows one transcript on its own connection through the
+consumer core (``protocol.consumer.Consumer``), exactly as a real client
+does: every frame is validated (one that does not is counted as invalid),
+its ``seq`` checked, the transcript's continuity judged and each event
+applied to a copy that keeps no messages (so every event is checked against
+the length, active start and segments as the server's entity would, at no
+memory cost); the ops the core asks for (resubscribes, barrier pings) are
+sent. Latency is the time from the writer's timestamp (``metadata.t``,
+``time.time_ns``) to the arrival of the WebSocket message that carried the
+increment.
 """
 
 from __future__ import annotations
@@ -24,16 +27,17 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from client_py.bench.histogram import LatencyHistogram
 from protocol import wire
-from protocol.continuity import (
-    Apply,
-    Continuity,
-    Replace,
-    Resubscribe,
-    SeqTracker,
-    SeqVerdict,
-    Stop,
+from protocol.consumer import (
+    Applied,
+    Consumer,
+    ErrorReceived,
+    FramesLost,
+    InvalidFrameReceived,
+    Replaced,
+    Resubscribed,
+    Stopped,
 )
-from protocol.errors import InvalidFrame
+from protocol.continuity import Continuity
 from protocol.types import MessagesAppended
 
 SMALL_RCVBUF: Final = 32 << 10
@@ -89,8 +93,8 @@ class Subscriber:
         self.url = url
         self.transcript_id = transcript_id
         self.stats = stats
-        self.seq = SeqTracker()
-        self.continuity = Continuity(transcript_id)
+        self.core = Consumer(keep_messages=False)
+        self.subscription = self.core.subscribe(transcript_id)
         self.ready = asyncio.Event()  #: the first baseline arrived
         self.done = asyncio.Event()  #: the copy reached ``target``
         self.reading = asyncio.Event()
@@ -111,9 +115,12 @@ class Subscriber:
         self.done_at = 0.0
         #: Events a later baseline covered (they are not owed as increments).
         self.skipped_by_baselines = 0
-        self._pending_ops: list[bytes] = []
         self.baselines = 0
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def continuity(self) -> Continuity:
+        return self.subscription.continuity
 
     # --- connection ------------------------------------------------------------
 
@@ -140,19 +147,20 @@ class Subscriber:
             ping_interval=None,
             **extra,
         )
-        self.seq.reset()
         self.closing = False
         if subscribe:
             await self.subscribe()
         self._task = asyncio.create_task(self._read_loop())
 
     async def subscribe(self) -> None:
+        """Send the subscribe op for the copy held (a resume if there is one)."""
         assert self.ws is not None
-        if self.continuity.revision is None:
-            op = self.continuity.resubscribe_request()
-        else:
-            op = self.continuity.on_new_connection().op()
-        await self.ws.send(wire.encode_json(op), text=True)
+        self.core.connection_made()
+        await self._send_ops(self.ws)
+
+    async def _send_ops(self, ws: ClientConnection) -> None:
+        for op in self.core.ops_to_send():
+            await ws.send(wire.encode_json(op), text=True)
 
     async def close(self) -> None:
         """Close on purpose (not counted as a lost connection)."""
@@ -162,7 +170,7 @@ class Subscriber:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-        self.continuity.on_connection_lost()
+        self.core.connection_lost()
 
     def set_target(self, revision: int) -> None:
         """The transcript's final revision: the subscriber is done when its copy gets there."""
@@ -195,15 +203,13 @@ class Subscriber:
                     await self.reading.wait()
                 message = await ws.recv()
                 self._on_message(message, time.time_ns())
-                if self._pending_ops:
-                    ops, self._pending_ops = self._pending_ops, []
-                    for op in ops:
-                        await ws.send(op, text=True)
+                # Sent once the message is handled (sending awaits).
+                await self._send_ops(ws)
         except websockets.ConnectionClosed:
             if not self.closing:
                 self.stats.disconnects += 1
                 if self.auto_reconnect:
-                    self.continuity.on_connection_lost()
+                    self.core.connection_lost()
                     asyncio.get_running_loop().create_task(self._reconnect())
 
     async def _reconnect(self) -> None:
@@ -215,35 +221,18 @@ class Subscriber:
         stats.ws_messages += 1
         stats.received_bytes += len(message)
         self.since_connect_bytes += len(message)
-        for raw in wire.split_frames(message):
-            stats.frames += 1
-            self.since_connect_frames += 1
-            try:
-                frame = wire.accept_transcript_update(raw)
-            except InvalidFrame:
-                stats.invalid += 1
-                continue
-            verdict = self.seq.observe(frame.seq)
-            if verdict is SeqVerdict.REPEAT:
-                stats.repeats += 1
-                continue
-            if verdict is SeqVerdict.GAP:
-                stats.seq_gaps += 1
-                stats.gaps += 1
-                self._act(self.continuity.on_seq_gap())
-            if isinstance(frame, wire.Ack | wire.Pong):
-                continue
-            if isinstance(frame, wire.ErrorFrame):
-                if frame.code == wire.LAGGED:
-                    stats.lagged += 1
-                elif frame.code not in ("not-found",):
-                    stats.errors += 1
-            previous_revision = self.continuity.revision
-            decision = self.continuity.on_frame(frame)
-            if isinstance(decision, Apply):
+        core = self.core
+        frames, repeats = core.frames, core.repeated_frames
+        core.receive_data(message)
+        frames = core.frames - frames
+        stats.frames += frames
+        self.since_connect_frames += frames
+        stats.repeats += core.repeated_frames - repeats
+        for update in core.updates_received():
+            if isinstance(update, Applied):  # the hot path: one per increment
                 stats.delivered += 1
                 stats.last_apply_ns = now_ns
-                change = decision.event.change
+                change = update.event.change
                 if isinstance(change, MessagesAppended):
                     for msg in change.messages:
                         sent = msg.metadata.get("t") if msg.metadata else None
@@ -251,28 +240,34 @@ class Subscriber:
                             stats.latency.record_ns(now_ns - sent)
                             stats.messages += 1
                 self._check_done()
-            elif isinstance(decision, Replace):
+            elif isinstance(update, Replaced):
                 stats.baselines += 1
                 self.since_connect_baselines += 1
                 self.baselines += 1
                 if self.baselines > 1:
                     stats.rebaselines += 1
-                    if previous_revision is not None:
+                    if update.previous_revision is not None:
                         self.skipped_by_baselines += max(
-                            0, decision.snapshot.revision - previous_revision
+                            0, update.snapshot.revision - update.previous_revision
                         )
                 if self.start_revision is None:
-                    self.start_revision = decision.snapshot.revision
+                    self.start_revision = update.snapshot.revision
                 self.ready.set()
                 self._check_done()
-            elif isinstance(decision, Resubscribe):
-                self._act(decision)
-            elif isinstance(decision, Stop):
+            elif isinstance(update, InvalidFrameReceived):
+                stats.invalid += 1
+            elif isinstance(update, FramesLost):
+                stats.seq_gaps += 1
+                stats.gaps += 1
+            elif isinstance(update, Resubscribed):
+                if update.reason == wire.LAGGED:
+                    stats.lagged += 1
+            elif isinstance(update, Stopped):
                 stats.stops += 1
-
-    def _act(self, decision: Resubscribe) -> None:
-        # Sent by the read loop once the message is handled (sending awaits).
-        self._pending_ops.append(wire.encode_json(decision.op()))
+                if update.code != wire.NOT_FOUND:
+                    stats.errors += 1
+            elif isinstance(update, ErrorReceived):
+                stats.errors += 1
 
     def _check_done(self) -> None:
         revision = self.continuity.revision

@@ -23,7 +23,7 @@
 export const SUBPROTOCOL_JSON = "tsync.v1.json";
 
 /** Error codes after which a subscription cannot go on by resubscribing. */
-export const STOP_CODES = Object.freeze(["not-found", "forbidden", "unauthorized"]);
+export const STOP_CODES = Object.freeze(["not-found", "forbidden", "unauthorized", "too-many-subscriptions"]);
 const LAGGED = "lagged";
 
 // --- the connection's seq --------------------------------------------------------
@@ -125,6 +125,8 @@ export class Continuity {
       resumes: 0,
       baselines: 0,
       rebaselines: 0,
+      staleBaselines: 0,
+      dropped: 0,
       epochChanges: 0,
       foreign: 0,
       lagged: 0,
@@ -140,12 +142,20 @@ export class Continuity {
     return this.onError(frame);
   }
 
-  /** A baseline replaces the copy, whatever it held; a foreign one resubscribes. */
+  /**
+   * A baseline replaces the copy, unless it is older than the copy in the
+   * same epoch (stale: ignored, or the copy would go back in time); a
+   * foreign one resubscribes.
+   */
   onBaseline(snapshot) {
     const tally = this._tally;
     if (snapshot.transcriptId !== this.transcriptId) {
       tally.foreign += 1;
       return this._resubscribe("foreign", false);
+    }
+    if (this.revision !== null && snapshot.epoch === this.epoch && snapshot.revision < this.revision) {
+      tally.staleBaselines += 1;
+      return ignore("stale baseline");
     }
     if (tally.baselines) tally.rebaselines += 1;
     tally.baselines += 1;
@@ -212,6 +222,14 @@ export class Continuity {
     return ignore(`error ${frame.code}`);
   }
 
+  /** The copy is gone (an event did not fit it): forget it and ask for a fresh baseline. */
+  drop(reason) {
+    this._tally.dropped += 1;
+    this.revision = null;
+    this.epoch = null;
+    return this._resubscribe(reason, true);
+  }
+
   /** The connection lost frames (SeqTracker said "gap"): resubscribe. */
   onSeqGap() {
     this._tally.gaps += 1;
@@ -267,53 +285,593 @@ export class Continuity {
   }
 }
 
+// --- validation: what protocol.wire.accept_transcript_update accepts -------------------
+
+const ID = /^[A-Za-z0-9._:-]{1,128}$/;
+const ROLES = ["user", "assistant", "system", "tool", "context"];
+const MESSAGE_FIELDS = new Set(["role", "content", "name", "tool_call_id", "tool_calls", "metadata"]);
+const PART_FIELDS = {
+  text: ["text"],
+  image_url: ["image_url"],
+  attachment: ["name", "mime", "content"],
+};
+const MAX_REF_LENGTH = 200;
+
+/** A frame, snapshot or event the consumer cannot accept; message says why. */
+export class InvalidFrame extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "InvalidFrame";
+  }
+}
+
+const isObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+const isInt = (v, min) => Number.isInteger(v) && v >= min;
+const isOptional = (v, check) => v === undefined || v === null || check(v);
+const isRef = (v) => isOptional(v, (r) => (typeof r === "string" && r.length <= MAX_REF_LENGTH) || Number.isInteger(r));
+
+function need(ok, path, what) {
+  if (!ok) throw new InvalidFrame(`${path}: expected ${what}`);
+}
+
+function checkMessage(m, path) {
+  need(isObject(m), path, "a message object");
+  for (const key of Object.keys(m)) need(MESSAGE_FIELDS.has(key), `${path}.${key}`, "no unknown field");
+  need(ROLES.includes(m.role), `${path}.role`, `one of ${ROLES.join(", ")}`);
+  if (Array.isArray(m.content)) {
+    m.content.forEach((part, j) => {
+      const where = `${path}.content[${j}]`;
+      need(isObject(part) && Object.hasOwn(PART_FIELDS, part.type), `${where}.type`, "a known content part");
+      const fields = PART_FIELDS[part.type];
+      for (const key of Object.keys(part)) {
+        need(key === "type" || fields.includes(key), `${where}.${key}`, "no unknown field");
+      }
+      if (part.type === "image_url") {
+        const image = part.image_url;
+        need(isObject(image) && typeof image.url === "string", `${where}.image_url.url`, "a string");
+        need(isOptional(image.detail, (d) => typeof d === "string"), `${where}.image_url.detail`, "a string");
+        for (const key of Object.keys(image)) {
+          need(key === "url" || key === "detail", `${where}.image_url.${key}`, "no unknown field");
+        }
+      } else {
+        for (const key of fields) need(typeof part[key] === "string", `${where}.${key}`, "a string");
+      }
+    });
+  } else {
+    need(typeof m.content === "string", `${path}.content`, "a string or a list of content parts");
+  }
+  for (const key of ["name", "tool_call_id"]) {
+    need(isOptional(m[key], (v) => typeof v === "string"), `${path}.${key}`, "a string");
+  }
+  need(isOptional(m.tool_calls, (v) => Array.isArray(v) && v.every(isObject)), `${path}.tool_calls`, "a list of objects");
+  need(isOptional(m.metadata, isObject), `${path}.metadata`, "an object");
+}
+
+function checkMessages(list, path) {
+  need(Array.isArray(list), path, "a list of messages");
+  list.forEach((m, i) => checkMessage(m, `${path}[${i}]`));
+}
+
+/**
+ * Raise InvalidFrame unless some sequence of changes could have produced the
+ * snapshot: the port of protocol.state.check_snapshot (the same invariants
+ * Transcript.restore and every copy check). Fills in length when an older
+ * server left it out (its snapshots are whole).
+ */
+export function checkSnapshot(s, path = "snapshot") {
+  need(isObject(s), path, "an object");
+  need(typeof s.transcriptId === "string" && ID.test(s.transcriptId), `${path}.transcriptId`, "a transcript id");
+  need(typeof s.epoch === "string", `${path}.epoch`, "a string");
+  for (const key of ["revision", "start", "activeStart"]) need(isInt(s[key], 0), `${path}.${key}`, "an integer >= 0");
+  checkMessages(s.messages, `${path}.messages`);
+  need(Array.isArray(s.segments), `${path}.segments`, "a list");
+  s.segments.forEach((seg, i) => {
+    need(isObject(seg) && isInt(seg.start, 0), `${path}.segments[${i}].start`, "an integer >= 0");
+    need(seg.end === null || isInt(seg.end, 0), `${path}.segments[${i}].end`, "an integer >= 0 or null");
+  });
+  need(s.length === undefined || isInt(s.length, 0), `${path}.length`, "an integer >= 0");
+  const problem = snapshotProblem(s, s.length ?? s.start + s.messages.length);
+  if (problem) throw new InvalidFrame(`inconsistent snapshot of transcript '${s.transcriptId}': ${problem}`);
+}
+
+function snapshotProblem(s, length) {
+  const end = s.start + s.messages.length;
+  if (end > length) return `its messages end at ${end}, past its length ${length}`;
+  const segments = s.segments;
+  if (!segments.length) return "no segments (there is always an open one)";
+  if (segments[0].start !== 0) return "the first segment does not start at 0";
+  for (let i = 0; i < segments.length - 1; i += 1) {
+    if (segments[i].end === null) return `segments[${i}] is open, but only the last segment may be open`;
+  }
+  const open = segments[segments.length - 1];
+  if (open.end !== null) return "the last segment is closed: it must be the open one";
+  if (open.start !== s.activeStart) {
+    return `activeStart ${s.activeStart} is not the start of the open segment (${open.start})`;
+  }
+  if (s.activeStart > length) return `activeStart ${s.activeStart} is past the length ${length}`;
+  for (let i = 0; i < segments.length - 1; i += 1) {
+    const older = segments[i];
+    const newer = segments[i + 1];
+    if (older.end > length) return `segments[${i}] ends at ${older.end}, past the length ${length}`;
+    if (!(older.start < newer.start && newer.start <= older.end)) {
+      return `segments[${i + 1}] does not start inside segments[${i}]`;
+    }
+    if (newer.end !== null && newer.end < older.end) return `segments[${i + 1}] ends before segments[${i}]`;
+  }
+  const starts = segments.length - 1;
+  const low = starts + (length ? 1 : 0);
+  const high = starts + length;
+  if (!(low <= s.revision && s.revision <= high)) {
+    return `revision ${s.revision} cannot follow from ${length} messages and ${starts} segment starts (it must be within ${low}..${high})`;
+  }
+  return null;
+}
+
+/** checkSnapshot, and the messages reach the length (a baseline may leave out the start, never the end). */
+export function checkBaseline(s, path = "snapshot") {
+  checkSnapshot(s, path);
+  const length = s.length ?? s.start + s.messages.length;
+  if (s.start + s.messages.length !== length) {
+    throw new InvalidFrame(
+      `snapshot of transcript '${s.transcriptId}' holds [${s.start}, ${s.start + s.messages.length}) of ${length} messages: a baseline's messages reach the length`,
+    );
+  }
+}
+
+/** Raise InvalidFrame unless the event is well formed (port of protocol.state.check_event). */
+export function checkEvent(e, path = "event") {
+  need(isObject(e), path, "an object");
+  need(typeof e.transcriptId === "string" && ID.test(e.transcriptId), `${path}.transcriptId`, "a transcript id");
+  need(typeof e.epoch === "string", `${path}.epoch`, "a string");
+  need(isInt(e.revision, 1), `${path}.revision`, "an integer >= 1");
+  need(Number.isInteger(e.occurredAt), `${path}.occurredAt`, "an integer");
+  need(isOptional(e.origin, (o) => isObject(o) && typeof o.contextId === "string"), `${path}.origin`, "an origin");
+  const c = e.change;
+  need(isObject(c), `${path}.change`, "an object");
+  if (c.kind === "messages-appended") {
+    need(isInt(c.start, 0), `${path}.change.start`, "an integer >= 0");
+    checkMessages(c.messages, `${path}.change.messages`);
+    if (!c.messages.length) throw new InvalidFrame("event.change: an append carries at least one message");
+  } else if (c.kind === "segment-started") {
+    for (const key of ["previousStart", "start", "end"]) need(isInt(c[key], 0), `${path}.change.${key}`, "an integer >= 0");
+    if (!(c.previousStart < c.start && c.start <= c.end)) {
+      throw new InvalidFrame("event.change: a segment start needs previousStart < start <= end");
+    }
+  } else {
+    throw new InvalidFrame(`${path}.change.kind: expected messages-appended or segment-started`);
+  }
+}
+
+/**
+ * Validate ONE decoded server frame (port of accept_transcript_update): the
+ * frame itself, or InvalidFrame with a readable reason.
+ */
+export function acceptFrame(frame) {
+  need(isObject(frame), "frame", "an object");
+  need(isInt(frame.seq, 1), "seq", "an integer >= 1");
+  switch (frame.type) {
+    case "baseline":
+      checkBaseline(frame.snapshot);
+      break;
+    case "increment":
+      checkEvent(frame.event);
+      break;
+    case "ack":
+      need(typeof frame.transcriptId === "string" && ID.test(frame.transcriptId), "transcriptId", "a transcript id");
+      need(isInt(frame.revision, 0), "revision", "an integer >= 0");
+      need(isRef(frame.ref), "ref", "a ref");
+      for (const key of ["start", "count"]) need(isOptional(frame[key], (v) => isInt(v, 0)), key, "an integer >= 0");
+      need(isOptional(frame.duplicate, (v) => typeof v === "boolean"), "duplicate", "a boolean");
+      break;
+    case "pong":
+      need(isRef(frame.ref), "ref", "a ref");
+      break;
+    case "error":
+      need(typeof frame.code === "string", "code", "a string");
+      need(typeof frame.message === "string", "message", "a string");
+      need(isOptional(frame.transcriptId, (v) => typeof v === "string"), "transcriptId", "a string");
+      need(isRef(frame.ref), "ref", "a ref");
+      need(isOptional(frame.revision, (v) => isInt(v, 0)), "revision", "an integer >= 0");
+      break;
+    default:
+      throw new InvalidFrame(`type: unknown frame type ${JSON.stringify(frame.type)}`);
+  }
+  return frame;
+}
+
 // --- the copy -----------------------------------------------------------------------
 
 /**
- * The consumer's copy of one transcript, built from a baseline and the
- * events Continuity said to apply. messages[i] is the message at index
- * start + i; segments are {start, end|null} like a snapshot's.
+ * One transcript's copy: the port of protocol.state.TranscriptState. Holds
+ * messages [start, length) (messages[i] is the message at start + i), or
+ * none (messages null) when made with keepMessages false; segments are
+ * {start, end|null} like a snapshot's. apply() checks every event exactly
+ * as the server's entity does.
  */
-export class Mirror {
-  constructor(snapshot) {
+export class TranscriptCopy {
+  constructor(snapshot, { keepMessages = true } = {}) {
+    checkBaseline(snapshot);
     this.transcriptId = snapshot.transcriptId;
     this.epoch = snapshot.epoch;
     this.revision = snapshot.revision;
-    this.start = snapshot.start ?? 0;
-    this.messages = [...snapshot.messages];
-    this.activeStart = snapshot.activeStart ?? 0;
-    this.segments = (snapshot.segments ?? [{ start: 0, end: null }]).map((s) => ({ ...s }));
+    this.length = snapshot.length ?? snapshot.start + snapshot.messages.length;
+    this.start = keepMessages ? snapshot.start : this.length;
+    this.messages = keepMessages ? [...snapshot.messages] : null;
+    this.activeStart = snapshot.activeStart;
+    this.segments = snapshot.segments.map((s) => ({ start: s.start, end: s.end }));
   }
 
-  /** The number of messages of the transcript (not only those held). */
-  get length() {
-    return this.start + this.messages.length;
-  }
-
-  /**
-   * Apply one event that Continuity said to apply. Throws if the event does
-   * not fit the copy (a bug on one side or the other: the caller takes a
-   * fresh baseline).
-   */
-  apply(event) {
+  /** Throw InvalidChange unless the event is exactly this copy's next change. */
+  checkNext(event) {
+    const name = `'${this.transcriptId}'`;
+    if (event.transcriptId !== this.transcriptId) {
+      throw new InvalidChange(`event of transcript '${event.transcriptId}' applied to ${name}`);
+    }
+    if (event.epoch !== this.epoch) {
+      throw new InvalidChange(`event of epoch '${event.epoch}' applied to transcript ${name} of epoch '${this.epoch}'`);
+    }
+    if (event.revision !== this.revision + 1) {
+      throw new InvalidChange(
+        `event for revision ${event.revision} applied to transcript ${name} at revision ${this.revision} (expected ${this.revision + 1})`,
+      );
+    }
     const change = event.change;
     if (change.kind === "messages-appended") {
+      if (!change.messages.length) throw new InvalidChange("event.change: an append carries at least one message");
       if (change.start !== this.length) {
-        throw new Error(`append at ${change.start} does not continue a copy of ${this.length}`);
+        throw new InvalidChange(`append at index ${change.start} applied to transcript ${name} of length ${this.length}`);
       }
-      this.messages.push(...change.messages);
     } else if (change.kind === "segment-started") {
-      if (change.previousStart !== this.activeStart) {
-        throw new Error(`segment from ${change.previousStart} but the copy's is ${this.activeStart}`);
+      if (
+        change.previousStart !== this.activeStart ||
+        change.end !== this.length ||
+        !(this.activeStart < change.start && change.start <= this.length)
+      ) {
+        throw new InvalidChange(
+          `segment start (previous ${change.previousStart}, start ${change.start}, end ${change.end}) applied to transcript ${name} with active_start ${this.activeStart} and length ${this.length}`,
+        );
       }
-      const open = this.segments[this.segments.length - 1];
-      if (open) open.end = change.end;
+    } else {
+      throw new InvalidChange(`unknown change kind ${JSON.stringify(change.kind)}`);
+    }
+  }
+
+  /** Check the event and make it the current state (nothing changes if it does not fit). */
+  apply(event) {
+    this.checkNext(event);
+    const change = event.change;
+    if (change.kind === "messages-appended") {
+      this.length += change.messages.length;
+      if (this.messages === null) this.start = this.length;
+      else this.messages.push(...change.messages);
+    } else {
+      this.segments[this.segments.length - 1].end = change.end;
       this.segments.push({ start: change.start, end: null });
       this.activeStart = change.start;
-    } else {
-      throw new Error(`unknown change kind ${JSON.stringify(change.kind)}`);
     }
     this.revision = event.revision;
+  }
+}
+
+/** The copy was the Mirror of earlier versions: the same class under its old name. */
+export const Mirror = TranscriptCopy;
+
+/** An event that cannot be applied to a copy: malformed, or not the next change. */
+export class InvalidChange extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "InvalidChange";
+  }
+}
+
+// --- the consumer core ------------------------------------------------------------------
+
+/** Refs of the consumer's barrier pings (sync:1, sync:2, ...). */
+export const BARRIER_PREFIX = "sync:";
+
+function barrierNumber(ref) {
+  if (typeof ref === "string" && ref.startsWith(BARRIER_PREFIX)) {
+    const digits = ref.slice(BARRIER_PREFIX.length);
+    if (/^[0-9]+$/.test(digits)) return Number(digits);
+  }
+  return null;
+}
+
+/**
+ * One followed transcript: its Continuity and its copy (port of
+ * protocol.consumer.Subscription). Each on* method returns the update it
+ * causes, or null.
+ */
+export class Subscription {
+  constructor(transcriptId, { keepMessages = true } = {}) {
+    this.transcriptId = transcriptId;
+    this.continuity = new Continuity(transcriptId);
+    this.copy = null;
+    this.barrier = 0;
+    this._keep = keepMessages;
+    this._lastEpoch = null;
+  }
+
+  get revision() {
+    return this.continuity.revision;
+  }
+
+  request() {
+    return this.continuity.resubscribeRequest();
+  }
+
+  onBaseline(snapshot) {
+    const previous = this.continuity.revision;
+    const decision = this.continuity.onBaseline(snapshot);
+    if (decision.kind === "resubscribe") return this._resubscribed(decision);
+    if (decision.kind !== "replace") return null; // a stale baseline
+    let copy;
+    try {
+      copy = new TranscriptCopy(snapshot, { keepMessages: this._keep });
+    } catch {
+      return this._drop("mismatch");
+    }
+    this.copy = copy;
+    const epochChanged = this._lastEpoch !== null && this._lastEpoch !== snapshot.epoch;
+    this._lastEpoch = snapshot.epoch;
+    return { kind: "replaced", transcriptId: this.transcriptId, snapshot, previousRevision: previous, epochChanged };
+  }
+
+  onEvent(event) {
+    const decision = this.continuity.onEvent(event);
+    if (decision.kind === "resubscribe") return this._resubscribed(decision);
+    if (decision.kind !== "apply") return null; // a repeat, or a gap already being repaired
+    try {
+      if (this.copy === null) throw new InvalidChange("no copy to apply the event to");
+      this.copy.apply(event);
+    } catch {
+      // Its revision continued the copy, its change did not: start over from a baseline.
+      return this._drop("mismatch");
+    }
+    return { kind: "applied", transcriptId: this.transcriptId, event };
+  }
+
+  onError(frame) {
+    const decision = this.continuity.onError(frame);
+    if (decision.kind === "resubscribe") return this._resubscribed(decision);
+    if (decision.kind === "stop") {
+      return { kind: "stopped", transcriptId: this.transcriptId, code: decision.code, message: decision.reason };
+    }
+    return { kind: "error", frame };
+  }
+
+  onSeqGap() {
+    return this._resubscribed(this.continuity.onSeqGap());
+  }
+
+  onNewConnection() {
+    return this._resubscribed(this.continuity.onNewConnection());
+  }
+
+  onConnectionLost() {
+    this.continuity.onConnectionLost();
+    this.barrier = 0;
+  }
+
+  onResubscribeAnswered() {
+    this.barrier = 0;
+    this.continuity.onResubscribeAnswered();
+  }
+
+  _resubscribed(decision) {
+    if (decision.fromRevision === null) this.copy = null;
+    return {
+      kind: "resubscribed",
+      transcriptId: this.transcriptId,
+      reason: decision.reason,
+      fromRevision: decision.fromRevision,
+      epoch: decision.epoch,
+    };
+  }
+
+  _drop(reason) {
+    return this._resubscribed(this.continuity.drop(reason));
+  }
+}
+
+/**
+ * The whole consumer of one connection, sans I/O: the port of
+ * protocol.consumer.Consumer. Text in (receiveData), ops out (opsToSend) and
+ * updates out (updatesReceived): {kind: "applied"|"replaced"|"resubscribed"|
+ * "stopped"|"answered"|"error"|"invalid"|"frames-lost"|"synced", ...}.
+ * The shared cases in tests/cases/consumer run against both.
+ */
+export class Consumer {
+  constructor({ keepMessages = true } = {}) {
+    this.keepMessages = keepMessages;
+    /** transcriptId -> Subscription */
+    this.subscriptions = new Map();
+    this.seq = new SeqTracker();
+    this.connected = false;
+    this.invalidFrames = 0;
+    this._ops = [];
+    this._updates = [];
+    this._barrier = 0;
+    this._unmarked = new Set(); // resubscribed since the last barrier ping
+    this._barrierDue = false;
+  }
+
+  /** Follow a transcript (the same subscription if already followed). */
+  subscribe(transcriptId) {
+    let sub = this.subscriptions.get(transcriptId);
+    if (sub) return sub;
+    sub = new Subscription(transcriptId, { keepMessages: this.keepMessages });
+    this.subscriptions.set(transcriptId, sub);
+    sub.continuity.resyncing = true; // the baseline is on its way
+    if (this.connected) {
+      this._queueSubscribe(sub, sub.request());
+      this._flushBarrier();
+    }
+    return sub;
+  }
+
+  /** Stop following a transcript; false if it was not followed. */
+  unsubscribe(transcriptId) {
+    const sub = this.subscriptions.get(transcriptId);
+    if (!sub) return false;
+    this.subscriptions.delete(transcriptId);
+    this._unmarked.delete(sub);
+    if (this.connected) this._ops.push({ op: "unsubscribe", transcriptId });
+    return true;
+  }
+
+  /** A new connection is up: seq starts over, every subscription resubscribes, then a barrier. */
+  connectionMade() {
+    this.connected = true;
+    this.seq.reset();
+    this._ops = [];
+    this._unmarked.clear();
+    for (const sub of [...this.subscriptions.values()]) this._resubscribe(sub, sub.onNewConnection());
+    this._barrierDue = true;
+    this._flushBarrier();
+  }
+
+  /** The connection is gone; ops not yet taken are dropped. */
+  connectionLost() {
+    this.connected = false;
+    this._ops = [];
+    this._unmarked.clear();
+    for (const sub of this.subscriptions.values()) sub.onConnectionLost();
+  }
+
+  /** Take one WebSocket text message: every frame in it, in order. */
+  receiveData(data) {
+    for (const line of String(data).split("\n")) {
+      if (!line.trim()) continue;
+      let frame;
+      try {
+        frame = acceptFrame(JSON.parse(line));
+      } catch (err) {
+        this.invalidFrames += 1;
+        this._updates.push({ kind: "invalid", reason: String(err.message ?? err) });
+        continue;
+      }
+      this._receive(frame);
+    }
+    this._flushBarrier();
+  }
+
+  /** Take one decoded frame (validated here like any other). */
+  receiveFrame(frame) {
+    try {
+      acceptFrame(frame);
+    } catch (err) {
+      this.invalidFrames += 1;
+      this._updates.push({ kind: "invalid", reason: String(err.message ?? err) });
+      return;
+    }
+    this._receive(frame);
+    this._flushBarrier();
+  }
+
+  /** The ops to send now, in order (then empty). */
+  opsToSend() {
+    const ops = this._ops;
+    this._ops = [];
+    return ops;
+  }
+
+  /** The updates since the last call, in order (then empty). */
+  updatesReceived() {
+    const updates = this._updates;
+    this._updates = [];
+    return updates;
+  }
+
+  _receive(frame) {
+    const last = this.seq.last;
+    const verdict = this.seq.observe(frame.seq);
+    if (verdict === SeqVerdict.REPEAT) return;
+    if (verdict === SeqVerdict.GAP) {
+      this._updates.push({ kind: "frames-lost", missing: frame.seq - last - 1 });
+      for (const sub of [...this.subscriptions.values()]) this._resubscribe(sub, sub.onSeqGap());
+    }
+    switch (frame.type) {
+      case "increment": {
+        const sub = this.subscriptions.get(frame.event.transcriptId);
+        if (sub) this._take(sub, sub.onEvent(frame.event));
+        break;
+      }
+      case "baseline": {
+        const sub = this.subscriptions.get(frame.snapshot.transcriptId);
+        if (sub) this._take(sub, sub.onBaseline(frame.snapshot));
+        break;
+      }
+      case "pong": {
+        const number = barrierNumber(frame.ref);
+        if (number === null) this._updates.push({ kind: "answered", frame });
+        else this._onBarrier(number);
+        break;
+      }
+      case "ack":
+        this._updates.push({ kind: "answered", frame });
+        break;
+      default:
+        this._onError(frame);
+    }
+  }
+
+  _onError(frame) {
+    if (frame.ref !== undefined && frame.ref !== null && barrierNumber(frame.ref) === null) {
+      this._updates.push({ kind: "answered", frame });
+      return;
+    }
+    const about = frame.transcriptId;
+    if (about === undefined || about === null) {
+      if (frame.code === LAGGED) {
+        for (const sub of [...this.subscriptions.values()]) this._take(sub, sub.onError(frame));
+        return;
+      }
+      this._updates.push({ kind: "error", frame });
+      return;
+    }
+    const sub = this.subscriptions.get(about);
+    if (!sub) this._updates.push({ kind: "error", frame });
+    else this._take(sub, sub.onError(frame));
+  }
+
+  _take(sub, update) {
+    if (update === null) return;
+    if (update.kind === "resubscribed") {
+      this._resubscribe(sub, update);
+      return;
+    }
+    if (update.kind === "stopped") {
+      if (this.subscriptions.get(sub.transcriptId) === sub) this.subscriptions.delete(sub.transcriptId);
+      this._unmarked.delete(sub);
+    }
+    this._updates.push(update);
+  }
+
+  _resubscribe(sub, update) {
+    this._updates.push(update);
+    if (this.connected) this._queueSubscribe(sub, subscribeOp(update.transcriptId, update.fromRevision, update.epoch));
+  }
+
+  _queueSubscribe(sub, op) {
+    this._ops.push(op);
+    this._unmarked.add(sub);
+  }
+
+  _flushBarrier() {
+    if (!this.connected || !(this._unmarked.size || this._barrierDue)) return;
+    this._barrier += 1;
+    this._barrierDue = false;
+    this._ops.push({ op: "ping", ref: `${BARRIER_PREFIX}${this._barrier}` });
+    for (const sub of this._unmarked) sub.barrier = this._barrier;
+    this._unmarked.clear();
+  }
+
+  _onBarrier(number) {
+    for (const sub of this.subscriptions.values()) {
+      if (sub.barrier > 0 && sub.barrier <= number) sub.onResubscribeAnswered();
+    }
+    if (number === this._barrier) this._updates.push({ kind: "synced", barrier: number });
   }
 }
 
@@ -379,7 +937,9 @@ export class ServerError extends Error {
 
 /**
  * One logical connection to a transcript-sync server, kept open across
- * reconnects.
+ * reconnects: a driver of the Consumer core, which decides everything about
+ * frames (seq, continuity, the copies, resubscribes, barriers); the client
+ * moves text in and ops out, keeps appends until acknowledged, and reports.
  *
  * Events (client.on(type, listener) returns a function that removes it):
  * - "status"   {state, attempt, delayMs, reason}; state is one of
@@ -392,8 +952,13 @@ export class ServerError extends Error {
  * - "segment"  {transcriptId, previousStart, start, end, revision, mirror}.
  * - "stop"     {transcriptId, code, message}: the subscription is over.
  * - "ack"      the ack frame of an append (also the resolved value of append()).
- * - "error"    an error frame that no append or subscription took.
- * - "decision" {transcriptId, decision}: every continuity decision (for logs and tests).
+ * - "error"    an error frame that no append or subscription took (code
+ *              "invalid-frame" for a frame that did not validate, "mirror" for
+ *              an event that did not fit the copy).
+ * - "update"   {transcriptId, update}: every update of the core (for logs and tests).
+ *
+ * mirror is the core's TranscriptCopy: {transcriptId, epoch, revision, start,
+ * length, messages, activeStart, segments}.
  */
 export class TsyncClient {
   /**
@@ -425,9 +990,8 @@ export class TsyncClient {
       clearInterval: (id) => clearInterval(id),
       now: () => Date.now(),
     };
-    this.seq = new SeqTracker();
-    /** transcriptId -> {continuity, mirror} */
-    this.subscriptions = new Map();
+    /** The consumer core: seq, continuity and every transcript's copy. */
+    this.core = new Consumer();
     /** ref -> {key, op, resolve, reject}, in the order the appends were made */
     this._pending = new Map();
     this._listeners = new Map();
@@ -440,12 +1004,19 @@ export class TsyncClient {
     this._heartbeat = null;
     this._lastFrameAt = 0;
     this._pingSentAt = null;
-    this._barrier = 0;
-    this._awaiting = null; // the status to announce when the barrier's pong arrives
-    this._refs = 0;
+    this._awaiting = null; // the status to announce when the core is synced
     this.state = "idle";
     this.stats = { connections: 0, reconnects: 0, resyncs: 0, duplicateAcks: 0 };
-    this._resubscribes = 0;
+  }
+
+  /** The connection's SeqTracker (the core's). */
+  get seq() {
+    return this.core.seq;
+  }
+
+  /** transcriptId -> Subscription ({continuity, copy}) of every followed transcript. */
+  get subscriptions() {
+    return this.core.subscriptions;
   }
 
   // -- events ------------------------------------------------------------------------
@@ -502,6 +1073,7 @@ export class TsyncClient {
         // already closing
       }
     }
+    this.core.connectionLost();
     this._failPending(new Error("client closed"));
     this._status("closed");
   }
@@ -539,16 +1111,15 @@ export class TsyncClient {
     this._connections += 1;
     this.stats.connections += 1;
     this._lastFrameAt = this._timers.now();
-    this.seq.reset();
     const reconnect = this._connections > 1;
     if (reconnect) this.stats.reconnects += 1;
-    for (const [transcriptId, sub] of this.subscriptions) {
-      this._act(transcriptId, sub, sub.continuity.onNewConnection());
-    }
-    // Appends not yet acknowledged go again, with the keys they were made
-    // with: the server answers an already applied one with its first ack.
+    // The resumes and a barrier first; then the appends not yet
+    // acknowledged, with the keys they were made with: the server answers an
+    // already applied one with its first ack.
+    this._awaiting = reconnect ? "resynced" : "live";
+    this.core.connectionMade();
+    this._flush();
     for (const pending of this._pending.values()) this._send(pending.op);
-    this._sync(reconnect ? "resynced" : "live");
     this._startHeartbeat();
   }
 
@@ -557,17 +1128,13 @@ export class TsyncClient {
     this._ws = null;
     this._open = false;
     this._stopHeartbeat();
+    this.core.connectionLost();
     if (this._closed) return;
     if (close && close.code === 1008 && /unauthori[sz]ed/i.test(close.reason ?? "")) {
       this._closed = true;
       this._failPending(new Error("unauthorized"));
       this._status("unauthorized", { reason: close.reason });
       return;
-    }
-    if (this._connections > 0) {
-      for (const [transcriptId, sub] of this.subscriptions) {
-        this._emit("decision", { transcriptId, decision: sub.continuity.onConnectionLost() });
-      }
     }
     const reason = close ? `closed (${close.code}${close.reason ? ` ${close.reason}` : ""})` : "closed";
     this._scheduleReconnect(reason);
@@ -619,44 +1186,40 @@ export class TsyncClient {
     this._heartbeat = null;
   }
 
-  /** Send a ping; when its pong arrives every answer sent before it has arrived too. */
-  _sync(state) {
-    this._barrier += 1;
-    this._awaiting = state;
-    this._send({ op: "ping", ref: `sync:${this._barrier}` });
-  }
-
   _send(op) {
     if (!this._open || !this._ws) return false;
     this._ws.send(JSON.stringify(op));
     return true;
   }
 
+  /** Send the ops the core asks for, then act on its updates. */
+  _flush() {
+    for (const op of this.core.opsToSend()) this._send(op);
+    for (const update of this.core.updatesReceived()) this._onUpdate(update);
+  }
+
   // -- subscriptions -----------------------------------------------------------------
 
   /** Follow a transcript: a baseline, then its increments, across reconnects. */
   subscribe(transcriptId) {
-    let sub = this.subscriptions.get(transcriptId);
-    if (sub) return sub;
-    sub = { continuity: new Continuity(transcriptId), mirror: null };
-    this.subscriptions.set(transcriptId, sub);
+    const known = this.core.subscriptions.get(transcriptId);
+    if (known) return known;
+    const sub = this.core.subscribe(transcriptId);
     if (this._open) {
-      this._send(sub.continuity.resubscribeRequest(this._ref("sub")));
-      this._sync(this.state === "connecting" ? "live" : this.state);
+      this._awaiting = this.state === "connecting" ? "live" : this.state;
+      this._flush();
     }
     return sub;
   }
 
   /** Stop following a transcript. */
   unsubscribe(transcriptId) {
-    if (this.subscriptions.delete(transcriptId)) {
-      this._send({ op: "unsubscribe", transcriptId });
-    }
+    if (this.core.unsubscribe(transcriptId)) this._flush();
   }
 
-  /** The mirror of a subscribed transcript, or null before its baseline. */
+  /** The copy of a subscribed transcript, or null before its baseline (or after it was dropped). */
   mirror(transcriptId) {
-    return this.subscriptions.get(transcriptId)?.mirror ?? null;
+    return this.core.subscriptions.get(transcriptId)?.copy ?? null;
   }
 
   // -- appends -------------------------------------------------------------------------
@@ -688,173 +1251,106 @@ export class TsyncClient {
     return [...this._pending.values()].map(({ key, op }) => ({ key, op }));
   }
 
-  _ref(kind) {
-    this._refs += 1;
-    return `${kind}:${this._refs}`;
-  }
-
   // -- frames ---------------------------------------------------------------------------
 
   _onMessage(ws, data) {
     if (ws !== this._ws) return;
     this._lastFrameAt = this._timers.now();
     if (typeof data !== "string") return; // only the JSON subprotocol is spoken here
-    for (const line of data.split("\n")) {
-      if (!line.trim()) continue;
-      let frame;
-      try {
-        frame = JSON.parse(line);
-      } catch {
-        this._emit("error", { code: "invalid-frame", message: "unparsable frame from server" });
-        continue;
-      }
-      this.handleFrame(frame);
-    }
+    this.core.receiveData(data);
+    this._flush();
   }
 
   /** Handle one decoded server frame (public for tests and custom transports). */
   handleFrame(frame) {
-    const verdict = this.seq.observe(frame.seq);
-    if (verdict === SeqVerdict.REPEAT) return;
-    if (verdict === SeqVerdict.GAP) {
-      this.stats.resyncs += 1;
-      this._status("resyncing", { reason: "seq-gap" });
-      for (const [transcriptId, sub] of this.subscriptions) {
-        this._act(transcriptId, sub, sub.continuity.onSeqGap());
-      }
-      this._sync("resynced");
-    }
-    switch (frame.type) {
-      case "baseline":
-        this._route(frame.snapshot?.transcriptId, frame);
-        break;
-      case "increment":
-        this._route(frame.event?.transcriptId, frame);
-        break;
-      case "ack":
-        this._onAck(frame);
-        break;
-      case "pong":
-        if (typeof frame.ref === "string" && frame.ref.startsWith("resub:")) {
-          const sub = this.subscriptions.get(frame.ref.split(":").slice(2).join(":"));
-          if (sub && sub.resubscribeRef === frame.ref) sub.continuity.onResubscribeAnswered();
-          break;
+    this.core.receiveFrame(frame);
+    this._flush();
+  }
+
+  /** Act on one update of the core. */
+  _onUpdate(update) {
+    this._emit("update", { transcriptId: update.transcriptId ?? null, update });
+    switch (update.kind) {
+      case "replaced": {
+        const mirror = this.mirror(update.transcriptId);
+        if (mirror) {
+          this._emit("baseline", {
+            transcriptId: update.transcriptId,
+            mirror,
+            snapshot: update.snapshot,
+            epochChanged: update.epochChanged,
+          });
         }
-        if (frame.ref === `sync:${this._barrier}` && this._awaiting) {
+        break;
+      }
+      case "applied":
+        this._applied(update.transcriptId, update.event);
+        break;
+      case "resubscribed":
+        if (update.reason === LAGGED) this._resyncing(LAGGED);
+        else if (update.reason === "mismatch") {
+          this._emit("error", {
+            code: "mirror",
+            message: "an event did not fit the copy: taking a fresh baseline",
+            transcriptId: update.transcriptId,
+          });
+        }
+        break;
+      case "frames-lost":
+        this._resyncing("seq-gap");
+        break;
+      case "stopped":
+        this._emit("stop", { transcriptId: update.transcriptId, code: update.code, message: update.message });
+        break;
+      case "answered":
+        this._onAnswer(update.frame);
+        break;
+      case "error":
+        this._emit("error", update.frame);
+        break;
+      case "invalid":
+        this._emit("error", { code: "invalid-frame", message: update.reason });
+        break;
+      case "synced":
+        if (this._awaiting) {
           const state = this._awaiting;
           this._awaiting = null;
           this._status(state);
         }
         break;
-      case "error":
-        this._onError(frame);
-        break;
       default:
-        break; // a frame type added later: not ours to judge
+        break;
     }
   }
 
-  _route(transcriptId, frame) {
-    const sub = this.subscriptions.get(transcriptId);
-    if (!sub) return; // an unsubscribed transcript's late frame
-    this._act(transcriptId, sub, sub.continuity.onFrame(frame));
+  _resyncing(reason) {
+    this.stats.resyncs += 1;
+    this._status("resyncing", { reason });
+    this._awaiting = "resynced";
   }
 
-  _onAck(frame) {
+  _onAnswer(frame) {
+    if (frame.type === "pong") return; // a heartbeat's: any frame is a sign of life
     const pending = this._pending.get(frame.ref);
-    if (frame.duplicate) this.stats.duplicateAcks += 1;
-    if (pending) {
-      this._pending.delete(frame.ref);
-      pending.resolve(frame);
+    if (frame.type === "ack") {
+      if (frame.duplicate) this.stats.duplicateAcks += 1;
+      if (pending) {
+        this._pending.delete(frame.ref);
+        pending.resolve(frame);
+      }
+      this._emit("ack", frame);
+      return;
     }
-    this._emit("ack", frame);
-  }
-
-  _onError(frame) {
-    const pending = frame.ref !== undefined ? this._pending.get(frame.ref) : undefined;
     if (pending) {
       this._pending.delete(frame.ref);
       pending.reject(new ServerError(frame));
       return;
     }
-    const about = frame.transcriptId;
-    if (about === undefined || about === null) {
-      if (frame.code === LAGGED) {
-        this.stats.resyncs += 1;
-        this._status("resyncing", { reason: LAGGED });
-        for (const [transcriptId, sub] of this.subscriptions) {
-          this._act(transcriptId, sub, sub.continuity.onError(frame));
-        }
-        this._sync("resynced");
-        return;
-      }
-      this._emit("error", frame);
-      return;
-    }
-    const sub = this.subscriptions.get(about);
-    if (!sub) {
-      this._emit("error", frame);
-      return;
-    }
-    const decision = sub.continuity.onError(frame);
-    if (decision.kind === "resubscribe") {
-      this.stats.resyncs += 1;
-      this._status("resyncing", { reason: frame.code });
-      this._act(about, sub, decision);
-      this._sync("resynced");
-      return;
-    }
-    if (decision.kind === "ignore") this._emit("error", frame);
-    this._act(about, sub, decision);
+    this._emit("error", frame);
   }
 
-  /** Carry out one continuity decision. */
-  _act(transcriptId, sub, decision) {
-    this._emit("decision", { transcriptId, decision });
-    switch (decision.kind) {
-      case "replace": {
-        const before = sub.mirror;
-        sub.mirror = new Mirror(decision.snapshot);
-        this._emit("baseline", {
-          transcriptId,
-          mirror: sub.mirror,
-          snapshot: decision.snapshot,
-          epochChanged: before !== null && before.epoch !== sub.mirror.epoch,
-        });
-        break;
-      }
-      case "apply":
-        this._applyEvent(transcriptId, sub, decision.event);
-        break;
-      case "resubscribe":
-        if (decision.fromRevision === null) sub.mirror = null; // a new epoch: drop the copy
-        this._send(decision.op(this._ref("sub")));
-        // A ping right behind it: its pong says the resubscribe was handled.
-        sub.resubscribeRef = `resub:${++this._resubscribes}:${transcriptId}`;
-        this._send({ op: "ping", ref: sub.resubscribeRef });
-        break;
-      case "stop":
-        this.subscriptions.delete(transcriptId);
-        this._emit("stop", { transcriptId, code: decision.code, message: decision.reason });
-        break;
-      default:
-        break; // ignore, reject: nothing to do
-    }
-  }
-
-  _applyEvent(transcriptId, sub, event) {
-    const mirror = sub.mirror;
-    try {
-      if (!mirror) throw new Error("no copy to apply an event to");
-      mirror.apply(event);
-    } catch (err) {
-      // The copy and the event disagree: start over from a fresh baseline.
-      this._emit("error", { code: "mirror", message: String(err.message ?? err), transcriptId });
-      sub.continuity = new Continuity(transcriptId);
-      sub.mirror = null;
-      this._send(sub.continuity.resubscribeRequest(this._ref("sub")));
-      return;
-    }
+  _applied(transcriptId, event) {
+    const mirror = this.mirror(transcriptId);
     const change = event.change;
     if (change.kind === "messages-appended") {
       this._emit("messages", {

@@ -65,6 +65,18 @@ async def test_mirror_follows_appends_and_segments() -> None:
         assert client.counters.seq.gaps == 0
 
 
+async def test_a_segment_started_inside_the_messages_closes_the_previous_at_the_length() -> None:
+    async with running_server() as srv, client_py.connect(srv.ws_url) as client:
+        await client.create("t1", [user("a"), user("b"), user("c")])
+        mirror = await client.subscribe("t1")
+        await client.start_segment("t1", 1)
+        await client.start_segment("t1", 2)
+        await mirror.wait_for_revision(3, timeout=5)
+        snapshot = await client.get("t1")
+        assert snapshot.segments == (Segment(0, 3), Segment(1, 3), Segment(2, None))
+        assert_mirror_equals(mirror, snapshot)
+
+
 async def test_two_clients_see_the_same_transcript() -> None:
     async with (
         running_server() as srv,

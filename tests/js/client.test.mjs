@@ -264,7 +264,7 @@ test("an event of a new epoch drops the copy and takes a fresh baseline", () => 
 
 test("a baseline of a new epoch replaces the copy and says so", () => {
   const { ws, events } = live();
-  ws.deliver({ type: "baseline", snapshot: snapshot(4, 3, { epoch: "e9" }) });
+  ws.deliver({ type: "baseline", snapshot: snapshot(3, 3, { epoch: "e9" }) });
   const baseline = events.filter((e) => e.type === "baseline").at(-1);
   assert.equal(baseline.epochChanged, true);
 });
@@ -450,7 +450,7 @@ test("Mirror closes the open segment at the event's end", () => {
     change: { kind: "segment-started", previousStart: 0, start: 3, end: 3 },
   });
   assert.deepEqual(mirror.segments, [{ start: 0, end: 3 }, { start: 3, end: null }]);
-  assert.throws(() => mirror.apply({ ...appended(5, 1, 1).event }), /does not continue/);
+  assert.throws(() => mirror.apply({ ...appended(5, 1, 1).event }), /append at index 1 .* of length 3/);
 });
 
 test("attachmentBytes: text stays text, base64 of binary is decoded", () => {

@@ -113,8 +113,8 @@ for (const file of FILES) {
 
 test("the counters have the names of protocol.continuity.Counters, in camelCase", () => {
   assert.deepEqual(Object.keys(new Continuity("t").counters).sort(), [
-    "applied", "baselines", "epochChanges", "foreign", "gaps", "lagged", "rebaselines",
-    "repeatsIgnored", "resubscribes", "resumes", "skipped",
+    "applied", "baselines", "dropped", "epochChanges", "foreign", "gaps", "lagged", "rebaselines",
+    "repeatsIgnored", "resubscribes", "resumes", "skipped", "staleBaselines",
   ]);
 });
 

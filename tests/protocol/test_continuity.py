@@ -131,6 +131,19 @@ def test_segment_events_continue_the_copy_like_appends() -> None:
     assert machine.revision == 2
 
 
+def test_an_older_baseline_of_the_same_epoch_is_stale() -> None:
+    machine = Continuity(T)
+    machine.on_baseline(_snapshot(10))
+    assert machine.on_baseline(_snapshot(8)) == Ignore("stale baseline")
+    assert machine.revision == 10
+    assert machine.counters.stale_baselines == 1
+    # The same revision, a newer one, or another epoch still replace the copy.
+    assert isinstance(machine.on_baseline(_snapshot(10)), Replace)
+    assert isinstance(machine.on_baseline(_snapshot(12)), Replace)
+    assert isinstance(machine.on_baseline(_snapshot(3, epoch="e2")), Replace)
+    assert (machine.revision, machine.epoch) == (3, "e2")
+
+
 def test_repr_shows_the_state() -> None:
     machine = Continuity(T)
     machine.on_baseline(_snapshot(3))
@@ -262,7 +275,31 @@ class Copy:
     epoch: str | None = None
 
 
-class Harness:
+class ChannelFaults:
+    """The faults ``run`` plays on a harness's ``server.channel``."""
+
+    server: Server
+
+    def drop(self, index: int) -> None:
+        if self.server.channel:
+            del self.server.channel[index % len(self.server.channel)]
+
+    def duplicate(self, index: int) -> None:
+        if self.server.channel:
+            i = index % len(self.server.channel)
+            self.server.channel.insert(i, self.server.channel[i])
+
+    def swap(self, index: int) -> None:
+        channel = self.server.channel
+        if len(channel) >= 2:
+            i = index % (len(channel) - 1)
+            channel[i], channel[i + 1] = channel[i + 1], channel[i]
+
+    def foreign(self) -> None:
+        self.server.send(Increment(seq=1, event=_event(1, "x", transcript_id="t2")))
+
+
+class Harness(ChannelFaults):
     """A consumer (Continuity + SeqTracker + Copy) connected to a ``Server``."""
 
     def __init__(self, retention: int) -> None:
@@ -338,26 +375,6 @@ class Harness:
                 self.copy.revision,
                 self.copy.epoch,
             )
-
-    # -- faults -----------------------------------------------------------------
-
-    def drop(self, index: int) -> None:
-        if self.server.channel:
-            del self.server.channel[index % len(self.server.channel)]
-
-    def duplicate(self, index: int) -> None:
-        if self.server.channel:
-            i = index % len(self.server.channel)
-            self.server.channel.insert(i, self.server.channel[i])
-
-    def swap(self, index: int) -> None:
-        channel = self.server.channel
-        if len(channel) >= 2:
-            i = index % (len(channel) - 1)
-            channel[i], channel[i + 1] = channel[i + 1], channel[i]
-
-    def foreign(self) -> None:
-        self.server.send(Increment(seq=1, event=_event(1, "x", transcript_id="t2")))
 
     # -- the end ------------------------------------------------------------------
 

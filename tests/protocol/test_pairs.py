@@ -115,3 +115,20 @@ def test_grouping_keeps_everything_in_order_and_pairs_only_adjacent_exchanges(
         if len(left) == 1 and len(right) == 1:
             (i, first), (j, second) = left[0], right[0]
             assert not (first.role == "user" and second.role == "assistant" and j == i + 1)
+
+
+def test_entries_come_out_as_fresh_tuples_whatever_came_in() -> None:
+    user, assistant = Message("user", "q"), Message("assistant", "a")
+    entries = [[0, user], [1, assistant], [2, user]]
+    groups = group_adjacent_pairs(entries)  # type: ignore[arg-type]
+    assert groups == (((0, user), (1, assistant)), ((2, user),))
+    entries[0][0] = 7  # the caller's lists are not the result's
+    assert groups[0][0] == (0, user)
+    assert all(type(entry) is tuple for group in groups for entry in group)
+    assert groups[0][0][1] is user
+
+
+@pytest.mark.parametrize("bad", [[(0,)], [(0, 1, 2)], [5], ["ab"]])
+def test_an_entry_that_is_not_a_pair_is_a_value_error(bad: list[object]) -> None:
+    with pytest.raises(ValueError):
+        group_adjacent_pairs(bad)  # type: ignore[arg-type]

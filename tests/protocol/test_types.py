@@ -3,9 +3,14 @@ keep message bodies verbatim."""
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import msgspec
 import pytest
+from hypothesis import given, settings
 
+from protocol.frozen import FrozenDict, FrozenList, freeze
 from protocol.types import (
     ImageUrl,
     ImageUrlPart,
@@ -20,6 +25,7 @@ from protocol.types import (
     TranscriptSnapshot,
     to_builtins,
 )
+from tests.strategies import messages
 
 
 def _snapshot(start: int = 0, count: int = 2) -> TranscriptSnapshot:
@@ -104,3 +110,53 @@ def test_events_need_a_positive_revision_and_a_valid_id() -> None:
     for bad in (good.replace(b'"revision":1', b'"revision":0'), good.replace(b'"t"', b'"t t"')):
         with pytest.raises(msgspec.ValidationError):
             msgspec.json.decode(bad, type=TranscriptEvent)
+
+
+# --- frozen all the way down ------------------------------------------------------------
+
+
+def test_frozen_containers_refuse_every_change() -> None:
+    frozen = freeze({"a": [1, {"b": 2}], "c": (3,)})
+    assert isinstance(frozen, FrozenDict) and isinstance(frozen["a"], FrozenList)
+    assert frozen == {"a": [1, {"b": 2}], "c": [3]}
+    changes = [
+        lambda: frozen.__setitem__("x", 1),
+        lambda: frozen.__delitem__("a"),
+        lambda: frozen.update(x=1),
+        lambda: frozen.setdefault("x", 1),
+        lambda: frozen.pop("a"),
+        lambda: frozen.popitem(),
+        lambda: frozen.clear(),
+        lambda: frozen["a"].append(2),
+        lambda: frozen["a"].extend([2]),
+        lambda: frozen["a"].insert(0, 2),
+        lambda: frozen["a"].__setitem__(0, 2),
+        lambda: frozen["a"].sort(),
+        lambda: frozen["a"][1].__setitem__("b", 3),
+    ]
+    for change in changes:
+        with pytest.raises(TypeError, match="frozen"):
+            change()
+    with pytest.raises(TypeError):
+        frozen |= {"x": 1}  # type: ignore[misc]
+    assert frozen == {"a": [1, {"b": 2}], "c": [3]}
+    assert freeze(frozen) is frozen
+    assert hash(frozen) == hash(freeze({"c": [3], "a": [1, {"b": 2}]}))
+    assert pickle.loads(pickle.dumps(frozen)) == frozen
+    assert copy.deepcopy(frozen) == frozen
+    assert msgspec.json.encode(frozen) == b'{"a":[1,{"b":2}],"c":[3]}'
+
+
+@settings(deadline=None)
+@given(messages())
+def test_every_message_is_hashable_and_survives_a_round_trip(message: Message) -> None:
+    for data in (msgspec.json.encode(message), msgspec.msgpack.encode(message)):
+        decoded = (
+            msgspec.json.decode(data, type=Message)
+            if data[:1] == b"{"
+            else msgspec.msgpack.decode(data, type=Message)
+        )
+        assert decoded == message and hash(decoded) == hash(message)
+        for value in (decoded.metadata, *(decoded.tool_calls or ())):
+            assert value is None or isinstance(value, FrozenDict)
+        assert isinstance(decoded.content, str | tuple)

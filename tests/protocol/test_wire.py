@@ -188,6 +188,7 @@ def test_snapshot_and_segment_change_field_names() -> None:
             "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
             "activeStart": 1,
             "segments": [{"start": 0, "end": 1}, {"start": 1, "end": None}],
+            "length": 1,
         },
     }
     change = json.loads(encode_json(SegmentStarted(previous_start=0, start=1, end=1)))
@@ -382,8 +383,11 @@ def _baseline(**snapshot: Any) -> dict[str, Any]:
         (_event({"kind": "messages-appended", "start": -1, "messages": []}), ">= 0"),
         (_event({"kind": "renamed", "start": 0}), "kind"),
         (_baseline(activeStart=3), "activeStart"),
-        (_baseline(segments=[{"start": 1, "end": None}, {"start": 1, "end": None}]), "segments[1]"),
-        (_baseline(segments=[{"start": 1, "end": 0}]), "segments[0]"),
+        (
+            _baseline(segments=[{"start": 0, "end": 2}, {"start": 0, "end": None}], revision=2),
+            "segments[1]",
+        ),
+        (_baseline(segments=[{"start": 1, "end": 0}]), "start at 0"),
         (_baseline(revision=-1), ">= 0"),
     ],
 )
@@ -425,3 +429,38 @@ def test_decode_client_op_raises_invalid_frame(data: bytes | str) -> None:
 def test_decode_client_op_never_raises_anything_else(data: bytes | str) -> None:
     with contextlib.suppress(InvalidFrame):
         decode_client_op(data)
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "reason"),
+    [
+        ({"segments": []}, "no segments"),
+        (
+            {"segments": [{"start": 0, "end": None}, {"start": 1, "end": None}], "activeStart": 1},
+            "open",
+        ),
+        ({"segments": [{"start": 0, "end": 2}, {"start": 1, "end": None}]}, "activeStart"),
+        ({"revision": 0}, "revision"),
+        ({"segments": [{"start": 1, "end": None}], "activeStart": 1}, "start at 0"),
+        ({"start": 1, "length": 2}, "length"),
+        (
+            {"segments": [{"start": 0, "end": 3}, {"start": 1, "end": None}], "activeStart": 1},
+            "end",
+        ),
+    ],
+)
+def test_a_baseline_the_entity_would_refuse_is_an_invalid_frame(
+    snapshot: dict[str, Any], reason: str
+) -> None:
+    with pytest.raises(InvalidFrame, match=reason):
+        accept_transcript_update(json.dumps(_baseline(**snapshot)))
+
+
+def test_a_baseline_says_whether_it_is_whole() -> None:
+    old = accept_transcript_update(json.dumps(_baseline()))  # an older peer: no length
+    assert isinstance(old, Baseline)
+    assert old.snapshot.length == 2 and old.snapshot.whole
+    window = accept_transcript_update(json.dumps(_baseline(start=1, length=3)))
+    assert isinstance(window, Baseline)
+    assert (window.snapshot.end, window.snapshot.length, window.snapshot.whole) == (3, 3, False)
+    assert json.loads(encode_json(window))["snapshot"]["length"] == 3

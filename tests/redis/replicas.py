@@ -12,14 +12,24 @@ from typing import Any
 
 import httpx
 import websockets
+from websockets.asyncio.client import ClientConnection
 
 from protocol import wire
-from protocol.continuity import Apply, Continuity, Ignore, Replace, Resubscribe, Stop
+from protocol.consumer import (
+    Applied,
+    Consumer,
+    ErrorReceived,
+    InvalidFrameReceived,
+    Replaced,
+    Resubscribed,
+    Stopped,
+    Update,
+)
+from protocol.continuity import Continuity
 from protocol.types import Message, MessagesAppended, TranscriptEvent
 from server.store.base import StoredTranscript
 from server.store.redis import RedisStore
 from tests.support.servers import ServerProcess
-from tests.support.wsclient import RawClient
 
 
 @contextlib.asynccontextmanager
@@ -43,74 +53,76 @@ async def replicas(
 
 
 class Follower:
-    """A subscriber on one replica at a time, over the raw protocol.
+    """A subscriber on one replica at a time, over the raw protocol, driving
+    the consumer core (``protocol.consumer``) as the Python client does.
 
-    Every frame goes through ``Continuity``; the copy (``messages``) changes
-    only as it decides. ``events`` are the events applied since the last
-    baseline, in the order they came; ``baselines`` counts baselines.
+    The copy (``messages``) changes only as the core decides. ``events`` are
+    the events applied since the last baseline, in the order they came;
+    ``baselines`` counts baselines, ``base_revision`` is the last one's.
     """
 
     def __init__(self, transcript_id: str) -> None:
         self.transcript_id = transcript_id
-        self.continuity = Continuity(transcript_id)
-        self.messages: list[Message] = []
+        self.core = Consumer()
+        self.subscription = self.core.subscribe(transcript_id)
         self.events: list[TranscriptEvent] = []
         self.baselines = 0
         self.base_revision = 0
-        self.client: RawClient | None = None
+        self.ws: ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
+
+    @property
+    def continuity(self) -> Continuity:
+        return self.subscription.continuity
 
     @property
     def revision(self) -> int:
         return self.continuity.revision or 0
 
+    @property
+    def messages(self) -> list[Message]:
+        copy = self.subscription.copy
+        assert copy is not None and copy.messages is not None and copy.start == 0
+        return list(copy.messages)
+
     async def attach(self, ws_url: str) -> None:
         """Connect to ``ws_url`` and (re)subscribe from the copy's revision;
         returns once the copy has its first baseline."""
-        if self.client is not None:
-            self.continuity.on_connection_lost()
+        if self.ws is not None:
             await self.detach()
-        self.client = await RawClient.connect(ws_url)
-        self.continuity.on_new_connection()
-        await self._send(self.continuity.resubscribe_request())
-        self._reader = asyncio.create_task(self._read(self.client))
+        self.ws = await websockets.connect(ws_url, compression=None)
+        self.core.connection_made()
+        await self._send_ops(self.ws)
+        self._reader = asyncio.create_task(self._read(self.ws))
         await self.wait_revision(self.revision)
 
-    async def _send(self, op: wire.Subscribe) -> None:
-        assert self.client is not None
-        await self.client.ws.send(wire.encode(op).decode())
+    async def _send_ops(self, ws: ClientConnection) -> None:
+        for op in self.core.ops_to_send():
+            await ws.send(wire.encode_json(op).decode())
 
-    async def _read(self, client: RawClient) -> None:
+    async def _read(self, ws: ClientConnection) -> None:
         with contextlib.suppress(websockets.ConnectionClosed):
-            while True:
-                frame = await client.recv(timeout=3600)
-                if isinstance(frame, wire.Baseline | wire.Increment | wire.ErrorFrame):
-                    await self._on(frame)
+            async for message in ws:
+                self.core.receive_data(message)
+                await self._send_ops(ws)
+                for update in self.core.updates_received():
+                    self._on(update)
                 self._changed.set()
 
-    async def _on(self, frame: wire.Baseline | wire.Increment | wire.ErrorFrame) -> None:
-        decision = self.continuity.on_frame(frame)
-        match decision:
-            case Apply(event=event):
-                if isinstance(event.change, MessagesAppended):
-                    assert event.change.start == len(self.messages)
-                    self.messages.extend(event.change.messages)
+    def _on(self, update: Update) -> None:
+        match update:
+            case Applied(event=event):
                 self.events.append(event)
-            case Replace(snapshot=snapshot):
-                assert snapshot.start == 0
-                self.messages = list(snapshot.messages)
+            case Replaced(snapshot=snapshot):
+                assert snapshot.whole
                 self.events = []
                 self.baselines += 1
                 self.base_revision = snapshot.revision
-            case Resubscribe():
-                await self._send(decision.op())
-            case Ignore():
-                pass
-            case Stop():
-                raise AssertionError(f"subscription stopped: {decision}")
-            case _:
-                raise AssertionError(f"unexpected decision {decision}")
+            case Stopped() | InvalidFrameReceived() | ErrorReceived():
+                raise AssertionError(f"the subscription failed: {update}")
+            case Resubscribed(reason="mismatch"):
+                raise AssertionError(f"an event did not fit the copy: {update}")
 
     async def wait_revision(self, revision: int, timeout: float = 10.0) -> None:
         """Return once the copy is at ``revision`` or later."""
@@ -124,10 +136,11 @@ class Follower:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
-        if self.client is not None:
+        if self.ws is not None:
             with contextlib.suppress(Exception):
-                await self.client.close()
-        self.client = None
+                await self.ws.close()
+            self.core.connection_lost()
+        self.ws = None
         self._reader = None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -216,7 +217,7 @@ async def test_an_empty_append_changes_nothing() -> None:
     async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
         await http.post("/v1/transcripts", json={"id": "t", "messages": [msg("a")]})
         r = await http.post("/v1/transcripts/t/messages", json={"messages": []})
-        assert r.status_code == 201
+        assert r.status_code == 200  # nothing was created
         assert r.json()["revision"] == 1 and r.json()["count"] == 0
         assert (await http.get("/v1/transcripts/t")).json()["revision"] == 1
 
@@ -385,3 +386,64 @@ async def test_a_token_protected_server_needs_the_bearer_over_http_and_ws() -> N
             async with client:
                 await client.send(op="subscribe", transcriptId="t")
                 assert (await client.expect(Baseline)).snapshot.transcript_id == "t"
+
+
+# --- the seed's details (issue 12) --------------------------------------------------------
+
+
+async def test_messages_that_are_not_a_list_do_not_create_an_empty_transcript() -> None:
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        for body in ({"id": "t", "messages": {}}, {"id": "t", "messages": ""}):
+            r = await http.post("/v1/transcripts", json=body)
+            assert_problem(r, 400, "invalid-body", "messages")
+        assert (await http.get("/v1/transcripts")).json() == {"transcripts": []}
+        r = await http.post("/v1/transcripts", json={"id": "t", "messages": None})
+        assert r.status_code == 201 and r.json()["revision"] == 0
+
+
+async def test_an_empty_append_is_200_not_201() -> None:
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        await http.post("/v1/transcripts", json={"id": "t", "messages": [msg("a")]})
+        r = await http.post("/v1/transcripts/t/messages", json={"messages": []})
+        assert r.status_code == 200, r.text
+        assert r.json()["count"] == 0 and r.json()["revision"] == 1
+
+
+async def test_a_range_says_the_length_of_the_whole() -> None:
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        messages = [msg(f"m{i}") for i in range(5)]
+        await http.post("/v1/transcripts", json={"id": "t", "messages": messages})
+        whole = (await http.get("/v1/transcripts/t")).json()
+        part = (await http.get("/v1/transcripts/t", params={"end": 2})).json()
+        assert whole["length"] == part["length"] == 5
+        assert (part["start"], len(part["messages"]), part["revision"]) == (0, 2, 1)
+
+
+@pytest.mark.parametrize(
+    ("request_id", "expected"),
+    [
+        ("req-1", "http:req-1"),
+        ("ws:7", "http:ws:7"),  # namespaced: it cannot pass for a WebSocket connection
+        ("x" * 500, None),  # too long: a generated one instead
+        ("has space", None),
+        ("ünïcode", None),
+        (None, None),
+    ],
+)
+async def test_an_http_origin_is_namespaced_and_bounded(
+    request_id: str | None, expected: str | None
+) -> None:
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        headers = {} if request_id is None else {"X-Request-Id": request_id}
+        r = await http.post(
+            "/v1/transcripts",
+            json={"id": "t", "messages": [msg("a")]},
+            headers={k: v.encode() for k, v in headers.items()},  # type: ignore[misc]
+        )
+        assert r.status_code == 201, r.text
+        (event,) = (await http.get("/v1/transcripts/t/events")).json()["events"]
+        context = event["origin"]["contextId"]
+        assert context.startswith("http:") and len(context) <= 128
+        assert re.fullmatch(r"[A-Za-z0-9._:-]+", context), context
+        if expected is not None:
+            assert context == expected

@@ -10,6 +10,7 @@ import pytest
 
 from protocol.errors import InvalidId, InvalidMessage
 from protocol.limits import MAX_MESSAGE_BYTES, MAX_MESSAGES_PER_BATCH
+from protocol.pairs import group_adjacent_pairs
 from protocol.types import (
     Message,
     MessageLocator,
@@ -42,6 +43,16 @@ def assistant(text: str) -> dict[str, Any]:
 
 class Boom(Exception):
     pass
+
+
+class RefusingCapture:
+    def capture(self, event: TranscriptEvent) -> None:
+        raise Boom("capture")
+
+
+class FailingObservation:
+    def observe(self, record: Any) -> None:
+        raise Boom("observe")
 
 
 class RecordingPersistence:
@@ -436,15 +447,7 @@ def test_a_failing_observation_keeps_the_change_and_the_capture() -> None:
 
 
 def test_capture_and_observation_failing_together_are_raised_as_a_group() -> None:
-    class Refusing:
-        def capture(self, event: TranscriptEvent) -> None:
-            raise Boom("capture")
-
-    class Failing:
-        def observe(self, record: Any) -> None:
-            raise Boom("observe")
-
-    t = Transcript(changes=Refusing(), observation=Failing())
+    t = Transcript(changes=RefusingCapture(), observation=FailingObservation())
     with pytest.raises(ExceptionGroup) as caught:
         t.append([user("a")])
     capture_error, observation_error = caught.value.exceptions
@@ -621,3 +624,126 @@ def test_restore_refuses_partial_or_inconsistent_snapshots() -> None:
             Transcript.restore(bad)
     with pytest.raises(ValueError, match="id 'u'"):
         Transcript.restore(whole, id="u")
+
+
+# --- the seed's details (issue 12) --------------------------------------------------------
+
+
+def test_a_stored_message_cannot_be_changed_through_its_event() -> None:
+    buffer = ChangeBuffer()
+    t = Transcript(changes=buffer)
+    t.append(
+        [
+            {
+                "role": "assistant",
+                "content": "calling",
+                "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}],
+                "metadata": {"k": [1, {"x": 2}]},
+            }
+        ]
+    )
+    (event,) = buffer.take()
+    assert isinstance(event.change, MessagesAppended)
+    message = event.change.messages[0]
+    assert message is t.get(0)
+    assert message.metadata is not None and message.tool_calls is not None
+    with pytest.raises(TypeError):
+        message.metadata["k"] = "changed"  # type: ignore[index]
+    with pytest.raises((TypeError, AttributeError)):
+        message.metadata["k"].append(3)
+    with pytest.raises(TypeError):
+        message.metadata["k"][1]["x"] = 3
+    with pytest.raises(TypeError):
+        message.tool_calls[0]["id"] = "c2"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        message.tool_calls[0]["function"]["name"] = "g"
+    assert t.get(0).metadata == {"k": [1, {"x": 2}]}
+    assert t.get(0).tool_calls == ({"id": "c1", "function": {"name": "f", "arguments": "{}"}},)
+    # Frozen all the way down means hashable, and equal events hash alike.
+    assert len({event, msgspec.json.decode(msgspec.json.encode(event), type=TranscriptEvent)}) == 1
+
+
+def test_a_message_built_in_python_is_frozen_too() -> None:
+    parts = [TextPart("a"), TextPart("b")]
+    message = Message(role="user", content=parts, metadata={"k": {"x": [1]}})  # type: ignore[arg-type]
+    t = Transcript([message])
+    stored = t.get(0)
+    parts.append(TextPart("c"))
+    assert stored.content == (TextPart("a"), TextPart("b"))
+    assert isinstance(stored.content, tuple)
+    with pytest.raises(TypeError):
+        stored.metadata["k"]["x"] = 2  # type: ignore[index]
+    hash(stored)
+
+
+def test_a_partial_snapshot_says_so_and_restore_refuses_it() -> None:
+    t = Transcript([user(f"m{i}") for i in range(4)])
+    t.start_segment(2)
+    t.append([user("m4")])
+    head = t.snapshot(2)
+    tail = t.snapshot(start=3)
+    for part in (head, tail):
+        assert part.length == 5 and part.revision == 3 and not part.whole
+        with pytest.raises(ValueError, match="partial"):
+            Transcript.restore(part)
+    whole = t.snapshot()
+    assert whole.length == 5 and whole.whole
+    restored = Transcript.restore(whole)
+    assert restored.snapshot() == whole
+    # The fork of the issue: a restored copy's next append lands where the real one's does.
+    assert restored.prepare_append([user("m5")]) == t.prepare_append([user("m5")])
+
+
+def test_capture_and_observation_failing_together_are_catchable_as_capture_errors() -> None:
+    t = Transcript(changes=RefusingCapture(), observation=FailingObservation())
+    with pytest.raises(ChangeCaptureError) as caught:
+        t.append([user("a")])
+    assert isinstance(caught.value, ExceptionGroup)
+    assert [e.revision for e in caught.value.events] == [1]
+    assert isinstance(caught.value.cause, Boom)
+
+
+@pytest.mark.parametrize("observe", [False, True])
+def test_a_constructor_whose_capture_fails_hands_over_the_transcript(observe: bool) -> None:
+    with pytest.raises(ChangeCaptureError) as caught:
+        Transcript(
+            [user("a")],
+            id="made",
+            changes=RefusingCapture(),
+            observation=FailingObservation() if observe else None,
+        )
+    t = caught.value.transcript
+    assert isinstance(t, Transcript)
+    assert (t.id, t.revision, t.get(0).content) == ("made", 1, "a")
+
+
+def test_append_from_keeps_the_batch_limit() -> None:
+    source = Transcript([user("m")] * MAX_MESSAGES_PER_BATCH)
+    source.append([user("one more")])
+    target = Transcript()
+    with pytest.raises(InvalidMessage, match="too many messages"):
+        target.append_from(fixed_range(source))
+    assert (target.revision, target.length) == (0, 0)
+    target.append_from(fixed_range(source, 1))
+    assert target.length == MAX_MESSAGES_PER_BATCH
+
+
+def test_a_boolean_is_not_an_index() -> None:
+    t = Transcript([user("a"), user("b")])
+    with pytest.raises(TypeError):
+        t.get(True)
+    with pytest.raises(TypeError):
+        t.ref(False)
+    with pytest.raises((TypeError, IndexError)):
+        fixed_range(t).read(True)
+
+
+def test_appended_entries_group_into_pairs() -> None:
+    t = Transcript([user("first")])
+    entries = t.append([user("q"), assistant("a")])
+    groups = group_adjacent_pairs(entries)
+    assert groups == (((1, t.get(1)), (2, t.get(2))),)
+    assert groups[0][1][1] is t.get(2)
+    other = Transcript([user("x")])
+    with pytest.raises(ValueError, match="one transcript"):
+        group_adjacent_pairs([*entries, *other.append([assistant("y")])])

@@ -160,17 +160,20 @@ class TranscriptMachine(RuleBasedStateMachine):
             assert fail_persist
             assert self._state() == before, "a failed commit changed something"
             return None
+        except ExceptionGroup as group:
+            # Both failed: a group that is a ChangeCaptureError too.
+            assert fail_capture and fail_observe and not fail_persist
+            assert isinstance(group, ChangeCaptureError)
+            capture_error, observation_error = group.exceptions
+            assert isinstance(capture_error, ChangeCaptureError)
+            assert isinstance(observation_error, ObservationError)
+            assert group.events == capture_error.events
+            self.captured.extend(capture_error.events)
         except ChangeCaptureError as error:
             assert fail_capture and not fail_observe and not fail_persist
             self.captured.extend(error.events)
         except ObservationError:
             assert fail_observe and not fail_capture and not fail_persist
-        except ExceptionGroup as group:
-            assert fail_capture and fail_observe and not fail_persist
-            capture_error, observation_error = group.exceptions
-            assert isinstance(capture_error, ChangeCaptureError)
-            assert isinstance(observation_error, ObservationError)
-            self.captured.extend(capture_error.events)
         else:
             assert not (fail_persist or fail_capture or fail_observe)
         finally:

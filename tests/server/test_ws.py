@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -53,6 +54,16 @@ async def test_baseline_then_increments_and_two_subscribers_agree() -> None:
             assert seen["a"] == seen["b"] == [(2 + i, f"m{i}") for i in range(5)]
 
 
+async def test_a_baseline_says_the_length_of_the_whole() -> None:
+    async with running_server() as srv:
+        await create(srv.url, "t5", msg("a"), msg("b"))
+        async with await RawClient.connect(srv.ws_url) as c:
+            await c.send(op="subscribe", transcriptId="t5")
+            raw = await asyncio.wait_for(c.ws.recv(), 5)
+            snapshot = json.loads(raw)["snapshot"]
+            assert (snapshot["start"], snapshot["length"], len(snapshot["messages"])) == (0, 2, 2)
+
+
 async def test_http_appends_reach_ws_subscribers_with_origin() -> None:
     async with running_server() as srv:
         await create(srv.url, "t2")
@@ -68,7 +79,7 @@ async def test_http_appends_reach_ws_subscribers_with_origin() -> None:
                 assert r.status_code == 201
             inc = await c.expect(Increment)
             assert inc.event.revision == 1
-            assert inc.event.origin is not None and inc.event.origin.context_id == "req-42"
+            assert inc.event.origin is not None and inc.event.origin.context_id == "http:req-42"
 
 
 async def test_resume_from_held_revision_sends_only_missing() -> None:

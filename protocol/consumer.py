@@ -1,0 +1,565 @@
+"""The whole consumer of one connection, sans I/O: bytes in; updates and ops out.
+
+Following websockets' split, everything a consumer of ``/v1/ws`` must get
+right lives here once, with no socket, task or clock: splitting messages into
+frames, validating each (``accept_transcript_update``), the connection's
+``seq`` (``SeqTracker``), each transcript's continuity (``Continuity``), its
+copy (``TranscriptState``: events applied with the very checks the server's
+entity makes), resubscribing, and the barrier that tells when a resubscribe
+was answered. The Python client, the load-test subscribers, the test
+followers of the replica tests and the server's backplane are drivers: they
+move bytes in and ops out and act on the updates. ``server/static/client.js``
+is the same machine in JavaScript; the shared frame-sequence cases
+(``tests/cases/consumer``) run against both.
+
+A driver's loop::
+
+    consumer = Consumer()
+    consumer.subscribe("t1")
+    # on every new connection:
+    consumer.connection_made()
+    send(consumer.ops_to_send())
+    # on every message received:
+    consumer.receive_data(message)
+    send(consumer.ops_to_send())           # resubscribes and barrier pings
+    for update in consumer.updates_received():
+        ...                                 # Applied, Replaced, Stopped, Answered, ...
+    # when the connection is gone:
+    consumer.connection_lost()
+
+Updates, in the order the frames caused them::
+
+    ==========================  ==============================================================
+    ``Applied``                 an event was applied to the transcript's copy
+    ``Replaced``                a baseline replaced the copy (the first one too)
+    ``Resubscribed``            a subscribe op was queued (a gap, lagged, a new epoch, a
+                                copy an event did not fit, a new connection, ...); with
+                                ``from_revision`` ``None`` the copy was dropped
+    ``Stopped``                 the subscription is over (``not-found``, ...); it is removed
+    ``Answered``                an ack, pong or error with a ``ref`` the driver chose
+    ``ErrorReceived``           an error frame nothing here acts on (log it)
+    ``InvalidFrameReceived``    a frame that does not validate (it was skipped)
+    ``FramesLost``              ``seq`` skipped frames: every subscription resubscribed, and
+                                answers to the driver's own ops may be lost too
+    ``Synced``                  the server has handled every op sent before the latest barrier
+    ==========================  ==============================================================
+
+The barrier: after the subscribe ops that one input caused, the consumer
+sends ``{"op": "ping", "ref": "sync:<n>"}``. The server handles ops in order
+and queues a resubscribe's increments before that pong, so when it arrives
+each transcript resubscribed before it is answered: a resume from the
+current revision gets no frame at all, and from then on a revision gap is a
+gap again (``Continuity.on_resubscribe_answered``). Refs starting with
+``sync:`` are the consumer's; a driver uses any other refs for its own ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Final, TypeAlias
+
+from protocol.continuity import (
+    Apply,
+    Continuity,
+    Replace,
+    Resubscribe,
+    SeqTracker,
+    SeqVerdict,
+    Stop,
+)
+from protocol.errors import InvalidFrame
+from protocol.state import InvalidChange, InvalidSnapshot, TranscriptState
+from protocol.types import TranscriptEvent, TranscriptSnapshot
+from protocol.wire import (
+    LAGGED,
+    Ack,
+    Baseline,
+    ClientOp,
+    ErrorFrame,
+    Increment,
+    Ping,
+    Pong,
+    ServerFrame,
+    Subscribe,
+    Unsubscribe,
+    accept_transcript_update,
+    split_frames,
+)
+
+__all__ = [
+    "BARRIER_PREFIX",
+    "Answered",
+    "Applied",
+    "Consumer",
+    "ErrorReceived",
+    "FramesLost",
+    "InvalidFrameReceived",
+    "Replaced",
+    "Resubscribed",
+    "Stopped",
+    "Subscription",
+    "Synced",
+    "Update",
+]
+
+#: Refs of the consumer's barrier pings (``sync:1``, ``sync:2``, ...).
+BARRIER_PREFIX: Final = "sync:"
+
+
+# --- updates ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """``event`` was applied to the copy of ``transcript_id``."""
+
+    kind: ClassVar[str] = "applied"
+    transcript_id: str
+    event: TranscriptEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Replaced:
+    """A baseline replaced the copy. ``previous_revision`` is the copy's
+    revision before (``None``: there was none, or it had been dropped);
+    ``epoch_changed``: the last copy held was of another epoch (the
+    transcript was created again)."""
+
+    kind: ClassVar[str] = "replaced"
+    transcript_id: str
+    snapshot: TranscriptSnapshot
+    previous_revision: int | None
+    epoch_changed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Resubscribed:
+    """A subscribe op was queued for ``reason`` (``gap``, ``seq-gap``,
+    ``lagged``, ``epoch``, ``foreign``, ``no-copy``, ``mismatch``,
+    ``connection``). It resumes after ``from_revision`` in ``epoch``, or
+    asks for a fresh baseline when ``from_revision`` is ``None``: then the
+    copy was dropped (``mismatch``: an event the copy could not take)."""
+
+    kind: ClassVar[str] = "resubscribed"
+    transcript_id: str
+    reason: str
+    from_revision: int | None
+    epoch: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The subscription ended: the server said ``code`` (``not-found``,
+    ``forbidden``, ``unauthorized``, ``too-many-subscriptions``)."""
+
+    kind: ClassVar[str] = "stopped"
+    transcript_id: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """The answer to one of the driver's ops, matched by its ``ref``."""
+
+    kind: ClassVar[str] = "answered"
+    frame: Ack | Pong | ErrorFrame
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReceived:
+    """An error frame that nothing here acts on (no ref; a code that neither
+    resubscribes nor stops, or about a transcript not followed)."""
+
+    kind: ClassVar[str] = "error"
+    frame: ErrorFrame
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidFrameReceived:
+    """A frame that ``accept_transcript_update`` refused; it was skipped."""
+
+    kind: ClassVar[str] = "invalid"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class FramesLost:
+    """``seq`` skipped ``missing`` frames on this connection."""
+
+    kind: ClassVar[str] = "frames-lost"
+    missing: int
+
+
+@dataclass(frozen=True, slots=True)
+class Synced:
+    """The pong of the latest barrier ping arrived."""
+
+    kind: ClassVar[str] = "synced"
+    barrier: int
+
+
+Update: TypeAlias = (
+    Applied
+    | Replaced
+    | Resubscribed
+    | Stopped
+    | Answered
+    | ErrorReceived
+    | InvalidFrameReceived
+    | FramesLost
+    | Synced
+)
+
+
+# --- one transcript ------------------------------------------------------------------------
+
+
+class Subscription:
+    """One followed transcript: its ``Continuity`` and its ``copy``.
+
+    ``copy`` is ``None`` before the first baseline and after the copy was
+    dropped (a new epoch, an event it could not take); with
+    ``keep_messages=False`` it holds no messages but checks every event all
+    the same. Each ``on_*`` method takes one input and returns the update it
+    causes, or ``None``. ``Consumer`` drives these for a connection; a driver
+    with events from elsewhere (the backplane reads a store) may drive one
+    directly.
+    """
+
+    __slots__ = ("_keep", "_last_epoch", "barrier", "continuity", "copy", "transcript_id")
+
+    def __init__(self, transcript_id: str, *, keep_messages: bool = True) -> None:
+        self.transcript_id = transcript_id
+        self.continuity = Continuity(transcript_id)
+        self.copy: TranscriptState | None = None
+        #: The barrier ping that follows this subscription's latest resubscribe (0: none).
+        self.barrier = 0
+        self._keep = keep_messages
+        self._last_epoch: str | None = None
+
+    @classmethod
+    def following(cls, state: TranscriptState) -> Subscription:
+        """A subscription whose copy is at ``state``'s point (keeping no
+        messages): the events that continue ``state`` apply, others are
+        judged as for any copy."""
+        subscription = cls(state.transcript_id, keep_messages=False)
+        subscription.copy = state.following()
+        subscription.continuity.revision = state.revision
+        subscription.continuity.epoch = subscription._last_epoch = state.epoch
+        return subscription
+
+    def __repr__(self) -> str:
+        return f"<Subscription {self.transcript_id!r} copy={self.copy!r}>"
+
+    @property
+    def revision(self) -> int | None:
+        """The copy's revision (``None``: no copy)."""
+        return self.continuity.revision
+
+    def request(self) -> Subscribe:
+        """The subscribe op for the copy held (a resume, or fresh without one)."""
+        return self.continuity.resubscribe_request()
+
+    # --- inputs ------------------------------------------------------------------------
+
+    def on_baseline(self, snapshot: TranscriptSnapshot) -> Replaced | Resubscribed | None:
+        previous = self.continuity.revision
+        decision = self.continuity.on_baseline(snapshot)
+        if isinstance(decision, Resubscribe):
+            return self._resubscribed(decision)
+        if not isinstance(decision, Replace):
+            return None  # a stale baseline
+        try:
+            copy = TranscriptState.from_snapshot(snapshot, keep_messages=self._keep)
+        except InvalidSnapshot:
+            # accept_transcript_update checks the same invariants: only a
+            # snapshot built in Python without them gets here.
+            return self._drop("mismatch")
+        self.copy = copy
+        changed = self._last_epoch is not None and self._last_epoch != snapshot.epoch
+        self._last_epoch = snapshot.epoch
+        return Replaced(self.transcript_id, snapshot, previous, changed)
+
+    def on_event(self, event: TranscriptEvent) -> Applied | Resubscribed | None:
+        decision = self.continuity.on_event(event)
+        if type(decision) is not Apply:
+            if isinstance(decision, Resubscribe):
+                return self._resubscribed(decision)
+            return None  # a repeat, or a gap already being repaired
+        copy = self.copy
+        try:
+            if copy is None:
+                raise InvalidChange("no copy to apply the event to")
+            copy.apply(event)
+        except InvalidChange:
+            # Its revision continued the copy, its change did not: one side
+            # broke the model. Trust neither; start over from a baseline.
+            return self._drop("mismatch")
+        return Applied(self.transcript_id, event)
+
+    def on_error(self, frame: ErrorFrame) -> Resubscribed | Stopped | ErrorReceived:
+        decision = self.continuity.on_error(frame)
+        if isinstance(decision, Resubscribe):
+            return self._resubscribed(decision)
+        if isinstance(decision, Stop):
+            return Stopped(self.transcript_id, decision.code, decision.reason)
+        return ErrorReceived(frame)
+
+    def on_seq_gap(self) -> Resubscribed:
+        return self._resubscribed(self.continuity.on_seq_gap())
+
+    def on_new_connection(self) -> Resubscribed:
+        return self._resubscribed(self.continuity.on_new_connection())
+
+    def on_connection_lost(self) -> None:
+        self.continuity.on_connection_lost()
+        self.barrier = 0
+
+    def on_resubscribe_answered(self) -> None:
+        self.barrier = 0
+        self.continuity.on_resubscribe_answered()
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _resubscribed(self, decision: Resubscribe) -> Resubscribed:
+        if decision.from_revision is None:
+            self.copy = None
+        return Resubscribed(
+            self.transcript_id, decision.reason, decision.from_revision, decision.epoch
+        )
+
+    def _drop(self, reason: str) -> Resubscribed:
+        return self._resubscribed(self.continuity.drop(reason))
+
+
+# --- one connection --------------------------------------------------------------------------
+
+
+class Consumer:
+    """Everything one connection's consumer decides (see the module docstring).
+
+    ``keep_messages=False`` makes copies that hold no messages (a load-test
+    subscriber that only checks). ``subscriptions`` maps transcript ids to
+    their ``Subscription``; ``seq`` is the connection's ``SeqTracker``;
+    ``frames`` counts the frames taken, ``invalid_frames`` those that did not
+    validate, ``repeated_frames`` those ignored as ``seq`` repeats.
+    """
+
+    def __init__(self, *, keep_messages: bool = True) -> None:
+        self.keep_messages = keep_messages
+        self.subscriptions: dict[str, Subscription] = {}
+        self.seq = SeqTracker()
+        self.connected = False
+        #: Frames taken (valid or not), frames refused, frames ignored as seq repeats.
+        self.frames = 0
+        self.invalid_frames = 0
+        self.repeated_frames = 0
+        self._ops: list[ClientOp] = []
+        self._updates: list[Update] = []
+        self._barrier = 0
+        # Resubscribed since the last barrier ping (a dict: ordered, O(1) membership).
+        self._unmarked: dict[Subscription, None] = {}
+        self._barrier_due = False
+
+    def __repr__(self) -> str:
+        return (
+            f"<Consumer connected={self.connected} subscriptions={len(self.subscriptions)} "
+            f"seq={self.seq.last}>"
+        )
+
+    # --- what the application asks ---------------------------------------------------
+
+    def subscribe(self, transcript_id: str) -> Subscription:
+        """Follow a transcript (the same subscription if already followed)."""
+        subscription = self.subscriptions.get(transcript_id)
+        if subscription is not None:
+            return subscription
+        subscription = Subscription(transcript_id, keep_messages=self.keep_messages)
+        self.subscriptions[transcript_id] = subscription
+        # The answer (a baseline) is on its way: an event before it is not a
+        # reason to ask again.
+        subscription.continuity.resyncing = True
+        if self.connected:
+            self._queue_subscribe(subscription, subscription.request())
+            self._flush_barrier()
+        return subscription
+
+    def unsubscribe(self, transcript_id: str) -> bool:
+        """Stop following a transcript; False if it was not followed."""
+        subscription = self.subscriptions.pop(transcript_id, None)
+        if subscription is None:
+            return False
+        self._unmarked.pop(subscription, None)
+        if self.connected:
+            self._ops.append(Unsubscribe(transcript_id=transcript_id))
+        return True
+
+    # --- the transport ---------------------------------------------------------------
+
+    def connection_made(self) -> None:
+        """A new connection is up: ``seq`` starts over and every subscription
+        resubscribes (resuming from its copy's revision); then a barrier."""
+        self.connected = True
+        self.seq.reset()
+        self._ops.clear()
+        self._unmarked.clear()
+        for subscription in list(self.subscriptions.values()):
+            self._resubscribe(subscription, subscription.on_new_connection())
+        self._barrier_due = True
+        self._flush_barrier()
+
+    def connection_lost(self) -> None:
+        """The connection is gone; ops not yet taken are dropped (the next
+        ``connection_made`` sends what is still needed)."""
+        self.connected = False
+        self._ops.clear()
+        self._unmarked.clear()
+        for subscription in self.subscriptions.values():
+            subscription.on_connection_lost()
+
+    def receive_data(self, data: bytes | str) -> None:
+        """Take one WebSocket message: every frame in it, in order."""
+        for raw in split_frames(data):
+            self.frames += 1
+            try:
+                frame = accept_transcript_update(raw)
+            except InvalidFrame as exc:
+                self.invalid_frames += 1
+                self._updates.append(InvalidFrameReceived(str(exc)))
+                continue
+            self._receive(frame)
+        self._flush_barrier()
+
+    def receive_frame(self, frame: ServerFrame) -> None:
+        """Take one frame that was decoded and validated already."""
+        self.frames += 1
+        self._receive(frame)
+        self._flush_barrier()
+
+    # --- outputs -----------------------------------------------------------------------
+
+    def ops_to_send(self) -> list[ClientOp]:
+        """The ops to send now, in order (the list is then empty)."""
+        ops, self._ops = self._ops, []
+        return ops
+
+    def updates_received(self) -> list[Update]:
+        """The updates since the last call, in order (the list is then empty)."""
+        updates, self._updates = self._updates, []
+        return updates
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _receive(self, frame: ServerFrame) -> None:
+        seq = self.seq
+        last = seq.last
+        verdict = seq.observe(frame.seq)
+        if verdict is not SeqVerdict.OK:
+            if verdict is SeqVerdict.REPEAT:
+                self.repeated_frames += 1
+                return
+            # Frames were lost: any subscription may have missed events.
+            self._updates.append(FramesLost(frame.seq - last - 1))
+            for each in list(self.subscriptions.values()):
+                self._resubscribe(each, each.on_seq_gap())
+        subscriptions = self.subscriptions
+        subscription: Subscription | None
+        if isinstance(frame, Increment):
+            subscription = subscriptions.get(frame.event.transcript_id)
+            if subscription is not None:  # else: a late frame of an unsubscribed one
+                update = subscription.on_event(frame.event)
+                if type(update) is Applied:  # the hot path
+                    self._updates.append(update)
+                else:
+                    self._take(subscription, update)
+        elif isinstance(frame, Baseline):
+            subscription = subscriptions.get(frame.snapshot.transcript_id)
+            if subscription is not None:
+                self._take(subscription, subscription.on_baseline(frame.snapshot))
+        elif isinstance(frame, Pong):
+            ref = frame.ref
+            number = _barrier_number(ref)
+            if number is None:
+                self._updates.append(Answered(frame))
+            else:
+                self._on_barrier(number)
+        elif isinstance(frame, Ack):
+            self._updates.append(Answered(frame))
+        else:
+            self._on_error(frame)
+
+    def _on_error(self, frame: ErrorFrame) -> None:
+        ref = frame.ref
+        if ref is not None and _barrier_number(ref) is None:
+            self._updates.append(Answered(frame))
+            return
+        about = frame.transcript_id
+        subscription: Subscription | None
+        if about is None:
+            if frame.code == LAGGED:
+                # Lagged without a transcript: every subscription may be behind.
+                for each in list(self.subscriptions.values()):
+                    self._take(each, each.on_error(frame))
+                return
+            self._updates.append(ErrorReceived(frame))
+            return
+        subscription = self.subscriptions.get(about)
+        if subscription is None:
+            self._updates.append(ErrorReceived(frame))
+        else:
+            self._take(subscription, subscription.on_error(frame))
+
+    def _take(self, subscription: Subscription, update: Update | None) -> None:
+        if update is None:
+            return
+        if isinstance(update, Resubscribed):
+            self._resubscribe(subscription, update)
+            return
+        if isinstance(update, Stopped):
+            if self.subscriptions.get(subscription.transcript_id) is subscription:
+                del self.subscriptions[subscription.transcript_id]
+            self._unmarked.pop(subscription, None)
+        self._updates.append(update)
+
+    def _resubscribe(self, subscription: Subscription, update: Resubscribed) -> None:
+        self._updates.append(update)
+        if self.connected:
+            self._queue_subscribe(
+                subscription,
+                Subscribe(
+                    transcript_id=update.transcript_id,
+                    from_revision=update.from_revision,
+                    epoch=update.epoch,
+                ),
+            )
+
+    def _queue_subscribe(self, subscription: Subscription, op: Subscribe) -> None:
+        self._ops.append(op)
+        self._unmarked[subscription] = None
+
+    def _flush_barrier(self) -> None:
+        if not self.connected or not (self._unmarked or self._barrier_due):
+            return
+        self._barrier += 1
+        self._barrier_due = False
+        self._ops.append(Ping(ref=f"{BARRIER_PREFIX}{self._barrier}"))
+        for subscription in self._unmarked:
+            subscription.barrier = self._barrier
+        self._unmarked.clear()
+
+    def _on_barrier(self, number: int) -> None:
+        for subscription in self.subscriptions.values():
+            if 0 < subscription.barrier <= number:
+                subscription.on_resubscribe_answered()
+        if number == self._barrier:
+            self._updates.append(Synced(number))
+
+
+def _barrier_number(ref: object) -> int | None:
+    """The number of a barrier ping's ref (``sync:<n>``), else ``None``."""
+    if isinstance(ref, str) and ref.startswith(BARRIER_PREFIX):
+        digits = ref[len(BARRIER_PREFIX) :]
+        if digits.isascii() and digits.isdigit():
+            return int(digits)
+    return None

@@ -1,0 +1,213 @@
+"""Runs the shared frame-sequence cases in ``tests/cases/consumer/*.json``
+against ``protocol.consumer.Consumer``; ``tests/js/consumer.test.mjs`` runs
+the same files against the port in ``server/static/client.js``, so the two
+cannot drift apart. One file is one case::
+
+    {"name": str, "description": str,
+     "keepMessages": bool?,                      # Consumer(keep_messages=...), default true
+     "steps": [step, ...],
+     "counters": {"seq": {...}?, "<transcriptId>": {camelCase counter: int}?}?}
+
+A step is one input, then exactly the ops and updates it must cause:
+
+- ``{"subscribe": id}``, ``{"unsubscribe": id}``
+- ``{"connection": "made" | "lost"}``
+- ``{"receive": [frame, ...]}``: one WebSocket text message; objects are
+  JSON-encoded, strings go in verbatim (to send what is not JSON); frames
+  are joined with ``\\n``
+
+``"ops"``: the ops ``ops_to_send()`` gives after the step (JSON objects).
+``"updates"``: what ``updates_received()`` gives, each as::
+
+    {"kind": "applied", "transcriptId", "revision"}
+    {"kind": "replaced", "transcriptId", "revision", "previousRevision", "epochChanged"}
+    {"kind": "resubscribed", "transcriptId", "reason", "fromRevision"}
+    {"kind": "stopped", "transcriptId", "code"}
+    {"kind": "answered", "type", "ref"}
+    {"kind": "error", "code"}
+    {"kind": "invalid"}
+    {"kind": "frames-lost", "missing"}
+    {"kind": "synced", "barrier"}
+
+Optional checks after the step: ``"copies"`` maps transcript ids to their
+copy, ``null`` for none, else ``{revision, epoch, start, length,
+activeStart, segments, messages (null when not kept), resyncing}``;
+``"followed"`` is the sorted list of transcript ids followed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from protocol.consumer import (
+    Answered,
+    Applied,
+    Consumer,
+    ErrorReceived,
+    FramesLost,
+    InvalidFrameReceived,
+    Replaced,
+    Resubscribed,
+    Stopped,
+    Synced,
+    Update,
+)
+from protocol.wire import encode_json
+
+CASES = Path(__file__).resolve().parents[1] / "cases" / "consumer"
+FILES = sorted(CASES.glob("*.json"))
+INPUTS = {"subscribe", "unsubscribe", "connection", "receive"}
+
+
+def _camel(name: str) -> str:
+    return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
+
+
+def project(update: Update) -> dict[str, Any]:
+    """An update in the case files' words (the same projection as the JS runner's)."""
+    match update:
+        case Applied():
+            return {
+                "kind": "applied",
+                "transcriptId": update.transcript_id,
+                "revision": update.event.revision,
+            }
+        case Replaced():
+            return {
+                "kind": "replaced",
+                "transcriptId": update.transcript_id,
+                "revision": update.snapshot.revision,
+                "previousRevision": update.previous_revision,
+                "epochChanged": update.epoch_changed,
+            }
+        case Resubscribed():
+            return {
+                "kind": "resubscribed",
+                "transcriptId": update.transcript_id,
+                "reason": update.reason,
+                "fromRevision": update.from_revision,
+            }
+        case Stopped():
+            return {"kind": "stopped", "transcriptId": update.transcript_id, "code": update.code}
+        case Answered():
+            return {
+                "kind": "answered",
+                "type": type(update.frame).__name__,
+                "ref": update.frame.ref,
+            }
+        case ErrorReceived():
+            return {"kind": "error", "code": update.frame.code}
+        case InvalidFrameReceived():
+            return {"kind": "invalid"}
+        case FramesLost():
+            return {"kind": "frames-lost", "missing": update.missing}
+        case Synced():
+            return {"kind": "synced", "barrier": update.barrier}
+    raise AssertionError(f"unknown update {update!r}")
+
+
+_TYPES = {"Ack": "ack", "Pong": "pong", "ErrorFrame": "error"}
+
+
+def _copy(consumer: Consumer, transcript_id: str) -> dict[str, Any] | None:
+    subscription = consumer.subscriptions.get(transcript_id)
+    if subscription is None or subscription.copy is None:
+        return None
+    copy = subscription.copy
+    return {
+        "revision": copy.revision,
+        "epoch": copy.epoch,
+        "start": copy.start,
+        "length": copy.length,
+        "activeStart": copy.active_start,
+        "segments": msgspec.to_builtins(list(copy.segments())),
+        "messages": None if copy.messages is None else msgspec.to_builtins(list(copy.messages)),
+        "resyncing": subscription.continuity.resyncing,
+    }
+
+
+def _run(consumer: Consumer, step: dict[str, Any]) -> None:
+    (kind,) = INPUTS & step.keys()
+    value = step[kind]
+    if kind == "subscribe":
+        consumer.subscribe(value)
+    elif kind == "unsubscribe":
+        consumer.unsubscribe(value)
+    elif kind == "connection":
+        assert value in ("made", "lost"), value
+        if value == "made":
+            consumer.connection_made()
+        else:
+            consumer.connection_lost()
+    else:
+        frames = [f if isinstance(f, str) else json.dumps(f) for f in value]
+        consumer.receive_data("\n".join(frames))
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_case(path: Path) -> None:
+    case = json.loads(path.read_text(encoding="utf-8"))
+    assert case["name"] == path.stem
+    consumer = Consumer(keep_messages=case.get("keepMessages", True))
+    for number, step in enumerate(case["steps"]):
+        where = f"{path.name} step {number}"
+        _run(consumer, step)
+        ops = [json.loads(encode_json(op)) for op in consumer.ops_to_send()]
+        assert ops == step["ops"], where
+        updates = [project(u) for u in consumer.updates_received()]
+        for update in updates:
+            if update["kind"] == "answered":
+                update["type"] = _TYPES[update["type"]]
+        assert updates == step["updates"], where
+        for transcript_id, expected in step.get("copies", {}).items():
+            assert _copy(consumer, transcript_id) == expected, f"{where}: copy of {transcript_id}"
+        if "followed" in step:
+            assert sorted(consumer.subscriptions) == step["followed"], where
+    counters = case.get("counters", {})
+    if "seq" in counters:
+        assert consumer.seq.counters.as_dict() == counters["seq"], path.name
+    for transcript_id, expected in counters.items():
+        if transcript_id == "seq":
+            continue
+        subscription = consumer.subscriptions[transcript_id]
+        got = {_camel(k): v for k, v in subscription.continuity.counters.as_dict().items()}
+        assert not expected.keys() - got.keys(), f"{path.name}: unknown counters"
+        assert {k: got[k] for k in expected} == expected, f"{path.name}: {transcript_id}"
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_every_step_has_one_input_and_its_outputs(path: Path) -> None:
+    case = json.loads(path.read_text(encoding="utf-8"))
+    assert set(case) <= {"name", "description", "keepMessages", "steps", "counters"}
+    for step in case["steps"]:
+        assert len(INPUTS & step.keys()) == 1, step
+        assert {"ops", "updates"} <= step.keys(), step
+        assert set(step) - INPUTS <= {"ops", "updates", "copies", "followed"}, step
+
+
+def test_the_cases_cover_the_consumer_rules() -> None:
+    names = {p.stem for p in FILES}
+    assert {
+        "subscribe-and-follow",
+        "repeat-and-gap",
+        "resume-answered-with-nothing",
+        "seq-gap",
+        "lagged",
+        "epoch-change-via-increment",
+        "epoch-change-via-baseline",
+        "stale-baseline",
+        "event-that-does-not-fit",
+        "stopped",
+        "answers",
+        "invalid-frames",
+        "window-baseline",
+        "keep-no-messages",
+        "unsubscribe",
+        "disconnected",
+    } <= names
