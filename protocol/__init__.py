@@ -5,7 +5,7 @@ This package does no I/O and imports no asyncio, sockets, Starlette or Redis
 client's tests and the server's replica mirroring can rely on one definition.
 """
 
-from protocol.errors import InvalidFrame, InvalidId, InvalidMessage, ProtocolError
+from protocol.errors import InvalidFrame, InvalidId, InvalidMessage, InvalidSegment, ProtocolError
 from protocol.pairs import group_adjacent_pairs
 from protocol.types import (
     AttachmentPart,
@@ -59,6 +59,7 @@ __all__ = [
     "InvalidFrame",
     "InvalidId",
     "InvalidMessage",
+    "InvalidSegment",
     "Message",
     "MessageLocator",
     "MessagesAppended",
