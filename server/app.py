@@ -15,6 +15,7 @@ from starlette.routing import Route
 from server import http_api, http_lmml, pages
 from server.backplane import Backplane
 from server.config import ServerConfig
+from server.errors import Refused
 from server.hub import Hub
 from server.metrics import Metrics
 from server.store.base import Store
@@ -25,7 +26,7 @@ log = logging.getLogger("tsync.app")
 
 
 async def _handle_error(request: Request, exc: Exception) -> Response:
-    return http_api.problem_response(http_api.problem_for(exc))
+    return http_api.problem_response(exc)
 
 
 class _AuthMiddleware:
@@ -44,8 +45,8 @@ class _AuthMiddleware:
             if path != "/" and not path.startswith(self.OPEN):
                 try:
                     http_api.check_auth(Request(scope))
-                except http_api.Problem as problem:
-                    await http_api.problem_response(problem)(scope, receive, send)
+                except Refused as refused:
+                    await http_api.problem_response(refused)(scope, receive, send)
                     return
         await self.app(scope, receive, send)
 
@@ -67,14 +68,18 @@ class TsyncApp:
 
 
 def create_app(config: ServerConfig | None = None, *, store: Store | None = None) -> TsyncApp:
-    """Build the app. The store is opened at startup and closed (flushed) at
-    shutdown; pass one to share it with a test."""
+    """Build the app. The store is opened at startup and closed at shutdown
+    (after committing what is queued); pass one to share it with a test."""
     config = config or ServerConfig()
     metrics = Metrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        the_store = store if store is not None else open_store(config.store)
+        the_store = (
+            store
+            if store is not None
+            else open_store(config.store, idempotency_retention=config.idempotency_retention)
+        )
         await the_store.open()
         hub = Hub(the_store, config, metrics)
         await hub.start()

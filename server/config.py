@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from protocol import limits
+from server.store.base import DEFAULT_IDEMPOTENCY_RETENTION
 
 
 class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,8 +56,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_resume_events: int = 10_000
     #: Seconds an unused transcript stays in memory.
     idle_ttl_s: float = 60.0
-    #: Idempotency keys remembered per transcript (the store keeps its own).
-    idempotency_retention: int = 1000
+    #: Idempotency keys remembered per transcript, by the hub in memory and by
+    #: the store (the one value for both).
+    idempotency_retention: int = DEFAULT_IDEMPOTENCY_RETENTION
     #: With a shared store (Redis): seconds between the backplane's checks of
     #: every live copy against the store (pub/sub notices are only a wake-up).
     backplane_resync_s: float = 1.0

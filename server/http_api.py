@@ -1,6 +1,7 @@
 """The HTTP API (contract section 4). JSON in and out; every error is an
-``application/problem+json`` document (RFC 9457) with a ``code`` that matches
-the WebSocket error codes."""
+``application/problem+json`` document (RFC 9457) whose ``code`` and status
+come from the error table (``protocol.codes``), the same codes the WebSocket
+answers with. Handlers translate requests into hub calls and nothing more."""
 
 from __future__ import annotations
 
@@ -13,54 +14,33 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from protocol import wire
-from protocol.errors import InvalidId, InvalidMessage
+from protocol import codes
+from protocol.errors import ProtocolError
 from protocol.types import Origin
 from protocol.validation import validate_id, validate_idempotency_key
-from server.hub import Ack, Hub, RevisionConflict
+from server.errors import INTERNAL_FAILURE, Refused, failure_for
+from server.hub import Hub
 from server.metrics import CONTENT_TYPE_LATEST
-from server.store.base import StoreUnavailable, TranscriptExists, TranscriptNotFound
-from server.transcript import InvalidSegment
+from server.store.base import AppendResult, StoreError
 
 log = logging.getLogger("tsync.http")
 _json = msgspec.json.Encoder()
 _decode = msgspec.json.Decoder()
 
 
-class Problem(Exception):
-    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.code = code
-        self.detail = detail
-        self.extra = extra
-
-
-_TITLES = {
-    400: "Bad Request",
-    401: "Unauthorized",
-    404: "Not Found",
-    409: "Conflict",
-    410: "Gone",
-    413: "Content Too Large",
-    415: "Unsupported Media Type",
-    422: "Unprocessable Content",
-    500: "Internal Server Error",
-    501: "Not Implemented",
-    503: "Service Unavailable",
-}
-
-
-def problem_response(problem: Problem) -> Response:
-    body = {
-        "type": f"https://transcript-sync.dev/problems/{problem.code}",
-        "title": _TITLES.get(problem.status, "Error"),
-        "status": problem.status,
-        "code": problem.code,
-        "detail": problem.detail,
-        **problem.extra,
-    }
-    return Response(_json.encode(body), problem.status, media_type="application/problem+json")
+def problem_response(exc: BaseException) -> Response:
+    """``exc`` as a problem+json answer: its code, and the HTTP status the
+    error table gives that code. An error without a code is a bug: logged,
+    answered ``internal``."""
+    failure = failure_for(exc)
+    if failure is None:
+        log.error("unhandled error", exc_info=exc)
+        failure = INTERNAL_FAILURE
+    return Response(
+        _json.encode(failure.problem()),
+        failure.spec.http_status,
+        media_type="application/problem+json",
+    )
 
 
 def json_response(obj: Any, status: int = 200) -> Response:
@@ -83,20 +63,20 @@ def check_auth(request: Request) -> None:
     header = request.headers.get("authorization", "")
     offered = header[7:] if header.lower().startswith("bearer ") else ""
     if not secrets.compare_digest(offered.encode(), token.encode()):
-        raise Problem(401, wire.UNAUTHORIZED, "missing or wrong bearer token")
+        raise Refused(codes.UNAUTHORIZED, "missing or wrong bearer token")
 
 
 async def read_body(request: Request) -> bytes:
     limit = _hub(request).config.max_http_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise Problem(413, wire.TOO_LARGE, f"body of {declared} bytes is over the limit of {limit}")
+        raise Refused(codes.TOO_LARGE, f"body of {declared} bytes is over the limit of {limit}")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise Problem(413, wire.TOO_LARGE, f"body is over the limit of {limit} bytes")
+            raise Refused(codes.TOO_LARGE, f"body is over the limit of {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -108,17 +88,14 @@ async def read_json_object(request: Request, *, allow_empty: bool = False) -> di
     try:
         obj = _decode.decode(body)
     except msgspec.DecodeError as exc:
-        raise Problem(400, wire.INVALID_FRAME, f"malformed JSON: {exc}") from None
+        raise Refused(codes.INVALID_FRAME, f"malformed JSON: {exc}") from None
     if not isinstance(obj, dict):
-        raise Problem(400, wire.INVALID_FRAME, "the body must be a JSON object")
+        raise Refused(codes.INVALID_FRAME, "the body must be a JSON object")
     return obj
 
 
 def _transcript_id(request: Request) -> str:
-    try:
-        return validate_id(request.path_params["transcript_id"])
-    except InvalidId as exc:
-        raise Problem(400, wire.INVALID_FRAME, str(exc)) from None
+    return validate_id(request.path_params["transcript_id"])  # InvalidId: invalid-frame
 
 
 def _int_param(request: Request, name: str, default: int | None = None) -> int | None:
@@ -128,11 +105,9 @@ def _int_param(request: Request, name: str, default: int | None = None) -> int |
     try:
         value = int(raw)
     except ValueError:
-        raise Problem(
-            400, wire.INVALID_FRAME, f"query parameter {name!r} must be an integer"
-        ) from None
+        raise Refused(codes.INVALID_FRAME, f"query parameter {name!r} must be an integer") from None
     if value < 0:
-        raise Problem(400, wire.INVALID_FRAME, f"query parameter {name!r} must be >= 0")
+        raise Refused(codes.INVALID_FRAME, f"query parameter {name!r} must be >= 0")
     return value
 
 
@@ -141,17 +116,18 @@ def _optional_int(obj: dict[str, Any], key: str) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise Problem(400, wire.INVALID_FRAME, f"{key!r} must be a non-negative integer")
+        raise Refused(codes.INVALID_FRAME, f"{key!r} must be a non-negative integer")
     return value
 
 
-def ack_body(ack: Ack) -> dict[str, Any]:
+def ack_body(transcript_id: str, result: AppendResult) -> dict[str, Any]:
+    receipt = result.receipt
     return {
-        "transcriptId": ack.transcript_id,
-        "revision": ack.ack.revision,
-        "start": ack.ack.start,
-        "count": ack.ack.count,
-        "duplicate": ack.duplicate,
+        "transcriptId": transcript_id,
+        "revision": receipt.revision,
+        "start": receipt.start,
+        "count": receipt.count,
+        "duplicate": result.duplicate,
     }
 
 
@@ -162,19 +138,16 @@ async def create_transcript(request: Request) -> Response:
     obj = await read_json_object(request, allow_empty=True)
     tid = obj.get("id")
     if tid is not None and not isinstance(tid, str):
-        raise Problem(400, wire.INVALID_FRAME, "'id' must be a string")
-    try:
-        tid, epoch, revision = await _hub(request).create(
-            tid, obj.get("messages") or [], origin=_origin(request)
-        )
-    except TranscriptExists as exc:
-        raise Problem(409, "conflict", str(exc)) from None
+        raise Refused(codes.INVALID_FRAME, "'id' must be a string")
+    tid, epoch, revision = await _hub(request).create(
+        tid, obj.get("messages") or [], origin=_origin(request)
+    )
     return json_response({"transcriptId": tid, "epoch": epoch, "revision": revision}, 201)
 
 
 async def list_transcripts(request: Request) -> Response:
     limit = _int_param(request, "limit", 100) or 100
-    infos = await _hub(request).store.list(
+    infos = await _hub(request).list(
         after=request.query_params.get("after"), limit=min(limit, 1000)
     )
     return json_response({"transcripts": infos})
@@ -187,9 +160,7 @@ async def get_transcript(request: Request) -> Response:
     snapshot = await _hub(request).snapshot(tid, 0, None)
     length = snapshot.end
     if (end is not None and end > length) or start > (length if end is None else end):
-        raise Problem(
-            400, wire.INVALID_FRAME, f"range [{start}, {end}) is not within [0, {length}]"
-        )
+        raise Refused(codes.INVALID_FRAME, f"range [{start}, {end}) is not within [0, {length}]")
     if start or end is not None:
         snapshot = await _hub(request).snapshot(tid, start, end)
     return json_response(snapshot)
@@ -200,8 +171,8 @@ async def get_events(request: Request) -> Response:
     after = _int_param(request, "after", 0) or 0
     events = await _hub(request).events_after(tid, after)
     if events is None:
-        raise Problem(
-            410, "gone", f"events after revision {after} are no longer held; load a snapshot"
+        raise Refused(
+            codes.GONE, f"events after revision {after} are no longer held; load a snapshot"
         )
     return json_response({"transcriptId": tid, "events": events})
 
@@ -210,11 +181,11 @@ async def append_messages(request: Request) -> Response:
     tid = _transcript_id(request)
     obj = await read_json_object(request)
     if "messages" not in obj:
-        raise Problem(400, wire.INVALID_MESSAGE, "messages: missing")
+        raise Refused(codes.INVALID_BODY, "messages: missing")
     key = validate_idempotency_key(
         obj.get("idempotencyKey") or request.headers.get("idempotency-key")
     )
-    ack = await _hub(request).append(
+    result = await _hub(request).append(
         tid,
         obj["messages"],
         expected_revision=_optional_int(obj, "expectedRevision"),
@@ -222,29 +193,20 @@ async def append_messages(request: Request) -> Response:
         origin=_origin(request),
         transport="http",
     )
-    return json_response(ack_body(ack), 200 if ack.duplicate else 201)
+    return json_response(ack_body(tid, result), 200 if result.duplicate else 201)
 
 
 async def start_segment(request: Request) -> Response:
     tid = _transcript_id(request)
     obj = await read_json_object(request, allow_empty=True)
-    ack = await _hub(request).start_segment(
+    result = await _hub(request).start_segment(
         tid, _optional_int(obj, "start"), origin=_origin(request), transport="http"
     )
-    return json_response(ack_body(ack), 201)
+    return json_response(ack_body(tid, result), 201)
 
 
 async def delete_transcript(request: Request) -> Response:
-    tid = _transcript_id(request)
-    hub = _hub(request)
-    live = hub.live.get(tid)
-    if not await hub.store.delete(tid):
-        raise TranscriptNotFound(tid)
-    if live is not None:
-        for conn in list(live.subscribers):
-            conn.push_error(wire.NOT_FOUND, f"transcript {tid!r} was deleted", transcript_id=tid)
-        hub.forget(tid)
-        await live.close()
+    await _hub(request).delete(_transcript_id(request))
     return Response(status_code=204)
 
 
@@ -257,36 +219,5 @@ async def metrics(request: Request) -> Response:
     return Response(_hub(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
-HANDLED: tuple[type[Exception], ...] = (
-    Problem,
-    InvalidMessage,
-    InvalidId,
-    TranscriptNotFound,
-    TranscriptExists,
-    RevisionConflict,
-    InvalidSegment,
-    StoreUnavailable,
-)
-
-
-def problem_for(exc: Exception) -> Problem:
-    """Map a domain error to its HTTP problem."""
-    match exc:
-        case Problem():
-            return exc
-        case InvalidMessage():
-            return Problem(422, wire.INVALID_MESSAGE, str(exc), path=exc.path)
-        case InvalidId():
-            return Problem(400, wire.INVALID_FRAME, str(exc))
-        case TranscriptNotFound():
-            return Problem(404, wire.NOT_FOUND, str(exc))
-        case TranscriptExists():
-            return Problem(409, "conflict", str(exc))
-        case RevisionConflict():
-            return Problem(409, wire.REVISION_CONFLICT, str(exc), revision=exc.current)
-        case InvalidSegment():
-            return Problem(422, "invalid-segment", str(exc))
-        case StoreUnavailable():
-            return Problem(503, wire.UNAVAILABLE, f"store unavailable: {exc}")
-    log.error("unhandled error", exc_info=exc)
-    return Problem(500, wire.INTERNAL, "internal error (logged)")
+#: The errors answered as problems without a traceback in the log.
+HANDLED: tuple[type[Exception], ...] = (Refused, ProtocolError, StoreError)

@@ -3,7 +3,7 @@
 On SIGTERM/SIGINT uvicorn stops accepting and would close WebSockets with
 1012; we first close every connection ourselves with 1001 (going away) after
 letting each writer drain briefly, then uvicorn finishes and the lifespan
-closes (flushes) the store.
+closes the store (committing what is queued).
 """
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ from typing import Any
 
 import uvicorn
 
+from protocol import codes
 from server.app import create_app
 from server.config import ServerConfig
 
 log = logging.getLogger("tsync.serve")
+GOING_AWAY = codes.CLOSE_GOING_AWAY
+GOING_AWAY_REASON = codes.CLOSES[GOING_AWAY].reason
 
 
 class TsyncServer(uvicorn.Server):
@@ -50,7 +53,7 @@ async def close_connections(hub: Any, timeout: float) -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(conn.drain(), timeout / 2)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(conn.send_close(1001, "server shutting down"), timeout / 2)
+            await asyncio.wait_for(conn.send_close(GOING_AWAY, GOING_AWAY_REASON), timeout / 2)
 
     await asyncio.gather(*(goodbye(c) for c in conns))
 

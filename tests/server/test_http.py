@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 import websockets
 from websockets.exceptions import InvalidStatus
@@ -190,7 +191,7 @@ async def test_append_ack_duplicate_conflict_and_invalid_message() -> None:
             path, json={"messages": [{"role": "user", "content": [{"type": "video"}]}]}
         )
         assert assert_problem(unknown, 422, "invalid-message")["path"].startswith("messages[0]")
-        assert_problem(await http.post(path, json={}), 400, "invalid-message", "missing")
+        assert_problem(await http.post(path, json={}), 400, "invalid-body", "missing")
         assert_problem(
             await http.post(path, json={"messages": [], "expectedRevision": -1}),
             400,
@@ -367,7 +368,10 @@ async def test_a_token_protected_server_needs_the_bearer_over_http_and_ws() -> N
         for url in (srv.ws_url, srv.ws_url + "?token=wrong"):
             with pytest.raises(InvalidStatus) as refused:
                 await websockets.connect(url)
-            assert refused.value.response.status_code == 403
+            response = refused.value.response
+            assert response.status_code == 401
+            assert response.headers["content-type"] == "application/problem+json"
+            assert msgspec.json.decode(response.body)["code"] == "unauthorized"
         for client in (
             await RawClient.connect(srv.ws_url + "?token=s3cret"),
             await RawClient.connect(srv.ws_url, additional_headers=headers),
