@@ -288,6 +288,12 @@ def error(code: str) -> ErrorCode:
     return ERRORS.get(code) or ERRORS[INTERNAL]
 
 
+def code_for_status(status: int) -> str:
+    """The first code with this HTTP status (for an answer that names none:
+    a proxy's, say); ``internal`` when none has it."""
+    return next((row.code for row in _ERRORS if row.http_status == status), INTERNAL)
+
+
 def close(code: int) -> CloseCode | None:
     """The row of a close code, ``None`` for one this server never sends."""
     return CLOSES.get(code)
@@ -299,3 +305,38 @@ def table() -> dict[str, Any]:
         "errors": msgspec.to_builtins(_ERRORS),
         "closes": msgspec.to_builtins(_CLOSES),
     }
+
+
+_RETRY_TEXT: Final[Mapping[str, str]] = {
+    "no": "no: fix the request",
+    "later": "later, the same request",
+    "resubscribe": "resubscribe from your revision",
+    "new-token": "with a new token",
+}
+_RECONNECT_TEXT: Final[Mapping[str, str]] = {
+    "no": "not before fixing the cause",
+    "backoff": "yes, with backoff",
+    "resume": "yes, now, resuming from your revisions",
+    "new-token": "only with a new token",
+}
+
+
+def render_markdown() -> str:
+    """The two tables as the Markdown docs/protocol.md holds between its
+    ``error-codes`` markers (a test compares them)."""
+    lines = [
+        "| code | HTTP | retry | meaning |",
+        "|---|---|---|---|",
+        *(
+            f"| `{row.code}` | {row.http_status} | {_RETRY_TEXT[row.retry]} | {row.meaning} |"
+            for row in _ERRORS
+        ),
+        "",
+        "| close code | reason | reconnect? | meaning |",
+        "|---|---|---|---|",
+        *(
+            f"| {row.code} | `{row.reason}` | {_RECONNECT_TEXT[row.reconnect]} | {row.meaning} |"
+            for row in _CLOSES
+        ),
+    ]
+    return "\n".join(lines) + "\n"

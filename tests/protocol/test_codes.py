@@ -80,3 +80,27 @@ def test_protocol_errors_carry_their_code() -> None:
     assert InvalidId("x").code == codes.INVALID_FRAME
     assert InvalidSegment("x").code == codes.INVALID_SEGMENT
     assert isinstance(InvalidSegment("x"), ValueError)
+
+
+def test_protocol_md_shows_exactly_the_table() -> None:
+    """Regenerate with ``TSYNC_UPDATE_DOCS=1 ./scripts/test tests/protocol/test_codes.py``."""
+    doc = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
+    text = doc.read_text(encoding="utf-8")
+    begin = text.index("<!-- error-codes:begin")
+    begin = text.index("\n", begin) + 1
+    end = text.index("<!-- error-codes:end -->")
+    if os.environ.get("TSYNC_UPDATE_DOCS") == "1":
+        text = text[:begin] + codes.render_markdown() + text[end:]
+        doc.write_text(text, encoding="utf-8")
+        end = begin + len(codes.render_markdown())
+    assert text[begin:end] == codes.render_markdown(), (
+        "docs/protocol.md is out of date: regenerate it with "
+        "TSYNC_UPDATE_DOCS=1 ./scripts/test tests/protocol/test_codes.py"
+    )
+
+
+def test_a_status_without_a_code_reads_as_the_first_code_with_it() -> None:
+    assert codes.code_for_status(404) == codes.NOT_FOUND
+    assert codes.code_for_status(409) == codes.CONFLICT
+    assert codes.code_for_status(503) == codes.UNAVAILABLE
+    assert codes.code_for_status(418) == codes.INTERNAL

@@ -247,3 +247,20 @@ async def test_an_append_to_a_transcript_still_loading_holds_the_reader_back() -
         assert [a.revision for a in acks] == list(range(1, 21))
     finally:
         await h.stop()
+
+
+async def test_the_hub_remembers_as_many_keys_as_its_store() -> None:
+    store = MemoryStore(idempotency_retention=2)
+    await store.open()
+    h = Hub(store, ServerConfig(store="memory"))
+    await h.start()
+    try:
+        await h.create("t")
+        for key in ("k1", "k2", "k3"):
+            await h.append("t", user(key), idempotency_key=key)
+        assert (await h.append("t", user("again"), idempotency_key="k3")).duplicate
+        # k1 is forgotten by both: a retry with it is a new append.
+        result = await h.append("t", user("k1 again"), idempotency_key="k1")
+        assert not result.duplicate and result.receipt.revision == 4
+    finally:
+        await h.stop()

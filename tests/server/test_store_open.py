@@ -101,3 +101,20 @@ def test_options_made_in_code_are_checked_too() -> None:
 def test_redis_goes_to_the_redis_store(url: str) -> None:
     store = open_store(url)
     assert store.name == "redis"
+
+
+async def test_a_server_takes_its_store_options_from_the_url(tmp_path: Path) -> None:
+    """What ``tsync serve --store 'sqlite:PATH?synchronous=full'`` does."""
+    from server.config import ServerConfig
+    from tests.support.servers import running_server
+
+    url = f"sqlite:{tmp_path / 'data'}?synchronous=full&max_batch=8"
+    async with running_server(ServerConfig(store=url, graceful_shutdown_s=2.0)) as srv:
+        store = srv.hub.store
+        assert isinstance(store, SQLiteStore)
+        assert store.path == tmp_path / "data"
+        assert (store.options.synchronous, store.options.max_batch) == ("full", 8)
+        assert store._writer is not None
+        assert store._writer.conn.execute("PRAGMA synchronous").fetchone() == (2,)
+        await srv.hub.create("t")
+    assert [p.name for p in tmp_path.iterdir()] == ["data"]  # noqa: ASYNC240 - a test
