@@ -148,13 +148,12 @@ class AppendCommitter:
     async def _run(self, live: LiveTranscript) -> None:
         try:
             async with live.lock:
-                try:
-                    while self._queued.get(live):
-                        await self._commit_queued(live)
-                finally:
-                    for p in self._queued.pop(live, ()):  # only when cancelled (shutdown)
-                        p.fail(StoreUnavailable("server shutting down"))
+                while self._queued.get(live):
+                    await self._commit_queued(live)
         finally:
+            # Left over only when cancelled (shutdown), even before the lock.
+            for p in self._queued.pop(live, ()):
+                p.fail(StoreUnavailable("server shutting down"))
             if self._tasks.get(live) is asyncio.current_task():
                 del self._tasks[live]
 

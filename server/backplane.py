@@ -63,12 +63,15 @@ class Backplane:
         hub: Hub,
         store: SharedStore,
         *,
-        resync_interval_s: float = 1.0,
+        resync_interval_s: float | None = None,
         concurrency: int = BACKPLANE_CONCURRENCY,
     ) -> None:
         self.hub = hub
         self.store = store
-        self.resync_interval_s = resync_interval_s
+        #: Default: the server setting ``backplane_resync_s``.
+        self.resync_interval_s = (
+            hub.config.backplane_resync_s if resync_interval_s is None else resync_interval_s
+        )
         self.counters = BackplaneCounters()
         # id -> the newest notice (None: unknown, look in the store).
         self._pending: dict[str, Notice | None] = {}
@@ -77,7 +80,7 @@ class Backplane:
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
-    def for_hub(cls, hub: Hub, *, resync_interval_s: float = 1.0) -> Backplane | None:
+    def for_hub(cls, hub: Hub, *, resync_interval_s: float | None = None) -> Backplane | None:
         """A backplane for ``hub`` if its store is shared, else ``None``."""
         if not isinstance(hub.store, SharedStore):
             return None

@@ -120,7 +120,8 @@ async def _refuse_handshake(scope: Scope, send: Send, failure: Failure) -> None:
     body (the ASGI WebSocket denial response; a bare 403 where the server
     lacks it)."""
     if "websocket.http.response" not in (scope.get("extensions") or {}):
-        await send({"type": "websocket.close", "code": 1008, "reason": failure.code})
+        # A close before the accept: the server answers HTTP 403.
+        await _close(send, failure.spec.close_code or codes.CLOSE_UNAUTHORIZED)
         return
     body = msgspec.json.encode(failure.problem())
     await send(

@@ -9,7 +9,7 @@ import sqlite3
 import sys
 import tempfile
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -429,34 +429,51 @@ async def test_a_big_load_stalls_neither_the_loop_nor_appends_to_another_transcr
     store = SQLiteStore(tmp_path)  # a cold reader
     await store.open()
     loop = asyncio.get_running_loop()
-    lags: list[float] = []
-    done = asyncio.Event()
 
-    async def watch_the_loop() -> None:
-        while not done.is_set():
-            before = loop.time()
-            await asyncio.sleep(0.001)
-            lags.append(loop.time() - before - 0.001)
+    async def worst_lag_while(busy: Callable[[], bool]) -> tuple[float, int]:
+        """The loop's worst lag (against 1 ms sleeps) while appending to
+        "other" for as long as ``busy()``, and how many appends landed."""
+        lags: list[float] = []
+        done = asyncio.Event()
 
-    try:
-        watcher = asyncio.create_task(watch_the_loop())
-        load = asyncio.create_task(store.load("big"))
-        appended_meanwhile = 0
-        while not load.done():
-            revision = appended_meanwhile + 1
+        async def watch() -> None:
+            while not done.is_set():
+                before = loop.time()
+                await asyncio.sleep(0.001)
+                lags.append(loop.time() - before - 0.001)
+
+        watcher = asyncio.create_task(watch())
+        count = 0
+        while busy():
+            revision = revisions[0] + 1
             result = await store.append(appended(revision, revision - 1, transcript_id="other"))
             assert result.receipt.revision == revision
-            appended_meanwhile += 1
-        loaded = await load
+            revisions[0] = revision
+            count += 1
         done.set()
         await watcher
+        return max(lags), count
+
+    revisions = [0]
+    try:
+        started = loop.time()
+        load = asyncio.ensure_future(store.load("big"))
+        worst, appended_meanwhile = await worst_lag_while(lambda: not load.done())
+        loaded = await load
+        took = loop.time() - started
+        # The same appends for as long without the load: what this machine's
+        # other work (other processes) costs anyway.
+        until = loop.time() + took
+        ambient, _ = await worst_lag_while(lambda: loop.time() < until)
     finally:
         await store.close()
     assert loaded is not None and loaded.revision == size
-    worst = max(lags)
     print(
-        f"\nloading {size} events: the loop lagged at most {worst * 1000:.1f} ms; "
+        f"\nloading {size} events ({took * 1000:.0f} ms): the loop lagged at most "
+        f"{worst * 1000:.1f} ms ({ambient * 1000:.1f} ms without the load); "
         f"{appended_meanwhile} appends to another transcript meanwhile"
     )
-    assert worst < 0.1
+    # Generous: a held lock or a held GIL stalls for the whole load (280-340 ms
+    # before), not for a slice of it; a busy machine raises the floor.
+    assert worst < max(0.1, 2 * ambient)
     assert appended_meanwhile > 1
