@@ -67,7 +67,8 @@ class SQLiteOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         Meta(
             ge=0,
             description="seconds a write waits for another process's lock on the file before "
-            "the store answers `unavailable`",
+            "the store answers `unavailable` (writes run on the event loop's thread, which waits "
+            "with them: run one server per data folder)",
         ),
     ] = 5.0
     key_sweep_interval_s: Annotated[
