@@ -120,11 +120,16 @@ async def test_a_new_epoch_found_by_the_safety_net_rebaselines_subscribers(
         await follower.attach(b.ws_url)
         await follower.wait_revision(1)
         # B hears nothing of the delete and the new creation ...
-        backplane_of(b)._tasks[0].cancel()
+        await backplane_of(b).stop()
         assert (await http.delete(f"{a.url}/v1/transcripts/t")).status_code == 204
         second_epoch = await create(http, a.url, "t")
         for text in ("new 1", "new 2", "new 3"):
             assert (await append(http, a.url, "t", [text])).status_code == 201
+        # ... and only its safety net looks afterwards. (Had it looked between
+        # the delete and the creation, "not-found" would have been the right
+        # answer for its subscriber: the race this test once lost under load.)
+        await backplane_of(b).start()
+        backplane_of(b)._tasks[0].cancel()
         # ... and still gives its subscriber the new transcript, as a baseline.
         stored = await authoritative(url, "t")
         assert stored.epoch == second_epoch != first_epoch
