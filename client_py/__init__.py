@@ -22,7 +22,7 @@ from client_py.errors import (
     Unauthorized,
     Unreachable,
 )
-from client_py.http import Ack, Created, HttpApi, Imported, endpoints
+from client_py.http import Ack, Created, HttpApi, Imported, Receipt, endpoints
 from client_py.mirror import EventStream, Mirror, MirrorUpdate
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "Mirror",
     "MirrorUpdate",
     "NotFound",
+    "Receipt",
     "RequestTimeout",
     "RevisionConflict",
     "ServerError",

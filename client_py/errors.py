@@ -15,14 +15,16 @@
         └── Unauthorized        ``unauthorized`` / ``forbidden``
 
 Errors of the server come from WebSocket ``error`` frames and from HTTP
-``application/problem+json`` documents alike; ``error_for`` maps both.
+``application/problem+json`` documents alike; ``error_for`` maps both. What a
+code means and whether to try again is looked up in ``protocol.codes`` (the
+one table the server uses too): ``ServerError.retry``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from protocol import wire
+from protocol import codes, wire
 
 
 class ClientError(Exception):
@@ -72,6 +74,12 @@ class ServerError(ClientError):
         self.status = status
         self.details = details or {}
 
+    @property
+    def retry(self) -> codes.Retry:
+        """What to do about it, from the error table: ``no`` (the same call
+        fails again), ``later``, ``resubscribe`` or ``new-token``."""
+        return codes.error(self.code).retry
+
 
 class NotFound(ServerError):
     """The transcript does not exist (or no longer exists)."""
@@ -104,12 +112,12 @@ class Unauthorized(ServerError):
 
 
 _BY_CODE: dict[str, type[ServerError]] = {
-    wire.NOT_FOUND: NotFound,
-    wire.REVISION_CONFLICT: RevisionConflict,
-    wire.INVALID_MESSAGE: InvalidMessage,
-    wire.CONFLICT: Conflict,
-    wire.UNAUTHORIZED: Unauthorized,
-    wire.FORBIDDEN: Unauthorized,
+    codes.NOT_FOUND: NotFound,
+    codes.REVISION_CONFLICT: RevisionConflict,
+    codes.INVALID_MESSAGE: InvalidMessage,
+    codes.CONFLICT: Conflict,
+    codes.UNAUTHORIZED: Unauthorized,
+    codes.FORBIDDEN: Unauthorized,
 }
 
 

@@ -16,17 +16,18 @@ import httpx
 import msgspec
 
 from client_py.errors import ServerError, Unreachable, error_for
+from protocol import codes
 from protocol.api import TranscriptList, TranscriptSummary
 from protocol.types import TranscriptSnapshot
 
-__all__ = ["Ack", "Created", "HttpApi", "Imported", "endpoints"]
+__all__ = ["Ack", "Created", "HttpApi", "Imported", "Receipt", "endpoints"]
 
 WS_PATH = "/v1/ws"
 
 
 @dataclass(frozen=True, slots=True)
-class Ack:
-    """What the server answered to an append or a segment start.
+class Receipt:
+    """What the server answered to an append or a segment start (its ``ack``).
 
     ``start``/``count`` are the appended range (``count`` is ``None`` for a
     segment start). ``duplicate`` is true when the server had already applied
@@ -39,6 +40,11 @@ class Ack:
     start: int | None = None
     count: int | None = None
     duplicate: bool = False
+
+
+#: The old name of ``Receipt`` (``protocol.wire.Ack`` is the frame); kept so
+#: that code written against it keeps working.
+Ack = Receipt
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +160,7 @@ class HttpApi:
         *,
         expected_revision: int | None = None,
         idempotency_key: str | None = None,
-    ) -> Ack:
+    ) -> Receipt:
         """``POST /v1/transcripts/{id}/messages``: append one batch."""
         body: dict[str, Any] = {"messages": _plain(messages)}
         if expected_revision is not None:
@@ -164,7 +170,7 @@ class HttpApi:
         obj = await self._json("POST", f"/v1/transcripts/{transcript_id}/messages", json=body)
         return _ack(obj, transcript_id)
 
-    async def start_segment(self, transcript_id: str, start: int | None = None) -> Ack:
+    async def start_segment(self, transcript_id: str, start: int | None = None) -> Receipt:
         """``POST /v1/transcripts/{id}/segments``: start a segment."""
         body = {} if start is None else {"start": start}
         obj = await self._json("POST", f"/v1/transcripts/{transcript_id}/segments", json=body)
@@ -226,20 +232,14 @@ def _problem(response: httpx.Response) -> ServerError:
         text = response.text.strip().splitlines()
         message = text[0] if text else response.reason_phrase
         return error_for(
-            _code_for_status(response.status_code), message, status=response.status_code
+            codes.code_for_status(response.status_code), message, status=response.status_code
         )
-    code = str(obj.get("code") or _code_for_status(response.status_code))
+    code = str(obj.get("code") or codes.code_for_status(response.status_code))
     message = str(obj.get("detail") or obj.get("title") or response.reason_phrase)
     return error_for(code, message, status=response.status_code, details=obj)
 
 
-def _code_for_status(status: int) -> str:
-    return {401: "unauthorized", 403: "forbidden", 404: "not-found", 409: "conflict"}.get(
-        status, "internal"
-    )
-
-
-def _ack(obj: dict[str, Any], transcript_id: str) -> Ack:
+def _ack(obj: dict[str, Any], transcript_id: str) -> Receipt:
     return Ack(
         transcript_id=obj.get("transcriptId", transcript_id),
         revision=obj["revision"],

@@ -7,7 +7,13 @@ client's tests and the server's replica mirroring can rely on one definition.
 """
 
 from protocol.consumer import Consumer, Subscription
-from protocol.errors import InvalidFrame, InvalidId, InvalidMessage, ProtocolError
+from protocol.errors import (
+    InvalidFrame,
+    InvalidId,
+    InvalidMessage,
+    InvalidSegment,
+    ProtocolError,
+)
 from protocol.pairs import group_adjacent_pairs
 from protocol.state import InvalidChange, InvalidSnapshot, TranscriptState, check_snapshot
 from protocol.types import (
@@ -64,6 +70,7 @@ __all__ = [
     "InvalidFrame",
     "InvalidId",
     "InvalidMessage",
+    "InvalidSegment",
     "InvalidSnapshot",
     "Message",
     "MessageLocator",

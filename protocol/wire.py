@@ -18,6 +18,7 @@ from typing import Annotated, Any, Final, TypeAlias
 import msgspec
 from msgspec import Meta, Struct
 
+from protocol import codes
 from protocol.errors import InvalidFrame
 from protocol.limits import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_REF_LENGTH
 from protocol.state import InvalidChange, InvalidSnapshot, check_baseline, check_event
@@ -38,26 +39,26 @@ IdempotencyKey: TypeAlias = Annotated[
     str, Meta(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH)
 ]
 
-# Error codes (contract section 3). Servers may add more; clients treat unknown
-# codes like ``internal``.
-INVALID_FRAME: Final = "invalid-frame"
-INVALID_MESSAGE: Final = "invalid-message"
-NOT_FOUND: Final = "not-found"
-CONFLICT: Final = "conflict"
-REVISION_CONFLICT: Final = "revision-conflict"
-TOO_LARGE: Final = "too-large"
-LAGGED: Final = "lagged"
-UNAUTHORIZED: Final = "unauthorized"
-FORBIDDEN: Final = "forbidden"
-RATE_LIMITED: Final = "rate-limited"
-TOO_MANY_SUBSCRIPTIONS: Final = "too-many-subscriptions"
-UNAVAILABLE: Final = "unavailable"
-INTERNAL: Final = "internal"
-# HTTP only: the body is not JSON / is JSON of the wrong shape; the method is
-# not one the route answers.
-INVALID_JSON: Final = "invalid-json"
-INVALID_BODY: Final = "invalid-body"
-METHOD_NOT_ALLOWED: Final = "method-not-allowed"
+# Error codes (contract section 3), named here too for the code that knows them
+# as ``wire.LAGGED``; their meanings, statuses and close codes are in
+# ``protocol.codes``. Clients treat unknown codes like ``internal``.
+INVALID_FRAME: Final = codes.INVALID_FRAME
+INVALID_MESSAGE: Final = codes.INVALID_MESSAGE
+INVALID_SEGMENT: Final = codes.INVALID_SEGMENT
+NOT_FOUND: Final = codes.NOT_FOUND
+CONFLICT: Final = codes.CONFLICT
+REVISION_CONFLICT: Final = codes.REVISION_CONFLICT
+TOO_LARGE: Final = codes.TOO_LARGE
+LAGGED: Final = codes.LAGGED
+UNAUTHORIZED: Final = codes.UNAUTHORIZED
+FORBIDDEN: Final = codes.FORBIDDEN
+RATE_LIMITED: Final = codes.RATE_LIMITED
+TOO_MANY_SUBSCRIPTIONS: Final = codes.TOO_MANY_SUBSCRIPTIONS
+UNAVAILABLE: Final = codes.UNAVAILABLE
+INTERNAL: Final = codes.INTERNAL
+INVALID_JSON: Final = codes.INVALID_JSON
+INVALID_BODY: Final = codes.INVALID_BODY
+METHOD_NOT_ALLOWED: Final = codes.METHOD_NOT_ALLOWED
 
 # --- client -> server ----------------------------------------------------------
 

@@ -36,10 +36,11 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from protocol import wire
+from protocol import codes
 from server import http_api, http_lmml, http_ops, logs, openapi, pages
 from server.backplane import Backplane
 from server.config import ConfigError, ServerConfig, load_config, unknown_env_names
+from server.errors import Refused
 from server.hub import Hub
 from server.metrics import Metrics
 from server.store.base import Store
@@ -49,10 +50,12 @@ from server.ws import refuse, websocket_endpoint
 __all__ = ["TsyncApp", "create_app"]
 
 log = logging.getLogger("tsync.app")
+GOING_AWAY = codes.CLOSE_GOING_AWAY
+GOING_AWAY_REASON = codes.CLOSES[GOING_AWAY].reason
 
 
 async def _handle_error(request: Request, exc: Exception) -> Response:
-    return http_api.problem_response(http_api.problem_for(exc))
+    return http_api.problem_response(exc)
 
 
 async def _handle_client_gone(request: Request, exc: Exception) -> Response:
@@ -65,16 +68,14 @@ async def _handle_http_exception(request: Request, exc: Exception) -> Response:
     """Starlette's own 404 (no route) and 405 (route, other method) as problems."""
     assert isinstance(exc, HTTPException)
     if exc.status_code == 405:
-        problem = http_api.Problem(
-            405,
-            wire.METHOD_NOT_ALLOWED,
-            f"{request.method} is not allowed on {request.url.path}",
+        refused = Refused(
+            codes.METHOD_NOT_ALLOWED, f"{request.method} is not allowed on {request.url.path}"
         )
     elif exc.status_code == 404:
-        problem = http_api.Problem(404, wire.NOT_FOUND, f"no such path: {request.url.path}")
+        refused = Refused(codes.NOT_FOUND, f"no such path: {request.url.path}")
     else:
-        problem = http_api.Problem(exc.status_code, wire.INVALID_FRAME, str(exc.detail))
-    response = http_api.problem_response(problem)
+        refused = Refused(codes.code_for_status(exc.status_code), str(exc.detail))
+    response = http_api.problem_response(refused)
     response.headers.update(exc.headers or {})
     return response
 
@@ -105,8 +106,8 @@ class _AuthMiddleware:
             if path != "/" and not path.startswith(self.OPEN):
                 try:
                     http_api.check_auth(Request(scope))
-                except http_api.Problem as problem:
-                    await http_api.problem_response(problem)(scope, receive, send)
+                except Refused as refused:
+                    await http_api.problem_response(refused)(scope, receive, send)
                     return
         await self.app(scope, receive, send)
 
@@ -129,7 +130,7 @@ class TsyncApp:
             await self._http(scope, receive, send)
         elif kind == "websocket" and scope["path"] == "/v1/ws":
             if self.lifecycle.draining:
-                await refuse(receive, send, 1001, "server shutting down")
+                await refuse(receive, send, GOING_AWAY, scope)
                 return
             await websocket_endpoint(scope, receive, send, self.state.hub)
         else:
@@ -151,7 +152,7 @@ class TsyncApp:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.drain(), timeout / 2)
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.send_close(1001, "server shutting down"), timeout / 2)
+                await asyncio.wait_for(conn.send_close(GOING_AWAY, GOING_AWAY_REASON), timeout / 2)
 
         await asyncio.gather(*(goodbye(c) for c in conns))
 
@@ -171,7 +172,11 @@ def create_app(
     """
     if config is None:
         config = _config_from_environment()
-    the_store = store if store is not None else open_store(config.store)
+    the_store = (
+        store
+        if store is not None
+        else open_store(config.store, idempotency_retention=config.idempotency_retention)
+    )
     if configure_logging:
         logs.configure(config.log_level, config.log_format)
     metrics = Metrics()

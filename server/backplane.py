@@ -30,31 +30,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 from protocol.consumer import Applied, Resubscribed, Subscription
-from server.hub import Hub, Live
-from server.store.base import Store, StoreError, TranscriptNotFound
-from server.store.redis import Head, Notice
+from server.hub import Hub
+from server.live import LiveTranscript
+from server.store.base import Notice, SharedStore, StoreError, TranscriptNotFound
+from server.tuning import BACKPLANE_CONCURRENCY
 
 __all__ = ["Backplane", "BackplaneCounters", "SharedStore"]
 
 log = logging.getLogger("tsync.backplane")
-
-
-@runtime_checkable
-class SharedStore(Store, Protocol):
-    """A store several replicas share, which tells them about changes."""
-
-    def notices(self) -> AsyncIterator[Notice | None]:
-        """Notices of changes; ``None`` after every (re)connection."""
-        ...
-
-    async def heads(self, transcript_ids: Iterable[str]) -> dict[str, Head | None]:
-        """Epoch and revision of each transcript now (``None``: gone)."""
-        ...
 
 
 @dataclass
@@ -76,11 +62,19 @@ class Backplane:
     """
 
     def __init__(
-        self, hub: Hub, store: SharedStore, *, resync_interval_s: float = 1.0, concurrency: int = 32
+        self,
+        hub: Hub,
+        store: SharedStore,
+        *,
+        resync_interval_s: float | None = None,
+        concurrency: int = BACKPLANE_CONCURRENCY,
     ) -> None:
         self.hub = hub
         self.store = store
-        self.resync_interval_s = resync_interval_s
+        #: Default: the server setting ``backplane_resync_s``.
+        self.resync_interval_s = (
+            hub.config.backplane_resync_s if resync_interval_s is None else resync_interval_s
+        )
         self.counters = BackplaneCounters()
         # id -> the newest notice (None: unknown, look in the store).
         self._pending: dict[str, Notice | None] = {}
@@ -89,7 +83,7 @@ class Backplane:
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
-    def for_hub(cls, hub: Hub, *, resync_interval_s: float = 1.0) -> Backplane | None:
+    def for_hub(cls, hub: Hub, *, resync_interval_s: float | None = None) -> Backplane | None:
         """A backplane for ``hub`` if its store is shared, else ``None``."""
         if not isinstance(hub.store, SharedStore):
             return None
@@ -125,7 +119,7 @@ class Backplane:
 
     def _held(self, transcript_id: str) -> bool:
         # Loading counts: the notice may be newer than what the load read.
-        return transcript_id in self.hub.live or transcript_id in self.hub._loading
+        return self.hub.holds(transcript_id)
 
     async def _listen(self) -> None:
         async for notice in self.store.notices():
@@ -180,20 +174,17 @@ class Backplane:
     async def _sync_now(self, transcript_id: str, notice: Notice | None) -> None:
         hub = self.hub
         while True:
-            loading = hub._loading.get(transcript_id)
-            if loading is not None:
-                await asyncio.wait([loading])
-            live = hub.live.get(transcript_id)
+            live = await hub.settled(transcript_id)
             if live is None or _covers(live, notice):
                 return
             async with live.lock:
-                if hub.live.get(transcript_id) is not live:
+                if not hub.is_current(live):
                     continue  # reloaded or evicted while we waited: look again
                 if not _covers(live, notice):
                     await self._mirror(live, notice)
                 return
 
-    async def _mirror(self, live: Live, notice: Notice | None) -> None:
+    async def _mirror(self, live: LiveTranscript, notice: Notice | None) -> None:
         """Bring ``live`` up to the store (under ``live.lock``)."""
         transcript = live.transcript
         if notice is None:
@@ -221,13 +212,13 @@ class Backplane:
         if events:
             self.counters.syncs += 1
 
-    async def _reload(self, live: Live, reason: str) -> None:
+    async def _reload(self, live: LiveTranscript, reason: str) -> None:
         log.info("backplane: reloading %s (%s)", live.id, reason)
         self.counters.reloads += 1
         await self.hub.reload(live)
 
 
-def _covers(live: Live, notice: Notice | None) -> bool:
+def _covers(live: LiveTranscript, notice: Notice | None) -> bool:
     """Whether ``live`` already holds what ``notice`` announces."""
     return (
         notice is not None

@@ -24,6 +24,7 @@ import msgspec
 from msgspec import Meta
 
 from protocol import limits
+from server.store.base import DEFAULT_IDEMPOTENCY_RETENTION
 
 __all__ = ["ENV_PREFIX", "ConfigError", "ServerConfig", "env_name", "load_config"]
 
@@ -151,10 +152,10 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     idempotency_retention: Annotated[
         NonNegInt,
         _d(
-            "idempotency keys kept in memory per live transcript (stores keep their own: "
-            "SQLite 1000 per transcript for 24 h)"
+            "idempotency keys remembered per transcript, the one value for the hub's memory "
+            "and the store (SQLite also forgets a key after 24 h)"
         ),
-    ] = 1000
+    ] = DEFAULT_IDEMPOTENCY_RETENTION
     backplane_resync_s: Annotated[
         Annotated[float, Meta(gt=0)],
         _d(

@@ -4,7 +4,9 @@ A frame's ``seq`` is given when the connection's writer actually sends it (a
 frame dropped from a lagged queue takes no number), so queued items are
 templates that render themselves for a given ``seq``. Increments and baselines
 carry bytes encoded once per event or snapshot and shared by every subscriber;
-rendering only splices the ``seq`` in front.
+rendering only splices the ``seq`` in front. ``estimated_bytes`` is what a
+queued frame counts against the queue's byte bound: close to, not exactly, the
+bytes it will be sent as.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import msgspec
 
 from protocol import wire
 from protocol.types import TranscriptEvent, TranscriptSnapshot
+from server.tuning import CONTROL_FRAME_BYTES, FRAME_ENVELOPE_BYTES
 
 _BASELINE_HEAD = b'{"type":"baseline","seq":'
 _BASELINE_MID = b',"snapshot":'
@@ -24,7 +27,7 @@ _MSGPACK_BASELINE_HEAD = wire.encode_msgpack({"type": "baseline"})[1:]
 class EncodedEvent:
     """An event with its JSON encoding (and MessagePack on first use)."""
 
-    __slots__ = ("_msgpack", "event", "json", "revision", "size", "transcript_id")
+    __slots__ = ("_msgpack", "estimated_bytes", "event", "json", "revision", "transcript_id")
     data = True
 
     def __init__(self, event: TranscriptEvent) -> None:
@@ -32,7 +35,7 @@ class EncodedEvent:
         self.transcript_id = event.transcript_id
         self.revision = event.revision
         self.json = wire.encode_event_json(event)
-        self.size = len(self.json) + 40
+        self.estimated_bytes = len(self.json) + FRAME_ENVELOPE_BYTES
         self._msgpack: bytes | None = None
 
     def render_json(self, seq: int) -> bytes:
@@ -48,7 +51,7 @@ class EncodedSnapshot:
     """A baseline's snapshot, encoded once and shared by every subscriber that
     subscribes at the same revision."""
 
-    __slots__ = ("_msgpack", "json", "revision", "size", "snapshot", "transcript_id")
+    __slots__ = ("_msgpack", "estimated_bytes", "json", "revision", "snapshot", "transcript_id")
     data = True
 
     def __init__(self, snapshot: TranscriptSnapshot) -> None:
@@ -56,7 +59,7 @@ class EncodedSnapshot:
         self.transcript_id = snapshot.transcript_id
         self.revision = snapshot.revision
         self.json = wire.encode_json(snapshot)
-        self.size = len(self.json) + 40
+        self.estimated_bytes = len(self.json) + FRAME_ENVELOPE_BYTES
         self._msgpack: bytes | None = None
 
     def render_json(self, seq: int) -> bytes:
@@ -80,14 +83,14 @@ class EncodedSnapshot:
 class ControlFrame:
     """An ack, pong or error: small, per connection, never dropped on lag."""
 
-    __slots__ = ("frame", "size", "transcript_id")
+    __slots__ = ("estimated_bytes", "frame", "transcript_id")
     data = False
 
     def __init__(self, frame: Any) -> None:
         # ``frame`` is a wire struct built with a placeholder seq of 0.
         self.frame = frame
         self.transcript_id = getattr(frame, "transcript_id", None)
-        self.size = 160
+        self.estimated_bytes = CONTROL_FRAME_BYTES
 
     def render_json(self, seq: int) -> bytes:
         return wire.encode_json(msgspec.structs.replace(self.frame, seq=seq))

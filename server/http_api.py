@@ -14,55 +14,33 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from protocol import api, wire
-from protocol.errors import InvalidId, InvalidMessage
+from protocol import api, codes
+from protocol.errors import ProtocolError
 from protocol.limits import MAX_ORIGIN_LENGTH
 from protocol.types import Origin
 from protocol.validation import validate_id, validate_idempotency_key
-from server.hub import Ack, Hub, RevisionConflict
-from server.store.base import StoreUnavailable, TranscriptExists, TranscriptNotFound
-from server.transcript import InvalidSegment
+from server.errors import INTERNAL_FAILURE, Refused, failure_for
+from server.hub import Hub
+from server.store.base import AppendResult, StoreError
 
 log = logging.getLogger("tsync.http")
 _json = msgspec.json.Encoder()
 Body = TypeVar("Body", bound=msgspec.Struct)
 
 
-class Problem(Exception):
-    def __init__(self, status: int, code: str, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.code = code
-        self.detail = detail
-        self.extra = extra
-
-
-_TITLES = {
-    400: "Bad Request",
-    401: "Unauthorized",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    409: "Conflict",
-    410: "Gone",
-    413: "Content Too Large",
-    415: "Unsupported Media Type",
-    422: "Unprocessable Content",
-    500: "Internal Server Error",
-    501: "Not Implemented",
-    503: "Service Unavailable",
-}
-
-
-def problem_response(problem: Problem) -> Response:
-    body = {
-        "type": f"https://transcript-sync.dev/problems/{problem.code}",
-        "title": _TITLES.get(problem.status, "Error"),
-        "status": problem.status,
-        "code": problem.code,
-        "detail": problem.detail,
-        **problem.extra,
-    }
-    return Response(_json.encode(body), problem.status, media_type="application/problem+json")
+def problem_response(exc: BaseException) -> Response:
+    """``exc`` as a problem+json answer: its code, and the HTTP status the
+    error table gives that code. An error without a code is a bug: logged,
+    answered ``internal``."""
+    failure = failure_for(exc)
+    if failure is None:
+        log.error("unhandled error", exc_info=exc)
+        failure = INTERNAL_FAILURE
+    return Response(
+        _json.encode(failure.problem()),
+        failure.spec.http_status,
+        media_type="application/problem+json",
+    )
 
 
 def json_response(obj: Any, status: int = 200) -> Response:
@@ -95,20 +73,20 @@ def check_auth(request: Request) -> None:
     header = request.headers.get("authorization", "")
     offered = header[7:] if header.lower().startswith("bearer ") else ""
     if not secrets.compare_digest(offered.encode(), token.encode()):
-        raise Problem(401, wire.UNAUTHORIZED, "missing or wrong bearer token")
+        raise Refused(codes.UNAUTHORIZED, "missing or wrong bearer token")
 
 
 async def read_body(request: Request) -> bytes:
     limit = _hub(request).config.max_http_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise Problem(413, wire.TOO_LARGE, f"body of {declared} bytes is over the limit of {limit}")
+        raise Refused(codes.TOO_LARGE, f"body of {declared} bytes is over the limit of {limit}")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise Problem(413, wire.TOO_LARGE, f"body is over the limit of {limit} bytes")
+            raise Refused(codes.TOO_LARGE, f"body is over the limit of {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -121,20 +99,17 @@ async def read_json(request: Request, body_type: type[Body], *, allow_empty: boo
     if not body.strip():
         if allow_empty:
             return body_type()
-        raise Problem(400, wire.INVALID_JSON, "the body is empty; expected a JSON object")
+        raise Refused(codes.INVALID_JSON, "the body is empty; expected a JSON object")
     try:
         return msgspec.json.decode(body, type=body_type)
     except msgspec.ValidationError as exc:  # a DecodeError too: catch it first
-        raise Problem(400, wire.INVALID_BODY, f"the body does not fit: {exc}") from None
+        raise Refused(codes.INVALID_BODY, f"the body does not fit: {exc}") from None
     except msgspec.DecodeError as exc:
-        raise Problem(400, wire.INVALID_JSON, f"the body is not JSON: {exc}") from None
+        raise Refused(codes.INVALID_JSON, f"the body is not JSON: {exc}") from None
 
 
 def _transcript_id(request: Request) -> str:
-    try:
-        return validate_id(request.path_params["transcript_id"])
-    except InvalidId as exc:
-        raise Problem(400, wire.INVALID_FRAME, str(exc)) from None
+    return validate_id(request.path_params["transcript_id"])  # InvalidId: invalid-frame
 
 
 def _int_param(request: Request, name: str, default: int | None = None) -> int | None:
@@ -144,21 +119,20 @@ def _int_param(request: Request, name: str, default: int | None = None) -> int |
     try:
         value = int(raw)
     except ValueError:
-        raise Problem(
-            400, wire.INVALID_FRAME, f"query parameter {name!r} must be an integer"
-        ) from None
+        raise Refused(codes.INVALID_QUERY, f"query parameter {name!r} must be an integer") from None
     if value < 0:
-        raise Problem(400, wire.INVALID_FRAME, f"query parameter {name!r} must be >= 0")
+        raise Refused(codes.INVALID_QUERY, f"query parameter {name!r} must be >= 0")
     return value
 
 
-def ack_body(ack: Ack) -> api.AckBody:
+def ack_body(transcript_id: str, result: AppendResult) -> api.AckBody:
+    receipt = result.receipt
     return api.AckBody(
-        transcript_id=ack.transcript_id,
-        revision=ack.ack.revision,
-        start=ack.ack.start,
-        count=ack.ack.count,
-        duplicate=ack.duplicate,
+        transcript_id=transcript_id,
+        revision=receipt.revision,
+        start=receipt.start,
+        count=receipt.count,
+        duplicate=result.duplicate,
     )
 
 
@@ -167,18 +141,15 @@ def ack_body(ack: Ack) -> api.AckBody:
 
 async def create_transcript(request: Request) -> Response:
     body = await read_json(request, api.CreateBody, allow_empty=True)
-    try:
-        tid, epoch, revision = await _hub(request).create(
-            body.id, body.messages or [], origin=_origin(request)
-        )
-    except TranscriptExists as exc:
-        raise Problem(409, "conflict", str(exc)) from None
+    tid, epoch, revision = await _hub(request).create(
+        body.id, body.messages or [], origin=_origin(request)
+    )
     return json_response(api.Created(transcript_id=tid, epoch=epoch, revision=revision), 201)
 
 
 async def list_transcripts(request: Request) -> Response:
     limit = _int_param(request, "limit", 100) or 100
-    infos = await _hub(request).store.list(
+    infos = await _hub(request).list(
         after=request.query_params.get("after"), limit=min(limit, 1000)
     )
     return json_response(
@@ -205,9 +176,7 @@ async def get_transcript(request: Request) -> Response:
     snapshot = await _hub(request).snapshot(tid, 0, None)
     length = snapshot.end
     if (end is not None and end > length) or start > (length if end is None else end):
-        raise Problem(
-            400, wire.INVALID_FRAME, f"range [{start}, {end}) is not within [0, {length}]"
-        )
+        raise Refused(codes.INVALID_QUERY, f"range [{start}, {end}) is not within [0, {length}]")
     if start or end is not None:
         snapshot = await _hub(request).snapshot(tid, start, end)
     return json_response(snapshot)
@@ -218,8 +187,8 @@ async def get_events(request: Request) -> Response:
     after = _int_param(request, "after", 0) or 0
     events = await _hub(request).events_after(tid, after)
     if events is None:
-        raise Problem(
-            410, "gone", f"events after revision {after} are no longer held; load a snapshot"
+        raise Refused(
+            codes.GONE, f"events after revision {after} are no longer held; load a snapshot"
         )
     return json_response(api.EventsBody(transcript_id=tid, events=list(events)))
 
@@ -228,7 +197,7 @@ async def append_messages(request: Request) -> Response:
     tid = _transcript_id(request)
     body = await read_json(request, api.AppendBody)
     key = validate_idempotency_key(body.idempotency_key or request.headers.get("idempotency-key"))
-    ack = await _hub(request).append(
+    result = await _hub(request).append(
         tid,
         body.messages,
         expected_revision=body.expected_revision,
@@ -237,63 +206,23 @@ async def append_messages(request: Request) -> Response:
         transport="http",
     )
     # 201 only when this request appended something: a replay or an empty batch is 200.
-    created = not ack.duplicate and bool(ack.ack.count)
-    return json_response(ack_body(ack), 201 if created else 200)
+    created = not result.duplicate and bool(result.receipt.count)
+    return json_response(ack_body(tid, result), 201 if created else 200)
 
 
 async def start_segment(request: Request) -> Response:
     tid = _transcript_id(request)
     body = await read_json(request, api.SegmentBody, allow_empty=True)
-    ack = await _hub(request).start_segment(
+    result = await _hub(request).start_segment(
         tid, body.start, origin=_origin(request), transport="http"
     )
-    return json_response(ack_body(ack), 201)
+    return json_response(ack_body(tid, result), 201)
 
 
 async def delete_transcript(request: Request) -> Response:
-    tid = _transcript_id(request)
-    hub = _hub(request)
-    live = hub.live.get(tid)
-    if not await hub.store.delete(tid):
-        raise TranscriptNotFound(tid)
-    if live is not None:
-        for conn in list(live.subscribers):
-            conn.push_error(wire.NOT_FOUND, f"transcript {tid!r} was deleted", transcript_id=tid)
-        hub.forget(tid)
-        await live.close()
+    await _hub(request).delete(_transcript_id(request))
     return Response(status_code=204)
 
 
-HANDLED: tuple[type[Exception], ...] = (
-    Problem,
-    InvalidMessage,
-    InvalidId,
-    TranscriptNotFound,
-    TranscriptExists,
-    RevisionConflict,
-    InvalidSegment,
-    StoreUnavailable,
-)
-
-
-def problem_for(exc: Exception) -> Problem:
-    """Map a domain error to its HTTP problem."""
-    match exc:
-        case Problem():
-            return exc
-        case InvalidMessage():
-            return Problem(422, wire.INVALID_MESSAGE, str(exc), path=exc.path)
-        case InvalidId():
-            return Problem(400, wire.INVALID_FRAME, str(exc))
-        case TranscriptNotFound():
-            return Problem(404, wire.NOT_FOUND, str(exc))
-        case TranscriptExists():
-            return Problem(409, "conflict", str(exc))
-        case RevisionConflict():
-            return Problem(409, wire.REVISION_CONFLICT, str(exc), revision=exc.current)
-        case InvalidSegment():
-            return Problem(422, "invalid-segment", str(exc))
-        case StoreUnavailable():
-            return Problem(503, wire.UNAVAILABLE, f"store unavailable: {exc}")
-    log.error("unhandled error", exc_info=exc)
-    return Problem(500, wire.INTERNAL, "internal error (logged)")
+#: The errors answered as problems without a traceback in the log.
+HANDLED: tuple[type[Exception], ...] = (Refused, ProtocolError, StoreError)

@@ -16,10 +16,10 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from protocol import api, lmml
+from protocol import api, codes, lmml
 from protocol.types import Message
+from server.errors import Refused
 from server.http_api import (
-    Problem,
     _hub,
     _int_param,
     _origin,
@@ -27,8 +27,6 @@ from server.http_api import (
     json_response,
     read_body,
 )
-
-INVALID_LMML = "invalid-lmml"
 
 #: The first bytes of a zip archive (local file header, empty archive, spanned).
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")
@@ -63,8 +61,8 @@ def _import_filename(request: Request, body: bytes) -> str | None:
     if media in _ZIP_TYPES:
         if body[:4] not in _ZIP_MAGIC:
             # Without a .lmmlz name read_bundle would take it for text.
-            raise Problem(
-                422, INVALID_LMML, f"the body is sent as {media} but is not a zip archive"
+            raise Refused(
+                codes.INVALID_LMML, f"the body is sent as {media} but is not a zip archive"
             )
         return name
     if media in _TEXT_TYPES:
@@ -88,7 +86,7 @@ async def import_transcript(request: Request) -> Response:
     try:
         result = lmml.import_messages(body, filename=filename, max_embed_bytes=max_embed)
     except lmml.LmmlError as exc:
-        raise Problem(422, INVALID_LMML, str(exc)) from None
+        raise Refused(codes.INVALID_LMML, str(exc)) from None
     # As plain data, so the hub validates them like any other batch (limits
     # included) instead of trusting the structs.
     messages = [msgspec.to_builtins(m) for m in result.messages]
@@ -110,8 +108,8 @@ async def import_transcript(request: Request) -> Response:
 def _choice(request: Request, name: str, allowed: tuple[str, ...]) -> str:
     value = request.query_params.get(name) or allowed[0]
     if value not in allowed:
-        raise Problem(
-            400, "invalid-query", f"query parameter {name!r} must be one of {', '.join(allowed)}"
+        raise Refused(
+            codes.INVALID_QUERY, f"query parameter {name!r} must be one of {', '.join(allowed)}"
         )
     return value
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import msgspec
 
-from protocol.errors import InvalidMessage
+from protocol.errors import InvalidMessage, InvalidSegment
 from protocol.limits import MAX_MESSAGE_BYTES, MAX_MESSAGES_PER_BATCH
 from protocol.state import TranscriptState
 from protocol.types import (
@@ -79,10 +79,6 @@ class AppendedEntry(NamedTuple):
     # The name is fixed by the contract; it shadows tuple.index on purpose.
     index: int  # type: ignore[assignment]
     message: Message
-
-
-class InvalidSegment(ValueError):
-    """A segment start outside ``active_start < start <= length``."""
 
 
 def _wall_clock() -> int:

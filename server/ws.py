@@ -20,19 +20,18 @@ from urllib.parse import parse_qs
 
 import msgspec
 
-from protocol import wire
-from protocol.errors import InvalidFrame, InvalidMessage
+from protocol import codes, wire
+from protocol.errors import InvalidFrame
 from protocol.types import Origin
-from server.connection import Connection
-from server.hub import Hub, RevisionConflict, TooManySubscriptions
+from server.errors import INTERNAL_FAILURE, Failure, failure_for
+from server.hub import Hub
+from server.outbound import OutboundQueue
 from server.ratelimit import TokenBucket
-from server.store.base import StoreUnavailable, TranscriptNotFound
-from server.transcript import InvalidSegment
+from server.tuning import MAX_APPENDS_IN_FLIGHT, OPS_PER_YIELD
 
 log = logging.getLogger("tsync.ws")
 _ids = itertools.count(1)
-#: Appends of one connection waiting for their commit before reading pauses.
-MAX_APPENDS_IN_FLIGHT = 256
+UNAUTHORIZED_DETAIL = "missing or wrong token (Authorization: Bearer, or ?token= for browsers)"
 _lenient = msgspec.json.Decoder()
 
 
@@ -62,17 +61,22 @@ def _peer(scope: Scope) -> str | None:
     return f"{client[0]}:{client[1]}" if client else None
 
 
-async def refuse(
-    receive: Receive, send: Send, code: int, reason: str, scope: Scope | None = None
-) -> None:
-    """Turn a connection away before accepting it (the client sees the
-    handshake refused) and log it: one line, no query string."""
+async def refuse(receive: Receive, send: Send, code: int, scope: Scope | None = None) -> None:
+    """Turn a connection away with a close code (after the handshake, so that
+    every client, browsers included, learns what to do) and log it: one
+    line, no query string."""
     if (await receive())["type"] != "websocket.connect":
         return
-    await send({"type": "websocket.close", "code": code, "reason": reason})
+    await send({"type": "websocket.accept"})
+    await _close(send, code)
+    _log_refused(code, scope)
+
+
+def _log_refused(code: int, scope: Scope | None) -> None:
+    row = codes.close(code)
     log.info(
         "connection refused: %s",
-        reason,
+        row.reason if row else code,
         extra={"code": code, "peer": _peer(scope) if scope is not None else None},
     )
 
@@ -85,15 +89,9 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
     middleware frames and no ``WebSocket`` wrapper alive, which is a good
     part of the memory an idle connection costs.
     """
-    config = hub.config
-    if not _authorized(scope, config.token):
-        await refuse(receive, send, 1008, "unauthorized", scope)
-        return
-    if len(hub.connections) >= config.max_connections:
-        await refuse(receive, send, 1013, "too many connections", scope)
-        return
     if (await receive())["type"] != "websocket.connect":
         return
+    config = hub.config
     offered = scope.get("subprotocols") or []
     binary = wire.SUBPROTOCOL_MSGPACK in offered and wire.SUBPROTOCOL_JSON not in offered[:1]
     chosen = (
@@ -101,32 +99,31 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
         if binary
         else (wire.SUBPROTOCOL_JSON if wire.SUBPROTOCOL_JSON in offered else None)
     )
+    if not _authorized(scope, config.token):
+        await _refuse_handshake(scope, send, Failure(codes.UNAUTHORIZED, UNAUTHORIZED_DETAIL, {}))
+        log.info("connection refused: unauthorized", extra={"status": 401, "peer": _peer(scope)})
+        return
     await send({"type": "websocket.accept", "subprotocol": chosen})
-    conn = Connection(
-        f"c{next(_ids)}-{secrets.token_hex(3)}",
-        send,
-        binary=binary,
-        queue_max_frames=config.queue_max_frames,
-        queue_max_bytes=config.queue_max_bytes,
-        write_batch_bytes=config.write_batch_bytes,
-        metrics=hub.metrics,
-        on_lagged=hub.on_lagged,
-        flusher=hub.flusher,
-    )
-    hub.register(conn)
-    conn.start()
+    if hub.is_full():
+        # After the handshake: a close code says "try again later" to every
+        # client, browsers included (they never learn why a handshake failed).
+        await _close(send, codes.CLOSE_SERVER_FULL)
+        _log_refused(codes.CLOSE_SERVER_FULL, scope)
+        return
+    queue = hub.connect(f"c{next(_ids)}-{secrets.token_hex(3)}", send, binary=binary)
+    queue.start()
     opened = time.monotonic()
     log.info(
         "connection opened",
-        extra={"conn": conn.id, "peer": _peer(scope), "subprotocol": chosen},
+        extra={"conn": queue.id, "peer": _peer(scope), "subprotocol": chosen},
     )
-    handler = OpHandler(hub, conn)
+    handler = OpHandler(hub, queue)
     handled = 0
     disconnected = False
     code: int | None = None
     reason = ""
     try:
-        while not conn.closed:
+        while not queue.closed:
             message = await receive()
             if message["type"] == "websocket.disconnect":
                 disconnected = True
@@ -138,32 +135,28 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
                 data = message.get("bytes") or b""
             await handler.handle(data)
             handled += 1
-            if handled % 16 == 0:
-                # Let the pump and the writers run now and then even when the
-                # store answers without suspending: a burst of appends from
-                # one client must not starve everyone else's deliveries. (Not
-                # after every op: a reader that takes one op per loop turn
-                # falls behind busy writers, and uvicorn then stops reading
-                # the socket, pongs included.)
-                await asyncio.sleep(0)
+            if handled % OPS_PER_YIELD == 0:
+                await asyncio.sleep(0)  # let the pump and the writers run (server.tuning)
     except asyncio.CancelledError:
         # The ASGI server gave up waiting for the connection to end (hypercorn
         # does at the end of its graceful timeout): still say goodbye.
-        code, reason = 1001, "server shutting down"
+        code = codes.CLOSE_GOING_AWAY
         raise
     finally:
         await handler.cancel()
-        hub.unregister(conn)
-        await conn.stop()
+        hub.disconnect(queue)
+        await queue.stop()
         if not disconnected:
             if code is None:
-                code, reason = 1008, "outbound queue overflow"
+                code = codes.CLOSE_OVERFLOW
+            row = codes.close(code)
+            reason = row.reason if row else ""
             with contextlib.suppress(Exception):  # already gone
-                await send({"type": "websocket.close", "code": code, "reason": reason})
+                await _close(send, code)
         log.info(
             "connection closed",
             extra={
-                "conn": conn.id,
+                "conn": queue.id,
                 "code": code,
                 "reason": reason,
                 "ops": handled,
@@ -172,15 +165,43 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
         )
 
 
+async def _refuse_handshake(scope: Scope, send: Send, failure: Failure) -> None:
+    """Refuse the handshake with the failure's HTTP status and a problem+json
+    body (the ASGI WebSocket denial response; a bare 403 where the server
+    lacks it)."""
+    if "websocket.http.response" not in (scope.get("extensions") or {}):
+        # A close before the accept: the server answers HTTP 403.
+        await _close(send, failure.spec.close_code or codes.CLOSE_UNAUTHORIZED)
+        return
+    body = msgspec.json.encode(failure.problem())
+    await send(
+        {
+            "type": "websocket.http.response.start",
+            "status": failure.spec.http_status,
+            "headers": [
+                (b"content-type", b"application/problem+json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "websocket.http.response.body", "body": body})
+
+
+async def _close(send: Send, code: int) -> None:
+    """Close with ``code`` and the reason the error table gives it."""
+    row = codes.close(code)
+    await send({"type": "websocket.close", "code": code, "reason": row.reason if row else ""})
+
+
 class OpHandler:
     """Turns client ops into hub calls and answers into frames."""
 
-    __slots__ = ("bucket", "conn", "hub", "in_flight", "origin")
+    __slots__ = ("bucket", "hub", "in_flight", "origin", "queue")
 
-    def __init__(self, hub: Hub, conn: Connection) -> None:
+    def __init__(self, hub: Hub, queue: OutboundQueue) -> None:
         self.hub = hub
-        self.conn = conn
-        self.origin = Origin(context_id=conn.context_id)
+        self.queue = queue
+        self.origin = Origin(context_id=queue.context_id)
         config = hub.config
         self.bucket = TokenBucket(config.max_ops_per_second, config.max_ops_burst)
         self.in_flight: list[asyncio.Task[None]] = []  # oldest first
@@ -188,7 +209,7 @@ class OpHandler:
     async def handle(self, data: str | bytes) -> None:
         limit = self.hub.config.max_frame_bytes
         if len(data) > limit:
-            self.conn.push_error(
+            self.queue.push_error(
                 wire.TOO_LARGE, f"frame of {len(data)} bytes is over the limit of {limit}"
             )
             return
@@ -197,23 +218,23 @@ class OpHandler:
             await self._handle_one(frame)
 
     async def _handle_one(self, frame: str | bytes) -> None:
-        conn = self.conn
+        queue = self.queue
         try:
             op = wire.decode_client_op(frame)
         except InvalidFrame as exc:
-            conn.push_error(wire.INVALID_FRAME, _explain(frame, exc), ref=_ref_of(frame))
+            queue.push_error(wire.INVALID_FRAME, _explain(frame, exc), ref=_ref_of(frame))
             return
         ref = op.ref
         transcript_id = getattr(op, "transcript_id", None)
         if not self.bucket.take():
-            conn.push_error(
+            queue.push_error(
                 wire.RATE_LIMITED,
                 f"more than {self.bucket.rate:g} ops per second: slow down and retry",
                 transcript_id=transcript_id,
                 ref=ref,
             )
             return
-        if isinstance(op, wire.Append) and op.transcript_id not in self.hub.live:
+        if isinstance(op, wire.Append) and not self.hub.is_loaded(op.transcript_id):
             # The transcript must be loaded first: later appends would find
             # it loaded and queue up ahead of this one. Wait for it instead.
             await self.settle()
@@ -256,80 +277,66 @@ class OpHandler:
         self.in_flight.clear()
 
     async def _run(self, op: wire.ClientOp) -> None:
-        conn = self.conn
+        queue = self.queue
         ref = op.ref
         transcript_id = getattr(op, "transcript_id", None)
         try:
             await self._dispatch(op)
-        except InvalidMessage as exc:
-            conn.push_error(wire.INVALID_MESSAGE, str(exc), transcript_id=transcript_id, ref=ref)
-        except TranscriptNotFound as exc:
-            conn.push_error(wire.NOT_FOUND, str(exc), transcript_id=transcript_id, ref=ref)
-        except RevisionConflict as exc:
-            conn.push_error(
-                wire.REVISION_CONFLICT,
-                str(exc),
+        except Exception as exc:
+            failure = failure_for(exc)
+            if failure is None:
+                log.exception("op failed", extra={"conn": queue.id, "op": type(op).__name__})
+                failure = INTERNAL_FAILURE
+            queue.push_error(
+                failure.code,
+                failure.message,
                 transcript_id=transcript_id,
                 ref=ref,
-                revision=exc.current,
-            )
-        except InvalidSegment as exc:
-            conn.push_error("invalid-segment", str(exc), transcript_id=transcript_id, ref=ref)
-        except TooManySubscriptions as exc:
-            conn.push_error(
-                wire.TOO_MANY_SUBSCRIPTIONS, str(exc), transcript_id=transcript_id, ref=ref
-            )
-        except StoreUnavailable as exc:
-            conn.push_error(
-                wire.UNAVAILABLE, f"store unavailable: {exc}", transcript_id=transcript_id, ref=ref
-            )
-        except Exception:
-            log.exception("op failed", extra={"conn": conn.id, "op": type(op).__name__})
-            conn.push_error(
-                wire.INTERNAL, "internal error (logged)", transcript_id=transcript_id, ref=ref
+                revision=failure.fields.get("revision"),
             )
 
     async def _dispatch(self, op: wire.ClientOp) -> None:
-        hub, conn = self.hub, self.conn
+        hub, queue = self.hub, self.queue
         match op:
             case wire.Append():
-                ack = await hub.append(
+                result = await hub.append(
                     op.transcript_id,
                     op.messages,
                     expected_revision=op.expected_revision,
                     idempotency_key=op.idempotency_key,
                     origin=self.origin,
                 )
-                conn.push_control(
+                receipt = result.receipt
+                queue.push_control(
                     wire.Ack(
                         seq=0,
                         transcript_id=op.transcript_id,
-                        revision=ack.ack.revision,
+                        revision=receipt.revision,
                         ref=op.ref,
-                        start=ack.ack.start,
-                        count=ack.ack.count,
-                        duplicate=ack.duplicate,
+                        start=receipt.start,
+                        count=receipt.count,
+                        duplicate=result.duplicate,
                     )
                 )
             case wire.Subscribe():
                 await hub.subscribe(
-                    conn, op.transcript_id, from_revision=op.from_revision, epoch=op.epoch
+                    queue, op.transcript_id, from_revision=op.from_revision, epoch=op.epoch
                 )
             case wire.Unsubscribe():
-                hub.unsubscribe(conn, op.transcript_id)
+                hub.unsubscribe(queue, op.transcript_id)
             case wire.StartSegment():
-                ack = await hub.start_segment(op.transcript_id, op.start, origin=self.origin)
-                conn.push_control(
+                result = await hub.start_segment(op.transcript_id, op.start, origin=self.origin)
+                queue.push_control(
                     wire.Ack(
                         seq=0,
                         transcript_id=op.transcript_id,
-                        revision=ack.ack.revision,
+                        revision=result.receipt.revision,
                         ref=op.ref,
-                        start=ack.ack.start,
+                        start=result.receipt.start,
                     )
                 )
             case wire.Ping():
-                conn.push_control(wire.Pong(seq=0, ref=op.ref))
+                queue.push_control(wire.Pong(seq=0, ref=op.ref))
 
 
 def _ref_of(frame: str | bytes) -> Any:

@@ -1,10 +1,14 @@
 """Where transcripts live when no process holds them: the ``Store`` interface,
-its backends and ``open_store`` to pick one by URL."""
+its backends, their options and ``open_store`` to pick one by URL."""
 
 from server.store.base import (
-    AppendAck,
+    DEFAULT_IDEMPOTENCY_RETENTION,
     AppendResult,
+    Head,
+    Notice,
+    Receipt,
     RevisionMismatch,
+    SharedStore,
     Store,
     StoredTranscript,
     StoreError,
@@ -13,16 +17,25 @@ from server.store.base import (
     TranscriptInfo,
     TranscriptNotFound,
 )
-from server.store.memory import MemoryStore
+from server.store.memory import MemoryStore, SharedMemoryStore
 from server.store.open import open_store
+from server.store.options import MemoryOptions, RedisOptions, SQLiteOptions
 from server.store.sqlite import SQLiteStore
 
 __all__ = [
-    "AppendAck",
+    "DEFAULT_IDEMPOTENCY_RETENTION",
     "AppendResult",
+    "Head",
+    "MemoryOptions",
     "MemoryStore",
+    "Notice",
+    "Receipt",
+    "RedisOptions",
     "RevisionMismatch",
+    "SQLiteOptions",
     "SQLiteStore",
+    "SharedMemoryStore",
+    "SharedStore",
     "Store",
     "StoreError",
     "StoreUnavailable",

@@ -2,6 +2,10 @@
 
 Every backend (``memory``, ``sqlite``, ``redis``) implements ``Store`` and
 passes the one shared contract suite in ``tests/server/store_contract.py``.
+A store several replicas share also implements ``SharedStore`` (the
+backplane's port: change notices and heads), with its own contract suite in
+``tests/server/shared_store_contract.py``. Backends share what they have in
+common through this module only; none imports another.
 
 The unit of storage is the event: a transcript is its creation record (id,
 epoch, creation time) plus its events in revision order. ``append`` is one
@@ -22,7 +26,8 @@ Errors::
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Final, NamedTuple, Protocol, runtime_checkable
 
 import msgspec
 
@@ -60,8 +65,14 @@ class StoreUnavailable(StoreError):
     """The backend is unreachable or timed out; nothing was applied."""
 
 
-class AppendAck(msgspec.Struct, frozen=True):
-    """What an accepted append answered; kept per idempotency key.
+#: Idempotency keys kept per transcript unless configured otherwise (the
+#: server's ``idempotency_retention`` setting passes its value to the store).
+DEFAULT_IDEMPOTENCY_RETENTION: Final = 1000
+
+
+class Receipt(msgspec.Struct, frozen=True):
+    """What an accepted change answered (the body of its ``ack``); kept per
+    idempotency key so that a retry gets the same answer.
 
     For a segment start ``start`` is the new active start and ``count`` is 0.
     """
@@ -71,7 +82,7 @@ class AppendAck(msgspec.Struct, frozen=True):
     count: int
 
     @classmethod
-    def for_event(cls, event: TranscriptEvent) -> AppendAck:
+    def for_event(cls, event: TranscriptEvent) -> Receipt:
         """The ack that accepting ``event`` answers (the same in every backend)."""
         change = event.change
         if isinstance(change, MessagesAppended):
@@ -84,14 +95,14 @@ class StoredTranscript(msgspec.Struct, frozen=True):
 
     ``events`` is the complete event log, oldest first (revision 1..N), so that
     ``Transcript.restore`` rebuilds exactly the same transcript.
-    ``idempotency`` holds the retained keys and their acks.
+    ``idempotency`` holds the retained keys and their receipts.
     """
 
     transcript_id: str
     epoch: str
     created_at: int
     events: tuple[TranscriptEvent, ...]
-    idempotency: dict[str, AppendAck] = {}
+    idempotency: dict[str, Receipt] = {}
 
     @property
     def revision(self) -> int:
@@ -110,14 +121,31 @@ class TranscriptInfo(msgspec.Struct, frozen=True, rename="camel"):
 
 
 class AppendResult(msgspec.Struct, frozen=True):
-    """The outcome of ``Store.append``.
+    """The outcome of an append: ``Store.append``'s and ``Hub.append``'s.
 
     ``duplicate`` is true when the idempotency key was already recorded: then
-    nothing was stored and ``ack`` is the first append's ack.
+    nothing was stored and ``receipt`` is the first append's.
     """
 
-    ack: AppendAck
+    receipt: Receipt
     duplicate: bool = False
+
+
+class Notice(NamedTuple):
+    """A change stored by some replica (this one too): enough to decide whether
+    a copy is behind, never the change itself. ``epoch`` is ``""`` and
+    ``revision`` 0 after a delete."""
+
+    transcript_id: str
+    epoch: str
+    revision: int
+
+
+class Head(NamedTuple):
+    """Where a stored transcript is now."""
+
+    epoch: str
+    revision: int
 
 
 @runtime_checkable
@@ -127,6 +155,9 @@ class Store(Protocol):
 
     #: A short name for logs and metrics: "memory", "sqlite", "redis".
     name: str
+    #: Idempotency keys kept per transcript (the newest); the hub remembers
+    #: as many in memory, so a retry is recognised the same either way.
+    idempotency_retention: int
 
     async def open(self) -> None:
         """Connect / create files. Called once before any other method."""
@@ -160,6 +191,15 @@ class Store(Protocol):
         deleted and created again) is refused with ``RevisionMismatch`` too.
         """
 
+    async def append_many(
+        self, items: Sequence[tuple[TranscriptEvent, str | None]]
+    ) -> list[AppendResult | Exception]:
+        """Several appends ``(event, idempotency_key)`` in order, each one as
+        ``append`` would do it, committed together where the backend can (one
+        transaction, one round trip). One outcome per item: ``append``'s result
+        or the exception it would raise (a refused item does not undo the
+        others). Raises ``StoreUnavailable`` when nothing could be committed."""
+
     async def events_after(
         self, transcript_id: str, revision: int, *, limit: int | None = None
     ) -> list[TranscriptEvent] | None:
@@ -175,3 +215,54 @@ class Store(Protocol):
 
     async def delete(self, transcript_id: str) -> bool:
         """Remove a transcript and its history; ``False`` if it did not exist."""
+
+
+@runtime_checkable
+class SharedStore(Store, Protocol):
+    """A store several replicas share, which tells them about changes (the
+    backplane's port)."""
+
+    def notices(self) -> AsyncIterator[Notice | None]:
+        """A notice per change any replica stores, for as long as the caller
+        iterates. ``None`` first and after every (re)connection: notices may
+        have been missed, every copy must be checked. Ends (with
+        ``StoreUnavailable``) only when the store is closed."""
+        ...
+
+    async def heads(self, transcript_ids: Iterable[str]) -> dict[str, Head | None]:
+        """Epoch and revision of each transcript now (``None``: it does not exist)."""
+        ...
+
+
+# --- checks every backend makes ---------------------------------------------------------
+
+
+def check_first_event(transcript_id: str, epoch: str, first: TranscriptEvent | None) -> None:
+    """Refuse a first event that does not belong to the transcript being created.
+
+    A first event must be revision 1 (else ``RevisionMismatch`` against 0); one
+    of another id or epoch is a caller's bug (``ValueError``).
+    """
+    if first is None:
+        return
+    if first.transcript_id != transcript_id or first.epoch != epoch:
+        raise ValueError(
+            f"first event belongs to {first.transcript_id!r}/{first.epoch!r}, "
+            f"not {transcript_id!r}/{epoch!r}"
+        )
+    if first.revision != 1:
+        raise RevisionMismatch(transcript_id, first.revision - 1, 0)
+
+
+def check_events_after_args(revision: int, limit: int | None) -> None:
+    """``revision`` and ``limit`` of ``events_after`` must not be negative."""
+    if revision < 0:
+        raise ValueError("revision must be >= 0")
+    if limit is not None and limit < 0:
+        raise ValueError("limit must be >= 0")
+
+
+def check_list_args(limit: int) -> None:
+    """``limit`` of ``list`` must not be negative."""
+    if limit < 0:
+        raise ValueError("limit must be >= 0")

@@ -3,25 +3,41 @@
 Nothing survives the process; use it for tests and ``--store memory``. Every
 method runs to completion without awaiting anything, so on one event loop each
 call is atomic with respect to every other call.
+
+``SharedMemoryStore`` also implements the backplane's port (``SharedStore``:
+change notices and heads), so several hubs of one process on one such store
+behave like replicas on one Redis: the backplane's logic is tested without a
+Redis server.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from protocol.types import MessagesAppended, TranscriptEvent
 from server.store.base import (
-    AppendAck,
+    DEFAULT_IDEMPOTENCY_RETENTION,
     AppendResult,
+    Head,
+    Notice,
+    Receipt,
     RevisionMismatch,
     StoredTranscript,
+    StoreError,
     StoreUnavailable,
     TranscriptExists,
     TranscriptInfo,
     TranscriptNotFound,
+    check_events_after_args,
+    check_first_event,
+    check_list_args,
 )
+from server.store.options import MemoryOptions, validated
 
-__all__ = ["MemoryStore"]
+__all__ = ["MemoryStore", "SharedMemoryStore"]
 
 
 @dataclass
@@ -34,7 +50,7 @@ class _Entry:
     events: list[TranscriptEvent] = field(default_factory=list)
     length: int = 0
     # Insertion order is revision order, so the oldest key is always first.
-    keys: dict[str, AppendAck] = field(default_factory=dict)
+    keys: dict[str, Receipt] = field(default_factory=dict)
 
     @property
     def revision(self) -> int:
@@ -50,10 +66,16 @@ class MemoryStore:
 
     name = "memory"
 
-    def __init__(self, idempotency_retention: int = 1000) -> None:
+    def __init__(
+        self,
+        options: MemoryOptions | None = None,
+        *,
+        idempotency_retention: int = DEFAULT_IDEMPOTENCY_RETENTION,
+    ) -> None:
         if idempotency_retention < 0:
             raise ValueError("idempotency_retention must be >= 0")
-        self._retention = idempotency_retention
+        self.options = validated(options or MemoryOptions())
+        self.idempotency_retention = idempotency_retention
         self._transcripts: dict[str, _Entry] = {}
         self._closed = False
 
@@ -91,6 +113,7 @@ class MemoryStore:
         self._transcripts[transcript_id] = entry
         if first is not None:
             self._accept(entry, first, idempotency_key)
+        self._changed(Notice(transcript_id, epoch, entry.revision))
 
     async def load(self, transcript_id: str) -> StoredTranscript | None:
         self._check_open()
@@ -109,6 +132,22 @@ class MemoryStore:
         self, event: TranscriptEvent, *, idempotency_key: str | None = None
     ) -> AppendResult:
         self._check_open()
+        return self._append(event, idempotency_key)
+
+    async def append_many(
+        self, items: Sequence[tuple[TranscriptEvent, str | None]]
+    ) -> list[AppendResult | Exception]:
+        """Each append in order (all in one step of the event loop)."""
+        self._check_open()
+        outcomes: list[AppendResult | Exception] = []
+        for event, key in items:
+            try:
+                outcomes.append(self._append(event, key))
+            except StoreError as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    def _append(self, event: TranscriptEvent, idempotency_key: str | None) -> AppendResult:
         entry = self._transcripts.get(event.transcript_id)
         if entry is None:
             raise TranscriptNotFound(event.transcript_id)
@@ -120,19 +159,24 @@ class MemoryStore:
                 return AppendResult(ack, duplicate=True)
         if event.revision != entry.revision + 1:
             raise RevisionMismatch(event.transcript_id, event.revision - 1, entry.revision)
-        return AppendResult(self._accept(entry, event, idempotency_key))
+        receipt = self._accept(entry, event, idempotency_key)
+        self._changed(Notice(event.transcript_id, event.epoch, event.revision))
+        return AppendResult(receipt)
 
-    def _accept(self, entry: _Entry, event: TranscriptEvent, key: str | None) -> AppendAck:
+    def _accept(self, entry: _Entry, event: TranscriptEvent, key: str | None) -> Receipt:
         entry.events.append(event)
         entry.updated_at = event.occurred_at
         if isinstance(event.change, MessagesAppended):
             entry.length = event.change.end
-        ack = AppendAck.for_event(event)
-        if key is not None and self._retention > 0:
-            entry.keys[key] = ack
-            while len(entry.keys) > self._retention:
+        receipt = Receipt.for_event(event)
+        if key is not None and self.idempotency_retention > 0:
+            entry.keys[key] = receipt
+            while len(entry.keys) > self.idempotency_retention:
                 del entry.keys[next(iter(entry.keys))]
-        return ack
+        return receipt
+
+    def _changed(self, notice: Notice) -> None:
+        """A change was stored (``SharedMemoryStore`` tells its listeners)."""
 
     async def events_after(
         self, transcript_id: str, revision: int, *, limit: int | None = None
@@ -152,8 +196,7 @@ class MemoryStore:
 
     async def list(self, *, after: str | None = None, limit: int = 100) -> list[TranscriptInfo]:
         self._check_open()
-        if limit < 0:
-            raise ValueError("limit must be >= 0")
+        check_list_args(limit)
         ids = sorted(i for i in self._transcripts if after is None or i > after)[:limit]
         return [self._info(i) for i in ids]
 
@@ -170,29 +213,95 @@ class MemoryStore:
 
     async def delete(self, transcript_id: str) -> bool:
         self._check_open()
-        return self._transcripts.pop(transcript_id, None) is not None
+        if self._transcripts.pop(transcript_id, None) is None:
+            return False
+        self._changed(Notice(transcript_id, "", 0))
+        return True
 
 
-def check_first_event(transcript_id: str, epoch: str, first: TranscriptEvent | None) -> None:
-    """Refuse a first event that does not belong to the transcript being created.
+class _Listener:
+    """One ``notices()`` iteration: the notices not yet taken, bounded."""
 
-    A first event must be revision 1 (else ``RevisionMismatch`` against 0); one
-    of another id or epoch is a caller's bug (``ValueError``).
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.pending: deque[Notice | None] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+        self.closed = False
+
+    def put(self, notice: Notice | None) -> None:
+        if len(self.pending) >= self.limit:
+            # A listener that does not keep up loses the detail, not the news:
+            # ``None`` tells it to check every copy, as after a reconnection.
+            self.pending.clear()
+            notice = None
+        self.pending.append(notice)
+        self._wake()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    async def get(self) -> Notice | None:
+        while not self.pending:
+            if self.closed:
+                raise StoreUnavailable("memory store is closed")
+            self.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        return self.pending.popleft()
+
+
+class SharedMemoryStore(MemoryStore):
+    """A ``MemoryStore`` several hubs of this process share as replicas share
+    Redis: it implements ``SharedStore`` (notices and heads).
+
+    ``notice_backlog`` bounds the notices kept for a listener that does not
+    take them; past it the listener gets ``None`` (check every copy).
     """
-    if first is None:
-        return
-    if first.transcript_id != transcript_id or first.epoch != epoch:
-        raise ValueError(
-            f"first event belongs to {first.transcript_id!r}/{first.epoch!r}, "
-            f"not {transcript_id!r}/{epoch!r}"
-        )
-    if first.revision != 1:
-        raise RevisionMismatch(transcript_id, first.revision - 1, 0)
 
+    def __init__(
+        self,
+        options: MemoryOptions | None = None,
+        *,
+        idempotency_retention: int = DEFAULT_IDEMPOTENCY_RETENTION,
+        notice_backlog: int = 10_000,
+    ) -> None:
+        super().__init__(options, idempotency_retention=idempotency_retention)
+        self._notice_backlog = notice_backlog
+        self._listeners: list[_Listener] = []
 
-def check_events_after_args(revision: int, limit: int | None) -> None:
-    """``revision`` and ``limit`` of ``events_after`` must not be negative."""
-    if revision < 0:
-        raise ValueError("revision must be >= 0")
-    if limit is not None and limit < 0:
-        raise ValueError("limit must be >= 0")
+    def _changed(self, notice: Notice) -> None:
+        for listener in self._listeners:
+            listener.put(notice)
+
+    async def close(self) -> None:
+        await super().close()
+        for listener in self._listeners:
+            listener.close()
+
+    async def notices(self) -> AsyncIterator[Notice | None]:
+        """Every change's notice for as long as the caller iterates; ``None``
+        first. Ends with ``StoreUnavailable`` when the store is closed."""
+        self._check_open()
+        listener = _Listener(self._notice_backlog)
+        self._listeners.append(listener)
+        try:
+            yield None
+            while True:
+                yield await listener.get()
+        finally:
+            self._listeners.remove(listener)
+
+    async def heads(self, transcript_ids: Iterable[str]) -> dict[str, Head | None]:
+        self._check_open()
+        heads: dict[str, Head | None] = {}
+        for tid in transcript_ids:
+            entry = self._transcripts.get(tid)
+            heads[tid] = None if entry is None else Head(entry.epoch, entry.revision)
+        return heads

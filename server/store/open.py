@@ -6,16 +6,20 @@
     sqlite:PATH                 SQLiteStore on the data folder PATH
     sqlite:///abs/path          the same, with an absolute path
     PATH                        a bare path: SQLiteStore too
-    redis://... rediss://...    RedisStore (server/store/redis.py, imported on use)
+    redis://... rediss://...    RedisStore (imported on use)
+
+Each may end in ``?name=value&...``: the backend's options
+(``server.store.options``), e.g. ``sqlite:./data?synchronous=full``. Unknown
+options are refused.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from server.store.base import Store
+from server.store.base import DEFAULT_IDEMPOTENCY_RETENTION, Store
 from server.store.memory import MemoryStore
+from server.store.options import MemoryOptions, SQLiteOptions, parse_query
 from server.store.sqlite import SQLiteStore
 
 __all__ = ["open_store"]
@@ -24,42 +28,43 @@ __all__ = ["open_store"]
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 
 
-def open_store(url: str, **options: Any) -> Store:
-    """Build the store ``url`` names, passing ``options`` to its constructor.
+def open_store(url: str, *, idempotency_retention: int = DEFAULT_IDEMPOTENCY_RETENTION) -> Store:
+    """Build the store ``url`` names, with the options its query string sets.
 
-    The store is not opened yet: call ``await store.open()`` before using it.
-    Raises ``ValueError`` for an empty URL, an empty path or an unknown scheme.
+    The store is not opened yet (constructors do no I/O, so this can be
+    called early to check a URL): call ``await store.open()`` before using it.
+    Raises ``ValueError``, one line, for an empty URL, an empty path, an
+    unknown scheme or a bad option.
     """
     url = url.strip()
     if not url:
         raise ValueError("store URL is empty (expected memory, sqlite:PATH or redis://...)")
-    if url in ("memory", "memory:"):
-        return MemoryStore(**options)
     match = _SCHEME.match(url)
-    if match is None:
-        return SQLiteStore(url, **options)
-    scheme = match.group(1).lower()
-    if scheme == "sqlite":
-        path = url[len("sqlite:") :]
-        if path.startswith("//"):
-            path = path[2:]
-        if not path:
-            raise ValueError(f"store URL {url!r} names no path (expected sqlite:PATH)")
-        return SQLiteStore(path, **options)
+    scheme = match.group(1).lower() if match else ""
     if scheme in ("redis", "rediss"):
         # Imported on use: the memory and SQLite stores need no Redis client.
-        try:
-            from server.store.redis import (  # type: ignore[import-not-found,unused-ignore]
-                RedisStore,
-            )
-        except ModuleNotFoundError as err:
-            if err.name != "server.store.redis":
-                raise
-            raise ValueError(f"store URL {url!r}: this build has no Redis store yet") from err
+        from server.store.redis import RedisStore
 
-        store: Store = RedisStore(url, **options)
-        return store
-    raise ValueError(
-        f"unknown store scheme {scheme!r} in {url!r} "
-        "(expected memory, sqlite:PATH, a path, redis:// or rediss://)"
+        return RedisStore(url, idempotency_retention=idempotency_retention)
+    location, _, query = url.partition("?")
+    if location in ("memory", "memory:"):
+        return MemoryStore(
+            parse_query(MemoryOptions, query, url=url), idempotency_retention=idempotency_retention
+        )
+    if scheme and scheme != "sqlite":
+        raise ValueError(
+            f"unknown store scheme {scheme!r} in {url!r} "
+            "(expected memory, sqlite:PATH, a path, redis:// or rediss://)"
+        )
+    path = location
+    if scheme == "sqlite":
+        path = location[len("sqlite:") :]
+        if path.startswith("//"):
+            path = path[2:]
+    if not path:
+        raise ValueError(f"store URL {url!r} names no path (expected sqlite:PATH)")
+    return SQLiteStore(
+        path,
+        parse_query(SQLiteOptions, query, url=url),
+        idempotency_retention=idempotency_retention,
     )

@@ -31,11 +31,9 @@ a restart raise ``StoreUnavailable``. After a timeout the outcome is unknown
 (the command may still run once Redis answers again); a retry with the same
 idempotency key then answers the first ack instead of appending twice.
 
-URL: ``redis://[user:pass@]host:port/db`` or ``rediss://`` (TLS). Query
-parameters: ``prefix``, ``stream_maxlen``, ``idempotency_retention``,
-``retries``, ``socket_timeout``, ``socket_connect_timeout``,
-``max_connections``, ``pool_timeout``, ``health_check_interval``; keyword
-arguments of the constructor win over them.
+URL: ``redis://[user:pass@]host:port/db`` or ``rediss://`` (TLS); its query
+parameters are the options (``server.store.options.RedisOptions``: ``prefix``,
+``stream_maxlen``, ``socket_timeout``...). An unknown one is refused.
 """
 
 from __future__ import annotations
@@ -44,8 +42,8 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncGenerator, Iterable, Sequence
-from typing import Any, Final, NamedTuple
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 import redis.asyncio as aioredis
@@ -57,8 +55,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from protocol.types import MessagesAppended, TranscriptEvent
 from server.store.base import (
-    AppendAck,
+    DEFAULT_IDEMPOTENCY_RETENTION,
     AppendResult,
+    Head,
+    Notice,
+    Receipt,
     RevisionMismatch,
     StoredTranscript,
     StoreError,
@@ -66,10 +67,13 @@ from server.store.base import (
     TranscriptExists,
     TranscriptInfo,
     TranscriptNotFound,
+    check_events_after_args,
+    check_first_event,
+    check_list_args,
 )
-from server.store.memory import check_events_after_args, check_first_event
+from server.store.options import RedisOptions, parse_query, validated
 
-__all__ = ["Notice", "RedisStore"]
+__all__ = ["RedisStore"]
 
 log = logging.getLogger("tsync.store.redis")
 
@@ -169,73 +173,21 @@ return 1
 _KEY_NAMES: Final = ("meta", "log", "stream", "keys", "korder", "ikeys", "iorder")
 
 
-class Notice(NamedTuple):
-    """A change another replica (or this one) stored: enough to decide whether
-    a copy is behind, never the change itself. ``epoch`` is ``""`` and
-    ``revision`` 0 after a delete."""
-
-    transcript_id: str
-    epoch: str
-    revision: int
+def _receipt_text(receipt: Receipt) -> str:
+    return f"{receipt.revision}:{receipt.start}:{receipt.count}"
 
 
-class Head(NamedTuple):
-    """Where a stored transcript is now."""
-
-    epoch: str
-    revision: int
-
-
-_OPTION_PARSERS: Final = {
-    "prefix": str,
-    "stream_maxlen": int,
-    "idempotency_retention": int,
-    "retries": int,
-    "socket_timeout": float,
-    "socket_connect_timeout": float,
-    "max_connections": int,
-    "pool_timeout": float,
-    "health_check_interval": int,
-}
-
-
-def _split_url(url: str) -> tuple[str, dict[str, Any]]:
-    """The URL without our query parameters, and those parameters parsed."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss"):
-        raise ValueError(f"not a redis:// or rediss:// URL: {url!r}")
-    ours: dict[str, Any] = {}
-    rest: list[tuple[str, str]] = []
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        parser = _OPTION_PARSERS.get(name)
-        if parser is None:
-            rest.append((name, value))
-            continue
-        try:
-            ours[name] = parser(value)
-        except ValueError:
-            raise ValueError(f"redis store URL: invalid {name}={value!r}") from None
-    return urlunsplit(parts._replace(query=urlencode(rest))), ours
-
-
-def _ack_text(ack: AppendAck) -> str:
-    return f"{ack.revision}:{ack.start}:{ack.count}"
-
-
-def _ack_from(raw: bytes) -> AppendAck:
+def _receipt_from(raw: bytes) -> Receipt:
     revision, start, count = raw.split(b":")
-    return AppendAck(int(revision), int(start), int(count))
+    return Receipt(int(revision), int(start), int(count))
 
 
 class RedisStore:
     """A ``Store`` on one Redis server (or a Sentinel-managed primary).
 
-    ``prefix`` namespaces every key (several deployments or tests can share
-    one Redis). ``stream_maxlen`` bounds each transcript's catch-up stream
-    (approximately; 0 keeps no stream, every catch-up then reloads).
-    ``idempotency_retention`` keys are kept per transcript (the newest).
-    ``retries`` is how often redis-py repeats a command after a connection
-    error or a timeout; ``socket_timeout`` bounds each attempt (seconds).
+    ``options`` (``RedisOptions``) default to the URL's query parameters;
+    give them one way or the other, not both. ``idempotency_retention`` keys
+    are kept per transcript (the newest). Nothing connects before ``open()``.
     """
 
     name = "redis"
@@ -243,46 +195,28 @@ class RedisStore:
     def __init__(
         self,
         url: str = "redis://127.0.0.1:6379/0",
+        options: RedisOptions | None = None,
         *,
-        prefix: str | None = None,
-        stream_maxlen: int | None = None,
-        idempotency_retention: int | None = None,
-        retries: int | None = None,
-        socket_timeout: float | None = None,
-        socket_connect_timeout: float | None = None,
-        max_connections: int | None = None,
-        pool_timeout: float | None = None,
-        health_check_interval: int | None = None,
+        idempotency_retention: int = DEFAULT_IDEMPOTENCY_RETENTION,
     ) -> None:
-        base, options = _split_url(url)
-        given = {
-            "prefix": prefix,
-            "stream_maxlen": stream_maxlen,
-            "idempotency_retention": idempotency_retention,
-            "retries": retries,
-            "socket_timeout": socket_timeout,
-            "socket_connect_timeout": socket_connect_timeout,
-            "max_connections": max_connections,
-            "pool_timeout": pool_timeout,
-            "health_check_interval": health_check_interval,
-        }
-        options.update({k: v for k, v in given.items() if v is not None})
-        self.prefix: str = options.get("prefix", "tsync:")
-        self.stream_maxlen: int = options.get("stream_maxlen", 10_000)
-        self.retention: int = options.get("idempotency_retention", 1000)
-        self.retries: int = options.get("retries", 2)
-        self.socket_timeout: float = options.get("socket_timeout", 2.0)
-        self.connect_timeout: float = options.get("socket_connect_timeout", 1.0)
-        self.max_connections: int = options.get("max_connections", 64)
-        self.pool_timeout: float = options.get("pool_timeout", self.socket_timeout)
-        self.health_check_interval: int = options.get("health_check_interval", 0)
-        for name in ("stream_maxlen", "retries", "max_connections"):
-            if options.get(name, 1) < (1 if name == "max_connections" else 0):
-                raise ValueError(f"redis store: {name} out of range")
-        if self.retention < 0:
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss"):
+            raise ValueError(f"not a redis:// or rediss:// URL: {url!r}")
+        if options is None:
+            options = parse_query(RedisOptions, parts.query, url=url)
+        elif parts.query:
+            raise ValueError(f"store URL {url!r}: give the options in the URL or as RedisOptions")
+        if idempotency_retention < 0:
             raise ValueError("idempotency_retention must be >= 0")
-        self.url = base
-        parts = urlsplit(base)
+        self.options = options = validated(options)
+        if parts.scheme == "redis" and any(
+            getattr(options, name) is not None
+            for name in ("ssl_cert_reqs", "ssl_ca_certs", "ssl_check_hostname")
+        ):
+            raise ValueError(f"store URL {url!r}: ssl_* options need rediss://")
+        self.idempotency_retention = idempotency_retention
+        self.url = urlunsplit(parts._replace(query=""))
+        self.prefix = options.prefix
         self.where = f"redis at {parts.hostname or 'localhost'}:{parts.port or 6379}"
         self.channel = self.prefix + "changes"
         self._index = self.prefix + "ids"
@@ -294,17 +228,24 @@ class RedisStore:
     # --- lifecycle ------------------------------------------------------------------
 
     def _new_client(self, *, retries: int | None = None, size: int | None = None) -> aioredis.Redis:
+        options = self.options
+        tls = {
+            name: value
+            for name in ("ssl_cert_reqs", "ssl_ca_certs", "ssl_check_hostname")
+            if (value := getattr(options, name)) is not None
+        }
         pool = aioredis.BlockingConnectionPool.from_url(
             self.url,
-            max_connections=size or self.max_connections,
-            timeout=self.pool_timeout,
-            socket_timeout=self.socket_timeout,
-            socket_connect_timeout=self.connect_timeout,
-            health_check_interval=self.health_check_interval,
+            max_connections=size or options.max_connections,
+            timeout=options.pool_wait_s,
+            socket_timeout=options.socket_timeout,
+            socket_connect_timeout=options.socket_connect_timeout,
+            health_check_interval=options.health_check_interval,
             retry=Retry(
                 ExponentialWithJitterBackoff(base=0.02, cap=0.25),
-                self.retries if retries is None else retries,
+                options.retries if retries is None else retries,
             ),
+            **tls,
         )
         return aioredis.Redis(connection_pool=pool)
 
@@ -333,8 +274,8 @@ class RedisStore:
     def _unavailable(self, err: RedisError) -> StoreError:
         if isinstance(err, RedisTimeoutError):
             return StoreUnavailable(
-                f"{self.where} did not answer within {self.socket_timeout}s "
-                f"({self.retries} retries): {err}; the change may still be applied "
+                f"{self.where} did not answer within {self.options.socket_timeout}s "
+                f"({self.options.retries} retries): {err}; the change may still be applied "
                 "when it answers again, retry with the same idempotency key"
             )
         if isinstance(err, RedisConnectionError):
@@ -354,14 +295,14 @@ class RedisStore:
             ack, length, active, updated = "", "", "", 0
         else:
             blob = self._encoder.encode(event)
-            ack = _ack_text(AppendAck.for_event(event))
+            ack = _receipt_text(Receipt.for_event(event))
             change = event.change
             updated = event.occurred_at
             if isinstance(change, MessagesAppended):
                 length, active = str(change.end), ""
             else:
                 length, active = "", str(change.start)
-        retention = INTERNAL_KEY_RETENTION if internal else self.retention
+        retention = INTERNAL_KEY_RETENTION if internal else self.idempotency_retention
         return [
             blob,
             key,
@@ -371,7 +312,7 @@ class RedisStore:
             length,
             active,
             retention,
-            self.stream_maxlen,
+            self.options.stream_maxlen,
             self.channel,
             event.transcript_id if event is not None else "",
             event.epoch if event is not None else "",
@@ -433,9 +374,9 @@ class RedisStore:
             raise self._unavailable(err) from err
         status = answer[0]
         if status == b"ok":
-            return AppendResult(AppendAck.for_event(event))
+            return AppendResult(Receipt.for_event(event))
         if status == b"dup":
-            return AppendResult(_ack_from(answer[1]), duplicate=not internal)
+            return AppendResult(_receipt_from(answer[1]), duplicate=not internal)
         if status == b"mismatch":
             raise RevisionMismatch(event.transcript_id, event.revision - 1, int(answer[1]))
         raise TranscriptNotFound(event.transcript_id)
@@ -478,9 +419,9 @@ class RedisStore:
     ) -> AppendResult | Exception:
         status = answer[0]
         if status == b"ok":
-            return AppendResult(AppendAck.for_event(event))
+            return AppendResult(Receipt.for_event(event))
         if status == b"dup":
-            return AppendResult(_ack_from(answer[1]), duplicate=not internal)
+            return AppendResult(_receipt_from(answer[1]), duplicate=not internal)
         if status == b"mismatch":
             return RevisionMismatch(event.transcript_id, event.revision - 1, int(answer[1]))
         return TranscriptNotFound(event.transcript_id)
@@ -516,7 +457,7 @@ class RedisStore:
         if epoch is None:
             return None
         events = tuple(self._decoder.decode(blob) for blob in blobs)
-        idempotency = {k.decode(): _ack_from(acks[k]) for k in order if k in acks}
+        idempotency = {k.decode(): _receipt_from(acks[k]) for k in order if k in acks}
         return StoredTranscript(transcript_id, epoch.decode(), int(created), events, idempotency)
 
     async def events_after(
@@ -552,8 +493,7 @@ class RedisStore:
         """Transcripts by id from the index; entries whose transcript is gone
         (a create or delete interrupted between its two steps) are skipped."""
         client = self._client()
-        if limit < 0:
-            raise ValueError("limit must be >= 0")
+        check_list_args(limit)
         found: list[TranscriptInfo] = []
         start = "-" if after is None else "(" + after
         try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
@@ -27,13 +26,14 @@ _prefixes = itertools.count()
 
 @contextlib.asynccontextmanager
 async def two_replicas(
-    redis: RedisServer, **store_options: Any
+    redis: RedisServer, options: str = ""
 ) -> AsyncIterator[tuple[str, RunningServer, RunningServer]]:
-    """Two in-process replicas sharing a fresh key prefix; yields the store URL too."""
+    """Two in-process replicas sharing a fresh key prefix; yields the store URL
+    too. ``options`` are more store URL options (``&name=value``)."""
     url = f"{redis.url}?prefix=bp{next(_prefixes)}:"
     async with (
-        running_server(store=RedisStore(url, **store_options), backplane_resync_s=0.2) as a,
-        running_server(store=RedisStore(url, **store_options), backplane_resync_s=0.2) as b,
+        running_server(store=RedisStore(url + options), backplane_resync_s=0.2) as a,
+        running_server(store=RedisStore(url + options), backplane_resync_s=0.2) as b,
     ):
         yield url, a, b
 
@@ -63,7 +63,7 @@ async def test_a_gap_the_stream_no_longer_holds_means_a_fresh_baseline(
     shared_redis: RedisServer,
 ) -> None:
     async with (
-        two_replicas(shared_redis, stream_maxlen=5) as (url, a, b),
+        two_replicas(shared_redis, "&stream_maxlen=5") as (url, a, b),
         httpx.AsyncClient(timeout=10) as http,
     ):
         await create(http, a.url, "t")
@@ -120,11 +120,16 @@ async def test_a_new_epoch_found_by_the_safety_net_rebaselines_subscribers(
         await follower.attach(b.ws_url)
         await follower.wait_revision(1)
         # B hears nothing of the delete and the new creation ...
-        backplane_of(b)._tasks[0].cancel()
+        await backplane_of(b).stop()
         assert (await http.delete(f"{a.url}/v1/transcripts/t")).status_code == 204
         second_epoch = await create(http, a.url, "t")
         for text in ("new 1", "new 2", "new 3"):
             assert (await append(http, a.url, "t", [text])).status_code == 201
+        # ... and only its safety net looks afterwards. (Had it looked between
+        # the delete and the creation, "not-found" would have been the right
+        # answer for its subscriber: the race this test once lost under load.)
+        await backplane_of(b).start()
+        backplane_of(b)._tasks[0].cancel()
         # ... and still gives its subscriber the new transcript, as a baseline.
         stored = await authoritative(url, "t")
         assert stored.epoch == second_epoch != first_epoch

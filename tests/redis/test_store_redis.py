@@ -12,14 +12,16 @@ from typing import Any
 import pytest
 
 from server.store import (
-    AppendAck,
     AppendResult,
-    Store,
+    Notice,
+    Receipt,
     StoreUnavailable,
     TranscriptExists,
     open_store,
 )
-from server.store.redis import INTERNAL_KEY_RETENTION, Notice, RedisStore
+from server.store.options import RedisOptions
+from server.store.redis import INTERNAL_KEY_RETENTION, RedisStore
+from tests.server.shared_store_contract import SharedBackend, SharedStoreContract
 from tests.server.store_contract import (
     CREATED_AT,
     EPOCH,
@@ -43,13 +45,17 @@ class RedisBackend:
         self.url = url
         self.prefix = f"t{next(_prefixes)}:"
 
-    def make(self, **options: Any) -> Store:
-        return RedisStore(self.url, prefix=self.prefix, **options)
+    def make(self, **options: Any) -> RedisStore:
+        return RedisStore(self.url, RedisOptions(prefix=self.prefix), **options)
 
 
-class TestRedisStore(StoreContract):
+class TestRedisStore(StoreContract, SharedStoreContract):
     @pytest.fixture
     def store_backend(self, shared_redis: RedisServer) -> StoreBackend:
+        return RedisBackend(shared_redis.url)
+
+    @pytest.fixture
+    def shared_backend(self, shared_redis: RedisServer) -> SharedBackend:
         return RedisBackend(shared_redis.url)
 
 
@@ -58,14 +64,16 @@ class TestRedisStore(StoreContract):
 
 @pytest.fixture
 async def redis_store(shared_redis: RedisServer) -> AsyncIterator[RedisStore]:
-    store = RedisStore(shared_redis.url, prefix=f"t{next(_prefixes)}:")
+    store = RedisStore(shared_redis.url, RedisOptions(prefix=f"t{next(_prefixes)}:"))
     await store.open()
     yield store
     await store.close()
 
 
 async def test_a_trimmed_stream_still_loads_whole(shared_redis: RedisServer) -> None:
-    store = RedisStore(shared_redis.url, prefix=f"t{next(_prefixes)}:", stream_maxlen=10)
+    store = RedisStore(
+        shared_redis.url, RedisOptions(prefix=f"t{next(_prefixes)}:", stream_maxlen=10)
+    )
     await store.open()
     try:
         events = [appended(r, r - 1) for r in range(1, 251)]
@@ -84,7 +92,9 @@ async def test_a_trimmed_stream_still_loads_whole(shared_redis: RedisServer) -> 
 
 
 async def test_no_stream_means_every_catch_up_reloads(shared_redis: RedisServer) -> None:
-    store = RedisStore(shared_redis.url, prefix=f"t{next(_prefixes)}:", stream_maxlen=0)
+    store = RedisStore(
+        shared_redis.url, RedisOptions(prefix=f"t{next(_prefixes)}:", stream_maxlen=0)
+    )
     await store.open()
     try:
         await store.create("t1", EPOCH, CREATED_AT, appended(1, 0))
@@ -107,7 +117,7 @@ async def test_a_repeated_script_without_caller_key_appends_once(
     monkeypatch.setattr("server.store.redis.uuid.uuid4", lambda: fixed)
     first = await redis_store.append(appended(1, 0, 2))
     again = await redis_store.append(appended(1, 0, 2))
-    assert first == again == AppendResult(AppendAck(1, 0, 2), duplicate=False)
+    assert first == again == AppendResult(Receipt(1, 0, 2), duplicate=False)
     assert await redis_store.events_after("t1", 0) == [appended(1, 0, 2)]
     loaded = await redis_store.load("t1")
     assert loaded is not None
@@ -168,7 +178,7 @@ async def test_unreachable_redis_is_unavailable_with_a_clear_message() -> None:
 async def test_a_paused_redis_times_out_and_a_resent_append_lands_once(
     redis_server: RedisServer,
 ) -> None:
-    store = RedisStore(redis_server.url, socket_timeout=0.2, retries=2)
+    store = RedisStore(redis_server.url, RedisOptions(socket_timeout=0.2, retries=2))
     await store.open()
     try:
         await store.create("t1", EPOCH, CREATED_AT)
@@ -200,7 +210,7 @@ async def test_a_paused_redis_times_out_and_a_resent_append_lands_once(
 async def test_notices_after_every_subscription_and_change(redis_server: RedisServer) -> None:
     # retries=1: after the restart, the first command on each pooled
     # connection finds it closed and is sent again on a new one.
-    store = RedisStore(redis_server.url, socket_timeout=0.5, retries=1)
+    store = RedisStore(redis_server.url, RedisOptions(socket_timeout=0.5, retries=1))
     await store.open()
     notices = store.notices(reconnect_delay=0.02)
     try:
@@ -226,14 +236,23 @@ def test_url_options() -> None:
     store = RedisStore(
         "redis://:pw@h:7000/3?prefix=x:&stream_maxlen=5&socket_timeout=0.5"
         "&max_connections=3&retries=4&health_check_interval=10",
-        retries=1,
+        idempotency_retention=7,
     )
-    assert (store.prefix, store.stream_maxlen, store.socket_timeout) == ("x:", 5, 0.5)
-    assert (store.max_connections, store.retries, store.health_check_interval) == (3, 1, 10)
+    options = store.options
+    assert (options.prefix, options.stream_maxlen, options.socket_timeout) == ("x:", 5, 0.5)
+    assert (options.max_connections, options.retries, options.health_check_interval) == (3, 4, 10)
+    assert options.pool_wait_s == 0.5 and store.idempotency_retention == 7
     assert store.where == "redis at h:7000"
     assert store.channel == "x:changes"
     assert "prefix" not in store.url and store.url.startswith("redis://:pw@h:7000/3")
     assert isinstance(open_store("rediss://h:7000/0"), RedisStore)
-    for bad in ("redis://h/0?stream_maxlen=x", "redis://h/0?retries=-1", "http://h/0"):
+    for bad in (
+        "redis://h/0?stream_maxlen=x",
+        "redis://h/0?retries=-1",
+        "redis://h/0?decode_responses=1",  # unknown options are refused, not passed on
+        "http://h/0",
+    ):
         with pytest.raises(ValueError):
             RedisStore(bad)
+    with pytest.raises(ValueError, match="or as RedisOptions"):
+        RedisStore("redis://h/0?prefix=a:", RedisOptions(prefix="b:"))

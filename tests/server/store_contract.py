@@ -33,8 +33,8 @@ from protocol.types import (
     TranscriptEvent,
 )
 from server.store import (
-    AppendAck,
     AppendResult,
+    Receipt,
     RevisionMismatch,
     Store,
     StoredTranscript,
@@ -165,14 +165,14 @@ class StoreContract:
         await store.create("t1", EPOCH, CREATED_AT, first, idempotency_key="k1")
         loaded = await store.load("t1")
         assert loaded == StoredTranscript(
-            "t1", EPOCH, CREATED_AT, (first,), {"k1": AppendAck(1, 0, 3)}
+            "t1", EPOCH, CREATED_AT, (first,), {"k1": Receipt(1, 0, 3)}
         )
         assert loaded.revision == 1
         [info] = await store.list()
         assert (info.revision, info.length, info.updated_at) == (1, 3, first.occurred_at)
         # The creating request retried as an append is recognised.
         retry = await store.append(appended(1, 0, 3), idempotency_key="k1")
-        assert retry == AppendResult(AppendAck(1, 0, 3), duplicate=True)
+        assert retry == AppendResult(Receipt(1, 0, 3), duplicate=True)
 
     async def test_create_refuses_a_foreign_first_event(self, store: Store) -> None:
         with pytest.raises(RevisionMismatch) as caught:
@@ -194,12 +194,12 @@ class StoreContract:
             segment_started(3, 0, 3, 3),
             appended(4, 3, 2),
         ]
-        acks = [(await store.append(e)).ack for e in events]
+        acks = [(await store.append(e)).receipt for e in events]
         assert acks == [
-            AppendAck(1, 0, 2),
-            AppendAck(2, 2, 1),
-            AppendAck(3, 3, 0),
-            AppendAck(4, 3, 2),
+            Receipt(1, 0, 2),
+            Receipt(2, 2, 1),
+            Receipt(3, 3, 0),
+            Receipt(4, 3, 2),
         ]
         loaded = await store.load("t1")
         assert loaded is not None
@@ -210,25 +210,20 @@ class StoreContract:
         assert info == TranscriptInfo("t1", EPOCH, 4, 5, CREATED_AT, events[-1].occurred_at)
 
     async def test_append_many_keeps_order_and_reports_each_outcome(self, store: Store) -> None:
-        """``append_many`` (through the hub's helper, which falls back to one
-        ``append`` after the other for a store without it)."""
-        from server.hub import append_many
-
         await store.create("t1", EPOCH, CREATED_AT)
         await store.append(appended(1, 0), idempotency_key="seen")
-        outcomes = await append_many(
-            store,
+        outcomes = await store.append_many(
             [(appended(2, 1), "a"), (appended(3, 2, 2), None), (appended(4, 4), "b")],
         )
         assert outcomes == [
-            AppendResult(AppendAck(2, 1, 1)),
-            AppendResult(AppendAck(3, 2, 2)),
-            AppendResult(AppendAck(4, 4, 1)),
+            AppendResult(Receipt(2, 1, 1)),
+            AppendResult(Receipt(3, 2, 2)),
+            AppendResult(Receipt(4, 4, 1)),
         ]
         # A replayed key answers its first ack; what was planned on top of it
         # is refused as a mismatch and nothing after it is stored.
-        outcomes = await append_many(store, [(appended(5, 5), "seen"), (appended(6, 6), "c")])
-        assert outcomes[0] == AppendResult(AppendAck(1, 0, 1), duplicate=True)
+        outcomes = await store.append_many([(appended(5, 5), "seen"), (appended(6, 6), "c")])
+        assert outcomes[0] == AppendResult(Receipt(1, 0, 1), duplicate=True)
         assert isinstance(outcomes[1], RevisionMismatch) and outcomes[1].current == 4
         loaded = await store.load("t1")
         assert loaded is not None and loaded.revision == 4
@@ -246,7 +241,7 @@ class StoreContract:
         assert (loaded.revision, loaded.idempotency) == (1, {})
         # A refused append recorded no key: the same key now appends.
         result = await store.append(appended(2, 1), idempotency_key="k3")
-        assert result == AppendResult(AppendAck(2, 1, 1))
+        assert result == AppendResult(Receipt(2, 1, 1))
 
     async def test_event_of_another_epoch_is_refused(self, store: Store) -> None:
         await store.create("t1", EPOCH, CREATED_AT)
@@ -259,18 +254,18 @@ class StoreContract:
         await store.create("t1", EPOCH, CREATED_AT)
         await store.create("t2", EPOCH, CREATED_AT)
         first = await store.append(appended(1, 0, 2), idempotency_key="k")
-        assert first == AppendResult(AppendAck(1, 0, 2), duplicate=False)
+        assert first == AppendResult(Receipt(1, 0, 2), duplicate=False)
         # The same request again, and a retry built after a reload (next revision).
         for retry in (appended(1, 0, 2), appended(2, 2, 2)):
             again = await store.append(retry, idempotency_key="k")
-            assert again == AppendResult(AppendAck(1, 0, 2), duplicate=True)
+            assert again == AppendResult(Receipt(1, 0, 2), duplicate=True)
         assert await store.events_after("t1", 0) == [appended(1, 0, 2)]
         # Keys belong to one transcript.
         other = await store.append(appended(1, 0, transcript_id="t2"), idempotency_key="k")
-        assert other == AppendResult(AppendAck(1, 0, 1))
+        assert other == AppendResult(Receipt(1, 0, 1))
         # A segment start's ack: the new active start and count 0.
         seg = await store.append(segment_started(2, 0, 1, 2), idempotency_key="s")
-        assert seg.ack == AppendAck(2, 1, 0)
+        assert seg.receipt == Receipt(2, 1, 0)
         assert (await store.append(segment_started(3, 1, 2, 2), idempotency_key="s")).duplicate
 
     async def test_key_is_reusable_after_retention(self, store_backend: StoreBackend) -> None:
@@ -284,10 +279,10 @@ class StoreContract:
             loaded = await store.load("t1")
             assert loaded is not None
             assert list(loaded.idempotency) == ["k2", "k3", "k4"]
-            assert loaded.idempotency["k4"] == AppendAck(4, 3, 1)
+            assert loaded.idempotency["k4"] == Receipt(4, 3, 1)
             assert (await store.append(appended(5, 4), idempotency_key="k2")).duplicate
             reused = await store.append(appended(6, 5), idempotency_key="k1")
-            assert reused == AppendResult(AppendAck(6, 5, 1), duplicate=False)
+            assert reused == AppendResult(Receipt(6, 5, 1), duplicate=False)
             loaded = await store.load("t1")
             assert loaded is not None
             assert list(loaded.idempotency) == ["k3", "k4", "k1"]
@@ -301,7 +296,7 @@ class StoreContract:
             await store.create("t1", EPOCH, CREATED_AT)
             await store.append(appended(1, 0), idempotency_key="k")
             result = await store.append(appended(2, 1), idempotency_key="k")
-            assert result == AppendResult(AppendAck(2, 1, 1))
+            assert result == AppendResult(Receipt(2, 1, 1))
         finally:
             await store.close()
 
@@ -412,8 +407,8 @@ class StoreContract:
                 except RevisionMismatch as err:
                     known = err.current
                     continue
-                mine.append(result.ack.revision)
-                known = result.ack.revision
+                mine.append(result.receipt.revision)
+                known = result.receipt.revision
             return mine
 
         won = await asyncio.gather(*(writer(f"w{i}") for i in range(writers)))
@@ -433,7 +428,7 @@ class StoreContract:
             *(store.append(appended(1, 0, 2), idempotency_key="k") for _ in range(10))
         )
         assert [r.duplicate for r in results].count(False) == 1
-        assert {r.ack for r in results} == {AppendAck(1, 0, 2)}
+        assert {r.receipt for r in results} == {Receipt(1, 0, 2)}
         assert len(await store.events_after("t1", 0) or []) == 1
 
     async def test_a_refused_append_does_not_fail_concurrent_ones(self, store: Store) -> None:
@@ -447,7 +442,7 @@ class StoreContract:
         assert isinstance(outcomes[3], RevisionMismatch)
         assert isinstance(outcomes[6], TranscriptNotFound)
         ok = [o for i, o in enumerate(outcomes) if i not in (3, 6)]
-        assert ok == [AppendResult(AppendAck(1, 0, 1))] * len(ids)
+        assert ok == [AppendResult(Receipt(1, 0, 1))] * len(ids)
         for info in await store.list():
             assert info.revision == 1
 
@@ -482,6 +477,6 @@ class StoreContract:
             assert after == before
             assert (await reopened.append(appended(1, 0, 2), idempotency_key="k1")).duplicate
             result = await reopened.append(appended(6, 6))
-            assert result.ack.revision == 6
+            assert result.receipt.revision == 6
         finally:
             await reopened.close()

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 import websockets
 from websockets.exceptions import InvalidStatus
@@ -102,7 +103,7 @@ async def test_a_bad_range_is_400(params: dict[str, Any]) -> None:
     async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
         messages = [msg(f"m{i}") for i in range(5)]
         await http.post("/v1/transcripts", json={"id": "t", "messages": messages})
-        assert_problem(await http.get("/v1/transcripts/t", params=params), 400, "invalid-frame")
+        assert_problem(await http.get("/v1/transcripts/t", params=params), 400, "invalid-query")
 
 
 @pytest.mark.parametrize(
@@ -277,7 +278,7 @@ async def test_events_after_a_revision_from_the_window_and_from_the_store() -> N
         }
         assert all(isinstance(e["occurredAt"], int) for e in events)
         assert_problem(
-            await http.get("/v1/transcripts/t/events", params={"after": "x"}), 400, "invalid-frame"
+            await http.get("/v1/transcripts/t/events", params={"after": "x"}), 400, "invalid-query"
         )
 
 
@@ -378,7 +379,10 @@ async def test_a_token_protected_server_needs_the_bearer_over_http_and_ws() -> N
         for url in (srv.ws_url, srv.ws_url + "?token=wrong"):
             with pytest.raises(InvalidStatus) as refused:
                 await websockets.connect(url)
-            assert refused.value.response.status_code == 403
+            response = refused.value.response
+            assert response.status_code == 401
+            assert response.headers["content-type"] == "application/problem+json"
+            assert msgspec.json.decode(response.body)["code"] == "unauthorized"
         for client in (
             await RawClient.connect(srv.ws_url + "?token=s3cret"),
             await RawClient.connect(srv.ws_url, additional_headers=headers),

@@ -12,8 +12,8 @@ from protocol import wire
 from protocol.types import Message
 from protocol.wire import Baseline, ErrorFrame, Increment, accept_transcript_update, split_frames
 from server.config import ServerConfig
-from server.connection import Connection
 from server.hub import Hub
+from server.outbound import OutboundQueue
 from server.store.memory import MemoryStore
 
 
@@ -43,24 +43,18 @@ async def settle() -> None:
 async def hub() -> Any:
     store = MemoryStore()
     await store.open()
-    h = Hub(store, ServerConfig(store="memory", queue_max_frames=50, queue_max_bytes=1 << 20))
+    config = ServerConfig(
+        store="memory", queue_max_frames=50, queue_max_bytes=1 << 20, write_delay_ms=0
+    )
+    h = Hub(store, config)
     await h.start()
     yield h
     await h.stop()
 
 
-def connect(hub: Hub, name: str, **kwargs: Any) -> tuple[Connection, Socket]:
+def connect(hub: Hub, name: str) -> tuple[OutboundQueue, Socket]:
     sock = Socket()
-    conn = Connection(
-        name,
-        sock.send,
-        queue_max_frames=hub.config.queue_max_frames,
-        queue_max_bytes=hub.config.queue_max_bytes,
-        metrics=hub.metrics,
-        on_lagged=hub.on_lagged,
-        **kwargs,
-    )
-    hub.register(conn)
+    conn = hub.connect(name, sock.send)
     conn.start()
     return conn, sock
 
@@ -117,7 +111,7 @@ async def test_frames_queued_together_go_out_in_one_message(hub: Hub) -> None:
 
 async def test_subscribe_between_capture_and_pump_has_no_gap_or_repeat(hub: Hub) -> None:
     await hub.create("t")
-    live = await hub.acquire("t")
+    live = await hub.load("t")
     conn, sock = connect(hub, "c")
     # Appends captured but not yet pumped when the subscribe arrives.
     for i in range(3):
@@ -147,7 +141,7 @@ async def test_a_blocked_socket_lags_only_its_connection(hub: Hub) -> None:
         await settle()
     frames, _ = slow.queued
     assert frames <= 51
-    assert "t" not in slow.subscriptions and "t" in fast.subscriptions
+    assert not slow.follows("t") and fast.follows("t")
     assert [f.event.revision for f in fast_sock.frames()[1:]] == list(range(1, 121))
     slow_sock.open.set()
     await settle()
@@ -177,17 +171,18 @@ async def test_a_blocked_socket_lags_only_its_connection(hub: Hub) -> None:
 async def test_queued_appends_commit_together_in_order_with_each_answer_right(
     tmp_path: Any,
 ) -> None:
-    from server.hub import RevisionConflict
+    from server.errors import RevisionConflict
     from server.store.sqlite import SQLiteStore
 
-    # Commits through the worker thread: appends queue up behind each commit.
-    store = SQLiteStore(tmp_path / "data", inline_writes=False)
+    # Appends queue up behind each commit.
+    store = SQLiteStore(tmp_path / "data")
     await store.open()
     h = Hub(store, ServerConfig(store="sqlite"))
     await h.start()
     try:
         await h.create("t")
         first = await h.append("t", user("first"), idempotency_key="k")
+        commits = store.commits
         calls = [h.append("t", user(f"m{i}"), idempotency_key=f"key-{i}") for i in range(40)] + [
             h.append("t", user("again"), idempotency_key="k"),  # a replay
             h.append("t", user("stale"), expected_revision=1),  # a conflict
@@ -195,12 +190,12 @@ async def test_queued_appends_commit_together_in_order_with_each_answer_right(
         ]
         results = await asyncio.gather(*calls, return_exceptions=True)
         acks, replay, conflict, empty = results[:40], results[40], results[41], results[42]
-        assert [a.ack.revision for a in acks] == list(range(2, 42))  # type: ignore[union-attr]
-        assert replay.duplicate and replay.ack == first.ack  # type: ignore[union-attr]
+        assert [a.receipt.revision for a in acks] == list(range(2, 42))  # type: ignore[union-attr]
+        assert replay.duplicate and replay.receipt == first.receipt  # type: ignore[union-attr]
         assert isinstance(conflict, RevisionConflict)
-        assert empty.ack.count == 0  # type: ignore[union-attr]
+        assert empty.receipt.count == 0  # type: ignore[union-attr]
         # Fewer transactions than appends: they were committed in batches.
-        assert store.append_transactions < 41
+        assert store.commits - commits < 41
         live = h.live["t"]
         texts = [m.content for m in live.transcript.snapshot().messages]
         assert texts == ["first"] + [f"m{i}" for i in range(40)]
@@ -250,5 +245,22 @@ async def test_an_append_to_a_transcript_still_loading_holds_the_reader_back() -
         acks = [f for f in sock.frames() if f.__class__.__name__ == "Ack"]
         assert [a.ref for a in acks] == list(range(20))
         assert [a.revision for a in acks] == list(range(1, 21))
+    finally:
+        await h.stop()
+
+
+async def test_the_hub_remembers_as_many_keys_as_its_store() -> None:
+    store = MemoryStore(idempotency_retention=2)
+    await store.open()
+    h = Hub(store, ServerConfig(store="memory"))
+    await h.start()
+    try:
+        await h.create("t")
+        for key in ("k1", "k2", "k3"):
+            await h.append("t", user(key), idempotency_key=key)
+        assert (await h.append("t", user("again"), idempotency_key="k3")).duplicate
+        # k1 is forgotten by both: a retry with it is a new append.
+        result = await h.append("t", user("k1 again"), idempotency_key="k1")
+        assert not result.duplicate and result.receipt.revision == 4
     finally:
         await h.stop()

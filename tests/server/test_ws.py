@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import httpx
 import pytest
+import websockets
+from websockets.exceptions import ConnectionClosed
 
+from protocol import codes, wire
 from protocol import types as wire_types
-from protocol import wire
 from protocol.wire import Ack, Baseline, ErrorFrame, Increment, Pong
+from server.config import ServerConfig
+from server.hub import Hub
+from server.store.memory import MemoryStore
+from server.tuning import CONTROL_FRAME_SLACK
+from server.ws import websocket_endpoint
 from tests.support.servers import running_server
 from tests.support.wsclient import RawClient
 
@@ -313,3 +321,49 @@ async def test_ops_over_the_rate_limit_are_refused_and_the_connection_stays_usab
             assert [type(f).__name__ for f in frames] == ["Pong"] * 3 + ["ErrorFrame"] * 2
             assert all(f.code == "rate-limited" for f in frames[3:])  # type: ignore[union-attr]
             assert [f.ref for f in frames] == list(range(5))
+
+
+async def test_a_full_server_closes_with_1013_and_the_reason() -> None:
+    async with (
+        running_server(max_connections=1) as srv,
+        await RawClient.connect(srv.ws_url) as first,
+    ):
+        await first.send(op="ping", ref=1)
+        await first.expect(Pong)
+        async with websockets.connect(srv.ws_url) as second:
+            with pytest.raises(ConnectionClosed) as refused:
+                await second.recv()
+        assert refused.value.rcvd is not None
+        assert (refused.value.rcvd.code, refused.value.rcvd.reason) == (
+            codes.CLOSE_SERVER_FULL,
+            "too many connections",
+        )
+        assert codes.close(refused.value.rcvd.code).reconnect == "backoff"  # type: ignore[union-attr]
+
+
+async def test_a_client_that_reads_not_even_its_answers_is_closed_with_4008() -> None:
+    """Driven without a socket: the endpoint's ``send`` blocks like a full TCP
+    buffer, so the answers to pings pile up until the queue gives up."""
+    hub = Hub(MemoryStore(), ServerConfig(store="memory", queue_max_frames=10))
+    await hub.store.open()
+    await hub.start()
+    inbound: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    inbound.put_nowait({"type": "websocket.connect"})
+    for i in range(10 + CONTROL_FRAME_SLACK + 100):  # the writer takes some before it blocks
+        inbound.put_nowait({"type": "websocket.receive", "text": f'{{"op":"ping","ref":{i}}}'})
+    closes: list[dict[str, Any]] = []
+    never = asyncio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "websocket.close":
+            closes.append(message)
+        elif message["type"] == "websocket.send":
+            await never.wait()  # the client reads nothing
+
+    try:
+        await asyncio.wait_for(websocket_endpoint({}, inbound.get, send, hub), timeout=10)
+    finally:
+        await hub.stop()
+    assert [(c["code"], c["reason"]) for c in closes] == [(4008, "outbound queue overflow")]
+    assert codes.close(4008).reconnect == "resume"  # type: ignore[union-attr]
+    assert hub.connections == {}

@@ -1,0 +1,284 @@
+"""The committer: appends queued on a live transcript, committed in runs.
+
+``Hub.append`` queues a ``PendingAppend`` here and awaits its future. One
+committer task per live transcript (holding its lock) takes everything queued
+and commits it: simple appends in runs through ``Store.append_many`` (one
+transaction or one round trip, so the store's latency is paid once per run,
+not once per append), and an append that needs more care (a key seen before,
+an expected revision that differs, an empty batch, a store that moved on)
+alone. Which queued appends go into one run is ``plan_run``, a pure function.
+
+The commit runs in the committer task, not in the caller's: a caller that goes
+away (its connection closed) cannot cut a store write in half.
+
+This module never imports the hub: what it needs from it (is this copy still
+the live one, catch up with other replicas, queue an append on the current
+copy) comes through the small ``CommitPort``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from protocol.types import Message, Origin, TranscriptEvent
+from server.errors import RevisionConflict
+from server.live import LiveTranscript
+from server.metrics import Metrics
+from server.store.base import AppendResult, Receipt, RevisionMismatch, Store, StoreUnavailable
+
+
+class PendingAppend:
+    """An append waiting for its commit; ``future`` gets its result."""
+
+    __slots__ = ("expected_revision", "future", "key", "messages", "origin", "transport")
+
+    def __init__(
+        self,
+        messages: tuple[Message, ...],
+        expected_revision: int | None,
+        key: str | None,
+        origin: Origin | None,
+        transport: str,
+    ) -> None:
+        self.messages = messages
+        self.expected_revision = expected_revision
+        self.key = key
+        self.origin = origin
+        self.transport = transport
+        self.future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        # The caller may be gone (cancelled): its error is then nobody's.
+        self.future.add_done_callback(_retrieve)
+
+    def succeed(self, result: AppendResult) -> None:
+        if not self.future.done():
+            self.future.set_result(result)
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+class AppendRequest(Protocol):
+    """What planning looks at in a queued append."""
+
+    @property
+    def messages(self) -> Sequence[object]: ...
+    @property
+    def expected_revision(self) -> int | None: ...
+    @property
+    def key(self) -> str | None: ...
+
+
+def plan_run(
+    queued: Sequence[AppendRequest], *, revision: int, known: Callable[[str], bool]
+) -> int:
+    """How many appends from the front of ``queued`` can be committed together
+    on a transcript at ``revision`` without looking anything up: each one
+    non-empty, with a key neither ``known`` (remembered) nor used earlier in
+    the run, and an expected revision (if any) that will be the current one
+    when its turn comes. 0: the first one must go alone."""
+    keys: set[str] = set()
+    count = 0
+    for p in queued:
+        if not p.messages:
+            break
+        if p.key is not None and (p.key in keys or known(p.key)):
+            break
+        if p.expected_revision is not None and p.expected_revision != revision:
+            break
+        count += 1
+        revision += 1
+        if p.key is not None:
+            keys.add(p.key)
+    return count
+
+
+class CommitPort(Protocol):
+    """What the committer needs from the registry of live transcripts."""
+
+    def is_current(self, live: LiveTranscript) -> bool:
+        """Whether ``live`` is still the copy in use (not reloaded or forgotten)."""
+        ...
+
+    async def caught_up(self, live: LiveTranscript, *, mismatch: bool = False) -> bool:
+        """Apply what other replicas stored (``live.lock`` held); False when
+        ``live`` was replaced meanwhile."""
+        ...
+
+    async def requeue(self, pending: PendingAppend, transcript_id: str) -> None:
+        """Queue ``pending`` again on the transcript's current copy."""
+        ...
+
+
+class AppendCommitter:
+    """Commits the appends queued on live transcripts (one task per transcript)."""
+
+    def __init__(self, store: Store, metrics: Metrics, port: CommitPort) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.port = port
+        self._queued: dict[LiveTranscript, list[PendingAppend]] = {}
+        self._tasks: dict[LiveTranscript, asyncio.Task[None]] = {}
+
+    def submit(self, live: LiveTranscript, pending: PendingAppend) -> None:
+        """Queue ``pending`` on ``live`` and make sure its committer runs."""
+        self._queued.setdefault(live, []).append(pending)
+        task = self._tasks.get(live)
+        if task is None or task.done():
+            self._tasks[live] = asyncio.create_task(self._run(live), name=f"appends-{live.id}")
+
+    def busy(self, live: LiveTranscript) -> bool:
+        """Whether appends are queued on or being committed to ``live``."""
+        return bool(self._queued.get(live)) or live in self._tasks
+
+    async def stop(self) -> None:
+        """Cancel every committer; what was queued fails ``unavailable``."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _run(self, live: LiveTranscript) -> None:
+        try:
+            async with live.lock:
+                while self._queued.get(live):
+                    await self._commit_queued(live)
+        finally:
+            # Left over only when cancelled (shutdown), even before the lock.
+            for p in self._queued.pop(live, ()):
+                p.fail(StoreUnavailable("server shutting down"))
+            if self._tasks.get(live) is asyncio.current_task():
+                del self._tasks[live]
+
+    async def _commit_queued(self, live: LiveTranscript) -> None:
+        """Commit every append queued on ``live`` (under its lock), resolving
+        each one's future."""
+        batch = self._queued.pop(live)
+        i = 0
+        alone = False  # send batch[i] alone (the store refused it in a run)
+        try:
+            while i < len(batch):
+                if not self.port.is_current(live):
+                    # A catch-up replaced this copy: the rest goes to the new one.
+                    for p in batch[i:]:
+                        await self.port.requeue(p, live.id)
+                    i = len(batch)
+                    return
+                count = (
+                    0
+                    if alone
+                    else plan_run(batch[i:], revision=live.transcript.revision, known=live.knows)
+                )
+                alone = False
+                if count == 0:
+                    p = batch[i]
+                    try:
+                        alone_result = await self._commit_alone(live, p)
+                    except Exception as exc:
+                        p.fail(exc)
+                    else:
+                        if alone_result is None:  # the copy was replaced: start over there
+                            await self.port.requeue(p, live.id)
+                        else:
+                            p.succeed(alone_result)
+                    i += 1
+                    continue
+                run = batch[i : i + count]
+                events = live.transcript.prepare_appends([(p.messages, p.origin) for p in run])
+                try:
+                    results = await self.store.append_many(
+                        [(e, p.key) for p, e in zip(run, events, strict=True)]
+                    )
+                except Exception as exc:  # the store is unavailable: none of them landed
+                    for p in run:
+                        p.fail(exc)
+                    i += len(run)
+                    continue
+                for p, event, result in zip(run, events, results, strict=True):
+                    if isinstance(result, RevisionMismatch):
+                        alone = True  # another replica moved on: catch up first
+                        break
+                    if isinstance(result, Exception):
+                        p.fail(result)
+                        i += 1
+                        break  # the rest was planned on top of this one: plan again
+                    self._accepted(live, p, event, result)
+                    i += 1
+                    if result.duplicate:
+                        break  # the next ones were planned on a revision that did not happen
+        finally:
+            # Cancelled (shutdown) half-way: what is left goes back in the queue.
+            rest = [p for p in batch[i:] if not p.future.done()]
+            if rest:
+                self._queued[live] = rest + self._queued.get(live, [])
+
+    def _accepted(
+        self, live: LiveTranscript, p: PendingAppend, event: TranscriptEvent, result: AppendResult
+    ) -> None:
+        if result.duplicate:
+            self.metrics.duplicates.inc()
+        else:
+            live.transcript.apply(event)
+            self.metrics.appends.labels(p.transport, "messages-appended").inc()
+        live.remember(p.key, result.receipt)
+        p.succeed(result)
+
+    async def _commit_alone(self, live: LiveTranscript, p: PendingAppend) -> AppendResult | None:
+        """One append on its own (under ``live.lock``): replays, conflicts,
+        catching up with other replicas. ``None`` when ``live`` was replaced."""
+        caught_up = False
+        while True:
+            if not self.port.is_current(live):
+                return None
+            replay = live.receipt(p.key)
+            if replay is not None:
+                self.metrics.duplicates.inc()
+                return AppendResult(replay, duplicate=True)
+            transcript = live.transcript
+            expected = p.expected_revision
+            if expected is not None and expected != transcript.revision:
+                if expected > transcript.revision and not caught_up:
+                    # This copy may trail a change made through another replica.
+                    caught_up = True
+                    await self.port.caught_up(live)
+                    continue
+                raise RevisionConflict(live.id, expected, transcript.revision)
+            event = transcript.prepare_append(p.messages, origin=p.origin)
+            if event is None:  # an empty batch changes nothing
+                return AppendResult(Receipt(transcript.revision, transcript.length, 0))
+            try:
+                result = await self.store.append(event, idempotency_key=p.key)
+            except RevisionMismatch:
+                # Another replica moved the transcript on: catch up and retry.
+                await self.port.caught_up(live, mismatch=True)
+                continue
+            if not result.duplicate:
+                transcript.apply(event)
+                self.metrics.appends.labels(p.transport, "messages-appended").inc()
+            live.remember(p.key, result.receipt)
+            return result
+
+    async def commit_segment(
+        self, live: LiveTranscript, start: int | None, origin: Origin | None, transport: str
+    ) -> AppendResult | None:
+        """Start a segment on ``live`` (the caller holds ``live.lock``).
+        Raises ``InvalidSegment``; ``None`` when ``live`` was replaced by a
+        catch-up (start over on the current copy)."""
+        while True:
+            event = live.transcript.prepare_segment(start, origin=origin)
+            try:
+                result = await self.store.append(event)
+            except RevisionMismatch:
+                if not await self.port.caught_up(live, mismatch=True):
+                    return None
+                continue
+            live.transcript.apply(event)
+            self.metrics.appends.labels(transport, "segment-started").inc()
+            return result

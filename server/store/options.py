@@ -1,0 +1,280 @@
+"""Each store's options: one msgspec Struct per backend, read from the store URL.
+
+``tsync serve --store 'sqlite:./data?synchronous=full'`` sets
+``SQLiteOptions.synchronous``; ``redis://host:6379/0?prefix=prod:`` sets
+``RedisOptions.prefix``. An unknown or misspelled key, a repeated key or a
+value of the wrong type is refused with one line that names it, so a
+setting is never silently ignored. The descriptions below are the
+documentation: ``render_markdown()`` writes the table in
+docs/configuration.md, and a test keeps the two equal.
+
+``idempotency_retention`` is not a store option: it is the server setting of
+the same name, passed to the store so that hub and store keep the same keys.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import parse_qsl
+
+import msgspec
+from msgspec import Meta
+
+__all__ = [
+    "MemoryOptions",
+    "RedisOptions",
+    "SQLiteOptions",
+    "StoreOptions",
+    "parse_query",
+    "render_markdown",
+    "validated",
+]
+
+
+class MemoryOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``memory``: the store in this process's memory; nothing survives a restart."""
+
+
+Synchronous = Literal["off", "normal", "full", "extra"]
+
+
+class SQLiteOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``sqlite:PATH``: one SQLite file (WAL mode) in the data folder PATH."""
+
+    synchronous: Annotated[
+        Synchronous,
+        Meta(
+            description="`normal`: every acknowledged append survives the process being killed; "
+            "`full`: it also survives a power loss (one fsync per commit); `off` and `extra` "
+            "as in SQLite's `PRAGMA synchronous`"
+        ),
+    ] = "normal"
+    idempotency_ttl_s: Annotated[
+        float,
+        Meta(gt=0, description="seconds an idempotency key is remembered on disk (24 h)"),
+    ] = 86400.0
+    max_batch: Annotated[
+        int,
+        Meta(
+            ge=1,
+            description="most writes (appends, creates, deletes) committed in one transaction "
+            "(group commit)",
+        ),
+    ] = 256
+    busy_timeout_s: Annotated[
+        float,
+        Meta(
+            ge=0,
+            description="seconds a write waits for another process's lock on the file before "
+            "the store answers `unavailable` (writes run on the event loop's thread, which waits "
+            "with them: run one server per data folder)",
+        ),
+    ] = 5.0
+    key_sweep_interval_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="seconds between deletions of expired idempotency keys (an expired key "
+            "is ignored on lookup before that; this only bounds disk use)",
+        ),
+    ] = 60.0
+
+
+class RedisOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``redis://[user:password@]host:port/db`` or ``rediss://`` (TLS): a Redis
+    several replicas share."""
+
+    prefix: Annotated[
+        str,
+        Meta(
+            description="namespace of every key and of the pub/sub channel (several "
+            "deployments can share one Redis)"
+        ),
+    ] = "tsync:"
+    stream_maxlen: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="events kept (approximately, `MAXLEN ~`) in each transcript's catch-up "
+            "stream; 0 keeps none",
+        ),
+    ] = 10_000
+    socket_timeout: Annotated[
+        float,
+        Meta(gt=0, description="seconds each Redis command may take before it counts as failed"),
+    ] = 2.0
+    socket_connect_timeout: Annotated[float, Meta(gt=0, description="seconds to connect")] = 1.0
+    retries: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="how often a command is sent again after a connection error or a "
+            "timeout (safe: every append carries an idempotency key)",
+        ),
+    ] = 2
+    max_connections: Annotated[
+        int,
+        Meta(
+            ge=1,
+            description="connection pool size per replica; a request waits up to `pool_timeout` "
+            "for a free one",
+        ),
+    ] = 64
+    pool_timeout: Annotated[
+        float | None,
+        Meta(description="seconds to wait for a free pooled connection (none: `socket_timeout`)"),
+    ] = None
+    health_check_interval: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="seconds after which an idle pooled connection is PINGed before use "
+            "(0: never)",
+        ),
+    ] = 0
+    ssl_cert_reqs: Annotated[
+        Literal["none", "optional", "required"] | None,
+        Meta(description="`rediss://`: whether the server's certificate is checked (redis-py)"),
+    ] = None
+    ssl_ca_certs: Annotated[
+        str | None,
+        Meta(description="`rediss://`: file of the CA certificates to trust (redis-py)"),
+    ] = None
+    ssl_check_hostname: Annotated[
+        bool | None,
+        Meta(description="`rediss://`: whether the certificate must name the host (redis-py)"),
+    ] = None
+
+    @property
+    def pool_wait_s(self) -> float:
+        """How long to wait for a pooled connection."""
+        return self.socket_timeout if self.pool_timeout is None else self.pool_timeout
+
+
+StoreOptions = MemoryOptions | SQLiteOptions | RedisOptions
+_O = TypeVar("_O", MemoryOptions, SQLiteOptions, RedisOptions)
+
+#: The backends in the order the documentation lists them.
+_BACKENDS: tuple[tuple[str, type[StoreOptions]], ...] = (
+    ("sqlite", SQLiteOptions),
+    ("redis", RedisOptions),
+    ("memory", MemoryOptions),
+)
+
+#: Keys that are settings of the server rather than of a store.
+_SERVER_SETTINGS = {"idempotency_retention"}
+
+
+def _field_names(cls: type[StoreOptions]) -> list[str]:
+    return [f.name for f in msgspec.structs.fields(cls)]
+
+
+def parse_query(cls: type[_O], query: str, *, url: str) -> _O:
+    """``cls`` from a URL query string (``a=1&b=x``). Raises ``ValueError``
+    with one line naming every unknown, repeated or invalid key of ``url``."""
+    pairs = parse_qsl(query, keep_blank_values=True)
+    known = _field_names(cls)
+    backend = next(name for name, c in _BACKENDS if c is cls)
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in values:
+            problems.append(f"{key!r} is given twice")
+        elif key in _SERVER_SETTINGS:
+            problems.append(
+                f"{key!r} is a server setting (TSYNC_{key.upper()}), not a store option"
+            )
+        elif key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(f"unknown option {key!r}{hint}")
+        values[key] = value
+    if problems:
+        options = ", ".join(known) if known else "none"
+        raise ValueError(f"store URL {url!r}: {'; '.join(problems)}; {backend} options: {options}")
+    try:
+        return msgspec.convert(values, cls, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"store URL {url!r}: {_explain(exc, cls)}") from None
+
+
+def validated(options: _O) -> _O:
+    """``options`` checked against their constraints (a Struct made in code
+    is not checked by msgspec; one read from a URL is)."""
+    try:
+        return msgspec.convert(msgspec.structs.asdict(options), type(options))
+    except msgspec.ValidationError as exc:
+        raise ValueError(
+            f"invalid {type(options).__name__}: {_explain(exc, type(options))}"
+        ) from None
+
+
+def _explain(exc: msgspec.ValidationError, cls: type[StoreOptions]) -> str:
+    # "Expected `int` >= 1 - at `$.max_batch`" -> "max_batch: expected `int` >= 1"
+    message, _, where = str(exc).partition(" - at `$.")
+    name = where.rstrip("`")
+    message = message[:1].lower() + message[1:]
+    if not name:
+        return message
+    choices = _choices(cls, name)
+    if choices:
+        message += f" (one of {', '.join(sorted(map(str, choices)))})"
+    return f"{name}: {message}"
+
+
+# --- documentation ----------------------------------------------------------------------
+
+
+def _default(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{value}`"
+
+
+def _field_info(cls: type[StoreOptions], name: str) -> msgspec.inspect.Type | None:
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return next((f.type for f in info.fields if f.name == name), None)
+
+
+def _description(cls: type[StoreOptions], name: str) -> str:
+    field = _field_info(cls, name)
+    schema = getattr(field, "extra_json_schema", None) or {}
+    return str(schema.get("description", ""))
+
+
+def _choices(cls: type[StoreOptions], name: str) -> tuple[Any, ...]:
+    """The values a Literal field takes (none for other fields)."""
+    field = _field_info(cls, name)
+    while isinstance(field, msgspec.inspect.Metadata):
+        field = field.type
+    types = field.types if isinstance(field, msgspec.inspect.UnionType) else (field,)
+    for t in types:
+        if isinstance(t, msgspec.inspect.LiteralType):
+            return tuple(t.values)
+    return ()
+
+
+def render_markdown() -> str:
+    """The store options as the Markdown that docs/configuration.md holds
+    between its ``store-options`` markers."""
+    lines: list[str] = []
+    for backend, cls in _BACKENDS:
+        doc = " ".join((cls.__doc__ or "").split()).replace("``", "`")
+        lines += [f"### `{backend}`", "", doc, ""]
+        fields = msgspec.structs.fields(cls)
+        if not fields:
+            lines += ["No options.", ""]
+            continue
+        lines += ["| option | default | meaning |", "|---|---|---|"]
+        for field in fields:
+            lines.append(
+                f"| `{field.name}` | {_default(field.default)} | {_description(cls, field.name)} |"
+            )
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
