@@ -59,8 +59,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         _d(
             "where transcripts live: `sqlite:PATH` (a data folder, created if missing; "
             "WAL mode, durable against a killed process), `memory` (nothing survives a "
-            "restart), or `redis://host:port/db` / `rediss://...` with options as query "
-            "parameters (see `deploy.md`)",
+            "restart), `redis://host:port/db` / `rediss://...`, or a Redis Cluster "
+            "`redis+cluster://host:port,host:port` / `rediss+cluster://...`, with options as "
+            "query parameters (see `deploy.md`)",
             min_length=1,
         ),
     ] = "sqlite:./data"

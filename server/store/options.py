@@ -92,8 +92,8 @@ class RedisOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     prefix: Annotated[
         str,
         Meta(
-            description="namespace of every key and of the pub/sub channel (several "
-            "deployments can share one Redis)"
+            description="namespace of every key and of the pub/sub channels (several "
+            "deployments can share one Redis or one cluster)"
         ),
     ] = "tsync:"
     stream_maxlen: Annotated[
@@ -122,12 +122,16 @@ class RedisOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         Meta(
             ge=1,
             description="connection pool size per replica; a request waits up to `pool_timeout` "
-            "for a free one",
+            "for a free one (on a cluster: per node, and a request that finds none free fails "
+            "with `unavailable` at once: redis-py's cluster client does not wait)",
         ),
     ] = 64
     pool_timeout: Annotated[
         float | None,
-        Meta(description="seconds to wait for a free pooled connection (none: `socket_timeout`)"),
+        Meta(
+            description="seconds to wait for a free pooled connection (none: `socket_timeout`; "
+            "one server only)"
+        ),
     ] = None
     health_check_interval: Annotated[
         int,

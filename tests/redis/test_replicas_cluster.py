@@ -1,0 +1,156 @@
+"""``tsync serve`` replicas on a Redis Cluster (three masters started by the
+tests): a change through one replica reaches the subscribers of the other
+through the transcript's sharded channel, concurrent writers land in one
+order, and a killed master costs only its own transcripts: they answer
+``unavailable`` while it is down, the others keep working, and nothing
+acknowledged is lost once it is back."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server.store.redis import RedisStore
+from tests.redis.replicas import (
+    Follower,
+    append,
+    authoritative,
+    check_converged,
+    create,
+    replicas,
+    texts_of,
+)
+from tests.support.redis_cluster import RedisCluster
+
+pytestmark = pytest.mark.redis
+
+#: Short timeouts so that appends to a dead master fail quickly.
+FAST_FAIL = "socket_timeout=0.5&socket_connect_timeout=0.5&retries=1"
+
+
+async def test_a_change_through_one_replica_reaches_subscribers_of_the_other(
+    shared_cluster: RedisCluster, tmp_path: Path
+) -> None:
+    url = shared_cluster.url + "?prefix=fanout:"
+    async with replicas(2, url, tmp_path) as (a, b), httpx.AsyncClient(timeout=10) as http:
+        ids = [f"t{i}" for i in range(6)]  # on every master
+        for tid in ids:
+            await create(http, a.url, tid)
+        on_a = [Follower(tid) for tid in ids]
+        on_b = [Follower(tid) for tid in ids]
+        for follower in on_a:
+            await follower.attach(a.ws_url)
+        for follower in on_b:
+            await follower.attach(b.ws_url)
+        for i in range(10):
+            for tid in ids:
+                replica = (a, b)[i % 2]
+                reply = await append(http, replica.url, tid, [f"{tid}-{i}"])
+                assert reply.status_code == 201, reply.text
+        for tid, mine, theirs in zip(ids, on_a, on_b, strict=True):
+            stored = await authoritative(url, tid)
+            assert stored.revision == 10
+            await check_converged([mine, theirs], stored)
+            # Each change came once, as an increment after the one baseline.
+            assert [e.revision for e in theirs.events] == list(range(1, 11))
+            assert (mine.baselines, theirs.baselines) == (1, 1)
+        for follower in [*on_a, *on_b]:
+            await follower.detach()
+
+
+async def test_concurrent_writers_on_three_replicas_land_in_one_order(
+    shared_cluster: RedisCluster, tmp_path: Path
+) -> None:
+    url = shared_cluster.url + "?prefix=writers:"
+    async with replicas(3, url, tmp_path) as procs, httpx.AsyncClient(timeout=10) as http:
+        await create(http, procs[0].url, "t")
+        followers = [Follower("t") for _ in procs]
+        for follower, proc in zip(followers, procs, strict=True):
+            await follower.attach(proc.ws_url)
+        per_writer = 10
+
+        async def writer(w: int) -> list[int]:
+            revisions = []
+            for i in range(per_writer):
+                reply = await append(http, procs[w].url, "t", [f"w{w}-{i}"], key=f"w{w}-{i}")
+                assert reply.status_code == 201, reply.text
+                revisions.append(reply.json()["revision"])
+            return revisions
+
+        won = await asyncio.gather(*(writer(w) for w in range(len(procs))))
+        total = per_writer * len(procs)
+        assert sorted(r for revs in won for r in revs) == list(range(1, total + 1))
+        stored = await authoritative(url, "t")
+        texts = Counter(texts_of([m for e in stored.events for m in e.change.messages]))  # type: ignore[union-attr]
+        assert len(texts) == total and all(n == 1 for n in texts.values())
+        await check_converged(followers, stored)
+        assert all(f.events == followers[0].events for f in followers)
+        for follower in followers:
+            await follower.detach()
+
+
+async def test_a_killed_master_costs_only_its_own_transcripts(
+    redis_cluster: RedisCluster, tmp_path: Path
+) -> None:
+    url = redis_cluster.url + "?" + FAST_FAIL
+    probe = RedisStore(url)
+    index_node = redis_cluster.node_of(probe._index)
+    victim = next(n for n in redis_cluster.nodes if n is not index_node)
+    names = (f"t{i}" for i in itertools.count())
+    on_victim, elsewhere = [], []
+    while not (on_victim and elsewhere):
+        tid = next(names)
+        node = redis_cluster.node_of(probe._keys(tid)[0])
+        (on_victim if node is victim else elsewhere).append(tid)
+    doomed, spared = on_victim[0], elsewhere[0]
+
+    async with replicas(2, url, tmp_path) as (a, b), httpx.AsyncClient(timeout=10) as http:
+        followers = {}
+        for tid in (doomed, spared):
+            await create(http, a.url, tid)
+            followers[tid] = [Follower(tid), Follower(tid)]
+            await followers[tid][0].attach(a.ws_url)
+            await followers[tid][1].attach(b.ws_url)
+        acked: dict[str, list[str]] = {doomed: [], spared: []}
+        for i in range(4):
+            for tid in (doomed, spared):
+                text = f"{tid} before {i}"
+                reply = await append(http, (a, b)[i % 2].url, tid, [text], key=text)
+                assert reply.status_code == 201, reply.text
+                acked[tid].append(text)
+
+        victim.kill()  # SIGKILL: appendfsync always kept every acknowledged append
+        for replica in (a, b):
+            reply = await append(http, replica.url, doomed, ["lost"], key=f"lost-{replica.port}")
+            assert reply.status_code == 503, reply.text
+            problem = reply.json()
+            assert problem["code"] == "unavailable"
+            assert f"127.0.0.1:{victim.port}" in problem["detail"], problem
+            text = f"{spared} during {replica.port}"
+            reply = await append(http, replica.url, spared, [text], key=text)
+            assert reply.status_code == 201, reply.text
+            acked[spared].append(text)
+        # The spared transcript's subscribers on both replicas keep up.
+        stored = await authoritative(url, spared)
+        await check_converged(followers[spared], stored)
+
+        victim.start()  # same port, same data
+        redis_cluster.wait_ok()
+        for i in range(3):
+            text = f"{doomed} after {i}"
+            reply = await append(http, (a, b)[i % 2].url, doomed, [text], key=text)
+            assert reply.status_code == 201, reply.text
+            acked[doomed].append(text)
+        for tid in (doomed, spared):
+            stored = await authoritative(url, tid)
+            texts = texts_of([m for e in stored.events for m in e.change.messages])  # type: ignore[union-attr]
+            assert texts == acked[tid]  # in order, once each; the refused one is not there
+            await check_converged(followers[tid], stored, timeout=20)
+        for pair in followers.values():
+            for follower in pair:
+                await follower.detach()
