@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -154,3 +157,32 @@ async def test_a_killed_master_costs_only_its_own_transcripts(
         for pair in followers.values():
             for follower in pair:
                 await follower.detach()
+
+
+async def test_the_bench_measures_across_replicas_of_the_cluster(
+    shared_cluster: RedisCluster, tmp_path: Path
+) -> None:
+    """``tsync bench --writer-url``: the writer on replica A, the subscribers
+    (fast checks) on replica B; every delivery crosses the cluster."""
+    url = shared_cluster.url + "?prefix=bench:"
+    out = tmp_path / "result.json"
+    async with replicas(2, url, tmp_path) as (a, b):
+        cmd = [
+            sys.executable, "-m", "server.cli", "bench", "fanout",
+            "--url", b.url, "--writer-url", a.url, "--subscribers", "10",
+            "--rate", "20", "--duration", "2", "--fast", "--no-progress",
+            "--json", str(out),
+        ]  # fmt: skip
+        done = await asyncio.to_thread(
+            subprocess.run,
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["writer_url"] == a.ws_url and run["url"] == b.ws_url
+    on_time = run["groups"]["on-time"]
+    assert on_time["delivered"] == on_time["expected"] == 10 * run["writers"]["acks"] > 0
