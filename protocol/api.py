@@ -132,6 +132,8 @@ class Health(Struct, frozen=True):
     connections: NonNegative
     live: NonNegative
     subscriptions: NonNegative
+    #: The process that answered (one of the workers of ``tsync serve --workers``).
+    pid: int | None = None
 
 
 class Readiness(Struct, frozen=True, omit_defaults=True):

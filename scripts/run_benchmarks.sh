@@ -5,6 +5,20 @@
 #
 #   scripts/run_benchmarks.sh                 # everything, 3 runs each
 #   RUNS=1 STORES=sqlite ONLY=fanout500 scripts/run_benchmarks.sh
+#   scripts/run_benchmarks.sh issue15         # the table of issue 15 (below)
+#
+# `issue15` measures the server, not the generator: the server and the
+# baseline are pinned to SERVER_CPUS (default 0), the generator and its
+# subscriber processes to CLIENT_CPUS (default 1), the subscribers check
+# envelopes only on uvloop (`tsync bench --fast`; CHECK=full for the full
+# checks), and every result reports the generator's own CPU share. Its rows:
+# the burst (500 x 2,000), 1,000 subscribers at 50 and 100 appends/s, the
+# chatroom and idle memory per connection, for sqlite and memory (STORES);
+# `workers` (the burst on Redis with --workers 1 and 2; both runs give the
+# server WORKERS_CPUS, default every CPU, and leave the generator unpinned:
+# on 2 cores they share); `replicas` (1,000 x 50/s with the subscribers on
+# replica B and the writer on replica A, over one Redis and over a
+# three-master Redis Cluster: the cross-replica p99 of each).
 #
 # Results: one JSON per run in $OUT (default /tmp/bench-results); then
 #   python scripts/bench_summary.py $OUT      # medians and ranges as Markdown
@@ -13,27 +27,61 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 py="${PYTHON:-$root/.venv/bin/python}"
+MODE="${1:-all}"
 OUT="${OUT:-/tmp/bench-results}"
 RUNS="${RUNS:-3}"
-STORES="${STORES:-sqlite redis}"
-ONLY="${ONLY:-}"
 PROCS="${PROCS:-2}"
+if [ "$MODE" = issue15 ]; then
+  STORES="${STORES:-sqlite memory}"
+  ONLY="${ONLY:-fanout500 fanout1000x50 fanout1000x100 chatroom idle workers replicas}"
+  SERVER_CPUS="${SERVER_CPUS-0}"
+  CLIENT_CPUS="${CLIENT_CPUS-1}"
+  CHECK="${CHECK:-fast}"
+elif [ "$MODE" = all ]; then
+  STORES="${STORES:-sqlite redis}"
+  ONLY="${ONLY:-}"
+  SERVER_CPUS="${SERVER_CPUS-}"
+  CLIENT_CPUS="${CLIENT_CPUS-}"
+  CHECK="${CHECK:-full}"
+else
+  echo "usage: $0 [all|issue15]" >&2
+  exit 2
+fi
+WORKERS_CPUS="${WORKERS_CPUS-0-$(($(nproc) - 1))}"
 PORT=8801
 BASE_PORT=8802
+REPLICA_PORT=8803
 REDIS_PORT=6391
+CLUSTER_PORTS="7101 7102 7103"
 mkdir -p "$OUT"
+
+# What every `tsync bench` gets: the check mode and the generator's CPUs.
+common=(--procs "$PROCS" --no-progress)
+[ "$CHECK" = fast ] && common+=(--fast)
+[ -n "$CLIENT_CPUS" ] && common+=(--client-cpus "$CLIENT_CPUS")
+# A server started on SERVER_CPUS from its first instruction on (bench
+# --server-cpus pins it again, every thread and child, before it measures).
+pinned() {  # $1 = CPUs ("" for none), then the command
+  local cpus="$1"
+  shift
+  if [ -n "$cpus" ]; then taskset -c "$cpus" "$@"; else "$@"; fi
+}
 
 server_pid=""
 baseline_pid=""
+replica_pid=""
 redis_pid=""
+cluster_pids=""
+server_cpus="$SERVER_CPUS"  # the CPUs of the servers started next
 
 stop_servers() {
-  for pid in $server_pid $baseline_pid; do
+  for pid in $server_pid $baseline_pid $replica_pid; do
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
   server_pid=""
   baseline_pid=""
+  replica_pid=""
 }
 
 wait_healthy() {
@@ -47,21 +95,49 @@ wait_healthy() {
   return 1
 }
 
+store_url() {  # $1 = store name
+  case "$1" in
+    sqlite) rm -rf /tmp/tsync-bench-db; echo "sqlite:/tmp/tsync-bench-db" ;;
+    memory) echo "memory" ;;
+    redis) redis-cli -p "$REDIS_PORT" flushall >/dev/null; echo "redis://127.0.0.1:$REDIS_PORT/0" ;;
+    cluster)
+      for p in $CLUSTER_PORTS; do redis-cli -p "$p" flushall >/dev/null; done
+      echo "redis+cluster://$(echo "$CLUSTER_PORTS" | sed 's/\([0-9][0-9]*\)/127.0.0.1:\1/g; s/ /,/g')"
+      ;;
+  esac
+}
+
 start_servers() {  # $1 = store name, $2... = extra `tsync serve` arguments
   local store="$1"
   shift
   local url
-  case "$store" in
-    sqlite) rm -rf /tmp/tsync-bench-db; url="sqlite:/tmp/tsync-bench-db" ;;
-    redis) redis-cli -p "$REDIS_PORT" flushall >/dev/null; url="redis://127.0.0.1:$REDIS_PORT/0" ;;
-  esac
-  "$py" -m server.cli serve --port "$PORT" --store "$url" --log-level warning "$@" \
-    >>"$OUT/server.log" 2>&1 &
+  url="$(store_url "$store")"
+  pinned "$server_cpus" "$py" -m server.cli serve --port "$PORT" --store "$url" \
+    --log-level warning "$@" >>"$OUT/server.log" 2>&1 &
   server_pid=$!
-  "$py" scripts/broadcast_baseline.py --port "$BASE_PORT" >>"$OUT/baseline.log" 2>&1 &
+  pinned "$server_cpus" "$py" scripts/broadcast_baseline.py --port "$BASE_PORT" \
+    >>"$OUT/baseline.log" 2>&1 &
   baseline_pid=$!
   wait_healthy "$PORT"
   wait_healthy "$BASE_PORT"
+}
+
+start_replicas() {  # $1 = store name: replica A on REPLICA_PORT, B on PORT
+  local url
+  url="$(store_url "$1")"
+  pinned "$server_cpus" "$py" -m server.cli serve --port "$REPLICA_PORT" --store "$url" \
+    --log-level warning >>"$OUT/server.log" 2>&1 &
+  replica_pid=$!
+  pinned "$server_cpus" "$py" -m server.cli serve --port "$PORT" --store "$url" \
+    --log-level warning >>"$OUT/server.log" 2>&1 &
+  server_pid=$!
+  wait_healthy "$REPLICA_PORT"
+  wait_healthy "$PORT"
+}
+
+server_pin() {  # the --server-cpus arguments for the servers started last
+  [ -n "$server_cpus" ] && echo "--server-cpus $server_cpus"
+  true
 }
 
 bench() {  # $1 = name, $2 = store, $3 = run, then `tsync bench` arguments
@@ -69,18 +145,54 @@ bench() {  # $1 = name, $2 = store, $3 = run, then `tsync bench` arguments
   shift 3
   local out="$OUT/$name-$store-$run.json"
   echo "== $name ($store) run $run: tsync bench $*" >&2
+  # shellcheck disable=SC2046
   "$py" -m server.cli bench "$@" --url "ws://127.0.0.1:$PORT/v1/ws" \
     --compare "ws://127.0.0.1:$BASE_PORT/v1/ws" \
-    --server-pid "$server_pid" --compare-pid "$baseline_pid" \
-    --procs "$PROCS" --label "tsync ($store)" --no-progress --json "$out" >"$OUT/$name-$store-$run.md" \
+    --server-pid "$server_pid" --compare-pid "$baseline_pid" $(server_pin) \
+    "${common[@]}" --label "tsync ($store)" --json "$out" >"$OUT/$name-$store-$run.md" \
     || echo "   (run reported failures: see $out)" >&2
+}
+
+bench_replicas() {  # $1 = name, $2 = store, $3 = run, then `tsync bench` arguments
+  local name="$1" store="$2" run="$3"
+  shift 3
+  local out="$OUT/$name-$store-$run.json"
+  echo "== $name ($store, writer on A, subscribers on B) run $run: tsync bench $*" >&2
+  # shellcheck disable=SC2046
+  "$py" -m server.cli bench "$@" --url "ws://127.0.0.1:$PORT/v1/ws" \
+    --writer-url "ws://127.0.0.1:$REPLICA_PORT/v1/ws" --server-pid "$server_pid" $(server_pin) \
+    "${common[@]}" --label "tsync ($store, cross-replica)" --json "$out" \
+    >"$OUT/$name-$store-$run.md" || echo "   (run reported failures: see $out)" >&2
+}
+
+start_cluster() {  # three masters on CLUSTER_PORTS, no replicas
+  local nodes=()
+  for p in $CLUSTER_PORTS; do
+    rm -rf "/tmp/tsync-bench-cluster/$p"
+    mkdir -p "/tmp/tsync-bench-cluster/$p"
+    redis-server --port "$p" --bind 127.0.0.1 --cluster-enabled yes \
+      --cluster-config-file nodes.conf --dir "/tmp/tsync-bench-cluster/$p" --save '' \
+      --appendonly no --cluster-require-full-coverage no >>"$OUT/cluster.log" 2>&1 &
+    cluster_pids="$cluster_pids $!"
+    nodes+=("127.0.0.1:$p")
+  done
+  for p in $CLUSTER_PORTS; do
+    for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  done
+  redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >>"$OUT/cluster.log"
+  for p in $CLUSTER_PORTS; do
+    for _ in $(seq 100); do
+      redis-cli -p "$p" cluster info | grep -q 'cluster_state:ok' && break
+      sleep 0.1
+    done
+  done
 }
 
 wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
-trap 'stop_servers; [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null; true' EXIT
+trap 'stop_servers; for pid in $redis_pid $cluster_pids; do kill "$pid" 2>/dev/null; done; true' EXIT
 
-if [[ " $STORES " == *" redis "* ]]; then
+if [[ " $STORES " == *" redis "* ]] || wanted workers || wanted replicas; then
   redis-server --port "$REDIS_PORT" --save '' --appendonly no --bind 127.0.0.1 >"$OUT/redis.log" 2>&1 &
   redis_pid=$!
   sleep 0.5
@@ -127,6 +239,31 @@ for store in $STORES; do
     fi
   done
 done
+
+if [ "$MODE" = issue15 ]; then
+  for run in $(seq "$RUNS"); do
+    if wanted workers; then
+      # One worker against two on the burst, the server on WORKERS_CPUS.
+      server_cpus="$WORKERS_CPUS"
+      for n in 1 2; do
+        start_servers redis --workers "$n"
+        bench "workers$n" redis "$run" fanout --subscribers 500 --count 2000 --rate 1000 \
+          --size 200 --drain-timeout 240
+        stop_servers
+      done
+      server_cpus="$SERVER_CPUS"
+    fi
+    if wanted replicas; then
+      [ -z "$cluster_pids" ] && start_cluster
+      for store in redis cluster; do
+        start_replicas "$store"
+        bench_replicas replicas1000x50 "$store" "$run" fanout --subscribers 1000 --rate 50 \
+          --duration 6 --size 200 --drain-timeout 120
+        stop_servers
+      done
+    fi
+  done
+fi
 
 # Throughput against the number of subscribers (one run each, embedded store).
 if wanted sweep; then

@@ -23,6 +23,14 @@ Pub/sub is only a wake-up: Redis drops messages while a subscriber is
 disconnected, so after every (re)subscription every live transcript is
 checked, and a safety net compares every live copy with the store's head
 (epoch, revision; one pipelined read) every ``resync_interval_s``.
+
+The backplane ``watch``es in the store every transcript the hub holds (it is
+the hub's ``HoldListener``). A single Redis announces every change on one
+channel anyway; a Redis Cluster subscribes each transcript's sharded channel
+on its node and answers with a ``Recheck`` once subscribed: those copies
+(one transcript just loaded, or every transcript of a node that came back)
+are compared with the store, as after a resubscription, shard by shard. The
+safety net reads the heads of every node that answers.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from dataclasses import dataclass
 from protocol.consumer import Applied, Resubscribed, Subscription
 from server.hub import Hub
 from server.live import LiveTranscript
-from server.store.base import Notice, SharedStore, StoreError, TranscriptNotFound
+from server.store.base import Notice, Recheck, SharedStore, StoreError, TranscriptNotFound
 from server.tuning import BACKPLANE_CONCURRENCY
 
 __all__ = ["Backplane", "BackplaneCounters", "SharedStore"]
@@ -49,6 +57,7 @@ class BackplaneCounters:
 
     notices: int = 0  #: notices received
     resubscribed: int = 0  #: (re)subscriptions to the notices
+    rechecks: int = 0  #: transcripts to check after their (shard's) subscription
     syncs: int = 0  #: copies brought up to date from the stream
     reloads: int = 0  #: copies replaced by the store's (gap, epoch, trimmed, deleted)
     errors: int = 0  #: syncs or safety-net checks that failed (store unavailable)
@@ -90,6 +99,8 @@ class Backplane:
         return cls(hub, hub.store, resync_interval_s=resync_interval_s)
 
     async def start(self) -> None:
+        self.hub.hold_listener = self
+        self.store.watch(list(self.hub.live))
         self._tasks = [
             asyncio.create_task(self._listen(), name="backplane-listen"),
             asyncio.create_task(self._work(), name="backplane-work"),
@@ -97,6 +108,8 @@ class Backplane:
         ]
 
     async def stop(self) -> None:
+        if self.hub.hold_listener is self:
+            self.hub.hold_listener = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -121,6 +134,13 @@ class Backplane:
         # Loading counts: the notice may be newer than what the load read.
         return self.hub.holds(transcript_id)
 
+    # The hub's HoldListener: the store announces what the hub holds.
+    def held(self, transcript_id: str) -> None:
+        self.store.watch((transcript_id,))
+
+    def released(self, transcript_id: str) -> None:
+        self.store.unwatch((transcript_id,))
+
     async def _listen(self) -> None:
         async for notice in self.store.notices():
             if notice is None:
@@ -128,6 +148,13 @@ class Backplane:
                 self.counters.resubscribed += 1
                 for transcript_id in list(self.hub.live):
                     self.mark(transcript_id, None)
+                continue
+            if isinstance(notice, Recheck):
+                # Subscribed (again) to these: what came before was not announced.
+                for transcript_id in notice.transcript_ids:
+                    if self._held(transcript_id):
+                        self.counters.rechecks += 1
+                        self.mark(transcript_id, None)
                 continue
             self.counters.notices += 1
             if self._held(notice.transcript_id):

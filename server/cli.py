@@ -30,6 +30,7 @@ FLAGS = {
     "token": "--token",
     "log_level": "--log-level",
     "log_format": "--log-format",
+    "workers": "--workers",
 }
 
 
@@ -116,6 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-format", metavar="{text,json}", help=_flag_help("log_format", "log line format")
     )
     serve.add_argument(
+        "--workers",
+        metavar="N",
+        help=_flag_help("workers", "processes serving the port, each a replica (needs redis)"),
+    )
+    serve.add_argument(
         "--set",
         action="append",
         default=[],
@@ -162,6 +168,10 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"tsync serve: {exc} {hint}", file=sys.stderr)
         return EXIT_USAGE
+    if config.workers > 1:
+        from server import workers
+
+        return workers.run(config)
     try:
         serve.run(config)
     except KeyboardInterrupt:

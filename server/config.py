@@ -59,8 +59,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         _d(
             "where transcripts live: `sqlite:PATH` (a data folder, created if missing; "
             "WAL mode, durable against a killed process), `memory` (nothing survives a "
-            "restart), or `redis://host:port/db` / `rediss://...` with options as query "
-            "parameters (see `deploy.md`)",
+            "restart), `redis://host:port/db` / `rediss://...`, or a Redis Cluster "
+            "`redis+cluster://host:port,host:port` / `rediss+cluster://...`, with options as "
+            "query parameters (see `deploy.md`)",
             min_length=1,
         ),
     ] = "sqlite:./data"
@@ -79,6 +80,14 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         Literal["text", "json"],
         _d("`text` (readable, with `key=value` fields) or `json` (one object per line)"),
     ] = "text"
+    workers: Annotated[
+        PosInt,
+        _d(
+            "`tsync serve` processes on the one port (SO_REUSEPORT: the kernel spreads the "
+            "connections); each is a replica, so more than 1 needs a shared store "
+            "(`redis://` or `redis+cluster://`); see `deploy.md`"
+        ),
+    ] = 1
 
     # --- inbound limits ---
     max_frame_bytes: Annotated[
@@ -270,13 +279,21 @@ def load_config(
             raise ConfigError(f"{origin[name]}={value!r}: {reason}", name) from None
     config = msgspec.convert(values, ServerConfig, strict=False)
     if check_store:
+        from server.store.base import SharedStore
         from server.store.open import open_store
 
         try:
-            open_store(config.store)
+            store = open_store(config.store)
         except ValueError as exc:
             where = origin.get("store", "store")
             raise ConfigError(f"{where}={config.store!r}: {exc}", "store") from None
+        if config.workers > 1 and not isinstance(store, SharedStore):
+            raise ConfigError(
+                f"{origin.get('workers', 'workers')}={config.workers}: each worker is a "
+                f"replica and needs a store they share (redis:// or redis+cluster://), "
+                f"not {config.store!r}",
+                "workers",
+            )
     return config
 
 

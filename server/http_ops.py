@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -67,7 +68,7 @@ def _json(body: Any, status: int = 200) -> Response:
 
 async def healthz(request: Request) -> Response:
     hub = _hub(request)
-    return _json(api.Health(status="ok", store=hub.store.name, **hub.stats()))
+    return _json(api.Health(status="ok", store=hub.store.name, pid=os.getpid(), **hub.stats()))
 
 
 async def readyz(request: Request) -> Response:

@@ -31,7 +31,7 @@ import contextlib
 import logging
 import time
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 from protocol import codes
 from protocol.types import Message, Origin, TranscriptEvent, TranscriptSnapshot
@@ -68,6 +68,16 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class HoldListener(Protocol):
+    """Told which transcripts the hub holds (the backplane watches their
+    notices): ``held`` when a load begins (and again when a copy is replaced),
+    ``released`` when the hub lets one go. Both must return at once."""
+
+    def held(self, transcript_id: str) -> None: ...
+
+    def released(self, transcript_id: str) -> None: ...
+
+
 class Hub:
     """Holds the transcripts in use and serves every change and subscription."""
 
@@ -86,6 +96,8 @@ class Hub:
         self.write_delay = WriteDelay(config.write_delay_ms / 1000)
         #: How many idle sweeps have run (tests wait on it instead of sleeping).
         self.sweeps = 0
+        #: Told which transcripts are held (set by the backplane).
+        self.hold_listener: HoldListener | None = None
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -115,6 +127,7 @@ class Hub:
                 if live.idle_since(cutoff) and not self.committer.busy(live):
                     live.deliver_pending()
                     del self.live[tid]
+                    self._released(tid)
                     await live.close()
                     log.debug("evicted idle transcript %s", tid)
             self.metrics.live_transcripts.set(len(self.live))
@@ -134,6 +147,7 @@ class Hub:
             return await asyncio.shield(pending)
         future: asyncio.Future[LiveTranscript] = asyncio.get_running_loop().create_future()
         self._loading[transcript_id] = future
+        self._held(transcript_id)
         try:
             stored = await self.store.load(transcript_id)
             if stored is None:
@@ -144,6 +158,7 @@ class Hub:
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # mark retrieved: waiters re-raise it themselves
+            self._released(transcript_id)
             raise
         finally:
             del self._loading[transcript_id]
@@ -155,8 +170,17 @@ class Hub:
             idempotency_retention=self.store.idempotency_retention,
         )
         self.live[live.id] = live
+        self._held(live.id)
         self.metrics.live_transcripts.set(len(self.live))
         return live
+
+    def _held(self, transcript_id: str) -> None:
+        if self.hold_listener is not None:
+            self.hold_listener.held(transcript_id)
+
+    def _released(self, transcript_id: str) -> None:
+        if self.hold_listener is not None:
+            self.hold_listener.released(transcript_id)
 
     def is_loaded(self, transcript_id: str) -> bool:
         """Whether the transcript is in memory now (no load needed)."""
@@ -183,6 +207,7 @@ class Hub:
         its subscribers are unsubscribed without a word."""
         live = self.live.pop(transcript_id, None)
         if live is not None:
+            self._released(transcript_id)
             live.pump.cancel()
             for queue in live.subscribers:
                 queue.unfollow(transcript_id)

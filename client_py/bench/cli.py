@@ -61,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="server URL, http(s)://host:port or ws(s)://host:port/v1/ws "
         "(default $TSYNC_URL, else %(default)s)",
     )
+    parser.add_argument(
+        "--writer-url",
+        help="the writers' server when not --url: another replica of the same store, so that "
+        "every delivery crosses it (cross-replica latency); --url's run only",
+    )
     parser.add_argument("--subscribers", type=int, help="subscriber connections")
     parser.add_argument("--writers", type=int, help="writer connections")
     parser.add_argument("--transcripts", type=int, help="transcripts written and followed")
@@ -99,6 +104,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--server-pid", type=int, help="sample this process's CPU and RSS")
     parser.add_argument("--compare-pid", type=int, help="the baseline server's process id")
+    parser.add_argument(
+        "--fast",
+        action="store_true",
+        help="subscribers check seq and revision continuity from each frame's envelope only "
+        "(no message decoded) on uvloop when installed: the generator costs far less than the "
+        "server, so the run measures the server (default: every frame fully validated)",
+    )
+    parser.add_argument(
+        "--server-cpus",
+        metavar="CPUS",
+        help="pin the servers (--server-pid, --compare-pid, their threads and child "
+        "processes) to these CPUs, e.g. 0 or 0-1 (Linux)",
+    )
+    parser.add_argument(
+        "--client-cpus",
+        metavar="CPUS",
+        help="pin the generator (this process and its subscriber processes) to these CPUs",
+    )
     parser.add_argument("--label", default="server", help="name of the --url run in reports")
     parser.add_argument(
         "--no-progress", action="store_true", help="no live display even on a terminal"
@@ -130,7 +153,26 @@ def workload_from(args: argparse.Namespace) -> Workload:
         behind=args.behind,
         baseline_messages=args.baseline_messages,
         drain_timeout=args.drain_timeout,
+        fast=args.fast,
     )
+
+
+def pinning(args: argparse.Namespace) -> None:
+    """``--server-cpus``/``--client-cpus`` parsed in place; ``ValueError``
+    for a bad list, or server pinning without a process to pin."""
+    from client_py.bench.host import parse_cpus
+
+    for name in ("server_cpus", "client_cpus"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(args, name, parse_cpus(value))
+    if args.server_cpus is not None:
+        if args.server_pid is None:
+            raise ValueError("--server-cpus needs --server-pid (the server to pin)")
+        if args.compare and args.compare_pid is None:
+            raise ValueError("--server-cpus with --compare needs --compare-pid too")
+    if args.server_cpus and args.client_cpus and args.server_cpus & args.client_cpus:
+        raise ValueError("--server-cpus and --client-cpus overlap")
 
 
 def main_args(args: argparse.Namespace) -> int:
@@ -138,8 +180,11 @@ def main_args(args: argparse.Namespace) -> int:
     try:
         workload = workload_from(args)
         args.url = endpoints(args.url)[1]
+        if args.writer_url:
+            args.writer_url = endpoints(args.writer_url)[1]
         if args.compare:
             args.compare = endpoints(args.compare)[1]
+        pinning(args)
     except ValueError as exc:
         print(f"tsync bench: {exc} {hint}", file=sys.stderr)
         return EXIT_USAGE
@@ -155,8 +200,18 @@ def main_args(args: argparse.Namespace) -> int:
         )
         return EXIT_FAILED
     show = not args.no_progress and sys.stderr.isatty()
+    from client_py.bench import host
+
     try:
-        result = asyncio.run(bench(workload, args, show=show))
+        if args.server_cpus is not None:
+            for pid in filter(None, (args.server_pid, args.compare_pid)):
+                host.pin_process(pid, args.server_cpus)
+        if args.client_cpus is not None:
+            host.pin_self(args.client_cpus)
+        result = host.run(bench(workload, args, show=show), fast=workload.fast)
+    except OSError as exc:
+        print(f"tsync bench: cannot pin CPUs: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except BenchError as exc:
         print(f"tsync bench: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -185,7 +240,12 @@ async def bench(workload: Workload, args: argparse.Namespace, *, show: bool) -> 
         live = Live(label=label)
         async with _display(live, show):
             run = await run_workload(
-                url, workload.with_run_id(f"{workload.run_id}{i}"), server_pid=pid, live=live
+                url,
+                workload.with_run_id(f"{workload.run_id}{i}"),
+                server_pid=pid,
+                live=live,
+                client_cpus=args.client_cpus,
+                writer_url=args.writer_url if i == 0 else None,
             )
         run["label"] = label
         run["failures"] = report.judge(run, workload.scenario)
@@ -198,7 +258,12 @@ async def bench(workload: Workload, args: argparse.Namespace, *, show: bool) -> 
         },
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         # The generator shares the machine with the server: say how busy it was.
-        "machine": {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "loadavg_at_start": load_at_start,
+            "server_cpus": sorted(args.server_cpus) if args.server_cpus else None,
+            "client_cpus": sorted(args.client_cpus) if args.client_cpus else None,
+        },
         "runs": runs,
         "ok": not any(run["failures"] for run in runs),
     }

@@ -96,6 +96,7 @@ METRICS: tuple[tuple[str, str, str, bool], ...] = (
     ("server CPU per delivered event", "server_cpu.cpu_us_per_delivered", "µs", False),
     ("server CPU share", "server_cpu.cpu_share", "cores", False),
     ("server RSS peak", "server_cpu.rss_mb_peak", "MB", False),
+    ("generator CPU", "generator_cpu.cores", "cores", False),
     ("resume (catch up) p50", "catchup.resume_ms.p50", "ms", False),
     ("frames per resume", "catchup.frames_per_resume", "", False),
     ("bytes per resume", "catchup.bytes_per_resume", "B", False),
@@ -161,4 +162,24 @@ def markdown(result: dict[str, Any]) -> str:
         problems = run.get("failures", [])
         verdict = "OK" if not problems else "FAILED: " + "; ".join(problems)
         lines.append(f"- {run['label']} ({run['url']}): {verdict}")
+        generator = run.get("generator_cpu")
+        if generator:
+            lines.append(f"  - {generator_note(generator)}")
     return "\n".join(lines) + "\n"
+
+
+#: A generator busier than this share of its CPUs may have limited the run.
+SATURATED_SHARE = 0.8
+
+
+def generator_note(generator: dict[str, Any]) -> str:
+    """One line on the generator's own CPU: saturated or not."""
+    pinned = generator.get("pinned")
+    where = f"CPUs {','.join(map(str, pinned))}" if pinned else f"{generator['cpus']} CPUs"
+    text = (
+        f"generator ({generator['check']} checks, {generator['loop']}): "
+        f"{generator['cores']:.2f} cores of {where} ({generator['share']:.0%})"
+    )
+    if generator["share"] >= SATURATED_SHARE:
+        text += ": SATURATED, the run measured the generator as much as the server"
+    return text

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import multiprocessing
+import os
 import statistics
 import time
 import urllib.error
@@ -22,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import msgspec
 from websockets.asyncio.client import connect
 
-from client_py.bench import worker
+from client_py.bench import host, worker
 from client_py.bench.channel import Channel
 from client_py.bench.histogram import LatencyHistogram
 from client_py.bench.sampler import ServerSampler
@@ -150,7 +151,9 @@ async def time_baselines(ws_url: str, transcript_id: str, samples: int) -> dict[
 class WorkerPool:
     """The subscribers' processes and their pipes."""
 
-    def __init__(self, ws_url: str, workload: Workload, live: Live) -> None:
+    def __init__(
+        self, ws_url: str, workload: Workload, live: Live, cpus: frozenset[int] | None = None
+    ) -> None:
         self.live = live
         self.timeout = workload.drain_timeout + 60
         context = multiprocessing.get_context("spawn")
@@ -162,7 +165,7 @@ class WorkerPool:
                 continue
             ours, theirs = context.Pipe()
             proc = context.Process(
-                target=worker.main, args=(ws_url, workload, chunk, theirs), daemon=True
+                target=worker.main, args=(ws_url, workload, chunk, theirs, cpus), daemon=True
             )
             self.procs.append(proc)
             self.channels.append(Channel(ours))
@@ -238,7 +241,13 @@ def merge_results(answers: list[dict[str, Any]]) -> tuple[dict[str, GroupStats],
 
 
 async def run_workload(
-    ws_url: str, workload: Workload, *, server_pid: int | None, live: Live
+    ws_url: str,
+    workload: Workload,
+    *,
+    server_pid: int | None,
+    live: Live,
+    client_cpus: frozenset[int] | None = None,
+    writer_url: str | None = None,
 ) -> dict[str, Any]:
     """Run ``workload`` once against ``ws_url``; the result as plain data."""
     info = await probe(ws_url)
@@ -250,6 +259,7 @@ async def run_workload(
         )
     result: dict[str, Any] = {
         "url": ws_url,
+        "writer_url": writer_url or ws_url,
         "server": {k: v for k, v in info.items() if isinstance(v, str | int | bool)},
     }
     if workload.scenario == "catchup":
@@ -261,10 +271,15 @@ async def run_workload(
         sampler.start()
         await asyncio.sleep(SETTLE_S)
         rss_before = sampler.rss()
-    pool = WorkerPool(ws_url, workload, live)
+    pool = WorkerPool(ws_url, workload, live, client_cpus)
+    # The generator's own CPU (this process and its subscriber processes):
+    # a saturated generator measures itself, and every result says so.
+    generator = ServerSampler(os.getpid())
+    generator_cpu, generator_wall = 0.0, 0.0
     wstats = WriterStats()
     writers = [
-        Writer(ws_url, workload.writer_transcript(w), w, workload.size, wstats)
+        # Another replica's URL: every delivery crosses the store (Redis).
+        Writer(writer_url or ws_url, workload.writer_transcript(w), w, workload.size, wstats)
         for w in range(workload.writers)
     ]
     try:
@@ -281,6 +296,7 @@ async def run_workload(
                 pool.send("disconnect")
                 await pool.expect("disconnected")
             cpu_start = sampler.cpu() if sampler else 0.0
+            generator_start = (generator.cpu(), time.monotonic())
             first_send_ns = time.time_ns()
             live.phase = "appending"
             live.started = time.monotonic()
@@ -294,6 +310,8 @@ async def run_workload(
             pool.send("resume" if workload.scenario == "catchup" else "targets", targets)
             answers = await pool.expect("result")
             cpu_used = (sampler.cpu() - cpu_start) if sampler else None
+            generator_cpu = generator.cpu() - generator_start[0]
+            generator_wall = time.monotonic() - generator_start[1]
             result["append_s"] = round(append_s, 3)
             result["first_send_ns"] = first_send_ns
     finally:
@@ -335,6 +353,17 @@ async def run_workload(
             },
         }
     )
+    cpus = len(client_cpus) if client_cpus else (os.cpu_count() or 1)
+    cores = generator_cpu / max(generator_wall, 1e-9)
+    result["generator_cpu"] = {
+        "cpu_s": round(generator_cpu, 3),
+        "cores": round(cores, 3),
+        "cpus": cpus,
+        "pinned": sorted(client_cpus) if client_cpus else None,
+        "share": round(cores / cpus, 3),
+        "check": "fast" if workload.fast else "full",
+        "loop": host.loop_name(workload.fast),
+    }
     # The percentile curve of the on-time latency, for plots (HDR-style x axis).
     result["latency_curve_ms"] = on_time.latency.distribution_ms(list(CURVE_PERCENTILES))
     if cpu_used is not None and sampler is not None:

@@ -10,6 +10,11 @@ memory cost); the ops the core asks for (resubscribes, barrier pings) are
 sent. Latency is the time from the writer's timestamp (``metadata.t``,
 ``time.time_ns``) to the arrival of the WebSocket message that carried the
 increment.
+
+With ``fast=True`` (``tsync bench --fast``) the checks are those of
+``client_py.bench.fastpath.FastCheck`` instead: ``seq`` and each
+transcript's revisions from the frames' envelopes, no message decoded, so
+that the generator spends far less CPU per delivery than the server does.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from urllib.parse import urlsplit
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
+from client_py.bench.fastpath import FastCheck
+from client_py.bench.fastsocket import FastSocket
 from client_py.bench.histogram import LatencyHistogram
 from protocol import wire
 from protocol.consumer import (
@@ -89,12 +96,16 @@ class Subscriber:
     it and the socket's buffers fill up as a stalled client's would.
     """
 
-    def __init__(self, url: str, transcript_id: str, stats: GroupStats) -> None:
+    def __init__(
+        self, url: str, transcript_id: str, stats: GroupStats, *, fast: bool = False
+    ) -> None:
         self.url = url
         self.transcript_id = transcript_id
         self.stats = stats
         self.core = Consumer(keep_messages=False)
         self.subscription = self.core.subscribe(transcript_id)
+        #: The envelope-only checks (``--fast``), instead of the consumer core.
+        self.fast = FastCheck(transcript_id, stats) if fast else None
         self.ready = asyncio.Event()  #: the first baseline arrived
         self.done = asyncio.Event()  #: the copy reached ``target``
         self.reading = asyncio.Event()
@@ -102,6 +113,8 @@ class Subscriber:
         self.target: int | None = None
         self.start_revision: int | None = None
         self.ws: ClientConnection | None = None
+        #: The connection of the fast path (``fast``) instead of ``ws``.
+        self.fast_ws: FastSocket | None = None
         self.closing = False
         self.auto_reconnect = True
         #: Small socket buffers, for a subscriber that stops reading: the
@@ -122,6 +135,11 @@ class Subscriber:
     def continuity(self) -> Continuity:
         return self.subscription.continuity
 
+    @property
+    def revision(self) -> int | None:
+        """The revision of the copy held (``None`` before the first baseline)."""
+        return self.fast.revision if self.fast is not None else self.continuity.revision
+
     # --- connection ------------------------------------------------------------
 
     async def open(self, *, subscribe: bool = True) -> None:
@@ -138,6 +156,10 @@ class Subscriber:
                 sock, (parts.hostname or "127.0.0.1", parts.port or 80)
             )
             extra = {"sock": sock, "max_queue": 1}
+        self.closing = False
+        if self.fast is not None:
+            await self._open_fast(self.fast, extra.get("sock"), subscribe=subscribe)
+            return
         self.ws = await connect(
             self.url,
             subprotocols=[wire.SUBPROTOCOL_JSON],  # type: ignore[list-item]
@@ -154,6 +176,11 @@ class Subscriber:
 
     async def subscribe(self) -> None:
         """Send the subscribe op for the copy held (a resume if there is one)."""
+        if self.fast is not None:
+            assert self.fast_ws is not None
+            self.fast.connection_made()
+            self.fast_ws.send(self.fast.subscribe_op())
+            return
         assert self.ws is not None
         self.core.connection_made()
         await self._send_ops(self.ws)
@@ -167,6 +194,8 @@ class Subscriber:
         self.closing = True
         if self.ws is not None:
             await self.ws.close()
+        if self.fast_ws is not None:
+            await self.fast_ws.close()
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
@@ -179,15 +208,16 @@ class Subscriber:
 
     def finish(self) -> None:
         """Count what was owed and what is missing once the run is over."""
-        counters = self.continuity.counters
-        self.stats.repeats += counters.repeats_ignored
-        self.stats.gaps += counters.gaps
-        self.stats.foreign += counters.foreign
+        if self.fast is None:  # the fast checks count into the stats as they go
+            counters = self.continuity.counters
+            self.stats.repeats += counters.repeats_ignored
+            self.stats.gaps += counters.gaps
+            self.stats.foreign += counters.foreign
         if self.target is None:
             return
         start = self.start_revision if self.start_revision is not None else self.target
         self.stats.expected += max(0, self.target - start - self.skipped_by_baselines)
-        revision = self.continuity.revision or 0
+        revision = self.revision or 0
         if revision < self.target:
             self.stats.incomplete += 1
             self.stats.missing += self.target - revision
@@ -216,6 +246,63 @@ class Subscriber:
         with contextlib.suppress(OSError, websockets.InvalidHandshake, TimeoutError):
             await self.open()
 
+    # --- the fast path (``--fast``): no reader task, messages pushed in -----------------
+
+    async def _open_fast(
+        self, fast: FastCheck, sock: socket.socket | None, *, subscribe: bool
+    ) -> None:
+        def received(message: bytes) -> None:
+            if self._on_fast_message(fast, message, time.time_ns()) and conn.transport:
+                conn.send(fast.subscribe_op())
+            if not self.reading.is_set():
+                # A subscriber that stops reading (slow scenario).
+                conn.pause_reading()
+                asyncio.get_running_loop().create_task(self._resume_when_reading(conn))
+
+        conn = await FastSocket.connect(
+            self.url, received, subprotocol=wire.SUBPROTOCOL_JSON, sock=sock
+        )
+        self.fast_ws = conn
+        if subscribe:
+            await self.subscribe()
+        self._task = asyncio.create_task(self._fast_until_closed(conn))
+
+    async def _resume_when_reading(self, conn: FastSocket) -> None:
+        await self.reading.wait()
+        conn.resume_reading()
+
+    async def _fast_until_closed(self, conn: FastSocket) -> None:
+        await conn.closed
+        if self.fast_ws is conn:
+            self.fast_ws = None
+        if not self.closing:
+            self.stats.disconnects += 1
+            if self.auto_reconnect:
+                asyncio.get_running_loop().create_task(self._reconnect())
+
+    def _on_fast_message(self, fast: FastCheck, message: str | bytes, now_ns: int) -> bool:
+        """The fast path; True when a resubscribe is due."""
+        resubscribe, baselines = fast.receive(message, now_ns)
+        self.since_connect_bytes += len(message)
+        for previous, revision in baselines:
+            self._baseline(previous, revision)
+        self._check_done()
+        return resubscribe
+
+    def _baseline(self, previous: int | None, revision: int) -> None:
+        """A baseline at ``revision`` replaced the copy at ``previous``."""
+        stats = self.stats
+        stats.baselines += 1
+        self.since_connect_baselines += 1
+        self.baselines += 1
+        if self.baselines > 1:
+            stats.rebaselines += 1
+            if previous is not None:
+                self.skipped_by_baselines += max(0, revision - previous)
+        if self.start_revision is None:
+            self.start_revision = revision
+        self.ready.set()
+
     def _on_message(self, message: str | bytes, now_ns: int) -> None:
         stats = self.stats
         stats.ws_messages += 1
@@ -241,18 +328,7 @@ class Subscriber:
                             stats.messages += 1
                 self._check_done()
             elif isinstance(update, Replaced):
-                stats.baselines += 1
-                self.since_connect_baselines += 1
-                self.baselines += 1
-                if self.baselines > 1:
-                    stats.rebaselines += 1
-                    if update.previous_revision is not None:
-                        self.skipped_by_baselines += max(
-                            0, update.snapshot.revision - update.previous_revision
-                        )
-                if self.start_revision is None:
-                    self.start_revision = update.snapshot.revision
-                self.ready.set()
+                self._baseline(update.previous_revision, update.snapshot.revision)
                 self._check_done()
             elif isinstance(update, InvalidFrameReceived):
                 stats.invalid += 1
@@ -270,7 +346,7 @@ class Subscriber:
                 stats.errors += 1
 
     def _check_done(self) -> None:
-        revision = self.continuity.revision
+        revision = self.revision
         if (
             self.target is not None
             and revision is not None

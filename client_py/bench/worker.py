@@ -26,6 +26,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
+from client_py.bench import host
 from client_py.bench.channel import Channel
 from client_py.bench.histogram import LatencyHistogram
 from client_py.bench.subscriber import GroupStats, Subscriber
@@ -35,9 +36,18 @@ CONNECT_CONCURRENCY = 64
 PROGRESS_INTERVAL_S = 0.5
 
 
-def main(url: str, workload: Workload, indices: list[int], conn: Connection) -> None:
-    """The process entry point (``multiprocessing`` target)."""
-    asyncio.run(Worker(url, workload, indices, conn).run())
+def main(
+    url: str,
+    workload: Workload,
+    indices: list[int],
+    conn: Connection,
+    cpus: frozenset[int] | None = None,
+) -> None:
+    """The process entry point (``multiprocessing`` target); pinned to
+    ``cpus`` when given (it inherits the parent's pinning anyway)."""
+    if cpus:
+        host.pin_self(cpus)
+    host.run(Worker(url, workload, indices, conn).run(), fast=workload.fast)
 
 
 class Worker:
@@ -50,7 +60,9 @@ class Worker:
         for index in indices:
             group = "stopped" if workload.is_stopped(index) else "on-time"
             self.groups[group].subscribers += 1
-            sub = Subscriber(url, workload.subscriber_transcript(index), self.groups[group])
+            sub = Subscriber(
+                url, workload.subscriber_transcript(index), self.groups[group], fast=workload.fast
+            )
             # Only a stopped subscriber may lose its connection and go on.
             sub.auto_reconnect = sub.small_buffers = group == "stopped"
             self.subscribers.append(sub)
@@ -163,7 +175,9 @@ class Worker:
 
     @staticmethod
     async def _quiet_close(sub: Subscriber) -> None:
-        if sub.ws is not None:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(2):
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(2):
+                if sub.ws is not None:
                     await sub.ws.close()
+                if sub.fast_ws is not None:
+                    await sub.fast_ws.close()

@@ -49,6 +49,8 @@ class Workload:
     behind: int = 100
     baseline_messages: int = 10_000
     drain_timeout: float = 30.0
+    #: Subscribers check envelopes only (``fastpath``) and loops run on uvloop.
+    fast: bool = False
     run_id: str = dataclasses.field(default_factory=lambda: secrets.token_hex(4))
 
     def __post_init__(self) -> None:

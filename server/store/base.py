@@ -141,6 +141,14 @@ class Notice(NamedTuple):
     revision: int
 
 
+class Recheck(NamedTuple):
+    """Notices of these transcripts may have been missed (a subscription that
+    covers them was just made, or made again): compare their copies with the
+    store. ``notices()`` yields one after ``watch`` took effect."""
+
+    transcript_ids: frozenset[str]
+
+
 class Head(NamedTuple):
     """Where a stored transcript is now."""
 
@@ -220,17 +228,43 @@ class Store(Protocol):
 @runtime_checkable
 class SharedStore(Store, Protocol):
     """A store several replicas share, which tells them about changes (the
-    backplane's port)."""
+    backplane's port).
 
-    def notices(self) -> AsyncIterator[Notice | None]:
-        """A notice per change any replica stores, for as long as the caller
-        iterates. ``None`` first and after every (re)connection: notices may
-        have been missed, every copy must be checked. Ends (with
-        ``StoreUnavailable``) only when the store is closed."""
+    A replica ``watch``es the transcripts it holds in memory; ``notices()``
+    announces every change to a watched transcript (a store may announce
+    others too). A store that announces every change anyway (one channel for
+    all, as a single Redis) answers ``watch`` with ``False``; one that
+    subscribes per transcript (a Redis Cluster's sharded channels) answers
+    ``True`` and yields a ``Recheck`` naming the transcripts once their
+    subscription is made: changes stored before that moment were not
+    announced, so their copies must be compared with the store then.
+    """
+
+    def notices(self) -> AsyncIterator[Notice | Recheck | None]:
+        """A notice per change of a watched transcript, for as long as the
+        caller iterates. ``None`` first and after every (re)connection of
+        the whole store: notices may have been missed, every copy must be
+        checked; ``Recheck(ids)`` says the same of some transcripts only (a
+        watch took effect, or one shard's subscription was made again). Ends
+        (with ``StoreUnavailable``) only when the store is closed. One
+        iteration at a time per store."""
+        ...
+
+    def watch(self, transcript_ids: Iterable[str]) -> bool:
+        """Announce the changes of these transcripts from now on (idempotent,
+        never blocks). ``True``: a ``Recheck`` naming them follows once the
+        store announces them; ``False``: it announced them already."""
+        ...
+
+    def unwatch(self, transcript_ids: Iterable[str]) -> None:
+        """Their notices are no longer needed (the replica let them go)."""
         ...
 
     async def heads(self, transcript_ids: Iterable[str]) -> dict[str, Head | None]:
-        """Epoch and revision of each transcript now (``None``: it does not exist)."""
+        """Epoch and revision of each transcript now (``None``: it does not
+        exist). A store of several shards leaves out the transcripts whose
+        shard it cannot reach now, and raises ``StoreUnavailable`` only when
+        it reaches none."""
         ...
 
 

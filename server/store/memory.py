@@ -298,6 +298,13 @@ class SharedMemoryStore(MemoryStore):
         finally:
             self._listeners.remove(listener)
 
+    def watch(self, transcript_ids: Iterable[str]) -> bool:
+        """Every change is announced to every listener: nothing to do."""
+        return False
+
+    def unwatch(self, transcript_ids: Iterable[str]) -> None:
+        """Every change is announced to every listener: nothing to do."""
+
     async def heads(self, transcript_ids: Iterable[str]) -> dict[str, Head | None]:
         self._check_open()
         heads: dict[str, Head | None] = {}

@@ -7,6 +7,7 @@
     sqlite:///abs/path          the same, with an absolute path
     PATH                        a bare path: SQLiteStore too
     redis://... rediss://...    RedisStore (imported on use)
+    redis+cluster://h:p,h:p     RedisStore on a Redis Cluster (rediss+cluster:// with TLS)
 
 Each may end in ``?name=value&...``: the backend's options
 (``server.store.options``), e.g. ``sqlite:./data?synchronous=full``. Unknown
@@ -41,7 +42,7 @@ def open_store(url: str, *, idempotency_retention: int = DEFAULT_IDEMPOTENCY_RET
         raise ValueError("store URL is empty (expected memory, sqlite:PATH or redis://...)")
     match = _SCHEME.match(url)
     scheme = match.group(1).lower() if match else ""
-    if scheme in ("redis", "rediss"):
+    if scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
         # Imported on use: the memory and SQLite stores need no Redis client.
         from server.store.redis import RedisStore
 
@@ -54,7 +55,7 @@ def open_store(url: str, *, idempotency_retention: int = DEFAULT_IDEMPOTENCY_RET
     if scheme and scheme != "sqlite":
         raise ValueError(
             f"unknown store scheme {scheme!r} in {url!r} "
-            "(expected memory, sqlite:PATH, a path, redis:// or rediss://)"
+            "(expected memory, sqlite:PATH, a path, redis://, rediss:// or redis+cluster://)"
         )
     path = location
     if scheme == "sqlite":

@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import difflib
 from typing import Annotated, Any, Literal, TypeVar
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 import msgspec
 from msgspec import Meta
 
 __all__ = [
     "MemoryOptions",
+    "RedisAddress",
     "RedisOptions",
     "SQLiteOptions",
     "StoreOptions",
     "parse_query",
+    "redis_address",
     "render_markdown",
     "validated",
 ]
@@ -83,13 +85,15 @@ class SQLiteOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 class RedisOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``redis://[user:password@]host:port/db`` or ``rediss://`` (TLS): a Redis
-    several replicas share."""
+    several replicas share; ``redis+cluster://[user:password@]host:port,host:port``
+    or ``rediss+cluster://``: a Redis Cluster (any of its nodes; the others are
+    found from them; database 0 only)."""
 
     prefix: Annotated[
         str,
         Meta(
-            description="namespace of every key and of the pub/sub channel (several "
-            "deployments can share one Redis)"
+            description="namespace of every key and of the pub/sub channels (several "
+            "deployments can share one Redis or one cluster)"
         ),
     ] = "tsync:"
     stream_maxlen: Annotated[
@@ -118,12 +122,16 @@ class RedisOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         Meta(
             ge=1,
             description="connection pool size per replica; a request waits up to `pool_timeout` "
-            "for a free one",
+            "for a free one (on a cluster: per node, and a request that finds none free fails "
+            "with `unavailable` at once: redis-py's cluster client does not wait)",
         ),
     ] = 64
     pool_timeout: Annotated[
         float | None,
-        Meta(description="seconds to wait for a free pooled connection (none: `socket_timeout`)"),
+        Meta(
+            description="seconds to wait for a free pooled connection (none: `socket_timeout`; "
+            "one server only)"
+        ),
     ] = None
     health_check_interval: Annotated[
         int,
@@ -150,6 +158,90 @@ class RedisOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     def pool_wait_s(self) -> float:
         """How long to wait for a pooled connection."""
         return self.socket_timeout if self.pool_timeout is None else self.pool_timeout
+
+
+class RedisAddress(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a Redis store connects, read from its URL by ``redis_address``."""
+
+    #: A Redis Cluster (``redis+cluster://``), else one server.
+    cluster: bool
+    tls: bool
+    #: (host, port) of the server, or of the cluster nodes to start from.
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = None
+    db: int = 0
+    #: The URL without its query (for one server, what redis-py reads).
+    url: str
+
+    @property
+    def where(self) -> str:
+        """For messages: ``redis at h:6379`` or ``redis cluster at h:7000,h:7001``."""
+        hosts = ",".join(f"{host}:{port}" for host, port in self.nodes)
+        return f"redis cluster at {hosts}" if self.cluster else f"redis at {hosts}"
+
+
+_REDIS_SCHEMES = {
+    "redis": (False, False),
+    "rediss": (False, True),
+    "redis+cluster": (True, False),
+    "rediss+cluster": (True, True),
+}
+
+
+def redis_address(url: str) -> tuple[RedisAddress, str]:
+    """The address a Redis store URL names, and its query (the options).
+    Raises ``ValueError`` with one line naming what is wrong."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in _REDIS_SCHEMES:
+        raise ValueError(
+            f"not a Redis URL: {url!r} (expected redis://, rediss://, redis+cluster:// "
+            "or rediss+cluster://)"
+        )
+    cluster, tls = _REDIS_SCHEMES[scheme.lower()]
+    rest, _, _fragment = rest.partition("#")
+    rest, _, query = rest.partition("?")
+    netloc, _, path = rest.partition("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    nodes = tuple(_host_port(part, url) for part in (hosts.split(",") if hosts else ["localhost"]))
+    if not cluster and len(nodes) > 1:
+        raise ValueError(f"store URL {url!r}: several hosts need redis+cluster://")
+    db_text = path.strip("/") or "0"
+    if not db_text.isdigit():
+        raise ValueError(f"store URL {url!r}: the database must be a number, not {db_text!r}")
+    db = int(db_text)
+    if cluster and db != 0:
+        raise ValueError(f"store URL {url!r}: a Redis Cluster has only database 0")
+    return (
+        RedisAddress(
+            cluster=cluster,
+            tls=tls,
+            nodes=nodes,
+            username=username,
+            password=password,
+            db=db,
+            url=url.partition("?")[0].partition("#")[0],
+        ),
+        query,
+    )
+
+
+def _host_port(text: str, url: str) -> tuple[str, int]:
+    if text.startswith("["):  # [IPv6]:port
+        host, _, port = text[1:].partition("]")
+        port = port.removeprefix(":")
+    else:
+        host, _, port = text.rpartition(":") if ":" in text else (text, "", "")
+    if not host:
+        raise ValueError(f"store URL {url!r}: a host is missing")
+    if port and not port.isdigit():
+        raise ValueError(f"store URL {url!r}: bad port {port!r}")
+    return host, int(port) if port else 6379
 
 
 StoreOptions = MemoryOptions | SQLiteOptions | RedisOptions

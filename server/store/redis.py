@@ -15,6 +15,8 @@ one Redis Cluster slot and one Lua script can change them atomically::
     <prefix>ids             zset of ids (score 0) for ``list``; kept outside the
                             scripts (another slot), see ``create``/``delete``
     <prefix>changes         pub/sub channel: ``[id, epoch, revision]`` per change
+    <prefix>{<id>}:changes  on a Redis Cluster instead: the transcript's own
+                            sharded channel (``SPUBLISH``), on its node only
 
 Every change is one script (``create``, ``append``, ``delete``): it checks the
 idempotency key, the epoch and the revision, stores the event in the log and
@@ -34,23 +36,38 @@ idempotency key then answers the first ack instead of appending twice.
 URL: ``redis://[user:pass@]host:port/db`` or ``rediss://`` (TLS); its query
 parameters are the options (``server.store.options.RedisOptions``: ``prefix``,
 ``stream_maxlen``, ``socket_timeout``...). An unknown one is refused.
+
+Redis Cluster: ``redis+cluster://host:port,host:port`` (``rediss+cluster://``
+with TLS; any nodes, the client learns the rest) uses redis-py's cluster
+client. Every script touches one transcript's keys, all on its slot, and
+publishes on the transcript's sharded channel (``server.store.redis_shards``
+subscribes to it while this replica holds the transcript). A node that is
+down makes its transcripts ``StoreUnavailable``; the others keep working.
+``create``, ``delete`` and ``list`` also need the node of the ``ids`` index.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import uuid
 from collections.abc import AsyncGenerator, Iterable, Sequence
 from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import (
+    ClusterError,
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from protocol.types import MessagesAppended, TranscriptEvent
@@ -60,6 +77,7 @@ from server.store.base import (
     Head,
     Notice,
     Receipt,
+    Recheck,
     RevisionMismatch,
     StoredTranscript,
     StoreError,
@@ -71,11 +89,16 @@ from server.store.base import (
     check_first_event,
     check_list_args,
 )
-from server.store.options import RedisOptions, parse_query, validated
+from server.store.options import RedisOptions, parse_query, redis_address, validated
+from server.store.redis_shards import ShardChannels
 
 __all__ = ["RedisStore"]
 
 log = logging.getLogger("tsync.store.redis")
+
+#: What redis-py raises when Redis cannot serve (its cluster client's own
+#: exceptions, e.g. a slot no node covers, are not ``RedisError``s).
+_FAILURES: Final = (RedisError, RedisClusterException)
 
 #: Keys generated for appends without one, kept per transcript: they only
 #: have to outlive redis-py's retries of one call.
@@ -90,7 +113,7 @@ local function accept(rev, a)
   local event, key, internal, ack = a[1], a[2], a[3], a[4]
   local updated, length, active = a[5], a[6], a[7]
   local retention, maxlen, channel = tonumber(a[8]), tonumber(a[9]), a[10]
-  local tid, epoch = a[11], a[12]
+  local tid, epoch, publish = a[11], a[12], a[13]
   redis.call('RPUSH', KEYS[2], event)
   if maxlen > 0 then
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '0-' .. rev, 'e', event)
@@ -109,7 +132,7 @@ local function accept(rev, a)
       for i = 1, #old, 2 do redis.call('HDEL', h, old[i]) end
     end
   end
-  redis.call('PUBLISH', channel, cjson.encode({tid, epoch, rev}))
+  redis.call(publish, channel, cjson.encode({tid, epoch, rev}))
 end
 """
 
@@ -155,22 +178,59 @@ local a = {unpack(ARGV, 4)}
 if a[1] ~= '' then
   accept(1, a)
 else
-  redis.call('PUBLISH', a[10], cjson.encode({a[11], ARGV[1], 0}))
+  redis.call(a[13], a[10], cjson.encode({a[11], ARGV[1], 0}))
 end
 return {'ok'}
 """
 )
 
-# ARGV: channel, id -> 1 if it existed
+# ARGV: channel, id, publish command -> 1 if it existed
 _DELETE_SCRIPT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-redis.call('PUBLISH', ARGV[1], cjson.encode({ARGV[2], '', 0}))
+redis.call(ARGV[3], ARGV[1], cjson.encode({ARGV[2], '', 0}))
 return 1
 """
 
 
 _KEY_NAMES: Final = ("meta", "log", "stream", "keys", "korder", "ikeys", "iorder")
+
+
+class _Script:
+    """A Lua script sent by its SHA1 (``EVALSHA``), and whole (``EVAL``, which
+    also caches it there) on the node that answers ``NOSCRIPT`` (a restarted
+    Redis, a new cluster node): no separate ``SCRIPT LOAD`` that would need
+    every node up."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+
+    async def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return await client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await client.execute_command("EVAL", self.text, len(keys), *keys, *args)
+
+    async def many(
+        self, client: Any, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
+    ) -> list[Any]:
+        """Run ``calls`` (keys, args) pipelined (one round trip per node, in
+        order); one answer or error per call."""
+        answers: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for command, body in (("EVALSHA", self.sha), ("EVAL", self.text)):
+            async with client.pipeline(transaction=False) as pipe:
+                for i in todo:
+                    keys, args = calls[i]
+                    pipe.execute_command(command, body, len(keys), *keys, *args)
+                replies = await pipe.execute(raise_on_error=False)
+            for i, reply in zip(todo, replies, strict=True):
+                answers[i] = reply
+            todo = [i for i in todo if isinstance(answers[i], NoScriptError)]
+            if not todo:
+                break
+        return answers
 
 
 def _receipt_text(receipt: Receipt) -> str:
@@ -183,7 +243,7 @@ def _receipt_from(raw: bytes) -> Receipt:
 
 
 class RedisStore:
-    """A ``Store`` on one Redis server (or a Sentinel-managed primary).
+    """A ``Store`` on one Redis server or a Redis Cluster.
 
     ``options`` (``RedisOptions``) default to the URL's query parameters;
     give them one way or the other, not both. ``idempotency_retention`` keys
@@ -199,41 +259,65 @@ class RedisStore:
         *,
         idempotency_retention: int = DEFAULT_IDEMPOTENCY_RETENTION,
     ) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("redis", "rediss"):
-            raise ValueError(f"not a redis:// or rediss:// URL: {url!r}")
+        address, query = redis_address(url)
         if options is None:
-            options = parse_query(RedisOptions, parts.query, url=url)
-        elif parts.query:
+            options = parse_query(RedisOptions, query, url=url)
+        elif query:
             raise ValueError(f"store URL {url!r}: give the options in the URL or as RedisOptions")
         if idempotency_retention < 0:
             raise ValueError("idempotency_retention must be >= 0")
         self.options = options = validated(options)
-        if parts.scheme == "redis" and any(
+        if not address.tls and any(
             getattr(options, name) is not None
             for name in ("ssl_cert_reqs", "ssl_ca_certs", "ssl_check_hostname")
         ):
-            raise ValueError(f"store URL {url!r}: ssl_* options need rediss://")
+            raise ValueError(
+                f"store URL {url!r}: ssl_* options need rediss:// or rediss+cluster://"
+            )
         self.idempotency_retention = idempotency_retention
-        self.url = urlunsplit(parts._replace(query=""))
+        self.address = address
+        self.cluster = address.cluster
+        self.url = address.url
         self.prefix = options.prefix
-        self.where = f"redis at {parts.hostname or 'localhost'}:{parts.port or 6379}"
+        self.where = address.where
+        #: The one channel of every notice (one server); on a cluster each
+        #: transcript has its own (``channel_of``).
         self.channel = self.prefix + "changes"
+        self._publish = "SPUBLISH" if self.cluster else "PUBLISH"
         self._index = self.prefix + "ids"
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(TranscriptEvent)
         self._notice = msgspec.json.Decoder(tuple[str, str, int])
-        self._redis: aioredis.Redis | None = None
+        self._redis: aioredis.Redis | RedisCluster | None = None
+        self._shards: ShardChannels | None = None
+        self._append = _Script(_APPEND_SCRIPT)
+        self._create = _Script(_CREATE_SCRIPT)
+        self._delete = _Script(_DELETE_SCRIPT)
+
+    def channel_of(self, transcript_id: str) -> str:
+        """The channel that carries ``transcript_id``'s notices."""
+        if self.cluster:
+            return f"{self.prefix}{{{transcript_id}}}:changes"
+        return self.channel
 
     # --- lifecycle ------------------------------------------------------------------
 
-    def _new_client(self, *, retries: int | None = None, size: int | None = None) -> aioredis.Redis:
-        options = self.options
-        tls = {
+    def _tls(self) -> dict[str, Any]:
+        return {
             name: value
             for name in ("ssl_cert_reqs", "ssl_ca_certs", "ssl_check_hostname")
-            if (value := getattr(options, name)) is not None
+            if (value := getattr(self.options, name)) is not None
         }
+
+    def _retry(self, retries: int | None) -> Retry:
+        return Retry(
+            ExponentialWithJitterBackoff(base=0.02, cap=0.25),
+            self.options.retries if retries is None else retries,
+        )
+
+    def _new_client(self, *, retries: int | None = None, size: int | None = None) -> aioredis.Redis:
+        """A client of the one server (``size`` pooled connections)."""
+        options = self.options
         pool = aioredis.BlockingConnectionPool.from_url(
             self.url,
             max_connections=size or options.max_connections,
@@ -241,46 +325,95 @@ class RedisStore:
             socket_timeout=options.socket_timeout,
             socket_connect_timeout=options.socket_connect_timeout,
             health_check_interval=options.health_check_interval,
-            retry=Retry(
-                ExponentialWithJitterBackoff(base=0.02, cap=0.25),
-                options.retries if retries is None else retries,
-            ),
-            **tls,
+            retry=self._retry(retries),
+            **self._tls(),
         )
         return aioredis.Redis(connection_pool=pool)
+
+    def _new_cluster_client(self) -> RedisCluster:
+        """redis-py's cluster client: it learns the slots from the nodes in
+        the URL and follows MOVED/ASK; after a connection error it reads
+        the slots again before each retry."""
+        options, address = self.options, self.address
+        return RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in address.nodes],
+            # Serve the slots that are up when one master is down.
+            require_full_coverage=False,
+            username=address.username,
+            password=address.password,
+            ssl=address.tls,
+            max_connections=options.max_connections,
+            socket_timeout=options.socket_timeout,
+            socket_connect_timeout=options.socket_connect_timeout,
+            health_check_interval=options.health_check_interval,
+            retry=self._retry(None),
+            **self._tls(),
+        )
+
+    def _node_client(self, host: str, port: int) -> aioredis.Redis:
+        """One connection to one cluster node, no retries (shard notices)."""
+        options, address = self.options, self.address
+        return aioredis.Redis(
+            host=host,
+            port=port,
+            username=address.username,
+            password=address.password,
+            ssl=address.tls,
+            socket_timeout=options.socket_timeout,
+            socket_connect_timeout=options.socket_connect_timeout,
+            retry=self._retry(0),
+            single_connection_client=True,
+            **self._tls(),
+        )
 
     async def open(self) -> None:
         """Make the connection pool; a Redis that is down now is not an error
         (every call then raises ``StoreUnavailable`` until it is back)."""
         if self._redis is not None:
             return
-        client = self._new_client()
-        self._redis = client
-        self._append = client.register_script(_APPEND_SCRIPT)
-        self._create = client.register_script(_CREATE_SCRIPT)
-        self._delete = client.register_script(_DELETE_SCRIPT)
+        if self.cluster:
+            cluster = self._new_cluster_client()
+            self._redis = cluster
+            self._shards = ShardChannels(
+                cluster,
+                channel_of=self.channel_of,
+                connect=self._node_client,
+                decode=self._decode_notice,
+                where=self.where,
+            )
+        else:
+            self._redis = self._new_client()
 
     async def close(self) -> None:
         """Close the pool. Every accepted change is already in Redis."""
         client, self._redis = self._redis, None
-        if client is not None:
+        if isinstance(client, RedisCluster):
+            await client.aclose()
+        elif client is not None:
             await client.aclose(close_connection_pool=True)
 
-    def _client(self) -> aioredis.Redis:
+    def _client(self) -> Any:
+        """The client (``aioredis.Redis`` or ``RedisCluster``: the same commands)."""
         if self._redis is None:
-            raise StoreUnavailable(f"redis store ({self.where}) is closed")
+            raise StoreUnavailable(f"{self.where} store is closed")
         return self._redis
 
-    def _unavailable(self, err: RedisError) -> StoreError:
+    def _unavailable(self, err: RedisError | RedisClusterException) -> StoreError:
+        node = getattr(err, "connection", None)
+        where = self.where
+        if isinstance(node, ClusterNode):
+            where = f"{self.where} (node {node.name}, which holds this data)"
         if isinstance(err, RedisTimeoutError):
             return StoreUnavailable(
-                f"{self.where} did not answer within {self.options.socket_timeout}s "
+                f"{where} did not answer within {self.options.socket_timeout}s "
                 f"({self.options.retries} retries): {err}; the change may still be applied "
                 "when it answers again, retry with the same idempotency key"
             )
         if isinstance(err, RedisConnectionError):
-            return StoreUnavailable(f"{self.where} is unreachable: {err}")
-        return StoreError(f"{self.where}: {type(err).__name__}: {err}")
+            return StoreUnavailable(f"{where} is unreachable: {err}")
+        if isinstance(err, ClusterError | TryAgainError | RedisClusterException):
+            return StoreUnavailable(f"{where} cannot serve this data now: {err}")
+        return StoreError(f"{where}: {type(err).__name__}: {err}")
 
     # --- keys -----------------------------------------------------------------------
 
@@ -313,9 +446,10 @@ class RedisStore:
             active,
             retention,
             self.options.stream_maxlen,
-            self.channel,
+            self.channel if event is None else self.channel_of(event.transcript_id),
             event.transcript_id if event is not None else "",
             event.epoch if event is not None else "",
+            self._publish,
         ]
 
     # --- writes ---------------------------------------------------------------------
@@ -339,14 +473,14 @@ class RedisStore:
         check_first_event(transcript_id, epoch, first)
         # A retried create is recognised by its token (the script), not a key.
         args = self._event_args(first, idempotency_key or "", internal=False)
-        args[10], args[11] = transcript_id, epoch
+        args[9], args[10], args[11] = self.channel_of(transcript_id), transcript_id, epoch
         token = uuid.uuid4().hex
         try:
             await client.zadd(self._index, {transcript_id: 0})
             answer = await self._create(
-                keys=self._keys(transcript_id), args=[epoch, created_at, token, *args]
+                client, self._keys(transcript_id), [epoch, created_at, token, *args]
             )
-        except RedisError as err:
+        except _FAILURES as err:
             raise self._unavailable(err) from err
         if answer[0] == b"exists":
             raise TranscriptExists(transcript_id)
@@ -361,16 +495,15 @@ class RedisStore:
         the first attempt had run, the retry answers that attempt's ack (not
         as a duplicate: for this caller it is the one append it asked for).
         """
-        self._client()
+        client = self._client()
         internal = idempotency_key is None
         key = uuid.uuid4().hex if idempotency_key is None else idempotency_key
         args = self._event_args(event, key, internal)
         try:
             answer = await self._append(
-                keys=self._keys(event.transcript_id),
-                args=[event.epoch, event.revision, "", *args],
+                client, self._keys(event.transcript_id), [event.epoch, event.revision, "", *args]
             )
-        except RedisError as err:
+        except _FAILURES as err:
             raise self._unavailable(err) from err
         status = answer[0]
         if status == b"ok":
@@ -389,23 +522,21 @@ class RedisStore:
         outcome per item; ``StoreUnavailable`` when the round trip failed."""
         client = self._client()
         internal: list[bool] = []
+        calls: list[tuple[Sequence[str], Sequence[Any]]] = []
+        for event, idempotency_key in items:
+            internal.append(idempotency_key is None)
+            key = uuid.uuid4().hex if idempotency_key is None else idempotency_key
+            args = self._event_args(event, key, idempotency_key is None)
+            calls.append(
+                (self._keys(event.transcript_id), [event.epoch, event.revision, "", *args])
+            )
         try:
-            async with client.pipeline(transaction=False) as pipe:
-                for event, idempotency_key in items:
-                    internal.append(idempotency_key is None)
-                    key = uuid.uuid4().hex if idempotency_key is None else idempotency_key
-                    args = self._event_args(event, key, idempotency_key is None)
-                    await self._append(
-                        keys=self._keys(event.transcript_id),
-                        args=[event.epoch, event.revision, "", *args],
-                        client=pipe,
-                    )
-                answers = await pipe.execute(raise_on_error=False)
-        except RedisError as err:
+            answers = await self._append.many(client, calls)
+        except _FAILURES as err:
             raise self._unavailable(err) from err
         outcomes: list[AppendResult | Exception] = []
         for (event, _), was_internal, answer in zip(items, internal, answers, strict=True):
-            if isinstance(answer, RedisError):
+            if isinstance(answer, _FAILURES):
                 outcomes.append(self._unavailable(answer))
                 continue
             if isinstance(answer, Exception):
@@ -431,10 +562,12 @@ class RedisStore:
         client = self._client()
         try:
             existed = await self._delete(
-                keys=self._keys(transcript_id), args=[self.channel, transcript_id]
+                client,
+                self._keys(transcript_id),
+                [self.channel_of(transcript_id), transcript_id, self._publish],
             )
             await client.zrem(self._index, transcript_id)
-        except RedisError as err:
+        except _FAILURES as err:
             raise self._unavailable(err) from err
         return bool(existed)
 
@@ -452,7 +585,7 @@ class RedisStore:
                 pipe.hgetall(keys)
                 pipe.zrange(korder, 0, -1)
                 (epoch, created), blobs, acks, order = await pipe.execute()
-        except RedisError as err:
+        except _FAILURES as err:
             raise self._unavailable(err) from err
         if epoch is None:
             return None
@@ -475,7 +608,7 @@ class RedisStore:
                 if limit != 0:
                     pipe.xrange(stream, f"0-{revision + 1}", "+", count=limit)
                 replies = await pipe.execute()
-        except RedisError as err:
+        except _FAILURES as err:
             raise self._unavailable(err) from err
         if replies[0] is None:
             raise TranscriptNotFound(transcript_id)
@@ -518,41 +651,99 @@ class RedisStore:
                 start = "(" + ids[-1].decode()
                 if len(ids) < want:
                     break
-        except RedisError as err:
+        except _FAILURES as err:
             raise self._unavailable(err) from err
         return found
 
     # --- for the backplane ------------------------------------------------------------
 
     async def heads(self, transcript_ids: Iterable[str]) -> dict[str, Head | None]:
-        """Epoch and revision of each transcript now (``None``: it does not exist)."""
+        """Epoch and revision of each transcript now (``None``: it does not
+        exist). On a cluster each node is asked apart: the transcripts of a
+        node that does not answer are left out (``StoreUnavailable`` when no
+        node answers)."""
         client = self._client()
         ids = list(transcript_ids)
         if not ids:
             return {}
+        groups = [ids]
+        if isinstance(client, RedisCluster):
+            try:
+                await client.initialize()
+                by_node: dict[str, list[str]] = {}
+                for tid in ids:
+                    node = client.get_node_from_key(self._keys(tid)[0])
+                    by_node.setdefault(node.name if node else "", []).append(tid)
+                groups = list(by_node.values())
+            except _FAILURES as err:
+                raise self._unavailable(err) from err
+        replies = await asyncio.gather(
+            *(self._heads_of(client, group) for group in groups), return_exceptions=True
+        )
+        heads: dict[str, Head | None] = {}
+        failed: list[BaseException] = []
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                failed.append(reply)
+            else:
+                heads.update(reply)
+        if failed and (not heads or not isinstance(failed[0], StoreUnavailable)):
+            raise failed[0]
+        return heads
+
+    async def _heads_of(self, client: Any, ids: Sequence[str]) -> dict[str, Head | None]:
         try:
             async with client.pipeline(transaction=False) as pipe:
                 for tid in ids:
                     pipe.hmget(self._keys(tid)[0], "epoch", "rev")
                 replies = await pipe.execute()
-        except RedisError as err:
+        except _FAILURES as err:
             raise self._unavailable(err) from err
         return {
             tid: None if epoch is None else Head(epoch.decode(), int(rev))
             for tid, (epoch, rev) in zip(ids, replies, strict=True)
         }
 
-    async def notices(self, *, reconnect_delay: float = 0.1) -> AsyncGenerator[Notice | None, None]:
+    def watch(self, transcript_ids: Iterable[str]) -> bool:
+        """One server: every change is announced already (``False``). A
+        cluster: subscribe to their sharded channels; a ``Recheck`` of each
+        follows its subscription (``True``)."""
+        if self._shards is None:
+            return False
+        return self._shards.watch(transcript_ids)
+
+    def unwatch(self, transcript_ids: Iterable[str]) -> None:
+        if self._shards is not None:
+            self._shards.unwatch(transcript_ids)
+
+    def _decode_notice(self, data: bytes) -> Notice | None:
+        try:
+            return Notice(*self._notice.decode(data))
+        except msgspec.DecodeError:
+            log.warning("ignored a malformed notice: %r", data[:200])
+            return None
+
+    async def notices(
+        self, *, reconnect_delay: float = 0.1
+    ) -> AsyncGenerator[Notice | Recheck | None, None]:
         """Every change's notice, from pub/sub, for as long as the caller iterates.
 
         Pub/sub drops messages while a connection is down, so after every
         (re)subscription this yields ``None``: anything may have been missed,
-        check every copy. Connection errors are retried here forever (with a
-        growing delay up to one second); they never end the iteration.
+        check every copy (on a cluster: a ``Recheck`` of the transcripts of
+        the node whose subscription was made again). Connection errors are
+        retried here forever (with a growing delay up to one second); they
+        never end the iteration.
         """
+        self._client()  # closed: StoreUnavailable ends the iteration
+        if self._shards is not None:
+            async for item in self._shards.notices(reconnect_delay):
+                self._client()
+                yield item
+            return
         delay, lost = reconnect_delay, False
         while True:
-            self._client()  # closed: StoreUnavailable ends the iteration
+            self._client()
             # A client of its own without retries: redis-py would otherwise
             # reconnect and resubscribe silently, hiding the lost messages.
             client = self._new_client(retries=0, size=1)
@@ -567,13 +758,10 @@ class RedisStore:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if message is None or message.get("type") != "message":
                         continue
-                    try:
-                        tid, epoch, revision = self._notice.decode(message["data"])
-                    except msgspec.DecodeError:
-                        log.warning("ignored a malformed notice: %r", message["data"][:200])
-                        continue
-                    yield Notice(tid, epoch, revision)
-            except (RedisError, OSError) as err:
+                    notice = self._decode_notice(message["data"])
+                    if notice is not None:
+                        yield notice
+            except (*_FAILURES, OSError) as err:
                 # Warn once per outage, not at every attempt to reconnect.
                 log.log(
                     logging.DEBUG if lost else logging.WARNING,

@@ -66,8 +66,58 @@ def test_fanout_against_a_real_server_delivers_everything_once(tmp_path: Path) -
     assert "| delivered events/s" in (tmp_path / "summary.md").read_text()
 
 
+def test_the_fast_check_pins_both_sides_and_reports_the_generator(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    cpus = sorted(os.sched_getaffinity(0))
+    with ServerProcess(store="memory", log_path=tmp_path / "log") as server:
+        assert server.proc is not None
+        pinning: list[str] = []
+        if len(cpus) >= 2:
+            pinning = ["--server-cpus", str(cpus[0]), "--client-cpus", str(cpus[1])]
+        done = bench(
+            "fanout", "--subscribers", "20", "--rate", "50", "--duration", "3",
+            "--procs", "2", "--fast", "--server-pid", str(server.proc.pid), *pinning,
+            "--json", str(out), env={"TSYNC_URL": server.url},
+        )  # fmt: skip
+        if pinning:  # every thread of the server, not only its main one
+            for task in Path(f"/proc/{server.proc.pid}/task").iterdir():
+                assert os.sched_getaffinity(int(task.name)) == {cpus[0]}
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    run = result["runs"][0]
+    assert result["ok"] is True and run["failures"] == []
+    on_time = run["groups"]["on-time"]
+    assert on_time["delivered"] == on_time["expected"] == 20 * run["writers"]["appends"] > 0
+    assert run["latency_ms"]["count"] == on_time["delivered"]
+    generator = run["generator_cpu"]
+    assert generator["check"] == "fast" and generator["loop"] == "uvloop"
+    assert generator["cpu_s"] > 0 and generator["share"] > 0
+    if pinning:
+        assert generator["pinned"] == [cpus[1]] and generator["cpus"] == 1
+        assert result["machine"]["server_cpus"] == [cpus[0]]
+    assert "generator (fast checks, uvloop)" in done.stdout
+
+
+def test_pinning_needs_a_server_and_distinct_cpus() -> None:
+    for args, said in (
+        (["--server-cpus", "0"], "needs --server-pid"),
+        (["--server-cpus", "0", "--server-pid", "99999999", "--client-cpus", "0"], "overlap"),
+        (["--client-cpus", "9999"], "does not exist"),
+        (["--client-cpus", "1-0"], "bad CPU range"),
+    ):
+        done = bench("fanout", "--url", "http://127.0.0.1:9", *args)
+        assert done.returncode == 2 and said in done.stderr, done.stderr
+    # Never the init process or the generator's own parents: their children
+    # are the whole machine, or the generator itself.
+    for pid in (1, os.getpid()):
+        done = bench("fanout", "--url", "http://127.0.0.1:9", "--server-pid", str(pid),
+                     "--server-cpus", "0")  # fmt: skip
+        assert done.returncode == 1 and "not a server to pin" in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("fault", ["drop", "repeat"])
-def test_a_fast_but_wrong_server_fails_the_run(tmp_path: Path, fault: str) -> None:
+@pytest.mark.parametrize("check", ["full", "fast"])
+def test_a_fast_but_wrong_server_fails_the_run(tmp_path: Path, fault: str, check: str) -> None:
     port = free_port()
     script = ROOT / "scripts" / "broadcast_baseline.py"
     proc = subprocess.Popen(
@@ -89,6 +139,7 @@ def test_a_fast_but_wrong_server_fails_the_run(tmp_path: Path, fault: str) -> No
         done = bench(
             "fanout", "--url", f"ws://127.0.0.1:{port}/v1/ws", "--subscribers", "5",
             "--count", "120", "--closed-loop", "--json", str(out), "--drain-timeout", "5",
+            *(["--fast"] if check == "fast" else []),
         )  # fmt: skip
     finally:
         proc.terminate()

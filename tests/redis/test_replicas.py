@@ -1,6 +1,6 @@
 """Several ``tsync serve`` processes on one private Redis: fan-out across
-replicas, concurrent writers, a replica killed with SIGKILL, Redis restarted
-(AOF on) and Redis paused. After each, every subscriber's copy equals the
+replicas, concurrent writers (on a Redis Cluster too), a replica killed with
+SIGKILL, Redis restarted (AOF on) and Redis paused. After each, every subscriber's copy equals the
 transcript Redis holds, and every acknowledged append is in it exactly once."""
 
 from __future__ import annotations
@@ -60,10 +60,18 @@ async def test_a_change_through_one_replica_reaches_subscribers_of_the_other(
         await on_b.detach()
 
 
+@pytest.fixture(params=["redis", "cluster"])
+def shared_url(request: pytest.FixtureRequest) -> str:
+    """The module's Redis, or its three-master Redis Cluster."""
+    name = "shared_redis" if request.param == "redis" else "shared_cluster"
+    url: str = request.getfixturevalue(name).url
+    return url
+
+
 async def test_concurrent_writers_on_three_replicas_land_in_one_order(
-    shared_redis: RedisServer, tmp_path: Path
+    shared_url: str, tmp_path: Path
 ) -> None:
-    url = shared_redis.url + "?prefix=writers:"
+    url = shared_url + "?prefix=writers:"
     async with replicas(3, url, tmp_path) as procs, httpx.AsyncClient(timeout=10) as http:
         await create(http, procs[0].url, "t")
         followers = [Follower("t") for _ in procs]

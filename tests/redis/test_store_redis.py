@@ -150,7 +150,9 @@ async def test_a_retried_create_is_not_refused(redis_store: RedisStore) -> None:
     args = redis_store._event_args(None, "", internal=False)
     args[10], args[11] = "t1", EPOCH
     for _ in range(2):
-        answer = await redis_store._create(keys=keys, args=[EPOCH, CREATED_AT, "tok", *args])
+        answer = await redis_store._create(
+            redis_store._client(), keys, [EPOCH, CREATED_AT, "tok", *args]
+        )
         assert answer == [b"ok"]
     with pytest.raises(TranscriptExists):
         await redis_store.create("t1", EPOCH, CREATED_AT)

@@ -4,6 +4,10 @@ replicas can share.
 A backend's test module subclasses ``SharedStoreContract`` and supplies the
 ``shared_backend`` fixture: ``make()`` builds a new, unopened store over the
 SAME place each time within one test, as two replicas would open it.
+
+A listener ``watch``es the transcripts it wants to hear about; a store that
+subscribes per transcript (a Redis Cluster) says so and yields a ``Recheck``
+once they are covered, and only then is every change to them announced.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Protocol
 
 import pytest
 
-from server.store import Head, Notice, SharedStore, StoreUnavailable
+from server.store import Head, Notice, Recheck, SharedStore, StoreUnavailable
 from tests.server.store_contract import CREATED_AT, EPOCH, appended
 
 
@@ -24,9 +28,23 @@ class SharedBackend(Protocol):
         ...
 
 
-async def _next(notices: AsyncIterator[Notice | None]) -> Notice | None:
+async def _next(notices: AsyncIterator[Notice | Recheck | None]) -> Notice | Recheck | None:
     async with asyncio.timeout(5):
         return await anext(notices)
+
+
+async def _watching(
+    store: SharedStore, notices: AsyncIterator[Notice | Recheck | None], *ids: str
+) -> None:
+    """``store.watch(ids)``; returns once the store announces their changes."""
+    if not store.watch(ids):
+        return
+    waiting = set(ids)
+    while waiting:
+        item = await _next(notices)
+        assert not isinstance(item, Notice), f"a notice before the watch took effect: {item}"
+        if isinstance(item, Recheck):
+            waiting -= item.transcript_ids
 
 
 class SharedStoreContract:
@@ -58,6 +76,7 @@ class SharedStoreContract:
         notices = b.notices()
         try:
             assert await _next(notices) is None  # listening: check every copy
+            await _watching(b, notices, "t1", "t2")
             await a.create("t1", EPOCH, CREATED_AT)
             assert await _next(notices) == Notice("t1", EPOCH, 0)
             await a.append(appended(1, 0))
@@ -80,9 +99,26 @@ class SharedStoreContract:
         notices = b.notices()
         try:
             assert await _next(notices) is None
+            await _watching(b, notices, "t1")
             outcomes = await a.append_many([(appended(5, 4), None), (appended(1, 0), None)])
             assert not isinstance(outcomes[1], Exception)
             # Only the append that landed is announced.
+            assert await _next(notices) == Notice("t1", EPOCH, 1)
+        finally:
+            await notices.aclose()  # type: ignore[attr-defined]
+
+    async def test_a_watch_taken_back_and_given_again_keeps_announcing(
+        self, replicas: tuple[SharedStore, SharedStore]
+    ) -> None:
+        a, b = replicas
+        await a.create("t1", EPOCH, CREATED_AT)
+        notices = b.notices()
+        try:
+            assert await _next(notices) is None
+            await _watching(b, notices, "t1")
+            b.unwatch(["t1"])
+            await _watching(b, notices, "t1")
+            await a.append(appended(1, 0))
             assert await _next(notices) == Notice("t1", EPOCH, 1)
         finally:
             await notices.aclose()  # type: ignore[attr-defined]

@@ -26,6 +26,8 @@ class RedisServer:
     dir: Path
     port: int = field(default_factory=free_port)
     appendonly: bool = True
+    #: More ``redis-server`` arguments (a cluster node's, for instance).
+    extra: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -43,6 +45,7 @@ class RedisServer:
             "--appendfsync", "always",
             "--protected-mode", "no", "--daemonize", "no",
             "--logfile", str(self.dir / "redis.log"),
+            *self.extra,
         ]  # fmt: skip
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
