@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from protocol.types import ViewChanged
 from server.store import (
     AppendResult,
     Notice,
@@ -28,6 +29,8 @@ from tests.server.store_contract import (
     StoreBackend,
     StoreContract,
     appended,
+    segment_started,
+    view_event,
 )
 from tests.support.redis_server import RedisServer
 from tests.support.servers import free_port
@@ -136,11 +139,13 @@ async def test_generated_keys_are_bounded(redis_store: RedisStore) -> None:
 async def test_every_key_of_a_transcript_carries_its_hash_tag(redis_store: RedisStore) -> None:
     await redis_store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k")
     await redis_store.append(appended(2, 1))
+    await redis_store.append(segment_started(3, 0, 1, 2))
+    await redis_store.append(view_event(4, ViewChanged("v", 0, None)))
     client = redis_store._client()
     found = await client.keys(redis_store.prefix + "*")
     keys = sorted(k.decode() if isinstance(k, bytes) else k for k in found)
     tagged = [k for k in keys if k != redis_store.prefix + "ids"]
-    assert len(tagged) == 7
+    assert len(tagged) == len(redis_store._keys("t1")) == 10
     assert all(k.startswith(redis_store.prefix + "{t1}:") for k in tagged)
 
 
