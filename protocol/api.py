@@ -200,7 +200,8 @@ class Readiness(Struct, frozen=True, omit_defaults=True):
 class Problem(Struct, frozen=True, omit_defaults=True):
     """An error (``application/problem+json``, RFC 9457). ``code`` is the same
     vocabulary as the WebSocket ``error`` frame; ``path`` comes with
-    ``invalid-message``, ``revision`` with ``revision-conflict``."""
+    ``invalid-message``, ``revision`` with ``revision-conflict``, ``epoch``
+    (the transcript's) with ``epoch-changed``."""
 
     type: str
     title: str
@@ -209,3 +210,4 @@ class Problem(Struct, frozen=True, omit_defaults=True):
     detail: str
     path: str | None = None
     revision: NonNegative | None = None
+    epoch: str | None = None
