@@ -65,7 +65,7 @@ async def get_views(request: Request) -> Response:
     return json_response(api.ViewList(transcript_id=tid, revision=revision, views=list(views)))
 
 
-_VIEW_NAME: Final = re.compile(r"[A-Za-z0-9._:-]{1,%d}" % MAX_VIEW_NAME_LENGTH)
+_VIEW_NAME: Final = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_VIEW_NAME_LENGTH}}}")
 
 
 def _view_name(request: Request) -> str:

@@ -12,8 +12,11 @@ newest ``live_messages`` (``Store.load_recent``) and, whenever it holds more
 than 1.5 times that many, lets the oldest go (``Transcript.forget_before``).
 Subscribers need nothing more of it: after their baseline they take
 increments, and a baseline, range or export that starts earlier reads the
-older messages from the store (they never change, so the two join exactly). ``lock`` is held by whoever changes the transcript (the committer,
-a segment start, a catch-up or the backplane), so changes never interleave.
+older messages from the store (they never change, so the two join exactly).
+
+``lock`` is held by whoever changes the transcript (the committer, a segment
+start, a View change, a catch-up or the backplane), so changes never
+interleave.
 
 What a subscribe with ``fromRevision`` gets is decided here without an await
 (``plan_subscribe``, ``splice``): a baseline, the window's increments, or a
