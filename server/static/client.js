@@ -1350,11 +1350,15 @@ export class TsyncClient {
    * that no longer exists (a new baseline is on its way).
    */
   async loadEarlier(transcriptId, count) {
+    const epoch = this.mirror(transcriptId)?.epoch;
     let added = 0;
     while (added < count) {
       const copy = this.mirror(transcriptId);
       if (copy === null) throw new Error(`no copy of '${transcriptId}' to widen`);
       if (copy.messages === null) throw new Error(`the copy of '${transcriptId}' keeps no messages`);
+      if (copy.epoch !== epoch) {
+        throw new ServerError({ code: "epoch-changed", message: `'${transcriptId}' was created again (epoch '${copy.epoch}')` });
+      }
       if (copy.start === 0) break;
       const end = copy.start;
       const start = Math.max(0, end - Math.min(count - added, READ_MAX));

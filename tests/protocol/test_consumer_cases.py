@@ -144,7 +144,9 @@ def _run(consumer: Consumer, step: dict[str, Any]) -> None:
     value = step[kind]
     if kind == "subscribe":
         window = step.get("window")
-        consumer.subscribe(value, window=None if window is None else msgspec.convert(window, Window))
+        consumer.subscribe(
+            value, window=None if window is None else msgspec.convert(window, Window)
+        )
     elif kind == "unsubscribe":
         consumer.unsubscribe(value)
     elif kind == "connection":
