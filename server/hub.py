@@ -390,12 +390,15 @@ class Hub:
         read from memory and, for what it no longer holds, the store.
         ``ValueError`` unless ``0 <= start <= end <= length``."""
         live = await self.load(transcript_id)
-        length = live.transcript.length
-        stop = length if end is None else end
-        if not 0 <= start <= stop <= length:
-            raise ValueError(f"range [{start}, {stop}) is not within [0, {length}]")
-        live, messages = await self._messages(live, start, stop)
-        return live.transcript.state.snapshot_of(start, messages)
+        while True:
+            length = live.transcript.length
+            stop = length if end is None else end
+            if not 0 <= start <= stop <= length:
+                raise ValueError(f"range [{start}, {stop}) is not within [0, {length}]")
+            current, messages = await self._messages(live, start, stop)
+            if current is live:
+                return live.transcript.state.snapshot_of(start, messages)
+            live = current  # reloaded: another history, measure again
 
     async def read_messages(
         self, transcript_id: str, start: int, end: int, *, epoch: str | None = None
@@ -404,12 +407,16 @@ class Hub:
         ``StoredRange`` of the current revision, and that revision. Raises
         ``EpochChanged`` when ``epoch`` is given and is not the transcript's."""
         live = await self.load(transcript_id)
-        transcript = live.transcript
-        if epoch is not None and epoch != transcript.epoch:
-            raise EpochChanged(transcript_id, epoch, transcript.epoch)
-        length = transcript.length
-        first, last = min(start, length), min(end, length)
-        live, messages = await self._messages(live, first, last)
+        while True:
+            transcript = live.transcript
+            if epoch is not None and epoch != transcript.epoch:
+                raise EpochChanged(transcript_id, epoch, transcript.epoch)
+            length = transcript.length
+            first, last = min(start, length), min(end, length)
+            current, messages = await self._messages(live, first, last)
+            if current is live:
+                break
+            live = current  # reloaded: another history, look again
         transcript = live.transcript
         found = StoredRange(
             transcript.epoch, transcript.revision, transcript.length, first, messages
@@ -420,9 +427,10 @@ class Hub:
         self, live: LiveTranscript, start: int, end: int
     ) -> tuple[LiveTranscript, tuple[Message, ...]]:
         """Messages ``[start, end)`` (``end`` at most the length): what the
-        live copy holds from memory, the older part from the store. Returns
-        the copy they were read for (the current one: a stale copy is
-        reloaded first)."""
+        live copy holds from memory, the older part from the store, and
+        ``live``. When the store holds another history, ``live`` is reloaded
+        and the current copy is returned with no messages: the caller, which
+        measured the range on ``live``, measures again."""
         for _ in range(_READ_ATTEMPTS):
             state = live.transcript.state
             if start >= state.start:
@@ -430,8 +438,7 @@ class Hub:
             try:
                 older = await self._read_older(live, start, min(end, state.start))
             except _Stale:
-                live = await self._refresh(live)
-                continue
+                return await self._refresh(live), ()
             held = live.transcript.state.start
             if older.end >= min(end, held):
                 tail = live.transcript.state.slice(held, end) if end > held else ()
@@ -523,13 +530,17 @@ class Hub:
         one read, so a message several ranges share is one object, counted
         once. Raises ``InvalidView``, ``ValueError`` (no such segment)."""
         live = await self.load(transcript_id)
-        state = live.transcript.state
-        revision = state.revision
-        ranges = named_ranges(state, segments=segments, views=views)
-        low = min((r.start for r in ranges), default=0)
-        high = max((r.end for r in ranges), default=0)
-        _, messages = await self._messages(live, low, high)
-        return revision, message_usage((r, messages[r.start - low : r.end - low]) for r in ranges)
+        while True:
+            state = live.transcript.state
+            ranges = named_ranges(state, segments=segments, views=views)
+            low = min((r.start for r in ranges), default=0)
+            high = max((r.end for r in ranges), default=0)
+            current, messages = await self._messages(live, low, high)
+            if current is live:
+                break
+            live = current  # reloaded: another history, choose again
+        spans = ((r, messages[r.start - low : r.end - low]) for r in ranges)
+        return state.revision, message_usage(spans)
 
     async def events_after(self, transcript_id: str, revision: int) -> list[TranscriptEvent] | None:
         """Events after ``revision`` from the window or the store; ``None`` when

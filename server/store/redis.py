@@ -127,7 +127,10 @@ local function accept(rev, a)
   if active ~= '' then redis.call('HSET', KEYS[1], 'active', active) end
   if kind == 'a' then
     redis.call('ZADD', KEYS[8], length, rev)
-    if title ~= '' then redis.call('HSETNX', KEYS[1], 'title', title) end
+    -- A transcript stored before titles were kept gets its own when indexed.
+    if title ~= '' and redis.call('HGET', KEYS[1], 'ix') == '1' then
+      redis.call('HSETNX', KEYS[1], 'title', title)
+    end
     redis.call('HSET', KEYS[1], 'preview', preview)
   elseif kind == 's' then
     redis.call('RPUSH', KEYS[9], item)
