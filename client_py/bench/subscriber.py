@@ -39,6 +39,7 @@ from protocol.consumer import (
 )
 from protocol.continuity import Continuity
 from protocol.types import MessagesAppended
+from protocol.views import Window
 
 SMALL_RCVBUF: Final = 32 << 10
 
@@ -89,12 +90,14 @@ class Subscriber:
     it and the socket's buffers fill up as a stalled client's would.
     """
 
-    def __init__(self, url: str, transcript_id: str, stats: GroupStats) -> None:
+    def __init__(
+        self, url: str, transcript_id: str, stats: GroupStats, window: Window | None = None
+    ) -> None:
         self.url = url
         self.transcript_id = transcript_id
         self.stats = stats
         self.core = Consumer(keep_messages=False)
-        self.subscription = self.core.subscribe(transcript_id)
+        self.subscription = self.core.subscribe(transcript_id, window=window)
         self.ready = asyncio.Event()  #: the first baseline arrived
         self.done = asyncio.Event()  #: the copy reached ``target``
         self.reading = asyncio.Event()

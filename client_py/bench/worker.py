@@ -29,7 +29,7 @@ from typing import Any
 from client_py.bench.channel import Channel
 from client_py.bench.histogram import LatencyHistogram
 from client_py.bench.subscriber import GroupStats, Subscriber
-from client_py.bench.workload import Workload
+from client_py.bench.workload import Workload, window_of
 
 CONNECT_CONCURRENCY = 64
 PROGRESS_INTERVAL_S = 0.5
@@ -50,7 +50,12 @@ class Worker:
         for index in indices:
             group = "stopped" if workload.is_stopped(index) else "on-time"
             self.groups[group].subscribers += 1
-            sub = Subscriber(url, workload.subscriber_transcript(index), self.groups[group])
+            sub = Subscriber(
+                url,
+                workload.subscriber_transcript(index),
+                self.groups[group],
+                window_of(workload.window),
+            )
             # Only a stopped subscriber may lose its connection and go on.
             sub.auto_reconnect = sub.small_buffers = group == "stopped"
             self.subscribers.append(sub)
