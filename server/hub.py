@@ -384,13 +384,24 @@ class Hub:
     # --- reads ----------------------------------------------------------------------
 
     async def snapshot(
-        self, transcript_id: str, start: int = 0, end: int | None = None
+        self,
+        transcript_id: str,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        window: Window | None = None,
     ) -> TranscriptSnapshot:
-        """The transcript now with messages ``[start, end)`` (default all),
-        read from memory and, for what it no longer holds, the store.
-        ``ValueError`` unless ``0 <= start <= end <= length``."""
+        """The transcript now with messages ``[start, end)`` (default all), or
+        from where ``window`` starts, read from memory and, for what it no
+        longer holds, the store. ``ValueError`` unless ``0 <= start <= end
+        <= length``; ``InvalidView`` for a window naming no View."""
         live = await self.load(transcript_id)
         while True:
+            state = live.transcript.state
+            if window is not None:
+                start = window_start(
+                    window, length=state.length, active_start=state.active_start, views=state.views
+                )
             length = live.transcript.length
             stop = length if end is None else end
             if not 0 <= start <= stop <= length:
