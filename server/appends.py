@@ -274,16 +274,6 @@ class AppendCommitter:
             live.remember(p.key, result.receipt)
             return result
 
-    async def commit_segment(
-        self, live: LiveTranscript, start: int | None, origin: Origin | None, transport: str
-    ) -> AppendResult | None:
-        """Start a segment on ``live`` (the caller holds ``live.lock``).
-        Raises ``InvalidSegment``; ``None`` when ``live`` was replaced by a
-        catch-up (start over on the current copy)."""
-        return await self.commit_change(
-            live, lambda transcript: transcript.prepare_segment(start, origin=origin), transport
-        )
-
     async def commit_change(
         self,
         live: LiveTranscript,

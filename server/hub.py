@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from protocol import codes
+from protocol.state import TranscriptState
 from protocol.types import Message, Origin, TranscriptEvent, TranscriptSnapshot, View
 from protocol.usage import MessageUsage, message_usage, named_ranges
 from protocol.validation import parse_messages, validate_id
@@ -77,6 +78,13 @@ log = logging.getLogger("tsync.hub")
 #: Reads of older messages one baseline or range may need: each retry means
 #: the transcript let more messages go while the store answered.
 _READ_ATTEMPTS = 5
+
+
+def _start_of(window: Window | None, state: TranscriptState) -> int:
+    """Where a baseline of ``window`` starts in ``state`` now."""
+    return window_start(
+        window, length=state.length, active_start=state.active_start, views=state.views
+    )
 
 
 class _Stale(Exception):
@@ -311,14 +319,11 @@ class Hub:
         transport: str = "ws",
     ) -> AppendResult:
         """Start a segment. Raises ``InvalidSegment`` and the errors of ``append``."""
-        while True:
-            live = await self.load(transcript_id)
-            async with live.lock:
-                if not self.is_current(live):
-                    continue
-                result = await self.committer.commit_segment(live, start, origin, transport)
-            if result is not None:
-                return result
+        return await self._change(
+            transcript_id,
+            lambda transcript: transcript.prepare_segment(start, origin=origin),
+            transport,
+        )
 
     # --- other replicas' changes ------------------------------------------------------
 
@@ -399,9 +404,7 @@ class Hub:
         while True:
             state = live.transcript.state
             if window is not None:
-                start = window_start(
-                    window, length=state.length, active_start=state.active_start, views=state.views
-                )
+                start = _start_of(window, state)
             length = live.transcript.length
             stop = length if end is None else end
             if not 0 <= start <= stop <= length:
@@ -520,6 +523,8 @@ class Hub:
         prepare: Callable[[Transcript], TranscriptEvent | None],
         transport: str,
     ) -> AppendResult:
+        """Commit the one change ``prepare`` builds (a segment start, a View
+        change) under the transcript's lock, on its current copy."""
         while True:
             live = await self.load(transcript_id)
             async with live.lock:
@@ -708,9 +713,7 @@ class Hub:
                 return None
             live.deliver_pending()
             state = live.transcript.state
-            start = window_start(
-                window, length=state.length, active_start=state.active_start, views=state.views
-            )
+            start = _start_of(window, state)
             cached = live.cached_snapshot(start)
             if cached is not None:
                 return cached

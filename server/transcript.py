@@ -52,6 +52,7 @@ from protocol.errors import InvalidMessage, InvalidSegment
 from protocol.limits import MAX_MESSAGE_BYTES, MAX_MESSAGES_PER_BATCH
 from protocol.state import TranscriptState
 from protocol.types import (
+    Change,
     Message,
     MessageLocator,
     MessagesAppended,
@@ -395,13 +396,8 @@ class Transcript:
                 f"segment start {new_start} is invalid for transcript {state.transcript_id!r}: "
                 f"it must satisfy active_start ({active_start}) < start <= length ({length})"
             )
-        return TranscriptEvent(
-            transcript_id=state.transcript_id,
-            epoch=state.epoch,
-            revision=state.revision + 1,
-            occurred_at=self._clock(),
-            change=SegmentStarted(previous_start=active_start, start=new_start, end=length),
-            origin=_check_origin(origin),
+        return self._next_event(
+            SegmentStarted(previous_start=active_start, start=new_start, end=length), origin
         )
 
     def prepare_view(
@@ -413,7 +409,7 @@ class Transcript:
         view = check_view(name, start, end, length=state.length)
         if state.views.get(name) == view:
             return None
-        return self._event(ViewChanged(name=view.name, start=view.start, end=view.end), origin)
+        return self._next_event(ViewChanged(name=view.name, start=view.start, end=view.end), origin)
 
     def prepare_leave_view(
         self, name: str, *, origin: Origin | None = None
@@ -423,9 +419,10 @@ class Transcript:
         view = self._state.views.get(name)
         if view is None:
             return None
-        return self._event(ViewLeft(name=view.name, start=view.start, end=view.end), origin)
+        return self._next_event(ViewLeft(name=view.name, start=view.start, end=view.end), origin)
 
-    def _event(self, change: ViewChanged | ViewLeft, origin: Origin | None) -> TranscriptEvent:
+    def _next_event(self, change: Change, origin: Origin | None) -> TranscriptEvent:
+        """The event of ``change`` at revision + 1, stamped now."""
         state = self._state
         return TranscriptEvent(
             transcript_id=state.transcript_id,
@@ -559,15 +556,7 @@ class Transcript:
     # --- inside one change -------------------------------------------------------
 
     def _append_event(self, batch: tuple[Message, ...], origin: Origin | None) -> TranscriptEvent:
-        state = self._state
-        return TranscriptEvent(
-            transcript_id=state.transcript_id,
-            epoch=state.epoch,
-            revision=state.revision + 1,
-            occurred_at=self._clock(),
-            change=MessagesAppended(start=state.length, messages=batch),
-            origin=_check_origin(origin),
-        )
+        return self._next_event(MessagesAppended(start=self._state.length, messages=batch), origin)
 
     def _commit_append(self, event: TranscriptEvent) -> list[AppendedEntry]:
         change = event.change
