@@ -14,7 +14,9 @@ from client_py.errors import (
     ClientError,
     Conflict,
     Disconnected,
+    EpochChanged,
     InvalidMessage,
+    InvalidView,
     NotFound,
     RequestTimeout,
     RevisionConflict,
@@ -24,6 +26,7 @@ from client_py.errors import (
 )
 from client_py.http import Ack, Created, HttpApi, Imported, Receipt, endpoints
 from client_py.mirror import EventStream, Mirror, MirrorUpdate
+from protocol.views import Window
 
 __all__ = [
     "Ack",
@@ -34,10 +37,12 @@ __all__ = [
     "Conflict",
     "Created",
     "Disconnected",
+    "EpochChanged",
     "EventStream",
     "HttpApi",
     "Imported",
     "InvalidMessage",
+    "InvalidView",
     "Mirror",
     "MirrorUpdate",
     "NotFound",
@@ -47,6 +52,7 @@ __all__ = [
     "ServerError",
     "Unauthorized",
     "Unreachable",
+    "Window",
     "connect",
     "endpoints",
 ]

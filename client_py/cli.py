@@ -1,5 +1,5 @@
 """The client commands of ``tsync``: tail, append, get, list, create, delete,
-segment, import, export.
+segment, views, view, usage, import, export.
 
 ``server.cli`` calls ``register(subparsers)``. Every command takes ``--url``
 (default ``$TSYNC_URL`` or http://127.0.0.1:8765) and ``--token``
@@ -88,6 +88,11 @@ def _add_commands(subparsers: Any) -> None:
     )
     tail.add_argument("id", help="transcript id")
     tail.add_argument("--json", action="store_true", help="one JSON object per line")
+    where = tail.add_mutually_exclusive_group()
+    where.add_argument(
+        "--last", type=int, metavar="N", help="start with the last N messages, not all of them"
+    )
+    where.add_argument("--view", metavar="NAME", help="start where this View starts")
     tail.set_defaults(func=_command(_tail))
 
     append = subparsers.add_parser(
@@ -118,6 +123,8 @@ def _add_commands(subparsers: Any) -> None:
         "and attachments show as [image: ...] and [attachment: name, mime, size].",
     )
     get.add_argument("id", help="transcript id")
+    get.add_argument("--start", type=int, help="index of the first message (default 0)")
+    get.add_argument("--end", type=int, help="index after the last message (default: all)")
     get.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     get.set_defaults(func=_command(_get))
 
@@ -156,6 +163,47 @@ def _add_commands(subparsers: Any) -> None:
     )
     segment.add_argument("--json", action="store_true", help="print the ack as JSON")
     segment.set_defaults(func=_command(_segment))
+
+    views = subparsers.add_parser(
+        "views",
+        parents=[common],
+        help="list a transcript's Views",
+        description="List the Views (named ranges) of a transcript: name, start, end.",
+    )
+    views.add_argument("id", help="transcript id")
+    views.add_argument("--json", action="store_true", help="one JSON object per View")
+    views.set_defaults(func=_command(_views))
+
+    view = subparsers.add_parser(
+        "view",
+        parents=[common],
+        help="create, move or leave a View",
+        description="Create the View NAME over messages [--start, --end) of a transcript, or "
+        "move it there (no --end: it stays open and follows the transcript); --leave leaves "
+        "it. A View never changes a message or a segment; leaving one deletes nothing.",
+    )
+    view.add_argument("id", help="transcript id")
+    view.add_argument("name", help="the View's name (1 to 64 of A-Z a-z 0-9 . _ : -)")
+    view.add_argument("--start", type=int, help="index of its first message")
+    view.add_argument("--end", type=int, help="index after its last message (default: open)")
+    view.add_argument("--leave", action="store_true", help="leave the View")
+    view.add_argument("--json", action="store_true", help="print the ack as JSON")
+    view.set_defaults(func=_command(_view))
+
+    usage = subparsers.add_parser(
+        "usage",
+        parents=[common],
+        help="how segments and Views use the messages",
+        description="Count the messages the chosen segments and Views use, each message "
+        "once however many of them share it, and their bytes (compact JSON).",
+    )
+    usage.add_argument("id", help="transcript id")
+    usage.add_argument(
+        "--segments", help="all, active or indices like 0,2 (default: all, none with --views)"
+    )
+    usage.add_argument("--views", help="View names separated by commas (default: every View)")
+    usage.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    usage.set_defaults(func=_command(_usage))
 
     create = subparsers.add_parser(
         "create",
@@ -326,7 +374,14 @@ async def _tail(args: argparse.Namespace) -> int:
         request_timeout=args.timeout,
         backoff_max=2.0,
     ) as client:
-        mirror = await client.subscribe(args.id)
+        if args.last is not None and args.last < 0:
+            raise UsageError("--last must be >= 0")
+        window: dict[str, Any] | None = None
+        if args.last is not None:
+            window = {"tail": args.last}
+        elif args.view is not None:
+            window = {"view": args.view}
+        mirror = await client.subscribe(args.id, window=window)
         notes = asyncio.create_task(_note_reconnects(client, lambda: mirror.revision))
         try:
             return await _follow(args, mirror)
@@ -392,8 +447,11 @@ async def _append(args: argparse.Namespace) -> int:
 
 
 async def _get(args: argparse.Namespace) -> int:
+    for name in ("start", "end"):
+        if (getattr(args, name) or 0) < 0:
+            raise UsageError(f"--{name} must be >= 0")
     async with _api(args) as api:
-        snapshot = await api.get(args.id)
+        snapshot = await api.get(args.id, start=args.start, end=args.end)
     if args.json:
         print(_json.encode(snapshot).decode())
         return EXIT_OK
@@ -442,6 +500,60 @@ async def _segment(args: argparse.Namespace) -> int:
         print(_json.encode(_ack_dict(ack)).decode())
     else:
         print(f"segment started at index {ack.start}, revision {ack.revision}")
+    return EXIT_OK
+
+
+async def _views(args: argparse.Namespace) -> int:
+    async with _api(args) as api:
+        found = await api.views(args.id)
+    for view in found:
+        if args.json:
+            print(_json.encode(view).decode())
+        else:
+            end = "open" if view.end is None else str(view.end)
+            print(f"{view.name}  start {view.start}  end {end}")
+    return EXIT_OK
+
+
+async def _view(args: argparse.Namespace) -> int:
+    if args.leave and (args.start is not None or args.end is not None):
+        raise UsageError("--leave takes no --start or --end")
+    if not args.leave and args.start is None:
+        raise UsageError("--start is needed (or --leave)")
+    if any((value or 0) < 0 for value in (args.start, args.end)):
+        raise UsageError("--start and --end must be >= 0")
+    async with _api(args) as api:
+        if args.leave:
+            ack = await api.leave_view(args.id, args.name)
+        else:
+            ack = await api.set_view(args.id, args.name, args.start, args.end)
+    if args.json:
+        print(_json.encode(_ack_dict(ack)).decode())
+    elif args.leave:
+        done = "there was no such View" if ack.duplicate else "left"
+        print(f"View {args.name}: {done}, revision {ack.revision}")
+    else:
+        done = "unchanged" if ack.duplicate else "set"
+        print(f"View {args.name}: {done}, revision {ack.revision}")
+    return EXIT_OK
+
+
+async def _usage(args: argparse.Namespace) -> int:
+    names = None if args.views is None else [n for n in args.views.split(",") if n]
+    async with _api(args) as api:
+        found = await api.usage(args.id, segments=args.segments, views=names)
+    if args.json:
+        print(_json.encode(found).decode())
+        return EXIT_OK
+    for each in found.ranges:
+        print(
+            f"{each.name}  [{each.start}, {each.end})  {each.messages} messages  "
+            f"{_bytes(each.bytes)}"
+        )
+    print(
+        f"in all: {found.messages} distinct messages, {_bytes(found.bytes)} "
+        f"({found.references} uses by the ranges above)"
+    )
     return EXIT_OK
 
 

@@ -26,10 +26,11 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import websockets
 from websockets.asyncio.client import ClientConnection
 
@@ -60,6 +61,7 @@ from protocol.consumer import (
 )
 from protocol.continuity import SeqCounters, SeqTracker
 from protocol.types import TranscriptSnapshot
+from protocol.views import Window
 
 __all__ = ["Client", "ClientCounters", "connect"]
 
@@ -97,7 +99,7 @@ class _Call:
     """A call waiting for its answer. ``sent_on`` is the connection number it was
     last sent on; ``retry`` says whether it may be sent again on another one."""
 
-    op: wire.Append | wire.StartSegment | wire.Ping
+    op: wire.Append | wire.StartSegment | wire.SetView | wire.LeaveView | wire.Ping
     future: asyncio.Future[wire.ServerFrame]
     retry: bool
     sent_on: int = 0
@@ -234,17 +236,34 @@ class Client:
 
     # -- transcripts ------------------------------------------------------------------
 
-    async def subscribe(self, transcript_id: str, *, timeout: float | None = None) -> Mirror:
+    async def subscribe(
+        self,
+        transcript_id: str,
+        *,
+        window: Window | Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Mirror:
         """A live mirror of the transcript, returned once its baseline arrived.
 
-        Subscribing twice returns the same mirror. Raises ``NotFound`` (or
-        another ``ServerError``) when the server refuses, ``RequestTimeout``
-        when no baseline arrives in time.
+        ``window`` (a ``protocol.views.Window`` or its plain form:
+        ``{"tail": 50}``, ``{"from": 120}``, ``{"segment": "active"}``,
+        ``{"view": "name"}``) makes the mirror hold only that part,
+        ``[mirror.start, mirror.length)``; ``mirror.load_earlier(n)`` widens it.
+        Subscribing twice returns the same mirror (with its first window).
+        Raises ``NotFound`` (or another ``ServerError``) when the server
+        refuses, ``RequestTimeout`` when no baseline arrives in time.
         """
         self._check_open()
         mirror = self.mirrors.get(transcript_id)
         if mirror is None:
-            mirror = Mirror(self.core.subscribe(transcript_id))
+            if window is not None and not isinstance(window, Window):
+                window = msgspec.convert(window, Window)
+            mirror = Mirror(
+                self.core.subscribe(transcript_id, window=window),
+                reader=lambda start, end, epoch: self.http.messages(
+                    transcript_id, start, end, epoch=epoch
+                ),
+            )
             self.mirrors[transcript_id] = mirror
             await self._send_ops()
         limit = self.request_timeout if timeout is None else timeout
@@ -316,6 +335,42 @@ class Client:
         assert isinstance(frame, wire.Ack)
         return _ack(frame)
 
+    async def set_view(
+        self,
+        transcript_id: str,
+        name: str,
+        start: int,
+        end: int | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Ack:
+        """Create the View ``name`` or move it to ``[start, end)`` (``end``
+        ``None``: open, it follows the transcript). Setting a View to the
+        range it has changes nothing (``duplicate``), so the call is retried
+        on a new connection. Raises ``InvalidView``, ``NotFound``."""
+        frame = await self._call(
+            lambda ref: wire.SetView(
+                transcript_id=transcript_id, name=name, start=start, end=end, ref=ref
+            ),
+            retry=True,
+            timeout=timeout,
+        )
+        assert isinstance(frame, wire.Ack)
+        return _ack(frame)
+
+    async def leave_view(
+        self, transcript_id: str, name: str, *, timeout: float | None = None
+    ) -> Ack:
+        """Leave the View ``name``: no message is deleted, no segment moves;
+        leaving one that does not exist changes nothing (``duplicate``)."""
+        frame = await self._call(
+            lambda ref: wire.LeaveView(transcript_id=transcript_id, name=name, ref=ref),
+            retry=True,
+            timeout=timeout,
+        )
+        assert isinstance(frame, wire.Ack)
+        return _ack(frame)
+
     async def ping(self, *, timeout: float | None = None) -> float:
         """Round trip over the WebSocket, in seconds."""
         began = time.perf_counter()
@@ -342,7 +397,9 @@ class Client:
 
     async def _call(
         self,
-        make: Callable[[str], wire.Append | wire.StartSegment | wire.Ping],
+        make: Callable[
+            [str], wire.Append | wire.StartSegment | wire.SetView | wire.LeaveView | wire.Ping
+        ],
         *,
         retry: bool,
         timeout: float | None,

@@ -12,6 +12,8 @@
         ├── RevisionConflict    ``revision-conflict``; ``current`` is the revision now
         ├── InvalidMessage      ``invalid-message``; ``path`` says where when known
         ├── Conflict            ``conflict`` (e.g. creating an id that exists)
+        ├── EpochChanged        ``epoch-changed``: the transcript was created again
+        ├── InvalidView         ``invalid-view``
         └── Unauthorized        ``unauthorized`` / ``forbidden``
 
 Errors of the server come from WebSocket ``error`` frames and from HTTP
@@ -107,6 +109,15 @@ class Conflict(ServerError):
     """The thing already exists (a transcript id taken by ``create``)."""
 
 
+class EpochChanged(ServerError):
+    """The transcript was deleted and created again since the copy asking was
+    made: what it asked for belongs to a history that no longer exists."""
+
+
+class InvalidView(ServerError):
+    """A View outside the transcript, a bad View name, or no such View."""
+
+
 class Unauthorized(ServerError):
     """A missing or wrong token (``unauthorized``) or no right to it (``forbidden``)."""
 
@@ -116,6 +127,8 @@ _BY_CODE: dict[str, type[ServerError]] = {
     codes.REVISION_CONFLICT: RevisionConflict,
     codes.INVALID_MESSAGE: InvalidMessage,
     codes.CONFLICT: Conflict,
+    codes.EPOCH_CHANGED: EpochChanged,
+    codes.INVALID_VIEW: InvalidView,
     codes.UNAUTHORIZED: Unauthorized,
     codes.FORBIDDEN: Unauthorized,
 }

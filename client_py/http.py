@@ -17,8 +17,8 @@ import msgspec
 
 from client_py.errors import ServerError, Unreachable, error_for
 from protocol import codes
-from protocol.api import TranscriptList, TranscriptSummary
-from protocol.types import TranscriptSnapshot
+from protocol.api import MessageRange, TranscriptList, TranscriptSummary, UsageBody, ViewList
+from protocol.types import TranscriptSnapshot, View
 
 __all__ = ["Ack", "Created", "HttpApi", "Imported", "Receipt", "endpoints"]
 
@@ -97,6 +97,9 @@ def endpoints(url: str) -> tuple[str, str]:
 
 _snapshot_decoder = msgspec.json.Decoder(TranscriptSnapshot)
 _list_decoder = msgspec.json.Decoder(TranscriptList)
+_range_decoder = msgspec.json.Decoder(MessageRange)
+_views_decoder = msgspec.json.Decoder(ViewList)
+_usage_decoder = msgspec.json.Decoder(UsageBody)
 
 
 class HttpApi:
@@ -135,6 +138,57 @@ class HttpApi:
         params = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
         response = await self._request("GET", f"/v1/transcripts/{transcript_id}", params=params)
         return _snapshot_decoder.decode(response.content)
+
+    async def messages(
+        self, transcript_id: str, start: int, end: int, *, epoch: str | None = None
+    ) -> MessageRange:
+        """``GET /v1/transcripts/{id}/messages``: messages ``[start, end)``
+        (the server answers at most 1000: ``end`` may come back lower). With
+        ``epoch``, a transcript created again since raises ``EpochChanged``."""
+        params: dict[str, Any] = {"start": start, "end": end}
+        if epoch is not None:
+            params["epoch"] = epoch
+        path = f"/v1/transcripts/{transcript_id}/messages"
+        response = await self._request("GET", path, params=params)
+        return _range_decoder.decode(response.content)
+
+    async def views(self, transcript_id: str) -> list[View]:
+        """``GET /v1/transcripts/{id}/views``: the Views, ordered by name."""
+        response = await self._request("GET", f"/v1/transcripts/{transcript_id}/views")
+        return _views_decoder.decode(response.content).views
+
+    async def set_view(
+        self, transcript_id: str, name: str, start: int, end: int | None = None
+    ) -> Receipt:
+        """``PUT /v1/transcripts/{id}/views/{name}``: create or move a View
+        (``duplicate``: it already had that range)."""
+        body = {"start": start, "end": end}
+        obj = await self._json("PUT", f"/v1/transcripts/{transcript_id}/views/{name}", json=body)
+        return _ack(obj, transcript_id)
+
+    async def leave_view(self, transcript_id: str, name: str) -> Receipt:
+        """``DELETE /v1/transcripts/{id}/views/{name}``: leave a View (no
+        message is deleted; ``duplicate``: there was none)."""
+        obj = await self._json("DELETE", f"/v1/transcripts/{transcript_id}/views/{name}")
+        return _ack(obj, transcript_id)
+
+    async def usage(
+        self,
+        transcript_id: str,
+        *,
+        segments: str | None = None,
+        views: list[str] | None = None,
+    ) -> UsageBody:
+        """``GET /v1/transcripts/{id}/usage``: how segments (``all``,
+        ``active`` or indices ``0,2``) and Views use the messages."""
+        params: dict[str, Any] = {}
+        if segments is not None:
+            params["segments"] = segments
+        if views is not None:
+            params["views"] = ",".join(views)
+        path = f"/v1/transcripts/{transcript_id}/usage"
+        response = await self._request("GET", path, params=params)
+        return _usage_decoder.decode(response.content)
 
     async def list(
         self, *, after: str | None = None, limit: int | None = None

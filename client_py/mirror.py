@@ -11,14 +11,16 @@ see a consistent copy between awaits.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeAlias
 
-from client_py.errors import ClientClosed
+from client_py.errors import ClientClosed, ClientError, EpochChanged
+from protocol.api import MessageRange
 from protocol.consumer import Subscription
 from protocol.continuity import Continuity, Counters
+from protocol.limits import MAX_READ_MESSAGES
 from protocol.state import TranscriptState
-from protocol.types import Message, Segment, TranscriptEvent, TranscriptSnapshot
+from protocol.types import Message, Segment, TranscriptEvent, TranscriptSnapshot, View
 
 __all__ = ["EventStream", "Mirror", "MirrorUpdate"]
 
@@ -29,25 +31,31 @@ MirrorUpdate: TypeAlias = TranscriptEvent | TranscriptSnapshot
 
 _END = object()
 
+#: Reads messages ``[start, end)`` of the transcript of ``epoch`` (the HTTP API's
+#: ``GET .../messages``); ``EpochChanged`` when it is of another epoch now.
+RangeReader: TypeAlias = Callable[[int, int, str], Awaitable[MessageRange]]
+
 
 class Mirror:
     """A live copy of one transcript, kept up to date by the client.
 
-    ``messages`` are those from index ``start`` on (``start`` is 0 unless the
-    server sent a partial baseline); ``revision`` and ``epoch`` are the
-    copy's; ``counters`` are its continuity counters. ``failed`` is the error
-    that ended the subscription, if any. When the core drops the copy (a new
+    ``messages`` are those from index ``start`` on (``start`` is 0 unless it
+    subscribed with a window: then ``[start, length)``, widened backwards by
+    ``load_earlier``); ``revision`` and ``epoch`` are the copy's;
+    ``counters`` are its continuity counters. ``failed`` is the error that
+    ended the subscription, if any. When the core drops the copy (a new
     epoch, an event that did not fit) the mirror keeps showing the last one
     until the baseline that replaces it arrives.
     """
 
-    def __init__(self, subscription: Subscription) -> None:
+    def __init__(self, subscription: Subscription, reader: RangeReader | None = None) -> None:
         self.transcript_id = subscription.transcript_id
         self.subscription = subscription
         self.failed: BaseException | None = None
+        self._reader = reader
         self._copy: TranscriptState | None = None
         self._frozen: tuple[Message, ...] = ()
-        self._frozen_at: tuple[int, int] = (0, 0)  # (id of the copy, its length)
+        self._frozen_at: tuple[int, int, int] = (0, 0, 0)  # (id of the copy, start, length)
         self._ready = asyncio.get_running_loop().create_future()
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._streams: list[EventStream] = []
@@ -70,7 +78,7 @@ class Mirror:
         copy = self._copy
         if copy is None or copy.messages is None:
             return ()
-        at = (id(copy), copy.length)
+        at = (id(copy), copy.start, copy.length)
         if self._frozen_at != at:
             self._frozen, self._frozen_at = tuple(copy.messages), at
         return self._frozen
@@ -95,6 +103,11 @@ class Mirror:
         return 0 if self._copy is None else self._copy.length
 
     @property
+    def views(self) -> tuple[View, ...]:
+        """The transcript's Views, ordered by name."""
+        return () if self._copy is None else self._copy.sorted_views()
+
+    @property
     def active_start(self) -> int:
         return 0 if self._copy is None else self._copy.active_start
 
@@ -111,6 +124,56 @@ class Mirror:
     def ready(self) -> bool:
         """True once the first baseline arrived."""
         return self._copy is not None
+
+    # -- the window ---------------------------------------------------------------------
+
+    async def load_earlier(self, count: int) -> int:
+        """Widen the window backwards by up to ``count`` messages, read by
+        fixed range from the server (1000 per request). Returns how many were
+        added (0 once ``start`` is 0).
+
+        Raises ``EpochChanged`` when the transcript was deleted and created
+        again since this copy was made (before or during the call): older
+        messages of another history are never joined to it; the new
+        baseline is on its way. ``ClientError`` before the first baseline.
+        """
+        if self._reader is None:
+            raise ClientError(
+                f"{self.transcript_id}: this mirror has no way to read older messages"
+            )
+        copy = self._copy
+        if copy is None or copy.messages is None:
+            raise ClientError(f"{self.transcript_id}: no copy yet to widen")
+        epoch = copy.epoch
+        added = 0
+        while added < count:
+            copy = self._copy
+            assert copy is not None
+            if copy.epoch != epoch:
+                raise EpochChanged(
+                    "epoch-changed",
+                    f"{self.transcript_id} was created again (epoch {copy.epoch})",
+                    transcript_id=self.transcript_id,
+                )
+            end = copy.start
+            if end == 0:
+                break
+            start = max(0, end - min(count - added, MAX_READ_MESSAGES))
+            found = await self._reader(start, end, epoch)
+            if found.epoch != epoch:  # an older server that does not check
+                raise EpochChanged(
+                    "epoch-changed", f"{self.transcript_id} is of epoch {found.epoch} now"
+                )
+            if self._copy is not copy or copy.start != end:
+                continue  # a new baseline replaced the copy meanwhile: look again
+            if found.start != start or len(found.messages) != end - start:
+                raise ClientError(
+                    f"{self.transcript_id}: asked for messages [{start}, {end}), "
+                    f"got [{found.start}, {found.end})"
+                )
+            copy.prepend(start, found.messages)
+            added += len(found.messages)
+        return added
 
     # -- waiting ------------------------------------------------------------------------
 

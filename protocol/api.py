@@ -16,7 +16,8 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
-from protocol.types import NonNegative, TranscriptEvent, TranscriptId
+from protocol.types import Message, NonNegative, TranscriptEvent, TranscriptId, View
+from protocol.usage import RangeUsage, UseRun
 from protocol.wire import IdempotencyKey
 
 __all__ = [
@@ -28,11 +29,15 @@ __all__ = [
     "EventsBody",
     "Health",
     "Imported",
+    "MessageRange",
     "Problem",
     "Readiness",
     "SegmentBody",
     "TranscriptList",
     "TranscriptSummary",
+    "UsageBody",
+    "ViewBody",
+    "ViewList",
 ]
 
 # --- requests ---------------------------------------------------------------------
@@ -58,6 +63,14 @@ class SegmentBody(Struct, frozen=True, rename="camel", forbid_unknown_fields=Tru
     (default: the transcript's length)."""
 
     start: NonNegative | None = None
+
+
+class ViewBody(Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """``PUT /v1/transcripts/{id}/views/{name}``: the View's range (``end``
+    absent or ``null``: open, it follows the transcript)."""
+
+    start: NonNegative
+    end: NonNegative | None = None
 
 
 # --- responses --------------------------------------------------------------------
@@ -95,7 +108,10 @@ class AckBody(Struct, frozen=True, rename="camel"):
 
 
 class TranscriptSummary(Struct, frozen=True, rename="camel"):
-    """One line of the list: times are milliseconds since the Unix epoch."""
+    """One line of the list: times are milliseconds since the Unix epoch;
+    ``title`` is the first user message's text and ``preview`` the last
+    message's, both on one line and trimmed (``protocol.summary``), ``null``
+    when there is none."""
 
     transcript_id: str
     epoch: str
@@ -103,6 +119,8 @@ class TranscriptSummary(Struct, frozen=True, rename="camel"):
     length: NonNegative
     created_at: int
     updated_at: int
+    title: str | None = None
+    preview: str | None = None
 
 
 class TranscriptList(Struct, frozen=True, rename="camel"):
@@ -116,6 +134,43 @@ class EventsBody(Struct, frozen=True, rename="camel"):
 
     transcript_id: str
     events: list[TranscriptEvent]
+
+
+class MessageRange(Struct, frozen=True, rename="camel"):
+    """``GET /v1/transcripts/{id}/messages?start=&end=``: messages ``[start,
+    end)`` of the transcript of ``epoch`` (at ``revision``, ``length``
+    messages long). ``end`` may be lower than asked: a read returns at most
+    ``MAX_READ_MESSAGES``."""
+
+    transcript_id: str
+    epoch: str
+    revision: NonNegative
+    start: NonNegative
+    end: NonNegative
+    length: NonNegative
+    messages: list[Message]
+
+
+class ViewList(Struct, frozen=True, rename="camel"):
+    """The Views of a transcript at ``revision``, ordered by name."""
+
+    transcript_id: str
+    revision: NonNegative
+    views: list[View]
+
+
+class UsageBody(Struct, frozen=True, rename="camel"):
+    """``GET /v1/transcripts/{id}/usage``: how the ranges asked for use the
+    messages (``protocol.usage.message_usage``): distinct messages and their
+    bytes counted once, however many ranges share them."""
+
+    transcript_id: str
+    revision: NonNegative
+    messages: NonNegative
+    bytes: NonNegative
+    references: NonNegative
+    ranges: list[RangeUsage]
+    uses: list[UseRun]
 
 
 class ChatBody(Struct, frozen=True):
@@ -147,7 +202,8 @@ class Readiness(Struct, frozen=True, omit_defaults=True):
 class Problem(Struct, frozen=True, omit_defaults=True):
     """An error (``application/problem+json``, RFC 9457). ``code`` is the same
     vocabulary as the WebSocket ``error`` frame; ``path`` comes with
-    ``invalid-message``, ``revision`` with ``revision-conflict``."""
+    ``invalid-message``, ``revision`` with ``revision-conflict``, ``epoch``
+    (the transcript's) with ``epoch-changed``."""
 
     type: str
     title: str
@@ -156,3 +212,4 @@ class Problem(Struct, frozen=True, omit_defaults=True):
     detail: str
     path: str | None = None
     revision: NonNegative | None = None
+    epoch: str | None = None

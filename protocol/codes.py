@@ -70,6 +70,7 @@ class CloseCode(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 INVALID_FRAME: Final = "invalid-frame"
 INVALID_MESSAGE: Final = "invalid-message"
 INVALID_SEGMENT: Final = "invalid-segment"
+INVALID_VIEW: Final = "invalid-view"
 INVALID_LMML: Final = "invalid-lmml"
 INVALID_JSON: Final = "invalid-json"
 INVALID_BODY: Final = "invalid-body"
@@ -78,6 +79,7 @@ NOT_FOUND: Final = "not-found"
 METHOD_NOT_ALLOWED: Final = "method-not-allowed"
 CONFLICT: Final = "conflict"
 REVISION_CONFLICT: Final = "revision-conflict"
+EPOCH_CHANGED: Final = "epoch-changed"
 GONE: Final = "gone"
 TOO_LARGE: Final = "too-large"
 UNSUPPORTED_MEDIA_TYPE: Final = "unsupported-media-type"
@@ -120,6 +122,13 @@ _ERRORS: Final = (
         http_status=422,
         retry="no",
         meaning="a segment start outside `active_start < start <= length`",
+    ),
+    ErrorCode(
+        code=INVALID_VIEW,
+        http_status=422,
+        retry="no",
+        meaning="a View outside `0 <= start <= end <= length`, a bad View name, or no such "
+        "View (a `subscribe` whose window names one: the subscription ends)",
     ),
     ErrorCode(
         code=INVALID_LMML,
@@ -169,6 +178,13 @@ _ERRORS: Final = (
         http_status=409,
         retry="no",
         meaning="`expectedRevision` did not match; `revision` holds the current one",
+    ),
+    ErrorCode(
+        code=EPOCH_CHANGED,
+        http_status=409,
+        retry="no",
+        meaning="the transcript was deleted and created again since the `epoch` given: the "
+        "copy that asked belongs to a history that no longer exists; take a new baseline",
     ),
     ErrorCode(
         code=GONE,

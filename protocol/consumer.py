@@ -58,6 +58,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Final, TypeAlias
 
+import msgspec
+
 from protocol.continuity import (
     Apply,
     Continuity,
@@ -70,6 +72,7 @@ from protocol.continuity import (
 from protocol.errors import InvalidFrame
 from protocol.state import InvalidChange, InvalidSnapshot, TranscriptState
 from protocol.types import TranscriptEvent, TranscriptSnapshot
+from protocol.views import Window
 from protocol.wire import (
     LAGGED,
     Ack,
@@ -221,18 +224,33 @@ class Subscription:
     ``copy`` is ``None`` before the first baseline and after the copy was
     dropped (a new epoch, an event it could not take); with
     ``keep_messages=False`` it holds no messages but checks every event all
-    the same. Each ``on_*`` method takes one input and returns the update it
-    causes, or ``None``. ``Consumer`` drives these for a connection; a driver
-    with events from elsewhere (the backplane reads a store) may drive one
-    directly.
+    the same. ``window`` (``protocol.views.Window``) goes with every
+    subscribe op: a baseline then holds only that part of the transcript,
+    and a later baseline of the same epoch that begins inside the copy's
+    messages keeps the older ones the copy had (messages never change, so
+    what was loaded earlier stays valid). Each ``on_*`` method takes one
+    input and returns the update it causes, or ``None``. ``Consumer`` drives
+    these for a connection; a driver with events from elsewhere (the
+    backplane reads a store) may drive one directly.
     """
 
-    __slots__ = ("_keep", "_last_epoch", "barrier", "continuity", "copy", "transcript_id")
+    __slots__ = (
+        "_keep",
+        "_last_epoch",
+        "barrier",
+        "continuity",
+        "copy",
+        "transcript_id",
+        "window",
+    )
 
-    def __init__(self, transcript_id: str, *, keep_messages: bool = True) -> None:
+    def __init__(
+        self, transcript_id: str, *, keep_messages: bool = True, window: Window | None = None
+    ) -> None:
         self.transcript_id = transcript_id
         self.continuity = Continuity(transcript_id)
         self.copy: TranscriptState | None = None
+        self.window = window
         #: The barrier ping that follows this subscription's latest resubscribe (0: none).
         self.barrier = 0
         self._keep = keep_messages
@@ -259,7 +277,8 @@ class Subscription:
 
     def request(self) -> Subscribe:
         """The subscribe op for the copy held (a resume, or fresh without one)."""
-        return self.continuity.resubscribe_request()
+        op = self.continuity.resubscribe_request()
+        return op if self.window is None else msgspec.structs.replace(op, window=self.window)
 
     # --- inputs ------------------------------------------------------------------------
 
@@ -276,6 +295,17 @@ class Subscription:
             # accept_transcript_update checks the same invariants: only a
             # snapshot built in Python without them gets here.
             return self._drop("mismatch")
+        old = self.copy
+        if (
+            old is not None
+            and old.messages is not None
+            and copy.messages is not None
+            and old.epoch == copy.epoch
+            and old.start < copy.start <= old.length
+        ):
+            # A window of the same history that begins inside what the copy
+            # held (a resume answered with a baseline): keep the older messages.
+            copy.prepend(old.start, old.messages[: copy.start - old.start])
         self.copy = copy
         changed = self._last_epoch is not None and self._last_epoch != snapshot.epoch
         self._last_epoch = snapshot.epoch
@@ -370,12 +400,14 @@ class Consumer:
 
     # --- what the application asks ---------------------------------------------------
 
-    def subscribe(self, transcript_id: str) -> Subscription:
-        """Follow a transcript (the same subscription if already followed)."""
+    def subscribe(self, transcript_id: str, *, window: Window | None = None) -> Subscription:
+        """Follow a transcript, or only a window of it (``protocol.views.Window``:
+        its baselines hold only that part). The same subscription, with the
+        window it was made with, if the transcript is followed already."""
         subscription = self.subscriptions.get(transcript_id)
         if subscription is not None:
             return subscription
-        subscription = Subscription(transcript_id, keep_messages=self.keep_messages)
+        subscription = Subscription(transcript_id, keep_messages=self.keep_messages, window=window)
         self.subscriptions[transcript_id] = subscription
         # The answer (a baseline) is on its way: an event before it is not a
         # reason to ask again.
@@ -531,6 +563,7 @@ class Consumer:
                     transcript_id=update.transcript_id,
                     from_revision=update.from_revision,
                     epoch=update.epoch,
+                    window=subscription.window,
                 ),
             )
 

@@ -51,6 +51,7 @@ from typing import ClassVar, Final, TypeAlias
 from protocol.types import TranscriptEvent, TranscriptSnapshot
 from protocol.wire import (
     FORBIDDEN,
+    INVALID_VIEW,
     LAGGED,
     NOT_FOUND,
     TOO_MANY_SUBSCRIPTIONS,
@@ -79,8 +80,11 @@ __all__ = [
 ]
 
 #: Error codes after which a subscription cannot go on by resubscribing
-#: (``too-many-subscriptions`` only ever refuses a new subscription).
-STOP_CODES: Final = frozenset({NOT_FOUND, FORBIDDEN, UNAUTHORIZED, TOO_MANY_SUBSCRIPTIONS})
+#: (``too-many-subscriptions`` only ever refuses a new subscription;
+#: ``invalid-view``: its window names a View the transcript does not have).
+STOP_CODES: Final = frozenset(
+    {NOT_FOUND, FORBIDDEN, UNAUTHORIZED, TOO_MANY_SUBSCRIPTIONS, INVALID_VIEW}
+)
 
 
 # --- the connection's seq ----------------------------------------------------------

@@ -6,7 +6,8 @@
     ├── InvalidFrame        a frame (server -> client or client -> server) is malformed
     ├── InvalidMessage      a chat message breaks the model's rules; ``path`` says where
     ├── InvalidId           a transcript id is not ``[A-Za-z0-9._:-]{1,128}``
-    └── InvalidSegment      a segment start outside ``active_start < start <= length``
+    ├── InvalidSegment      a segment start outside ``active_start < start <= length``
+    └── InvalidView         a View the transcript does not allow (``protocol.views``)
 
 All of them are also ``ValueError`` so that callers who only care about
 "bad input" can catch that. Each carries its wire error ``code`` (see

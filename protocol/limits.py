@@ -13,6 +13,12 @@ from typing import Final
 MAX_ID_LENGTH: Final[int] = 128
 #: Regular expression an id must match in full.
 ID_PATTERN: Final[str] = r"^[A-Za-z0-9._:-]{1,128}$"
+#: Regular expression a View name must match in full (a short id).
+VIEW_NAME_PATTERN: Final[str] = r"^[A-Za-z0-9._:-]{1,64}$"
+#: Longest View name, in characters.
+MAX_VIEW_NAME_LENGTH: Final[int] = 64
+#: Most messages one range read (``GET .../messages?start=&end=``) returns.
+MAX_READ_MESSAGES: Final[int] = 1000
 #: Most messages one append batch may carry.
 MAX_MESSAGES_PER_BATCH: Final[int] = 1000
 #: Largest single message, measured as its compact JSON encoding in bytes.

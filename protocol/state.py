@@ -2,8 +2,10 @@
 
 ``TranscriptState`` is what the server's ``Transcript`` entity holds and what
 every consumer's copy holds (``protocol.consumer``): id, epoch, revision, the
-segments, the length, and the messages ``[start, length)``. The entity keeps
-them all (``start == 0``); a copy made from a partial baseline keeps a window;
+segments, the Views, the length, and the messages ``[start, length)``. An
+entity made from its whole history keeps them all (``start == 0``); a live
+transcript on a server keeps its newest messages (``trim``); a copy made from
+a partial baseline keeps a window and may widen it backwards (``prepend``);
 a copy made with ``keep_messages=False`` keeps none and still checks every
 event exactly as the entity does. There is one implementation of "apply an
 event" (``check_next`` + ``advance``) and one set of snapshot invariants
@@ -29,6 +31,9 @@ from protocol.types import (
     SegmentStarted,
     TranscriptEvent,
     TranscriptSnapshot,
+    View,
+    ViewChanged,
+    ViewLeft,
 )
 
 __all__ = [
@@ -55,13 +60,16 @@ class InvalidChange(ProtocolError):
 def check_event(event: TranscriptEvent) -> None:
     """Raise ``InvalidChange`` unless the event's change is well formed on its
     own: an append carries a message, a segment start has
-    ``previousStart < start <= end``."""
+    ``previousStart < start <= end``, a View's range has ``start <= end``."""
     change = event.change
     if isinstance(change, SegmentStarted):
         if not change.previous_start < change.start <= change.end:
             raise InvalidChange("event.change: a segment start needs previousStart < start <= end")
-    elif not change.messages:
-        raise InvalidChange("event.change: an append carries at least one message")
+    elif isinstance(change, MessagesAppended):
+        if not change.messages:
+            raise InvalidChange("event.change: an append carries at least one message")
+    elif change.end is not None and change.end < change.start:
+        raise InvalidChange("event.change: a View's range needs start <= end")
 
 
 def check_snapshot(snapshot: TranscriptSnapshot) -> None:
@@ -73,9 +81,13 @@ def check_snapshot(snapshot: TranscriptSnapshot) -> None:
       ``activeStart``; each later one starts inside its predecessor
       (``older.start < newer.start <= older.end``), closed ends never go
       down and never pass ``length``;
-    - the revision counts the changes: every segment start is one, and the
-      appends are at least one (if there are messages) and at most one per
-      message, so ``starts + (length > 0) <= revision <= starts + length``.
+    - Views: names unique, each within ``[0, length]`` with ``start <= end``,
+      and ``viewChanges`` at least their number;
+    - the revision counts the changes: every segment start is one, every
+      View change is one (``viewChanges``), and the appends are at least one
+      (if there are messages) and at most one per message, so
+      ``starts + viewChanges + (length > 0) <= revision <= starts +
+      viewChanges + length``.
     """
     problem = _snapshot_problem(snapshot)
     if problem is not None:
@@ -129,13 +141,32 @@ def _snapshot_problem(snapshot: TranscriptSnapshot) -> str | None:
             return f"segments[{i + 1}] does not start inside segments[{i}]"
         if newer.end is not None and newer.end < older_end:
             return f"segments[{i + 1}] ends before segments[{i}]"
+    problem = _views_problem(snapshot.views, snapshot.view_changes, length)
+    if problem is not None:
+        return problem
     starts = len(segments) - 1
-    low, high = starts + (1 if length else 0), starts + length
+    changes = starts + snapshot.view_changes
+    low, high = changes + (1 if length else 0), changes + length
     if not low <= snapshot.revision <= high:
         return (
-            f"revision {snapshot.revision} cannot follow from {length} messages and "
-            f"{starts} segment starts (it must be within {low}..{high})"
+            f"revision {snapshot.revision} cannot follow from {length} messages, "
+            f"{starts} segment starts and {snapshot.view_changes} View changes (it must be "
+            f"within {low}..{high})"
         )
+    return None
+
+
+def _views_problem(views: tuple[View, ...], view_changes: int, length: int) -> str | None:
+    names: set[str] = set()
+    for i, view in enumerate(views):
+        if view.name in names:
+            return f"views[{i}]: a second View named {view.name!r}"
+        names.add(view.name)
+        end = length if view.end is None else view.end
+        if not view.start <= end <= length:
+            return f"views[{i}] ({view.name!r}) is not within [0, {length}] with start <= end"
+    if view_changes < len(views):
+        return f"{len(views)} Views but only {view_changes} View changes"
     return None
 
 
@@ -147,9 +178,10 @@ class TranscriptState:
 
     ``messages`` holds the messages ``[start, length)`` in order, or is
     ``None`` when the state keeps none (``keep_messages=False``: a copy that
-    only follows; its window is always empty, ``start == length``). Segments
-    and ``active_start`` are always whole. Not thread-safe; the fields are
-    public for reading and owned by ``apply``.
+    only follows; its window is always empty, ``start == length``). Segments,
+    ``active_start`` and the Views are always whole. Not thread-safe; the
+    fields are public for reading and owned by ``apply`` (and ``prepend``,
+    ``trim``, which only move ``start``).
     """
 
     __slots__ = (
@@ -161,6 +193,8 @@ class TranscriptState:
         "revision",
         "start",
         "transcript_id",
+        "view_changes",
+        "views",
     )
 
     def __init__(self, transcript_id: str, epoch: str, *, keep_messages: bool = True) -> None:
@@ -174,6 +208,9 @@ class TranscriptState:
         #: Every segment but the open one, oldest first.
         self.closed_segments: list[Segment] = []
         self.messages: list[Message] | None = [] if keep_messages else None
+        #: The Views by name, and how many View changes the revision counts.
+        self.views: dict[str, View] = {}
+        self.view_changes = 0
 
     @classmethod
     def from_snapshot(
@@ -189,6 +226,8 @@ class TranscriptState:
         state.length = snapshot.length
         state.active_start = snapshot.active_start
         state.closed_segments.extend(snapshot.segments[:-1])
+        state.views.update((view.name, view) for view in snapshot.views)
+        state.view_changes = snapshot.view_changes
         if state.messages is None:
             state.start = snapshot.length
         else:
@@ -204,6 +243,8 @@ class TranscriptState:
         state.start = state.length = self.length
         state.active_start = self.active_start
         state.closed_segments.extend(self.closed_segments)
+        state.views.update(self.views)
+        state.view_changes = self.view_changes
         return state
 
     # --- reading ---------------------------------------------------------------------
@@ -245,16 +286,60 @@ class TranscriptState:
         held), with ``length`` the whole transcript's. ``ValueError`` as for
         ``slice``."""
         first = self.start if start is None else start
+        return self.snapshot_of(first, self.slice(first, end))
+
+    def snapshot_of(self, start: int, messages: tuple[Message, ...]) -> TranscriptSnapshot:
+        """A snapshot of this state at its revision holding ``messages`` as
+        ``[start, start + len(messages))``: for a range partly read elsewhere
+        (a server's store holds what a trimmed state no longer does). The
+        caller vouches that they are this transcript's messages there."""
         return TranscriptSnapshot(
             transcript_id=self.transcript_id,
             epoch=self.epoch,
             revision=self.revision,
-            start=first,
-            messages=self.slice(first, end),
+            start=start,
+            messages=messages,
             active_start=self.active_start,
             segments=self.segments(),
             length=self.length,
+            views=self.sorted_views(),
+            view_changes=self.view_changes,
         )
+
+    def sorted_views(self) -> tuple[View, ...]:
+        """The Views, ordered by name."""
+        return tuple(sorted(self.views.values(), key=lambda view: view.name))
+
+    # --- the window ----------------------------------------------------------------------
+
+    def prepend(self, start: int, messages: tuple[Message, ...] | list[Message]) -> None:
+        """Widen the window backwards: ``messages`` are ``[start, self.start)``
+        (read from elsewhere, e.g. ``load_earlier``; the caller checked that
+        they belong to this epoch). ``ValueError`` unless they end exactly
+        where the window begins and this state keeps messages."""
+        held = self.messages
+        if held is None:
+            raise ValueError(f"this copy of {self.transcript_id!r} keeps no messages")
+        if start < 0 or start + len(messages) != self.start:
+            raise ValueError(
+                f"messages [{start}, {start + len(messages)}) do not end where the window "
+                f"[{self.start}, {self.length}) of {self.transcript_id!r} begins"
+            )
+        held[:0] = messages
+        self.start = start
+
+    def trim(self, start: int) -> int:
+        """Forget the messages before ``start`` (nothing if the window begins
+        there or later; at most up to ``length``). Returns how many were
+        forgotten. Messages are never changed, so what is forgotten can be
+        read again elsewhere (a server reads its store)."""
+        held = self.messages
+        drop = min(start, self.length) - self.start
+        if held is None or drop <= 0:
+            return 0
+        del held[:drop]
+        self.start += drop
+        return drop
 
     # --- changing ----------------------------------------------------------------------
 
@@ -286,6 +371,8 @@ class TranscriptState:
                     f"append at index {change.start} applied to transcript {name!r} "
                     f"of length {length}"
                 )
+        elif isinstance(change, ViewChanged | ViewLeft):
+            self._check_view_change(change)
         # (This also makes the change well formed: previous_start < start <= end.)
         elif (
             change.previous_start != self.active_start
@@ -296,6 +383,22 @@ class TranscriptState:
                 f"segment start (previous {change.previous_start}, start {change.start}, "
                 f"end {change.end}) applied to transcript {name!r} with active_start "
                 f"{self.active_start} and length {length}"
+            )
+
+    def _check_view_change(self, change: ViewChanged | ViewLeft) -> None:
+        name, length = self.transcript_id, self.length
+        end = length if change.end is None else change.end
+        if isinstance(change, ViewLeft):
+            view = self.views.get(change.name)
+            if view is None or (view.start, view.end) != (change.start, change.end):
+                raise InvalidChange(
+                    f"View {change.name!r} [{change.start}, {change.end}) left in transcript "
+                    f"{name!r}, which has {view!r}"
+                )
+        elif not 0 <= change.start <= end <= length:
+            raise InvalidChange(
+                f"View {change.name!r} [{change.start}, {change.end}) set in transcript "
+                f"{name!r} of length {length}"
             )
 
     def advance(self, event: TranscriptEvent) -> None:
@@ -309,9 +412,15 @@ class TranscriptState:
                 self.start = self.length
             else:
                 messages.extend(change.messages)
-        else:
+        elif isinstance(change, SegmentStarted):
             self.closed_segments.append(Segment(start=change.previous_start, end=change.end))
             self.active_start = change.start
+        else:
+            if isinstance(change, ViewChanged):
+                self.views[change.name] = View(change.name, change.start, change.end)
+            else:
+                del self.views[change.name]
+            self.view_changes += 1
         self.revision = event.revision
 
     def apply(self, event: TranscriptEvent) -> None:

@@ -17,7 +17,7 @@ from msgspec import Meta, Struct
 from msgspec.structs import force_setattr
 
 from protocol.frozen import FrozenDict, freeze, freeze_object
-from protocol.limits import ID_PATTERN
+from protocol.limits import ID_PATTERN, VIEW_NAME_PATTERN
 
 # Python's ``$`` also matches before a trailing newline, so "a\n" would pass; the
 # lookahead refuses it and, unlike ``\Z``, also means the same in a JSON Schema.
@@ -25,6 +25,7 @@ TranscriptId: TypeAlias = Annotated[str, Meta(pattern=ID_PATTERN + r"(?!\n)")]
 NonNegative: TypeAlias = Annotated[int, Meta(ge=0)]
 Positive: TypeAlias = Annotated[int, Meta(ge=1)]
 Role: TypeAlias = Literal["user", "assistant", "system", "tool", "context"]
+ViewName: TypeAlias = Annotated[str, Meta(pattern=VIEW_NAME_PATTERN + r"(?!\n)")]
 
 __all__ = [
     "AttachmentPart",
@@ -45,6 +46,10 @@ __all__ = [
     "TranscriptRangeLocator",
     "TranscriptRecord",
     "TranscriptSnapshot",
+    "View",
+    "ViewChanged",
+    "ViewLeft",
+    "ViewName",
 ]
 
 
@@ -178,7 +183,28 @@ class SegmentStarted(
     end: NonNegative
 
 
-Change: TypeAlias = MessagesAppended | SegmentStarted
+class ViewChanged(
+    Struct, frozen=True, gc=False, rename="camel", tag_field="kind", tag="view-changed"
+):
+    """The View ``name`` was created or moved to ``[start, end)``; ``end``
+    ``None`` means open (it follows the transcript). Changes no message and
+    no segment bound."""
+
+    name: ViewName
+    start: NonNegative
+    end: NonNegative | None = None
+
+
+class ViewLeft(Struct, frozen=True, gc=False, rename="camel", tag_field="kind", tag="view-left"):
+    """The View ``name``, which covered ``[start, end)``, was left. Deletes
+    nothing: the messages stay, and so do the segments."""
+
+    name: ViewName
+    start: NonNegative
+    end: NonNegative | None = None
+
+
+Change: TypeAlias = MessagesAppended | SegmentStarted | ViewChanged | ViewLeft
 
 
 class TranscriptEvent(Struct, frozen=True, gc=False, rename="camel", omit_defaults=True):
@@ -199,7 +225,16 @@ class Segment(Struct, frozen=True):
     end: NonNegative | None
 
 
-class TranscriptSnapshot(Struct, frozen=True, rename="camel"):
+class View(Struct, frozen=True, gc=False):
+    """A named range ``[start, end)`` over one transcript; ``end`` ``None``:
+    open, it follows the transcript (``docs/protocol.md``, Views)."""
+
+    name: ViewName
+    start: NonNegative
+    end: NonNegative | None = None
+
+
+class TranscriptSnapshot(Struct, frozen=True, rename="camel", omit_defaults=True):
     """The transcript fixed at ``revision``; ``messages`` are ``[start, end)``
     of a transcript of ``length`` messages.
 
@@ -207,8 +242,10 @@ class TranscriptSnapshot(Struct, frozen=True, rename="camel"):
     ``end == length``), else *partial*: a range read over HTTP, or the window
     of a windowed subscription. ``segments`` and ``active_start`` are always
     those of the whole transcript. ``length`` is left out only by older peers;
-    their snapshots are whole, so it defaults to ``end``. The invariants every
-    snapshot must keep are checked by ``protocol.state.check_snapshot``.
+    their snapshots are whole, so it defaults to ``end``. ``views`` are the
+    Views now (by name), ``view_changes`` how many View changes the revision
+    counts; both are left out when empty. The invariants every snapshot must
+    keep are checked by ``protocol.state.check_snapshot``.
     """
 
     transcript_id: TranscriptId
@@ -220,12 +257,16 @@ class TranscriptSnapshot(Struct, frozen=True, rename="camel"):
     segments: tuple[Segment, ...]
     # Always an int once made: None (absent on the wire) becomes ``end``.
     length: NonNegative = None  # type: ignore[assignment]
+    views: tuple[View, ...] = ()
+    view_changes: NonNegative = 0
 
     def __post_init__(self) -> None:
         if type(self.messages) is not tuple:
             force_setattr(self, "messages", tuple(self.messages))
         if type(self.segments) is not tuple:
             force_setattr(self, "segments", tuple(self.segments))
+        if type(self.views) is not tuple:
+            force_setattr(self, "views", tuple(self.views))
         length: int | None = self.length
         if length is None:
             force_setattr(self, "length", self.start + len(self.messages))
@@ -245,15 +286,18 @@ class TranscriptRecord(Struct, frozen=True, rename="camel"):
     """What the observation port records of one change: ids and ranges, no bodies.
 
     For an append, ``[start, end)`` is the appended range; for a segment start
-    it is the new segment's ``[start, end)`` (``end`` = length at that moment).
+    it is the new segment's ``[start, end)`` (``end`` = length at that moment);
+    for a View change (``name`` set) the View's range, an open end recorded
+    as the length at that moment.
     """
 
     transcript_id: str
     revision: int
-    kind: Literal["messages-appended", "segment-started"]
+    kind: Literal["messages-appended", "segment-started", "view-changed", "view-left"]
     start: int
     end: int
     occurred_at: int = 0
+    name: str | None = None
 
 
 class MessageLocator(Struct, frozen=True, rename="camel"):

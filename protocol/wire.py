@@ -28,7 +28,9 @@ from protocol.types import (
     TranscriptEvent,
     TranscriptId,
     TranscriptSnapshot,
+    ViewName,
 )
+from protocol.views import Window
 
 SUBPROTOCOL_JSON: Final = "tsync.v1.json"
 SUBPROTOCOL_MSGPACK: Final = "tsync.v1.msgpack"
@@ -45,6 +47,7 @@ IdempotencyKey: TypeAlias = Annotated[
 INVALID_FRAME: Final = codes.INVALID_FRAME
 INVALID_MESSAGE: Final = codes.INVALID_MESSAGE
 INVALID_SEGMENT: Final = codes.INVALID_SEGMENT
+INVALID_VIEW: Final = codes.INVALID_VIEW
 NOT_FOUND: Final = codes.NOT_FOUND
 CONFLICT: Final = codes.CONFLICT
 REVISION_CONFLICT: Final = codes.REVISION_CONFLICT
@@ -66,12 +69,18 @@ METHOD_NOT_ALLOWED: Final = codes.METHOD_NOT_ALLOWED
 class Subscribe(
     Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="subscribe"
 ):
-    """Subscribe; with ``from_revision`` resume after it (same ``epoch`` required)."""
+    """Subscribe; with ``from_revision`` resume after it (same ``epoch`` required).
+
+    ``window`` asks for part of the transcript: a baseline then holds only
+    the window's messages (``protocol.views.Window``); a resume that the
+    server answers with a baseline uses it too.
+    """
 
     transcript_id: TranscriptId
     from_revision: NonNegative | None = None
     epoch: str | None = None
     ref: Ref = None
+    window: Window | None = None
 
 
 class Unsubscribe(
@@ -100,11 +109,46 @@ class StartSegment(
     ref: Ref = None
 
 
+class SetView(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="setView"
+):
+    """Create the View ``name`` or move it to ``[start, end)`` (``end``
+    absent: open). Setting a View to the range it has changes nothing."""
+
+    transcript_id: TranscriptId
+    name: ViewName
+    start: NonNegative
+    end: NonNegative | None = None
+    ref: Ref = None
+
+
+class LeaveView(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="leaveView"
+):
+    """Leave the View ``name`` (deletes nothing; leaving one that does not
+    exist changes nothing)."""
+
+    transcript_id: TranscriptId
+    name: ViewName
+    ref: Ref = None
+
+
 class Ping(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="ping"):
     ref: Ref = None
 
 
-ClientOp: TypeAlias = Subscribe | Unsubscribe | Append | StartSegment | Ping
+ClientOp: TypeAlias = Subscribe | Unsubscribe | Append | StartSegment | SetView | LeaveView | Ping
+
+#: Every op name a client may send (for error messages: "unknown op").
+OP_NAMES: Final = (
+    "subscribe",
+    "unsubscribe",
+    "append",
+    "startSegment",
+    "setView",
+    "leaveView",
+    "ping",
+)
 
 # --- server -> client ----------------------------------------------------------
 
@@ -128,7 +172,8 @@ class Increment(
 
 
 class Ack(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type", tag="ack"):
-    """The answer to ``append`` (``start``/``count`` set) or ``startSegment``.
+    """The answer to ``append`` (``start``/``count`` set), ``startSegment``,
+    ``setView`` or ``leaveView``.
 
     ``duplicate`` is true when an idempotency key matched an earlier append and
     this ack repeats the first one.

@@ -20,13 +20,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
-from protocol.types import Message, Origin, TranscriptEvent
+from protocol.types import (
+    Message,
+    MessagesAppended,
+    Origin,
+    SegmentStarted,
+    TranscriptEvent,
+    ViewChanged,
+    ViewLeft,
+)
 from server.errors import RevisionConflict
 from server.live import LiveTranscript
 from server.metrics import Metrics
 from server.store.base import AppendResult, Receipt, RevisionMismatch, Store, StoreUnavailable
+from server.transcript import Transcript
 
 
 class PendingAppend:
@@ -265,14 +274,23 @@ class AppendCommitter:
             live.remember(p.key, result.receipt)
             return result
 
-    async def commit_segment(
-        self, live: LiveTranscript, start: int | None, origin: Origin | None, transport: str
+    async def commit_change(
+        self,
+        live: LiveTranscript,
+        prepare: Callable[[Transcript], TranscriptEvent | None],
+        transport: str,
     ) -> AppendResult | None:
-        """Start a segment on ``live`` (the caller holds ``live.lock``).
-        Raises ``InvalidSegment``; ``None`` when ``live`` was replaced by a
-        catch-up (start over on the current copy)."""
+        """Commit the one change ``prepare`` builds on ``live`` (a segment
+        start, a View change; the caller holds ``live.lock``), catching up
+        with the store when another replica moved on. ``prepare`` raises what
+        refuses the change, or returns ``None`` when it would change nothing:
+        then the result repeats the current revision as a ``duplicate``.
+        ``None`` when ``live`` was replaced by a catch-up (start over)."""
         while True:
-            event = live.transcript.prepare_segment(start, origin=origin)
+            transcript = live.transcript
+            event = prepare(transcript)
+            if event is None:
+                return AppendResult(Receipt(transcript.revision, 0, 0), duplicate=True)
             try:
                 result = await self.store.append(event)
             except RevisionMismatch:
@@ -280,5 +298,14 @@ class AppendCommitter:
                     return None
                 continue
             live.transcript.apply(event)
-            self.metrics.appends.labels(transport, "segment-started").inc()
+            self.metrics.appends.labels(transport, _KINDS[type(event.change)]).inc()
             return result
+
+
+#: The metrics label of each kind of change.
+_KINDS: Final[dict[type, str]] = {
+    MessagesAppended: "messages-appended",
+    SegmentStarted: "segment-started",
+    ViewChanged: "view-changed",
+    ViewLeft: "view-left",
+}

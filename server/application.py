@@ -37,7 +37,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from protocol import codes
-from server import http_api, http_lmml, http_ops, logs, openapi, pages
+from server import http_api, http_lmml, http_ops, http_views, logs, openapi, pages
 from server.backplane import Backplane
 from server.config import ConfigError, ServerConfig, load_config, unknown_env_names
 from server.errors import Refused
@@ -220,7 +220,18 @@ def create_app(
             delete=http_api.delete_transcript,
         ),
         _route("/v1/transcripts/{transcript_id}/events", get=http_api.get_events),
-        _route("/v1/transcripts/{transcript_id}/messages", post=http_api.append_messages),
+        _route(
+            "/v1/transcripts/{transcript_id}/messages",
+            post=http_api.append_messages,
+            get=http_views.get_messages,
+        ),
+        _route("/v1/transcripts/{transcript_id}/views", get=http_views.get_views),
+        _route(
+            "/v1/transcripts/{transcript_id}/views/{name}",
+            put=http_views.put_view,
+            delete=http_views.leave_view,
+        ),
+        _route("/v1/transcripts/{transcript_id}/usage", get=http_views.get_usage),
         _route("/v1/transcripts/{transcript_id}/segments", post=http_api.start_segment),
         _route("/v1/transcripts/{transcript_id}/chat", get=http_lmml.chat),
         _route("/v1/transcripts/{transcript_id}/export.lmml", get=http_lmml.export_lmml),

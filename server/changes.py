@@ -29,7 +29,13 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from protocol.types import MessagesAppended, TranscriptEvent, TranscriptRecord
+from protocol.types import (
+    MessagesAppended,
+    SegmentStarted,
+    TranscriptEvent,
+    TranscriptRecord,
+    ViewChanged,
+)
 
 if TYPE_CHECKING:
     from server.transcript import Transcript
@@ -154,10 +160,12 @@ class CaptureAndObservationError(ExceptionGroup[Exception], ChangeCaptureError):
 # --- presets -------------------------------------------------------------------
 
 
-def record_of(event: TranscriptEvent) -> TranscriptRecord:
+def record_of(event: TranscriptEvent, length: int = 0) -> TranscriptRecord:
     """The record of one event: for an append the appended range
     ``[start, start + count)``, for a segment start the new segment's
-    ``[start, end)`` where ``end`` is the length at that moment."""
+    ``[start, end)`` where ``end`` is the length at that moment, for a View
+    change the View's name and range (``length``: the transcript's length
+    after the event, which an open View's end is recorded as)."""
     change = event.change
     if isinstance(change, MessagesAppended):
         return TranscriptRecord(
@@ -168,13 +176,23 @@ def record_of(event: TranscriptEvent) -> TranscriptRecord:
             end=change.start + len(change.messages),
             occurred_at=event.occurred_at,
         )
+    if isinstance(change, SegmentStarted):
+        return TranscriptRecord(
+            transcript_id=event.transcript_id,
+            revision=event.revision,
+            kind="segment-started",
+            start=change.start,
+            end=change.end,
+            occurred_at=event.occurred_at,
+        )
     return TranscriptRecord(
         transcript_id=event.transcript_id,
         revision=event.revision,
-        kind="segment-started",
+        kind="view-changed" if isinstance(change, ViewChanged) else "view-left",
         start=change.start,
-        end=change.end,
+        end=length if change.end is None else change.end,
         occurred_at=event.occurred_at,
+        name=change.name,
     )
 
 

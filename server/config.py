@@ -154,6 +154,15 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     max_resume_events: Annotated[
         NonNegInt, _d("a resume further behind than this gets a fresh baseline instead")
     ] = 10_000
+    live_messages: Annotated[
+        NonNegInt,
+        _d(
+            "messages of each live transcript kept in memory: the newest ones (up to 1.5 times "
+            "this many before the oldest are let go); a baseline, range or export that starts "
+            "earlier reads the older part from the store, so memory follows the working set, "
+            "not the history (0: keep every message)"
+        ),
+    ] = 2000
     idle_ttl_s: Annotated[
         Annotated[float, Meta(gt=0)],
         _d("seconds an unsubscribed, unused transcript stays in memory"),

@@ -10,10 +10,12 @@ status on its own.
 
     Refused                   a request the server will not carry out; ``code``
     ├── RevisionConflict      ``expectedRevision`` did not match
+    ├── EpochChanged          the epoch given is not the transcript's (re-created)
     └── TooManySubscriptions  the connection follows the most transcripts it may
 
 Errors from elsewhere that carry a code: ``protocol.errors.ProtocolError``
-(``invalid-frame``, ``invalid-message``, ``invalid-segment``) and the store's
+(``invalid-frame``, ``invalid-message``, ``invalid-segment``, ``invalid-view``)
+and the store's
 ``TranscriptNotFound``, ``TranscriptExists`` and ``StoreUnavailable``.
 Anything else is a bug: ``internal``.
 """
@@ -51,6 +53,19 @@ class RevisionConflict(Refused):
         self.transcript_id = transcript_id
         self.expected = expected
         self.current = current
+
+
+class EpochChanged(Refused):
+    """The caller holds a copy of another epoch: the transcript was deleted
+    and created again since."""
+
+    def __init__(self, transcript_id: str, given: str, current: str) -> None:
+        super().__init__(
+            codes.EPOCH_CHANGED,
+            f"transcript {transcript_id!r} is of epoch {current!r}, not {given!r}: it was "
+            "deleted and created again; take a new baseline",
+            epoch=current,
+        )
 
 
 class TooManySubscriptions(Refused):

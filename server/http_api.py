@@ -162,6 +162,8 @@ async def list_transcripts(request: Request) -> Response:
                     length=i.length,
                     created_at=i.created_at,
                     updated_at=i.updated_at,
+                    title=i.title,
+                    preview=i.preview,
                 )
                 for i in infos
             ]
@@ -173,12 +175,12 @@ async def get_transcript(request: Request) -> Response:
     tid = _transcript_id(request)
     start = _int_param(request, "start", 0) or 0
     end = _int_param(request, "end")
-    snapshot = await _hub(request).snapshot(tid, 0, None)
-    length = snapshot.end
-    if (end is not None and end > length) or start > (length if end is None else end):
-        raise Refused(codes.INVALID_QUERY, f"range [{start}, {end}) is not within [0, {length}]")
-    if start or end is not None:
+    try:
         snapshot = await _hub(request).snapshot(tid, start, end)
+    except ProtocolError:
+        raise
+    except ValueError as exc:  # the range is not within the transcript
+        raise Refused(codes.INVALID_QUERY, str(exc)) from None
     return json_response(snapshot)
 
 

@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from protocol import api, codes, lmml
 from protocol.types import Message
+from protocol.views import Window
 from server.errors import Refused
 from server.http_api import (
     _hub,
@@ -123,10 +124,10 @@ async def chat(request: Request) -> Response:
     context: Literal["omit", "system"] = (
         "system" if _choice(request, "context", ("omit", "system")) == "system" else "omit"
     )
-    snapshot = await _hub(request).snapshot(tid)
+    # The active segment only is read (a long transcript's history stays in the store).
+    window = Window(segment="active") if segment == "active" else None
+    snapshot = await _hub(request).snapshot(tid, window=window)
     messages: tuple[Message, ...] = snapshot.messages
-    if segment == "active":
-        messages = messages[snapshot.active_start - snapshot.start :]
     response = json_response(api.ChatBody(messages=lmml.chat_messages(messages, context=context)))
     response.headers["x-transcript-revision"] = str(snapshot.revision)
     return response

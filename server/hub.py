@@ -20,6 +20,12 @@ delivered first, then the baseline at revision R (or the increments after
 without an ``await`` in between, so the first increment it gets next is R+1:
 no gap, no repeat. ``server.live.plan_subscribe`` decides which.
 
+Windows and memory: a live transcript holds only its newest messages
+(``server.live``). A baseline for a window (``protocol.views.Window``), a
+range read or a snapshot that starts earlier first reads the older part from
+the store (an ``await``: messages never change, so it may be read at any
+time), then joins it with what memory holds in one synchronous step.
+
 Modules: ``hub`` imports ``live``, ``appends`` and ``outbound``; none of them
 imports the hub (``tests/server/test_imports.py``).
 """
@@ -31,15 +37,19 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from protocol import codes
-from protocol.types import Message, Origin, TranscriptEvent, TranscriptSnapshot
+from protocol.state import TranscriptState
+from protocol.types import Message, Origin, TranscriptEvent, TranscriptSnapshot, View
+from protocol.usage import MessageUsage, message_usage, named_ranges
 from protocol.validation import parse_messages, validate_id
+from protocol.views import InvalidView, Window, window_start
 from server.appends import AppendCommitter, PendingAppend
 from server.config import ServerConfig
-from server.errors import TooManySubscriptions
-from server.frames import EncodedEvent
+from server.errors import EpochChanged, TooManySubscriptions
+from server.frames import EncodedEvent, EncodedSnapshot
 from server.live import (
     CatchUpFirst,
     FetchThenSplice,
@@ -54,7 +64,9 @@ from server.outbound import OutboundQueue, Send, WriteDelay
 from server.store.base import (
     AppendResult,
     Store,
-    StoredTranscript,
+    StoredRange,
+    StoredState,
+    StoreError,
     TranscriptInfo,
     TranscriptNotFound,
 )
@@ -62,6 +74,22 @@ from server.transcript import Transcript
 from server.tuning import IDLE_SWEEPS_PER_TTL, MIN_IDLE_SWEEP_S
 
 log = logging.getLogger("tsync.hub")
+
+#: Reads of older messages one baseline or range may need: each retry means
+#: the transcript let more messages go while the store answered.
+_READ_ATTEMPTS = 5
+
+
+def _start_of(window: Window | None, state: TranscriptState) -> int:
+    """Where a baseline of ``window`` starts in ``state`` now."""
+    return window_start(
+        window, length=state.length, active_start=state.active_start, views=state.views
+    )
+
+
+class _Stale(Exception):
+    """The store holds another history than this live copy (it was deleted,
+    or deleted and created again): reload before going on."""
 
 
 def now_ms() -> int:
@@ -149,7 +177,7 @@ class Hub:
         self._loading[transcript_id] = future
         self._held(transcript_id)
         try:
-            stored = await self.store.load(transcript_id)
+            stored = await self._load_stored(transcript_id)
             if stored is None:
                 raise TranscriptNotFound(transcript_id)
             live = self._hold(stored)
@@ -163,11 +191,17 @@ class Hub:
         finally:
             del self._loading[transcript_id]
 
-    def _hold(self, stored: StoredTranscript) -> LiveTranscript:
+    async def _load_stored(self, transcript_id: str) -> StoredState | None:
+        """The transcript's state with the messages a live copy holds."""
+        keep = self.config.live_messages
+        return await self.store.load_recent(transcript_id, messages=keep or None)
+
+    def _hold(self, stored: StoredState) -> LiveTranscript:
         live = LiveTranscript(
             stored,
             event_window=self.config.event_window,
             idempotency_retention=self.store.idempotency_retention,
+            live_messages=self.config.live_messages,
         )
         self.live[live.id] = live
         self._held(live.id)
@@ -310,14 +344,11 @@ class Hub:
         transport: str = "ws",
     ) -> AppendResult:
         """Start a segment. Raises ``InvalidSegment`` and the errors of ``append``."""
-        while True:
-            live = await self.load(transcript_id)
-            async with live.lock:
-                if not self.is_current(live):
-                    continue
-                result = await self.committer.commit_segment(live, start, origin, transport)
-            if result is not None:
-                return result
+        return await self._change(
+            transcript_id,
+            lambda transcript: transcript.prepare_segment(start, origin=origin),
+            transport,
+        )
 
     # --- other replicas' changes ------------------------------------------------------
 
@@ -350,16 +381,21 @@ class Hub:
     async def reload(self, live: LiveTranscript) -> None:
         """Replace a live transcript with the store's copy (its history here is
         lost or from another epoch) and re-baseline its subscribers."""
-        stored = await self.store.load(live.id)
+        stored = await self._load_stored(live.id)
         if stored is None:
             await self._drop_deleted(live)
             return
-        subscribers = list(live.subscribers)
+        subscribers = list(live.subscribers.items())
         self.forget(live.id)
         await live.close()
         fresh = self._hold(stored)
-        for queue in subscribers:
-            self._send_baseline(fresh, queue)
+        for queue, window in subscribers:
+            try:
+                await self._send_baseline(fresh, queue, window)
+            except InvalidView as exc:
+                queue.push_error(codes.INVALID_VIEW, str(exc), transcript_id=live.id)
+            except TranscriptNotFound:
+                return  # deleted meanwhile: its subscribers were told
 
     def apply_remote(self, live: LiveTranscript, event: TranscriptEvent) -> bool:
         """Apply a change learnt from another replica if it is the next one.
@@ -378,10 +414,174 @@ class Hub:
     # --- reads ----------------------------------------------------------------------
 
     async def snapshot(
-        self, transcript_id: str, start: int = 0, end: int | None = None
+        self,
+        transcript_id: str,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        window: Window | None = None,
     ) -> TranscriptSnapshot:
+        """The transcript now with messages ``[start, end)`` (default all), or
+        from where ``window`` starts, read from memory and, for what it no
+        longer holds, the store. ``ValueError`` unless ``0 <= start <= end
+        <= length``; ``InvalidView`` for a window naming no View."""
         live = await self.load(transcript_id)
-        return live.transcript.snapshot(end, start=start)
+        while True:
+            state = live.transcript.state
+            if window is not None:
+                start = _start_of(window, state)
+            length = live.transcript.length
+            stop = length if end is None else end
+            if not 0 <= start <= stop <= length:
+                raise ValueError(f"range [{start}, {stop}) is not within [0, {length}]")
+            current, messages = await self._messages(live, start, stop)
+            if current is live:
+                return live.transcript.state.snapshot_of(start, messages)
+            live = current  # reloaded: another history, measure again
+
+    async def read_messages(
+        self, transcript_id: str, start: int, end: int, *, epoch: str | None = None
+    ) -> tuple[StoredRange, int]:
+        """Messages ``[start, end)`` (clamped to the length) as a
+        ``StoredRange`` of the current revision, and that revision. Raises
+        ``EpochChanged`` when ``epoch`` is given and is not the transcript's."""
+        live = await self.load(transcript_id)
+        while True:
+            transcript = live.transcript
+            if epoch is not None and epoch != transcript.epoch:
+                raise EpochChanged(transcript_id, epoch, transcript.epoch)
+            length = transcript.length
+            first, last = min(start, length), min(end, length)
+            current, messages = await self._messages(live, first, last)
+            if current is live:
+                break
+            live = current  # reloaded: another history, look again
+        transcript = live.transcript
+        found = StoredRange(
+            transcript.epoch, transcript.revision, transcript.length, first, messages
+        )
+        return found, transcript.revision
+
+    async def _messages(
+        self, live: LiveTranscript, start: int, end: int
+    ) -> tuple[LiveTranscript, tuple[Message, ...]]:
+        """Messages ``[start, end)`` (``end`` at most the length): what the
+        live copy holds from memory, the older part from the store, and
+        ``live``. When the store holds another history, ``live`` is reloaded
+        and the current copy is returned with no messages: the caller, which
+        measured the range on ``live``, measures again."""
+        for _ in range(_READ_ATTEMPTS):
+            state = live.transcript.state
+            if start >= state.start:
+                return live, state.slice(start, end)
+            try:
+                older = await self._read_older(live, start, min(end, state.start))
+            except _Stale:
+                return await self._refresh(live), ()
+            held = live.transcript.state.start
+            if older.end >= min(end, held):
+                tail = live.transcript.state.slice(held, end) if end > held else ()
+                return live, older.messages[: min(end, held) - start] + tail
+        raise StoreError(
+            f"transcript {live.id!r}: the store did not give messages [{start}, {end})"
+        )
+
+    async def _read_older(self, live: LiveTranscript, start: int, end: int) -> StoredRange:
+        """Messages the live copy no longer holds, from the store; ``_Stale``
+        when the store holds another history."""
+        try:
+            older = await self.store.read_messages(live.id, start, end)
+        except TranscriptNotFound:
+            raise _Stale from None
+        if older.epoch != live.transcript.epoch or older.end < end:
+            raise _Stale
+        return older
+
+    async def _refresh(self, live: LiveTranscript) -> LiveTranscript:
+        """The current copy after ``live`` turned out stale: reloaded (its
+        subscribers get a new baseline or ``not-found``). Raises
+        ``TranscriptNotFound`` when the transcript is gone."""
+        if self.is_current(live):
+            async with live.lock:
+                if self.is_current(live):
+                    await self.reload(live)
+        return await self.load(live.id)
+
+    # --- Views and usage ----------------------------------------------------------------
+
+    async def views(self, transcript_id: str) -> tuple[int, tuple[View, ...]]:
+        """The revision and the Views of a transcript, ordered by name."""
+        live = await self.load(transcript_id)
+        return live.transcript.revision, live.transcript.views()
+
+    async def set_view(
+        self,
+        transcript_id: str,
+        name: str,
+        start: int,
+        end: int | None = None,
+        *,
+        origin: Origin | None = None,
+        transport: str = "ws",
+    ) -> AppendResult:
+        """Create or move a View; ``duplicate`` when it already had that range
+        (nothing changed). Raises ``InvalidView`` and the errors of ``append``."""
+        return await self._change(
+            transcript_id,
+            lambda transcript: transcript.prepare_view(name, start, end, origin=origin),
+            transport,
+        )
+
+    async def leave_view(
+        self, transcript_id: str, name: str, *, origin: Origin | None = None, transport: str = "ws"
+    ) -> AppendResult:
+        """Leave a View; ``duplicate`` when there was none (nothing changed)."""
+        return await self._change(
+            transcript_id,
+            lambda transcript: transcript.prepare_leave_view(name, origin=origin),
+            transport,
+        )
+
+    async def _change(
+        self,
+        transcript_id: str,
+        prepare: Callable[[Transcript], TranscriptEvent | None],
+        transport: str,
+    ) -> AppendResult:
+        """Commit the one change ``prepare`` builds (a segment start, a View
+        change) under the transcript's lock, on its current copy."""
+        while True:
+            live = await self.load(transcript_id)
+            async with live.lock:
+                if not self.is_current(live):
+                    continue
+                result = await self.committer.commit_change(live, prepare, transport)
+            if result is not None:
+                return result
+
+    async def usage(
+        self,
+        transcript_id: str,
+        *,
+        segments: str | list[int] | None = "all",
+        views: list[str] | None = None,
+    ) -> tuple[int, MessageUsage]:
+        """The revision, and how the chosen segments and Views use the
+        messages (``protocol.usage``). The messages of every range come from
+        one read, so a message several ranges share is one object, counted
+        once. Raises ``InvalidView``, ``ValueError`` (no such segment)."""
+        live = await self.load(transcript_id)
+        while True:
+            state = live.transcript.state
+            ranges = named_ranges(state, segments=segments, views=views)
+            low = min((r.start for r in ranges), default=0)
+            high = max((r.end for r in ranges), default=0)
+            current, messages = await self._messages(live, low, high)
+            if current is live:
+                break
+            live = current  # reloaded: another history, choose again
+        spans = ((r, messages[r.start - low : r.end - low]) for r in ranges)
+        return state.revision, message_usage(spans)
 
     async def events_after(self, transcript_id: str, revision: int) -> list[TranscriptEvent] | None:
         """Events after ``revision`` from the window or the store; ``None`` when
@@ -444,10 +644,13 @@ class Hub:
         *,
         from_revision: int | None = None,
         epoch: str | None = None,
+        window: Window | None = None,
     ) -> str:
         """Subscribe ``queue``; returns how it was served: ``baseline``,
         ``resume`` or ``current``. A subscribe of a transcript the connection
-        already follows replaces that subscription."""
+        already follows replaces that subscription. A baseline holds only
+        ``window`` (``protocol.views.Window``) of the transcript; raises
+        ``InvalidView`` when it names a View the transcript does not have."""
         limit = self.config.max_subscriptions_per_connection
         if not queue.follows(transcript_id) and queue.subscription_count >= limit:
             raise TooManySubscriptions(limit)
@@ -477,7 +680,10 @@ class Hub:
                 case SendFromWindow():
                     assert from_revision is not None  # a plan without one is a baseline
                     items = splice(from_revision, (), live.window, transcript.revision)
-                    return self._resume(live, queue, from_revision, items)
+                    mode = self._resume(live, queue, from_revision, items, window)
+                    if mode is not None:
+                        return mode
+                    break
                 case FetchThenSplice(after=after, limit=fetch_limit):
                     older = await self.store.events_after(transcript_id, after, limit=fetch_limit)
                     if older is None or not self.is_current(live):
@@ -487,23 +693,65 @@ class Hub:
                     # The window may have moved on during the await.
                     live.deliver_pending()
                     items = splice(after, older, live.window, live.transcript.revision)
-                    return self._resume(live, queue, after, items)
+                    mode = self._resume(live, queue, after, items, window)
+                    if mode is not None:
+                        return mode
+                    break
                 case SendBaseline():
                     break
-        self._send_baseline(live, queue)
-        return "baseline"
+        return await self._send_baseline(live, queue, window)
 
-    def _join(self, live: LiveTranscript, queue: OutboundQueue) -> None:
-        if live.join(queue):
+    def _join(self, live: LiveTranscript, queue: OutboundQueue, window: Window | None) -> None:
+        if live.join(queue, window):
             self.metrics.subscriptions.inc()
 
-    def _send_baseline(self, live: LiveTranscript, queue: OutboundQueue) -> None:
-        snapshot = live.encoded_snapshot()
+    async def _send_baseline(
+        self, live: LiveTranscript, queue: OutboundQueue, window: Window | None
+    ) -> str:
+        """Queue a baseline of ``window`` and join ``queue`` to the subscribers."""
+        while True:
+            snapshot = await self._baseline(live, window)
+            if snapshot is None:
+                live = await self.load(live.id)  # reloaded meanwhile: the current copy
+                continue
+            break
+        # No await from here on (``_baseline`` returned right after its last
+        # synchronous step): the snapshot is of the current revision.
+        if self.connections.get(queue.id) is not queue:
+            return "baseline"  # the connection went away while the store answered
         # Join before queueing: if the queue overflows, the lag handling then
         # sees (and drops) this subscription too.
-        self._join(live, queue)
+        self._join(live, queue, window)
         queue.push_baseline(snapshot)
         self.metrics.subscribes.labels("baseline").inc()
+        return "baseline"
+
+    async def _baseline(
+        self, live: LiveTranscript, window: Window | None
+    ) -> EncodedSnapshot | None:
+        """The encoded baseline of ``window`` at the current revision, made in
+        one synchronous step after any read of older messages from the store;
+        ``None`` when ``live`` is no longer the current copy."""
+        older: StoredRange | None = None
+        for _ in range(_READ_ATTEMPTS):
+            if not self.is_current(live):
+                return None
+            live.deliver_pending()
+            state = live.transcript.state
+            start = _start_of(window, state)
+            cached = live.cached_snapshot(start)
+            if cached is not None:
+                return cached
+            if start >= state.start:
+                return live.encoded_snapshot(start)
+            if older is not None and older.start <= start and older.end >= state.start:
+                return live.encoded_snapshot(start, older.messages[start - older.start :])
+            try:
+                older = await self._read_older(live, start, state.start)
+            except _Stale:
+                await self._refresh(live)
+                return None
+        raise StoreError(f"transcript {live.id!r}: the store did not give its older messages")
 
     def _resume(
         self,
@@ -511,7 +759,10 @@ class Hub:
         queue: OutboundQueue,
         from_revision: int,
         items: list[EncodedEvent] | None,
-    ) -> str:
+        window: Window | None,
+    ) -> str | None:
+        """Queue the increments after ``from_revision`` and join; ``None``
+        when a baseline must be sent instead."""
         # No await from here on: the increments queued and the join are one step.
         if items is None or not queue.has_room(
             len(items), sum(item.estimated_bytes for item in items)
@@ -519,9 +770,8 @@ class Hub:
             # The sources did not join up, or the increments would overflow
             # the queue (and lag it before the writer could send any: no
             # progress). A baseline is one frame: always progress.
-            self._send_baseline(live, queue)
-            return "baseline"
-        self._join(live, queue)
+            return None
+        self._join(live, queue, window)
         queue.push_resume(live.id, from_revision, items)
         mode = "resume" if items else "current"
         self.metrics.subscribes.labels(mode).inc()

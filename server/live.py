@@ -4,9 +4,19 @@ A ``LiveTranscript`` is the ``Transcript`` with a ``ChangeBuffer`` as its
 ``changes`` port, one pump task that loops ``await buffer.wait()`` /
 ``buffer.take()`` and pushes each event, encoded once, to every subscriber's
 outbound queue in revision order, a window of recent encoded events for
-resumes, the idempotency keys it remembers, and a cached encoded snapshot for
-baselines. ``lock`` is held by whoever changes the transcript (the committer,
-a segment start, a catch-up or the backplane), so changes never interleave.
+resumes, the idempotency keys it remembers, and cached encoded snapshots for
+baselines (one per window start at the current revision).
+
+Memory: the transcript holds only its newest messages. It is loaded with the
+newest ``live_messages`` (``Store.load_recent``) and, whenever it holds more
+than 1.5 times that many, lets the oldest go (``Transcript.forget_before``).
+Subscribers need nothing more of it: after their baseline they take
+increments, and a baseline, range or export that starts earlier reads the
+older messages from the store (they never change, so the two join exactly).
+
+``lock`` is held by whoever changes the transcript (the committer, a segment
+start, a View change, a catch-up or the backplane), so changes never
+interleave.
 
 What a subscribe with ``fromRevision`` gets is decided here without an await
 (``plan_subscribe``, ``splice``): a baseline, the window's increments, or a
@@ -24,34 +34,45 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from protocol.types import TranscriptEvent
+from protocol.types import Message, TranscriptEvent
+from protocol.views import Window
 from server.changes import ChangeBuffer
 from server.frames import EncodedEvent, EncodedSnapshot
 from server.outbound import OutboundQueue
-from server.store.base import Receipt, StoredTranscript
+from server.store.base import Receipt, StoredState
 from server.transcript import Transcript
+
+#: Encoded baselines kept per live transcript at its current revision (one per
+#: window start: the whole, and the tails and segments subscribers ask for).
+SNAPSHOTS_KEPT = 8
 
 
 class LiveTranscript:
     """One transcript in memory with its buffer, pump, subscribers and window."""
 
     def __init__(
-        self, stored: StoredTranscript, *, event_window: int, idempotency_retention: int
+        self,
+        stored: StoredState,
+        *,
+        event_window: int,
+        idempotency_retention: int,
+        live_messages: int = 0,
     ) -> None:
         self.buffer = ChangeBuffer()
-        self.transcript = Transcript.restore(
-            stored.events, id=stored.transcript_id, epoch=stored.epoch, changes=self.buffer
-        )
+        self.transcript = Transcript.restore_window(stored.snapshot, changes=self.buffer)
         self.id = stored.transcript_id
         self.created_at = stored.created_at
-        self.subscribers: dict[OutboundQueue, None] = {}
+        #: Each subscriber and the window it subscribed with (``None``: whole).
+        self.subscribers: dict[OutboundQueue, Window | None] = {}
         self.window: deque[EncodedEvent] = deque(maxlen=event_window)
+        self._keep = live_messages
         self._receipts: OrderedDict[str, Receipt] = OrderedDict(stored.idempotency)
         self._retention = idempotency_retention
         #: Held by whoever changes the transcript, across the store's await.
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
-        self._snapshot_cache: EncodedSnapshot | None = None
+        self._snapshots: dict[int, EncodedSnapshot] = {}
+        self._snapshots_revision = -1
         self.pump = asyncio.create_task(self._pump(), name=f"pump-{self.id}")
 
     # --- fan-out ------------------------------------------------------------------
@@ -77,29 +98,61 @@ class LiveTranscript:
                 # A subscription made after this event was captured but before
                 # it was pumped already has it in its baseline: the queue skips it.
                 queue.push_increment(item)
+        self._trim()
+
+    def _trim(self) -> None:
+        """Let the oldest messages go once more than 1.5 times ``live_messages``
+        are held (amortised: one list shift per half a window of appends)."""
+        keep = self._keep
+        transcript = self.transcript
+        if keep and transcript.length - transcript.held_start > keep + keep // 2:
+            transcript.forget_before(transcript.length - keep)
 
     # --- subscribers ----------------------------------------------------------------
 
-    def join(self, queue: OutboundQueue) -> bool:
-        """Add a subscriber; False if it was one already."""
+    def join(self, queue: OutboundQueue, window: Window | None = None) -> bool:
+        """Add a subscriber (or change its window); False if it was one already."""
         self.last_used = time.monotonic()
-        if queue in self.subscribers:
-            return False
-        self.subscribers[queue] = None
-        return True
+        known = queue in self.subscribers
+        self.subscribers[queue] = window
+        return not known
 
     def leave(self, queue: OutboundQueue) -> bool:
         """Remove a subscriber; False if it was none."""
-        if self.subscribers.pop(queue, 0) is None:
+        if queue in self.subscribers:
+            del self.subscribers[queue]
             self.last_used = time.monotonic()
             return True
         return False
 
-    def encoded_snapshot(self) -> EncodedSnapshot:
-        """The snapshot now, encoded once per revision and shared."""
-        cached = self._snapshot_cache
-        if cached is None or cached.revision != self.transcript.revision:
-            cached = self._snapshot_cache = EncodedSnapshot(self.transcript.snapshot())
+    def cached_snapshot(self, start: int) -> EncodedSnapshot | None:
+        """The encoded snapshot of ``[start, length)`` at the current revision,
+        if one was made."""
+        if self._snapshots_revision != self.transcript.revision:
+            return None
+        return self._snapshots.get(start)
+
+    def encoded_snapshot(self, start: int = 0, older: tuple[Message, ...] = ()) -> EncodedSnapshot:
+        """The snapshot of ``[start, length)`` now, encoded once per revision
+        and window start and shared. ``older`` are the messages ``[start,
+        held_start)`` when the transcript no longer holds them (read from the
+        store by the caller); ``ValueError`` if they do not reach what it holds."""
+        transcript = self.transcript
+        revision = transcript.revision
+        if self._snapshots_revision != revision:
+            self._snapshots.clear()
+            self._snapshots_revision = revision
+        cached = self._snapshots.get(start)
+        if cached is None:
+            state = transcript.state
+            held = max(start, state.start)
+            if start + len(older) < held:
+                raise ValueError(f"messages [{start}, {held}) are missing from the snapshot")
+            messages = older[: held - start] + state.slice(held)
+            cached = EncodedSnapshot(state.snapshot_of(start, messages))
+            if len(self._snapshots) >= SNAPSHOTS_KEPT:
+                del self._snapshots[next(iter(self._snapshots))]
+            self._snapshots[start] = cached
         return cached
 
     def window_start(self) -> int | None:

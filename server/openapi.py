@@ -56,6 +56,7 @@ class Operation:
 
 
 _ID = Param("transcript_id", "path", "the transcript's id", required=True)
+_NAME = Param("name", "path", "the View's name", required=True)
 _INT = {"type": "integer", "minimum": 0}
 _PROBLEM = api.Problem
 
@@ -137,6 +138,60 @@ OPERATIONS: Final = (
         ),
     ),
     Operation(
+        "get",
+        "/v1/transcripts/{transcript_id}/messages",
+        "Messages [start, end): at most 1000 (end is lowered to start + 1000)",
+        {200: api.MessageRange, 400: _PROBLEM, 404: _PROBLEM, 409: _PROBLEM},
+        params=(
+            _ID,
+            Param("start", "query", "index of the first message (default 0)", _INT),
+            Param("end", "query", "index after the last message (default: start + 1000)", _INT),
+            Param(
+                "epoch",
+                "query",
+                "the epoch the caller's copy has: another one answers 409 epoch-changed",
+            ),
+        ),
+    ),
+    Operation(
+        "get",
+        "/v1/transcripts/{transcript_id}/views",
+        "The transcript's Views, ordered by name",
+        {200: api.ViewList, 400: _PROBLEM, 404: _PROBLEM},
+        params=(_ID,),
+    ),
+    Operation(
+        "put",
+        "/v1/transcripts/{transcript_id}/views/{name}",
+        "Create the View or move it to [start, end) (201; 200 when it already was so)",
+        {200: api.AckBody, 201: api.AckBody, 400: _PROBLEM, 404: _PROBLEM, 422: _PROBLEM},
+        body=api.ViewBody,
+        params=(_ID, _NAME),
+    ),
+    Operation(
+        "delete",
+        "/v1/transcripts/{transcript_id}/views/{name}",
+        "Leave the View (deletes no message; duplicate: true when there was none)",
+        {200: api.AckBody, 400: _PROBLEM, 404: _PROBLEM, 422: _PROBLEM},
+        params=(_ID, _NAME),
+    ),
+    Operation(
+        "get",
+        "/v1/transcripts/{transcript_id}/usage",
+        "How segments and Views use the messages, each message counted once",
+        {200: api.UsageBody, 400: _PROBLEM, 404: _PROBLEM, 422: _PROBLEM},
+        params=(
+            _ID,
+            Param(
+                "segments",
+                "query",
+                "all, active, or segment indices separated by commas (default: all, or none "
+                "when views is given)",
+            ),
+            Param("views", "query", "View names separated by commas (default: every View)"),
+        ),
+    ),
+    Operation(
         "post",
         "/v1/transcripts/{transcript_id}/segments",
         "Start a segment at start (default: the length)",
@@ -215,10 +270,10 @@ _TITLES: Final = {
     204: "No Content",
     400: "bad request (invalid-json, invalid-body, or a bad parameter)",
     404: "not-found",
-    409: "conflict or revision-conflict",
+    409: "conflict, revision-conflict or epoch-changed",
     410: "gone: the events are no longer held; load a snapshot",
     413: "too-large",
-    422: "invalid-message, invalid-segment or invalid-lmml",
+    422: "invalid-message, invalid-segment, invalid-view or invalid-lmml",
     503: "unavailable",
 }
 

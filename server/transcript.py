@@ -18,6 +18,20 @@ uses the two phases directly: ``prepare_append`` / ``prepare_segment`` build
 the event without changing anything, the hub awaits its store, then
 ``apply(event)`` updates memory and reports the change.
 
+Views (``protocol.views``): named ranges over the transcript, changed by
+``set_view`` and ``leave_view``. A View change is a change like any other: it
+advances the revision by one and goes through the same ports, but it never
+changes a message or a segment bound, and leaving a View deletes nothing.
+Setting a View to the range it has, or leaving one that does not exist,
+changes nothing (no revision, no event).
+
+A window: an entity rebuilt with ``restore_window`` (or trimmed with
+``forget_before``) holds only its newest messages ``[held_start, length)``.
+Reading an older message raises as reading past the end does; every change
+works exactly as on a whole one (a change needs only the length, the active
+start, the segments and the Views, which are always whole). The server's hub
+holds its live transcripts so and reads older messages from its store.
+
 Segments: ``active_start`` marks where the messages of the next model call
 begin. A segment start moves it to ``start`` (``active_start < start <=
 length``); the segment it closes keeps the range it had, ``[previous_start,
@@ -38,6 +52,7 @@ from protocol.errors import InvalidMessage, InvalidSegment
 from protocol.limits import MAX_MESSAGE_BYTES, MAX_MESSAGES_PER_BATCH
 from protocol.state import TranscriptState
 from protocol.types import (
+    Change,
     Message,
     MessageLocator,
     MessagesAppended,
@@ -46,8 +61,13 @@ from protocol.types import (
     SegmentStarted,
     TranscriptEvent,
     TranscriptSnapshot,
+    View,
+    ViewChanged,
+    ViewLeft,
 )
+from protocol.usage import MessageUsage, UsageRange, message_usage, named_ranges
 from protocol.validation import parse_message, parse_messages, validate_id
+from protocol.views import check_view
 from server.changes import (
     CaptureAndObservationError,
     ChangeCapture,
@@ -159,6 +179,11 @@ class Transcript:
         """The number of messages."""
         return self._state.length
 
+    @property
+    def held_start(self) -> int:
+        """Index of the first message held (0 unless rebuilt from a window or trimmed)."""
+        return self._state.start
+
     def __len__(self) -> int:
         return self._state.length
 
@@ -194,6 +219,34 @@ class Transcript:
     def active(self) -> tuple[Message, ...]:
         """The messages of the open segment: ``[active_start, length)``."""
         return self._state.slice(self._state.active_start)
+
+    def views(self) -> tuple[View, ...]:
+        """The Views, ordered by name."""
+        return self._state.sorted_views()
+
+    def view(self, name: str) -> View | None:
+        """The View ``name``, ``None`` if there is none."""
+        return self._state.views.get(name)
+
+    def usage(
+        self,
+        ranges: Iterable[UsageRange] | None = None,
+        *,
+        segments: str | Iterable[int] | None = "all",
+        views: Iterable[str] | None = None,
+    ) -> MessageUsage:
+        """How ``ranges`` use this transcript's messages, each message counted
+        once by identity (``protocol.usage.message_usage``). Without
+        ``ranges``: the segments and Views chosen as for
+        ``protocol.usage.named_ranges`` (default every segment and every
+        View). Raises ``ValueError`` for a range not within the messages held."""
+        chosen = (
+            list(ranges)
+            if ranges is not None
+            else named_ranges(self._state, segments=segments, views=views)
+        )
+        state = self._state
+        return message_usage((r, state.slice(r.start, r.end)) for r in chosen)
 
     def snapshot(self, end: int | None = None, *, start: int = 0) -> TranscriptSnapshot:
         """The transcript now, with messages ``[start, end)``.
@@ -256,6 +309,28 @@ class Transcript:
         event = self.prepare_segment(start, origin=origin)
         self._commit(event)
         self.apply(event)
+        return event
+
+    def set_view(
+        self, name: str, start: int, end: int | None = None, *, origin: Origin | None = None
+    ) -> TranscriptEvent | None:
+        """Create the View ``name`` or move it to ``[start, end)`` (``end``
+        ``None``: open) as one change. Raises ``InvalidView`` unless
+        ``0 <= start <= length`` and ``start <= end <= length``; returns the
+        event, ``None`` when the View already has that range (nothing changed)."""
+        event = self.prepare_view(name, start, end, origin=origin)
+        if event is not None:
+            self._commit(event)
+            self.apply(event)
+        return event
+
+    def leave_view(self, name: str, *, origin: Origin | None = None) -> TranscriptEvent | None:
+        """Leave the View ``name`` as one change (no message and no segment is
+        touched); ``None`` when there is no such View (nothing changed)."""
+        event = self.prepare_leave_view(name, origin=origin)
+        if event is not None:
+            self._commit(event)
+            self.apply(event)
         return event
 
     # --- changing: two phases (the hub awaits its store in between) -------------
@@ -321,14 +396,48 @@ class Transcript:
                 f"segment start {new_start} is invalid for transcript {state.transcript_id!r}: "
                 f"it must satisfy active_start ({active_start}) < start <= length ({length})"
             )
+        return self._next_event(
+            SegmentStarted(previous_start=active_start, start=new_start, end=length), origin
+        )
+
+    def prepare_view(
+        self, name: str, start: int, end: int | None = None, *, origin: Origin | None = None
+    ) -> TranscriptEvent | None:
+        """Build the ``view-changed`` event for revision + 1, changing nothing;
+        ``None`` when the View already has that range. Raises ``InvalidView``."""
+        state = self._state
+        view = check_view(name, start, end, length=state.length)
+        if state.views.get(name) == view:
+            return None
+        return self._next_event(ViewChanged(name=view.name, start=view.start, end=view.end), origin)
+
+    def prepare_leave_view(
+        self, name: str, *, origin: Origin | None = None
+    ) -> TranscriptEvent | None:
+        """Build the ``view-left`` event for revision + 1, changing nothing;
+        ``None`` when there is no View ``name``."""
+        view = self._state.views.get(name)
+        if view is None:
+            return None
+        return self._next_event(ViewLeft(name=view.name, start=view.start, end=view.end), origin)
+
+    def _next_event(self, change: Change, origin: Origin | None) -> TranscriptEvent:
+        """The event of ``change`` at revision + 1, stamped now."""
+        state = self._state
         return TranscriptEvent(
             transcript_id=state.transcript_id,
             epoch=state.epoch,
             revision=state.revision + 1,
             occurred_at=self._clock(),
-            change=SegmentStarted(previous_start=active_start, start=new_start, end=length),
+            change=change,
             origin=_check_origin(origin),
         )
+
+    def forget_before(self, index: int) -> int:
+        """Stop holding the messages before ``index`` (they stay what they
+        are; reading them here raises from now on). Returns how many were let
+        go. Changes nothing else: not the revision, not a port."""
+        return self._state.trim(index)
 
     def apply(self, event: TranscriptEvent) -> None:
         """Make a prepared (and already persisted) event the current state,
@@ -397,6 +506,33 @@ class Transcript:
         return transcript
 
     @classmethod
+    def restore_window(
+        cls,
+        snapshot: TranscriptSnapshot,
+        *,
+        changes: ChangeCapture | None = None,
+        observation: Observation | None = None,
+        persistence: Persistence | None = None,
+        clock: Clock | None = None,
+    ) -> Transcript:
+        """Rebuild a transcript from a snapshot that may hold only its newest
+        messages (``[start, length)``: a server's store reads no more). It
+        holds that window (see the module docstring); calls no port. Raises
+        ``ValueError`` for an inconsistent snapshot or one whose messages do
+        not reach its length."""
+        state = TranscriptState.from_snapshot(snapshot)  # InvalidSnapshot is a ValueError
+        transcript = cls(
+            id=snapshot.transcript_id,
+            epoch=snapshot.epoch,
+            changes=changes,
+            observation=observation,
+            persistence=persistence,
+            clock=clock,
+        )
+        transcript._state = state
+        return transcript
+
+    @classmethod
     def _from_snapshot(
         cls,
         snapshot: TranscriptSnapshot,
@@ -420,15 +556,7 @@ class Transcript:
     # --- inside one change -------------------------------------------------------
 
     def _append_event(self, batch: tuple[Message, ...], origin: Origin | None) -> TranscriptEvent:
-        state = self._state
-        return TranscriptEvent(
-            transcript_id=state.transcript_id,
-            epoch=state.epoch,
-            revision=state.revision + 1,
-            occurred_at=self._clock(),
-            change=MessagesAppended(start=state.length, messages=batch),
-            origin=_check_origin(origin),
-        )
+        return self._next_event(MessagesAppended(start=self._state.length, messages=batch), origin)
 
     def _commit_append(self, event: TranscriptEvent) -> list[AppendedEntry]:
         change = event.change
@@ -454,7 +582,7 @@ class Transcript:
             except Exception as exc:
                 capture_error = ChangeCaptureError((event,), exc)
         if self._observation is not None:
-            record = record_of(event)
+            record = record_of(event, self._state.length)
             try:
                 self._observation.observe(record)
             except Exception as exc:

@@ -250,7 +250,7 @@ class OpHandler:
             if len(self.in_flight) > MAX_APPENDS_IN_FLIGHT:
                 await self.in_flight[0]  # back-pressure: stop reading for a moment
             return
-        if isinstance(op, wire.StartSegment):
+        if isinstance(op, wire.StartSegment | wire.SetView | wire.LeaveView):
             await self.settle()  # after the appends sent before it
         await self._run(op)
 
@@ -318,9 +318,13 @@ class OpHandler:
                         duplicate=result.duplicate,
                     )
                 )
-            case wire.Subscribe():
+            case wire.Subscribe(window=window):
                 await hub.subscribe(
-                    queue, op.transcript_id, from_revision=op.from_revision, epoch=op.epoch
+                    queue,
+                    op.transcript_id,
+                    from_revision=op.from_revision,
+                    epoch=op.epoch,
+                    window=window,
                 )
             case wire.Unsubscribe():
                 hub.unsubscribe(queue, op.transcript_id)
@@ -333,6 +337,22 @@ class OpHandler:
                         revision=result.receipt.revision,
                         ref=op.ref,
                         start=result.receipt.start,
+                    )
+                )
+            case wire.SetView() | wire.LeaveView():
+                if isinstance(op, wire.SetView):
+                    result = await hub.set_view(
+                        op.transcript_id, op.name, op.start, op.end, origin=self.origin
+                    )
+                else:
+                    result = await hub.leave_view(op.transcript_id, op.name, origin=self.origin)
+                queue.push_control(
+                    wire.Ack(
+                        seq=0,
+                        transcript_id=op.transcript_id,
+                        revision=result.receipt.revision,
+                        ref=op.ref,
+                        duplicate=result.duplicate,
                     )
                 )
             case wire.Ping():
@@ -359,6 +379,6 @@ def _explain(frame: str | bytes, exc: InvalidFrame) -> str:
     op = obj.get("op")
     if op is None:
         return 'missing field "op"'
-    if op not in ("subscribe", "unsubscribe", "append", "startSegment", "ping"):
+    if op not in wire.OP_NAMES:
         return f"unknown op {op!r}"
     return f"invalid {op!r} op: {exc}"

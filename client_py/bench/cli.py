@@ -95,6 +95,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="messages of the transcript whose baseline is timed (catchup)",
     )
     parser.add_argument(
+        "--window",
+        metavar="SPEC",
+        help="subscribe to part of each transcript: tail:N, from:INDEX, segment:active or "
+        "view:NAME (catchup: the resuming subscribers and the timed baselines)",
+    )
+    parser.add_argument(
         "--drain-timeout", type=float, default=30.0, help="seconds to wait for stragglers"
     )
     parser.add_argument("--json", type=Path, help="write the full result here")
@@ -152,6 +158,7 @@ def workload_from(args: argparse.Namespace) -> Workload:
         slow_share=args.slow_share,
         behind=args.behind,
         baseline_messages=args.baseline_messages,
+        window=args.window,
         drain_timeout=args.drain_timeout,
         fast=args.fast,
     )

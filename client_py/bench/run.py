@@ -28,7 +28,7 @@ from client_py.bench.channel import Channel
 from client_py.bench.histogram import LatencyHistogram
 from client_py.bench.sampler import ServerSampler
 from client_py.bench.subscriber import GroupStats, Subscriber
-from client_py.bench.workload import Workload, filler
+from client_py.bench.workload import Workload, filler, window_of
 from client_py.bench.writer import Writer, WriterStats
 from protocol import wire
 
@@ -127,13 +127,15 @@ async def fill(ws_url: str, transcript_id: str, messages: int, size: int) -> Non
             done += n
 
 
-async def time_baselines(ws_url: str, transcript_id: str, samples: int) -> dict[str, Any]:
+async def time_baselines(
+    ws_url: str, transcript_id: str, samples: int, window: str | None = None
+) -> dict[str, Any]:
     """Fresh subscribes to a big transcript, one after the other: connect ->
-    baseline received and validated."""
+    baseline (of ``window``, a ``--window`` spec) received and validated."""
     times: list[float] = []
     sizes: list[int] = []
     for _ in range(samples):
-        sub = Subscriber(ws_url, transcript_id, GroupStats())
+        sub = Subscriber(ws_url, transcript_id, GroupStats(), window_of(window))
         started = time.perf_counter()
         await sub.open()
         async with asyncio.timeout(60):
@@ -386,7 +388,10 @@ async def run_workload(
         live.phase = f"timing {workload.baseline_messages}-message baselines"
         result["catchup"]["baseline"] = {
             "messages": workload.baseline_messages,
-            **await time_baselines(ws_url, workload.big_transcript(), BASELINE_SAMPLES),
+            "window": workload.window,
+            **await time_baselines(
+                ws_url, workload.big_transcript(), BASELINE_SAMPLES, workload.window
+            ),
         }
     return result
 

@@ -46,6 +46,7 @@ from protocol.consumer import (
 )
 from protocol.continuity import Continuity
 from protocol.types import MessagesAppended
+from protocol.views import Window
 
 SMALL_RCVBUF: Final = 32 << 10
 
@@ -97,13 +98,19 @@ class Subscriber:
     """
 
     def __init__(
-        self, url: str, transcript_id: str, stats: GroupStats, *, fast: bool = False
+        self,
+        url: str,
+        transcript_id: str,
+        stats: GroupStats,
+        window: Window | None = None,
+        *,
+        fast: bool = False,
     ) -> None:
         self.url = url
         self.transcript_id = transcript_id
         self.stats = stats
         self.core = Consumer(keep_messages=False)
-        self.subscription = self.core.subscribe(transcript_id)
+        self.subscription = self.core.subscribe(transcript_id, window=window)
         #: The envelope-only checks (``--fast``), instead of the consumer core.
         self.fast = FastCheck(transcript_id, stats) if fast else None
         self.ready = asyncio.Event()  #: the first baseline arrived

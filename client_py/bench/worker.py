@@ -30,7 +30,7 @@ from client_py.bench import host
 from client_py.bench.channel import Channel
 from client_py.bench.histogram import LatencyHistogram
 from client_py.bench.subscriber import GroupStats, Subscriber
-from client_py.bench.workload import Workload
+from client_py.bench.workload import Workload, window_of
 
 CONNECT_CONCURRENCY = 64
 PROGRESS_INTERVAL_S = 0.5
@@ -61,7 +61,11 @@ class Worker:
             group = "stopped" if workload.is_stopped(index) else "on-time"
             self.groups[group].subscribers += 1
             sub = Subscriber(
-                url, workload.subscriber_transcript(index), self.groups[group], fast=workload.fast
+                url,
+                workload.subscriber_transcript(index),
+                self.groups[group],
+                window_of(workload.window),
+                fast=workload.fast,
             )
             # Only a stopped subscriber may lose its connection and go on.
             sub.auto_reconnect = sub.small_buffers = group == "stopped"

@@ -12,6 +12,10 @@ import secrets
 from dataclasses import dataclass
 from typing import Final
 
+import msgspec
+
+from protocol.views import Window
+
 SCENARIOS: Final = ("fanout", "chatroom", "catchup", "idle", "slow")
 
 #: Sizes of each scenario when the command line does not say.
@@ -48,6 +52,9 @@ class Workload:
     slow_share: float = 0.1
     behind: int = 100
     baseline_messages: int = 10_000
+    #: Every subscribe asks for this window (``tail:N``, ``from:I``,
+    #: ``segment:active``, ``view:NAME``; see ``window_of``); ``None``: whole.
+    window: str | None = None
     drain_timeout: float = 30.0
     #: Subscribers check envelopes only (``fastpath``) and loops run on uvloop.
     fast: bool = False
@@ -64,6 +71,7 @@ class Workload:
             raise ValueError("--slow-share must be in [0, 1)")
         if self.size < 1:
             raise ValueError("--size must be at least 1 byte")
+        window_of(self.window)  # refuse a bad one before anything runs
 
     def with_run_id(self, run_id: str) -> Workload:
         return dataclasses.replace(self, run_id=run_id)
@@ -103,6 +111,22 @@ class Workload:
         """Subscriber indices for each of ``procs`` worker processes."""
         procs = max(1, min(self.procs, self.subscribers or 1))
         return [list(range(p, self.subscribers, procs)) for p in range(procs)]
+
+
+def window_of(spec: str | None) -> Window | None:
+    """The ``Window`` a ``--window`` spec names: ``tail:50``, ``from:1000``,
+    ``segment:active``, ``view:NAME``. ``ValueError`` for anything else."""
+    if spec is None:
+        return None
+    kind, _, value = spec.partition(":")
+    try:
+        if kind in ("tail", "from"):
+            return msgspec.convert({kind: int(value)}, Window)
+        if kind in ("segment", "view"):
+            return msgspec.convert({kind: value}, Window)
+    except (ValueError, msgspec.ValidationError) as exc:
+        raise ValueError(f"--window {spec!r}: {exc}") from None
+    raise ValueError(f"--window {spec!r}: expected tail:N, from:INDEX, segment:active or view:NAME")
 
 
 def filler(size: int) -> str:

@@ -141,6 +141,8 @@ function setStatus(state, text) {
 // --- one conversation ---------------------------------------------------------------------
 
 const TITLE_CHARS = 80;
+/** The page holds the newest messages only, and fetches older ones as the reader scrolls up. */
+const OPEN_WITH = { tail: 100 };
 
 /** The conversation's title: its first user message, on one line, trimmed. */
 function titleOf(messages) {
@@ -150,6 +152,7 @@ function titleOf(messages) {
 
 function renderTranscript(transcriptId) {
   showView("transcript-view", "main-chat");
+  let client = null;
   const timeline = new Timeline({
     scroller: $("main-chat"),
     list: $("messages"),
@@ -158,9 +161,10 @@ function renderTranscript(transcriptId) {
     jump: $("jump"),
     announcer: $("announcer"),
     composer: $("text"),
+    loadEarlier: (count) => client.loadEarlier(transcriptId, count),
   });
   const wsUrl = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/ws`;
-  const client = new TsyncClient(wsUrl, { token });
+  client = new TsyncClient(wsUrl, { token });
   // For the console, the end-to-end tests and, later, the wiring of live drafts.
   window.tsyncClient = client;
   window.tsyncPage = { timeline, client };
@@ -199,7 +203,8 @@ function renderTranscript(transcriptId) {
 
   client.on("baseline", ({ mirror, epochChanged }) => {
     timeline.load(mirror);
-    title = mirror.start === 0 ? titleOf(mirror.messages) : null;
+    title = mirror.start === 0 ? titleOf(mirror.messages) : title;
+    if (mirror.start > 0 && (title === null || epochChanged)) findTitle(mirror.epoch);
     showTitle();
     if (epochChanged) {
       $("transcript-error").textContent = "This conversation was recreated on the server: showing its new history.";
@@ -210,6 +215,27 @@ function renderTranscript(transcriptId) {
       if (client.state === "live" || client.state === "resynced") setStatus(client.state);
     }
   });
+
+  client.on("earlier", ({ start, messages }) => {
+    timeline.prepend(start, messages);
+    if (title === null && start === 0) {
+      title = titleOf(messages);
+      showTitle();
+    }
+  });
+
+  /** The title of a conversation opened at its newest messages: its first messages say it. */
+  async function findTitle(epoch) {
+    try {
+      const first = await api(`/v1/transcripts/${encodeURIComponent(transcriptId)}/messages?start=0&end=50&epoch=${encodeURIComponent(epoch)}`);
+      if (title === null) {
+        title = titleOf(first.messages);
+        showTitle();
+      }
+    } catch {
+      // No title then: the id stands in for it.
+    }
+  }
 
   client.on("messages", ({ start, messages, mirror }) => {
     if (!timeline.append(start, messages)) {
@@ -308,7 +334,7 @@ function renderTranscript(transcriptId) {
   });
 
   setUpCompose({ client, transcriptId, timeline, renderOutbox });
-  client.subscribe(transcriptId);
+  client.subscribe(transcriptId, { window: OPEN_WITH });
   client.connect();
 }
 

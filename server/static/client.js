@@ -23,7 +23,7 @@
 export const SUBPROTOCOL_JSON = "tsync.v1.json";
 
 /** Error codes after which a subscription cannot go on by resubscribing. */
-export const STOP_CODES = Object.freeze(["not-found", "forbidden", "unauthorized", "too-many-subscriptions"]);
+export const STOP_CODES = Object.freeze(["not-found", "forbidden", "unauthorized", "too-many-subscriptions", "invalid-view"]);
 const LAGGED = "lagged";
 
 // --- the connection's seq --------------------------------------------------------
@@ -91,11 +91,12 @@ function resubscribe(transcriptId, fromRevision, epoch, reason) {
   };
 }
 
-function subscribeOp(transcriptId, fromRevision, epoch, ref) {
+function subscribeOp(transcriptId, fromRevision, epoch, ref, window) {
   const op = { op: "subscribe", transcriptId };
   if (fromRevision !== null && fromRevision !== undefined) op.fromRevision = fromRevision;
   if (epoch !== null && epoch !== undefined) op.epoch = epoch;
   if (ref !== null && ref !== undefined) op.ref = ref;
+  if (window !== null && window !== undefined) op.window = window;
   return op;
 }
 
@@ -288,6 +289,7 @@ export class Continuity {
 // --- validation: what protocol.wire.accept_transcript_update accepts -------------------
 
 const ID = /^[A-Za-z0-9._:-]{1,128}$/;
+const VIEW_NAME = /^[A-Za-z0-9._:-]{1,64}$/;
 const ROLES = ["user", "assistant", "system", "tool", "context"];
 const MESSAGE_FIELDS = new Set(["role", "content", "name", "tool_call_id", "tool_calls", "metadata"]);
 const PART_FIELDS = {
@@ -370,6 +372,13 @@ export function checkSnapshot(s, path = "snapshot") {
     need(seg.end === null || isInt(seg.end, 0), `${path}.segments[${i}].end`, "an integer >= 0 or null");
   });
   need(s.length === undefined || isInt(s.length, 0), `${path}.length`, "an integer >= 0");
+  need(s.views === undefined || Array.isArray(s.views), `${path}.views`, "a list");
+  (s.views ?? []).forEach((v, i) => {
+    need(isObject(v) && typeof v.name === "string" && VIEW_NAME.test(v.name), `${path}.views[${i}].name`, "a View name");
+    need(isInt(v.start, 0), `${path}.views[${i}].start`, "an integer >= 0");
+    need(isOptional(v.end, (e) => isInt(e, 0)), `${path}.views[${i}].end`, "an integer >= 0 or null");
+  });
+  need(s.viewChanges === undefined || isInt(s.viewChanges, 0), `${path}.viewChanges`, "an integer >= 0");
   const problem = snapshotProblem(s, s.length ?? s.start + s.messages.length);
   if (problem) throw new InvalidFrame(`inconsistent snapshot of transcript '${s.transcriptId}': ${problem}`);
 }
@@ -398,11 +407,23 @@ function snapshotProblem(s, length) {
     }
     if (newer.end !== null && newer.end < older.end) return `segments[${i + 1}] ends before segments[${i}]`;
   }
+  const views = s.views ?? [];
+  const viewChanges = s.viewChanges ?? 0;
+  const names = new Set();
+  for (let i = 0; i < views.length; i += 1) {
+    const v = views[i];
+    if (names.has(v.name)) return `views[${i}]: a second View named '${v.name}'`;
+    names.add(v.name);
+    const end = v.end ?? length;
+    if (!(v.start <= end && end <= length)) return `views[${i}] ('${v.name}') is not within [0, ${length}] with start <= end`;
+  }
+  if (viewChanges < views.length) return `${views.length} Views but only ${viewChanges} View changes`;
   const starts = segments.length - 1;
-  const low = starts + (length ? 1 : 0);
-  const high = starts + length;
+  const changes = starts + viewChanges;
+  const low = changes + (length ? 1 : 0);
+  const high = changes + length;
   if (!(low <= s.revision && s.revision <= high)) {
-    return `revision ${s.revision} cannot follow from ${length} messages and ${starts} segment starts (it must be within ${low}..${high})`;
+    return `revision ${s.revision} cannot follow from ${length} messages, ${starts} segment starts and ${viewChanges} View changes (it must be within ${low}..${high})`;
   }
   return null;
 }
@@ -437,8 +458,15 @@ export function checkEvent(e, path = "event") {
     if (!(c.previousStart < c.start && c.start <= c.end)) {
       throw new InvalidFrame("event.change: a segment start needs previousStart < start <= end");
     }
+  } else if (c.kind === "view-changed" || c.kind === "view-left") {
+    need(typeof c.name === "string" && VIEW_NAME.test(c.name), `${path}.change.name`, "a View name");
+    need(isInt(c.start, 0), `${path}.change.start`, "an integer >= 0");
+    need(isOptional(c.end, (v) => isInt(v, 0)), `${path}.change.end`, "an integer >= 0 or null");
+    if (c.end !== undefined && c.end !== null && c.end < c.start) {
+      throw new InvalidFrame("event.change: a View's range needs start <= end");
+    }
   } else {
-    throw new InvalidFrame(`${path}.change.kind: expected messages-appended or segment-started`);
+    throw new InvalidFrame(`${path}.change.kind: expected messages-appended, segment-started, view-changed or view-left`);
   }
 }
 
@@ -485,8 +513,10 @@ export function acceptFrame(frame) {
  * One transcript's copy: the port of protocol.state.TranscriptState. Holds
  * messages [start, length) (messages[i] is the message at start + i), or
  * none (messages null) when made with keepMessages false; segments are
- * {start, end|null} like a snapshot's. apply() checks every event exactly
- * as the server's entity does.
+ * {start, end|null} like a snapshot's; views are {name, start, end|null}
+ * ordered by name, viewChanges how many View changes the revision counts.
+ * apply() checks every event exactly as the server's entity does;
+ * prepend() widens the window backwards (loadEarlier).
  */
 export class TranscriptCopy {
   constructor(snapshot, { keepMessages = true } = {}) {
@@ -499,6 +529,29 @@ export class TranscriptCopy {
     this.messages = keepMessages ? [...snapshot.messages] : null;
     this.activeStart = snapshot.activeStart;
     this.segments = snapshot.segments.map((s) => ({ start: s.start, end: s.end }));
+    this.views = (snapshot.views ?? []).map((v) => ({ name: v.name, start: v.start, end: v.end ?? null }));
+    this.views.sort(byName);
+    this.viewChanges = snapshot.viewChanges ?? 0;
+  }
+
+  /** The View called name, or null. */
+  view(name) {
+    return this.views.find((v) => v.name === name) ?? null;
+  }
+
+  /**
+   * Widen the window backwards: messages are [start, this.start), read elsewhere
+   * (the caller checked their epoch). Throws unless they end where the window begins.
+   */
+  prepend(start, messages) {
+    if (this.messages === null) throw new Error(`this copy of '${this.transcriptId}' keeps no messages`);
+    if (start < 0 || start + messages.length !== this.start) {
+      throw new Error(
+        `messages [${start}, ${start + messages.length}) do not end where the window [${this.start}, ${this.length}) of '${this.transcriptId}' begins`,
+      );
+    }
+    this.messages.unshift(...messages);
+    this.start = start;
   }
 
   /** Throw InvalidChange unless the event is exactly this copy's next change. */
@@ -531,6 +584,16 @@ export class TranscriptCopy {
           `segment start (previous ${change.previousStart}, start ${change.start}, end ${change.end}) applied to transcript ${name} with active_start ${this.activeStart} and length ${this.length}`,
         );
       }
+    } else if (change.kind === "view-left") {
+      const view = this.view(change.name);
+      if (view === null || view.start !== change.start || view.end !== (change.end ?? null)) {
+        throw new InvalidChange(`View '${change.name}' [${change.start}, ${change.end}) left in transcript ${name}, which has ${JSON.stringify(view)}`);
+      }
+    } else if (change.kind === "view-changed") {
+      const end = change.end ?? this.length;
+      if (!(change.start <= end && end <= this.length)) {
+        throw new InvalidChange(`View '${change.name}' [${change.start}, ${change.end}) set in transcript ${name} of length ${this.length}`);
+      }
     } else {
       throw new InvalidChange(`unknown change kind ${JSON.stringify(change.kind)}`);
     }
@@ -544,14 +607,23 @@ export class TranscriptCopy {
       this.length += change.messages.length;
       if (this.messages === null) this.start = this.length;
       else this.messages.push(...change.messages);
-    } else {
+    } else if (change.kind === "segment-started") {
       this.segments[this.segments.length - 1].end = change.end;
       this.segments.push({ start: change.start, end: null });
       this.activeStart = change.start;
+    } else {
+      this.views = this.views.filter((v) => v.name !== change.name);
+      if (change.kind === "view-changed") {
+        this.views.push({ name: change.name, start: change.start, end: change.end ?? null });
+        this.views.sort(byName);
+      }
+      this.viewChanges += 1;
     }
     this.revision = event.revision;
   }
 }
+
+const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
 
 /** The copy was the Mirror of earlier versions: the same class under its old name. */
 export const Mirror = TranscriptCopy;
@@ -583,10 +655,15 @@ function barrierNumber(ref) {
  * causes, or null.
  */
 export class Subscription {
-  constructor(transcriptId, { keepMessages = true } = {}) {
+  /**
+   * window: {tail: N} | {from: index} | {segment: "active"} | {view: name}, sent
+   * with every subscribe op (a baseline then holds only that part).
+   */
+  constructor(transcriptId, { keepMessages = true, window = null } = {}) {
     this.transcriptId = transcriptId;
     this.continuity = new Continuity(transcriptId);
     this.copy = null;
+    this.window = window;
     this.barrier = 0;
     this._keep = keepMessages;
     this._lastEpoch = null;
@@ -597,7 +674,9 @@ export class Subscription {
   }
 
   request() {
-    return this.continuity.resubscribeRequest();
+    const op = this.continuity.resubscribeRequest();
+    if (this.window !== null) op.window = this.window;
+    return op;
   }
 
   onBaseline(snapshot) {
@@ -610,6 +689,19 @@ export class Subscription {
       copy = new TranscriptCopy(snapshot, { keepMessages: this._keep });
     } catch {
       return this._drop("mismatch");
+    }
+    const old = this.copy;
+    if (
+      old !== null &&
+      old.messages !== null &&
+      copy.messages !== null &&
+      old.epoch === copy.epoch &&
+      old.start < copy.start &&
+      copy.start <= old.length
+    ) {
+      // A window of the same history that begins inside what the copy held
+      // (a resume answered with a baseline): keep the older messages.
+      copy.prepend(old.start, old.messages.slice(0, copy.start - old.start));
     }
     this.copy = copy;
     const epochChanged = this._lastEpoch !== null && this._lastEpoch !== snapshot.epoch;
@@ -696,11 +788,11 @@ export class Consumer {
     this._barrierDue = false;
   }
 
-  /** Follow a transcript (the same subscription if already followed). */
-  subscribe(transcriptId) {
+  /** Follow a transcript, or only a window of it (the same subscription if already followed). */
+  subscribe(transcriptId, { window = null } = {}) {
     let sub = this.subscriptions.get(transcriptId);
     if (sub) return sub;
-    sub = new Subscription(transcriptId, { keepMessages: this.keepMessages });
+    sub = new Subscription(transcriptId, { keepMessages: this.keepMessages, window });
     this.subscriptions.set(transcriptId, sub);
     sub.continuity.resyncing = true; // the baseline is on its way
     if (this.connected) {
@@ -850,7 +942,9 @@ export class Consumer {
 
   _resubscribe(sub, update) {
     this._updates.push(update);
-    if (this.connected) this._queueSubscribe(sub, subscribeOp(update.transcriptId, update.fromRevision, update.epoch));
+    if (this.connected) {
+      this._queueSubscribe(sub, subscribeOp(update.transcriptId, update.fromRevision, update.epoch, null, sub.window));
+    }
   }
 
   _queueSubscribe(sub, op) {
@@ -926,6 +1020,19 @@ export function newIdempotencyKey() {
 // --- the client ---------------------------------------------------------------------
 
 /** Raised (as a rejected append) when the server answered with an error frame. */
+/** Most messages one GET .../messages answers (protocol.limits.MAX_READ_MESSAGES). */
+export const READ_MAX = 1000;
+
+/** The HTTP base of a server given its ws(s)://host/.../v1/ws URL. */
+export function httpBase(wsUrl) {
+  const url = new URL(wsUrl, globalThis.location?.href);
+  url.protocol = url.protocol === "wss:" ? "https:" : url.protocol === "ws:" ? "http:" : url.protocol;
+  url.pathname = url.pathname.replace(/\/v1\/ws\/?$/, "");
+  url.search = "";
+  url.hash = "";
+  return url.toString().replace(/\/$/, "");
+}
+
 export class ServerError extends Error {
   constructor(frame) {
     super(`${frame.code}: ${frame.message}`);
@@ -950,6 +1057,8 @@ export class ServerError extends Error {
  * - "baseline" {transcriptId, mirror, snapshot, epochChanged}: render the mirror anew.
  * - "messages" {transcriptId, start, messages, revision, mirror}: appended at start.
  * - "segment"  {transcriptId, previousStart, start, end, revision, mirror}.
+ * - "view"     {transcriptId, name, start, end, left, revision, mirror}: a View was set or left.
+ * - "earlier"  {transcriptId, start, messages, mirror}: loadEarlier() widened the copy at start.
  * - "stop"     {transcriptId, code, message}: the subscription is over.
  * - "ack"      the ack frame of an append (also the resolved value of append()).
  * - "error"    an error frame that no append or subscription took (code
@@ -958,7 +1067,9 @@ export class ServerError extends Error {
  * - "update"   {transcriptId, update}: every update of the core (for logs and tests).
  *
  * mirror is the core's TranscriptCopy: {transcriptId, epoch, revision, start,
- * length, messages, activeStart, segments}.
+ * length, messages, activeStart, segments, views}. A subscription with a
+ * window ({tail: N}, {from: i}, {segment: "active"}, {view: name}) holds
+ * messages [start, length) only; loadEarlier() fetches older ones over HTTP.
  */
 export class TsyncClient {
   /**
@@ -969,6 +1080,8 @@ export class TsyncClient {
    *   heartbeatMs: ping this often; reconnect when a ping got no frame back
    *   by the next one (0: off);
    *   WebSocket: the WebSocket class (for tests; default globalThis.WebSocket);
+   *   httpUrl: the server's HTTP base for loadEarlier (default: from url);
+   *   fetch: the fetch function (for tests; default globalThis.fetch);
    *   newKey: the idempotency key generator; timers: {setTimeout, clearTimeout,
    *   setInterval, clearInterval, now} (for tests).
    */
@@ -982,6 +1095,8 @@ export class TsyncClient {
       heartbeatMs: options.heartbeatMs ?? 20000,
     };
     this._WebSocket = options.WebSocket ?? globalThis.WebSocket;
+    this._fetch = options.fetch ?? ((...args) => globalThis.fetch(...args));
+    this.httpUrl = options.httpUrl ?? httpBase(url);
     this._newKey = options.newKey ?? newIdempotencyKey;
     this._timers = options.timers ?? {
       setTimeout: (f, ms) => setTimeout(f, ms),
@@ -1200,11 +1315,15 @@ export class TsyncClient {
 
   // -- subscriptions -----------------------------------------------------------------
 
-  /** Follow a transcript: a baseline, then its increments, across reconnects. */
-  subscribe(transcriptId) {
+  /**
+   * Follow a transcript: a baseline, then its increments, across reconnects.
+   * window ({tail: N}, {from: index}, {segment: "active"}, {view: name}) asks
+   * for part of it: the copy then holds [start, length); see loadEarlier().
+   */
+  subscribe(transcriptId, { window = null } = {}) {
     const known = this.core.subscriptions.get(transcriptId);
     if (known) return known;
-    const sub = this.core.subscribe(transcriptId);
+    const sub = this.core.subscribe(transcriptId, { window });
     if (this._open) {
       this._awaiting = this.state === "connecting" ? "live" : this.state;
       this._flush();
@@ -1220,6 +1339,61 @@ export class TsyncClient {
   /** The copy of a subscribed transcript, or null before its baseline (or after it was dropped). */
   mirror(transcriptId) {
     return this.core.subscriptions.get(transcriptId)?.copy ?? null;
+  }
+
+  /**
+   * Widen a subscribed transcript's copy backwards by up to count messages
+   * (GET /v1/transcripts/{id}/messages, at most 1000 per request). Resolves
+   * with how many were added (0 at the start of the transcript). Rejects with
+   * a ServerError of code "epoch-changed" when the transcript was deleted and
+   * created again since the copy was made: its messages belong to a history
+   * that no longer exists (a new baseline is on its way).
+   */
+  async loadEarlier(transcriptId, count) {
+    const epoch = this.mirror(transcriptId)?.epoch;
+    let added = 0;
+    while (added < count) {
+      const copy = this.mirror(transcriptId);
+      if (copy === null) throw new Error(`no copy of '${transcriptId}' to widen`);
+      if (copy.messages === null) throw new Error(`the copy of '${transcriptId}' keeps no messages`);
+      if (copy.epoch !== epoch) {
+        throw new ServerError({ code: "epoch-changed", message: `'${transcriptId}' was created again (epoch '${copy.epoch}')` });
+      }
+      if (copy.start === 0) break;
+      const end = copy.start;
+      const start = Math.max(0, end - Math.min(count - added, READ_MAX));
+      const query = `start=${start}&end=${end}&epoch=${encodeURIComponent(copy.epoch)}`;
+      const body = await this._get(`/v1/transcripts/${encodeURIComponent(transcriptId)}/messages?${query}`);
+      if (body.epoch !== copy.epoch) {
+        throw new ServerError({ code: "epoch-changed", message: `'${transcriptId}' is of epoch '${body.epoch}' now` });
+      }
+      checkMessages(body.messages, "messages");
+      if (this.mirror(transcriptId) !== copy || copy.start !== end) continue; // replaced meanwhile: again
+      if (body.start !== start || body.messages.length !== end - start) {
+        throw new InvalidFrame(`asked for messages [${start}, ${end}), got [${body.start}, ${body.start + body.messages.length})`);
+      }
+      copy.prepend(start, body.messages);
+      added += body.messages.length;
+      this._emit("earlier", { transcriptId, start, messages: body.messages, mirror: copy });
+    }
+    return added;
+  }
+
+  /** GET a path of the HTTP API; a problem+json answer rejects with a ServerError. */
+  async _get(path) {
+    const headers = { Accept: "application/json" };
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    const response = await this._fetch(`${this.httpUrl}${path}`, { headers });
+    const body = await response.json().catch(() => null);
+    if (!response.ok) {
+      throw new ServerError({
+        type: "error",
+        code: body?.code ?? "internal",
+        message: body?.detail ?? `HTTP ${response.status}`,
+        status: response.status,
+      });
+    }
+    return body;
   }
 
   // -- appends -------------------------------------------------------------------------
@@ -1361,12 +1535,23 @@ export class TsyncClient {
         event,
         mirror,
       });
-    } else {
+    } else if (change.kind === "segment-started") {
       this._emit("segment", {
         transcriptId,
         previousStart: change.previousStart,
         start: change.start,
         end: change.end,
+        revision: event.revision,
+        event,
+        mirror,
+      });
+    } else {
+      this._emit("view", {
+        transcriptId,
+        name: change.name,
+        start: change.start,
+        end: change.end ?? null,
+        left: change.kind === "view-left",
         revision: event.revision,
         event,
         mirror,

@@ -2,7 +2,10 @@
 //
 // - Only the newest messages are rendered at first; older ones are rendered a chunk at a time
 //   as the reader scrolls up (or presses "Show earlier messages"), with the scroll position
-//   kept, so a 5,000-message transcript opens as fast as a 50-message one.
+//   kept, so a 5,000-message transcript opens as fast as a 50-message one. The page holds
+//   only the newest messages too (a windowed subscription): when the reader goes past the
+//   oldest one held, older ones are fetched from the server (`loadEarlier`) and rendered
+//   the same way.
 // - While the reader is at the bottom, new messages and growing content keep it there. When
 //   they have scrolled up, nothing moves: a "new messages" button counts what arrived below.
 // - Drafts (messages still being written) sit after the committed messages and are swapped
@@ -12,6 +15,7 @@
 import { el, readableText, renderMessage, resultLink, toolCallsOf } from "./messages.js";
 
 export const CHUNK = 25; // messages rendered per step: a few milliseconds of work
+export const FETCH = 200; // older messages fetched from the server per request
 const NEAR_BOTTOM_PX = 64; // closer than this counts as "at the bottom"
 const PRELOAD_PX = 1200; // render older messages when the reader is this close to them
 
@@ -19,10 +23,13 @@ export class Timeline {
   /**
    * @param {object} parts the elements: scroller (the scrolling element), list (<ol>),
    *   drafts (<ul>), loader (the "show earlier" row), jump (the new-messages button),
-   *   announcer (a polite live region), composer (where the focus goes after the button)
+   *   announcer (a polite live region), composer (where the focus goes after the button);
+   *   loadEarlier: async (count) => the older messages are fetched and handed to prepend()
+   *   (null: the page holds the whole transcript)
    */
-  constructor({ scroller, list, drafts, loader, jump, announcer, composer = null }) {
-    Object.assign(this, { scroller, list, drafts, loader, jump, announcer, composer });
+  constructor({ scroller, list, drafts, loader, jump, announcer, composer = null, loadEarlier = null }) {
+    Object.assign(this, { scroller, list, drafts, loader, jump, announcer, composer, loadEarlier });
+    this.fetching = null; // the loadEarlier() under way
     this.epoch = null;
     this.start = 0; // transcript index of messages[0]
     this.messages = [];
@@ -140,6 +147,22 @@ export class Timeline {
     else if (start === this.length) this.list.append(separator);
   }
 
+  /**
+   * Older messages fetched from the server: they end where the held ones begin. Rendered
+   * when the reader scrolls up to them, like any older message.
+   */
+  prepend(start, messages) {
+    if (start + messages.length !== this.start) return false;
+    this.messages.unshift(...messages);
+    this.start = start;
+    // Calls now known may be answered by messages already held: index them in order again.
+    this.calls.clear();
+    this.results.clear();
+    this.messages.forEach((m, i) => this._indexTools(m, start + i));
+    this._updateLoader();
+    return true;
+  }
+
   /** Record the calls a message makes or answers; returns the id of the call it answers. */
   _indexTools(message, index) {
     for (const call of toolCallsOf(message)) if (call.id) this.calls.set(call.id, { index, name: call.name });
@@ -168,9 +191,15 @@ export class Timeline {
 
   // -- rendering older messages ------------------------------------------------------------
 
-  /** Render the chunk before the first rendered message, keeping what is on screen in place. */
+  /**
+   * Render the chunk before the first rendered message, keeping what is on screen in place;
+   * when every message held is rendered, fetch older ones first.
+   */
   renderOlder() {
-    if (this.lo <= this.start) return;
+    if (this.lo <= this.start) {
+      if (this.start > 0 && this.loadEarlier) this._fetchEarlier();
+      return;
+    }
     const anchor = this._firstVisible();
     const before = anchor?.getBoundingClientRect().top;
     const from = Math.max(this.start, this.lo - CHUNK);
@@ -180,6 +209,27 @@ export class Timeline {
     this.lo = from;
     if (anchor) this.scroller.scrollTop += anchor.getBoundingClientRect().top - before;
     this._updateLoader();
+  }
+
+  _fetchEarlier() {
+    if (this.fetching) return;
+    this.loader.setAttribute("aria-busy", "true");
+    this.fetching = Promise.resolve()
+      .then(() => this.loadEarlier(FETCH))
+      .then(
+        () => this.renderOlder(), // prepend() has added them: show the next chunk
+        (err) => {
+          const note = this.loader.querySelector(".note");
+          if (note) {
+            note.hidden = false;
+            note.textContent = `Could not load earlier messages: ${err?.message ?? err}`;
+          }
+        },
+      )
+      .finally(() => {
+        this.fetching = null;
+        this.loader.removeAttribute("aria-busy");
+      });
   }
 
   /** Render everything down from `index` (at least), so that message can be shown. */
@@ -196,12 +246,13 @@ export class Timeline {
   }
 
   _updateLoader() {
-    const hidden = this.lo - this.start;
+    // Everything before the first rendered message: held but not rendered, and not held yet.
+    const hidden = this.loadEarlier ? this.lo : this.lo - this.start;
     this.loader.hidden = hidden === 0;
     const button = this.loader.querySelector("button");
     if (button) button.textContent = `Show earlier messages (${hidden} more)`;
     const note = this.loader.querySelector(".note");
-    if (note) note.hidden = this.start === 0;
+    if (note) note.hidden = this.start === 0 || this.loadEarlier !== null;
   }
 
   /** Scroll to a message, render it first if needed, and move the focus there. */

@@ -8,7 +8,13 @@ backplane's port: change notices and heads), with its own contract suite in
 common through this module only; none imports another.
 
 The unit of storage is the event: a transcript is its creation record (id,
-epoch, creation time) plus its events in revision order. ``append`` is one
+epoch, creation time) plus its events in revision order. Each backend also
+keeps, updated by the same atomic step, what lets it answer without reading
+the whole history: the length, the active start, the closed segments, the
+Views, an index from message positions to the events that hold them, and the
+list's title and preview. ``load_recent`` then reads a transcript's state
+with only its newest messages, and ``read_messages`` any range of them, in
+time that grows with what is read, not with the history. ``append`` is one
 atomic step that checks the revision, records the event and the idempotency
 key together, so a retried append after a crash or a reconnect is recognised
 and never applied twice.
@@ -31,7 +37,8 @@ from typing import Final, NamedTuple, Protocol, runtime_checkable
 
 import msgspec
 
-from protocol.types import MessagesAppended, TranscriptEvent
+from protocol.state import TranscriptState
+from protocol.types import Message, MessagesAppended, TranscriptEvent, TranscriptSnapshot
 
 
 class StoreError(Exception):
@@ -109,8 +116,49 @@ class StoredTranscript(msgspec.Struct, frozen=True):
         return self.events[-1].revision if self.events else 0
 
 
+class StoredState(msgspec.Struct, frozen=True):
+    """A transcript as a live copy needs it, without its whole history.
+
+    ``snapshot`` is the transcript now (revision, length, segments, Views)
+    holding only its newest messages (a partial snapshot whose messages
+    reach the length); ``idempotency`` the retained keys and their receipts.
+    """
+
+    snapshot: TranscriptSnapshot
+    created_at: int
+    idempotency: dict[str, Receipt] = {}
+
+    @property
+    def transcript_id(self) -> str:
+        return self.snapshot.transcript_id
+
+    @property
+    def epoch(self) -> str:
+        return self.snapshot.epoch
+
+    @property
+    def revision(self) -> int:
+        return self.snapshot.revision
+
+
+class StoredRange(msgspec.Struct, frozen=True):
+    """Messages ``[start, start + len(messages))`` of the transcript of
+    ``epoch``, read when it was at ``revision`` with ``length`` messages."""
+
+    epoch: str
+    revision: int
+    length: int
+    start: int
+    messages: tuple[Message, ...]
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.messages)
+
+
 class TranscriptInfo(msgspec.Struct, frozen=True, rename="camel"):
-    """A line of ``list()``: enough to show a transcript in a list."""
+    """A line of ``list()``: enough to show a transcript in a list.
+    ``title``/``preview``: see ``protocol.summary``."""
 
     transcript_id: str
     epoch: str
@@ -118,6 +166,8 @@ class TranscriptInfo(msgspec.Struct, frozen=True, rename="camel"):
     length: int
     created_at: int
     updated_at: int
+    title: str | None = None
+    preview: str | None = None
 
 
 class AppendResult(msgspec.Struct, frozen=True):
@@ -187,6 +237,19 @@ class Store(Protocol):
 
     async def load(self, transcript_id: str) -> StoredTranscript | None:
         """The whole transcript, or ``None`` if there is no such id."""
+
+    async def load_recent(
+        self, transcript_id: str, *, messages: int | None = None
+    ) -> StoredState | None:
+        """The transcript now holding only its newest ``messages`` messages
+        (``None``: all of them), or ``None`` if there is no such id. Reads
+        what it returns, not the history before it."""
+
+    async def read_messages(self, transcript_id: str, start: int, end: int) -> StoredRange:
+        """Messages ``[start, end)``, both clamped to the length, with the
+        epoch and revision they were read at; reads only the events that hold
+        them. Raises ``TranscriptNotFound``; ``ValueError`` unless
+        ``0 <= start <= end``."""
 
     async def append(
         self, event: TranscriptEvent, *, idempotency_key: str | None = None
@@ -300,3 +363,37 @@ def check_list_args(limit: int) -> None:
     """``limit`` of ``list`` must not be negative."""
     if limit < 0:
         raise ValueError("limit must be >= 0")
+
+
+def check_range_args(start: int, end: int) -> None:
+    """``start`` and ``end`` of ``read_messages`` must satisfy ``0 <= start <= end``."""
+    if not 0 <= start <= end:
+        raise ValueError(f"range [{start}, {end}) must satisfy 0 <= start <= end")
+
+
+def recent_start(length: int, messages: int | None) -> int:
+    """Where ``load_recent`` begins: the newest ``messages`` of ``length``."""
+    return 0 if messages is None else max(0, length - messages)
+
+
+def messages_in(events: Iterable[TranscriptEvent], start: int, end: int) -> tuple[Message, ...]:
+    """The messages ``[start, end)`` that the appends among ``events`` (in
+    revision order, covering the range) hold."""
+    found: list[Message] = []
+    for event in events:
+        change = event.change
+        if not isinstance(change, MessagesAppended) or change.end <= start:
+            continue
+        if change.start >= end:
+            break
+        found.extend(change.messages[max(0, start - change.start) : end - change.start])
+    return tuple(found)
+
+
+def state_of(events: Iterable[TranscriptEvent], transcript_id: str, epoch: str) -> TranscriptState:
+    """The state a complete event log gives (a backend that reads a whole
+    log, an old one being indexed, uses it)."""
+    state = TranscriptState(transcript_id, epoch)
+    for event in events:
+        state.apply(event)
+    return state

@@ -13,11 +13,22 @@ Redis server.
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from protocol.types import MessagesAppended, TranscriptEvent
+from protocol.summary import preview_of, title_of
+from protocol.types import (
+    Message,
+    MessagesAppended,
+    Segment,
+    SegmentStarted,
+    TranscriptEvent,
+    TranscriptSnapshot,
+    View,
+    ViewChanged,
+)
 from server.store.base import (
     DEFAULT_IDEMPOTENCY_RETENTION,
     AppendResult,
@@ -25,6 +36,8 @@ from server.store.base import (
     Notice,
     Receipt,
     RevisionMismatch,
+    StoredRange,
+    StoredState,
     StoredTranscript,
     StoreError,
     StoreUnavailable,
@@ -34,6 +47,9 @@ from server.store.base import (
     check_events_after_args,
     check_first_event,
     check_list_args,
+    check_range_args,
+    messages_in,
+    recent_start,
 )
 from server.store.options import MemoryOptions, validated
 
@@ -42,19 +58,39 @@ __all__ = ["MemoryStore", "SharedMemoryStore"]
 
 @dataclass
 class _Entry:
-    """One transcript as this store holds it."""
+    """One transcript as this store holds it: its events, and what the other
+    backends keep beside them (length, active start, closed segments, Views,
+    the message index) so that every backend answers alike."""
 
     epoch: str
     created_at: int
     updated_at: int
     events: list[TranscriptEvent] = field(default_factory=list)
     length: int = 0
+    active_start: int = 0
+    closed: list[Segment] = field(default_factory=list)
+    views: dict[str, View] = field(default_factory=dict)
+    view_changes: int = 0
+    #: msg_end of every append, and the position of that append in ``events``.
+    ends: list[int] = field(default_factory=list)
+    appends: list[int] = field(default_factory=list)
     # Insertion order is revision order, so the oldest key is always first.
     keys: dict[str, Receipt] = field(default_factory=dict)
+    title: str | None = None
+    preview: str | None = None
 
     @property
     def revision(self) -> int:
         return self.events[-1].revision if self.events else 0
+
+    def messages(self, start: int, end: int) -> tuple[Message, ...]:
+        """Messages ``[start, end)`` from the appends that hold them."""
+        if start >= end:
+            return ()
+        first = bisect.bisect_right(self.ends, start)
+        last = bisect.bisect_left(self.ends, end, lo=first)
+        held = (self.events[i] for i in self.appends[first : last + 1])
+        return messages_in(held, start, end)
 
 
 class MemoryStore:
@@ -166,8 +202,23 @@ class MemoryStore:
     def _accept(self, entry: _Entry, event: TranscriptEvent, key: str | None) -> Receipt:
         entry.events.append(event)
         entry.updated_at = event.occurred_at
-        if isinstance(event.change, MessagesAppended):
-            entry.length = event.change.end
+        change = event.change
+        if isinstance(change, MessagesAppended):
+            entry.length = change.end
+            entry.ends.append(change.end)
+            entry.appends.append(len(entry.events) - 1)
+            if entry.title is None:
+                entry.title = title_of(change.messages)
+            entry.preview = preview_of(change.messages)
+        elif isinstance(change, SegmentStarted):
+            entry.closed.append(Segment(change.previous_start, change.end))
+            entry.active_start = change.start
+        else:
+            if isinstance(change, ViewChanged):
+                entry.views[change.name] = View(change.name, change.start, change.end)
+            else:
+                entry.views.pop(change.name, None)
+            entry.view_changes += 1
         receipt = Receipt.for_event(event)
         if key is not None and self.idempotency_retention > 0:
             entry.keys[key] = receipt
@@ -194,6 +245,39 @@ class MemoryStore:
         end = None if limit is None else revision + limit
         return entry.events[revision:end]
 
+    async def load_recent(
+        self, transcript_id: str, *, messages: int | None = None
+    ) -> StoredState | None:
+        self._check_open()
+        entry = self._transcripts.get(transcript_id)
+        if entry is None:
+            return None
+        first = recent_start(entry.length, messages)
+        snapshot = TranscriptSnapshot(
+            transcript_id=transcript_id,
+            epoch=entry.epoch,
+            revision=entry.revision,
+            start=first,
+            messages=entry.messages(first, entry.length),
+            active_start=entry.active_start,
+            segments=(*entry.closed, Segment(entry.active_start, None)),
+            length=entry.length,
+            views=tuple(sorted(entry.views.values(), key=lambda view: view.name)),
+            view_changes=entry.view_changes,
+        )
+        return StoredState(snapshot, entry.created_at, dict(entry.keys))
+
+    async def read_messages(self, transcript_id: str, start: int, end: int) -> StoredRange:
+        self._check_open()
+        check_range_args(start, end)
+        entry = self._transcripts.get(transcript_id)
+        if entry is None:
+            raise TranscriptNotFound(transcript_id)
+        first, last = min(start, entry.length), min(end, entry.length)
+        return StoredRange(
+            entry.epoch, entry.revision, entry.length, first, entry.messages(first, last)
+        )
+
     async def list(self, *, after: str | None = None, limit: int = 100) -> list[TranscriptInfo]:
         self._check_open()
         check_list_args(limit)
@@ -209,6 +293,8 @@ class MemoryStore:
             length=entry.length,
             created_at=entry.created_at,
             updated_at=entry.updated_at,
+            title=entry.title,
+            preview=entry.preview,
         )
 
     async def delete(self, transcript_id: str) -> bool:

@@ -3,7 +3,9 @@
 Keys of one transcript all carry the hash tag ``{<id>}`` so that they live on
 one Redis Cluster slot and one Lua script can change them atomically::
 
-    <prefix>{<id>}:meta     hash: epoch, created, updated, rev, len, active, ctoken
+    <prefix>{<id>}:meta     hash: epoch, created, updated, rev, len, active, ctoken,
+                            vchanges (View changes), title, preview, ix ("1": the
+                            three keys below hold the whole history)
     <prefix>{<id>}:log      list: every event (msgpack), revision r at index r-1;
                             the authoritative history, never trimmed
     <prefix>{<id>}:stream   stream: the same events with ids ``0-<revision>``,
@@ -12,6 +14,12 @@ one Redis Cluster slot and one Lua script can change them atomically::
     <prefix>{<id>}:korder   zset: those keys by revision (oldest pruned first)
     <prefix>{<id>}:ikeys    hash/zset pair for the keys this store generates
     <prefix>{<id>}:iorder   itself when the caller gave none (see ``append``)
+    <prefix>{<id>}:ends     zset: each append's revision, scored by one past its
+                            last message: the appends holding messages [a, b) are
+                            the revisions from the first scored > a to the first
+                            scored >= b, read with one LRANGE of the log
+    <prefix>{<id>}:segs     list: every closed segment, "start:end", oldest first
+    <prefix>{<id>}:views    hash: View name -> "start:end" ("start:" when open)
     <prefix>ids             zset of ids (score 0) for ``list``; kept outside the
                             scripts (another slot), see ``create``/``delete``
     <prefix>changes         pub/sub channel: ``[id, epoch, revision]`` per change
@@ -27,6 +35,11 @@ gave none): a retried script that had already run answers the first ack.
 
 ``events_after`` reads the stream: when it no longer holds the range (trimmed)
 it returns ``None`` and the caller loads the whole transcript from the log.
+``load_recent`` and ``read_messages`` are one script each that reads the
+meta, ``segs``, ``views`` and, through ``ends``, only the events holding the
+messages asked for. A transcript stored before ``ends`` existed (no ``ix``)
+is indexed once, by a script that decodes its log with Redis's ``cmsgpack``,
+the first time it is read so.
 
 Errors: a connection error, a timeout, or a Redis still loading its data after
 a restart raise ``StoreUnavailable``. After a timeout the outcome is unknown
@@ -70,7 +83,16 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from protocol.types import MessagesAppended, TranscriptEvent
+from protocol.summary import preview_of, title_of
+from protocol.types import (
+    MessagesAppended,
+    Segment,
+    SegmentStarted,
+    TranscriptEvent,
+    TranscriptSnapshot,
+    View,
+    ViewChanged,
+)
 from server.store.base import (
     DEFAULT_IDEMPOTENCY_RETENTION,
     AppendResult,
@@ -79,6 +101,8 @@ from server.store.base import (
     Receipt,
     Recheck,
     RevisionMismatch,
+    StoredRange,
+    StoredState,
     StoredTranscript,
     StoreError,
     StoreUnavailable,
@@ -88,6 +112,8 @@ from server.store.base import (
     check_events_after_args,
     check_first_event,
     check_list_args,
+    check_range_args,
+    messages_in,
 )
 from server.store.options import RedisOptions, parse_query, redis_address, validated
 from server.store.redis_shards import ShardChannels
@@ -106,7 +132,7 @@ INTERNAL_KEY_RETENTION: Final = 64
 
 # --- the scripts -----------------------------------------------------------------------
 
-# KEYS: meta, log, stream, keys, korder, ikeys, iorder
+# KEYS: meta, log, stream, keys, korder, ikeys, iorder, ends, segs, views
 # Shared body: store one event (ARGV from index 4 on, see _event_args) and publish.
 _ACCEPT = """
 local function accept(rev, a)
@@ -114,6 +140,7 @@ local function accept(rev, a)
   local updated, length, active = a[5], a[6], a[7]
   local retention, maxlen, channel = tonumber(a[8]), tonumber(a[9]), a[10]
   local tid, epoch, publish = a[11], a[12], a[13]
+  local kind, item, vname, title, preview = a[14], a[15], a[16], a[17], a[18]
   redis.call('RPUSH', KEYS[2], event)
   if maxlen > 0 then
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '0-' .. rev, 'e', event)
@@ -121,6 +148,22 @@ local function accept(rev, a)
   redis.call('HSET', KEYS[1], 'rev', rev, 'updated', updated)
   if length ~= '' then redis.call('HSET', KEYS[1], 'len', length) end
   if active ~= '' then redis.call('HSET', KEYS[1], 'active', active) end
+  if kind == 'a' then
+    redis.call('ZADD', KEYS[8], length, rev)
+    -- A transcript stored before titles were kept gets its own when indexed.
+    if title ~= '' and redis.call('HGET', KEYS[1], 'ix') == '1' then
+      redis.call('HSETNX', KEYS[1], 'title', title)
+    end
+    redis.call('HSET', KEYS[1], 'preview', preview)
+  elseif kind == 's' then
+    redis.call('RPUSH', KEYS[9], item)
+  elseif kind == 'v' then
+    redis.call('HSET', KEYS[10], vname, item)
+    redis.call('HINCRBY', KEYS[1], 'vchanges', 1)
+  elseif kind == 'l' then
+    redis.call('HDEL', KEYS[10], vname)
+    redis.call('HINCRBY', KEYS[1], 'vchanges', 1)
+  end
   if key ~= '' and retention > 0 then
     local h, z = KEYS[4], KEYS[5]
     if internal == '1' then h, z = KEYS[6], KEYS[7] end
@@ -171,9 +214,10 @@ if token then
   if token == ARGV[3] then return {'ok'} end
   return {'exists'}
 end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
+           KEYS[10])
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'created', ARGV[2], 'updated', ARGV[2],
-           'rev', 0, 'len', 0, 'active', 0, 'ctoken', ARGV[3])
+           'rev', 0, 'len', 0, 'active', 0, 'ctoken', ARGV[3], 'vchanges', 0, 'ix', 1)
 local a = {unpack(ARGV, 4)}
 if a[1] ~= '' then
   accept(1, a)
@@ -187,13 +231,84 @@ return {'ok'}
 # ARGV: channel, id, publish command -> 1 if it existed
 _DELETE_SCRIPT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8],
+           KEYS[9], KEYS[10])
 redis.call(ARGV[3], ARGV[1], cjson.encode({ARGV[2], '', 0}))
 return 1
 """
 
+# The revisions of the appends holding messages [s, e) of a transcript of len
+# messages, as the log's index range: {first - 1, last - 1}, or nil (none).
+_SPAN = """
+local function span(s, e)
+  if s >= e then return nil end
+  local a = redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. s, '+inf', 'LIMIT', 0, 1)
+  local b = redis.call('ZRANGEBYSCORE', KEYS[8], e, '+inf', 'LIMIT', 0, 1)
+  if #a == 0 or #b == 0 then return nil end
+  return {tonumber(a[1]) - 1, tonumber(b[1]) - 1}
+end
+"""
 
-_KEY_NAMES: Final = ("meta", "log", "stream", "keys", "korder", "ikeys", "iorder")
+# ARGV: keep (-1: every message) -> {'missing'} | {'unindexed'} |
+# {'ok', epoch, created, rev, len, active, vchanges, segs, views, first, blobs, keys, order}
+_STATE_SCRIPT = (
+    _SPAN
+    + """
+local m = redis.call('HMGET', KEYS[1], 'epoch', 'created', 'rev', 'len', 'active', 'vchanges',
+                     'ix')
+if not m[1] then return {'missing'} end
+if m[7] ~= '1' then return {'unindexed'} end
+local len, keep = tonumber(m[4]), tonumber(ARGV[1])
+local first = 0
+if keep >= 0 and len > keep then first = len - keep end
+local blobs = {}
+local r = span(first, len)
+if r then blobs = redis.call('LRANGE', KEYS[2], r[1], r[2]) end
+return {'ok', m[1], m[2], m[3], m[4], m[5], m[6] or '0',
+        redis.call('LRANGE', KEYS[9], 0, -1), redis.call('HGETALL', KEYS[10]), first, blobs,
+        redis.call('HGETALL', KEYS[4]), redis.call('ZRANGE', KEYS[5], 0, -1)}
+"""
+)
+
+# ARGV: start, end -> {'missing'} | {'unindexed'} | {'ok', epoch, rev, len, first, blobs}
+_RANGE_SCRIPT = (
+    _SPAN
+    + """
+local m = redis.call('HMGET', KEYS[1], 'epoch', 'rev', 'len', 'ix')
+if not m[1] then return {'missing'} end
+if m[4] ~= '1' then return {'unindexed'} end
+local len = tonumber(m[3])
+local s, e = math.min(tonumber(ARGV[1]), len), math.min(tonumber(ARGV[2]), len)
+local blobs = {}
+local r = span(s, e)
+if r then blobs = redis.call('LRANGE', KEYS[2], r[1], r[2]) end
+return {'ok', m[1], m[2], m[3], s, blobs}
+"""
+)
+
+# Indexes a transcript stored before ``ends``/``segs``/``views`` existed (it has
+# no View events then): decodes its log once. -> 1 indexed now, 0 no such id.
+_INDEX_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HGET', KEYS[1], 'ix') == '1' then return 1 end
+redis.call('DEL', KEYS[8], KEYS[9], KEYS[10])
+local blobs = redis.call('LRANGE', KEYS[2], 0, -1)
+for i, blob in ipairs(blobs) do
+  local change = cmsgpack.unpack(blob)['change']
+  if change['kind'] == 'messages-appended' then
+    redis.call('ZADD', KEYS[8], change['start'] + #change['messages'], i)
+  elseif change['kind'] == 'segment-started' then
+    redis.call('RPUSH', KEYS[9], change['previousStart'] .. ':' .. change['end'])
+  end
+end
+redis.call('HSET', KEYS[1], 'ix', 1, 'vchanges', 0)
+return 1
+"""
+
+
+_KEY_NAMES: Final = (
+    "meta", "log", "stream", "keys", "korder", "ikeys", "iorder", "ends", "segs", "views"
+)  # fmt: skip
 
 
 class _Script:
@@ -240,6 +355,16 @@ def _receipt_text(receipt: Receipt) -> str:
 def _receipt_from(raw: bytes) -> Receipt:
     revision, start, count = raw.split(b":")
     return Receipt(int(revision), int(start), int(count))
+
+
+def _segment(raw: bytes) -> Segment:
+    start, end = raw.split(b":")
+    return Segment(int(start), int(end))
+
+
+def _view(name: bytes, raw: bytes) -> View:
+    start, end = raw.split(b":")
+    return View(name.decode(), int(start), int(end) if end else None)
 
 
 class RedisStore:
@@ -293,6 +418,9 @@ class RedisStore:
         self._append = _Script(_APPEND_SCRIPT)
         self._create = _Script(_CREATE_SCRIPT)
         self._delete = _Script(_DELETE_SCRIPT)
+        self._state = _Script(_STATE_SCRIPT)
+        self._range = _Script(_RANGE_SCRIPT)
+        self._index_script = _Script(_INDEX_SCRIPT)
 
     def channel_of(self, transcript_id: str) -> str:
         """The channel that carries ``transcript_id``'s notices."""
@@ -423,6 +551,7 @@ class RedisStore:
 
     def _event_args(self, event: TranscriptEvent | None, key: str, internal: bool) -> list[Any]:
         """The ``accept`` arguments of the scripts for ``event``."""
+        kind, item, name, title, preview = "", "", "", "", ""
         if event is None:
             blob: bytes | str = ""
             ack, length, active, updated = "", "", "", 0
@@ -431,10 +560,18 @@ class RedisStore:
             ack = _receipt_text(Receipt.for_event(event))
             change = event.change
             updated = event.occurred_at
+            length, active = "", ""
             if isinstance(change, MessagesAppended):
-                length, active = str(change.end), ""
+                kind, length = "a", str(change.end)
+                title = title_of(change.messages) or ""
+                preview = preview_of(change.messages) or ""
+            elif isinstance(change, SegmentStarted):
+                kind, active = "s", str(change.start)
+                item = f"{change.previous_start}:{change.end}"
             else:
-                length, active = "", str(change.start)
+                kind = "v" if isinstance(change, ViewChanged) else "l"
+                name = change.name
+                item = f"{change.start}:{'' if change.end is None else change.end}"
         retention = INTERNAL_KEY_RETENTION if internal else self.idempotency_retention
         return [
             blob,
@@ -450,6 +587,11 @@ class RedisStore:
             event.transcript_id if event is not None else "",
             event.epoch if event is not None else "",
             self._publish,
+            kind,
+            item,
+            name,
+            title,
+            preview,
         ]
 
     # --- writes ---------------------------------------------------------------------
@@ -577,7 +719,7 @@ class RedisStore:
         """The whole transcript from its log (never trimmed), read in one
         MULTI/EXEC so the events and keys belong to one instant."""
         client = self._client()
-        meta, log_key, _, keys, korder, _, _ = self._keys(transcript_id)
+        meta, log_key, _, keys, korder, *_ = self._keys(transcript_id)
         try:
             async with client.pipeline(transaction=True) as pipe:
                 pipe.hmget(meta, "epoch", "created")
@@ -641,19 +783,118 @@ class RedisStore:
                     for raw in ids:
                         pipe.hmget(
                             self._keys(raw.decode())[0],
-                            "epoch", "rev", "len", "created", "updated",
+                            "epoch", "rev", "len", "created", "updated", "title", "preview",
                         )  # fmt: skip
                     metas = await pipe.execute()
-                for raw, (epoch, rev, length, created, updated) in zip(ids, metas, strict=True):
+                for raw, meta in zip(ids, metas, strict=True):
+                    epoch, rev, length, created, updated, title, preview = meta
                     if epoch is not None:
                         numbers = (int(rev), int(length), int(created), int(updated))
-                        found.append(TranscriptInfo(raw.decode(), epoch.decode(), *numbers))
+                        found.append(
+                            TranscriptInfo(
+                                raw.decode(),
+                                epoch.decode(),
+                                *numbers,
+                                title=None if title is None else title.decode(),
+                                preview=None if preview is None else preview.decode(),
+                            )
+                        )
                 start = "(" + ids[-1].decode()
                 if len(ids) < want:
                     break
         except _FAILURES as err:
             raise self._unavailable(err) from err
         return found
+
+    async def load_recent(
+        self, transcript_id: str, *, messages: int | None = None
+    ) -> StoredState | None:
+        """The state now with the newest ``messages`` messages: one script
+        reads the meta, segments, Views, keys and only the events holding
+        those messages (``ends``)."""
+        self._client()
+        keep = -1 if messages is None else messages
+        answer = await self._indexed(self._state, transcript_id, [keep])
+        if answer is None:
+            return None
+        (
+            _, epoch, created, rev, length, active, vchanges, segs, views, first, blobs,
+            acks, order,
+        ) = answer  # fmt: skip
+        length, first = int(length), int(first)
+        segments = [_segment(raw) for raw in segs]
+        segments.append(Segment(int(active), None))
+        pairs = dict(zip(views[::2], views[1::2], strict=True))
+        keys = dict(zip(acks[::2], acks[1::2], strict=True))
+        snapshot = TranscriptSnapshot(
+            transcript_id=transcript_id,
+            epoch=epoch.decode(),
+            revision=int(rev),
+            start=first,
+            messages=self._messages(blobs, first, length),
+            active_start=int(active),
+            segments=tuple(segments),
+            length=length,
+            views=tuple(sorted((_view(k, v) for k, v in pairs.items()), key=lambda v: v.name)),
+            view_changes=int(vchanges),
+        )
+        idempotency = {k.decode(): _receipt_from(keys[k]) for k in order if k in keys}
+        return StoredState(snapshot, int(created), idempotency)
+
+    async def read_messages(self, transcript_id: str, start: int, end: int) -> StoredRange:
+        """Messages ``[start, end)`` (clamped to the length): one script reads
+        the events holding them through ``ends``."""
+        self._client()
+        check_range_args(start, end)
+        answer = await self._indexed(self._range, transcript_id, [start, end])
+        if answer is None:
+            raise TranscriptNotFound(transcript_id)
+        _, epoch, rev, length, first, blobs = answer
+        first, last = int(first), min(end, int(length))
+        return StoredRange(
+            epoch.decode(), int(rev), int(length), first, self._messages(blobs, first, last)
+        )
+
+    async def _indexed(self, script: Any, transcript_id: str, args: Sequence[int]) -> Any:
+        """Run a reading script; index the transcript first if it predates
+        the index. ``None`` when there is no such transcript."""
+        client = self._client()
+        keys = self._keys(transcript_id)
+        try:
+            answer = await script(client, keys, args)
+            if answer[0] == b"unindexed":
+                await self._index_script(client, keys, [])
+                await self._backfill_summary(transcript_id)
+                answer = await script(client, keys, args)
+        except _FAILURES as err:
+            raise self._unavailable(err) from err
+        if answer[0] == b"missing":
+            return None
+        if answer[0] != b"ok":  # pragma: no cover - the scripts answer nothing else
+            raise StoreError(f"{self.where}: unexpected answer {answer[0]!r}")
+        return answer
+
+    async def _backfill_summary(self, transcript_id: str) -> None:
+        """The list's title and preview of a transcript stored before they
+        were kept (the scripts keep them from then on)."""
+        meta = self._keys(transcript_id)[0]
+        stored = await self.load(transcript_id)
+        if stored is None:
+            return
+        title = preview = None
+        for event in stored.events:
+            change = event.change
+            if isinstance(change, MessagesAppended):
+                title = title or title_of(change.messages)
+                preview = preview_of(change.messages)
+        client = self._client()
+        if title is not None:
+            await client.hsetnx(meta, "title", title)
+        if preview is not None:
+            await client.hsetnx(meta, "preview", preview)
+
+    def _messages(self, blobs: Sequence[bytes], start: int, end: int) -> tuple[Any, ...]:
+        return messages_in((self._decoder.decode(blob) for blob in blobs), start, end)
 
     # --- for the backplane ------------------------------------------------------------
 

@@ -26,14 +26,28 @@ server per data folder.
 
 Tables::
 
-    transcripts (id PK, epoch, created_at, updated_at, revision, length)
-    events      (transcript_id, revision, occurred_at, data)   PK (transcript_id, revision)
-                 data = the TranscriptEvent as msgspec MessagePack
+    transcripts (id PK, epoch, created_at, updated_at, revision, length,
+                 active_start, view_changes, title, preview)
+    events      (transcript_id, revision, occurred_at, data, msg_end)
+                                                               PK (transcript_id, revision)
+                 data = the TranscriptEvent as msgspec MessagePack; msg_end = one
+                 past the last message an append added (NULL for other changes),
+                 indexed: the events holding messages [a, b) are the appends
+                 with msg_end > a, in msg_end order, up to the first reaching b
+    segments    (transcript_id, revision, start, end)           PK (transcript_id, revision)
+                 every closed segment, by the revision that closed it
+    views       (transcript_id, name, start, end)               PK (transcript_id, name)
     idempotency (transcript_id, key, revision, start, count, created_at)
                                                                PK (transcript_id, key)
 
+So ``load_recent`` and ``read_messages`` read the state from ``transcripts``,
+``segments`` and ``views`` and only the events that hold the messages asked
+for: a tail of a 100,000-message transcript costs what the tail costs.
+
 The schema version lives in ``PRAGMA user_version``; ``_MIGRATIONS`` takes a
-database from each version to the next.
+database from each version to the next (a step is SQL, or a function for
+what SQL cannot do: version 2 decodes every stored event once to fill in
+the new columns and tables).
 """
 
 from __future__ import annotations
@@ -49,12 +63,24 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from protocol.types import MessagesAppended, TranscriptEvent
+from protocol.summary import preview_of, title_of
+from protocol.types import (
+    Message,
+    MessagesAppended,
+    Segment,
+    SegmentStarted,
+    TranscriptEvent,
+    TranscriptSnapshot,
+    View,
+    ViewChanged,
+)
 from server.store.base import (
     DEFAULT_IDEMPOTENCY_RETENTION,
     AppendResult,
     Receipt,
     RevisionMismatch,
+    StoredRange,
+    StoredState,
     StoredTranscript,
     StoreError,
     StoreUnavailable,
@@ -64,6 +90,9 @@ from server.store.base import (
     check_events_after_args,
     check_first_event,
     check_list_args,
+    check_range_args,
+    messages_in,
+    recent_start,
 )
 from server.store.options import SQLiteOptions, validated
 
@@ -73,11 +102,49 @@ __all__ = ["DATABASE_FILE", "SCHEMA_VERSION", "SQLiteStore"]
 DATABASE_FILE: Final = "transcripts.sqlite3"
 
 #: The schema version this code writes; kept in ``PRAGMA user_version``.
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+
+
+def _index_history(conn: sqlite3.Connection) -> None:
+    """Version 2: fill ``msg_end``, ``segments``, ``active_start``, ``title``
+    and ``preview`` from the events already stored (decoded once each)."""
+    decoder = msgspec.msgpack.Decoder(TranscriptEvent)
+    titles: dict[str, str] = {}
+    previews: dict[str, str | None] = {}
+    actives: dict[str, int] = {}
+    rows = conn.execute("SELECT transcript_id, revision, data FROM events ORDER BY rowid")
+    for tid, revision, data in rows.fetchall():
+        change = decoder.decode(data).change
+        if isinstance(change, MessagesAppended):
+            conn.execute(
+                "UPDATE events SET msg_end = ? WHERE transcript_id = ? AND revision = ?",
+                (change.end, tid, revision),
+            )
+            if tid not in titles:
+                title = title_of(change.messages)
+                if title is not None:
+                    titles[tid] = title
+            previews[tid] = preview_of(change.messages)
+        elif isinstance(change, SegmentStarted):
+            conn.execute(
+                'INSERT INTO segments (transcript_id, revision, start, "end") VALUES (?, ?, ?, ?)',
+                (tid, revision, change.previous_start, change.end),
+            )
+            actives[tid] = change.start
+    for tid, title in titles.items():
+        conn.execute("UPDATE transcripts SET title = ? WHERE id = ?", (title, tid))
+    for tid, preview in previews.items():
+        conn.execute("UPDATE transcripts SET preview = ? WHERE id = ?", (preview, tid))
+    for tid, active in actives.items():
+        conn.execute("UPDATE transcripts SET active_start = ? WHERE id = ?", (active, tid))
+
+
+#: One step of a migration: a statement, or a function run on the connection.
+_Step = str | Callable[[sqlite3.Connection], None]
 
 #: ``_MIGRATIONS[v]`` takes a database at version ``v`` to ``v + 1``.
 #: Version 0 is an empty file. Append a step here whenever the schema changes.
-_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+_MIGRATIONS: Final[dict[int, tuple[_Step, ...]]] = {
     0: (
         """CREATE TABLE transcripts (
             id TEXT PRIMARY KEY NOT NULL,
@@ -107,6 +174,30 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "CREATE INDEX idempotency_by_revision ON idempotency (transcript_id, revision)",
         # Pruning by age deletes across all transcripts.
         "CREATE INDEX idempotency_by_age ON idempotency (created_at)",
+    ),
+    1: (
+        "ALTER TABLE transcripts ADD COLUMN active_start INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE transcripts ADD COLUMN view_changes INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE transcripts ADD COLUMN title TEXT",
+        "ALTER TABLE transcripts ADD COLUMN preview TEXT",
+        "ALTER TABLE events ADD COLUMN msg_end INTEGER",
+        """CREATE TABLE segments (
+            transcript_id TEXT NOT NULL,
+            revision INTEGER NOT NULL,
+            start INTEGER NOT NULL,
+            "end" INTEGER NOT NULL,
+            PRIMARY KEY (transcript_id, revision)
+        )""",
+        """CREATE TABLE views (
+            transcript_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            start INTEGER NOT NULL,
+            "end" INTEGER,
+            PRIMARY KEY (transcript_id, name)
+        )""",
+        _index_history,
+        # After the backfill: one index build instead of one update per row.
+        "CREATE INDEX events_by_msg_end ON events (transcript_id, msg_end)",
     ),
 }
 
@@ -174,8 +265,11 @@ class _Writer:
                     f"this program's {SCHEMA_VERSION}"
                 )
             while version < SCHEMA_VERSION:
-                for statement in _MIGRATIONS[version]:
-                    self.conn.execute(statement)
+                for step in _MIGRATIONS[version]:
+                    if callable(step):
+                        step(self.conn)
+                    else:
+                        self.conn.execute(step)
                 version += 1
                 self.conn.execute(f"PRAGMA user_version={version}")
             self.conn.execute("COMMIT")
@@ -255,8 +349,8 @@ class _Writer:
         deleted = self.conn.execute(
             "DELETE FROM transcripts WHERE id = ?", (transcript_id,)
         ).rowcount
-        self.conn.execute("DELETE FROM events WHERE transcript_id = ?", (transcript_id,))
-        self.conn.execute("DELETE FROM idempotency WHERE transcript_id = ?", (transcript_id,))
+        for table in ("events", "idempotency", "segments", "views"):
+            self.conn.execute(f"DELETE FROM {table} WHERE transcript_id = ?", (transcript_id,))
         return deleted > 0
 
     def append(self, event: TranscriptEvent, key: str | None, now: int) -> AppendResult:
@@ -288,16 +382,20 @@ class _Writer:
     def _accept(self, event: TranscriptEvent, length: int, key: str | None, now: int) -> Receipt:
         """Write an event already checked to be the next one, and its key."""
         tid = event.transcript_id
-        if isinstance(event.change, MessagesAppended):
-            length = event.change.end
+        change = event.change
+        msg_end: int | None = None
+        if isinstance(change, MessagesAppended):
+            length = msg_end = change.end
         self.conn.execute(
-            "INSERT INTO events (transcript_id, revision, occurred_at, data) VALUES (?, ?, ?, ?)",
-            (tid, event.revision, event.occurred_at, self.encoder.encode(event)),
+            "INSERT INTO events (transcript_id, revision, occurred_at, data, msg_end)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (tid, event.revision, event.occurred_at, self.encoder.encode(event), msg_end),
         )
         self.conn.execute(
             "UPDATE transcripts SET revision = ?, length = ?, updated_at = ? WHERE id = ?",
             (event.revision, length, event.occurred_at, tid),
         )
+        self._index(event)
         receipt = Receipt.for_event(event)
         if key is not None and self.retention > 0:
             # REPLACE: the key may still be on disk, expired but not yet swept.
@@ -315,6 +413,37 @@ class _Writer:
                 (tid, self.retention),
             )
         return receipt
+
+    def _index(self, event: TranscriptEvent) -> None:
+        """Keep what ``load_recent`` reads instead of the history up to date."""
+        tid, change = event.transcript_id, event.change
+        if isinstance(change, MessagesAppended):
+            self.conn.execute(
+                "UPDATE transcripts SET title = COALESCE(title, ?), preview = ? WHERE id = ?",
+                (title_of(change.messages), preview_of(change.messages), tid),
+            )
+        elif isinstance(change, SegmentStarted):
+            self.conn.execute(
+                'INSERT INTO segments (transcript_id, revision, start, "end") VALUES (?, ?, ?, ?)',
+                (tid, event.revision, change.previous_start, change.end),
+            )
+            self.conn.execute(
+                "UPDATE transcripts SET active_start = ? WHERE id = ?", (change.start, tid)
+            )
+        else:
+            if isinstance(change, ViewChanged):
+                self.conn.execute(
+                    'INSERT OR REPLACE INTO views (transcript_id, name, start, "end")'
+                    " VALUES (?, ?, ?, ?)",
+                    (tid, change.name, change.start, change.end),
+                )
+            else:
+                self.conn.execute(
+                    "DELETE FROM views WHERE transcript_id = ? AND name = ?", (tid, change.name)
+                )
+            self.conn.execute(
+                "UPDATE transcripts SET view_changes = view_changes + 1 WHERE id = ?", (tid,)
+            )
 
     def _sweep_expired_keys(self, now: int) -> None:
         if now - self.last_sweep_ms < self.sweep_interval_ms:
@@ -355,15 +484,9 @@ class _Reader:
                     (transcript_id,),
                 )
             )
-            keys = {
-                key: Receipt(revision, start, count)
-                for key, revision, start, count in self.conn.execute(
-                    "SELECT key, revision, start, count FROM idempotency"
-                    " WHERE transcript_id = ? AND created_at >= ? ORDER BY revision",
-                    (transcript_id, int(self.clock() * 1000) - self.ttl_ms),
-                )
-            }
-            return StoredTranscript(transcript_id, row[0], row[1], events, keys)
+            return StoredTranscript(
+                transcript_id, row[0], row[1], events, self._keys(transcript_id)
+            )
         finally:
             self.conn.execute("COMMIT")
 
@@ -390,10 +513,98 @@ class _Reader:
         finally:
             self.conn.execute("COMMIT")
 
+    def load_recent(self, transcript_id: str, messages: int | None) -> StoredState | None:
+        self.conn.execute("BEGIN")
+        try:
+            row = self.conn.execute(
+                "SELECT epoch, created_at, revision, length, active_start, view_changes"
+                " FROM transcripts WHERE id = ?",
+                (transcript_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            epoch, created_at, revision, length, active_start, view_changes = row
+            segments = [
+                Segment(start, end)
+                for start, end in self.conn.execute(
+                    'SELECT start, "end" FROM segments WHERE transcript_id = ? ORDER BY revision',
+                    (transcript_id,),
+                )
+            ]
+            segments.append(Segment(active_start, None))
+            views = tuple(
+                View(name, start, end)
+                for name, start, end in self.conn.execute(
+                    'SELECT name, start, "end" FROM views WHERE transcript_id = ? ORDER BY name',
+                    (transcript_id,),
+                )
+            )
+            first = recent_start(length, messages)
+            snapshot = TranscriptSnapshot(
+                transcript_id=transcript_id,
+                epoch=epoch,
+                revision=revision,
+                start=first,
+                messages=self._messages(transcript_id, first, length),
+                active_start=active_start,
+                segments=tuple(segments),
+                length=length,
+                views=views,
+                view_changes=view_changes,
+            )
+            return StoredState(snapshot, created_at, self._keys(transcript_id))
+        finally:
+            self.conn.execute("COMMIT")
+
+    def read_messages(self, transcript_id: str, start: int, end: int) -> StoredRange:
+        self.conn.execute("BEGIN")
+        try:
+            row = self.conn.execute(
+                "SELECT epoch, revision, length FROM transcripts WHERE id = ?", (transcript_id,)
+            ).fetchone()
+            if row is None:
+                raise TranscriptNotFound(transcript_id)
+            epoch, revision, length = row
+            first, last = min(start, length), min(end, length)
+            return StoredRange(
+                epoch, revision, length, first, self._messages(transcript_id, first, last)
+            )
+        finally:
+            self.conn.execute("COMMIT")
+
+    def _messages(self, transcript_id: str, start: int, end: int) -> tuple[Message, ...]:
+        """Messages ``[start, end)`` from the appends that hold them (inside
+        the caller's read transaction)."""
+        if start >= end:
+            return ()
+        rows = self.conn.execute(
+            "SELECT data FROM events WHERE transcript_id = ? AND msg_end > ? ORDER BY msg_end",
+            (transcript_id, start),
+        )
+        events: list[TranscriptEvent] = []
+        for (data,) in rows:
+            event = self.decoder.decode(data)
+            events.append(event)
+            change = event.change
+            if isinstance(change, MessagesAppended) and change.end >= end:
+                break
+        rows.close()
+        return messages_in(events, start, end)
+
+    def _keys(self, transcript_id: str) -> dict[str, Receipt]:
+        return {
+            key: Receipt(revision, start, count)
+            for key, revision, start, count in self.conn.execute(
+                "SELECT key, revision, start, count FROM idempotency"
+                " WHERE transcript_id = ? AND created_at >= ? ORDER BY revision",
+                (transcript_id, int(self.clock() * 1000) - self.ttl_ms),
+            )
+        }
+
     def list_transcripts(self, after: str | None, limit: int) -> list[TranscriptInfo]:
         rows = self.conn.execute(
-            "SELECT id, epoch, revision, length, created_at, updated_at FROM transcripts"
-            " WHERE id > ? ORDER BY id LIMIT ?",
+            "SELECT id, epoch, revision, length, created_at, updated_at, title, preview"
+            " FROM transcripts WHERE id > ? ORDER BY id LIMIT ?",
             ("" if after is None else after, limit),
         ).fetchall()
         return [TranscriptInfo(*row) for row in rows]
@@ -615,6 +826,17 @@ class SQLiteStore:
         when ``revision`` is beyond the stored one."""
         check_events_after_args(revision, limit)
         return await self._read(lambda reader: reader.events_after(transcript_id, revision, limit))
+
+    async def load_recent(
+        self, transcript_id: str, *, messages: int | None = None
+    ) -> StoredState | None:
+        """The state now with the newest ``messages`` messages, in one read
+        transaction on the worker thread (the events before them are not read)."""
+        return await self._read(lambda reader: reader.load_recent(transcript_id, messages))
+
+    async def read_messages(self, transcript_id: str, start: int, end: int) -> StoredRange:
+        check_range_args(start, end)
+        return await self._read(lambda reader: reader.read_messages(transcript_id, start, end))
 
     async def list(self, *, after: str | None = None, limit: int = 100) -> list[TranscriptInfo]:
         check_list_args(limit)

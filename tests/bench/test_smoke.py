@@ -167,3 +167,26 @@ def test_bench_without_its_extra_says_which_to_install(
     assert err[-1].endswith("pip install 'transcript-sync[bench]'") and len(err) == 1
     assert main(["bench", "fanout", "--url", "ftp://x"]) == 2
     assert "see 'tsync bench --help'" in capsys.readouterr().err
+
+
+def test_catchup_with_a_window_times_baselines_of_the_window(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    with ServerProcess(store=f"sqlite:{tmp_path / 'data'}", log_path=tmp_path / "log") as server:
+        done = bench(
+            "catchup", "--url", server.url, "--subscribers", "4", "--count", "20",
+            "--behind", "10", "--baseline-messages", "1500", "--window", "tail:20",
+            "--json", str(out),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["failures"] == []
+    baseline = run["catchup"]["baseline"]
+    assert (baseline["window"], baseline["messages"]) == ("tail:20", 1500)
+    # 20 messages of about 200 bytes, not 1,500 of them.
+    assert baseline["bytes"] < 20 * 400
+
+
+def test_a_bad_window_is_a_usage_error() -> None:
+    done = bench("catchup", "--window", "last:5", timeout=30)
+    assert done.returncode == 2
+    assert "--window 'last:5'" in done.stderr

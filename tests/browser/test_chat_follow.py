@@ -279,3 +279,43 @@ async def test_five_thousand_messages_open_fast_and_scroll_smoothly(
         assert scrolled["medianFrameMs"] < 100
         assert max(long_tasks, default=0) < 1_000
         assert errors == []
+
+
+async def test_scrolled_to_the_top_older_messages_are_fetched_and_appear_in_order(
+    context: BrowserContext, http: httpx.AsyncClient
+) -> None:
+    """The page opens with the newest messages only (a windowed subscription);
+    going up past the oldest one held fetches older ones from the server,
+    which appear above, in order, without moving what the reader sees."""
+    n = 700
+    async with running_server() as srv:
+        await create(http, srv.url, "history", n)
+        tab = await open_live(context, srv.url, "history", 1)
+        page = tab.page
+        held = await page.evaluate("window.tsyncClient.mirror('history').start")
+        assert 0 < held < n - 50, "the page holds only the newest messages"
+        requests: list[str] = []
+        page.on("request", lambda r: requests.append(r.url) if "/messages?" in r.url else None)
+        scroller = page.locator("#main-chat")
+        await scroller.hover()
+        for _ in range(400):
+            if await page.locator('li.message[data-index="0"]').count():
+                break
+            await page.evaluate("document.getElementById('main-chat').scrollTop = 0")
+            await page.evaluate(TWO_FRAMES)
+        await expect(page.locator('li.message[data-index="0"]')).to_have_count(1)
+        indices = await page.evaluate(
+            "[...document.querySelectorAll('li.message')].map(li => Number(li.dataset.index))"
+        )
+        assert indices == list(range(n)), "every message, once, in order"
+        texts = await page.evaluate(
+            "[0, 1, 350].map(i => document.querySelector(`li.message[data-index='${i}'] .body`)"
+            ".textContent.trim())"
+        )
+        assert texts[0].startswith("Question 0") and texts[1].startswith("Answer 1")
+        assert "Question 350" in texts[2]
+        assert await page.evaluate("window.tsyncClient.mirror('history').start") == 0
+        assert requests and all("epoch=" in url for url in requests)
+        # The title comes from the first message although the page opened at the end.
+        await expect(page.locator("#title")).to_have_text("Question 0: how does step 0 work?")
+        assert tab.errors == []

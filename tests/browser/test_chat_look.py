@@ -146,9 +146,11 @@ async def test_the_list_fits_a_phone_and_shows_the_newest_first(
             page = tab.page
             items = page.locator("li.conversation")
             await expect(items).to_have_count(3)
+            # Titles and previews come from the server (the first user message, the last one).
             await expect(items.locator(".conversation-title")).to_have_text(
-                ["alpha", "gamma", "beta"]
+                ["hi from alpha", "hi from gamma", "hi from beta"]
             )
+            await expect(items.first.locator(".conversation-preview")).to_have_text("hey")
             await expect(items.first.locator(".conversation-meta")).to_contain_text("2 messages")
             assert await page.evaluate("document.documentElement.scrollWidth") <= 390
             if UPDATE_DOCS:

@@ -195,7 +195,7 @@ async def test_with_a_token_the_list_creates_and_opens_transcripts(
         )
         assert created.status_code == 201
         tab = await open_tab(context, f"{srv.url}/?token=s3cret")
-        link = tab.page.get_by_role("link", name="listed")
+        link = tab.page.locator('li.conversation[data-id="listed"] a')
         await expect(link).to_have_attribute("href", "/t/listed?token=s3cret")
         await tab.page.get_by_text("New conversation with an id of your choice").click()
         await tab.page.get_by_label("Conversation id").fill("made-in-browser")

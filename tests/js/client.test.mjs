@@ -466,3 +466,82 @@ test("newIdempotencyKey makes distinct UUIDs", () => {
   assert.equal(keys.size, 100);
   for (const key of keys) assert.match(key, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
 });
+
+// --- windows and loadEarlier ------------------------------------------------------------
+
+/** A fake fetch of the HTTP API over a transcript of `length` messages in `epoch`. */
+function fakeServer(length, epoch = EPOCH) {
+  const calls = [];
+  const fetch = async (url, init) => {
+    calls.push({ url, init });
+    const query = new URL(url).searchParams;
+    if (query.get("epoch") !== epoch) {
+      return { ok: false, status: 409, json: async () => ({ code: "epoch-changed", detail: "re-created" }) };
+    }
+    const start = Number(query.get("start"));
+    const end = Math.min(Number(query.get("end")), length);
+    const messages = Array.from({ length: end - start }, (_, i) => msg(start + i));
+    return { ok: true, status: 200, json: async () => ({ transcriptId: "t1", epoch, revision: 1, start, end, length, messages }) };
+  };
+  return { fetch, calls };
+}
+
+function windowed(length, tail, options = {}) {
+  const s = setup(options);
+  s.client.subscribe("t1", { window: { tail } });
+  s.client.connect();
+  const ws = s.socket();
+  ws.open();
+  const full = snapshot(1, length);
+  ws.deliver({ type: "baseline", snapshot: { ...full, start: length - tail, messages: full.messages.slice(length - tail), length } });
+  ws.pong();
+  return { ...s, ws };
+}
+
+test("a windowed subscription sends its window, on every resubscribe too", () => {
+  const { client, ws, timers, socket } = windowed(10, 3);
+  assert.deepEqual(ws.ops("subscribe")[0].window, { tail: 3 });
+  assert.equal(client.mirror("t1").start, 7);
+  ws.drop();
+  timers.advance(10_000);
+  socket().open();
+  const [resume] = socket().ops("subscribe");
+  assert.deepEqual(resume, { op: "subscribe", transcriptId: "t1", fromRevision: 1, epoch: EPOCH, window: { tail: 3 } });
+});
+
+test("loadEarlier fetches older messages with the copy's epoch and prepends them in order", async () => {
+  const server = fakeServer(10);
+  const { client, events } = windowed(10, 3, { fetch: server.fetch, httpUrl: "http://server" });
+  const earlier = [];
+  client.on("earlier", (e) => earlier.push(e));
+  assert.equal(await client.loadEarlier("t1", 4), 4);
+  const copy = client.mirror("t1");
+  assert.equal(copy.start, 3);
+  assert.deepEqual(copy.messages.map((m) => m.content), Array.from({ length: 7 }, (_, i) => `message ${i + 3}`));
+  assert.match(server.calls[0].url, /^http:\/\/server\/v1\/transcripts\/t1\/messages\?start=3&end=7&epoch=e1$/);
+  assert.equal(earlier[0].start, 3);
+  assert.equal(await client.loadEarlier("t1", 100), 3); // only 3 were left
+  assert.equal(await client.loadEarlier("t1", 100), 0);
+  assert.equal(client.mirror("t1").start, 0);
+  assert.equal(events.filter((e) => e.type === "error").length, 0);
+});
+
+test("loadEarlier of a transcript created again since is refused and changes nothing", async () => {
+  const server = fakeServer(10, "e2");
+  const { client } = windowed(10, 3, { fetch: server.fetch, httpUrl: "http://server" });
+  await assert.rejects(client.loadEarlier("t1", 5), (err) => err instanceof ServerError && err.code === "epoch-changed");
+  assert.equal(client.mirror("t1").start, 7);
+});
+
+test("View changes are applied to the copy and emitted", () => {
+  const { client, ws, events } = live({ revision: 2, length: 2 });
+  const views = [];
+  client.on("view", (v) => views.push(v));
+  ws.deliver({
+    type: "increment",
+    event: { transcriptId: "t1", epoch: EPOCH, revision: 3, occurredAt: 1, change: { kind: "view-changed", name: "draft", start: 1 } },
+  });
+  assert.deepEqual(client.mirror("t1").views, [{ name: "draft", start: 1, end: null }]);
+  assert.deepEqual([views[0].name, views[0].left, views[0].revision], ["draft", false, 3]);
+  assert.equal(events.filter((e) => e.type === "segment").length, 0);
+});

@@ -52,7 +52,7 @@ function copyOf(consumer, transcriptId) {
   const sub = consumer.subscriptions.get(transcriptId);
   if (!sub || !sub.copy) return null;
   const c = sub.copy;
-  return {
+  const found = {
     revision: c.revision,
     epoch: c.epoch,
     start: c.start,
@@ -62,6 +62,8 @@ function copyOf(consumer, transcriptId) {
     messages: c.messages,
     resyncing: sub.continuity.resyncing,
   };
+  if (c.views.length || c.viewChanges) Object.assign(found, { views: c.views, viewChanges: c.viewChanges });
+  return found;
 }
 
 function run(consumer, step) {
@@ -69,7 +71,7 @@ function run(consumer, step) {
   assert.equal(kinds.length, 1, `one input per step: ${JSON.stringify(step)}`);
   const [kind] = kinds;
   const value = step[kind];
-  if (kind === "subscribe") consumer.subscribe(value);
+  if (kind === "subscribe") consumer.subscribe(value, { window: step.window ?? null });
   else if (kind === "unsubscribe") consumer.unsubscribe(value);
   else if (kind === "connection") {
     assert.ok(value === "made" || value === "lost", value);

@@ -10,7 +10,8 @@ cannot drift apart. One file is one case::
 
 A step is one input, then exactly the ops and updates it must cause:
 
-- ``{"subscribe": id}``, ``{"unsubscribe": id}``
+- ``{"subscribe": id}`` (with ``"window": {...}`` beside it: a windowed
+  subscription), ``{"unsubscribe": id}``
 - ``{"connection": "made" | "lost"}``
 - ``{"receive": [frame, ...]}``: one WebSocket text message; objects are
   JSON-encoded, strings go in verbatim (to send what is not JSON); frames
@@ -31,7 +32,8 @@ A step is one input, then exactly the ops and updates it must cause:
 
 Optional checks after the step: ``"copies"`` maps transcript ids to their
 copy, ``null`` for none, else ``{revision, epoch, start, length,
-activeStart, segments, messages (null when not kept), resyncing}``;
+activeStart, segments, messages (null when not kept), resyncing}`` and, when
+the copy has Views or View changes, ``views`` (by name) and ``viewChanges``;
 ``"followed"`` is the sorted list of transcript ids followed.
 """
 
@@ -58,6 +60,7 @@ from protocol.consumer import (
     Synced,
     Update,
 )
+from protocol.views import Window
 from protocol.wire import encode_json
 
 CASES = Path(__file__).resolve().parents[1] / "cases" / "consumer"
@@ -120,7 +123,7 @@ def _copy(consumer: Consumer, transcript_id: str) -> dict[str, Any] | None:
     if subscription is None or subscription.copy is None:
         return None
     copy = subscription.copy
-    return {
+    found = {
         "revision": copy.revision,
         "epoch": copy.epoch,
         "start": copy.start,
@@ -130,13 +133,20 @@ def _copy(consumer: Consumer, transcript_id: str) -> dict[str, Any] | None:
         "messages": None if copy.messages is None else msgspec.to_builtins(list(copy.messages)),
         "resyncing": subscription.continuity.resyncing,
     }
+    if copy.views or copy.view_changes:
+        views = [{"name": v.name, "start": v.start, "end": v.end} for v in copy.sorted_views()]
+        found.update(views=views, viewChanges=copy.view_changes)
+    return found
 
 
 def _run(consumer: Consumer, step: dict[str, Any]) -> None:
     (kind,) = INPUTS & step.keys()
     value = step[kind]
     if kind == "subscribe":
-        consumer.subscribe(value)
+        window = step.get("window")
+        consumer.subscribe(
+            value, window=None if window is None else msgspec.convert(window, Window)
+        )
     elif kind == "unsubscribe":
         consumer.unsubscribe(value)
     elif kind == "connection":
@@ -188,7 +198,8 @@ def test_every_step_has_one_input_and_its_outputs(path: Path) -> None:
     for step in case["steps"]:
         assert len(INPUTS & step.keys()) == 1, step
         assert {"ops", "updates"} <= step.keys(), step
-        assert set(step) - INPUTS <= {"ops", "updates", "copies", "followed"}, step
+        assert set(step) - INPUTS <= {"ops", "updates", "copies", "followed", "window"}, step
+        assert "window" not in step or "subscribe" in step, step
 
 
 def test_the_cases_cover_the_consumer_rules() -> None:
@@ -210,4 +221,8 @@ def test_the_cases_cover_the_consumer_rules() -> None:
         "keep-no-messages",
         "unsubscribe",
         "disconnected",
+        "window-tail-and-resume",
+        "window-baseline-of-another-epoch",
+        "view-events",
+        "invalid-view-stops",
     } <= names

@@ -11,7 +11,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+import client_py
 from protocol import wire
+from protocol.types import View
 from server.backplane import Backplane
 from server.store.redis import RedisStore
 from tests.redis.replicas import Follower, append, authoritative, check_converged, create
@@ -138,3 +140,30 @@ async def test_a_new_epoch_found_by_the_safety_net_rebaselines_subscribers(
         assert follower.continuity.counters.epoch_changes == 1
         assert backplane_of(b).counters.reloads >= 1
         await follower.detach()
+
+
+async def test_views_set_and_left_on_either_replica_reach_both(shared_redis: RedisServer) -> None:
+    async with (
+        two_replicas(shared_redis) as (url, a, b),
+        client_py.connect(a.ws_url) as on_a,
+        client_py.connect(b.ws_url) as on_b,
+    ):
+        await on_a.create("t", [{"role": "user", "content": f"m{i}"} for i in range(6)])
+        mirror_a = await on_a.subscribe("t")
+        mirror_b = await on_b.subscribe("t", window={"tail": 2})
+        ack = await on_a.set_view("t", "draft", 1, 4)
+        await mirror_b.wait_for_revision(ack.revision, timeout=5)
+        assert mirror_b.views == (View("draft", 1, 4),)
+        moved = await on_b.set_view("t", "draft", 3)
+        left = await on_b.leave_view("t", "other")  # none: nothing changes
+        assert (left.revision, left.duplicate) == (moved.revision, True)
+        await mirror_a.wait_for_revision(moved.revision, timeout=5)
+        assert mirror_a.views == (View("draft", 3, None),)
+        gone = await on_a.leave_view("t", "draft")
+        await mirror_b.wait_for_revision(gone.revision, timeout=5)
+        assert mirror_a.views == mirror_b.views == ()
+        stored = await authoritative(url, "t")
+        assert (stored.revision, len(stored.events)) == (gone.revision, 4)
+        # A replica that loads it afresh finds the same state: no View, all messages.
+        assert (await b.hub.snapshot("t")).view_changes == 3
+        assert mirror_b.messages == mirror_a.messages[mirror_b.start :]

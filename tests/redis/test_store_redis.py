@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from protocol.types import ViewChanged
 from server.store import (
     AppendResult,
     Notice,
@@ -21,6 +22,7 @@ from server.store import (
 )
 from server.store.options import RedisOptions
 from server.store.redis import INTERNAL_KEY_RETENTION, RedisStore
+from server.transcript import Transcript
 from tests.server.shared_store_contract import SharedBackend, SharedStoreContract
 from tests.server.store_contract import (
     CREATED_AT,
@@ -28,6 +30,8 @@ from tests.server.store_contract import (
     StoreBackend,
     StoreContract,
     appended,
+    segment_started,
+    view_event,
 )
 from tests.support.redis_server import RedisServer
 from tests.support.servers import free_port
@@ -136,11 +140,13 @@ async def test_generated_keys_are_bounded(redis_store: RedisStore) -> None:
 async def test_every_key_of_a_transcript_carries_its_hash_tag(redis_store: RedisStore) -> None:
     await redis_store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k")
     await redis_store.append(appended(2, 1))
+    await redis_store.append(segment_started(3, 0, 1, 2))
+    await redis_store.append(view_event(4, ViewChanged("v", 0, None)))
     client = redis_store._client()
     found = await client.keys(redis_store.prefix + "*")
     keys = sorted(k.decode() if isinstance(k, bytes) else k for k in found)
     tagged = [k for k in keys if k != redis_store.prefix + "ids"]
-    assert len(tagged) == 7
+    assert len(tagged) == len(redis_store._keys("t1")) == 10
     assert all(k.startswith(redis_store.prefix + "{t1}:") for k in tagged)
 
 
@@ -258,3 +264,30 @@ def test_url_options() -> None:
             RedisStore(bad)
     with pytest.raises(ValueError, match="or as RedisOptions"):
         RedisStore("redis://h/0?prefix=a:", RedisOptions(prefix="b:"))
+
+
+async def test_a_transcript_stored_before_the_index_is_indexed_on_first_read(
+    redis_store: RedisStore,
+) -> None:
+    """Data written by a version without ``ends``/``segs``/``ix`` (and without
+    the list's title and preview) is indexed once, atomically, by the first
+    ranged read; appends made in between are kept."""
+    events = [appended(1, 0, 3), appended(2, 3, 2), segment_started(3, 0, 4, 5), appended(4, 5, 4)]
+    await redis_store.create("t1", EPOCH, CREATED_AT)
+    for event in events:
+        await redis_store.append(event)
+    client = redis_store._client()
+    meta, *_, ends, segs, views = redis_store._keys("t1")
+    await client.delete(ends, segs, views)
+    await client.hdel(meta, "ix", "vchanges", "title", "preview")
+    [info] = await redis_store.list()
+    assert (info.title, info.preview) == (None, None)
+    await redis_store.append(appended(5, 9, 1))  # before anyone reads it so
+
+    whole = Transcript.restore([*events, appended(5, 9, 1)])
+    state = await redis_store.load_recent("t1", messages=4)
+    assert state is not None and state.snapshot == whole.snapshot(start=6)
+    assert (await redis_store.read_messages("t1", 1, 7)).messages == whole.messages(1, 7)
+    assert await client.hget(meta, "ix") == b"1"
+    [info] = await redis_store.list()
+    assert (info.title, info.preview) == ("message 0", "message 9")

@@ -28,9 +28,12 @@ from protocol.types import (
     Message,
     MessagesAppended,
     Origin,
+    Segment,
     SegmentStarted,
     TextPart,
     TranscriptEvent,
+    ViewChanged,
+    ViewLeft,
 )
 from server.store import (
     AppendResult,
@@ -43,6 +46,7 @@ from server.store import (
     TranscriptInfo,
     TranscriptNotFound,
 )
+from server.transcript import Transcript
 
 EPOCH = "e1"
 CREATED_AT = 1_700_000_000_000
@@ -91,6 +95,16 @@ def segment_started(
         revision=revision,
         occurred_at=CREATED_AT + revision,
         change=SegmentStarted(previous_start, start, end),
+    )
+
+
+def view_event(revision: int, change: ViewChanged | ViewLeft) -> TranscriptEvent:
+    return TranscriptEvent(
+        transcript_id="t1",
+        epoch=EPOCH,
+        revision=revision,
+        occurred_at=CREATED_AT + revision,
+        change=change,
     )
 
 
@@ -207,7 +221,9 @@ class StoreContract:
         assert loaded.revision == 4
         assert loaded.idempotency == {}
         [info] = await store.list()
-        assert info == TranscriptInfo("t1", EPOCH, 4, 5, CREATED_AT, events[-1].occurred_at)
+        assert info == TranscriptInfo(
+            "t1", EPOCH, 4, 5, CREATED_AT, events[-1].occurred_at, "message 0", "message 4"
+        )
 
     async def test_append_many_keeps_order_and_reports_each_outcome(self, store: Store) -> None:
         await store.create("t1", EPOCH, CREATED_AT)
@@ -480,3 +496,81 @@ class StoreContract:
             assert result.receipt.revision == 6
         finally:
             await reopened.close()
+
+    # --- windows, ranges and Views (issue 18) ----------------------------------------
+
+    async def _long(self, store: Store) -> list[TranscriptEvent]:
+        """t1: 10 appends of 1..3 messages, two segment starts and View
+        changes in between; returns the events."""
+        await store.create("t1", EPOCH, CREATED_AT)
+        events: list[TranscriptEvent] = []
+        length, active = 0, 0
+        revision = 0
+        for i in range(10):
+            revision += 1
+            event = appended(revision, length, i % 3 + 1)
+            events.append(event)
+            length += i % 3 + 1
+            if i in (3, 7):
+                revision += 1
+                events.append(segment_started(revision, active, length - 1, length))
+                active = length - 1
+            if i == 5:
+                revision += 1
+                events.append(view_event(revision, ViewChanged("draft", 2, None)))
+                revision += 1
+                events.append(view_event(revision, ViewChanged("old", 0, 4)))
+            if i == 8:
+                revision += 1
+                events.append(view_event(revision, ViewLeft("old", 0, 4)))
+        for event in events:
+            await store.append(event)
+        return events
+
+    async def test_load_recent_is_the_state_with_the_newest_messages(self, store: Store) -> None:
+        events = await self._long(store)
+        whole = Transcript.restore(events)
+        for keep in (None, 0, 1, 5, whole.length, whole.length + 10):
+            state = await store.load_recent("t1", messages=keep)
+            assert state is not None
+            start = 0 if keep is None else max(0, whole.length - keep)
+            assert state.snapshot == whole.snapshot(start=start), keep
+            assert state.created_at == CREATED_AT
+        assert await store.load_recent("nope", messages=5) is None
+        assert [v.name for v in whole.views()] == ["draft"]
+        assert whole.state.view_changes == 3
+
+    async def test_read_messages_reads_any_range(self, store: Store) -> None:
+        events = await self._long(store)
+        whole = Transcript.restore(events)
+        length = whole.length
+        for start, end in [(0, 0), (0, 1), (0, length), (3, 9), (length - 1, length), (4, 5)]:
+            read = await store.read_messages("t1", start, end)
+            assert (read.epoch, read.revision, read.length) == (EPOCH, whole.revision, length)
+            assert (read.start, read.messages) == (start, whole.messages(start, end))
+        beyond = await store.read_messages("t1", length - 2, length + 50)
+        assert (beyond.start, beyond.end) == (length - 2, length)
+        past = await store.read_messages("t1", length + 5, length + 9)
+        assert (past.start, past.messages) == (length, ())
+        with pytest.raises(ValueError):
+            await store.read_messages("t1", 5, 4)
+        with pytest.raises(TranscriptNotFound):
+            await store.read_messages("nope", 0, 1)
+
+    async def test_views_and_summary_survive_in_the_log(self, store: Store) -> None:
+        events = await self._long(store)
+        loaded = await store.load("t1")
+        assert loaded is not None and loaded.events == tuple(events)
+        [info] = await store.list()
+        assert (info.title, info.preview) == ("message 0", f"message {info.length - 1}")
+
+    async def test_deleted_and_created_again_reads_the_new_history(self, store: Store) -> None:
+        await self._long(store)
+        assert await store.delete("t1")
+        await store.create("t1", "e2", CREATED_AT, appended(1, 0, 2, epoch="e2"))
+        state = await store.load_recent("t1", messages=10)
+        assert state is not None
+        assert (state.epoch, state.snapshot.length, state.snapshot.views) == ("e2", 2, ())
+        assert state.snapshot.segments == (Segment(0, None),)
+        read = await store.read_messages("t1", 0, 10)
+        assert (read.epoch, len(read.messages)) == ("e2", 2)

@@ -217,9 +217,9 @@ async def test_an_append_to_a_transcript_still_loading_holds_the_reader_back() -
             super().__init__()
             self.gate = asyncio.Event()
 
-        async def load(self, transcript_id: str) -> Any:
+        async def load_recent(self, transcript_id: str, *, messages: int | None = None) -> Any:
             await self.gate.wait()  # a slow disk, under the test's control
-            return await super().load(transcript_id)
+            return await super().load_recent(transcript_id, messages=messages)
 
     store = GatedStore()
     h = Hub(store, ServerConfig(store="memory"))

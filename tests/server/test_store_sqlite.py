@@ -30,12 +30,15 @@ from server.store import (
 )
 from server.store.options import SQLiteOptions
 from server.store.sqlite import DATABASE_FILE, SCHEMA_VERSION
+from server.transcript import Transcript
 from tests.server.store_contract import (
     CREATED_AT,
     EPOCH,
     StoreBackend,
     StoreContract,
     appended,
+    message,
+    segment_started,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -477,3 +480,55 @@ async def test_a_big_load_stalls_neither_the_loop_nor_appends_to_another_transcr
     # before), not for a slice of it; a busy machine raises the floor.
     assert worst < max(0.1, 2 * ambient)
     assert appended_meanwhile > 1
+
+
+async def test_a_version_1_database_is_indexed_by_the_migration(tmp_path: Path) -> None:
+    """A data folder written before issue 18 (schema 1: events only) is
+    migrated in place: message positions, segments, titles and previews are
+    read from the stored events once, and nothing is lost."""
+    from server.store.sqlite import _MIGRATIONS
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    conn = sqlite3.connect(folder / DATABASE_FILE, isolation_level=None)
+    for statement in _MIGRATIONS[0]:
+        assert isinstance(statement, str)
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version=1")
+    events = [
+        appended(1, 0, 3),
+        appended(2, 3, 2),
+        segment_started(3, 0, 4, 5),
+        appended(4, 5, 4),
+        segment_started(5, 4, 7, 9),
+    ]
+    encoder = msgspec.msgpack.Encoder()
+    conn.execute(
+        "INSERT INTO transcripts VALUES (?, ?, ?, ?, ?, ?)", ("t1", EPOCH, CREATED_AT, 9, 5, 9)
+    )
+    for event in events:
+        conn.execute(
+            "INSERT INTO events VALUES (?, ?, ?, ?)",
+            ("t1", event.revision, event.occurred_at, encoder.encode(event)),
+        )
+    conn.close()
+
+    store = SQLiteStore(folder)
+    await store.open()
+    try:
+        with raw(folder) as check:
+            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        whole = Transcript.restore(events)
+        state = await store.load_recent("t1", messages=3)
+        assert state is not None and state.snapshot == whole.snapshot(start=6)
+        read = await store.read_messages("t1", 2, 8)
+        assert read.messages == whole.messages(2, 8)
+        [info] = await store.list()
+        assert (info.title, info.preview) == ("message 0", "message 8")
+        loaded = await store.load("t1")
+        assert loaded is not None and loaded.events == tuple(events)
+        # And it goes on from there.
+        await store.append(appended(6, 9, 1))
+        assert (await store.read_messages("t1", 8, 10)).messages == (message(8), message(9))
+    finally:
+        await store.close()
