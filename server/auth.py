@@ -74,7 +74,8 @@ _KEY_ALGORITHMS: Final = {
 #: A WebSocket's ``?token=`` (browsers cannot set headers there).
 QUERY_TOKEN: Final = "token"
 UNAUTHORIZED_HINT: Final = (
-    "send `Authorization: Bearer <token>` (on the WebSocket also `?token=` or an `auth` op)"
+    "send `Authorization: Bearer <token>` (on the WebSocket also the `token` query "
+    "parameter or an `auth` op)"
 )
 #: The scope key under which ``HttpAccess`` leaves the request's grant.
 GRANT_KEY: Final = "tsync.grant"
