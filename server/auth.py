@@ -65,6 +65,8 @@ __all__ = [
 #: RFC 7518 3.2: an HS256 key is at least as long as the hash (256 bits).
 MIN_SECRET_BYTES: Final = 32
 HS_ALGORITHMS: Final = ("HS256",)
+#: A PEM key or a JWKS is a few KiB; anything much larger is not one.
+MAX_KEY_FILE_BYTES: Final = 1 << 20
 #: What each kind of public key may verify (fixed by the key, never by the token).
 _KEY_ALGORITHMS: Final = {
     "RSA": ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"),
@@ -125,8 +127,11 @@ class _KeyVerifier:
                 "pip install 'transcript-sync[keys]'",
                 "jwt_key",
             )
+        file = Path(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            if not file.is_file() or file.stat().st_size > MAX_KEY_FILE_BYTES:
+                raise SettingError(f"{path!r} is not a key file", "jwt_key")
+            text = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise SettingError(f"cannot read {path!r}: {exc}", "jwt_key") from None
         self.by_kid: dict[str | None, jwt.PyJWK] = {}
@@ -250,8 +255,14 @@ class Authenticator:
             )
         except jwt.ExpiredSignatureError:
             raise _unauthorized("the token has expired") from None
-        except (jwt.InvalidAudienceError, jwt.MissingRequiredClaimError) as exc:
-            raise _unauthorized(f"the token is refused: {exc}") from None
+        except jwt.MissingRequiredClaimError as exc:
+            raise _unauthorized(f"the token has no {exc.claim!r} claim") from None
+        except jwt.InvalidAudienceError:
+            raise _unauthorized(
+                "the token is for another audience (aud)"
+                if self.audience
+                else "the token names an audience (aud) but this server has none"
+            ) from None
         except jwt.InvalidSignatureError:
             raise _unauthorized("the token's signature does not verify") from None
         except jwt.InvalidAlgorithmError:
