@@ -20,16 +20,20 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import uvicorn
-from playwright.async_api import Browser, Page, async_playwright
 from starlette.applications import Starlette
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from tests.auth.conftest import SECRET, mint
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS
+from tests.browser.tabs import png
 from tests.conftest import require_binary
 from tests.support.servers import RunningServer, running_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]
+
+# After tests.browser.conftest, which skips (or, in CI, fails) without Playwright.
+from playwright.async_api import Browser, Page, async_playwright, expect  # noqa: E402
 
 EVIL = "evil.test"
 
@@ -93,17 +97,24 @@ async def browser() -> AsyncIterator[Browser]:
             await browser.close()
 
 
+#: The paths the other site was asked for (its images: who looked at them).
+EVIL_REQUESTS: list[str] = []
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def evil_site() -> AsyncIterator[str]:
-    """A second local server: the other site's page (a blank one)."""
+    """A second local server: the other site's page (a blank one) and an image."""
 
-    async def page(request: Any) -> HTMLResponse:
+    async def page(request: Any) -> Response:
+        EVIL_REQUESTS.append(request.url.path)
+        if request.url.path.endswith(".png"):
+            return Response(png(4, 4), media_type="image/png")
         return HTMLResponse("<!doctype html><title>another site</title><body></body>")
 
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(
-            Starlette(routes=[Route("/", page)]),
+            Starlette(routes=[Route("/", page), Route("/{name}.png", page)]),
             host="127.0.0.1",
             port=port,
             log_config=None,
@@ -169,3 +180,74 @@ async def test_dns_rebinding_meets_the_host_check(browser: Browser, srv: Running
     assert seen["json"] in (403, "blocked")
     assert await _ids(srv) == ["secret"]
     await page.context.close()
+
+
+# --- the page's credentials and images ---------------------------------------------------
+
+
+async def test_the_page_takes_the_token_from_the_fragment_and_says_read_only(
+    browser: Browser,
+) -> None:
+    reader = mint(audience=None, read=["t"])
+    async with running_server(jwt_secret=SECRET) as server:
+        await server.hub.create("t", [{"role": "user", "content": "readable"}])
+        page = await _page(browser, f"{server.url}/t/t#token={reader}")
+        await expect(page.locator("#status")).to_have_attribute("data-state", "live")
+        assert reader not in page.url  # off the address bar at once
+        assert await page.evaluate("sessionStorage.getItem('tsync.token')") == reader
+        await expect(page.locator("#access")).to_be_visible()
+        await expect(page.get_by_label("Message", exact=True)).to_be_disabled()
+        await expect(page.locator("#compose-disabled")).to_contain_text("read-only")
+        await expect(page.locator("#messages")).to_contain_text("readable")
+        await page.context.close()
+
+
+async def test_without_a_token_the_page_asks_for_one_and_then_connects(
+    browser: Browser,
+) -> None:
+    writer = mint(audience=None, read=["t"], write=["t"])
+    async with running_server(jwt_secret=SECRET) as server:
+        await server.hub.create("t")
+        page = await _page(browser, f"{server.url}/t/t")
+        await expect(page.locator("#status")).to_have_attribute("data-state", "unauthorized")
+        await expect(page.locator("#token-form")).to_be_visible()
+        await page.get_by_label("Token").fill(writer)
+        await page.get_by_role("button", name="Use this token").click()
+        await expect(page.locator("#status")).to_have_attribute("data-state", "live")
+        await expect(page.locator("#token-form")).to_be_hidden()
+        await expect(page.locator("#access")).to_be_hidden()
+        await expect(page.get_by_label("Message", exact=True)).to_be_enabled()
+        await page.context.close()
+
+
+@pytest.mark.parametrize("remote", [False, True])
+async def test_remote_images_are_links_unless_the_server_allows_them(
+    browser: Browser, evil_site: str, remote: bool
+) -> None:
+    image = f"{evil_site}{'allowed' if remote else 'tracker'}.png"
+    message = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": f"look ![pixel]({image}?md)"},
+            {"type": "image_url", "image_url": {"url": image + "?part"}},
+        ],
+    }
+    EVIL_REQUESTS.clear()
+    async with running_server(page_remote_images=remote) as server:
+        await server.hub.create("img", [message])
+        page = await _page(browser, f"{server.url}/t/img")
+        await expect(page.locator("#status")).to_have_attribute("data-state", "live")
+        links = page.locator("#messages a.remote-image")
+        images = page.locator("#messages img")
+        if remote:
+            await expect(images).to_have_count(2)
+            await page.wait_for_function(
+                "() => [...document.querySelectorAll('#messages img')].every(i => i.complete)"
+            )
+            assert EVIL_REQUESTS.count("/allowed.png") == 2
+        else:
+            await expect(links).to_have_count(2)
+            await expect(images).to_have_count(0)
+            await expect(links.first).to_have_text("[image: pixel]")
+            assert EVIL_REQUESTS == []  # the author's server never heard of this reader
+        await page.context.close()
