@@ -112,31 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=_flag_help("store", "where data goes: sqlite:PATH, memory, or redis://host:port/db"),
     )
     serve.add_argument("--token", help=_flag_help("token", "a static admin token clients may send"))
-    serve.add_argument(
-        "--jwt-secret",
-        metavar="SECRET",
-        help=_flag_help("jwt_secret", "accept HS256 JWTs signed with this (32+ bytes)"),
-    )
-    serve.add_argument(
-        "--jwt-key",
-        metavar="FILE",
-        help=_flag_help("jwt_key", "accept RS256/ES256 JWTs: a PEM public key or JWKS file"),
-    )
-    serve.add_argument(
-        "--allowed-origins",
-        metavar="LIST",
-        help=_flag_help("allowed_origins", "web origins whose pages may connect, comma-separated"),
-    )
-    serve.add_argument(
-        "--allowed-hosts",
-        metavar="LIST",
-        help=_flag_help("allowed_hosts", "Host names requests may name, comma-separated"),
-    )
-    serve.add_argument(
-        "--cors-origins",
-        metavar="LIST",
-        help=_flag_help("cors_origins", "web origins allowed to call the HTTP API (CORS)"),
-    )
+    for name, metavar, text in (
+        ("jwt_secret", "SECRET", "accept HS256 JWTs signed with this (32+ bytes)"),
+        ("jwt_key", "FILE", "accept RS256/ES256 JWTs: a PEM public key or JWKS file"),
+        ("allowed_origins", "LIST", "web origins whose pages may connect, comma-separated"),
+        ("allowed_hosts", "LIST", "Host names requests may name, comma-separated"),
+        ("cors_origins", "LIST", "web origins allowed to call the HTTP API (CORS)"),
+    ):
+        serve.add_argument(FLAGS[name], metavar=metavar, help=_flag_help(name, text))
     serve.add_argument(
         "--page-remote-images",
         action="store_const",

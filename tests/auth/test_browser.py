@@ -25,15 +25,14 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from tests.auth.conftest import SECRET, mint
-from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS
+from tests.browser.conftest import chromium
 from tests.browser.tabs import png
-from tests.conftest import require_binary
 from tests.support.servers import RunningServer, running_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]
 
 # After tests.browser.conftest, which skips (or, in CI, fails) without Playwright.
-from playwright.async_api import Browser, Page, async_playwright, expect  # noqa: E402
+from playwright.async_api import Browser, Page, expect  # noqa: E402
 
 EVIL = "evil.test"
 
@@ -85,16 +84,8 @@ def _free_port() -> int:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def browser() -> AsyncIterator[Browser]:
-    executable = require_binary("chromium", CHROMIUM)
-    args = [*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {EVIL} 127.0.0.1"]
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=executable, args=args, timeout=30_000
-        )
-        try:
-            yield browser
-        finally:
-            await browser.close()
+    async with chromium(f"--host-resolver-rules=MAP {EVIL} 127.0.0.1") as launched:
+        yield launched
 
 
 #: The paths the other site was asked for (its images: who looked at them).
