@@ -38,7 +38,8 @@ from starlette.routing import Route
 
 from protocol import codes
 from server import http_api, http_lmml, http_ops, logs, openapi, pages, problems
-from server.auth import Authenticator, HttpAccess
+from server.access import HttpAccess
+from server.auth import Authenticator
 from server.backplane import Backplane
 from server.config import ConfigError, ServerConfig, load_config, unknown_env_names
 from server.errors import Refused

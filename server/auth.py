@@ -1,5 +1,5 @@
-"""Credentials: who a request or a connection is, and whether it may do what
-it asks (``protocol.rights`` holds the table of what each op and route needs).
+"""Credentials: who a request or a connection is (``server.access`` decides
+what it may do, by the table of ``protocol.rights``).
 
 Three kinds of credentials, any of them configured (``server.config``):
 
@@ -15,11 +15,9 @@ boolean (see ``protocol.rights``). PyJWT checks the signature, the algorithm
 (fixed per key, never taken from the token), ``exp``, ``nbf`` and ``aud``.
 With nothing configured every request may do everything.
 
-::
-
-    Authenticator      verifies a token: a Grant, or Refused(unauthorized)
-    ConnectionAccess   one WebSocket's credentials: ops checked, refresh, expiry
-    HttpAccess         the ASGI middleware that checks every HTTP request
+``Authenticator.verify`` turns a token into a ``protocol.rights.Grant`` or
+raises ``Refused(unauthorized)`` saying why; ``server.access`` applies grants
+to connections and requests.
 
 Tokens are secrets: they are compared in constant time, never logged, never
 put into an error message, and an ``Auth`` op's repr hides its token.
@@ -27,39 +25,34 @@ put into an error message, and an ``Auth`` op's repr hides its token.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Final
 from urllib.parse import parse_qs
 
 import jwt
 import msgspec
 from msgspec import Meta
-from starlette.requests import Request
-from starlette.routing import BaseRoute, Match, Mount
 
-from protocol import codes, rights, wire
+from protocol import codes
 from protocol.limits import MAX_TOKEN_LENGTH
-from protocol.rights import EVERYTHING, Grant, Need
+from protocol.rights import EVERYTHING, Grant
 from server.errors import Refused
-from server.problems import problem_response
-from server.store.base import TranscriptInfo
 
 if TYPE_CHECKING:
     from server.config import ServerConfig
 
 __all__ = [
     "Authenticator",
-    "ConnectionAccess",
-    "HttpAccess",
+    "SettingError",
+    "bearer",
     "check_settings",
-    "grant_of",
-    "list_readable",
+    "handshake_token",
+    "unauthorized",
 ]
 
 #: RFC 7518 3.2: an HS256 key is at least as long as the hash (256 bits).
@@ -79,8 +72,6 @@ UNAUTHORIZED_HINT: Final = (
     "send `Authorization: Bearer <token>` (on the WebSocket also the `token` query "
     "parameter or an `auth` op)"
 )
-#: The scope key under which ``HttpAccess`` leaves the request's grant.
-GRANT_KEY: Final = "tsync.grant"
 
 Pattern = Annotated[str, Meta(min_length=1, max_length=256)]
 
@@ -113,7 +104,8 @@ class SettingError(ValueError):
         self.setting = setting
 
 
-def _unauthorized(why: str) -> Refused:
+def unauthorized(why: str) -> Refused:
+    """``unauthorized``, saying why (never repeating the token)."""
     return Refused(codes.UNAUTHORIZED, why)
 
 
@@ -156,7 +148,7 @@ class _KeyVerifier:
             return next(iter(self.by_kid.values()))
         key = self.by_kid.get(kid) if isinstance(kid, str) or kid is None else None
         if key is None:
-            raise _unauthorized("the token's key (kid) is not one this server knows")
+            raise unauthorized("the token's key (kid) is not one this server knows")
         return key
 
 
@@ -223,26 +215,26 @@ class Authenticator:
         if not self.required:
             return EVERYTHING
         if not token:
-            raise _unauthorized(f"no credentials: {UNAUTHORIZED_HINT}")
+            raise unauthorized(f"no credentials: {UNAUTHORIZED_HINT}")
         if len(token) > MAX_TOKEN_LENGTH:
-            raise _unauthorized(f"the token is longer than {MAX_TOKEN_LENGTH} characters")
+            raise unauthorized(f"the token is longer than {MAX_TOKEN_LENGTH} characters")
         if self.static is not None and secrets.compare_digest(token.encode(), self.static):
             return EVERYTHING
         if token.count(".") != 2 or not (self.secret or self.keys):
-            raise _unauthorized("the token is not one this server accepts")
+            raise unauthorized("the token is not one this server accepts")
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError:
-            raise _unauthorized("the token is malformed (not a JWT)") from None
+            raise unauthorized("the token is malformed (not a JWT)") from None
         alg = header.get("alg")
         if isinstance(alg, str) and alg.startswith("HS"):
             if self.secret is None:
-                raise _unauthorized("this server accepts no HS256 tokens")
+                raise unauthorized("this server accepts no HS256 tokens")
             key: Any = self.secret
             algorithms: list[str] = list(HS_ALGORITHMS)
         else:
             if self.keys is None:
-                raise _unauthorized(f"this server accepts no {alg} tokens")
+                raise unauthorized(f"this server accepts no {alg} tokens")
             key = self.keys.key_for(header.get("kid"))
             algorithms = _algorithms(key)
         try:
@@ -254,25 +246,25 @@ class Authenticator:
                 options={"require": ["exp", "sub"]},
             )
         except jwt.ExpiredSignatureError:
-            raise _unauthorized("the token has expired") from None
+            raise unauthorized("the token has expired") from None
         except jwt.MissingRequiredClaimError as exc:
-            raise _unauthorized(f"the token has no {exc.claim!r} claim") from None
+            raise unauthorized(f"the token has no {exc.claim!r} claim") from None
         except jwt.InvalidAudienceError:
-            raise _unauthorized(
+            raise unauthorized(
                 "the token is for another audience (aud)"
                 if self.audience
                 else "the token names an audience (aud) but this server has none"
             ) from None
         except jwt.InvalidSignatureError:
-            raise _unauthorized("the token's signature does not verify") from None
+            raise unauthorized("the token's signature does not verify") from None
         except jwt.InvalidAlgorithmError:
-            raise _unauthorized(f"the token's algorithm {alg!r} is not allowed") from None
+            raise unauthorized(f"the token's algorithm {alg!r} is not allowed") from None
         except jwt.InvalidTokenError as exc:
-            raise _unauthorized(f"the token is refused: {type(exc).__name__}") from None
+            raise unauthorized(f"the token is refused: {type(exc).__name__}") from None
         try:
             return msgspec.convert(payload, Claims).grant()
         except msgspec.ValidationError as exc:
-            raise _unauthorized(f"the token's claims do not fit: {exc}") from None
+            raise unauthorized(f"the token's claims do not fit: {exc}") from None
 
     def mint(
         self,
@@ -320,272 +312,6 @@ def handshake_token(scope: dict[str, Any]) -> str | None:
     token = bearer(scope.get("headers", ()))
     if token is not None:
         return token
-
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
     values = query.get(QUERY_TOKEN)
     return values[0] if values else None
-
-
-#: What each op needs, by its struct (``protocol.rights.OPS`` names them by tag).
-_OP_NEEDS: Final[dict[type, Need]] = {
-    cls: rights.OPS[cls.__struct_config__.tag].need for cls in get_args(wire.ClientOp)
-}
-
-_VERBS: Final = {"read": "read", "write": "write to", "admin": "administer"}
-
-
-def forbidden(grant: Grant | None, need: Need, transcript_id: str | None) -> Refused:
-    """``forbidden``, naming who may not do what to which transcript."""
-    who = f"the token of {grant.sub!r}" if grant is not None and grant.sub else "this token"
-    what = f"transcript {transcript_id!r}" if transcript_id else "transcripts"
-    fields = {"transcriptId": transcript_id} if transcript_id else {}
-    return Refused(codes.FORBIDDEN, f"{who} may not {_VERBS[need]} {what}", **fields)
-
-
-class Turnaway(Exception):
-    """A WebSocket the server will not serve: accept it, then close it with
-    ``close_code`` (so that browsers learn why too)."""
-
-    def __init__(self, close_code: int, why: str) -> None:
-        super().__init__(why)
-        self.close_code = close_code
-        self.why = why
-
-
-def admit(scope: dict[str, Any], config: ServerConfig) -> ConnectionAccess:
-    """The credentials of a new WebSocket; raises ``Turnaway`` with 1008 for
-    a Host or Origin the server does not allow, 4001 for credentials that
-    are there but not valid. One that brings none may still send ``auth``."""
-    from server.origins import OriginPolicy
-
-    why = OriginPolicy.for_config(config).refusal(scope, changes=True)
-    if why is not None:
-        raise Turnaway(codes.CLOSE_POLICY, why)
-    try:
-        return ConnectionAccess.admit(Authenticator.for_config(config), scope)
-    except Refused as refused:
-        raise Turnaway(codes.CLOSE_UNAUTHORIZED, refused.message) from None
-
-
-class ConnectionAccess:
-    """One WebSocket connection's credentials.
-
-    ``grant`` is ``None`` while a connection that came without credentials
-    waits for its first ``auth`` op. ``arm`` schedules the close (4001) at
-    the credentials' expiry, or at ``auth_timeout_s`` while there are none;
-    a refresh moves it.
-    """
-
-    __slots__ = ("_close", "_closing", "_timer", "authenticator", "grant")
-
-    def __init__(self, authenticator: Authenticator | None, grant: Grant | None) -> None:
-        #: ``None`` on a server that asks for no credentials.
-        self.authenticator = authenticator
-        self.grant = grant
-        self._timer: asyncio.TimerHandle | None = None
-        self._close: Callable[[], Awaitable[None]] | None = None
-        self._closing: asyncio.Task[None] | None = None
-
-    @classmethod
-    def admit(cls, authenticator: Authenticator, scope: dict[str, Any]) -> ConnectionAccess:
-        """The access of a new connection; raises ``Refused(unauthorized)`` for
-        credentials that are there but not valid."""
-        if not authenticator.required:
-            return OPEN
-        token = handshake_token(scope)
-        return cls(authenticator, authenticator.verify(token) if token else None)
-
-    @property
-    def sub(self) -> str | None:
-        return self.grant.sub if self.grant is not None else None
-
-    def check(self, op: wire.ClientOp) -> None:
-        """Raise ``Refused`` unless these credentials allow ``op``."""
-        grant = self.grant
-        if grant is EVERYTHING:
-            return
-        need = _OP_NEEDS[type(op)]
-        if need == rights.PUBLIC:
-            return
-        if grant is None:
-            # Came without credentials and did not send them first: nothing this
-            # connection does can work. Say so, then close it (4001).
-            self._schedule(0.0)
-            raise _unauthorized(
-                "no credentials: the first op must be `auth` (or connect with a token)"
-            )
-        if grant.expires_at is not None and grant.expired(time.time()):
-            raise _unauthorized("the token has expired: send an `auth` op with a new one")
-        transcript_id = getattr(op, "transcript_id", None)
-        if not grant.satisfies(need, transcript_id):
-            raise forbidden(grant, need, transcript_id)
-
-    def refresh(self, token: str) -> None:
-        """Take new credentials (an ``auth`` op). Refused ones change nothing,
-        except that a connection without any valid ones is closed."""
-        if self.authenticator is None:
-            return  # a server that asks for no credentials: nothing to check
-        try:
-            grant = self.authenticator.verify(token)
-            if self.grant is not None and grant.sub != self.grant.sub:
-                raise _unauthorized(
-                    f"new credentials must name the same sub as the connection's ({self.sub!r})"
-                )
-        except Refused:
-            if self.grant is None or (
-                self.grant.expires_at is not None and self.grant.expired(time.time())
-            ):
-                self._schedule(0.0)
-            raise
-        self.grant = grant
-        self._schedule(None)
-
-    def unreadable(self, transcript_ids: Iterable[str]) -> list[str]:
-        """Those of ``transcript_ids`` the current credentials may not read."""
-        grant = self.grant
-        return [t for t in transcript_ids if grant is None or not grant.allows(rights.READ, t)]
-
-    def arm(self, close: Callable[[], Awaitable[None]]) -> None:
-        """Call ``close`` (it closes the connection with 4001) when the
-        credentials expire, or when none came in time."""
-        if self.authenticator is None:
-            return  # OPEN is shared, and never expires
-        self._close = close
-        self._schedule(None)
-
-    def disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._closing is not None and not self._closing.done():
-            self._closing.cancel()
-
-    def _schedule(self, delay: float | None) -> None:
-        if self._close is None or (self.grant is EVERYTHING and delay is None):
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if delay is None:
-            if self.grant is None:
-                assert self.authenticator is not None  # an open server grants everything
-                delay = self.authenticator.auth_timeout_s
-            elif self.grant.expires_at is not None:
-                delay = max(0.0, self.grant.expires_at - time.time())
-            else:
-                return
-        self._timer = asyncio.get_running_loop().call_later(delay, self._expire)
-
-    def _expire(self) -> None:
-        self._timer = None
-        if self._close is not None and self._closing is None:
-            self._closing = asyncio.ensure_future(self._close())
-
-
-#: The access of every connection to a server that asks for no credentials.
-OPEN: Final = ConnectionAccess(None, EVERYTHING)
-
-
-# --- HTTP ------------------------------------------------------------------------------
-
-
-def grant_of(request: Request) -> Grant:
-    """The grant ``HttpAccess`` found for this request (a request it did not
-    see has none: that is a bug, and fails closed)."""
-    grant: Grant = request.scope[GRANT_KEY]
-    return grant
-
-
-def _route_of(
-    scope: dict[str, Any], routes: Iterable[BaseRoute]
-) -> tuple[str, dict[str, Any]] | None:
-    """The template and path parameters of the route that fully matches ``scope``."""
-    for route in routes:
-        match, child = route.matches(scope)
-        if match is Match.FULL:
-            path: str = getattr(route, "path", "")
-            template = f"{path}/{{path}}" if isinstance(route, Mount) else path
-            return template, child.get("path_params", {})
-        if match is Match.PARTIAL:
-            return None
-    return None
-
-
-class HttpAccess:
-    """ASGI middleware: every HTTP request gets the rule of its route
-    (``protocol.rights.ROUTES``), its bearer token verified and its right on
-    the transcript the path names checked, before any endpoint runs. A
-    refusal is a problem+json answer (401 with ``WWW-Authenticate``, or 403
-    naming the transcript)."""
-
-    def __init__(self, app: Any, routes: Iterable[BaseRoute], authenticator: Authenticator) -> None:
-        self.app = app
-        self.routes = list(routes)
-        self.authenticator = authenticator
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        found = _route_of(scope, self.routes)
-        rule = rights.route_rule(scope["method"], found[0]) if found else rights.UNMATCHED
-        if rule.need != rights.PUBLIC:
-            try:
-                grant = self.authenticator.verify(bearer(scope.get("headers", ())))
-                transcript_id = found[1].get("transcript_id") if found else None
-                if not grant.satisfies(rule.need, transcript_id):
-                    raise forbidden(grant, rule.need, transcript_id)
-            except Refused as refused:
-                await _problem(refused)(scope, receive, send)
-                return
-            scope[GRANT_KEY] = grant
-        await self.app(scope, receive, send)
-
-
-def _problem(refused: Refused) -> Any:
-    response = problem_response(refused)
-    if refused.code == codes.UNAUTHORIZED:
-        response.headers["www-authenticate"] = 'Bearer realm="tsync", error="invalid_token"'
-    return response
-
-
-async def list_readable(
-    page: Callable[..., Awaitable[list[TranscriptInfo]]],
-    grant: Grant,
-    *,
-    after: str | None,
-    limit: int,
-) -> list[TranscriptInfo]:
-    """Up to ``limit`` transcripts after ``after`` that ``grant`` may read, in
-    id order: pages of the store are read until enough are found or it ends,
-    so a short answer means there are no more."""
-    if grant.admin:
-        return await page(after=after, limit=limit)
-    found: list[TranscriptInfo] = []
-    while len(found) < limit:
-        infos = await page(after=after, limit=limit)
-        found += [i for i in infos if grant.allows(rights.READ, i.transcript_id)]
-        if len(infos) < limit:
-            break
-        after = infos[-1].transcript_id
-    return found[:limit]
-
-
-def auth_info(grant: Grant, transcript_id: str | None) -> Any:
-    """The body of ``GET /v1/auth``."""
-    from protocol import api
-
-    return api.AuthInfo(
-        sub=grant.sub,
-        expires_at=None if grant.expires_at is None else int(grant.expires_at * 1000),
-        admin=grant.admin,
-        read=["*"] if grant.admin else list(grant.read),
-        write=["*"] if grant.admin else list(grant.write),
-        transcript=None
-        if transcript_id is None
-        else api.TranscriptRights(
-            transcript_id=transcript_id,
-            read=grant.allows(rights.READ, transcript_id),
-            write=grant.allows(rights.WRITE, transcript_id),
-        ),
-    )

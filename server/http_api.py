@@ -18,7 +18,7 @@ from protocol.errors import ProtocolError
 from protocol.limits import MAX_ORIGIN_LENGTH
 from protocol.types import Origin
 from protocol.validation import validate_id, validate_idempotency_key
-from server import auth
+from server import access
 from server.errors import Refused
 from server.hub import Hub
 from server.problems import json_response
@@ -149,9 +149,9 @@ async def create_transcript(request: Request) -> Response:
 
 async def list_transcripts(request: Request) -> Response:
     limit = _int_param(request, "limit", 100) or 100
-    infos = await auth.list_readable(
+    infos = await access.list_readable(
         _hub(request).list,
-        auth.grant_of(request),
+        access.grant_of(request),
         after=request.query_params.get("after"),
         limit=min(limit, 1000),
     )
@@ -233,7 +233,7 @@ async def auth_info(request: Request) -> Response:
     transcript_id = request.query_params.get("transcriptId")
     if transcript_id is not None:
         transcript_id = validate_id(transcript_id)
-    return json_response(auth.auth_info(auth.grant_of(request), transcript_id))
+    return json_response(access.auth_info(access.grant_of(request), transcript_id))
 
 
 #: The errors answered as problems without a traceback in the log.

@@ -23,7 +23,8 @@ import msgspec
 from protocol import codes, wire
 from protocol.errors import InvalidFrame
 from protocol.types import Origin
-from server import auth
+from server import access
+from server.access import OPEN, ConnectionAccess, forbidden
 from server.errors import INTERNAL_FAILURE, Refused, failure_for
 from server.hub import Hub
 from server.outbound import OutboundQueue
@@ -84,8 +85,8 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
         else (wire.SUBPROTOCOL_JSON if wire.SUBPROTOCOL_JSON in offered else None)
     )
     try:
-        access = auth.admit(scope, config)
-    except auth.Turnaway as away:
+        connection = access.admit(scope, config)
+    except access.Turnaway as away:
         # After the handshake: a close code says what to do to every client,
         # browsers included (they never learn why a handshake failed).
         await send({"type": "websocket.accept", "subprotocol": chosen})
@@ -101,13 +102,18 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
         return
     queue = hub.connect(f"c{next(_ids)}-{secrets.token_hex(3)}", send, binary=binary)
     queue.start()
-    access.arm(functools.partial(_close_unauthorized, queue))
+    connection.arm(functools.partial(_close_unauthorized, queue))
     opened = time.monotonic()
     log.info(
         "connection opened",
-        extra={"conn": queue.id, "peer": _peer(scope), "subprotocol": chosen, "sub": access.sub},
+        extra={
+            "conn": queue.id,
+            "peer": _peer(scope),
+            "subprotocol": chosen,
+            "sub": connection.sub,
+        },
     )
-    handler = OpHandler(hub, queue, access)
+    handler = OpHandler(hub, queue, connection)
     handled = 0
     disconnected = False
     code: int | None = None
@@ -133,7 +139,7 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
         code = codes.CLOSE_GOING_AWAY
         raise
     finally:
-        access.disarm()
+        connection.disarm()
         await handler.cancel()
         hub.disconnect(queue)
         await queue.stop()
@@ -177,9 +183,7 @@ class OpHandler:
 
     __slots__ = ("access", "bucket", "hub", "in_flight", "origin", "queue")
 
-    def __init__(
-        self, hub: Hub, queue: OutboundQueue, access: auth.ConnectionAccess = auth.OPEN
-    ) -> None:
+    def __init__(self, hub: Hub, queue: OutboundQueue, access: ConnectionAccess = OPEN) -> None:
         self.hub = hub
         self.queue = queue
         self.access = access
@@ -329,7 +333,7 @@ class OpHandler:
                 # New rights: what they no longer let it read, it no longer follows.
                 for transcript_id in self.access.unreadable(queue.followed()):
                     hub.unsubscribe(queue, transcript_id)
-                    refused = auth.forbidden(self.access.grant, "read", transcript_id)
+                    refused = forbidden(self.access.grant, "read", transcript_id)
                     queue.push_error(refused.code, refused.message, transcript_id=transcript_id)
                 queue.push_control(wire.Pong(seq=0, ref=op.ref))
 
