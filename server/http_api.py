@@ -25,7 +25,6 @@ from server.problems import json_response
 from server.store.base import AppendResult, StoreError
 
 log = logging.getLogger("tsync.http")
-_json = msgspec.json.Encoder()
 Body = TypeVar("Body", bound=msgspec.Struct)
 
 
