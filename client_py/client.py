@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import random
@@ -39,14 +40,14 @@ from client_py.errors import (
     Disconnected,
     RequestTimeout,
     ServerError,
-    Unauthorized,
     Unreachable,
     error_for,
     error_from_frame,
 )
 from client_py.http import Ack, Created, HttpApi
 from client_py.mirror import Mirror
-from protocol import wire
+from client_py.tokens import TokenProvider
+from protocol import codes, wire
 from protocol.consumer import (
     Answered,
     Applied,
@@ -66,6 +67,8 @@ from protocol.views import Window
 __all__ = ["Client", "ClientCounters", "connect"]
 
 log = logging.getLogger("tsync.client")
+#: The ref of the ping each connection starts with; its pong means "connected".
+_HELLO = "hello"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,18 +102,22 @@ class _Call:
     """A call waiting for its answer. ``sent_on`` is the connection number it was
     last sent on; ``retry`` says whether it may be sent again on another one."""
 
-    op: wire.Append | wire.StartSegment | wire.SetView | wire.LeaveView | wire.Ping
+    op: wire.Append | wire.StartSegment | wire.SetView | wire.LeaveView | wire.Ping | wire.Auth
     future: asyncio.Future[wire.ServerFrame]
     retry: bool
     sent_on: int = 0
 
 
 @contextlib.asynccontextmanager
-async def connect(url: str, token: str | None = None, **options: Any) -> AsyncIterator[Client]:
+async def connect(
+    url: str, token: str | TokenProvider | None = None, **options: Any
+) -> AsyncIterator[Client]:
     """Open a ``Client`` (see its options), wait for its first connection, and
     close it on exit. ``url`` is ``ws://host:port/v1/ws`` or an ``http(s)``
-    base URL. Raises ``Unreachable`` when no connection is made in
-    ``connect_timeout`` seconds."""
+    base URL; ``token`` a bearer token or an async function that returns a
+    fresh one. Raises ``Unreachable`` when no connection is made in
+    ``connect_timeout`` seconds, ``Unauthorized`` when the server refuses
+    the credentials."""
     client = Client(url, token, **options)
     try:
         await client.start()
@@ -128,12 +135,22 @@ class Client:
     ``heartbeat`` (seconds between ``ping`` ops; a pong carries a ``seq``,
     so a frame lost at the end of a burst is noticed; ``None`` disables),
     ``open_timeout`` (per connection attempt), ``seed`` (for the jitter).
+
+    Credentials: ``token`` is a bearer token, or an async function that
+    returns a fresh one (a token provider). With a provider the client asks
+    for a new token before the current one expires (a JWT's ``exp``) and
+    hands it to the server on the open connection (the ``auth`` op), and
+    asks again when the server closes with 4001 (credentials refused or
+    expired); without one, or when the provider's token is refused as well,
+    the client stops with ``Unauthorized``. A close that says "retry" (1001,
+    1011, 1012, 1013, 4008) reconnects with backoff; one that says "not
+    before fixing the cause" (1008, 1009) stops it with a ``ServerError``.
     """
 
     def __init__(
         self,
         url: str,
-        token: str | None = None,
+        token: str | TokenProvider | None = None,
         *,
         connect_timeout: float = 10.0,
         request_timeout: float = 10.0,
@@ -145,7 +162,8 @@ class Client:
     ) -> None:
         self.http = HttpApi(url, token, timeout=request_timeout)
         self.ws_url = self.http.ws_url
-        self.token = token
+        #: The bearer token and where new ones come from (shared with ``http``).
+        self.tokens = self.http.tokens
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.backoff_min = backoff_min
@@ -398,7 +416,8 @@ class Client:
     async def _call(
         self,
         make: Callable[
-            [str], wire.Append | wire.StartSegment | wire.SetView | wire.LeaveView | wire.Ping
+            [str],
+            wire.Append | wire.StartSegment | wire.SetView | wire.LeaveView | wire.Ping | wire.Auth,
         ],
         *,
         retry: bool,
@@ -466,40 +485,68 @@ class Client:
     async def _run(self) -> None:
         attempt = 0
         while True:
+            received = False
+            closed: int | None = None
+            reason = ""
             try:
+                token = await self.tokens.get()
                 ws = await websockets.connect(
                     self.ws_url,
                     compression=None,
                     subprotocols=[wire.SUBPROTOCOL_JSON],  # type: ignore[list-item]
-                    additional_headers=(
-                        {"Authorization": f"Bearer {self.token}"} if self.token else None
-                    ),
+                    additional_headers=({"Authorization": f"Bearer {token}"} if token else None),
                     open_timeout=self.open_timeout,
                     close_timeout=1.0,
                     max_size=None,
                 )
             except websockets.InvalidStatus as exc:
                 status = exc.response.status_code
-                if status in (401, 403):
-                    self._fatal = Unauthorized(
-                        "unauthorized", f"the server refused the connection ({status})"
-                    )
-                    self._fail_everything(self._fatal)
-                    return
+                if status == 401:  # a server that refuses at the handshake (older ones)
+                    closed, reason = codes.CLOSE_UNAUTHORIZED, "HTTP 401"
                 self._last_error = exc
             except (OSError, TimeoutError, websockets.WebSocketException) as exc:
+                self._last_error = exc
+            except Exception as exc:  # the token provider failed: try again later
+                log.warning("the token provider failed: %r", exc)
                 self._last_error = exc
             else:
                 async with ws:
                     received = await self._session(ws)
-                if received:
-                    attempt = 0
+                closed, reason = ws.close_code, ws.close_reason or ""
+            if received:
+                attempt = 0
+            if closed is not None and not await self._may_reconnect(closed, reason):
+                return
             attempt += 1
             ceiling = min(self.backoff_max, self.backoff_min * 2 ** min(attempt, 30))
             await asyncio.sleep(self._random.uniform(0, ceiling))
 
+    async def _may_reconnect(self, code: int, reason: str) -> bool:
+        """Whether to connect again after the server closed with ``code``
+        (the error table says); if not, the client stops with the error."""
+        row = codes.close(code)
+        if row is None or row.reconnect in ("backoff", "resume"):
+            return True
+        if row.reconnect == "new-token" and self.tokens.renewable:
+            refused = self.tokens.token
+            try:
+                if await self.tokens.renew() != refused:
+                    return True
+            except Exception as exc:
+                log.warning("the token provider failed: %r", exc)
+                return True  # it may work next time; the backoff paces it
+        error_code = codes.code_for_close(code)
+        self._fatal = error_for(error_code, f"the server closed the connection: {reason}")
+        self._fail_everything(self._fatal)
+        return False
+
     async def _session(self, ws: ClientConnection) -> bool:
-        """Serve one connection until it closes; True if any frame arrived."""
+        """Serve one connection until it closes; True if any frame arrived.
+
+        The client counts as connected once the server answered the ``ping``
+        it sends first: a server that refuses the credentials, or is full,
+        accepts the WebSocket and then closes it (with a code that says what
+        to do)."""
         self._connection += 1
         self._ws = ws
         received = False
@@ -508,7 +555,9 @@ class Client:
             if self.heartbeat
             else None
         )
+        refresher = asyncio.create_task(self._refresh_credentials(), name="tsync-credentials")
         try:
+            await self._send(wire.Ping(ref=_HELLO))
             # The resumes first, so that a mirror is current when the ack of
             # a call re-sent below arrives.
             self.core.connection_made()
@@ -524,7 +573,6 @@ class Client:
                     )
                     continue
                 await self._send_call(call)
-            self._connected.set()
             async for message in ws:
                 received = True
                 self.core.receive_data(message)
@@ -539,12 +587,33 @@ class Client:
         finally:
             self._connected.clear()
             self._ws = None
-            if heartbeat is not None:
-                heartbeat.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await heartbeat
+            for task in (heartbeat, refresher):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             self.core.connection_lost()
         return received
+
+    async def _refresh_credentials(self) -> None:
+        """Hand the server a new token before the current one expires (the
+        ``auth`` op), for as long as the connection lasts. A failure is
+        tried again a little later; at the expiry the server closes with
+        4001 and the next connection asks the provider again."""
+        while True:
+            wait = self.tokens.renew_in()
+            if wait == float("inf"):
+                return  # a fixed token, or one that never expires
+            await asyncio.sleep(max(0.0, wait))
+            try:
+                token = await self.tokens.renew()
+                assert token is not None  # renew_in is finite only with a provider
+                await self._call(functools.partial(_auth_op, token), retry=False, timeout=None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("renewing the credentials failed: %r", exc)
+                await asyncio.sleep(1.0)
 
     async def _heartbeat(self, ws: ClientConnection) -> None:
         assert self.heartbeat is not None
@@ -571,6 +640,8 @@ class Client:
                 mirror = self.mirrors.pop(transcript_id, None)
                 if mirror is not None:
                     mirror._fail(error_for(code, message, transcript_id=transcript_id))
+            case Answered(frame=wire.Pong(ref=ref)) if ref == _HELLO:
+                self._connected.set()  # the server took the credentials: connected
             case Answered(frame=wire.ErrorFrame() as frame):
                 self._answer(frame.ref, error_from_frame(frame))
             case Answered(frame=frame):
@@ -587,6 +658,10 @@ class Client:
                 log.warning("server error: %s: %s", frame.code, frame.message)
             case InvalidFrameReceived(reason=reason):
                 log.warning("invalid frame ignored: %s", reason)
+
+
+def _auth_op(token: str, ref: str) -> wire.Auth:
+    return wire.Auth(token=token, ref=ref)
 
 
 def _ack(frame: wire.Ack) -> Ack:

@@ -8,6 +8,7 @@ commands.
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -16,6 +17,7 @@ import httpx
 import msgspec
 
 from client_py.errors import ServerError, Unreachable, error_for
+from client_py.tokens import TokenProvider, TokenSource
 from protocol import codes
 from protocol.api import MessageRange, TranscriptList, TranscriptSummary, UsageBody, ViewList
 from protocol.types import TranscriptSnapshot, View
@@ -95,6 +97,26 @@ def endpoints(url: str) -> tuple[str, str]:
     raise ValueError(f"not a ws://, wss://, http:// or https:// URL: {url!r}")
 
 
+class _Bearer(httpx.Auth):
+    """``Authorization: Bearer`` from a ``TokenSource``; a 401 with a token
+    provider is tried once more with a new token."""
+
+    def __init__(self, tokens: TokenSource) -> None:
+        self.tokens = tokens
+
+    async def async_auth_flow(
+        self, request: httpx.Request
+    ) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        token = await self.tokens.get()
+        if token:
+            request.headers["authorization"] = f"Bearer {token}"
+        response = yield request
+        if response.status_code == 401 and self.tokens.renewable:
+            token = await self.tokens.renew()
+            request.headers["authorization"] = f"Bearer {token}"
+            yield request
+
+
 _snapshot_decoder = msgspec.json.Decoder(TranscriptSnapshot)
 _list_decoder = msgspec.json.Decoder(TranscriptList)
 _range_decoder = msgspec.json.Decoder(MessageRange)
@@ -107,10 +129,19 @@ class HttpApi:
     or call ``aclose()``. Every method raises ``ServerError`` (typed by code)
     when the server says no and ``Unreachable`` when it cannot be reached."""
 
-    def __init__(self, url: str, token: str | None = None, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | TokenProvider | TokenSource | None = None,
+        *,
+        timeout: float = 10.0,
+    ) -> None:
         self.base, self.ws_url = endpoints(url)
-        headers = {"authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(base_url=self.base, headers=headers, timeout=timeout)
+        #: Where the bearer token comes from (shared with a ``Client``'s WebSocket).
+        self.tokens = token if isinstance(token, TokenSource) else TokenSource(token)
+        self._http = httpx.AsyncClient(
+            base_url=self.base, auth=_Bearer(self.tokens), timeout=timeout
+        )
 
     async def __aenter__(self) -> HttpApi:
         return self
@@ -243,7 +274,7 @@ class HttpApi:
             params["id"] = transcript_id
         zipped = filename.lower().endswith(".lmmlz")
         headers = {
-            "content-type": "application/zip" if zipped else "text/plain; charset=utf-8",
+            "content-type": "application/zip" if zipped else "text/markdown; charset=utf-8",
             "content-disposition": f'attachment; filename="{_quoted(filename)}"',
         }
         obj = await self._json(

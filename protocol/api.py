@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from msgspec import Meta, Struct
+from msgspec import Meta, Struct, field
 
 from protocol.types import Message, NonNegative, TranscriptEvent, TranscriptId, View
 from protocol.usage import RangeUsage, UseRun
@@ -23,6 +23,7 @@ from protocol.wire import IdempotencyKey
 __all__ = [
     "AckBody",
     "AppendBody",
+    "AuthInfo",
     "ChatBody",
     "CreateBody",
     "Created",
@@ -34,6 +35,7 @@ __all__ = [
     "Readiness",
     "SegmentBody",
     "TranscriptList",
+    "TranscriptRights",
     "TranscriptSummary",
     "UsageBody",
     "ViewBody",
@@ -203,7 +205,8 @@ class Problem(Struct, frozen=True, omit_defaults=True):
     """An error (``application/problem+json``, RFC 9457). ``code`` is the same
     vocabulary as the WebSocket ``error`` frame; ``path`` comes with
     ``invalid-message``, ``revision`` with ``revision-conflict``, ``epoch``
-    (the transcript's) with ``epoch-changed``."""
+    (the transcript's) with ``epoch-changed``, ``transcriptId`` with ``forbidden``
+    (the transcript the right is missing on)."""
 
     type: str
     title: str
@@ -213,3 +216,30 @@ class Problem(Struct, frozen=True, omit_defaults=True):
     path: str | None = None
     revision: NonNegative | None = None
     epoch: str | None = None
+    transcript_id: str | None = field(default=None, name="transcriptId")
+
+
+class TranscriptRights(Struct, frozen=True, rename="camel"):
+    """What the caller may do with one transcript."""
+
+    transcript_id: TranscriptId
+    read: bool
+    write: bool
+
+
+class AuthInfo(Struct, frozen=True, rename="camel", omit_defaults=True):
+    """``GET /v1/auth``: who the caller's credentials name and what they allow.
+
+    ``sub`` is ``null`` for the static token and on a server that asks for no
+    credentials; ``expiresAt`` (milliseconds since the Unix epoch) is ``null``
+    for credentials that never expire. ``read`` and ``write`` are the patterns
+    of the transcript ids the caller may read and write (``admin`` may do
+    everything); ``transcript`` answers for the id of ``?transcriptId=``.
+    """
+
+    sub: str | None
+    expires_at: int | None
+    admin: bool
+    read: list[str]
+    write: list[str]
+    transcript: TranscriptRights | None = None

@@ -9,15 +9,16 @@ layers and both clients look errors up here; none of them decides on its own.
 Close codes have one meaning each and say how to reconnect::
 
     1001  going-away        the server is shutting down       reconnect with backoff
+    1008  policy           an Origin or Host not allowed      fix the page or the settings
     1009  message-too-big  a message over the hard cap        fix the client first
     1011  keepalive        no pong in time (or a server bug)  reconnect with backoff
     1012  service-restart  the ASGI server itself stopped     reconnect with backoff
     1013  server-full      max_connections reached            reconnect with backoff
-    4001  unauthorized     credentials refused (reserved)     get a new token, then reconnect
+    4001  unauthorized     credentials refused or expired     get a new token, then reconnect
     4008  overflow         the client did not read its answers  reconnect and resume
 
-A missing or wrong token when connecting is refused at the handshake: HTTP 401
-with a problem+json body (code ``unauthorized``), no close code at all.
+Every refusal of a WebSocket comes after the handshake, as a close code, so
+that browsers (which never see a refused handshake's status) learn it too.
 
 ``tests/cases/errors.json`` is this table written out for other clients (the
 browser client's tests read it); a test keeps it up to date.
@@ -94,6 +95,7 @@ INTERNAL: Final = "internal"
 # --- close codes ------------------------------------------------------------------------
 
 CLOSE_GOING_AWAY: Final = 1001
+CLOSE_POLICY: Final = 1008
 CLOSE_MESSAGE_TOO_BIG: Final = 1009
 CLOSE_KEEPALIVE: Final = 1011
 CLOSE_SERVICE_RESTART: Final = 1012
@@ -198,6 +200,7 @@ _ERRORS: Final = (
         retry="no",
         meaning="an inbound WebSocket message over `max_frame_bytes` or an HTTP body over "
         "`max_http_body_bytes`",
+        close_code=CLOSE_MESSAGE_TOO_BIG,
     ),
     ErrorCode(
         code=UNSUPPORTED_MEDIA_TYPE,
@@ -216,15 +219,18 @@ _ERRORS: Final = (
         code=UNAUTHORIZED,
         http_status=401,
         retry="new-token",
-        meaning="a missing or wrong bearer token; a WebSocket handshake without a valid one is "
-        "refused with HTTP 401",
+        meaning="no credentials, or credentials that are malformed, badly signed, expired or "
+        "for another audience; a WebSocket without valid ones is closed with 4001",
         close_code=CLOSE_UNAUTHORIZED,
     ),
     ErrorCode(
         code=FORBIDDEN,
         http_status=403,
         retry="no",
-        meaning="the token is valid but does not allow this",
+        meaning="the credentials are valid but do not allow this on the transcript named "
+        "(`transcriptId`), or a browser request came from an Origin or Host the server does "
+        "not allow",
+        close_code=CLOSE_POLICY,
     ),
     ErrorCode(
         code=RATE_LIMITED,
@@ -262,6 +268,13 @@ _CLOSES: Final = (
         "the answer to a connection attempt while it drains)",
     ),
     CloseCode(
+        code=CLOSE_POLICY,
+        reason="policy violation",
+        reconnect="no",
+        meaning="the connection came from an `Origin` (a web page) or through a `Host` the "
+        "server does not allow (`allowed_origins`, `allowed_hosts`)",
+    ),
+    CloseCode(
         code=CLOSE_MESSAGE_TOO_BIG,
         reason="message too big",
         reconnect="no",
@@ -293,8 +306,9 @@ _CLOSES: Final = (
         code=CLOSE_UNAUTHORIZED,
         reason="unauthorized",
         reconnect="new-token",
-        meaning="the credentials of an open connection are refused (reserved: this server "
-        "checks the token at the handshake and answers HTTP 401 there)",
+        meaning="the credentials are missing, refused or expired: at once for bad ones at "
+        "the handshake, after `auth_timeout_s` when none came, at `exp` when no `auth` op "
+        "brought a new token",
     ),
     CloseCode(
         code=CLOSE_OVERFLOW,
@@ -319,6 +333,12 @@ def code_for_status(status: int) -> str:
     """The first code with this HTTP status (for an answer that names none:
     a proxy's, say); ``internal`` when none has it."""
     return next((row.code for row in _ERRORS if row.http_status == status), INTERNAL)
+
+
+def code_for_close(close_code: int) -> str:
+    """The error a close code ends a connection with (``unauthorized`` for
+    4001, ``forbidden`` for 1008, ...); ``internal`` for one no error uses."""
+    return next((row.code for row in _ERRORS if row.close_code == close_code), INTERNAL)
 
 
 def close(code: int) -> CloseCode | None:

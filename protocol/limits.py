@@ -29,6 +29,8 @@ MAX_FRAME_BYTES: Final[int] = 4 << 20  # 4 MiB
 MAX_IDEMPOTENCY_KEY_LENGTH: Final[int] = 200
 #: Longest ``ref`` a client may attach to an op, in characters.
 MAX_REF_LENGTH: Final[int] = 200
+#: Longest bearer token a client may send (an ``auth`` op, a header), in characters.
+MAX_TOKEN_LENGTH: Final[int] = 8192
 #: Longest ``origin.contextId`` the server puts into an event (``ws:...``, ``http:...``).
 MAX_ORIGIN_LENGTH: Final[int] = 128
 

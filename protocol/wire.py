@@ -20,7 +20,7 @@ from msgspec import Meta, Struct
 
 from protocol import codes
 from protocol.errors import InvalidFrame
-from protocol.limits import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_REF_LENGTH
+from protocol.limits import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_REF_LENGTH, MAX_TOKEN_LENGTH
 from protocol.state import InvalidChange, InvalidSnapshot, check_baseline, check_event
 from protocol.types import (
     NonNegative,
@@ -137,7 +137,22 @@ class Ping(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="o
     ref: Ref = None
 
 
-ClientOp: TypeAlias = Subscribe | Unsubscribe | Append | StartSegment | SetView | LeaveView | Ping
+class Auth(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="auth"):
+    """New credentials for this connection (a bearer token), before the ones it
+    holds expire or as its first op when it connected without any. Answered
+    with a ``pong`` carrying ``ref`` when accepted, an ``unauthorized`` error
+    when not."""
+
+    token: Annotated[str, Meta(min_length=1, max_length=MAX_TOKEN_LENGTH)]
+    ref: Ref = None
+
+    def __repr__(self) -> str:  # a token never reaches a log line by way of a repr
+        return f"Auth(token=<{len(self.token)} chars>, ref={self.ref!r})"
+
+
+ClientOp: TypeAlias = (
+    Subscribe | Unsubscribe | Append | StartSegment | SetView | LeaveView | Ping | Auth
+)
 
 #: Every op name a client may send (for error messages: "unknown op").
 OP_NAMES: Final = (
@@ -148,6 +163,7 @@ OP_NAMES: Final = (
     "setView",
     "leaveView",
     "ping",
+    "auth",
 )
 
 # --- server -> client ----------------------------------------------------------

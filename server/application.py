@@ -37,12 +37,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from protocol import codes
-from server import http_api, http_lmml, http_ops, http_views, logs, openapi, pages
+from server import http_api, http_lmml, http_ops, http_views, logs, openapi, pages, problems
+from server.access import HttpAccess
+from server.auth import Authenticator
 from server.backplane import Backplane
 from server.config import ConfigError, ServerConfig, load_config, unknown_env_names
 from server.errors import Refused
 from server.hub import Hub
 from server.metrics import Metrics
+from server.origins import BrowserGuard, CORSMiddleware, OriginPolicy, cors_options
 from server.store.base import Store
 from server.store.open import open_store
 from server.ws import refuse, websocket_endpoint
@@ -55,7 +58,7 @@ GOING_AWAY_REASON = codes.CLOSES[GOING_AWAY].reason
 
 
 async def _handle_error(request: Request, exc: Exception) -> Response:
-    return http_api.problem_response(exc)
+    return problems.problem_response(exc)
 
 
 async def _handle_client_gone(request: Request, exc: Exception) -> Response:
@@ -75,41 +78,9 @@ async def _handle_http_exception(request: Request, exc: Exception) -> Response:
         refused = Refused(codes.NOT_FOUND, f"no such path: {request.url.path}")
     else:
         refused = Refused(codes.code_for_status(exc.status_code), str(exc.detail))
-    response = http_api.problem_response(refused)
+    response = problems.problem_response(refused)
     response.headers.update(exc.headers or {})
     return response
-
-
-class _AuthMiddleware:
-    """Checks the bearer token of every HTTP request but the health, metrics,
-    API descriptions and static pages; WebSockets check theirs in the
-    endpoint (browsers cannot set headers there, so ``?token=`` is accepted
-    too)."""
-
-    OPEN = (
-        "/healthz",
-        "/readyz",
-        "/metrics",
-        "/v1/openapi.json",
-        "/v1/schema.json",
-        "/v1/client.js",
-        "/static/",
-        "/t/",
-    )
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            path = scope["path"]
-            if path != "/" and not path.startswith(self.OPEN):
-                try:
-                    http_api.check_auth(Request(scope))
-                except Refused as refused:
-                    await http_api.problem_response(refused)(scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
 
 
 class TsyncApp:
@@ -236,6 +207,7 @@ def create_app(
         _route("/v1/transcripts/{transcript_id}/chat", get=http_lmml.chat),
         _route("/v1/transcripts/{transcript_id}/export.lmml", get=http_lmml.export_lmml),
         _route("/v1/transcripts/{transcript_id}/export.lmmlz", get=http_lmml.export_lmmlz),
+        _route("/v1/auth", get=http_api.auth_info),
         _route("/v1/openapi.json", get=openapi.openapi_json),
         _route("/v1/schema.json", get=openapi.schema_json),
         _route("/healthz", get=http_ops.healthz),
@@ -258,7 +230,14 @@ def create_app(
     app.state.config = config
     app.state.metrics = metrics
     app.state.lifecycle = http_ops.Lifecycle()
-    app.add_middleware(_AuthMiddleware)
+    # Outermost last: Host and Origin first, then CORS (preflights carry no
+    # credentials), then the credentials and rights of the route.
+    app.add_middleware(HttpAccess, routes=routes, authenticator=Authenticator.for_config(config))
+    policy = OriginPolicy.for_config(config)
+    cors = cors_options(policy)
+    if cors is not None:
+        app.add_middleware(CORSMiddleware, **cors)
+    app.add_middleware(BrowserGuard, policy=policy)
     return TsyncApp(app, metrics)
 
 

@@ -1,6 +1,7 @@
 """``tsync``: the command line.
 
-``tsync serve`` runs the server; the client commands (``tail``, ``append``,
+``tsync serve`` runs the server, ``tsync token`` mints a development token;
+the client commands (``tail``, ``append``,
 ``get``, ``list``, ``create``, ``delete``, ``segment``, ``import``,
 ``export``) are registered by ``client_py.cli``, and ``bench`` by
 ``client_py.bench.cli``, whose own dependencies (the ``bench`` extra) are
@@ -28,6 +29,12 @@ FLAGS = {
     "port": "--port",
     "store": "--store",
     "token": "--token",
+    "jwt_secret": "--jwt-secret",
+    "jwt_key": "--jwt-key",
+    "allowed_origins": "--allowed-origins",
+    "allowed_hosts": "--allowed-hosts",
+    "cors_origins": "--cors-origins",
+    "page_remote_images": "--page-remote-images",
     "log_level": "--log-level",
     "log_format": "--log-format",
     "workers": "--workers",
@@ -105,8 +112,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--store",
         help=_flag_help("store", "where data goes: sqlite:PATH, memory, or redis://host:port/db"),
     )
+    serve.add_argument("--token", help=_flag_help("token", "a static admin token clients may send"))
+    for name, metavar, text in (
+        ("jwt_secret", "SECRET", "accept HS256 JWTs signed with this (32+ bytes)"),
+        ("jwt_key", "FILE", "accept RS256/ES256 JWTs: a PEM public key or JWKS file"),
+        ("allowed_origins", "LIST", "web origins whose pages may connect, comma-separated"),
+        ("allowed_hosts", "LIST", "Host names requests may name, comma-separated"),
+        ("cors_origins", "LIST", "web origins allowed to call the HTTP API (CORS)"),
+    ):
+        serve.add_argument(FLAGS[name], metavar=metavar, help=_flag_help(name, text))
     serve.add_argument(
-        "--token", help=_flag_help("token", "require this bearer token from every client")
+        "--page-remote-images",
+        action="store_const",
+        const=True,
+        help=_flag_help("page_remote_images", "let the chat page load images from anywhere"),
     )
     serve.add_argument(
         "--log-level",
@@ -130,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=_serve)
 
+    _register_token(commands)
+
     from client_py import cli as client_cli
 
     client_cli.register(commands)
@@ -143,6 +164,70 @@ def _register_bench(commands: Any) -> None:
     from client_py.bench import cli as bench_cli
 
     bench_cli.register(commands)
+
+
+def _register_token(commands: Any) -> None:
+    token = commands.add_parser(
+        "token",
+        help="mint a development token (HS256, signed with the server's jwt_secret)",
+        description="Print a JWT for the given rights, signed with jwt_secret (--jwt-secret "
+        "or TSYNC_JWT_SECRET, as the server reads it; jwt_audience is put into its aud). "
+        "Patterns: * is any run of characters, ? one character.",
+        epilog="example: tsync token --sub alice --read 'chat-*' --write chat-1 --ttl 1h",
+    )
+    token.add_argument("--sub", required=True, help="who the token names")
+    token.add_argument(
+        "--read", action="append", default=[], metavar="PATTERN", help="ids it may read"
+    )
+    token.add_argument(
+        "--write", action="append", default=[], metavar="PATTERN", help="ids it may write"
+    )
+    token.add_argument("--admin", action="store_true", help="create, delete, list everything")
+    token.add_argument(
+        "--ttl", default="1h", help="how long it is valid: 90s, 15m, 1h, 7d (default 1h)"
+    )
+    token.add_argument("--jwt-secret", metavar="SECRET", help="the secret (default: env)")
+    token.set_defaults(func=_token)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_ttl(text: str) -> float:
+    """``90s``, ``15m``, ``1h``, ``7d`` or plain seconds -> seconds (> 0)."""
+    text = text.strip().lower()
+    unit = _UNITS.get(text[-1:])
+    number = text[:-1] if unit else text
+    try:
+        seconds = float(number) * (unit or 1)
+    except ValueError:
+        raise ValueError(f"--ttl {text!r}: expected e.g. 90s, 15m, 1h or 7d") from None
+    if not seconds > 0:
+        raise ValueError(f"--ttl {text!r}: must be more than 0")
+    return seconds
+
+
+def _token(args: argparse.Namespace) -> int:
+    from server.auth import Authenticator
+
+    hint = "(see 'tsync token --help')"
+    try:
+        ttl = parse_ttl(args.ttl)
+        config = load_config(
+            None,
+            {"jwt_secret": args.jwt_secret},
+            given_as={"jwt_secret": "--jwt-secret"},
+            check_store=False,
+        )
+        print(
+            Authenticator(config).mint(
+                sub=args.sub, ttl_s=ttl, read=args.read, write=args.write, admin=args.admin
+            )
+        )
+    except (ValueError, ConfigError) as exc:
+        print(f"tsync token: {exc} {hint}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:

@@ -68,11 +68,76 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     token: Annotated[
         Annotated[str, Meta(min_length=1)] | None,
         _d(
-            "a shared secret; when set, every HTTP request but the health, metrics, API "
-            "description and static pages needs `Authorization: Bearer <token>`, and the "
-            "WebSocket that header or `?token=`"
+            "a static admin token (may do everything); with it, `jwt_secret` or `jwt_key` set, "
+            "every request but the health, metrics, API descriptions and pages needs "
+            "credentials: `Authorization: Bearer <token>` over HTTP; on the WebSocket that "
+            "header, `?token=` or a first `auth` op (see `protocol.md`, Credentials)"
         ),
     ] = None
+    jwt_secret: Annotated[
+        Annotated[str, Meta(min_length=1)] | None,
+        _d(
+            "accept JWTs signed with HS256 and this secret (at least 32 bytes; `tsync token` "
+            "mints development tokens with it)"
+        ),
+    ] = None
+    jwt_key: Annotated[
+        Annotated[str, Meta(min_length=1)] | None,
+        _d(
+            "accept JWTs signed with RS256/ES256 (and their longer siblings): the path of a "
+            "PEM public key or a JWKS file (keys chosen by `kid`); needs the `cryptography` "
+            "package (`pip install 'transcript-sync[keys]'`)"
+        ),
+    ] = None
+    jwt_audience: Annotated[
+        Annotated[str, Meta(min_length=1)] | None,
+        _d(
+            "when set, a JWT must name it in its `aud` claim; when not, a JWT that has an "
+            "`aud` is refused"
+        ),
+    ] = None
+    auth_timeout_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d(
+            "a WebSocket that connected without credentials to a server that needs them is "
+            "closed with 4001 unless an `auth` op brings valid ones within this many seconds"
+        ),
+    ] = 10.0
+    allowed_origins: Annotated[
+        Annotated[str, Meta(min_length=1)] | None,
+        _d(
+            "comma-separated web origins whose pages may open a WebSocket or send a "
+            "state-changing request (`https://app.example.com`, `http://localhost:*`, `*` for "
+            "any); unset: the server's own origin (same `Host`), and `http://localhost:*` and "
+            "`http://127.0.0.1:*` for requests that arrive on a loopback address. Requests "
+            "without an `Origin` (not from a browser) are not checked"
+        ),
+    ] = None
+    allowed_hosts: Annotated[
+        Annotated[str, Meta(min_length=1)] | None,
+        _d(
+            "comma-separated host names a request's `Host` may name (`tsync.example.com`, "
+            "`*.example.com`, `*` for any); unset: requests that arrive on a loopback address "
+            "must name `localhost` or a loopback address (against DNS rebinding), others are "
+            "not checked"
+        ),
+    ] = None
+    cors_origins: Annotated[
+        Annotated[str, Meta(min_length=1)] | None,
+        _d(
+            "comma-separated web origins whose pages may call the HTTP API from their own "
+            "origin (CORS; patterns as in `allowed_origins`); preflight requests are answered "
+            "for them; unset: no cross-origin access"
+        ),
+    ] = None
+    page_remote_images: Annotated[
+        bool,
+        _d(
+            "let the chat page load images from other servers (`image_url` parts and Markdown "
+            "images); off, it shows a link instead, so that whoever wrote a message cannot "
+            "learn who reads it"
+        ),
+    ] = False
     log_level: Annotated[
         Literal["debug", "info", "warning", "error"], _d("least severe log level written")
     ] = "info"
@@ -287,6 +352,13 @@ def load_config(
                 reason = _readable(str(exc).split(" - at `$", 1)[0])
             raise ConfigError(f"{origin[name]}={value!r}: {reason}", name) from None
     config = msgspec.convert(values, ServerConfig, strict=False)
+    from server.auth import SettingError, check_settings
+
+    try:
+        check_settings(config)
+    except SettingError as exc:
+        where = origin.get(exc.setting or "", exc.setting or "settings")
+        raise ConfigError(f"{where}: {exc}", exc.setting) from None
     if check_store:
         from server.store.base import SharedStore
         from server.store.open import open_store

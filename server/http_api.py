@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import logging
 import re
-import secrets
 import uuid
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 from starlette.requests import Request
@@ -19,32 +18,14 @@ from protocol.errors import ProtocolError
 from protocol.limits import MAX_ORIGIN_LENGTH
 from protocol.types import Origin
 from protocol.validation import validate_id, validate_idempotency_key
-from server.errors import INTERNAL_FAILURE, Refused, failure_for
+from server import access
+from server.errors import Refused
 from server.hub import Hub
+from server.problems import json_response
 from server.store.base import AppendResult, StoreError
 
 log = logging.getLogger("tsync.http")
-_json = msgspec.json.Encoder()
 Body = TypeVar("Body", bound=msgspec.Struct)
-
-
-def problem_response(exc: BaseException) -> Response:
-    """``exc`` as a problem+json answer: its code, and the HTTP status the
-    error table gives that code. An error without a code is a bug: logged,
-    answered ``internal``."""
-    failure = failure_for(exc)
-    if failure is None:
-        log.error("unhandled error", exc_info=exc)
-        failure = INTERNAL_FAILURE
-    return Response(
-        _json.encode(failure.problem()),
-        failure.spec.http_status,
-        media_type="application/problem+json",
-    )
-
-
-def json_response(obj: Any, status: int = 200) -> Response:
-    return Response(_json.encode(obj), status, media_type="application/json")
 
 
 def _hub(request: Request) -> Hub:
@@ -66,14 +47,15 @@ def _origin(request: Request) -> Origin:
     return Origin(context_id=f"http:{request_id}")
 
 
-def check_auth(request: Request) -> None:
-    token = _hub(request).config.token
-    if token is None:
-        return
-    header = request.headers.get("authorization", "")
-    offered = header[7:] if header.lower().startswith("bearer ") else ""
-    if not secrets.compare_digest(offered.encode(), token.encode()):
-        raise Refused(codes.UNAUTHORIZED, "missing or wrong bearer token")
+#: What a state-changing request's body must be sent as (``server.origins``:
+#: no "simple" cross-site request, which a page may send without asking, fits).
+JSON_TYPES = ("application/json",)
+
+
+def media_type(request: Request) -> str | None:
+    """The request's ``Content-Type`` without its parameters, lower case."""
+    header = request.headers.get("content-type")
+    return header.partition(";")[0].strip().lower() if header is not None else None
 
 
 async def read_body(request: Request) -> bytes:
@@ -91,11 +73,28 @@ async def read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
+async def read_body_as(request: Request, allowed: tuple[str, ...]) -> bytes:
+    """The body of a state-changing request, which must be sent as one of
+    ``allowed`` (415 ``unsupported-media-type``; checked before the body is
+    read). No type at all is let through for an empty body, and for a
+    request that does not come from a web page (no ``Origin``): a page's
+    request without a type is one another site could send without asking."""
+    media = media_type(request)
+    if media is None or media in allowed:
+        body = await read_body(request)
+        if media is not None or not body or "origin" not in request.headers:
+            return body
+    raise Refused(
+        codes.UNSUPPORTED_MEDIA_TYPE,
+        f"send the body as {' or '.join(allowed)}, not {media or 'without a Content-Type'}",
+    )
+
+
 async def read_json(request: Request, body_type: type[Body], *, allow_empty: bool = False) -> Body:
     """The request body decoded as ``body_type``: ``invalid-json`` when it is
     not JSON, ``invalid-body`` when it is JSON of the wrong shape (the
     message says where), an empty body is ``body_type()`` if ``allow_empty``."""
-    body = await read_body(request)
+    body = await read_body_as(request, JSON_TYPES)
     if not body.strip():
         if allow_empty:
             return body_type()
@@ -149,8 +148,11 @@ async def create_transcript(request: Request) -> Response:
 
 async def list_transcripts(request: Request) -> Response:
     limit = _int_param(request, "limit", 100) or 100
-    infos = await _hub(request).list(
-        after=request.query_params.get("after"), limit=min(limit, 1000)
+    infos = await access.list_readable(
+        _hub(request).list,
+        access.grant_of(request),
+        after=request.query_params.get("after"),
+        limit=min(limit, 1000),
     )
     return json_response(
         api.TranscriptList(
@@ -224,6 +226,15 @@ async def start_segment(request: Request) -> Response:
 async def delete_transcript(request: Request) -> Response:
     await _hub(request).delete(_transcript_id(request))
     return Response(status_code=204)
+
+
+async def auth_info(request: Request) -> Response:
+    """``GET /v1/auth``: who the credentials name and what they allow
+    (``?transcriptId=``: on that transcript)."""
+    transcript_id = request.query_params.get("transcriptId")
+    if transcript_id is not None:
+        transcript_id = validate_id(transcript_id)
+    return json_response(access.auth_info(access.grant_of(request), transcript_id))
 
 
 #: The errors answered as problems without a traceback in the log.

@@ -25,14 +25,18 @@ from server.http_api import (
     _int_param,
     _origin,
     _transcript_id,
-    json_response,
-    read_body,
+    media_type,
+    read_body_as,
 )
+from server.problems import json_response
 
 #: The first bytes of a zip archive (local file header, empty archive, spanned).
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")
 _ZIP_TYPES = ("application/zip", "application/x-zip-compressed", "application/x-zip")
-_TEXT_TYPES = ("text/markdown", "text/plain", "text/x-markdown")
+_TEXT_TYPES = ("text/markdown", "text/x-markdown")
+#: What an import may be sent as: not ``text/plain`` nor a form, which a page
+#: of another site could send without asking (``server.origins``).
+LMML_TYPES = (*_TEXT_TYPES, *_ZIP_TYPES, "application/octet-stream")
 
 
 def _upload_name(request: Request) -> str | None:
@@ -58,7 +62,7 @@ def _import_filename(request: Request, body: bytes) -> str | None:
     name = _upload_name(request)
     if name is not None and name.lower().endswith((".lmml", ".lmmlz")):
         return name
-    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    media = media_type(request) or ""
     if media in _ZIP_TYPES:
         if body[:4] not in _ZIP_MAGIC:
             # Without a .lmmlz name read_bundle would take it for text.
@@ -81,7 +85,7 @@ async def import_transcript(request: Request) -> Response:
     409 when ``?id=`` exists, 413 for a body over ``max_http_body_bytes``.
     """
     hub = _hub(request)
-    body = await read_body(request)
+    body = await read_body_as(request, LMML_TYPES)
     filename = _import_filename(request, body)
     max_embed = _int_param(request, "maxEmbedBytes")
     try:

@@ -28,6 +28,7 @@ from protocol import api
 from server.hub import Hub
 from server.logs import SAID
 from server.metrics import CONTENT_TYPE_LATEST, Metrics
+from server.problems import json_response
 from server.store.base import StoreError
 
 log = logging.getLogger("tsync.http")
@@ -61,8 +62,6 @@ def _hub(request: Request) -> Hub:
 
 
 def _json(body: Any, status: int = 200) -> Response:
-    from server.http_api import json_response
-
     return json_response(body, status)
 
 

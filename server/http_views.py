@@ -29,9 +29,9 @@ from server.http_api import (
     _int_param,
     _origin,
     _transcript_id,
-    json_response,
     read_json,
 )
+from server.problems import json_response
 from server.store.base import AppendResult
 
 __all__ = ["get_messages", "get_usage", "get_views", "leave_view", "put_view"]

@@ -9,7 +9,9 @@ gunicorn. It takes uvicorn's loggers over:
   HTTP request (``tsync.access``: method, route template, status, duration,
   never the query string, so ``?token=`` cannot reach a log);
 - uvicorn's WebSocket lines (``"WebSocket /v1/ws?token=..." [accepted]``) are
-  dropped: ``tsync.ws`` writes one line per connection opened and closed;
+  dropped: ``tsync.ws`` writes one line per connection opened and closed; so
+  are the websockets library's debug dumps of requests, headers and frames
+  (``< GET /v1/ws?token=...``, ``< Authorization: ...``, ``< TEXT '{"op":"auth"...``);
 - uvicorn's other lines ("Started server process", "Uvicorn running on ...")
   are kept under the name ``uvicorn`` instead of ``uvicorn.error``;
 - hypercorn's go through the same handler (``hypercorn.error``), its access
@@ -85,6 +87,11 @@ _CONNECTION_LINES = (
     "connection closed",
     "connection rejected (",
     "HTTP response sent (",
+    # The websockets library's wire dumps at debug level: the request line
+    # (its query string), the headers (Authorization) and the frames (an
+    # ``auth`` op's token). Nothing an operator needs; secrets a log must not hold.
+    "< ",
+    "> ",
 )
 
 

@@ -21,7 +21,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from protocol import api, wire
+from protocol import api, rights, wire
 from protocol.types import Message, TranscriptSnapshot
 from server import package_version
 
@@ -51,8 +51,6 @@ class Operation:
     responses: dict[int, Any]
     body: Any = None  # a msgspec type, or {media type: schema} for raw bodies
     params: tuple[Param, ...] = ()
-    #: Without a token configured nothing needs one; these never do.
-    public: bool = False
 
 
 _ID = Param("transcript_id", "path", "the transcript's id", required=True)
@@ -233,34 +231,35 @@ OPERATIONS: Final = (
         },
         params=(_ID,),
     ),
-    Operation("get", "/healthz", "Liveness: the process answers", {200: api.Health}, public=True),
+    Operation(
+        "get",
+        "/v1/auth",
+        "Who the caller's credentials name and what they allow (on one transcript with "
+        "?transcriptId=)",
+        {200: api.AuthInfo, 400: _PROBLEM},
+        params=(Param("transcriptId", "query", "a transcript to say the caller's rights on"),),
+    ),
+    Operation("get", "/healthz", "Liveness: the process answers", {200: api.Health}),
     Operation(
         "get",
         "/readyz",
         "Readiness: the store answers and the server is not draining",
         {200: api.Readiness, 503: api.Readiness},
-        public=True,
     ),
     Operation(
         "get",
         "/metrics",
         "Prometheus metrics (text format)",
         {200: ("text/plain", {"type": "string"})},
-        public=True,
     ),
     Operation(
-        "get",
-        "/v1/openapi.json",
-        "This document",
-        {200: ("application/json", {"type": "object"})},
-        public=True,
+        "get", "/v1/openapi.json", "This document", {200: ("application/json", {"type": "object"})}
     ),
     Operation(
         "get",
         "/v1/schema.json",
         "JSON Schema of the WebSocket ops and frames of /v1/ws",
         {200: ("application/json", {"type": "object"})},
-        public=True,
     ),
 )
 
@@ -269,10 +268,15 @@ _TITLES: Final = {
     201: "Created",
     204: "No Content",
     400: "bad request (invalid-json, invalid-body, or a bad parameter)",
+    401: "unauthorized: no credentials, or ones that are not valid (WWW-Authenticate: Bearer)",
+    403: "forbidden: the credentials do not allow this (transcriptId names the transcript), or "
+    "a page of an origin or a Host the server does not allow",
     404: "not-found",
     409: "conflict, revision-conflict or epoch-changed",
     410: "gone: the events are no longer held; load a snapshot",
     413: "too-large",
+    415: "unsupported-media-type: the body is not sent as application/json (the LMML types "
+    "on import)",
     422: "invalid-message, invalid-segment, invalid-view or invalid-lmml",
     503: "unavailable",
 }
@@ -336,8 +340,18 @@ def openapi_document() -> dict[str, Any]:
                 "required": True,
                 "content": {media: {"schema": s} for media, s in op.body.items()},
             }
-        if op.public:
+        need = rights.route_rule(op.method.upper(), op.path).need
+        entry["x-tsync-needs"] = need
+        if need == rights.PUBLIC:
             entry["security"] = []
+        else:
+            for status in (401, 403):
+                entry["responses"][str(status)] = {
+                    "description": _TITLES[status],
+                    "content": _content(_PROBLEM),
+                }
+        if op.body is not None:
+            entry["responses"]["415"] = {"description": _TITLES[415], "content": _content(_PROBLEM)}
         paths.setdefault(op.path, {})[op.method] = entry
 
     return {
@@ -353,9 +367,16 @@ def openapi_document() -> dict[str, Any]:
         "paths": paths,
         "components": {
             "schemas": components,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the static token or a JWT (see docs/protocol.md, "
+                    "Credentials); x-tsync-needs says which right an operation needs",
+                }
+            },
         },
-        # A server started with a token wants it; one without wants nothing.
+        # A server started with credentials wants them; one without wants nothing.
         "security": [{"bearer": []}, {}],
     }
 

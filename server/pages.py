@@ -8,9 +8,10 @@
   (``static/vendor/``: marked, DOMPurify, highlight.js; see its README).
 
 The pages are static files: the script reads the transcript id from the path
-and ``?token=`` from the query, and talks to the HTTP API and ``/v1/ws`` like
-any other client. The auth middleware lets these paths through; the API calls
-the page makes carry the token.
+and the token from the fragment (``#token=``, which no request line carries)
+or the tab's ``sessionStorage``, and talks to the HTTP API and ``/v1/ws`` like
+any other client. These paths need no credentials; the API calls the page
+makes carry the token.
 
 The Content-Security-Policy allows scripts and styles from this origin only (no
 inline script, no inline style attribute, no eval): message text is sanitized
@@ -19,6 +20,7 @@ before it reaches the DOM, and this policy is the second wall behind that.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Final
 
@@ -29,18 +31,23 @@ from starlette.staticfiles import StaticFiles
 
 STATIC: Final = Path(__file__).resolve().parent / "static"
 
-#: The page loads only its own script, style and API; images may come from
-#: anywhere (image_url parts) and attachments are offered as blob: URLs.
-_PAGE_HEADERS: Final = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-        "img-src 'self' data: blob: https: http:; base-uri 'none'; form-action 'self'; "
-        "frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-cache",
-}
+
+def page_headers(remote_images: bool) -> dict[str, str]:
+    """The page's headers: it loads only its own script, style and API; images
+    come from the page itself (``data:``, ``blob:``: attachments and uploaded
+    images) and, only with ``page_remote_images``, from anywhere, so that by
+    default a message cannot make its readers' browsers call its author's
+    server."""
+    images = "'self' data: blob:" + (" https: http:" if remote_images else "")
+    return {
+        "Content-Security-Policy": (
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+            f"img-src {images}; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+        ),
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-cache",
+    }
 
 
 async def client_js(request: Request) -> Response:
@@ -53,10 +60,19 @@ async def client_js(request: Request) -> Response:
 
 
 async def page(request: Request) -> Response:
-    """The chat page; its script decides from the path what to show."""
-    return FileResponse(
-        STATIC / "index.html", media_type="text/html; charset=utf-8", headers=_PAGE_HEADERS
+    """The chat page; its script decides from the path what to show, and
+    reads from ``<html data-remote-images>`` whether to show remote images."""
+    remote = bool(request.app.state.config.page_remote_images)
+    return Response(
+        _page_html(remote), media_type="text/html; charset=utf-8", headers=page_headers(remote)
     )
+
+
+@functools.lru_cache(maxsize=2)
+def _page_html(remote_images: bool) -> str:
+    html = (STATIC / "index.html").read_text(encoding="utf-8")
+    flag = "on" if remote_images else "off"
+    return html.replace("<html ", f'<html data-remote-images="{flag}" ', 1)
 
 
 routes: list[BaseRoute] = [

@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import parse_qs
 
 import msgspec
 
 from protocol import codes, wire
 from protocol.errors import InvalidFrame
 from protocol.types import Origin
-from server.errors import INTERNAL_FAILURE, Failure, failure_for
+from server import access
+from server.access import OPEN, ConnectionAccess, forbidden
+from server.errors import INTERNAL_FAILURE, Refused, failure_for
 from server.hub import Hub
 from server.outbound import OutboundQueue
 from server.ratelimit import TokenBucket
@@ -31,29 +33,12 @@ from server.tuning import MAX_APPENDS_IN_FLIGHT, OPS_PER_YIELD
 
 log = logging.getLogger("tsync.ws")
 _ids = itertools.count(1)
-UNAUTHORIZED_DETAIL = "missing or wrong token (Authorization: Bearer, or ?token= for browsers)"
 _lenient = msgspec.json.Decoder()
 
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-def _authorized(scope: Scope, token: str | None) -> bool:
-    if token is None:
-        return True
-    offered = ""
-    for name, value in scope.get("headers", ()):
-        if name.lower() == b"authorization":
-            header = value.decode("latin-1")
-            if header.lower().startswith("bearer "):
-                offered = header[7:]
-            break
-    else:
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        offered = (query.get("token") or [""])[0]
-    return secrets.compare_digest(offered.encode(), token.encode())
 
 
 def _peer(scope: Scope) -> str | None:
@@ -72,11 +57,11 @@ async def refuse(receive: Receive, send: Send, code: int, scope: Scope | None = 
     _log_refused(code, scope)
 
 
-def _log_refused(code: int, scope: Scope | None) -> None:
+def _log_refused(code: int, scope: Scope | None, why: str | None = None) -> None:
     row = codes.close(code)
     log.info(
         "connection refused: %s",
-        row.reason if row else code,
+        why or (row.reason if row else code),
         extra={"code": code, "peer": _peer(scope) if scope is not None else None},
     )
 
@@ -99,9 +84,14 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
         if binary
         else (wire.SUBPROTOCOL_JSON if wire.SUBPROTOCOL_JSON in offered else None)
     )
-    if not _authorized(scope, config.token):
-        await _refuse_handshake(scope, send, Failure(codes.UNAUTHORIZED, UNAUTHORIZED_DETAIL, {}))
-        log.info("connection refused: unauthorized", extra={"status": 401, "peer": _peer(scope)})
+    try:
+        connection = access.admit(scope, config)
+    except access.Turnaway as away:
+        # After the handshake: a close code says what to do to every client,
+        # browsers included (they never learn why a handshake failed).
+        await send({"type": "websocket.accept", "subprotocol": chosen})
+        await _close(send, away.close_code)
+        _log_refused(away.close_code, scope, away.why)
         return
     await send({"type": "websocket.accept", "subprotocol": chosen})
     if hub.is_full():
@@ -112,12 +102,18 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
         return
     queue = hub.connect(f"c{next(_ids)}-{secrets.token_hex(3)}", send, binary=binary)
     queue.start()
+    connection.arm(functools.partial(_close_unauthorized, queue))
     opened = time.monotonic()
     log.info(
         "connection opened",
-        extra={"conn": queue.id, "peer": _peer(scope), "subprotocol": chosen},
+        extra={
+            "conn": queue.id,
+            "peer": _peer(scope),
+            "subprotocol": chosen,
+            "sub": connection.sub,
+        },
     )
-    handler = OpHandler(hub, queue)
+    handler = OpHandler(hub, queue, connection)
     handled = 0
     disconnected = False
     code: int | None = None
@@ -143,6 +139,7 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
         code = codes.CLOSE_GOING_AWAY
         raise
     finally:
+        connection.disarm()
         await handler.cancel()
         hub.disconnect(queue)
         await queue.stop()
@@ -165,42 +162,31 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
         )
 
 
-async def _refuse_handshake(scope: Scope, send: Send, failure: Failure) -> None:
-    """Refuse the handshake with the failure's HTTP status and a problem+json
-    body (the ASGI WebSocket denial response; a bare 403 where the server
-    lacks it)."""
-    if "websocket.http.response" not in (scope.get("extensions") or {}):
-        # A close before the accept: the server answers HTTP 403.
-        await _close(send, failure.spec.close_code or codes.CLOSE_UNAUTHORIZED)
-        return
-    body = msgspec.json.encode(failure.problem())
-    await send(
-        {
-            "type": "websocket.http.response.start",
-            "status": failure.spec.http_status,
-            "headers": [
-                (b"content-type", b"application/problem+json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "websocket.http.response.body", "body": body})
-
-
 async def _close(send: Send, code: int) -> None:
     """Close with ``code`` and the reason the error table gives it."""
     row = codes.close(code)
     await send({"type": "websocket.close", "code": code, "reason": row.reason if row else ""})
 
 
+async def _close_unauthorized(queue: OutboundQueue) -> None:
+    """The connection's credentials expired (or never came): let what is
+    queued leave for a moment (the ``unauthorized`` error, say), then 4001."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(queue.drain(), 1.0)
+    row = codes.CLOSES[codes.CLOSE_UNAUTHORIZED]
+    with contextlib.suppress(Exception):  # already gone
+        await queue.send_close(row.code, row.reason)
+
+
 class OpHandler:
     """Turns client ops into hub calls and answers into frames."""
 
-    __slots__ = ("bucket", "hub", "in_flight", "origin", "queue")
+    __slots__ = ("access", "bucket", "hub", "in_flight", "origin", "queue")
 
-    def __init__(self, hub: Hub, queue: OutboundQueue) -> None:
+    def __init__(self, hub: Hub, queue: OutboundQueue, access: ConnectionAccess = OPEN) -> None:
         self.hub = hub
         self.queue = queue
+        self.access = access
         self.origin = Origin(context_id=queue.context_id)
         config = hub.config
         self.bucket = TokenBucket(config.max_ops_per_second, config.max_ops_burst)
@@ -233,6 +219,11 @@ class OpHandler:
                 transcript_id=transcript_id,
                 ref=ref,
             )
+            return
+        try:
+            self.access.check(op)  # in arrival order: before any op is pipelined
+        except Refused as refused:
+            queue.push_error(refused.code, refused.message, transcript_id=transcript_id, ref=ref)
             return
         if isinstance(op, wire.Append) and not self.hub.is_loaded(op.transcript_id):
             # The transcript must be loaded first: later appends would find
@@ -356,6 +347,14 @@ class OpHandler:
                     )
                 )
             case wire.Ping():
+                queue.push_control(wire.Pong(seq=0, ref=op.ref))
+            case wire.Auth():
+                self.access.refresh(op.token)
+                # New rights: what they no longer let it read, it no longer follows.
+                for transcript_id in self.access.unreadable(queue.followed()):
+                    hub.unsubscribe(queue, transcript_id)
+                    refused = forbidden(self.access.grant, "read", transcript_id)
+                    queue.push_error(refused.code, refused.message, transcript_id=transcript_id)
                 queue.push_control(wire.Pong(seq=0, ref=op.ref))
 
 

@@ -8,18 +8,53 @@ import { TsyncClient } from "/v1/client.js";
 import { el, oneLine, textOf } from "./messages.js";
 import { Timeline } from "./timeline.js";
 
-const params = new URLSearchParams(location.search);
-const token = params.get("token");
 const $ = (id) => document.getElementById(id);
 
-/** A same-origin path that keeps ?token= so that links work on a protected server. */
-function withToken(path) {
-  return token ? `${path}?token=${encodeURIComponent(token)}` : path;
+// --- the token ------------------------------------------------------------------------------
+//
+// From the URL's fragment (/t/x#token=...: a fragment is never sent to a server, so it does not
+// end up in request lines or their logs), else from a form the page shows when the server asks
+// for one. Kept in this tab's sessionStorage only (gone with the tab) and taken off the address
+// bar at once.
+
+const TOKEN_KEY = "tsync.token";
+
+function takeTokenFromFragment() {
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const given = fragment.get("token");
+  if (given === null) return;
+  if (given) sessionStorage.setItem(TOKEN_KEY, given);
+  else sessionStorage.removeItem(TOKEN_KEY);
+  fragment.delete("token");
+  const rest = fragment.toString();
+  history.replaceState(history.state, "", `${location.pathname}${location.search}${rest ? `#${rest}` : ""}`);
+}
+takeTokenFromFragment();
+
+const currentToken = () => sessionStorage.getItem(TOKEN_KEY);
+
+/** Ask for a token (the server refused the request without one, or refused this one). */
+function askForToken(why) {
+  const form = $("token-form");
+  $("token-why").textContent = why;
+  form.hidden = false;
+  if (!form.dataset.ready) {
+    form.dataset.ready = "1";
+    form.addEventListener("submit", (submit) => {
+      submit.preventDefault();
+      const value = $("token-input").value.trim();
+      if (!value) return;
+      sessionStorage.setItem(TOKEN_KEY, value);
+      location.reload();
+    });
+  }
+  $("token-input").focus();
 }
 
 /** fetch() with the bearer token; throws an Error carrying problem+json's detail and status. */
 async function api(path, init = {}) {
   const headers = { Accept: "application/json", ...(init.headers ?? {}) };
+  const token = currentToken();
   if (token) headers.Authorization = `Bearer ${token}`;
   if (init.body !== undefined) headers["Content-Type"] = "application/json";
   const response = await fetch(path, { ...init, headers });
@@ -32,8 +67,6 @@ async function api(path, init = {}) {
   }
   return body;
 }
-
-for (const link of document.querySelectorAll("a.home")) link.href = withToken("/");
 
 function showView(id, mainId) {
   for (const view of document.querySelectorAll(".view")) view.hidden = view.id !== id;
@@ -86,10 +119,12 @@ async function loadList() {
       : "No conversations yet: start one with “New conversation”.";
   } catch (err) {
     list.replaceChildren();
-    state.textContent =
-      err.status === 401 || err.status === 403
-        ? "This server needs a token: open the page with ?token=…"
-        : `Could not load the conversations: ${err.message}`;
+    if (err.status === 401) {
+      state.textContent = currentToken() ? "The server refused this token." : "This server needs a token.";
+      askForToken(state.textContent);
+    } else {
+      state.textContent = `Could not load the conversations: ${err.message}`;
+    }
   }
 }
 
@@ -102,7 +137,7 @@ function conversationItem(t) {
     : null;
   const count = `${t.length} message${t.length === 1 ? "" : "s"}`;
   return el("li", { class: "conversation", "data-id": t.transcriptId },
-    el("a", { href: withToken(`/t/${encodeURIComponent(t.transcriptId)}`) },
+    el("a", { href: `/t/${encodeURIComponent(t.transcriptId)}` },
       el("span", { class: title ? "conversation-title" : "conversation-title id", text: title ?? t.transcriptId }),
       preview ? el("span", { class: "conversation-preview", text: preview }) : null,
       el("span", { class: "conversation-meta" }, count, when ? " · " : null, when)));
@@ -113,10 +148,14 @@ async function createTranscript(id) {
   error.textContent = "";
   try {
     const created = await api("/v1/transcripts", { method: "POST", body: JSON.stringify(id ? { id } : {}) });
-    location.assign(withToken(`/t/${encodeURIComponent(created.transcriptId)}`));
+    location.assign(`/t/${encodeURIComponent(created.transcriptId)}`);
   } catch (err) {
     error.textContent =
-      err.status === 409 ? `There is already a conversation “${id}”.` : `Could not create it: ${err.message}`;
+      err.status === 409
+        ? `There is already a conversation “${id}”.`
+        : err.status === 403
+          ? "This token may not create conversations."
+          : `Could not create it: ${err.message}`;
   }
 }
 
@@ -131,6 +170,7 @@ const STATUS_TEXT = {
   resynced: "Live",
   closed: "Offline",
   unauthorized: "Not allowed",
+  refused: "Not allowed",
 };
 
 function setStatus(state, text) {
@@ -164,7 +204,9 @@ function renderTranscript(transcriptId) {
     loadEarlier: (count) => client.loadEarlier(transcriptId, count),
   });
   const wsUrl = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/ws`;
-  client = new TsyncClient(wsUrl, { token });
+  // Asked before every connection and before the token's exp: a token pasted into the form
+  // in another view of this tab is picked up.
+  client = new TsyncClient(wsUrl, currentToken() ? { getToken: currentToken } : {});
   // For the console, the end-to-end tests and, later, the wiring of live drafts.
   window.tsyncClient = client;
   window.tsyncPage = { timeline, client };
@@ -180,8 +222,22 @@ function renderTranscript(transcriptId) {
   showTitle();
 
   let probing = false;
-  client.on("status", ({ state, delayMs }) => {
+  client.on("status", ({ state, delayMs, reason }) => {
     if (ended) return;
+    if (state === "unauthorized" || state === "refused") {
+      ended = true;
+      const why =
+        state === "refused"
+          ? `The server does not serve this page here (${reason}).`
+          : currentToken()
+            ? "The server refused this token (it may have expired)."
+            : "This server needs a token.";
+      setStatus(state);
+      $("transcript-error").textContent = why;
+      refuseWrites(why);
+      if (state === "unauthorized") askForToken(why);
+      return;
+    }
     if (!loaded && (state === "live" || state === "resynced")) {
       setStatus("connecting", "Loading…");
       return;
@@ -285,11 +341,31 @@ function renderTranscript(transcriptId) {
         ended = true;
         client.close();
         setStatus("unauthorized");
-        const why = token ? "The server refused this token." : "This server needs a token: open the page with ?token=…";
+        const why =
+          err.status === 403
+            ? "This token may not read this conversation."
+            : currentToken()
+              ? "The server refused this token."
+              : "This server needs a token.";
         $("transcript-error").textContent = why;
         refuseWrites(why);
+        if (err.status === 401) askForToken(why);
       }
       // Anything else: the server is away; the client keeps trying.
+    }
+  }
+
+  /** What this token may do here: read-only says so and quiets the composer. */
+  async function checkAccess() {
+    try {
+      const info = await api(`/v1/auth?transcriptId=${encodeURIComponent(transcriptId)}`);
+      const rights = info.transcript;
+      if (rights && rights.read && !rights.write) {
+        $("access").hidden = false;
+        refuseWrites("this token may read this conversation but not write to it (read-only).");
+      }
+    } catch {
+      // 401 and the like: the connection finds out and says so.
     }
   }
 
@@ -334,6 +410,7 @@ function renderTranscript(transcriptId) {
   });
 
   setUpCompose({ client, transcriptId, timeline, renderOutbox });
+  checkAccess();
   client.subscribe(transcriptId, { window: OPEN_WITH });
   client.connect();
 }

@@ -12,7 +12,7 @@
 // runs the shared cases in tests/cases/continuity/*.json against them.
 //
 //   import { TsyncClient } from "/v1/client.js";
-//   const client = new TsyncClient("ws://host/v1/ws", { token });
+//   const client = new TsyncClient("ws://host/v1/ws", { getToken: async () => token });
 //   client.on("baseline", ({ mirror }) => render(mirror));
 //   client.on("messages", ({ start, messages }) => add(start, messages));
 //   client.on("status", ({ state }) => show(state));
@@ -21,6 +21,37 @@
 //   await client.append("t1", [{ role: "user", content: "hi" }]);
 
 export const SUBPROTOCOL_JSON = "tsync.v1.json";
+
+/**
+ * What to do after the server closed the connection with each code (the close
+ * codes of protocol/codes.py, tests/cases/errors.json): "backoff" reconnect
+ * after a growing random pause, "resume" reconnect now, "new-token" only with
+ * new credentials, "no" not before the cause is fixed. Codes not listed
+ * (1006, a dropped network) mean "backoff".
+ */
+export const CLOSE_ADVICE = Object.freeze({
+  1001: "backoff",
+  1008: "no",
+  1009: "no",
+  1011: "backoff",
+  1012: "backoff",
+  1013: "backoff",
+  4001: "new-token",
+  4008: "resume",
+});
+
+/** The exp of a JWT in milliseconds since the epoch (unverified), or null. */
+export function tokenExpiry(token) {
+  const part = typeof token === "string" ? token.split(".")[1] : undefined;
+  if (!part || token.split(".").length !== 3) return null;
+  try {
+    const json = atob(part.replace(/-/g, "+").replace(/_/g, "/").padEnd(Math.ceil(part.length / 4) * 4, "="));
+    const exp = JSON.parse(json)?.exp;
+    return typeof exp === "number" && Number.isFinite(exp) ? exp * 1000 : null;
+  } catch {
+    return null;
+  }
+}
 
 /** Error codes after which a subscription cannot go on by resubscribing. */
 export const STOP_CODES = Object.freeze(["not-found", "forbidden", "unauthorized", "too-many-subscriptions", "invalid-view"]);
@@ -1053,7 +1084,11 @@ export class ServerError extends Error {
  *              "connecting" (first connect), "live" (subscribed and caught up),
  *              "reconnecting" (connection lost, waiting delayMs), "resyncing"
  *              (frames lost on a live connection), "resynced" (caught up again
- *              after a reconnect or a resync), "closed", "unauthorized".
+ *              after a reconnect or a resync), "closed", "unauthorized" (the
+ *              credentials were refused or expired and getToken gave no new
+ *              ones: stopped), "refused" (closed with a code that says not to
+ *              reconnect, e.g. 1008 for a page origin the server does not allow:
+ *              stopped; reason says why).
  * - "baseline" {transcriptId, mirror, snapshot, epochChanged}: render the mirror anew.
  * - "messages" {transcriptId, start, messages, revision, mirror}: appended at start.
  * - "segment"  {transcriptId, previousStart, start, end, revision, mirror}.
@@ -1075,7 +1110,11 @@ export class TsyncClient {
   /**
    * @param {string} url  the ws:// or wss:// URL of /v1/ws
    * @param {object} [options]
-   *   token: sent as ?token= (browsers cannot set headers on a WebSocket);
+   *   token: a bearer token, or getToken: an (async) function that returns
+   *   one, asked before every connection, before the current token's exp
+   *   (a JWT's) and after the server refused one (close 4001). The token is
+   *   sent as the first frame of each connection (the auth op), never in
+   *   the URL, where proxies would log it;
    *   initialBackoffMs, maxBackoffMs, random: the reconnect backoff;
    *   heartbeatMs: ping this often; reconnect when a ping got no frame back
    *   by the next one (0: off);
@@ -1088,6 +1127,7 @@ export class TsyncClient {
   constructor(url, options = {}) {
     this.url = url;
     this.token = options.token ?? null;
+    this._getToken = options.getToken ?? null;
     this.options = {
       initialBackoffMs: options.initialBackoffMs ?? 250,
       maxBackoffMs: options.maxBackoffMs ?? 5000,
@@ -1116,6 +1156,9 @@ export class TsyncClient {
     this._attempt = 0;
     this._connections = 0;
     this._retryTimer = null;
+    this._renewTimer = null;
+    this._refusedToken = undefined; // the token a 4001 refused (null: none): not tried again
+    this._authRefs = 0;
     this._heartbeat = null;
     this._lastFrameAt = 0;
     this._pingSentAt = null;
@@ -1176,6 +1219,7 @@ export class TsyncClient {
   close() {
     this._closed = true;
     this._timers.clearTimeout(this._retryTimer);
+    this._timers.clearTimeout(this._renewTimer);
     this._stopHeartbeat();
     const ws = this._ws;
     this._ws = null;
@@ -1201,13 +1245,36 @@ export class TsyncClient {
   }
 
   _dial() {
-    let url = this.url;
-    if (this.token) {
-      url += `${url.includes("?") ? "&" : "?"}token=${encodeURIComponent(this.token)}`;
+    if (!this._getToken) {
+      this._openSocket();
+      return;
     }
+    let asked;
+    try {
+      asked = Promise.resolve(this._getToken());
+    } catch (err) {
+      asked = Promise.reject(err);
+    }
+    asked.then(
+      (token) => {
+        if (this._closed) return;
+        if (this._refusedToken !== undefined && (token || null) === this._refusedToken) {
+          this._stop("unauthorized", "the server refused the token and getToken gave it again");
+          return;
+        }
+        this.token = token || null;
+        this._openSocket();
+      },
+      (err) => {
+        if (!this._closed) this._scheduleReconnect(`getToken failed: ${err}`);
+      },
+    );
+  }
+
+  _openSocket() {
     let ws;
     try {
-      ws = new this._WebSocket(url, [SUBPROTOCOL_JSON]);
+      ws = new this._WebSocket(this.url, [SUBPROTOCOL_JSON]);
     } catch (err) {
       this._scheduleReconnect(String(err));
       return;
@@ -1219,10 +1286,52 @@ export class TsyncClient {
     ws.onerror = () => {}; // a close event always follows
   }
 
+  /** Stop for good with a final status (credentials or policy refused). */
+  _stop(state, reason) {
+    this._closed = true;
+    this._timers.clearTimeout(this._renewTimer);
+    this._failPending(new Error(state));
+    this._status(state, { reason });
+  }
+
+  /** Hand the server the current token (the first frame of a connection, or a renewal). */
+  _sendAuth() {
+    if (!this.token) return;
+    this._authRefs += 1;
+    this._send({ op: "auth", token: this.token, ref: `auth:${this._authRefs}` });
+  }
+
+  /** Renew the token before it expires (a fifth of its life early, 0.5 to 30 s). */
+  _scheduleRenewal() {
+    this._timers.clearTimeout(this._renewTimer);
+    this._renewTimer = null;
+    const expires = tokenExpiry(this.token);
+    if (!this._getToken || expires === null) return;
+    const now = this._timers.now();
+    const margin = Math.min(30_000, Math.max(500, (expires - now) / 5));
+    this._renewTimer = this._timers.setTimeout(() => {
+      this._renewTimer = null;
+      Promise.resolve()
+        .then(() => this._getToken())
+        .then(
+          (token) => {
+            if (this._closed || !token) return;
+            this.token = token;
+            this._sendAuth();
+            this._scheduleRenewal();
+          },
+          () => {
+            // Try again shortly; at exp the server closes (4001) and the next
+            // connection asks getToken again.
+            this._renewTimer = this._timers.setTimeout(() => this._scheduleRenewal(), 1000);
+          },
+        );
+    }, Math.max(0, expires - margin - now));
+  }
+
   _onOpen(ws) {
     if (ws !== this._ws) return;
     this._open = true;
-    this._attempt = 0;
     this._connections += 1;
     this.stats.connections += 1;
     this._lastFrameAt = this._timers.now();
@@ -1232,6 +1341,8 @@ export class TsyncClient {
     // acknowledged, with the keys they were made with: the server answers an
     // already applied one with its first ack.
     this._awaiting = reconnect ? "resynced" : "live";
+    this._sendAuth(); // first: the server takes nothing else from a connection without credentials
+    this._scheduleRenewal();
     this.core.connectionMade();
     this._flush();
     for (const pending of this._pending.values()) this._send(pending.op);
@@ -1243,15 +1354,22 @@ export class TsyncClient {
     this._ws = null;
     this._open = false;
     this._stopHeartbeat();
+    this._timers.clearTimeout(this._renewTimer);
     this.core.connectionLost();
     if (this._closed) return;
-    if (close && close.code === 1008 && /unauthori[sz]ed/i.test(close.reason ?? "")) {
-      this._closed = true;
-      this._failPending(new Error("unauthorized"));
-      this._status("unauthorized", { reason: close.reason });
+    const code = close?.code;
+    const reason = close ? `closed (${code}${close.reason ? ` ${close.reason}` : ""})` : "closed";
+    const advice = CLOSE_ADVICE[code] ?? "backoff";
+    if (advice === "new-token") {
+      if (!this._getToken) {
+        this._stop("unauthorized", reason);
+        return;
+      }
+      this._refusedToken = this.token; // getToken must bring another one
+    } else if (advice === "no") {
+      this._stop("refused", reason);
       return;
     }
-    const reason = close ? `closed (${close.code}${close.reason ? ` ${close.reason}` : ""})` : "closed";
     this._scheduleReconnect(reason);
   }
 
@@ -1430,6 +1548,7 @@ export class TsyncClient {
   _onMessage(ws, data) {
     if (ws !== this._ws) return;
     this._lastFrameAt = this._timers.now();
+    this._attempt = 0; // the server answered: a close that follows is not "full" or "refused"
     if (typeof data !== "string") return; // only the JSON subprotocol is spoken here
     this.core.receiveData(data);
     this._flush();
@@ -1504,6 +1623,13 @@ export class TsyncClient {
   }
 
   _onAnswer(frame) {
+    if (typeof frame.ref === "string" && frame.ref.startsWith("auth:")) {
+      // The answer to an auth op: taken (pong), or refused (an error; the
+      // server closes a connection without valid credentials with 4001).
+      if (frame.type === "pong") this._refusedToken = undefined;
+      else this._emit("error", frame);
+      return;
+    }
     if (frame.type === "pong") return; // a heartbeat's: any frame is a sign of life
     const pending = this._pending.get(frame.ref);
     if (frame.type === "ack") {

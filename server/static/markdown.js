@@ -5,11 +5,29 @@
 // Markdown produces and returns a fragment of this document. Links keep http(s) and mailto
 // targets only and open in a new tab with rel="noopener noreferrer"; Markdown images keep
 // http(s) sources only (data: and blob: images are shown as their alt text: the page renders
-// images of attachments and image_url parts itself, see messages.js). Code blocks get a header
-// with the language and a copy button; highlight.js colours them later, loaded on first use.
+// images of attachments and image_url parts itself, see messages.js), and only when the server
+// lets the page load remote images (page_remote_images): otherwise they become links, so that
+// whoever wrote a message cannot learn who reads it. Code blocks get a header with the language
+// and a copy button; highlight.js colours them later, loaded on first use.
 
 import { Marked } from "./vendor/marked/marked.esm.js";
 import DOMPurify from "./vendor/dompurify/purify.es.mjs";
+
+/** Whether the server lets the page load images from other servers (<html data-remote-images>). */
+export const REMOTE_IMAGES = globalThis.document?.documentElement?.dataset?.remoteImages === "on";
+
+/** A link to an image the page does not load: "[image: alt]", opened only when clicked. */
+export function remoteImageLink(url, alt) {
+  const a = document.createElement("a");
+  a.href = url;
+  a.target = "_blank";
+  a.rel = "noopener noreferrer";
+  a.referrerPolicy = "no-referrer";
+  a.className = "remote-image";
+  a.title = `Image on another server, not loaded: ${url}`;
+  a.textContent = alt ? `[image: ${alt}]` : "[image]";
+  return a;
+}
 
 const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
 const escapeHtml = (text) => String(text).replace(/[&<>"']/g, (ch) => ESCAPES[ch]);
@@ -74,6 +92,11 @@ purify.addHook("afterSanitizeAttributes", (node) => {
   } else if (tag === "IMG") {
     const src = node.getAttribute("src");
     if (src === null || !IMAGE_PROTOCOLS.has(protocolOf(src))) node.removeAttribute("src");
+    else if (!REMOTE_IMAGES) {
+      // Never a src to load, not even in passing: made a link below.
+      node.setAttribute("data-remote-src", src);
+      node.removeAttribute("src");
+    }
     node.setAttribute("loading", "lazy");
     node.setAttribute("decoding", "async");
     node.setAttribute("referrerpolicy", "no-referrer");
@@ -113,6 +136,9 @@ export function markdownFragment(text) {
     if (node.nodeType === Node.TEXT_NODE && !node.data.trim()) node.remove(); // newlines between blocks
   }
   for (const a of fragment.querySelectorAll("a:not([href])")) a.replaceWith(...a.childNodes);
+  for (const img of fragment.querySelectorAll("img[data-remote-src]")) {
+    img.replaceWith(remoteImageLink(img.getAttribute("data-remote-src"), img.getAttribute("alt")));
+  }
   for (const img of fragment.querySelectorAll("img:not([src])")) {
     const alt = img.getAttribute("alt");
     img.replaceWith(document.createTextNode(alt ? `[image: ${alt}]` : "[image]"));

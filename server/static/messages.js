@@ -6,7 +6,7 @@
 // textContent, never straight into innerHTML.
 
 import { attachmentBytes } from "/v1/client.js";
-import { markdownFragment } from "./markdown.js";
+import { REMOTE_IMAGES, markdownFragment, remoteImageLink } from "./markdown.js";
 
 const ROLE_LABELS = { user: "User", assistant: "Assistant", system: "System", tool: "Tool", context: "Context" };
 const PREVIEW_CHARS = 120;
@@ -237,6 +237,7 @@ function partNode(part, index, n, context) {
     const url = part.image_url?.url;
     if (!safeImageUrl(url)) return el("p", { class: "hint", text: "(an image with an unsupported URL)" });
     const alt = index === null ? `Image ${n + 1} of the draft` : `Image ${n + 1} of message #${index}`;
+    if (!REMOTE_IMAGES && /^https?:/i.test(url)) return el("p", { class: "image" }, remoteImageLink(url, alt));
     return el("figure", { class: "image" },
       el("img", { src: url, alt, loading: "lazy", decoding: "async", referrerpolicy: "no-referrer" }));
   }

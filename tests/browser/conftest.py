@@ -3,6 +3,7 @@ Playwright's async API; one browser per test module, a fresh context per test.""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -35,17 +36,24 @@ if importlib.util.find_spec("playwright") is None:
 from playwright.async_api import Browser, BrowserContext, async_playwright  # noqa: E402
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser() -> AsyncIterator[Browser]:
+@contextlib.asynccontextmanager
+async def chromium(*extra_args: str) -> AsyncIterator[Browser]:
+    """Debian's headless Chromium under Playwright, with ``extra_args``."""
     executable = require_binary("chromium", CHROMIUM)
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(
-            executable_path=executable, args=CHROMIUM_ARGS, timeout=30_000
+            executable_path=executable, args=[*CHROMIUM_ARGS, *extra_args], timeout=30_000
         )
         try:
             yield browser
         finally:
             await browser.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    async with chromium() as launched:
+        yield launched
 
 
 @pytest_asyncio.fixture(loop_scope="module")

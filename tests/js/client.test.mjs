@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
+  CLOSE_ADVICE,
   Mirror,
   ServerError,
   SUBPROTOCOL_JSON,
@@ -12,6 +13,7 @@ import {
   attachmentBytes,
   backoffDelay,
   newIdempotencyKey,
+  tokenExpiry,
 } from "../../server/static/client.js";
 
 // --- fakes -------------------------------------------------------------------------
@@ -181,10 +183,14 @@ test("connects with the JSON subprotocol, subscribes fresh and goes live after a
   assert.equal(client.mirror("t1").length, 2);
 });
 
-test("the token goes into the URL (a browser cannot set WebSocket headers)", () => {
+test("the token is the first frame of every connection, never in the URL", () => {
   const { client, socket } = setup({ token: "s3cret&x" });
+  client.subscribe("t1");
   client.connect();
-  assert.equal(socket().url, "ws://server/v1/ws?token=s3cret%26x");
+  socket().open();
+  assert.equal(socket().url, "ws://server/v1/ws");
+  assert.deepEqual(socket().sent[0], { op: "auth", token: "s3cret&x", ref: "auth:1" });
+  assert.equal(socket().sent[1].op, "subscribe");
 });
 
 test("several frames in one message are split on newlines and applied in order", () => {
@@ -312,6 +318,11 @@ test("backoff grows while the server stays away, and resets once connected", () 
   const last = events.filter((e) => e.type === "status").at(-1).delayMs;
   timers.advance(10_000);
   socket().open();
+  socket().drop(1013, "too many connections"); // accepted, then turned away: still backing off
+  assert.equal(events.filter((e) => e.type === "status").at(-1).delayMs, 2500);
+  timers.advance(10_000);
+  socket().open();
+  socket().pong(); // the server answered: connected
   socket().drop();
   assert.equal(events.filter((e) => e.type === "status").at(-1).delayMs, 125);
   assert.equal(last, 2500);
@@ -400,13 +411,95 @@ test("close() rejects pending appends and stops reconnecting", async () => {
   assert.equal(statuses().at(-1), "closed");
 });
 
-test("a server that refuses the token is not retried", () => {
+test("a server that refuses the token is not retried without getToken", () => {
   const { client, socket, timers, statuses } = setup({ token: "wrong" });
   client.connect();
-  socket().drop(1008, "unauthorized");
+  socket().open();
+  socket().drop(4001, "unauthorized");
   timers.advance(60_000);
   assert.equal(FakeSocket.all.length, 1);
   assert.equal(statuses().at(-1), "unauthorized");
+});
+
+test("a close that says not to reconnect (1008: a page origin not allowed) stops the client", () => {
+  const { client, socket, timers, events, statuses } = setup();
+  client.connect();
+  socket().open();
+  socket().drop(1008, "policy violation");
+  timers.advance(60_000);
+  assert.equal(FakeSocket.all.length, 1);
+  assert.equal(statuses().at(-1), "refused");
+  assert.match(events.at(-1).reason, /1008/);
+});
+
+test("a full server or one shutting down is retried with a growing backoff", () => {
+  const { client, socket, timers, events } = setup({ token: "t" });
+  client.connect();
+  const delays = [];
+  for (const code of [1013, 1001, 1013]) {
+    socket().open();
+    socket().drop(code);
+    const status = events.filter((e) => e.type === "status").at(-1);
+    assert.equal(status.state, "reconnecting");
+    delays.push(status.delayMs);
+    timers.advance(10_000);
+  }
+  assert.deepEqual(delays, [125, 250, 500]);
+  assert.equal(FakeSocket.all.length, 4);
+});
+
+test("getToken is asked before each connection, and again after a 4001", async () => {
+  const given = ["first", "second", "second"];
+  let asked = 0;
+  const { client, socket, timers, statuses } = setup({ getToken: async () => given[asked++] });
+  client.connect();
+  await Promise.resolve();
+  await Promise.resolve();
+  socket().open();
+  assert.deepEqual(socket().sent[0], { op: "auth", token: "first", ref: "auth:1" });
+  socket().drop(4001, "unauthorized"); // expired or refused: ask for a new one
+  timers.advance(10_000);
+  await Promise.resolve();
+  await Promise.resolve();
+  assert.equal(asked, 2);
+  socket().open();
+  assert.equal(socket().sent[0].token, "second");
+  socket().drop(4001, "unauthorized"); // refused again ...
+  timers.advance(10_000);
+  await Promise.resolve();
+  await Promise.resolve();
+  assert.equal(asked, 3); // ... and getToken has nothing new: stop, do not hammer
+  assert.equal(FakeSocket.all.length, 2);
+  assert.equal(statuses().at(-1), "unauthorized");
+});
+
+test("a JWT is renewed before its exp with an auth op on the open connection", async () => {
+  const jwt = (exp) => `h.${btoa(JSON.stringify({ sub: "a", exp })).replace(/=+$/, "")}.s`;
+  const tokens = [jwt(100), jwt(200)]; // seconds; the fake clock starts at 0
+  let asked = 0;
+  const { client, socket, timers } = setup({ getToken: () => tokens[asked++] });
+  client.connect();
+  await Promise.resolve();
+  await Promise.resolve();
+  const ws = socket();
+  ws.open();
+  ws.deliver({ type: "pong", ref: "auth:1" });
+  timers.advance(79_000); // 100 s of life: renewed 20 s before exp
+  assert.equal(ws.ops("auth").length, 1);
+  timers.advance(1_000);
+  await Promise.resolve();
+  await Promise.resolve();
+  assert.deepEqual(ws.ops("auth").at(-1), { op: "auth", token: tokens[1], ref: "auth:2" });
+  assert.equal(FakeSocket.all.length, 1); // the same connection
+});
+
+test("CLOSE_ADVICE is the error table's close codes", async () => {
+  const { readFile } = await import("node:fs/promises");
+  const table = JSON.parse(await readFile(new URL("../cases/errors.json", import.meta.url), "utf-8"));
+  const advice = Object.fromEntries(table.closes.map((row) => [row.code, row.reconnect]));
+  assert.deepEqual({ ...CLOSE_ADVICE }, advice);
+  assert.equal(tokenExpiry(`h.${btoa('{"exp":5}')}.s`), 5000);
+  assert.equal(tokenExpiry("opaque"), null);
 });
 
 test("a connection that leaves a heartbeat ping unanswered for a period is given up", () => {
@@ -429,7 +522,8 @@ test("appends fail at once after close() and when the server refuses the token",
   const other = setup({ token: "wrong" });
   other.client.connect();
   const early = other.client.append("t1", [msg(0)]);
-  other.socket().drop(1008, "unauthorized");
+  other.socket().open();
+  other.socket().drop(4001, "unauthorized");
   await assert.rejects(early, /unauthorized/);
 });
 

@@ -63,10 +63,11 @@ def test_each_close_code_has_one_meaning_and_errors_point_at_real_ones() -> None
         assert 400 <= row.http_status < 600
         if row.close_code is not None:
             assert row.close_code in codes.CLOSES
-    # "Unauthorized" and "queue overflow" no longer share 1008.
+    # "Unauthorized" and "queue overflow" no longer share 1008: it means a policy refusal only.
     assert codes.close(codes.CLOSE_UNAUTHORIZED).reconnect == "new-token"  # type: ignore[union-attr]
     assert codes.close(codes.CLOSE_OVERFLOW).reconnect == "resume"  # type: ignore[union-attr]
-    assert codes.close(1008) is None
+    assert codes.close(1008).reconnect == "no"  # type: ignore[union-attr]
+    assert codes.error(codes.FORBIDDEN).close_code == 1008
 
 
 def test_unknown_codes_read_as_internal() -> None:

@@ -180,7 +180,9 @@ def test_sigterm_is_bounded_by_graceful_shutdown_s(spawn: object) -> None:
     )
     server.wait_healthy()
     with socket.create_connection(("127.0.0.1", server.port)) as stuck:
-        stuck.sendall(b"POST /v1/transcripts HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        stuck.sendall(
+            b"POST /v1/transcripts HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{"
+        )
         time.sleep(0.2)  # let the server read the headers (nothing to wait on)
         began = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)

@@ -1,0 +1,187 @@
+"""Who may do what: the rights a credential grants, and the right each
+WebSocket op and HTTP route needs.
+
+This is the one table both transports consult (``server.auth`` looks ops
+and routes up here; neither decides on its own), and the one that
+docs/protocol.md shows (``render_markdown``; a test compares).
+
+A credential is a ``Grant``::
+
+    admin   create, import, delete, list everything; read and write every transcript
+    read    patterns of the transcript ids it may read: subscribe, snapshot,
+            events, chat, export
+    write   patterns of the ids it may write: append, start a segment, set
+            or leave a View (and, later, drafts). Writing does not include reading: a token that
+            does both lists both.
+
+A pattern is a transcript id in which ``*`` stands for any run of characters
+(none included) and ``?`` for exactly one: ``chat-*``, ``team:?:notes``,
+``*``. Nothing else is special (ids are ``[A-Za-z0-9._:-]``).
+
+What an op or a route needs (``Need``): ``public`` (no credentials at all),
+``credentials`` (any valid ones, no particular right), ``read``, ``write`` or
+``admin`` on the transcript it names (``admin`` alone for the routes that name
+none).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Final, Literal
+
+import msgspec
+
+Need = Literal["public", "credentials", "read", "write", "admin"]
+#: The rights a credential can hold for one transcript.
+Right = Literal["read", "write", "admin"]
+
+PUBLIC: Final = "public"
+CREDENTIALS: Final = "credentials"
+READ: Final = "read"
+WRITE: Final = "write"
+ADMIN: Final = "admin"
+
+
+def pattern_regex(patterns: Iterable[str]) -> re.Pattern[str] | None:
+    """One compiled regular expression matching any of ``patterns`` whole
+    (``*``: any run, ``?``: one character), or ``None`` when there are none."""
+    parts = [
+        "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+        for pattern in patterns
+    ]
+    if not parts:
+        return None
+    return re.compile("|".join(f"(?:{p})" for p in sorted(set(parts))), re.DOTALL)
+
+
+class Grant:
+    """What one credential allows, fixed when it was verified.
+
+    ``sub`` names who holds it (``None`` for the static token and for a
+    server without credentials); ``expires_at`` is the ``exp`` claim in
+    seconds since the Unix epoch (``None``: never).
+    """
+
+    __slots__ = ("_read", "_write", "admin", "expires_at", "read", "sub", "write")
+
+    def __init__(
+        self,
+        *,
+        sub: str | None = None,
+        expires_at: float | None = None,
+        admin: bool = False,
+        read: Iterable[str] = (),
+        write: Iterable[str] = (),
+    ) -> None:
+        self.sub = sub
+        self.expires_at = expires_at
+        self.admin = admin
+        self.read: tuple[str, ...] = tuple(read)
+        self.write: tuple[str, ...] = tuple(write)
+        self._read = pattern_regex(self.read)
+        self._write = pattern_regex(self.write)
+
+    def allows(self, right: Right, transcript_id: str | None = None) -> bool:
+        """Whether this credential holds ``right`` on ``transcript_id``
+        (``admin`` needs no id; ``read``/``write`` without one are refused)."""
+        if self.admin:
+            return True
+        if right == ADMIN or transcript_id is None:
+            return False
+        pattern = self._read if right == READ else self._write
+        return pattern is not None and pattern.fullmatch(transcript_id) is not None
+
+    def satisfies(self, need: Need, transcript_id: str | None = None) -> bool:
+        """Whether this (valid) credential is enough for ``need``."""
+        if need in (PUBLIC, CREDENTIALS):
+            return True
+        return self.allows(need, transcript_id)  # type: ignore[arg-type]
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
+    def __repr__(self) -> str:
+        return (
+            f"Grant(sub={self.sub!r}, expires_at={self.expires_at!r}, admin={self.admin}, "
+            f"read={self.read!r}, write={self.write!r})"
+        )
+
+
+#: The grant of a server that asks for no credentials, and of its static token.
+EVERYTHING: Final = Grant(admin=True)
+
+
+class Rule(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of the table: what an op or a route needs, and a word on it."""
+
+    need: Need
+    note: str = ""
+
+
+#: Every WebSocket op (by its ``op`` tag) and what it needs.
+OPS: Final[Mapping[str, Rule]] = {
+    "subscribe": Rule(need=READ),
+    "unsubscribe": Rule(need=CREDENTIALS),
+    "append": Rule(need=WRITE),
+    "startSegment": Rule(need=WRITE),
+    "setView": Rule(need=WRITE),
+    "leaveView": Rule(need=WRITE),
+    "ping": Rule(need=CREDENTIALS),
+    "auth": Rule(
+        need=PUBLIC,
+        note="carries credentials: the first op of a connection made without any (any other "
+        "op then gets `unauthorized` and a 4001 close), or new ones before `exp`",
+    ),
+}
+
+#: Every HTTP route (method and path template) and what it needs; HEAD is GET.
+ROUTES: Final[Mapping[tuple[str, str], Rule]] = {
+    ("POST", "/v1/transcripts"): Rule(need=ADMIN),
+    ("GET", "/v1/transcripts"): Rule(
+        need=CREDENTIALS, note="lists only the transcripts the caller may read"
+    ),
+    ("POST", "/v1/transcripts/import"): Rule(need=ADMIN),
+    ("GET", "/v1/transcripts/{transcript_id}"): Rule(need=READ),
+    ("DELETE", "/v1/transcripts/{transcript_id}"): Rule(need=ADMIN),
+    ("GET", "/v1/transcripts/{transcript_id}/events"): Rule(need=READ),
+    ("GET", "/v1/transcripts/{transcript_id}/messages"): Rule(need=READ),
+    ("POST", "/v1/transcripts/{transcript_id}/messages"): Rule(need=WRITE),
+    ("POST", "/v1/transcripts/{transcript_id}/segments"): Rule(need=WRITE),
+    ("GET", "/v1/transcripts/{transcript_id}/chat"): Rule(need=READ),
+    ("GET", "/v1/transcripts/{transcript_id}/export.lmml"): Rule(need=READ),
+    ("GET", "/v1/transcripts/{transcript_id}/export.lmmlz"): Rule(need=READ),
+    ("GET", "/v1/transcripts/{transcript_id}/views"): Rule(need=READ),
+    ("PUT", "/v1/transcripts/{transcript_id}/views/{name}"): Rule(need=WRITE),
+    ("DELETE", "/v1/transcripts/{transcript_id}/views/{name}"): Rule(need=WRITE),
+    ("GET", "/v1/transcripts/{transcript_id}/usage"): Rule(need=READ),
+    ("GET", "/v1/auth"): Rule(
+        need=CREDENTIALS, note="who the caller is and what it may do (`?transcriptId=`)"
+    ),
+    ("GET", "/v1/openapi.json"): Rule(need=PUBLIC),
+    ("GET", "/v1/schema.json"): Rule(need=PUBLIC),
+    ("GET", "/v1/client.js"): Rule(need=PUBLIC),
+    ("GET", "/healthz"): Rule(need=PUBLIC),
+    ("GET", "/readyz"): Rule(need=PUBLIC),
+    ("GET", "/metrics"): Rule(need=PUBLIC),
+    ("GET", "/"): Rule(need=PUBLIC, note="the page; its script brings the token"),
+    ("GET", "/t/{transcript_id}"): Rule(need=PUBLIC, note="the page; its script brings the token"),
+    ("GET", "/static/{path}"): Rule(need=PUBLIC),
+}
+
+#: What a request no route matches needs (it then gets 404 or 405).
+UNMATCHED: Final = Rule(need=CREDENTIALS)
+
+
+def route_rule(method: str, template: str) -> Rule:
+    """The rule of a route; ``UNMATCHED`` for one not in the table."""
+    return ROUTES.get(("GET" if method == "HEAD" else method, template), UNMATCHED)
+
+
+def render_markdown() -> str:
+    """The table as the Markdown docs/protocol.md holds between its
+    ``rights`` markers (a test compares them)."""
+    lines = ["| WebSocket op or HTTP route | needs | note |", "|---|---|---|"]
+    lines += [f"| `{op}` op | {rule.need} | {rule.note} |" for op, rule in OPS.items()]
+    lines += [f"| `{m} {path}` | {rule.need} | {rule.note} |" for (m, path), rule in ROUTES.items()]
+    return "\n".join(lines) + "\n"
