@@ -19,6 +19,7 @@ copy) comes through the small ``CommitPort``.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -27,6 +28,8 @@ from server.errors import RevisionConflict
 from server.live import LiveTranscript
 from server.metrics import Metrics
 from server.store.base import AppendResult, Receipt, RevisionMismatch, Store, StoreUnavailable
+
+log = logging.getLogger("tsync.appends")
 
 
 class PendingAppend:
@@ -146,14 +149,19 @@ class AppendCommitter:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run(self, live: LiveTranscript) -> None:
+        failure: BaseException = StoreUnavailable("server shutting down")
         try:
             async with live.lock:
                 while self._queued.get(live):
                     await self._commit_queued(live)
+        except Exception as exc:  # a bug: say so, and fail what waits with it
+            log.exception("the committer of transcript %s failed", live.id)
+            failure = exc
         finally:
-            # Left over only when cancelled (shutdown), even before the lock.
+            # Left over when cancelled (shutdown), even before the lock, or
+            # after a bug above.
             for p in self._queued.pop(live, ()):
-                p.fail(StoreUnavailable("server shutting down"))
+                p.fail(failure)
             if self._tasks.get(live) is asyncio.current_task():
                 del self._tasks[live]
 
@@ -191,7 +199,14 @@ class AppendCommitter:
                     i += 1
                     continue
                 run = batch[i : i + count]
-                events = live.transcript.prepare_appends([(p.messages, p.origin) for p in run])
+                try:
+                    events = live.transcript.prepare_appends([(p.messages, p.origin) for p in run])
+                except Exception:
+                    # The entity refused one of them (it checks again, with the
+                    # same configured limits): each goes alone, so that only
+                    # that one fails.
+                    alone = True
+                    continue
                 try:
                     results = await self.store.append_many(
                         [(e, p.key) for p, e in zip(run, events, strict=True)]

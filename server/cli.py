@@ -163,11 +163,10 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"tsync serve: {exc} {hint}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        serve.run(config)
+        return serve.run(config)
     except KeyboardInterrupt:
         # uvicorn shut down gracefully, then raised SIGINT again.
         return EXIT_INTERRUPTED
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -190,6 +190,15 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 0.5
 
+    @property
+    def message_limits(self) -> limits.MessageLimits:
+        """The message limits as one value: what the hub validates with and
+        what every live ``Transcript`` re-checks with (never the defaults)."""
+        return limits.MessageLimits(
+            max_messages_per_batch=self.max_messages_per_batch,
+            max_message_bytes=self.max_message_bytes,
+        )
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ServerConfig:
         """``load_config(env, overrides)``: kept for callers that pass keywords."""

@@ -80,6 +80,8 @@ class Hub:
         #: The open connections' outbound queues, by connection id.
         self.connections: dict[str, OutboundQueue] = {}
         self._loading: dict[str, asyncio.Future[LiveTranscript]] = {}
+        #: Deletes in flight, by id: loads of that id wait for them.
+        self._deleting: dict[str, asyncio.Future[None]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self.committer = AppendCommitter(store, self.metrics, self)
         #: Wakes the writers of queues with new increments (``write_delay_ms``).
@@ -151,6 +153,7 @@ class Hub:
     def _hold(self, stored: StoredTranscript) -> LiveTranscript:
         live = LiveTranscript(
             stored,
+            limits=self.config.message_limits,
             event_window=self.config.event_window,
             idempotency_retention=self.store.idempotency_retention,
         )
@@ -201,12 +204,27 @@ class Hub:
 
     async def delete(self, transcript_id: str) -> None:
         """Delete a transcript and its history; its subscribers get
-        ``not-found``. Raises ``TranscriptNotFound``."""
-        if not await self.store.delete(transcript_id):
-            raise TranscriptNotFound(transcript_id)
-        live = self.live.get(transcript_id)
-        if live is not None:
-            await self._drop_deleted(live)
+        ``not-found``. Raises ``TranscriptNotFound``.
+
+        A load of the id already in flight lands first (it read the store
+        before the delete), then the store deletes, then the copy in memory
+        goes; loads that arrive meanwhile wait until all of that is done."""
+        while (other := self._deleting.get(transcript_id)) is not None:
+            await asyncio.wait([other])
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._deleting[transcript_id] = done
+        try:
+            loading = self._loading.get(transcript_id)
+            if loading is not None:
+                await asyncio.wait([loading])
+            if not await self.store.delete(transcript_id):
+                raise TranscriptNotFound(transcript_id)
+            live = self.live.get(transcript_id)
+            if live is not None:
+                await self._drop_deleted(live)
+        finally:
+            del self._deleting[transcript_id]
+            done.set_result(None)
 
     # --- writes ---------------------------------------------------------------------
 
@@ -222,7 +240,7 @@ class Hub:
         tid = validate_id(transcript_id) if transcript_id is not None else uuid.uuid4().hex
         parsed = self._parse(messages)
         epoch = uuid.uuid4().hex
-        draft = Transcript(id=tid, epoch=epoch)
+        draft = Transcript(id=tid, epoch=epoch, limits=self.config.message_limits)
         first = draft.prepare_append(parsed, origin=origin) if parsed else None
         await self.store.create(tid, epoch, now_ms(), first)
         if first is not None:
@@ -232,10 +250,12 @@ class Hub:
     def _parse(self, messages: object) -> tuple[Message, ...]:
         if isinstance(messages, tuple) and all(isinstance(m, Message) for m in messages):
             return messages
+        limits = self.config.message_limits
         return parse_messages(
             messages,
-            max_messages=self.config.max_messages_per_batch,
-            max_message_bytes=self.config.max_message_bytes,
+            max_messages=limits.max_messages_per_batch,
+            max_message_bytes=limits.max_message_bytes,
+            max_depth=limits.max_depth,
         )
 
     async def append(

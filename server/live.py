@@ -24,6 +24,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from protocol.limits import DEFAULT_LIMITS, MessageLimits
 from protocol.types import TranscriptEvent
 from server.changes import ChangeBuffer
 from server.frames import EncodedEvent, EncodedSnapshot
@@ -36,11 +37,20 @@ class LiveTranscript:
     """One transcript in memory with its buffer, pump, subscribers and window."""
 
     def __init__(
-        self, stored: StoredTranscript, *, event_window: int, idempotency_retention: int
+        self,
+        stored: StoredTranscript,
+        *,
+        limits: MessageLimits = DEFAULT_LIMITS,
+        event_window: int,
+        idempotency_retention: int,
     ) -> None:
         self.buffer = ChangeBuffer()
         self.transcript = Transcript.restore(
-            stored.events, id=stored.transcript_id, epoch=stored.epoch, changes=self.buffer
+            stored.events,
+            id=stored.transcript_id,
+            epoch=stored.epoch,
+            changes=self.buffer,
+            limits=limits,
         )
         self.id = stored.transcript_id
         self.created_at = stored.created_at

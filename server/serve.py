@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import uvicorn
+from uvicorn.config import STARTUP_FAILURE
 
 from server.application import TsyncApp, create_app
 from server.config import ServerConfig
@@ -76,8 +77,20 @@ def server_for(config: ServerConfig, app: Any | None = None, **kwargs: Any) -> T
     return TsyncServer(uvicorn_config(config, app, **kwargs), grace_s=config.graceful_shutdown_s)
 
 
-def run(config: ServerConfig) -> None:
-    """Serve until SIGTERM or Ctrl-C. uvicorn raises the signal again once it
-    has shut down (so that a supervisor sees how the process ended): the
-    caller turns Ctrl-C's ``KeyboardInterrupt`` into a quiet exit."""
-    server_for(config).run()
+#: The exit status of a server that could not start (its store could not be
+#: opened; the log says why in one line), as for any other bad setting.
+EXIT_STARTUP_FAILED = 2
+
+
+def run(config: ServerConfig) -> int:
+    """Serve until SIGTERM or Ctrl-C; the exit status. uvicorn raises the
+    signal again once it has shut down (so that a supervisor sees how the
+    process ended): the caller turns Ctrl-C's ``KeyboardInterrupt`` into a
+    quiet exit."""
+    try:
+        server_for(config).run()
+    except SystemExit as exc:
+        if exc.code == STARTUP_FAILURE:
+            return EXIT_STARTUP_FAILED
+        raise
+    return 0
