@@ -80,6 +80,7 @@ CONFLICT: Final = "conflict"
 REVISION_CONFLICT: Final = "revision-conflict"
 GONE: Final = "gone"
 TOO_LARGE: Final = "too-large"
+TOO_COSTLY: Final = "too-costly"
 UNSUPPORTED_MEDIA_TYPE: Final = "unsupported-media-type"
 LAGGED: Final = "lagged"
 UNAUTHORIZED: Final = "unauthorized"
@@ -184,6 +185,13 @@ _ERRORS: Final = (
         "`max_http_body_bytes`",
     ),
     ErrorCode(
+        code=TOO_COSTLY,
+        http_status=422,
+        retry="no",
+        meaning="an import or export would take the server longer than `worker_budget_s`; it "
+        "was stopped and nothing was created",
+    ),
+    ErrorCode(
         code=UNSUPPORTED_MEDIA_TYPE,
         http_status=415,
         retry="no",
@@ -226,8 +234,9 @@ _ERRORS: Final = (
         code=UNAVAILABLE,
         http_status=503,
         retry="later",
-        meaning="the store could not be reached; nothing was applied; retry with the same "
-        "idempotency key",
+        meaning="the store could not be reached, or the server is at a limit (its import and "
+        "export workers are all busy, or it holds as many transcripts as it may); nothing was "
+        "applied; retry later (HTTP says when in `Retry-After`) with the same idempotency key",
     ),
     ErrorCode(
         code=INTERNAL,

@@ -164,6 +164,30 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 1.0
 
+    # --- CPU-heavy work (server.workers) ---
+    worker_processes: Annotated[
+        PosInt,
+        _d(
+            "worker processes that read LMML imports (zip inflation included) and write "
+            "exports, so that a large one never stalls the event loop; started on first use"
+        ),
+    ] = 2
+    worker_queue: Annotated[
+        NonNegInt,
+        _d(
+            "imports and exports that may wait for a worker; more are refused at once with "
+            "503 `unavailable` and `Retry-After`"
+        ),
+    ] = 8
+    worker_budget_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d(
+            "the longest one import or export may run; past it the worker is stopped and the "
+            "request refused with 422 `too-costly` (the largest accepted body takes a few "
+            "seconds)"
+        ),
+    ] = 20.0
+
     # --- connections and the process ---
     ping_interval_s: Annotated[
         NonNegFloat, _d("WebSocket ping period in seconds (0 disables pings)")

@@ -36,11 +36,15 @@ def problem_response(exc: BaseException) -> Response:
     if failure is None:
         log.error("unhandled error", exc_info=exc)
         failure = INTERNAL_FAILURE
-    return Response(
+    response = Response(
         _json.encode(failure.problem()),
         failure.spec.http_status,
         media_type="application/problem+json",
     )
+    retry_after = failure.fields.get("retryAfter")
+    if retry_after is not None:
+        response.headers["retry-after"] = str(retry_after)
+    return response
 
 
 def json_response(obj: Any, status: int = 200) -> Response:
@@ -106,6 +110,8 @@ async def read_json(request: Request, body_type: type[Body], *, allow_empty: boo
         raise Refused(codes.INVALID_BODY, f"the body does not fit: {exc}") from None
     except msgspec.DecodeError as exc:
         raise Refused(codes.INVALID_JSON, f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise Refused(codes.INVALID_JSON, "the body nests objects or lists too deeply") from None
 
 
 def _transcript_id(request: Request) -> str:

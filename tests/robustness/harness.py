@@ -138,6 +138,8 @@ class Probe:
     ws_url: str
     interval_s: float = 0.01
     rtts: list[float] = field(default_factory=list)
+    #: When each ping of ``rtts`` was sent (``time.perf_counter()``).
+    sent: list[float] = field(default_factory=list)
     idle_worst: float = 0.0
     failures: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -183,7 +185,9 @@ class Probe:
             while not self._stop.is_set():
                 ref += 1
                 try:
+                    began = time.perf_counter()
                     self.rtts.append(self._ping(ws, ref, 30.0))
+                    self.sent.append(began)
                 except Exception as exc:  # the probe's connection died: a finding
                     self.failures.append(f"{type(exc).__name__}: {exc}")
                     return
@@ -211,8 +215,12 @@ class Probe:
         return max(self.rtts, default=0.0)
 
     def summary(self) -> str:
+        when = ""
+        if self.rtts:
+            i = self.rtts.index(self.worst)
+            when = f" {self.sent[i] - self.sent[0]:.2f} s after the first"
         return (
-            f"{len(self.rtts)} pings, worst {self.worst * 1000:.1f} ms "
+            f"{len(self.rtts)} pings, worst {self.worst * 1000:.1f} ms{when} "
             f"(idle worst {self.idle_worst * 1000:.1f} ms)"
         )
 
