@@ -79,6 +79,7 @@ METHOD_NOT_ALLOWED: Final = "method-not-allowed"
 CONFLICT: Final = "conflict"
 REVISION_CONFLICT: Final = "revision-conflict"
 GONE: Final = "gone"
+REQUEST_TIMEOUT: Final = "request-timeout"
 TOO_LARGE: Final = "too-large"
 TOO_COSTLY: Final = "too-costly"
 UNSUPPORTED_MEDIA_TYPE: Final = "unsupported-media-type"
@@ -176,6 +177,13 @@ _ERRORS: Final = (
         http_status=410,
         retry="no",
         meaning="the events asked for are no longer held; load a snapshot instead",
+    ),
+    ErrorCode(
+        code=REQUEST_TIMEOUT,
+        http_status=408,
+        retry="later",
+        meaning="an HTTP request's headers or body did not arrive within "
+        "`http_header_timeout_s` / `http_body_timeout_s`; the connection is closed",
     ),
     ErrorCode(
         code=TOO_LARGE,

@@ -119,6 +119,49 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         _d("ops a connection may send at once before the rate applies"),
     ] = 1000.0
 
+    # --- HTTP connections (tsync serve; server.http_guard) ---
+    http_header_timeout_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d(
+            "seconds a client has to send a request's headers, from the moment it connects "
+            "(or sends the first byte after a keep-alive pause); then 408 and closed "
+            "(slowloris)"
+        ),
+    ] = 10.0
+    http_body_timeout_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d(
+            "seconds a request's body may take once its headers are in, extended by a second "
+            "for every `http_body_min_rate` bytes received; then 408 and closed"
+        ),
+    ] = 20.0
+    http_body_min_rate: Annotated[
+        NonNegFloat,
+        _d(
+            "bytes per second a slow upload must keep up to earn more time "
+            "(0: the body deadline is fixed)"
+        ),
+    ] = 1024.0
+    http_keep_alive_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d("seconds an idle keep-alive HTTP connection stays open after a response"),
+    ] = 5.0
+    http_send_timeout_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d(
+            "seconds a response may wait for a client that stopped reading it before the "
+            "connection is cut (its memory is freed)"
+        ),
+    ] = 30.0
+    max_http_connections: Annotated[
+        PosInt,
+        _d(
+            "open HTTP connections (WebSockets are counted by `max_connections`); past it a "
+            "new connection gets only `/healthz`, `/readyz` and `/metrics`, anything else "
+            "503 with `Retry-After`"
+        ),
+    ] = 1000
+
     # --- outbound queue per connection (lagged when over either) ---
     queue_max_frames: Annotated[
         PosInt, _d("outbound frames queued per connection before it is `lagged`")

@@ -20,6 +20,7 @@ from uvicorn.config import STARTUP_FAILURE
 
 from server.application import TsyncApp, create_app
 from server.config import ServerConfig
+from server.http_guard import guarded_protocol
 
 log = logging.getLogger("tsync.serve")
 
@@ -59,6 +60,8 @@ def uvicorn_config(config: ServerConfig, app: Any | None = None, **kwargs: Any) 
         app if app is not None else create_app(config),
         host=config.host,
         port=config.port,
+        http=guarded_protocol(config),
+        timeout_keep_alive=config.http_keep_alive_s,  # type: ignore[arg-type]
         ws="websockets-sansio",
         ws_max_size=config.ws_hard_max_bytes,
         ws_ping_interval=config.ping_interval_s or None,
@@ -82,13 +85,50 @@ def server_for(config: ServerConfig, app: Any | None = None, **kwargs: Any) -> T
 EXIT_STARTUP_FAILED = 2
 
 
+#: File descriptors kept for everything but client sockets (the store's
+#: files and connections, the workers' pipes, the log).
+FD_RESERVE = 128
+
+
+def raise_fd_limit(config: ServerConfig) -> int:
+    """Raise this process's open-file limit to its hard limit (a socket is
+    a file descriptor; the usual soft limit of 1024 is far below what the
+    connection settings allow) and warn when even that cannot hold
+    ``max_connections + max_http_connections`` plus ``FD_RESERVE``: past it,
+    ``accept()`` fails and the server is unreachable. Returns the limit."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return 0
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    needed = config.max_connections + config.max_http_connections + FD_RESERVE
+    if soft < needed:
+        log.warning(
+            "the open-file limit (%d) is below max_connections + max_http_connections + %d "
+            "(%d): lower those settings or raise the limit (see docs/deploy.md)",
+            soft,
+            FD_RESERVE,
+            needed,
+        )
+    return soft
+
+
 def run(config: ServerConfig) -> int:
     """Serve until SIGTERM or Ctrl-C; the exit status. uvicorn raises the
     signal again once it has shut down (so that a supervisor sees how the
     process ended): the caller turns Ctrl-C's ``KeyboardInterrupt`` into a
     quiet exit."""
+    server = server_for(config)  # configures logging
+    raise_fd_limit(config)
     try:
-        server_for(config).run()
+        server.run()
     except SystemExit as exc:
         if exc.code == STARTUP_FAILURE:
             return EXIT_STARTUP_FAILED
