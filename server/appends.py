@@ -259,6 +259,13 @@ class AppendCommitter:
             transcript = live.transcript
             expected = p.expected_revision
             if expected is not None and expected != transcript.revision:
+                if p.key is not None:
+                    # A retry of an append that landed long ago (its key is no
+                    # longer in memory) expects the revision it had then.
+                    recorded = await self.store.recorded(live.id, p.key)
+                    if recorded is not None:
+                        self.metrics.duplicates.inc()
+                        return AppendResult(recorded, duplicate=True)
                 if expected > transcript.revision and not caught_up:
                     # This copy may trail a change made through another replica.
                     caught_up = True

@@ -210,7 +210,11 @@ def create_app(
     the_store = (
         store
         if store is not None
-        else open_store(config.store, idempotency_retention=config.idempotency_retention)
+        else open_store(
+            config.store,
+            idempotency_retention=config.idempotency_retention,
+            idempotency_ttl_s=config.idempotency_ttl_s,
+        )
     )
     if configure_logging:
         logs.configure(config.log_level, config.log_format)

@@ -24,7 +24,7 @@ import msgspec
 from msgspec import Meta
 
 from protocol import limits
-from server.store.base import DEFAULT_IDEMPOTENCY_RETENTION
+from server.store.base import DEFAULT_IDEMPOTENCY_RETENTION, DEFAULT_IDEMPOTENCY_TTL_S
 
 __all__ = ["ENV_PREFIX", "ConfigError", "ServerConfig", "env_name", "load_config"]
 
@@ -192,11 +192,19 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         Annotated[float, Meta(gt=0)],
         _d("seconds an unsubscribed, unused transcript stays in memory"),
     ] = 60.0
+    idempotency_ttl_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d(
+            "seconds every store remembers an idempotency key: a retry within this window "
+            "gets the first ack, across restarts and crashes (the store is the authority; "
+            "the hub keeps only the newest 1000 keys per transcript in memory)"
+        ),
+    ] = DEFAULT_IDEMPOTENCY_TTL_S
     idempotency_retention: Annotated[
         NonNegInt,
         _d(
-            "idempotency keys remembered per transcript, the one value for the hub's memory "
-            "and the store (SQLite also forgets a key after 24 h)"
+            "most idempotency keys a store keeps per transcript (the newest), a bound on the "
+            "space one transcript's keys take within `idempotency_ttl_s`"
         ),
     ] = DEFAULT_IDEMPOTENCY_RETENTION
     backplane_resync_s: Annotated[

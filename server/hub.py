@@ -52,6 +52,7 @@ from server.live import (
 from server.metrics import Metrics
 from server.outbound import OutboundQueue, Send, WriteDelay
 from server.store.base import (
+    LOADED_KEYS,
     AppendResult,
     Store,
     StoredTranscript,
@@ -155,7 +156,7 @@ class Hub:
             stored,
             limits=self.config.message_limits,
             event_window=self.config.event_window,
-            idempotency_retention=self.store.idempotency_retention,
+            remembered_keys=min(LOADED_KEYS, self.store.idempotency_retention),
         )
         self.live[live.id] = live
         self.metrics.live_transcripts.set(len(self.live))

@@ -29,7 +29,7 @@ from protocol.types import TranscriptEvent
 from server.changes import ChangeBuffer
 from server.frames import EncodedEvent, EncodedSnapshot
 from server.outbound import OutboundQueue
-from server.store.base import Receipt, StoredTranscript
+from server.store.base import LOADED_KEYS, Receipt, StoredTranscript
 from server.transcript import Transcript
 
 
@@ -42,7 +42,7 @@ class LiveTranscript:
         *,
         limits: MessageLimits = DEFAULT_LIMITS,
         event_window: int,
-        idempotency_retention: int,
+        remembered_keys: int = LOADED_KEYS,
     ) -> None:
         self.buffer = ChangeBuffer()
         self.transcript = Transcript.restore(
@@ -57,7 +57,7 @@ class LiveTranscript:
         self.subscribers: dict[OutboundQueue, None] = {}
         self.window: deque[EncodedEvent] = deque(maxlen=event_window)
         self._receipts: OrderedDict[str, Receipt] = OrderedDict(stored.idempotency)
-        self._retention = idempotency_retention
+        self._remembered = remembered_keys
         #: Held by whoever changes the transcript, across the store's await.
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
@@ -118,20 +118,26 @@ class LiveTranscript:
 
     # --- idempotency ------------------------------------------------------------------
 
+    # The newest ``remembered_keys`` receipts (never more than the store
+    # keeps: memory must not answer a retry the store would not), so that a retry of a recent append
+    # needs no store lookup. The store keeps more, for longer, and is the
+    # authority: an append with a key not found here is still recognised by
+    # the store (``Store.append`` answers its first ack).
+
     def receipt(self, key: str | None) -> Receipt | None:
-        """The receipt recorded for an idempotency key, if remembered."""
+        """The receipt recorded for an idempotency key, if remembered here."""
         return None if key is None else self._receipts.get(key)
 
     def knows(self, key: str) -> bool:
         return key in self._receipts
 
     def remember(self, key: str | None, receipt: Receipt) -> None:
-        """Remember ``key``'s receipt (the newest ``idempotency_retention``)."""
+        """Remember ``key``'s receipt (the newest ``remembered_keys``)."""
         if key is None:
             return
         self._receipts[key] = receipt
         self._receipts.move_to_end(key)
-        while len(self._receipts) > self._retention:
+        while len(self._receipts) > self._remembered:
             self._receipts.popitem(last=False)
 
     # --- lifecycle --------------------------------------------------------------------

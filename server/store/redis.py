@@ -9,7 +9,9 @@ one Redis Cluster slot and one Lua script can change them atomically::
     <prefix>{<id>}:stream   stream: the same events with ids ``0-<revision>``,
                             trimmed to about ``stream_maxlen``; catch-up reads it
     <prefix>{<id>}:keys     hash: caller's idempotency key -> ack ("rev:start:count")
-    <prefix>{<id>}:korder   zset: those keys by revision (oldest pruned first)
+    <prefix>{<id>}:korder   zset: those keys by the time they were recorded (ms;
+                            pruned after ``idempotency_ttl_s`` and past
+                            ``idempotency_retention``, oldest first)
     <prefix>{<id>}:ikeys    hash/zset pair for the keys this store generates
     <prefix>{<id>}:iorder   itself when the caller gave none (see ``append``)
     <prefix>ids             zset of ids (score 0) for ``list``; kept outside the
@@ -56,6 +58,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from protocol.types import MessagesAppended, TranscriptEvent
 from server.store.base import (
     DEFAULT_IDEMPOTENCY_RETENTION,
+    DEFAULT_IDEMPOTENCY_TTL_S,
+    LOADED_KEYS,
     AppendResult,
     Head,
     Notice,
@@ -90,7 +94,7 @@ local function accept(rev, a)
   local event, key, internal, ack = a[1], a[2], a[3], a[4]
   local updated, length, active = a[5], a[6], a[7]
   local retention, maxlen, channel = tonumber(a[8]), tonumber(a[9]), a[10]
-  local tid, epoch = a[11], a[12]
+  local tid, epoch, ttl_ms = a[11], a[12], tonumber(a[13])
   redis.call('RPUSH', KEYS[2], event)
   if maxlen > 0 then
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '0-' .. rev, 'e', event)
@@ -102,11 +106,18 @@ local function accept(rev, a)
     local h, z = KEYS[4], KEYS[5]
     if internal == '1' then h, z = KEYS[6], KEYS[7] end
     redis.call('HSET', h, key, ack)
-    redis.call('ZADD', z, rev, key)
+    redis.call('ZADD', z, updated, key)
     local extra = redis.call('ZCARD', z) - retention
     if extra > 0 then
       local old = redis.call('ZPOPMIN', z, extra)
       for i = 1, #old, 2 do redis.call('HDEL', h, old[i]) end
+    end
+    -- Keys older than the ttl, a bounded number per change.
+    local expired = redis.call('ZRANGEBYSCORE', z, '-inf', '(' .. (tonumber(updated) - ttl_ms),
+                               'LIMIT', 0, 100)
+    for i = 1, #expired do
+      redis.call('HDEL', h, expired[i])
+      redis.call('ZREM', z, expired[i])
     end
   end
   redis.call('PUBLISH', channel, cjson.encode({tid, epoch, rev}))
@@ -177,8 +188,8 @@ def _receipt_text(receipt: Receipt) -> str:
     return f"{receipt.revision}:{receipt.start}:{receipt.count}"
 
 
-def _receipt_from(raw: bytes) -> Receipt:
-    revision, start, count = raw.split(b":")
+def _receipt_from(raw: bytes | str) -> Receipt:
+    revision, start, count = (raw.encode() if isinstance(raw, str) else raw).split(b":")
     return Receipt(int(revision), int(start), int(count))
 
 
@@ -198,6 +209,7 @@ class RedisStore:
         options: RedisOptions | None = None,
         *,
         idempotency_retention: int = DEFAULT_IDEMPOTENCY_RETENTION,
+        idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss"):
@@ -215,6 +227,7 @@ class RedisStore:
         ):
             raise ValueError(f"store URL {url!r}: ssl_* options need rediss://")
         self.idempotency_retention = idempotency_retention
+        self.idempotency_ttl_s = idempotency_ttl_s
         self.url = urlunsplit(parts._replace(query=""))
         self.prefix = options.prefix
         self.where = f"redis at {parts.hostname or 'localhost'}:{parts.port or 6379}"
@@ -316,6 +329,7 @@ class RedisStore:
             self.channel,
             event.transcript_id if event is not None else "",
             event.epoch if event is not None else "",
+            int(self.idempotency_ttl_s * 1000),
         ]
 
     # --- writes ---------------------------------------------------------------------
@@ -449,16 +463,29 @@ class RedisStore:
             async with client.pipeline(transaction=True) as pipe:
                 pipe.hmget(meta, "epoch", "created")
                 pipe.lrange(log_key, 0, -1)
-                pipe.hgetall(keys)
-                pipe.zrange(korder, 0, -1)
-                (epoch, created), blobs, acks, order = await pipe.execute()
+                pipe.zrange(korder, -LOADED_KEYS, -1)
+                (epoch, created), blobs, order = await pipe.execute()
+            # Only the newest keys (the hub's memory); a key pruned meanwhile is left out.
+            acks = await client.hmget(keys, order) if order else []
         except RedisError as err:
             raise self._unavailable(err) from err
         if epoch is None:
             return None
         events = tuple(self._decoder.decode(blob) for blob in blobs)
-        idempotency = {k.decode(): _receipt_from(acks[k]) for k in order if k in acks}
+        idempotency = {
+            k.decode(): _receipt_from(ack) for k, ack in zip(order, acks, strict=True) if ack
+        }
         return StoredTranscript(transcript_id, epoch.decode(), int(created), events, idempotency)
+
+    async def recorded(self, transcript_id: str, key: str) -> Receipt | None:
+        """The key's ack if it is held (an expired one is pruned at the
+        transcript's next change: until then it still answers)."""
+        keys = self._keys(transcript_id)[3]
+        try:
+            ack = await self._client().hget(keys, key)
+        except RedisError as err:
+            raise self._unavailable(err) from err
+        return None if ack is None else _receipt_from(ack)
 
     async def events_after(
         self, transcript_id: str, revision: int, *, limit: int | None = None

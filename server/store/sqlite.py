@@ -52,6 +52,8 @@ import msgspec
 from protocol.types import MessagesAppended, TranscriptEvent
 from server.store.base import (
     DEFAULT_IDEMPOTENCY_RETENTION,
+    DEFAULT_IDEMPOTENCY_TTL_S,
+    LOADED_KEYS,
     AppendResult,
     Receipt,
     RevisionMismatch,
@@ -140,13 +142,14 @@ class _Writer:
         folder: Path,
         options: SQLiteOptions,
         retention: int,
+        ttl_s: float,
         clock: Callable[[], float],
     ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / DATABASE_FILE
         self.conn = _connect(self.path, options.busy_timeout_s)
         self.retention = retention
-        self.ttl_ms = int(options.idempotency_ttl_s * 1000)
+        self.ttl_ms = int(ttl_s * 1000)
         self.sweep_interval_ms = int(options.key_sweep_interval_s * 1000)
         self.clock = clock
         self.encoder = msgspec.msgpack.Encoder()
@@ -278,12 +281,7 @@ class _Writer:
         return AppendResult(self._accept(event, length, key, now))
 
     def _recorded(self, transcript_id: str, key: str, now: int) -> Receipt | None:
-        row = self.conn.execute(
-            "SELECT revision, start, count FROM idempotency"
-            " WHERE transcript_id = ? AND key = ? AND created_at >= ?",
-            (transcript_id, key, now - self.ttl_ms),
-        ).fetchone()
-        return None if row is None else Receipt(*row)
+        return _recorded(self.conn, transcript_id, key, now - self.ttl_ms)
 
     def _accept(self, event: TranscriptEvent, length: int, key: str | None, now: int) -> Receipt:
         """Write an event already checked to be the next one, and its key."""
@@ -323,6 +321,17 @@ class _Writer:
         self.conn.execute("DELETE FROM idempotency WHERE created_at < ?", (now - self.ttl_ms,))
 
 
+def _recorded(
+    conn: sqlite3.Connection, transcript_id: str, key: str, since_ms: int
+) -> Receipt | None:
+    row = conn.execute(
+        "SELECT revision, start, count FROM idempotency"
+        " WHERE transcript_id = ? AND key = ? AND created_at >= ?",
+        (transcript_id, key, since_ms),
+    ).fetchone()
+    return None if row is None else Receipt(*row)
+
+
 class _Reader:
     """The read-only connection and every query. Made, used and closed on the
     store's worker thread only."""
@@ -355,17 +364,21 @@ class _Reader:
                     (transcript_id,),
                 )
             )
+            newest = self.conn.execute(
+                "SELECT key, revision, start, count FROM idempotency"
+                " WHERE transcript_id = ? AND created_at >= ? ORDER BY revision DESC LIMIT ?",
+                (transcript_id, int(self.clock() * 1000) - self.ttl_ms, LOADED_KEYS),
+            ).fetchall()
             keys = {
                 key: Receipt(revision, start, count)
-                for key, revision, start, count in self.conn.execute(
-                    "SELECT key, revision, start, count FROM idempotency"
-                    " WHERE transcript_id = ? AND created_at >= ? ORDER BY revision",
-                    (transcript_id, int(self.clock() * 1000) - self.ttl_ms),
-                )
+                for key, revision, start, count in reversed(newest)
             }
             return StoredTranscript(transcript_id, row[0], row[1], events, keys)
         finally:
             self.conn.execute("COMMIT")
+
+    def recorded(self, transcript_id: str, key: str) -> Receipt | None:
+        return _recorded(self.conn, transcript_id, key, int(self.clock() * 1000) - self.ttl_ms)
 
     def events_after(
         self, transcript_id: str, revision: int, limit: int | None
@@ -418,7 +431,7 @@ class SQLiteStore:
 
     ``options`` (``SQLiteOptions``, the URL's query) set durability, group
     commit and timeouts. ``idempotency_retention`` keys are kept per
-    transcript (the newest), each for at most ``options.idempotency_ttl_s``.
+    transcript (the newest), each for ``idempotency_ttl_s``.
     ``clock`` gives the time in seconds used to age idempotency keys.
     Nothing is touched before ``open()``.
     """
@@ -431,13 +444,17 @@ class SQLiteStore:
         options: SQLiteOptions | None = None,
         *,
         idempotency_retention: int = DEFAULT_IDEMPOTENCY_RETENTION,
+        idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if idempotency_retention < 0:
             raise ValueError("idempotency_retention must be >= 0")
+        if idempotency_ttl_s <= 0:
+            raise ValueError("idempotency_ttl_s must be > 0")
         self.path = Path(path)
         self.options = validated(options or SQLiteOptions())
         self.idempotency_retention = idempotency_retention
+        self.idempotency_ttl_s = idempotency_ttl_s
         self._clock = clock
         self._executor: ThreadPoolExecutor | None = None
         self._writer: _Writer | None = None
@@ -460,7 +477,13 @@ class SQLiteStore:
         if self._writer is not None:
             raise RuntimeError("store is already open")
         try:
-            writer = _Writer(self.path, self.options, self.idempotency_retention, self._clock)
+            writer = _Writer(
+                self.path,
+                self.options,
+                self.idempotency_retention,
+                self.idempotency_ttl_s,
+                self._clock,
+            )
         except sqlite3.Error as err:
             raise _unavailable(self.path, err) from err
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-reader")
@@ -607,6 +630,9 @@ class SQLiteStore:
         writes = [_append_write(writer, event, key) for event, key in items]
         outcomes: list[AppendResult | Exception] = await self._submit(writes)
         return outcomes
+
+    async def recorded(self, transcript_id: str, key: str) -> Receipt | None:
+        return await self._read(lambda reader: reader.recorded(transcript_id, key))
 
     async def events_after(
         self, transcript_id: str, revision: int, *, limit: int | None = None

@@ -289,6 +289,19 @@ class StoreContract:
         finally:
             await store.close()
 
+    async def test_recorded_answers_a_kept_key(self, store_backend: StoreBackend) -> None:
+        store = store_backend.make()
+        await store.open()
+        try:
+            await store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k1")
+            await store.append(appended(2, 1), idempotency_key="k2")
+            assert await store.recorded("t1", "k1") == Receipt(1, 0, 1)
+            assert await store.recorded("t1", "k2") == Receipt(2, 1, 1)
+            assert await store.recorded("t1", "nope") is None
+            assert await store.recorded("nobody", "k1") is None
+        finally:
+            await store.close()
+
     async def test_retention_zero_keeps_no_keys(self, store_backend: StoreBackend) -> None:
         store = store_backend.make(idempotency_retention=0)
         await store.open()
