@@ -192,6 +192,22 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         Annotated[float, Meta(gt=0)],
         _d("seconds an unsubscribed, unused transcript stays in memory"),
     ] = 60.0
+    max_live_transcripts: Annotated[
+        PosInt,
+        _d(
+            "transcripts held in memory at once; to load another, the least recently used "
+            "one nobody subscribes to or writes is let go, and when none can be, the request "
+            "gets 503 `unavailable` with `Retry-After`"
+        ),
+    ] = 10_000
+    max_live_bytes: Annotated[
+        PosInt,
+        _d(
+            "the stored size of the transcripts held in memory (their objects take about "
+            "three times as much); enforced like `max_live_transcripts`, except that one "
+            "transcript larger than this is still served when it is the only one held"
+        ),
+    ] = 1 << 30
     idempotency_ttl_s: Annotated[
         Annotated[float, Meta(gt=0)],
         _d(

@@ -38,7 +38,7 @@ from protocol.types import Message, Origin, TranscriptEvent, TranscriptSnapshot
 from protocol.validation import parse_messages, validate_id
 from server.appends import AppendCommitter, PendingAppend
 from server.config import ServerConfig
-from server.errors import TooManySubscriptions
+from server.errors import Refused, TooManySubscriptions
 from server.frames import EncodedEvent
 from server.live import (
     CatchUpFirst,
@@ -60,7 +60,12 @@ from server.store.base import (
     TranscriptNotFound,
 )
 from server.transcript import Transcript
-from server.tuning import IDLE_SWEEPS_PER_TTL, MIN_IDLE_SWEEP_S
+from server.tuning import (
+    IDLE_SWEEPS_PER_TTL,
+    LIVE_FULL_RETRY_AFTER_S,
+    MAX_CONCURRENT_LOADS,
+    MIN_IDLE_SWEEP_S,
+)
 
 log = logging.getLogger("tsync.hub")
 
@@ -83,6 +88,7 @@ class Hub:
         self._loading: dict[str, asyncio.Future[LiveTranscript]] = {}
         #: Deletes in flight, by id: loads of that id wait for them.
         self._deleting: dict[str, asyncio.Future[None]] = {}
+        self._loads = asyncio.Semaphore(MAX_CONCURRENT_LOADS)
         self._sweeper: asyncio.Task[None] | None = None
         self.committer = AppendCommitter(store, self.metrics, self)
         #: Wakes the writers of queues with new increments (``write_delay_ms``).
@@ -116,8 +122,7 @@ class Hub:
             cutoff = time.monotonic() - ttl
             for tid, live in list(self.live.items()):
                 if live.idle_since(cutoff) and not self.committer.busy(live):
-                    live.deliver_pending()
-                    del self.live[tid]
+                    self._evict(live)
                     await live.close()
                     log.debug("evicted idle transcript %s", tid)
             self.metrics.live_transcripts.set(len(self.live))
@@ -131,6 +136,8 @@ class Hub:
         live = self.live.get(transcript_id)
         if live is not None:
             live.touch()
+            # ``live`` is in least recently used order.
+            self.live[transcript_id] = self.live.pop(transcript_id)
             return live
         pending = self._loading.get(transcript_id)
         if pending is not None:
@@ -138,9 +145,11 @@ class Hub:
         future: asyncio.Future[LiveTranscript] = asyncio.get_running_loop().create_future()
         self._loading[transcript_id] = future
         try:
-            stored = await self.store.load(transcript_id)
+            async with self._loads:
+                stored = await self.store.load(transcript_id)
             if stored is None:
                 raise TranscriptNotFound(transcript_id)
+            self._make_room(stored.size)
             live = self._hold(stored)
             future.set_result(live)
             return live
@@ -161,6 +170,46 @@ class Hub:
         self.live[live.id] = live
         self.metrics.live_transcripts.set(len(self.live))
         return live
+
+    def _make_room(self, size: int) -> None:
+        """Let the least recently used transcripts nobody subscribes to or
+        writes go until one more of ``size`` bytes fits the caps; raise
+        ``unavailable`` when they cannot be made to fit (all in use). A
+        transcript is always let in when nothing else is held."""
+        config = self.config
+        held = self.live_bytes()
+
+        def fits() -> bool:
+            return not self.live or (
+                len(self.live) < config.max_live_transcripts
+                and held + size <= config.max_live_bytes
+            )
+
+        if fits():
+            return
+        for live in list(self.live.values()):
+            if live.evictable() and not self.committer.busy(live):
+                self._evict(live)
+                held -= live.size
+                if fits():
+                    return
+        raise Refused(
+            codes.UNAVAILABLE,
+            f"the server holds as many transcripts as it may ({len(self.live)}, "
+            f"{held} bytes) and all of them are in use; retry shortly",
+            retryAfter=LIVE_FULL_RETRY_AFTER_S,
+        )
+
+    def _evict(self, live: LiveTranscript) -> None:
+        """Let an unused transcript go (it is loaded again when asked for)."""
+        live.deliver_pending()
+        del self.live[live.id]
+        live.pump.cancel()
+        self.metrics.live_transcripts.set(len(self.live))
+
+    def live_bytes(self) -> int:
+        """About the bytes the transcripts in memory hold (``max_live_bytes``)."""
+        return sum(live.size for live in self.live.values())
 
     def is_loaded(self, transcript_id: str) -> bool:
         """Whether the transcript is in memory now (no load needed)."""

@@ -54,6 +54,9 @@ class LiveTranscript:
         )
         self.id = stored.transcript_id
         self.created_at = stored.created_at
+        #: About the bytes it holds (its stored size, then each event's
+        #: encoding): what the hub counts against ``max_live_bytes``.
+        self.size = stored.size
         self.subscribers: dict[OutboundQueue, None] = {}
         self.window: deque[EncodedEvent] = deque(maxlen=event_window)
         self._receipts: OrderedDict[str, Receipt] = OrderedDict(stored.idempotency)
@@ -82,6 +85,7 @@ class LiveTranscript:
         window = self.window
         for event in events:
             item = EncodedEvent(event)
+            self.size += item.estimated_bytes
             window.append(item)
             for queue in list(self.subscribers):
                 # A subscription made after this event was captured but before
@@ -144,6 +148,10 @@ class LiveTranscript:
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
+
+    def evictable(self) -> bool:
+        """Nobody subscribes to it or changes it now: it may leave memory."""
+        return not self.subscribers and not self.lock.locked()
 
     def idle_since(self, cutoff: float) -> bool:
         """Unused since ``cutoff`` (a ``time.monotonic()``), with no subscriber

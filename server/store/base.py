@@ -113,6 +113,9 @@ class StoredTranscript(msgspec.Struct, frozen=True):
     created_at: int
     events: tuple[TranscriptEvent, ...]
     idempotency: dict[str, Receipt] = {}
+    #: About how many bytes the events took in the store (their encoded
+    #: size): what the hub counts against ``max_live_bytes``.
+    size: int = 0
 
     @property
     def revision(self) -> int:

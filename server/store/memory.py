@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from protocol.types import MessagesAppended, TranscriptEvent
 from server.store.base import (
     DEFAULT_IDEMPOTENCY_RETENTION,
@@ -41,6 +43,8 @@ from server.store.base import (
 from server.store.options import MemoryOptions, validated
 
 __all__ = ["MemoryStore", "SharedMemoryStore"]
+
+_encode = msgspec.msgpack.Encoder().encode
 
 
 @dataclass
@@ -136,6 +140,7 @@ class MemoryStore:
             epoch=entry.epoch,
             created_at=entry.created_at,
             events=tuple(entry.events),
+            size=len(_encode(entry.events)),
             idempotency={
                 key: receipt
                 for key, (receipt, at) in list(entry.keys.items())[-LOADED_KEYS:]

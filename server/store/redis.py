@@ -475,7 +475,10 @@ class RedisStore:
         idempotency = {
             k.decode(): _receipt_from(ack) for k, ack in zip(order, acks, strict=True) if ack
         }
-        return StoredTranscript(transcript_id, epoch.decode(), int(created), events, idempotency)
+        size = sum(len(blob) for blob in blobs)
+        return StoredTranscript(
+            transcript_id, epoch.decode(), int(created), events, idempotency, size
+        )
 
     async def recorded(self, transcript_id: str, key: str) -> Receipt | None:
         """The key's ack if it is held (an expired one is pruned at the

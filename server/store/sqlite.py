@@ -357,13 +357,15 @@ class _Reader:
             ).fetchone()
             if row is None:
                 return None
-            events = tuple(
-                self.decoder.decode(data)
-                for (data,) in self.conn.execute(
-                    "SELECT data FROM events WHERE transcript_id = ? ORDER BY revision",
-                    (transcript_id,),
-                )
-            )
+            size = 0
+            decoded: list[TranscriptEvent] = []
+            for (data,) in self.conn.execute(
+                "SELECT data FROM events WHERE transcript_id = ? ORDER BY revision",
+                (transcript_id,),
+            ):
+                size += len(data)
+                decoded.append(self.decoder.decode(data))
+            events = tuple(decoded)
             newest = self.conn.execute(
                 "SELECT key, revision, start, count FROM idempotency"
                 " WHERE transcript_id = ? AND created_at >= ? ORDER BY revision DESC LIMIT ?",
@@ -373,7 +375,7 @@ class _Reader:
                 key: Receipt(revision, start, count)
                 for key, revision, start, count in reversed(newest)
             }
-            return StoredTranscript(transcript_id, row[0], row[1], events, keys)
+            return StoredTranscript(transcript_id, row[0], row[1], events, keys, size)
         finally:
             self.conn.execute("COMMIT")
 
