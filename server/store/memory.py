@@ -140,7 +140,7 @@ class MemoryStore:
             epoch=entry.epoch,
             created_at=entry.created_at,
             events=tuple(entry.events),
-            size=len(_encode(entry.events)),
+            size=sum(len(_encode(event)) for event in entry.events),
             idempotency={
                 key: receipt
                 for key, (receipt, at) in list(entry.keys.items())[-LOADED_KEYS:]
