@@ -27,6 +27,9 @@ log = logging.getLogger("tsync.serve")
 #: Share of ``graceful_shutdown_s`` given to draining WebSockets; the rest is
 #: uvicorn's wait for HTTP requests in flight.
 DRAIN_SHARE = 0.5
+#: Share of ``graceful_shutdown_s`` kept for the app's shutdown after the
+#: connections are gone (the hub stops, the store flushes and closes).
+CLOSE_SHARE = 0.1
 
 
 class TsyncServer(uvicorn.Server):
@@ -40,8 +43,10 @@ class TsyncServer(uvicorn.Server):
         app = _tsync_app(self.config.loaded_app)
         if app is not None:
             await app.drain(self.grace_s * DRAIN_SHARE)
-        left = max(0.1, self.grace_s - (time.monotonic() - began))
-        self.config.timeout_graceful_shutdown = max(1, round(left))
+        # What is left, less a moment for the app's own shutdown (closing the
+        # store), is uvicorn's wait for connections: never rounded up.
+        left = self.grace_s - (time.monotonic() - began)
+        self.config.timeout_graceful_shutdown = max(0.1, left - self.grace_s * CLOSE_SHARE)  # type: ignore[assignment]
         await super().shutdown(sockets)
 
 
@@ -70,7 +75,7 @@ def uvicorn_config(config: ServerConfig, app: Any | None = None, **kwargs: Any) 
         # The app configures logging itself (server.logs).
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=max(1, round(config.graceful_shutdown_s)),
+        timeout_graceful_shutdown=config.graceful_shutdown_s,  # type: ignore[arg-type]
         lifespan="on",
         **kwargs,
     )
