@@ -132,7 +132,12 @@ class Hub:
 
     async def load(self, transcript_id: str) -> LiveTranscript:
         """The transcript in memory, loaded from the store unless it is there
-        already (one load at a time per id). Raises ``TranscriptNotFound``."""
+        already (one load at a time per id). Raises ``TranscriptNotFound``.
+
+        A load racing a delete of the same id waits for it (and then finds
+        nothing): what a delete answered 204 for is never loaded again."""
+        while (deleting := self._deleting.get(transcript_id)) is not None:
+            await asyncio.wait([deleting])
         live = self.live.get(transcript_id)
         if live is not None:
             live.touch()
