@@ -196,7 +196,7 @@ _ERRORS: Final = (
         code=TOO_COSTLY,
         http_status=422,
         retry="no",
-        meaning="an import or export would take the server longer than `worker_budget_s`; it "
+        meaning="an import or export would take the server longer than `offload_budget_s`; it "
         "was stopped and nothing was created",
     ),
     ErrorCode(

@@ -44,9 +44,9 @@ from server.config import ConfigError, ServerConfig, load_config, unknown_env_na
 from server.errors import Refused
 from server.hub import Hub
 from server.metrics import Metrics
+from server.offload import Offload
 from server.store.base import Store, StoreError
 from server.store.open import open_store
-from server.workers import Workers
 from server.ws import refuse, websocket_endpoint
 
 __all__ = ["StartupFailed", "TsyncApp", "create_app"]
@@ -239,10 +239,10 @@ def create_app(
             raise StartupFailed(f"cannot open the {the_store.name} store: {exc}") from None
         hub = Hub(the_store, config, metrics)
         await hub.start()
-        workers = Workers(
-            processes=config.worker_processes,
-            queue=config.worker_queue,
-            budget_s=config.worker_budget_s,
+        offload = Offload(
+            processes=config.offload_processes,
+            queue=config.offload_queue,
+            budget_s=config.offload_budget_s,
         )
         # Replicas sharing a store (Redis) mirror each other's changes.
         backplane = Backplane.for_hub(hub, resync_interval_s=config.backplane_resync_s)
@@ -250,7 +250,7 @@ def create_app(
             await backplane.start()
         app.state.hub = hub
         app.state.backplane = backplane
-        app.state.workers = workers
+        app.state.offload = offload
         log.info("serving", extra={"store": the_store.name})
         try:
             yield
@@ -258,7 +258,7 @@ def create_app(
             if backplane is not None:
                 await backplane.stop()
             await hub.stop()
-            await workers.close()
+            await offload.close()
             await the_store.close()
             log.info("stopped: store closed", extra={"store": the_store.name})
 

@@ -231,22 +231,22 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 1.0
 
-    # --- CPU-heavy work (server.workers) ---
-    worker_processes: Annotated[
+    # --- CPU-heavy work (server.offload) ---
+    offload_processes: Annotated[
         PosInt,
         _d(
             "worker processes that read LMML imports (zip inflation included) and write "
             "exports, so that a large one never stalls the event loop; started on first use"
         ),
     ] = 2
-    worker_queue: Annotated[
+    offload_queue: Annotated[
         NonNegInt,
         _d(
             "imports and exports that may wait for a worker; more are refused at once with "
             "503 `unavailable` and `Retry-After`"
         ),
     ] = 8
-    worker_budget_s: Annotated[
+    offload_budget_s: Annotated[
         Annotated[float, Meta(gt=0)],
         _d(
             "the longest one import or export may run; past it the worker is stopped and the "

@@ -29,14 +29,14 @@ from server.http_api import (
     json_response,
     read_body,
 )
-from server.workers import Workers, encode_messages, inline_ok
+from server.offload import Offload, encode_messages, inline_ok
 
 _decode_messages = msgspec.msgpack.Decoder(tuple[Message, ...]).decode
 
 
-def _workers(request: Request) -> Workers:
-    workers: Workers = request.app.state.workers
-    return workers
+def _offload(request: Request) -> Offload:
+    offload: Offload = request.app.state.offload
+    return offload
 
 
 #: The first bytes of a zip archive (local file header, empty archive, spanned).
@@ -100,7 +100,7 @@ async def import_transcript(request: Request) -> Response:
             encoded, warnings = jobs.import_lmml(*args)
         else:
             # Large, or a zip (whose inflated size its header may lie about).
-            encoded, warnings = await _workers(request).run(
+            encoded, warnings = await _offload(request).run(
                 "reading the import", jobs.import_lmml, *args
             )
     except lmml.LmmlError as exc:
@@ -166,11 +166,11 @@ async def _export(
     request: Request, messages: Sequence[Message], what: str, fn: Callable[..., bytes], *args: Any
 ) -> bytes:
     """``fn(chunks, *args)`` of the encoded ``messages``: on the loop when
-    they are small, else in a worker (``server.workers``)."""
+    they are small, else in a worker (``server.offload``)."""
     chunks, size = await encode_messages(messages)
     if inline_ok(size):
         return fn(chunks, *args)
-    return await _workers(request).run(what, fn, chunks, *args)
+    return await _offload(request).run(what, fn, chunks, *args)
 
 
 async def export_lmml(request: Request) -> Response:

@@ -1,4 +1,4 @@
-"""The work the worker processes do (``server.workers``): pure functions,
+"""The work the worker processes do (``server.offload``): pure functions,
 bytes in and bytes out.
 
 A worker process imports this module, so it imports only ``protocol`` and
@@ -39,7 +39,7 @@ def import_lmml(
 
 
 def decode_messages(chunks: Sequence[bytes]) -> tuple[Message, ...]:
-    """Messages encoded in chunks (``server.workers.encode_messages``)."""
+    """Messages encoded in chunks (``server.offload.encode_messages``)."""
     messages: list[Message] = []
     for chunk in chunks:
         messages.extend(_decode_messages(chunk))

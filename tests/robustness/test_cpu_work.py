@@ -70,7 +70,7 @@ def test_zip_inflation_runs_in_a_worker(target: Target) -> None:
 
 
 def test_a_job_over_its_budget_is_stopped(target_factory: Callable[..., Target]) -> None:
-    target = target_factory(settings={"worker_budget_s": 0.3, "worker_processes": 1})
+    target = target_factory(settings={"offload_budget_s": 0.3, "offload_processes": 1})
     body = narrative(turns=500, lines_per_turn=6000)  # seconds of work
     began = time.monotonic()
     refused = post_import(target, body, "slow.lmml")
@@ -85,7 +85,7 @@ def test_a_job_over_its_budget_is_stopped(target_factory: Callable[..., Target])
 
 def test_a_full_queue_refuses_at_once(target_factory: Callable[..., Target]) -> None:
     target = target_factory(
-        settings={"worker_budget_s": 2, "worker_processes": 1, "worker_queue": 0}
+        settings={"offload_budget_s": 2, "offload_processes": 1, "offload_queue": 0}
     )
     body = narrative(turns=500, lines_per_turn=6000)
 

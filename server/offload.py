@@ -1,5 +1,6 @@
-"""CPU-heavy work off the event loop: a few worker processes with a bounded
-queue and a time budget per job.
+"""CPU-heavy work off the event loop (``Offload``): a few worker processes
+with a bounded queue and a time budget per job. (Not ``server.workers``,
+which runs several whole servers for ``tsync serve --workers``.)
 
 Reading an LMML import (zip inflation included) and writing an export take
 time proportional to their size: seconds for the largest bodies the server
@@ -14,15 +15,15 @@ Here they run in worker processes (``pebble.ProcessPool``):
   (pebble then starts a new one; the other workers and their jobs go on).
   What it costs: the input and the output cross a pipe (a copy of bytes,
   microseconds per MiB), and small jobs are cheaper inline (``inline_ok``).
-- **A bounded queue.** At most ``worker_processes`` jobs run and
-  ``worker_queue`` wait; one more is refused at once with ``unavailable``
+- **A bounded queue.** At most ``offload_processes`` jobs run and
+  ``offload_queue`` wait; one more is refused at once with ``unavailable``
   (503, ``Retry-After``) instead of piling up memory and latency.
-- **A budget.** A job still running after ``worker_budget_s`` is stopped and
+- **A budget.** A job still running after ``offload_budget_s`` is stopped and
   refused with ``too-costly`` (422): the same request would take as long
   again. A caller that goes away (its client disconnected) cancels its job,
   which stops the worker too if the job had started.
 
-Workers start on first use (a server that never imports or exports a large
+Offload start on first use (a server that never imports or exports a large
 file starts none) from a ``forkserver`` (never a fork of this multi-threaded
 process), and each is replaced after ``JOBS_PER_WORKER`` jobs so that a large
 one does not keep its memory forever.
@@ -47,9 +48,9 @@ from protocol import codes
 from protocol.types import Message
 from server.errors import Refused
 
-__all__ = ["Workers", "encode_messages"]
+__all__ = ["Offload", "encode_messages"]
 
-log = logging.getLogger("tsync.workers")
+log = logging.getLogger("tsync.offload")
 T = TypeVar("T")
 
 #: Jobs a worker process runs before it is replaced by a fresh one.
@@ -64,7 +65,7 @@ ENCODE_CHUNK: Final = 64
 ENCODE_SLICE_S: Final = 0.005
 
 
-class Workers:
+class Offload:
     """The worker processes of one server (see the module's docstring)."""
 
     def __init__(self, *, processes: int, queue: int, budget_s: float) -> None:
