@@ -121,6 +121,8 @@ class Hub:
             await asyncio.sleep(max(ttl / IDLE_SWEEPS_PER_TTL, MIN_IDLE_SWEEP_S))
             cutoff = time.monotonic() - ttl
             for tid, live in list(self.live.items()):
+                if not self.is_current(live):
+                    continue  # let go meanwhile (to make room) or reloaded
                 if live.idle_since(cutoff) and not self.committer.busy(live):
                     self._evict(live)
                     await live.close()

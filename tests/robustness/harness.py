@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-import msgspec
-from websockets.sync.client import ClientConnection, connect
 
 from tests.support.servers import ServerProcess
 
@@ -133,82 +133,76 @@ def serving(
 
 @dataclass
 class Probe:
-    """An unrelated client's ping round trips, from a thread of its own."""
+    """An unrelated client's ping round trips, measured by a process of its
+    own (``tests.robustness.probe``)."""
 
     ws_url: str
     interval_s: float = 0.01
     rtts: list[float] = field(default_factory=list)
-    #: When each ping of ``rtts`` was sent (``time.perf_counter()``).
+    #: When each ping of ``rtts`` was sent (the probe's ``perf_counter``).
     sent: list[float] = field(default_factory=list)
     idle_worst: float = 0.0
     failures: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-    _ws: ClientConnection | None = None
-    _exit: ExitStack = field(default_factory=ExitStack)
+    _proc: subprocess.Popen[str] | None = None
+    _reader: threading.Thread | None = None
+    _idle: threading.Event = field(default_factory=threading.Event)
 
-    def _connection(self) -> ClientConnection:
-        if self._ws is None:
-            self._ws = self._exit.enter_context(
-                connect(self.ws_url, compression=None, open_timeout=10)
-            )
-        return self._ws
+    def start(self, idle_s: float = 0.5) -> None:
+        """Start the probe; return once it measured the idle round trip."""
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.robustness.probe", self.ws_url, str(idle_s),
+             str(self.interval_s)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parents[2],
+        )  # fmt: skip
+        self._reader = threading.Thread(target=self._read, name="probe-reader", daemon=True)
+        self._reader.start()
+        if not self._idle.wait(30 + idle_s):
+            self.stop()
+            raise TimeoutError(f"the probe did not start: {self.failures}")
 
-    def _ping(self, ws: ClientConnection, ref: int, timeout: float) -> float:
-        started = time.perf_counter()
-        ws.send(msgspec.json.encode({"op": "ping", "ref": ref}).decode())
-        deadline = started + timeout
-        while True:
-            message = ws.recv(timeout=max(0.0, deadline - time.perf_counter()))
-            for line in str(message).split("\n"):
-                frame = msgspec.json.decode(line)
-                if frame.get("type") == "pong" and frame.get("ref") == ref:
-                    return time.perf_counter() - started
-
-    def measure_idle(self, seconds: float = 0.5) -> float:
-        """The worst round trip over ``seconds`` before the attack: what
-        this machine's own load costs."""
-        ws = self._connection()
-        worst, ref, until = 0.0, -1, time.monotonic() + seconds
-        while time.monotonic() < until:
-            worst = max(worst, self._ping(ws, ref, 10.0))
-            ref -= 1
-            time.sleep(self.interval_s)
-        self.idle_worst = worst
-        return worst
-
-    def start(self) -> None:
-        ws = self._connection()
-
-        def run() -> None:
-            ref = 0
-            while not self._stop.is_set():
-                ref += 1
-                try:
-                    began = time.perf_counter()
-                    self.rtts.append(self._ping(ws, ref, 30.0))
-                    self.sent.append(began)
-                except Exception as exc:  # the probe's connection died: a finding
-                    self.failures.append(f"{type(exc).__name__}: {exc}")
-                    return
-                self._stop.wait(self.interval_s)
-
-        self._thread = threading.Thread(target=run, name="ping-probe", daemon=True)
-        self._thread.start()
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            kind, _, rest = line.strip().partition(" ")
+            if kind == "rtt":
+                sent, rtt = rest.split()
+                self.rtts.append(float(rtt))
+                self.sent.append(float(sent))
+            elif kind == "idle":
+                self.idle_worst = float(rest)
+                self._idle.set()
+            elif kind == "fail":
+                self.failures.append(rest)
+        if not self._idle.is_set():
+            self.failures.append("the probe ended before it measured anything")
+            self._idle.set()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(35)
-        self._exit.close()
-        self._ws = None
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(35)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        if self._reader is not None:
+            self._reader.join(5)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        self._proc = None
 
     def wait_pings(self, count: int, timeout: float = 10.0) -> None:
         """Return once ``count`` pings came back (or the probe failed, or
         ``timeout`` passed)."""
         deadline = time.monotonic() + timeout
         while len(self.rtts) < count and not self.failures and time.monotonic() < deadline:
-            self._stop.wait(0.01)
+            time.sleep(0.01)
 
     @property
     def worst(self) -> float:
@@ -229,8 +223,7 @@ class Probe:
 def probing(ws_url: str, *, idle_s: float = 0.5) -> Iterator[Probe]:
     """Measure the idle round trip, then ping throughout the ``with`` block."""
     probe = Probe(ws_url)
-    probe.measure_idle(idle_s)
-    probe.start()
+    probe.start(idle_s)
     try:
         yield probe
     finally:
