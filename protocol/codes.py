@@ -82,7 +82,9 @@ CONFLICT: Final = "conflict"
 REVISION_CONFLICT: Final = "revision-conflict"
 EPOCH_CHANGED: Final = "epoch-changed"
 GONE: Final = "gone"
+REQUEST_TIMEOUT: Final = "request-timeout"
 TOO_LARGE: Final = "too-large"
+TOO_COSTLY: Final = "too-costly"
 UNSUPPORTED_MEDIA_TYPE: Final = "unsupported-media-type"
 LAGGED: Final = "lagged"
 UNAUTHORIZED: Final = "unauthorized"
@@ -195,12 +197,26 @@ _ERRORS: Final = (
         meaning="the events asked for are no longer held; load a snapshot instead",
     ),
     ErrorCode(
+        code=REQUEST_TIMEOUT,
+        http_status=408,
+        retry="later",
+        meaning="an HTTP request's headers or body did not arrive within "
+        "`http_header_timeout_s` / `http_body_timeout_s`; the connection is closed",
+    ),
+    ErrorCode(
         code=TOO_LARGE,
         http_status=413,
         retry="no",
         meaning="an inbound WebSocket message over `max_frame_bytes` or an HTTP body over "
         "`max_http_body_bytes`",
         close_code=CLOSE_MESSAGE_TOO_BIG,
+    ),
+    ErrorCode(
+        code=TOO_COSTLY,
+        http_status=422,
+        retry="no",
+        meaning="an import or export would take the server longer than `offload_budget_s`; it "
+        "was stopped and nothing was created",
     ),
     ErrorCode(
         code=UNSUPPORTED_MEDIA_TYPE,
@@ -248,8 +264,9 @@ _ERRORS: Final = (
         code=UNAVAILABLE,
         http_status=503,
         retry="later",
-        meaning="the store could not be reached; nothing was applied; retry with the same "
-        "idempotency key",
+        meaning="the store could not be reached, or the server is at a limit (its import and "
+        "export workers are all busy, or it holds as many transcripts as it may); nothing was "
+        "applied; retry later (HTTP says when in `Retry-After`) with the same idempotency key",
     ),
     ErrorCode(
         code=INTERNAL,

@@ -7,7 +7,7 @@ refuse a request before sending it. They are plain typed constants so that
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, NamedTuple
 
 #: Longest transcript id, in characters (ids match ``[A-Za-z0-9._:-]{1,128}``).
 MAX_ID_LENGTH: Final[int] = 128
@@ -23,6 +23,10 @@ MAX_READ_MESSAGES: Final[int] = 1000
 MAX_MESSAGES_PER_BATCH: Final[int] = 1000
 #: Largest single message, measured as its compact JSON encoding in bytes.
 MAX_MESSAGE_BYTES: Final[int] = 1 << 20  # 1 MiB
+#: Deepest nesting of objects and lists in one message (the message object
+#: itself is level 1). Far beyond what a chat message needs, far below what
+#: makes a JSON decoder or a client's recursion give up.
+MAX_JSON_DEPTH: Final[int] = 64
 #: Largest inbound WebSocket message (one client op) in bytes.
 MAX_FRAME_BYTES: Final[int] = 4 << 20  # 4 MiB
 #: Longest idempotency key, in characters.
@@ -38,3 +42,18 @@ MAX_ORIGIN_LENGTH: Final[int] = 128
 ROLES: Final[tuple[str, ...]] = ("user", "assistant", "system", "tool", "context")
 #: The chat-completions roles, i.e. every role but ``context``.
 CHAT_ROLES: Final[tuple[str, ...]] = ("user", "assistant", "system", "tool")
+
+
+class MessageLimits(NamedTuple):
+    """The limits a batch of messages is checked against: the defaults above,
+    or a server's configured ones (``ServerConfig.message_limits``). One
+    value, passed from the configuration to every check, so that no layer
+    re-checks a limit of its own."""
+
+    max_messages_per_batch: int = MAX_MESSAGES_PER_BATCH
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    max_depth: int = MAX_JSON_DEPTH
+
+
+#: The limits above as one value.
+DEFAULT_LIMITS: Final = MessageLimits()

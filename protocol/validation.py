@@ -9,7 +9,7 @@ enter the model: it returns frozen ``Message`` structs or raises
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 import msgspec
@@ -18,6 +18,7 @@ from protocol.errors import InvalidId, InvalidMessage
 from protocol.limits import (
     ID_PATTERN,
     MAX_IDEMPOTENCY_KEY_LENGTH,
+    MAX_JSON_DEPTH,
     MAX_MESSAGE_BYTES,
     MAX_MESSAGES_PER_BATCH,
     ROLES,
@@ -60,16 +61,21 @@ def parse_messages(
     path: str = "messages",
     max_messages: int = MAX_MESSAGES_PER_BATCH,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    max_depth: int = MAX_JSON_DEPTH,
 ) -> tuple[Message, ...]:
     """Validate a list of message objects and return them as ``Message`` structs.
 
     The whole list is checked before anything is returned, so a caller that
     gets a result may accept the batch as a whole. Raises ``InvalidMessage``.
+    A message nested deeper than ``max_depth`` is refused before anything
+    recurses into it.
     """
     if not isinstance(data, list | tuple):
         raise InvalidMessage(path, "expected a list of messages")
     if len(data) > max_messages:
         raise InvalidMessage(path, f"too many messages: {len(data)} > {max_messages}")
+    for i, item in enumerate(data):
+        check_depth(item, max_depth, f"{path}[{i}]")
     try:
         messages = msgspec.convert(data, tuple[Message, ...])
     except msgspec.ValidationError as exc:
@@ -88,9 +94,14 @@ def parse_messages(
 
 
 def parse_message(
-    data: object, *, path: str = "message", max_message_bytes: int = MAX_MESSAGE_BYTES
+    data: object,
+    *,
+    path: str = "message",
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
+    max_depth: int = MAX_JSON_DEPTH,
 ) -> Message:
     """Validate one message object (see ``parse_messages``)."""
+    check_depth(data, max_depth, path)
     try:
         message = msgspec.convert(data, Message)
     except msgspec.ValidationError as exc:
@@ -102,6 +113,27 @@ def parse_message(
             path, f"message is {size} bytes, more than the limit of {max_message_bytes}"
         )
     return message
+
+
+def check_depth(value: object, limit: int, path: str) -> None:
+    """Refuse ``value`` (decoded JSON) if objects and lists nest deeper than
+    ``limit`` (``value`` itself is level 1). Iterative: it never recurses, so
+    it is safe on any input a decoder produced."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children: Iterable[object]
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            raise InvalidMessage(path, f"nested more than {limit} levels deep")
+        stack.extend(
+            (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
+        )
 
 
 def _check_message(item: object, path: str) -> None:

@@ -19,6 +19,7 @@ copy) comes through the small ``CommitPort``.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
@@ -36,6 +37,8 @@ from server.live import LiveTranscript
 from server.metrics import Metrics
 from server.store.base import AppendResult, Receipt, RevisionMismatch, Store, StoreUnavailable
 from server.transcript import Transcript
+
+log = logging.getLogger("tsync.appends")
 
 
 class PendingAppend:
@@ -155,14 +158,19 @@ class AppendCommitter:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run(self, live: LiveTranscript) -> None:
+        failure: BaseException = StoreUnavailable("server shutting down")
         try:
             async with live.lock:
                 while self._queued.get(live):
                     await self._commit_queued(live)
+        except Exception as exc:  # a bug: say so, and fail what waits with it
+            log.exception("the committer of transcript %s failed", live.id)
+            failure = exc
         finally:
-            # Left over only when cancelled (shutdown), even before the lock.
+            # Left over when cancelled (shutdown), even before the lock, or
+            # after a bug above.
             for p in self._queued.pop(live, ()):
-                p.fail(StoreUnavailable("server shutting down"))
+                p.fail(failure)
             if self._tasks.get(live) is asyncio.current_task():
                 del self._tasks[live]
 
@@ -200,7 +208,14 @@ class AppendCommitter:
                     i += 1
                     continue
                 run = batch[i : i + count]
-                events = live.transcript.prepare_appends([(p.messages, p.origin) for p in run])
+                try:
+                    events = live.transcript.prepare_appends([(p.messages, p.origin) for p in run])
+                except Exception:
+                    # The entity refused one of them (it checks again, with the
+                    # same configured limits): each goes alone, so that only
+                    # that one fails.
+                    alone = True
+                    continue
                 try:
                     results = await self.store.append_many(
                         [(e, p.key) for p, e in zip(run, events, strict=True)]
@@ -253,6 +268,13 @@ class AppendCommitter:
             transcript = live.transcript
             expected = p.expected_revision
             if expected is not None and expected != transcript.revision:
+                if p.key is not None:
+                    # A retry of an append that landed long ago (its key is no
+                    # longer in memory) expects the revision it had then.
+                    recorded = await self.store.recorded(live.id, p.key)
+                    if recorded is not None:
+                        self.metrics.duplicates.inc()
+                        return AppendResult(recorded, duplicate=True)
                 if expected > transcript.revision and not caught_up:
                     # This copy may trail a change made through another replica.
                     caught_up = True

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -45,16 +46,22 @@ from server.config import ConfigError, ServerConfig, load_config, unknown_env_na
 from server.errors import Refused
 from server.hub import Hub
 from server.metrics import Metrics
+from server.offload import Offload
 from server.origins import BrowserGuard, CORSMiddleware, OriginPolicy, cors_options
-from server.store.base import Store
+from server.store.base import Store, StoreError
 from server.store.open import open_store
 from server.ws import refuse, websocket_endpoint
 
-__all__ = ["TsyncApp", "create_app"]
+__all__ = ["StartupFailed", "TsyncApp", "create_app"]
 
 log = logging.getLogger("tsync.app")
 GOING_AWAY = codes.CLOSE_GOING_AWAY
 GOING_AWAY_REASON = codes.CLOSES[GOING_AWAY].reason
+
+
+class StartupFailed(Exception):
+    """The app cannot start (its store cannot be opened). ``str()`` is one
+    line, what the ASGI server logs instead of a traceback."""
 
 
 async def _handle_error(request: Request, exc: Exception) -> Response:
@@ -89,8 +96,14 @@ class TsyncApp:
     goes through the request log to the Starlette app, lifespan straight to
     it."""
 
-    def __init__(self, starlette: Starlette, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        starlette: Starlette,
+        metrics: Metrics,
+        lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]],
+    ) -> None:
         self.starlette = starlette
+        self._lifespan_context = lifespan
         self.state = starlette.state
         self.lifecycle: http_ops.Lifecycle = starlette.state.lifecycle
         self._http = http_ops.RequestLog(starlette, metrics, starlette.routes)
@@ -104,8 +117,30 @@ class TsyncApp:
                 await refuse(receive, send, GOING_AWAY, scope)
                 return
             await websocket_endpoint(scope, receive, send, self.state.hub)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
         else:
             await self.starlette(scope, receive, send)
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        """The ASGI lifespan protocol around the app's startup and shutdown
+        (Starlette's, except that a ``StartupFailed`` is reported as its one
+        line: the server logs that, not a traceback, and exits)."""
+        started = False
+        await receive()  # lifespan.startup
+        try:
+            async with self._lifespan_context(self.starlette):
+                await send({"type": "lifespan.startup.complete"})
+                started = True
+                await receive()  # lifespan.shutdown
+        except StartupFailed as exc:
+            await send({"type": "lifespan.startup.failed", "message": f"tsync: {exc}"})
+            return
+        except BaseException:
+            phase = "shutdown" if started else "startup"
+            await send({"type": f"lifespan.{phase}.failed", "message": traceback.format_exc()})
+            raise
+        await send({"type": "lifespan.shutdown.complete"})
 
     async def drain(self, timeout: float) -> None:
         """Begin a graceful shutdown: ``/readyz`` answers 503, new WebSockets
@@ -146,7 +181,11 @@ def create_app(
     the_store = (
         store
         if store is not None
-        else open_store(config.store, idempotency_retention=config.idempotency_retention)
+        else open_store(
+            config.store,
+            idempotency_retention=config.idempotency_retention,
+            idempotency_ttl_s=config.idempotency_ttl_s,
+        )
     )
     if configure_logging:
         logs.configure(config.log_level, config.log_format)
@@ -163,15 +202,26 @@ def create_app(
             logs.adopt_server_loggers(logging.getLogger().level)
         for name in unknown_env_names():
             log.warning("%s is not a setting and is ignored (misspelt?)", name)
-        await the_store.open()
+        try:
+            await the_store.open()
+        except (StoreError, OSError) as exc:
+            # A read-only folder, a corrupt database, a schema from the future:
+            # nothing a traceback would explain better than the error itself.
+            raise StartupFailed(f"cannot open the {the_store.name} store: {exc}") from None
         hub = Hub(the_store, config, metrics)
         await hub.start()
+        offload = Offload(
+            processes=config.offload_processes,
+            queue=config.offload_queue,
+            budget_s=config.offload_budget_s,
+        )
         # Replicas sharing a store (Redis) mirror each other's changes.
         backplane = Backplane.for_hub(hub, resync_interval_s=config.backplane_resync_s)
         if backplane is not None:
             await backplane.start()
         app.state.hub = hub
         app.state.backplane = backplane
+        app.state.offload = offload
         log.info("serving", extra={"store": the_store.name})
         try:
             yield
@@ -179,6 +229,7 @@ def create_app(
             if backplane is not None:
                 await backplane.stop()
             await hub.stop()
+            await offload.close()
             await the_store.close()
             log.info("stopped: store closed", extra={"store": the_store.name})
 
@@ -217,7 +268,6 @@ def create_app(
     ]
     app = Starlette(
         routes=routes,
-        lifespan=lifespan,
         # Domain errors are answered by ExceptionMiddleware; only unexpected
         # ones reach the catch-all (which logs them with their traceback).
         exception_handlers={exc: _handle_error for exc in http_api.HANDLED}
@@ -238,7 +288,7 @@ def create_app(
     if cors is not None:
         app.add_middleware(CORSMiddleware, **cors)
     app.add_middleware(BrowserGuard, policy=policy)
-    return TsyncApp(app, metrics)
+    return TsyncApp(app, metrics, lifespan)
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]

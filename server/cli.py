@@ -258,11 +258,10 @@ def _serve(args: argparse.Namespace) -> int:
 
         return workers.run(config)
     try:
-        serve.run(config)
+        return serve.run(config)
     except KeyboardInterrupt:
         # uvicorn shut down gracefully, then raised SIGINT again.
         return EXIT_INTERRUPTED
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,7 +24,7 @@ import msgspec
 from msgspec import Meta
 
 from protocol import limits
-from server.store.base import DEFAULT_IDEMPOTENCY_RETENTION
+from server.store.base import DEFAULT_IDEMPOTENCY_RETENTION, DEFAULT_IDEMPOTENCY_TTL_S
 
 __all__ = ["ENV_PREFIX", "ConfigError", "ServerConfig", "env_name", "load_config"]
 
@@ -193,6 +193,49 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         _d("ops a connection may send at once before the rate applies"),
     ] = 1000.0
 
+    # --- HTTP connections (tsync serve; server.http_guard) ---
+    http_header_timeout_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d(
+            "seconds a client has to send a request's headers, from the moment it connects "
+            "(or sends the first byte after a keep-alive pause); then 408 and closed "
+            "(slowloris)"
+        ),
+    ] = 10.0
+    http_body_timeout_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d(
+            "seconds a request's body may take once its headers are in, extended by a second "
+            "for every `http_body_min_rate` bytes received; then 408 and closed"
+        ),
+    ] = 20.0
+    http_body_min_rate: Annotated[
+        NonNegFloat,
+        _d(
+            "bytes per second a slow upload must keep up to earn more time "
+            "(0: the body deadline is fixed)"
+        ),
+    ] = 1024.0
+    http_keep_alive_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d("seconds an idle keep-alive HTTP connection stays open after a response"),
+    ] = 5.0
+    http_send_timeout_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d(
+            "seconds a response may wait for a client that stopped reading it before the "
+            "connection is cut (its memory is freed)"
+        ),
+    ] = 30.0
+    max_http_connections: Annotated[
+        PosInt,
+        _d(
+            "open HTTP connections (WebSockets are counted by `max_connections`); past it a "
+            "new connection gets only `/healthz`, `/readyz` and `/metrics`, anything else "
+            "503 with `Retry-After`"
+        ),
+    ] = 1000
+
     # --- outbound queue per connection (lagged when over either) ---
     queue_max_frames: Annotated[
         PosInt, _d("outbound frames queued per connection before it is `lagged`")
@@ -232,11 +275,35 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         Annotated[float, Meta(gt=0)],
         _d("seconds an unsubscribed, unused transcript stays in memory"),
     ] = 60.0
+    max_live_transcripts: Annotated[
+        PosInt,
+        _d(
+            "transcripts held in memory at once; to load another, the least recently used "
+            "one nobody subscribes to or writes is let go, and when none can be, the request "
+            "gets 503 `unavailable` with `Retry-After`"
+        ),
+    ] = 10_000
+    max_live_bytes: Annotated[
+        PosInt,
+        _d(
+            "the stored size of the transcripts held in memory (their objects take about "
+            "three times as much); enforced like `max_live_transcripts`, except that one "
+            "transcript larger than this is still served when it is the only one held"
+        ),
+    ] = 1 << 30
+    idempotency_ttl_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d(
+            "seconds every store remembers an idempotency key: a retry within this window "
+            "gets the first ack, across restarts and crashes (the store is the authority; "
+            "the hub keeps only the newest 1000 keys per transcript in memory)"
+        ),
+    ] = DEFAULT_IDEMPOTENCY_TTL_S
     idempotency_retention: Annotated[
         NonNegInt,
         _d(
-            "idempotency keys remembered per transcript, the one value for the hub's memory "
-            "and the store (SQLite also forgets a key after 24 h)"
+            "most idempotency keys a store keeps per transcript (the newest), a bound on the "
+            "space one transcript's keys take within `idempotency_ttl_s`"
         ),
     ] = DEFAULT_IDEMPOTENCY_RETENTION
     backplane_resync_s: Annotated[
@@ -246,6 +313,30 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             "copies against the store, the safety net for lost pub/sub notices (see `deploy.md`)"
         ),
     ] = 1.0
+
+    # --- CPU-heavy work (server.offload) ---
+    offload_processes: Annotated[
+        PosInt,
+        _d(
+            "worker processes that read LMML imports (zip inflation included) and write "
+            "exports, so that a large one never stalls the event loop; started on first use"
+        ),
+    ] = 2
+    offload_queue: Annotated[
+        NonNegInt,
+        _d(
+            "imports and exports that may wait for a worker; more are refused at once with "
+            "503 `unavailable` and `Retry-After`"
+        ),
+    ] = 8
+    offload_budget_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d(
+            "the longest one import or export may run; past it the worker is stopped and the "
+            "request refused with 422 `too-costly` (the largest accepted body takes a few "
+            "seconds)"
+        ),
+    ] = 20.0
 
     # --- connections and the process ---
     ping_interval_s: Annotated[
@@ -272,6 +363,15 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             "store's worker thread gets the GIL back from a busy event loop"
         ),
     ] = 0.5
+
+    @property
+    def message_limits(self) -> limits.MessageLimits:
+        """The message limits as one value: what the hub validates with and
+        what every live ``Transcript`` re-checks with (never the defaults)."""
+        return limits.MessageLimits(
+            max_messages_per_batch=self.max_messages_per_batch,
+            max_message_bytes=self.max_message_bytes,
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ServerConfig:

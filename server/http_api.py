@@ -105,6 +105,8 @@ async def read_json(request: Request, body_type: type[Body], *, allow_empty: boo
         raise Refused(codes.INVALID_BODY, f"the body does not fit: {exc}") from None
     except msgspec.DecodeError as exc:
         raise Refused(codes.INVALID_JSON, f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise Refused(codes.INVALID_JSON, "the body nests objects or lists too deeply") from None
 
 
 def _transcript_id(request: Request) -> str:

@@ -10,7 +10,8 @@
 from __future__ import annotations
 
 import email.message
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import msgspec
 from starlette.requests import Request
@@ -19,6 +20,7 @@ from starlette.responses import Response
 from protocol import api, codes, lmml
 from protocol.types import Message
 from protocol.views import Window
+from server import jobs
 from server.errors import Refused
 from server.http_api import (
     _hub,
@@ -28,7 +30,16 @@ from server.http_api import (
     media_type,
     read_body_as,
 )
+from server.offload import Offload, encode_messages, inline_ok
 from server.problems import json_response
+
+_decode_messages = msgspec.msgpack.Decoder(tuple[Message, ...]).decode
+
+
+def _offload(request: Request) -> Offload:
+    offload: Offload = request.app.state.offload
+    return offload
+
 
 #: The first bytes of a zip archive (local file header, empty archive, spanned).
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")
@@ -88,13 +99,19 @@ async def import_transcript(request: Request) -> Response:
     body = await read_body_as(request, LMML_TYPES)
     filename = _import_filename(request, body)
     max_embed = _int_param(request, "maxEmbedBytes")
+    args = (body, filename, max_embed, hub.config.message_limits)
     try:
-        result = lmml.import_messages(body, filename=filename, max_embed_bytes=max_embed)
+        if inline_ok(len(body)) and not body.startswith(b"PK"):
+            encoded, warnings = jobs.import_lmml(*args)
+        else:
+            # Large, or a zip (whose inflated size its header may lie about).
+            encoded, warnings = await _offload(request).run(
+                "reading the import", jobs.import_lmml, *args
+            )
     except lmml.LmmlError as exc:
         raise Refused(codes.INVALID_LMML, str(exc)) from None
-    # As plain data, so the hub validates them like any other batch (limits
-    # included) instead of trusting the structs.
-    messages = [msgspec.to_builtins(m) for m in result.messages]
+    # Validated (with the configured limits) where they were read.
+    messages = _decode_messages(encoded)
     tid, epoch, revision = await hub.create(
         request.query_params.get("id") or None, messages, origin=_origin(request)
     )
@@ -104,7 +121,7 @@ async def import_transcript(request: Request) -> Response:
             epoch=epoch,
             revision=revision,
             count=len(messages),
-            warnings=[str(w) for w in result.warnings],
+            warnings=list(warnings),
         ),
         201,
     )
@@ -150,16 +167,24 @@ def _download(body: bytes, media_type: str, filename: str, revision: int) -> Res
     return response
 
 
+async def _export(
+    request: Request, messages: Sequence[Message], what: str, fn: Callable[..., bytes], *args: Any
+) -> bytes:
+    """``fn(chunks, *args)`` of the encoded ``messages``: on the loop when
+    they are small, else in a worker (``server.offload``)."""
+    chunks, size = await encode_messages(messages)
+    if inline_ok(size):
+        return fn(chunks, *args)
+    return await _offload(request).run(what, fn, chunks, *args)
+
+
 async def export_lmml(request: Request) -> Response:
     """The transcript as one ``.lmml`` narrative (embeds as inline fences)."""
     tid = _transcript_id(request)
     snapshot = await _hub(request).snapshot(tid)
-    text = lmml.export_lmml(snapshot.messages)
+    data = await _export(request, snapshot.messages, "writing the export", jobs.export_lmml)
     return _download(
-        text.encode(),
-        "text/markdown; charset=utf-8",
-        f"{_bundle_name(tid)}.lmml",
-        snapshot.revision,
+        data, "text/markdown; charset=utf-8", f"{_bundle_name(tid)}.lmml", snapshot.revision
     )
 
 
@@ -168,5 +193,5 @@ async def export_lmmlz(request: Request) -> Response:
     tid = _transcript_id(request)
     snapshot = await _hub(request).snapshot(tid)
     name = _bundle_name(tid)
-    data = lmml.export_lmmlz(snapshot.messages, name=name)
+    data = await _export(request, snapshot.messages, "writing the export", jobs.export_lmmlz, name)
     return _download(data, "application/zip", f"{name}.lmmlz", snapshot.revision)

@@ -48,7 +48,7 @@ from protocol.validation import parse_messages, validate_id
 from protocol.views import InvalidView, Window, window_start
 from server.appends import AppendCommitter, PendingAppend
 from server.config import ServerConfig
-from server.errors import EpochChanged, TooManySubscriptions
+from server.errors import EpochChanged, Refused, TooManySubscriptions
 from server.frames import EncodedEvent, EncodedSnapshot
 from server.live import (
     CatchUpFirst,
@@ -56,12 +56,14 @@ from server.live import (
     LiveTranscript,
     SendBaseline,
     SendFromWindow,
+    held_bytes,
     plan_subscribe,
     splice,
 )
 from server.metrics import Metrics
 from server.outbound import OutboundQueue, Send, WriteDelay
 from server.store.base import (
+    LOADED_KEYS,
     AppendResult,
     Store,
     StoredRange,
@@ -71,7 +73,12 @@ from server.store.base import (
     TranscriptNotFound,
 )
 from server.transcript import Transcript
-from server.tuning import IDLE_SWEEPS_PER_TTL, MIN_IDLE_SWEEP_S
+from server.tuning import (
+    IDLE_SWEEPS_PER_TTL,
+    LIVE_FULL_RETRY_AFTER_S,
+    MAX_CONCURRENT_LOADS,
+    MIN_IDLE_SWEEP_S,
+)
 
 log = logging.getLogger("tsync.hub")
 
@@ -118,6 +125,9 @@ class Hub:
         #: The open connections' outbound queues, by connection id.
         self.connections: dict[str, OutboundQueue] = {}
         self._loading: dict[str, asyncio.Future[LiveTranscript]] = {}
+        #: Deletes in flight, by id: loads of that id wait for them.
+        self._deleting: dict[str, asyncio.Future[None]] = {}
+        self._loads = asyncio.Semaphore(MAX_CONCURRENT_LOADS)
         self._sweeper: asyncio.Task[None] | None = None
         self.committer = AppendCommitter(store, self.metrics, self)
         #: Wakes the writers of queues with new increments (``write_delay_ms``).
@@ -152,10 +162,10 @@ class Hub:
             await asyncio.sleep(max(ttl / IDLE_SWEEPS_PER_TTL, MIN_IDLE_SWEEP_S))
             cutoff = time.monotonic() - ttl
             for tid, live in list(self.live.items()):
+                if not self.is_current(live):
+                    continue  # let go meanwhile (to make room) or reloaded
                 if live.idle_since(cutoff) and not self.committer.busy(live):
-                    live.deliver_pending()
-                    del self.live[tid]
-                    self._released(tid)
+                    self._evict(live)
                     await live.close()
                     log.debug("evicted idle transcript %s", tid)
             self.metrics.live_transcripts.set(len(self.live))
@@ -165,10 +175,17 @@ class Hub:
 
     async def load(self, transcript_id: str) -> LiveTranscript:
         """The transcript in memory, loaded from the store unless it is there
-        already (one load at a time per id). Raises ``TranscriptNotFound``."""
+        already (one load at a time per id). Raises ``TranscriptNotFound``.
+
+        A load racing a delete of the same id waits for it (and then finds
+        nothing): what a delete answered 204 for is never loaded again."""
+        while (deleting := self._deleting.get(transcript_id)) is not None:
+            await asyncio.wait([deleting])
         live = self.live.get(transcript_id)
         if live is not None:
             live.touch()
+            # ``live`` is in least recently used order.
+            self.live[transcript_id] = self.live.pop(transcript_id)
             return live
         pending = self._loading.get(transcript_id)
         if pending is not None:
@@ -177,9 +194,11 @@ class Hub:
         self._loading[transcript_id] = future
         self._held(transcript_id)
         try:
-            stored = await self._load_stored(transcript_id)
+            async with self._loads:
+                stored = await self._load_stored(transcript_id)
             if stored is None:
                 raise TranscriptNotFound(transcript_id)
+            self._make_room(held_bytes(stored.snapshot))
             live = self._hold(stored)
             future.set_result(live)
             return live
@@ -199,8 +218,9 @@ class Hub:
     def _hold(self, stored: StoredState) -> LiveTranscript:
         live = LiveTranscript(
             stored,
+            limits=self.config.message_limits,
             event_window=self.config.event_window,
-            idempotency_retention=self.store.idempotency_retention,
+            remembered_keys=min(LOADED_KEYS, self.store.idempotency_retention),
             live_messages=self.config.live_messages,
         )
         self.live[live.id] = live
@@ -215,6 +235,47 @@ class Hub:
     def _released(self, transcript_id: str) -> None:
         if self.hold_listener is not None:
             self.hold_listener.released(transcript_id)
+
+    def _make_room(self, size: int) -> None:
+        """Let the least recently used transcripts nobody subscribes to or
+        writes go until one more of ``size`` bytes fits the caps; raise
+        ``unavailable`` when they cannot be made to fit (all in use). A
+        transcript is always let in when nothing else is held."""
+        config = self.config
+        held = self.live_bytes()
+
+        def fits() -> bool:
+            return not self.live or (
+                len(self.live) < config.max_live_transcripts
+                and held + size <= config.max_live_bytes
+            )
+
+        if fits():
+            return
+        for live in list(self.live.values()):
+            if live.evictable() and not self.committer.busy(live):
+                self._evict(live)
+                held -= live.size
+                if fits():
+                    return
+        raise Refused(
+            codes.UNAVAILABLE,
+            f"the server holds as many transcripts as it may ({len(self.live)}, "
+            f"{held} bytes) and all of them are in use; retry shortly",
+            retryAfter=LIVE_FULL_RETRY_AFTER_S,
+        )
+
+    def _evict(self, live: LiveTranscript) -> None:
+        """Let an unused transcript go (it is loaded again when asked for)."""
+        live.deliver_pending()
+        del self.live[live.id]
+        self._released(live.id)
+        live.pump.cancel()
+        self.metrics.live_transcripts.set(len(self.live))
+
+    def live_bytes(self) -> int:
+        """About the bytes the transcripts in memory hold (``max_live_bytes``)."""
+        return sum(live.size for live in self.live.values())
 
     def is_loaded(self, transcript_id: str) -> bool:
         """Whether the transcript is in memory now (no load needed)."""
@@ -260,12 +321,27 @@ class Hub:
 
     async def delete(self, transcript_id: str) -> None:
         """Delete a transcript and its history; its subscribers get
-        ``not-found``. Raises ``TranscriptNotFound``."""
-        if not await self.store.delete(transcript_id):
-            raise TranscriptNotFound(transcript_id)
-        live = self.live.get(transcript_id)
-        if live is not None:
-            await self._drop_deleted(live)
+        ``not-found``. Raises ``TranscriptNotFound``.
+
+        A load of the id already in flight lands first (it read the store
+        before the delete), then the store deletes, then the copy in memory
+        goes; loads that arrive meanwhile wait until all of that is done."""
+        while (other := self._deleting.get(transcript_id)) is not None:
+            await asyncio.wait([other])
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._deleting[transcript_id] = done
+        try:
+            loading = self._loading.get(transcript_id)
+            if loading is not None:
+                await asyncio.wait([loading])
+            if not await self.store.delete(transcript_id):
+                raise TranscriptNotFound(transcript_id)
+            live = self.live.get(transcript_id)
+            if live is not None:
+                await self._drop_deleted(live)
+        finally:
+            del self._deleting[transcript_id]
+            done.set_result(None)
 
     # --- writes ---------------------------------------------------------------------
 
@@ -281,7 +357,7 @@ class Hub:
         tid = validate_id(transcript_id) if transcript_id is not None else uuid.uuid4().hex
         parsed = self._parse(messages)
         epoch = uuid.uuid4().hex
-        draft = Transcript(id=tid, epoch=epoch)
+        draft = Transcript(id=tid, epoch=epoch, limits=self.config.message_limits)
         first = draft.prepare_append(parsed, origin=origin) if parsed else None
         await self.store.create(tid, epoch, now_ms(), first)
         if first is not None:
@@ -291,10 +367,12 @@ class Hub:
     def _parse(self, messages: object) -> tuple[Message, ...]:
         if isinstance(messages, tuple) and all(isinstance(m, Message) for m in messages):
             return messages
+        limits = self.config.message_limits
         return parse_messages(
             messages,
-            max_messages=self.config.max_messages_per_batch,
-            max_message_bytes=self.config.max_message_bytes,
+            max_messages=limits.max_messages_per_batch,
+            max_message_bytes=limits.max_message_bytes,
+            max_depth=limits.max_depth,
         )
 
     async def append(

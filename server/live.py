@@ -34,17 +34,34 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from protocol.types import Message, TranscriptEvent
+import msgspec
+
+from protocol.limits import DEFAULT_LIMITS, MessageLimits
+from protocol.types import Message, TranscriptEvent, TranscriptSnapshot
 from protocol.views import Window
 from server.changes import ChangeBuffer
 from server.frames import EncodedEvent, EncodedSnapshot
 from server.outbound import OutboundQueue
-from server.store.base import Receipt, StoredState
+from server.store.base import LOADED_KEYS, Receipt, StoredState
 from server.transcript import Transcript
 
 #: Encoded baselines kept per live transcript at its current revision (one per
 #: window start: the whole, and the tails and segments subscribers ask for).
 SNAPSHOTS_KEPT = 8
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+def _message_bytes(messages: tuple[Message, ...]) -> int:
+    return len(_encode(messages))
+
+
+def held_bytes(snapshot: TranscriptSnapshot) -> int:
+    """About the bytes the messages of ``snapshot`` take in memory (their
+    compact JSON): what a live copy loaded from it counts against
+    ``max_live_bytes``."""
+    return _message_bytes(snapshot.messages)
 
 
 class LiveTranscript:
@@ -54,20 +71,27 @@ class LiveTranscript:
         self,
         stored: StoredState,
         *,
+        limits: MessageLimits = DEFAULT_LIMITS,
         event_window: int,
-        idempotency_retention: int,
+        remembered_keys: int = LOADED_KEYS,
         live_messages: int = 0,
     ) -> None:
         self.buffer = ChangeBuffer()
-        self.transcript = Transcript.restore_window(stored.snapshot, changes=self.buffer)
+        self.transcript = Transcript.restore_window(
+            stored.snapshot, changes=self.buffer, limits=limits
+        )
         self.id = stored.transcript_id
         self.created_at = stored.created_at
+        #: About the bytes it holds (the messages it was loaded with, then each
+        #: event's encoding; recounted when old messages are let go): what the
+        #: hub counts against ``max_live_bytes``.
+        self.size = held_bytes(stored.snapshot)
         #: Each subscriber and the window it subscribed with (``None``: whole).
         self.subscribers: dict[OutboundQueue, Window | None] = {}
         self.window: deque[EncodedEvent] = deque(maxlen=event_window)
         self._keep = live_messages
         self._receipts: OrderedDict[str, Receipt] = OrderedDict(stored.idempotency)
-        self._retention = idempotency_retention
+        self._remembered = remembered_keys
         #: Held by whoever changes the transcript, across the store's await.
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
@@ -93,6 +117,7 @@ class LiveTranscript:
         window = self.window
         for event in events:
             item = EncodedEvent(event)
+            self.size += item.estimated_bytes
             window.append(item)
             for queue in list(self.subscribers):
                 # A subscription made after this event was captured but before
@@ -107,6 +132,7 @@ class LiveTranscript:
         transcript = self.transcript
         if keep and transcript.length - transcript.held_start > keep + keep // 2:
             transcript.forget_before(transcript.length - keep)
+            self.size = _message_bytes(transcript.messages(transcript.held_start))
 
     # --- subscribers ----------------------------------------------------------------
 
@@ -161,26 +187,36 @@ class LiveTranscript:
 
     # --- idempotency ------------------------------------------------------------------
 
+    # The newest ``remembered_keys`` receipts (never more than the store
+    # keeps: memory must not answer a retry the store would not), so that a retry of a recent append
+    # needs no store lookup. The store keeps more, for longer, and is the
+    # authority: an append with a key not found here is still recognised by
+    # the store (``Store.append`` answers its first ack).
+
     def receipt(self, key: str | None) -> Receipt | None:
-        """The receipt recorded for an idempotency key, if remembered."""
+        """The receipt recorded for an idempotency key, if remembered here."""
         return None if key is None else self._receipts.get(key)
 
     def knows(self, key: str) -> bool:
         return key in self._receipts
 
     def remember(self, key: str | None, receipt: Receipt) -> None:
-        """Remember ``key``'s receipt (the newest ``idempotency_retention``)."""
+        """Remember ``key``'s receipt (the newest ``remembered_keys``)."""
         if key is None:
             return
         self._receipts[key] = receipt
         self._receipts.move_to_end(key)
-        while len(self._receipts) > self._retention:
+        while len(self._receipts) > self._remembered:
             self._receipts.popitem(last=False)
 
     # --- lifecycle --------------------------------------------------------------------
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
+
+    def evictable(self) -> bool:
+        """Nobody subscribes to it or changes it now: it may leave memory."""
+        return not self.subscribers and not self.lock.locked()
 
     def idle_since(self, cutoff: float) -> bool:
         """Unused since ``cutoff`` (a ``time.monotonic()``), with no subscriber

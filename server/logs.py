@@ -112,6 +112,52 @@ class _UvicornLines(logging.Filter):
         return True
 
 
+class RepeatLimit(logging.Filter):
+    """Rate-limits repeated lines: each kind of line (logger, level and
+    message template) at WARNING or above, or marked ``extra={"_repeat":
+    True}``, may be written ``burst`` times at once and then ``per_second``
+    a second; the next one written after some were dropped says how many
+    (``suppressed=N``).
+
+    A client can make the server warn (a malformed request, a refused
+    connection) and, past the file-descriptor limit, the event loop logs
+    every failed ``accept()``: without this, an attack writes the disk full
+    (134 MB of tracebacks in 45 s were seen). Different lines never share a
+    budget, so a rare error is never hidden behind a frequent one.
+    """
+
+    MAX_KINDS = 512
+
+    def __init__(self, burst: float = 10, per_second: float = 1.0) -> None:
+        super().__init__()
+        self.burst = burst
+        self.per_second = per_second
+        #: kind -> [tokens, last refill (monotonic), dropped since last written]
+        self._kinds: dict[tuple[str, int, str], list[float]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING and not getattr(record, "_repeat", False):
+            return True
+        kind = (record.name, record.levelno, str(record.msg))
+        now = time.monotonic()
+        state = self._kinds.get(kind)
+        if state is None:
+            if len(self._kinds) >= self.MAX_KINDS:
+                del self._kinds[next(iter(self._kinds))]
+            state = self._kinds[kind] = [self.burst, now, 0]
+        tokens = min(self.burst, state[0] + (now - state[1]) * self.per_second)
+        state[1] = now
+        if tokens < 1:
+            state[0] = tokens
+            state[2] += 1
+            return False
+        state[0] = tokens - 1
+        if state[2]:
+            record.suppressed = int(state[2])
+            state[2] = 0
+        return True
+
+
 class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
     """The handler ``configure`` installs (so that it can replace its own)."""
 
@@ -152,6 +198,7 @@ def configure(level: str = "info", fmt: str = "text") -> None:
     """
     handler = _Handler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(RepeatLimit())
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _Handler)]:
         root.removeHandler(old)

@@ -30,9 +30,12 @@ def problem_response(exc: BaseException) -> Response:
     response = Response(
         _json.encode(failure.problem()), spec.http_status, media_type="application/problem+json"
     )
-    if spec.retry == "later" and spec.http_status in (429, 503):
+    retry_after = failure.fields.get("retryAfter")
+    if retry_after is None and spec.retry == "later" and spec.http_status in (429, 503):
         # Try again, but not at once (a full or unreachable store, a rate).
-        response.headers["retry-after"] = str(RETRY_AFTER_S)
+        retry_after = RETRY_AFTER_S
+    if retry_after is not None:
+        response.headers["retry-after"] = str(retry_after)
     return response
 
 

@@ -16,15 +16,20 @@ import time
 from typing import Any
 
 import uvicorn
+from uvicorn.config import STARTUP_FAILURE
 
 from server.application import TsyncApp, create_app
 from server.config import ServerConfig
+from server.http_guard import guarded_protocol
 
 log = logging.getLogger("tsync.serve")
 
 #: Share of ``graceful_shutdown_s`` given to draining WebSockets; the rest is
 #: uvicorn's wait for HTTP requests in flight.
 DRAIN_SHARE = 0.5
+#: Share of ``graceful_shutdown_s`` kept for the app's shutdown after the
+#: connections are gone (the hub stops, the store flushes and closes).
+CLOSE_SHARE = 0.1
 
 
 class TsyncServer(uvicorn.Server):
@@ -38,8 +43,10 @@ class TsyncServer(uvicorn.Server):
         app = _tsync_app(self.config.loaded_app)
         if app is not None:
             await app.drain(self.grace_s * DRAIN_SHARE)
-        left = max(0.1, self.grace_s - (time.monotonic() - began))
-        self.config.timeout_graceful_shutdown = max(1, round(left))
+        # What is left, less a moment for the app's own shutdown (closing the
+        # store), is uvicorn's wait for connections: never rounded up.
+        left = self.grace_s - (time.monotonic() - began)
+        self.config.timeout_graceful_shutdown = max(0.1, left - self.grace_s * CLOSE_SHARE)  # type: ignore[assignment]
         await super().shutdown(sockets)
 
 
@@ -58,6 +65,8 @@ def uvicorn_config(config: ServerConfig, app: Any | None = None, **kwargs: Any) 
         app if app is not None else create_app(config),
         host=config.host,
         port=config.port,
+        http=guarded_protocol(config),
+        timeout_keep_alive=config.http_keep_alive_s,  # type: ignore[arg-type]
         ws="websockets-sansio",
         ws_max_size=config.ws_hard_max_bytes,
         ws_ping_interval=config.ping_interval_s or None,
@@ -66,7 +75,7 @@ def uvicorn_config(config: ServerConfig, app: Any | None = None, **kwargs: Any) 
         # The app configures logging itself (server.logs).
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=max(1, round(config.graceful_shutdown_s)),
+        timeout_graceful_shutdown=config.graceful_shutdown_s,  # type: ignore[arg-type]
         lifespan="on",
         **kwargs,
     )
@@ -76,8 +85,57 @@ def server_for(config: ServerConfig, app: Any | None = None, **kwargs: Any) -> T
     return TsyncServer(uvicorn_config(config, app, **kwargs), grace_s=config.graceful_shutdown_s)
 
 
-def run(config: ServerConfig) -> None:
-    """Serve until SIGTERM or Ctrl-C. uvicorn raises the signal again once it
-    has shut down (so that a supervisor sees how the process ended): the
-    caller turns Ctrl-C's ``KeyboardInterrupt`` into a quiet exit."""
-    server_for(config).run()
+#: The exit status of a server that could not start (its store could not be
+#: opened; the log says why in one line), as for any other bad setting.
+EXIT_STARTUP_FAILED = 2
+
+
+#: File descriptors kept for everything but client sockets (the store's
+#: files and connections, the workers' pipes, the log).
+FD_RESERVE = 128
+
+
+def raise_fd_limit(config: ServerConfig) -> int:
+    """Raise this process's open-file limit to its hard limit (a socket is
+    a file descriptor; the usual soft limit of 1024 is far below what the
+    connection settings allow) and warn when even that cannot hold
+    ``max_connections + max_http_connections`` plus ``FD_RESERVE``: past it,
+    ``accept()`` fails and the server is unreachable. Returns the limit."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return 0
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    needed = config.max_connections + config.max_http_connections + FD_RESERVE
+    if soft < needed:
+        log.warning(
+            "the open-file limit (%d) is below max_connections + max_http_connections + %d "
+            "(%d): lower those settings or raise the limit (see docs/deploy.md)",
+            soft,
+            FD_RESERVE,
+            needed,
+        )
+    return soft
+
+
+def run(config: ServerConfig) -> int:
+    """Serve until SIGTERM or Ctrl-C; the exit status. uvicorn raises the
+    signal again once it has shut down (so that a supervisor sees how the
+    process ended): the caller turns Ctrl-C's ``KeyboardInterrupt`` into a
+    quiet exit."""
+    server = server_for(config)  # configures logging
+    raise_fd_limit(config)
+    try:
+        server.run()
+    except SystemExit as exc:
+        if exc.code == STARTUP_FAILURE:
+            return EXIT_STARTUP_FAILED
+        raise
+    return 0

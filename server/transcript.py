@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 import msgspec
 
 from protocol.errors import InvalidMessage, InvalidSegment
-from protocol.limits import MAX_MESSAGE_BYTES, MAX_MESSAGES_PER_BATCH
+from protocol.limits import DEFAULT_LIMITS, MessageLimits
 from protocol.state import TranscriptState
 from protocol.types import (
     Change,
@@ -125,7 +125,7 @@ class Transcript:
     # The state (``protocol.state``) is the one implementation of "apply an
     # event" that every consumer's copy uses too; messages only ever grow at
     # the end, so index i is the same object forever.
-    __slots__ = ("_changes", "_clock", "_observation", "_persistence", "_state")
+    __slots__ = ("_changes", "_clock", "_limits", "_observation", "_persistence", "_state")
 
     def __init__(
         self,
@@ -137,7 +137,9 @@ class Transcript:
         observation: Observation | None = None,
         persistence: Persistence | None = None,
         clock: Clock | None = None,
+        limits: MessageLimits = DEFAULT_LIMITS,
     ) -> None:
+        self._limits = limits
         self._state = TranscriptState(
             _new_id() if id is None else validate_id(id),
             _new_id() if epoch is None else _check_epoch(epoch),
@@ -292,10 +294,9 @@ class Transcript:
         batch = reader.messages()
         if not batch:
             return []
-        if len(batch) > MAX_MESSAGES_PER_BATCH:
-            raise InvalidMessage(
-                "messages", f"too many messages: {len(batch)} > {MAX_MESSAGES_PER_BATCH}"
-            )
+        limit = self._limits.max_messages_per_batch
+        if len(batch) > limit:
+            raise InvalidMessage("messages", f"too many messages: {len(batch)} > {limit}")
         return self._commit_append(self._append_event(batch, origin))
 
     def start_segment(
@@ -342,7 +343,7 @@ class Transcript:
 
         ``None`` for an empty batch. Raises ``InvalidMessage``.
         """
-        batch = _validate_batch(messages)
+        batch = _validate_batch(messages, self._limits)
         if not batch:
             return None
         return self._append_event(batch, origin)
@@ -358,7 +359,7 @@ class Transcript:
         state = self._state
         revision, length = state.revision, state.length
         for messages, origin in batches:
-            batch = _validate_batch(messages)
+            batch = _validate_batch(messages, self._limits)
             if not batch:
                 raise ValueError("prepare_appends: an empty batch takes no revision")
             revision += 1
@@ -468,6 +469,7 @@ class Transcript:
         observation: Observation | None = None,
         persistence: Persistence | None = None,
         clock: Clock | None = None,
+        limits: MessageLimits = DEFAULT_LIMITS,
     ) -> Transcript:
         """Rebuild a transcript from a whole snapshot or its complete event log.
 
@@ -484,6 +486,7 @@ class Transcript:
             "observation": observation,
             "persistence": persistence,
             "clock": clock,
+            "limits": limits,
         }
         if isinstance(source, TranscriptSnapshot):
             return cls._from_snapshot(source, id=id, epoch=epoch, **ports)
@@ -514,6 +517,7 @@ class Transcript:
         observation: Observation | None = None,
         persistence: Persistence | None = None,
         clock: Clock | None = None,
+        limits: MessageLimits = DEFAULT_LIMITS,
     ) -> Transcript:
         """Rebuild a transcript from a snapshot that may hold only its newest
         messages (``[start, length)``: a server's store reads no more). It
@@ -528,6 +532,7 @@ class Transcript:
             observation=observation,
             persistence=persistence,
             clock=clock,
+            limits=limits,
         )
         transcript._state = state
         return transcript
@@ -602,24 +607,35 @@ class Transcript:
 # --- validation --------------------------------------------------------------------
 
 
-def _validate_batch(messages: Iterable[MessageInput]) -> tuple[Message, ...]:
-    """The batch as validated ``Message`` structs, or ``InvalidMessage``."""
+def _validate_batch(messages: Iterable[MessageInput], limits: MessageLimits) -> tuple[Message, ...]:
+    """The batch as validated ``Message`` structs (within ``limits``), or
+    ``InvalidMessage``."""
     if isinstance(messages, str | bytes | bytearray | Mapping | Message):
         raise InvalidMessage("messages", "expected a list of messages")
     items = messages if isinstance(messages, list | tuple) else list(messages)
     if not items:
         return ()
-    if len(items) > MAX_MESSAGES_PER_BATCH:
+    if len(items) > limits.max_messages_per_batch:
         raise InvalidMessage(
-            "messages", f"too many messages: {len(items)} > {MAX_MESSAGES_PER_BATCH}"
+            "messages", f"too many messages: {len(items)} > {limits.max_messages_per_batch}"
         )
     try:
         if not any(isinstance(item, Message) for item in items):
-            return parse_messages(items)
+            return parse_messages(
+                items,
+                max_messages=limits.max_messages_per_batch,
+                max_message_bytes=limits.max_message_bytes,
+                max_depth=limits.max_depth,
+            )
         return tuple(
-            _check_struct(item, f"messages[{i}]")
+            _check_struct(item, f"messages[{i}]", limits.max_message_bytes)
             if isinstance(item, Message)
-            else parse_message(item, path=f"messages[{i}]")
+            else parse_message(
+                item,
+                path=f"messages[{i}]",
+                max_message_bytes=limits.max_message_bytes,
+                max_depth=limits.max_depth,
+            )
             for i, item in enumerate(items)
         )
     except (TypeError, OverflowError, msgspec.EncodeError) as exc:
@@ -627,16 +643,16 @@ def _validate_batch(messages: Iterable[MessageInput]) -> tuple[Message, ...]:
         raise InvalidMessage("messages", f"cannot be encoded as JSON: {exc}") from None
 
 
-def _check_struct(message: Message, path: str) -> Message:
+def _check_struct(message: Message, path: str, max_bytes: int) -> Message:
     """Check a ``Message`` built in Python: its size, and its fields, which a
     Struct does not check when constructed directly. The message itself is
     kept when it is what decoding its JSON gives (it is frozen on
     construction); one holding plain dicts where parts belong is replaced by
     the decoded, canonical one."""
     encoded = _encode(message)
-    if len(encoded) > MAX_MESSAGE_BYTES:
+    if len(encoded) > max_bytes:
         raise InvalidMessage(
-            path, f"message is {len(encoded)} bytes, more than the limit of {MAX_MESSAGE_BYTES}"
+            path, f"message is {len(encoded)} bytes, more than the limit of {max_bytes}"
         )
     try:
         decoded = _decode_message(encoded)

@@ -46,6 +46,14 @@ OPS_PER_YIELD: Final = 16
 IDLE_SWEEPS_PER_TTL: Final = 4
 MIN_IDLE_SWEEP_S: Final = 0.05
 
+#: Transcripts loaded from the store at once (the others wait): a burst of
+#: requests for many transcripts cannot hold all of them in memory at once
+#: before ``max_live_transcripts`` is even checked.
+MAX_CONCURRENT_LOADS: Final = 16
+
+#: What ``Retry-After`` says when the server holds as many transcripts as it may.
+LIVE_FULL_RETRY_AFTER_S: Final = 1
+
 # --- the backplane (server.backplane) ---------------------------------------------------
 
 #: Live copies the backplane brings up to date at once (each one a store read).

@@ -62,7 +62,8 @@ def _log_refused(code: int, scope: Scope | None, why: str | None = None) -> None
     log.info(
         "connection refused: %s",
         why or (row.reason if row else code),
-        extra={"code": code, "peer": _peer(scope) if scope is not None else None},
+        # A flood of refused connections must not flood the log (server.logs).
+        extra={"code": code, "peer": _peer(scope) if scope is not None else None, "_repeat": True},
     )
 
 

@@ -72,9 +72,18 @@ class StoreUnavailable(StoreError):
     """The backend is unreachable or timed out; nothing was applied."""
 
 
-#: Idempotency keys kept per transcript unless configured otherwise (the
-#: server's ``idempotency_retention`` setting passes its value to the store).
-DEFAULT_IDEMPOTENCY_RETENTION: Final = 1000
+#: Idempotency keys kept per transcript at most (the newest) unless configured
+#: otherwise (the server's ``idempotency_retention`` setting passes its value
+#: to the store): a bound on what one transcript's keys may take, far above
+#: what ``DEFAULT_IDEMPOTENCY_TTL_S`` of appends usually leaves.
+DEFAULT_IDEMPOTENCY_RETENTION: Final = 100_000
+#: Seconds every store remembers an idempotency key (``idempotency_ttl_s``):
+#: a retry within this window is answered with the first ack, even after a
+#: crash or a restart.
+DEFAULT_IDEMPOTENCY_TTL_S: Final = 86_400.0
+#: The newest keys ``load`` returns with a transcript (all of them are still
+#: checked by ``append`` and ``recorded``): what the hub keeps in memory.
+LOADED_KEYS: Final = 1000
 
 
 class Receipt(msgspec.Struct, frozen=True):
@@ -102,7 +111,8 @@ class StoredTranscript(msgspec.Struct, frozen=True):
 
     ``events`` is the complete event log, oldest first (revision 1..N), so that
     ``Transcript.restore`` rebuilds exactly the same transcript.
-    ``idempotency`` holds the retained keys and their receipts.
+    ``idempotency`` holds the newest retained keys (at most ``LOADED_KEYS``)
+    and their receipts, oldest first.
     """
 
     transcript_id: str
@@ -110,6 +120,9 @@ class StoredTranscript(msgspec.Struct, frozen=True):
     created_at: int
     events: tuple[TranscriptEvent, ...]
     idempotency: dict[str, Receipt] = {}
+    #: About how many bytes the events took in the store (their encoded
+    #: size): what the hub counts against ``max_live_bytes``.
+    size: int = 0
 
     @property
     def revision(self) -> int:
@@ -213,9 +226,11 @@ class Store(Protocol):
 
     #: A short name for logs and metrics: "memory", "sqlite", "redis".
     name: str
-    #: Idempotency keys kept per transcript (the newest); the hub remembers
-    #: as many in memory, so a retry is recognised the same either way.
+    #: Idempotency keys kept per transcript (the newest), each for
+    #: ``idempotency_ttl_s`` seconds. The store is the authority: the hub
+    #: keeps only the newest few in memory and asks ``recorded`` otherwise.
     idempotency_retention: int
+    idempotency_ttl_s: float
 
     async def open(self) -> None:
         """Connect / create files. Called once before any other method."""
@@ -270,6 +285,10 @@ class Store(Protocol):
         transaction, one round trip). One outcome per item: ``append``'s result
         or the exception it would raise (a refused item does not undo the
         others). Raises ``StoreUnavailable`` when nothing could be committed."""
+
+    async def recorded(self, transcript_id: str, key: str) -> Receipt | None:
+        """The receipt recorded for ``key`` (an append's idempotency key) if
+        it is still remembered; ``None`` otherwise (or no such transcript)."""
 
     async def events_after(
         self, transcript_id: str, revision: int, *, limit: int | None = None

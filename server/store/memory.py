@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+
+import msgspec
 
 from protocol.summary import preview_of, title_of
 from protocol.types import (
@@ -31,6 +34,8 @@ from protocol.types import (
 )
 from server.store.base import (
     DEFAULT_IDEMPOTENCY_RETENTION,
+    DEFAULT_IDEMPOTENCY_TTL_S,
+    LOADED_KEYS,
     AppendResult,
     Head,
     Notice,
@@ -55,6 +60,8 @@ from server.store.options import MemoryOptions, validated
 
 __all__ = ["MemoryStore", "SharedMemoryStore"]
 
+_encode = msgspec.msgpack.Encoder().encode
+
 
 @dataclass
 class _Entry:
@@ -74,8 +81,9 @@ class _Entry:
     #: msg_end of every append, and the position of that append in ``events``.
     ends: list[int] = field(default_factory=list)
     appends: list[int] = field(default_factory=list)
-    # Insertion order is revision order, so the oldest key is always first.
-    keys: dict[str, Receipt] = field(default_factory=dict)
+    # Insertion order is revision (and time) order: the oldest key is first.
+    # Each key's receipt and when it was recorded (``clock()`` seconds).
+    keys: dict[str, tuple[Receipt, float]] = field(default_factory=dict)
     title: str | None = None
     preview: str | None = None
 
@@ -97,7 +105,8 @@ class MemoryStore:
     """A ``Store`` in process memory.
 
     ``idempotency_retention`` is how many idempotency keys are kept per
-    transcript (the newest ones); 0 keeps none.
+    transcript (the newest ones; 0 keeps none), each for
+    ``idempotency_ttl_s`` seconds of ``clock``.
     """
 
     name = "memory"
@@ -107,11 +116,17 @@ class MemoryStore:
         options: MemoryOptions | None = None,
         *,
         idempotency_retention: int = DEFAULT_IDEMPOTENCY_RETENTION,
+        idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if idempotency_retention < 0:
             raise ValueError("idempotency_retention must be >= 0")
+        if idempotency_ttl_s <= 0:
+            raise ValueError("idempotency_ttl_s must be > 0")
         self.options = validated(options or MemoryOptions())
         self.idempotency_retention = idempotency_retention
+        self.idempotency_ttl_s = idempotency_ttl_s
+        self._clock = clock
         self._transcripts: dict[str, _Entry] = {}
         self._closed = False
 
@@ -161,8 +176,29 @@ class MemoryStore:
             epoch=entry.epoch,
             created_at=entry.created_at,
             events=tuple(entry.events),
-            idempotency=dict(entry.keys),
+            size=sum(len(_encode(event)) for event in entry.events),
+            idempotency=self._loaded_keys(entry),
         )
+
+    def _loaded_keys(self, entry: _Entry) -> dict[str, Receipt]:
+        """The newest ``LOADED_KEYS`` keys not expired, oldest first."""
+        cutoff = self._clock() - self.idempotency_ttl_s
+        return {
+            key: receipt
+            for key, (receipt, at) in list(entry.keys.items())[-LOADED_KEYS:]
+            if at >= cutoff
+        }
+
+    async def recorded(self, transcript_id: str, key: str) -> Receipt | None:
+        self._check_open()
+        entry = self._transcripts.get(transcript_id)
+        return None if entry is None else self._receipt(entry, key)
+
+    def _receipt(self, entry: _Entry, key: str) -> Receipt | None:
+        kept = entry.keys.get(key)
+        if kept is None or kept[1] < self._clock() - self.idempotency_ttl_s:
+            return None
+        return kept[0]
 
     async def append(
         self, event: TranscriptEvent, *, idempotency_key: str | None = None
@@ -190,7 +226,7 @@ class MemoryStore:
         if event.epoch != entry.epoch:
             raise RevisionMismatch(event.transcript_id, event.revision - 1, entry.revision)
         if idempotency_key is not None:
-            ack = entry.keys.get(idempotency_key)
+            ack = self._receipt(entry, idempotency_key)
             if ack is not None:
                 return AppendResult(ack, duplicate=True)
         if event.revision != entry.revision + 1:
@@ -221,9 +257,13 @@ class MemoryStore:
             entry.view_changes += 1
         receipt = Receipt.for_event(event)
         if key is not None and self.idempotency_retention > 0:
-            entry.keys[key] = receipt
-            while len(entry.keys) > self.idempotency_retention:
-                del entry.keys[next(iter(entry.keys))]
+            now = self._clock()
+            entry.keys.pop(key, None)  # an expired one: the new one goes last
+            entry.keys[key] = (receipt, now)
+            keys = entry.keys
+            cutoff = now - self.idempotency_ttl_s
+            while len(keys) > self.idempotency_retention or keys[next(iter(keys))][1] < cutoff:
+                del keys[next(iter(keys))]
         return receipt
 
     def _changed(self, notice: Notice) -> None:
@@ -265,7 +305,7 @@ class MemoryStore:
             views=tuple(sorted(entry.views.values(), key=lambda view: view.name)),
             view_changes=entry.view_changes,
         )
-        return StoredState(snapshot, entry.created_at, dict(entry.keys))
+        return StoredState(snapshot, entry.created_at, self._loaded_keys(entry))
 
     async def read_messages(self, transcript_id: str, start: int, end: int) -> StoredRange:
         self._check_open()
@@ -356,9 +396,14 @@ class SharedMemoryStore(MemoryStore):
         options: MemoryOptions | None = None,
         *,
         idempotency_retention: int = DEFAULT_IDEMPOTENCY_RETENTION,
+        idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
         notice_backlog: int = 10_000,
     ) -> None:
-        super().__init__(options, idempotency_retention=idempotency_retention)
+        super().__init__(
+            options,
+            idempotency_retention=idempotency_retention,
+            idempotency_ttl_s=idempotency_ttl_s,
+        )
         self._notice_backlog = notice_backlog
         self._listeners: list[_Listener] = []
 

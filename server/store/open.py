@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from server.store.base import DEFAULT_IDEMPOTENCY_RETENTION, Store
+from server.store.base import DEFAULT_IDEMPOTENCY_RETENTION, DEFAULT_IDEMPOTENCY_TTL_S, Store
 from server.store.memory import MemoryStore
 from server.store.options import MemoryOptions, SQLiteOptions, parse_query
 from server.store.sqlite import SQLiteStore
@@ -29,7 +29,12 @@ __all__ = ["open_store"]
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 
 
-def open_store(url: str, *, idempotency_retention: int = DEFAULT_IDEMPOTENCY_RETENTION) -> Store:
+def open_store(
+    url: str,
+    *,
+    idempotency_retention: int = DEFAULT_IDEMPOTENCY_RETENTION,
+    idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
+) -> Store:
     """Build the store ``url`` names, with the options its query string sets.
 
     The store is not opened yet (constructors do no I/O, so this can be
@@ -46,11 +51,15 @@ def open_store(url: str, *, idempotency_retention: int = DEFAULT_IDEMPOTENCY_RET
         # Imported on use: the memory and SQLite stores need no Redis client.
         from server.store.redis import RedisStore
 
-        return RedisStore(url, idempotency_retention=idempotency_retention)
+        return RedisStore(
+            url, idempotency_retention=idempotency_retention, idempotency_ttl_s=idempotency_ttl_s
+        )
     location, _, query = url.partition("?")
     if location in ("memory", "memory:"):
         return MemoryStore(
-            parse_query(MemoryOptions, query, url=url), idempotency_retention=idempotency_retention
+            parse_query(MemoryOptions, query, url=url),
+            idempotency_retention=idempotency_retention,
+            idempotency_ttl_s=idempotency_ttl_s,
         )
     if scheme and scheme != "sqlite":
         raise ValueError(
@@ -68,4 +77,5 @@ def open_store(url: str, *, idempotency_retention: int = DEFAULT_IDEMPOTENCY_RET
         path,
         parse_query(SQLiteOptions, query, url=url),
         idempotency_retention=idempotency_retention,
+        idempotency_ttl_s=idempotency_ttl_s,
     )

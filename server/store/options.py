@@ -52,10 +52,6 @@ class SQLiteOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             "as in SQLite's `PRAGMA synchronous`"
         ),
     ] = "normal"
-    idempotency_ttl_s: Annotated[
-        float,
-        Meta(gt=0, description="seconds an idempotency key is remembered on disk (24 h)"),
-    ] = 86400.0
     max_batch: Annotated[
         int,
         Meta(
@@ -255,7 +251,7 @@ _BACKENDS: tuple[tuple[str, type[StoreOptions]], ...] = (
 )
 
 #: Keys that are settings of the server rather than of a store.
-_SERVER_SETTINGS = {"idempotency_retention"}
+_SERVER_SETTINGS = {"idempotency_retention", "idempotency_ttl_s"}
 
 
 def _field_names(cls: type[StoreOptions]) -> list[str]:

@@ -11,7 +11,9 @@ one Redis Cluster slot and one Lua script can change them atomically::
     <prefix>{<id>}:stream   stream: the same events with ids ``0-<revision>``,
                             trimmed to about ``stream_maxlen``; catch-up reads it
     <prefix>{<id>}:keys     hash: caller's idempotency key -> ack ("rev:start:count")
-    <prefix>{<id>}:korder   zset: those keys by revision (oldest pruned first)
+    <prefix>{<id>}:korder   zset: those keys by the time they were recorded (ms;
+                            pruned after ``idempotency_ttl_s`` and past
+                            ``idempotency_retention``, oldest first)
     <prefix>{<id>}:ikeys    hash/zset pair for the keys this store generates
     <prefix>{<id>}:iorder   itself when the caller gave none (see ``append``)
     <prefix>{<id>}:ends     zset: each append's revision, scored by one past its
@@ -95,6 +97,8 @@ from protocol.types import (
 )
 from server.store.base import (
     DEFAULT_IDEMPOTENCY_RETENTION,
+    DEFAULT_IDEMPOTENCY_TTL_S,
+    LOADED_KEYS,
     AppendResult,
     Head,
     Notice,
@@ -139,8 +143,8 @@ local function accept(rev, a)
   local event, key, internal, ack = a[1], a[2], a[3], a[4]
   local updated, length, active = a[5], a[6], a[7]
   local retention, maxlen, channel = tonumber(a[8]), tonumber(a[9]), a[10]
-  local tid, epoch, publish = a[11], a[12], a[13]
-  local kind, item, vname, title, preview = a[14], a[15], a[16], a[17], a[18]
+  local tid, epoch, publish, ttl_ms = a[11], a[12], a[13], tonumber(a[14])
+  local kind, item, vname, title, preview = a[15], a[16], a[17], a[18], a[19]
   redis.call('RPUSH', KEYS[2], event)
   if maxlen > 0 then
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '0-' .. rev, 'e', event)
@@ -168,11 +172,18 @@ local function accept(rev, a)
     local h, z = KEYS[4], KEYS[5]
     if internal == '1' then h, z = KEYS[6], KEYS[7] end
     redis.call('HSET', h, key, ack)
-    redis.call('ZADD', z, rev, key)
+    redis.call('ZADD', z, updated, key)
     local extra = redis.call('ZCARD', z) - retention
     if extra > 0 then
       local old = redis.call('ZPOPMIN', z, extra)
       for i = 1, #old, 2 do redis.call('HDEL', h, old[i]) end
+    end
+    -- Keys older than the ttl, a bounded number per change.
+    local expired = redis.call('ZRANGEBYSCORE', z, '-inf', '(' .. (tonumber(updated) - ttl_ms),
+                               'LIMIT', 0, 100)
+    for i = 1, #expired do
+      redis.call('HDEL', h, expired[i])
+      redis.call('ZREM', z, expired[i])
     end
   end
   redis.call(publish, channel, cjson.encode({tid, epoch, rev}))
@@ -249,8 +260,9 @@ local function span(s, e)
 end
 """
 
-# ARGV: keep (-1: every message) -> {'missing'} | {'unindexed'} |
-# {'ok', epoch, created, rev, len, active, vchanges, segs, views, first, blobs, keys, order}
+# ARGV: keep (-1: every message), loaded keys -> {'missing'} | {'unindexed'} |
+# {'ok', epoch, created, rev, len, active, vchanges, segs, views, first, blobs, acks, order}
+# (the newest ``loaded keys`` idempotency keys, oldest first, and their acks)
 _STATE_SCRIPT = (
     _SPAN
     + """
@@ -264,9 +276,12 @@ if keep >= 0 and len > keep then first = len - keep end
 local blobs = {}
 local r = span(first, len)
 if r then blobs = redis.call('LRANGE', KEYS[2], r[1], r[2]) end
+local order = redis.call('ZRANGE', KEYS[5], -tonumber(ARGV[2]), -1)
+local acks = {}
+if #order > 0 then acks = redis.call('HMGET', KEYS[4], unpack(order)) end
 return {'ok', m[1], m[2], m[3], m[4], m[5], m[6] or '0',
         redis.call('LRANGE', KEYS[9], 0, -1), redis.call('HGETALL', KEYS[10]), first, blobs,
-        redis.call('HGETALL', KEYS[4]), redis.call('ZRANGE', KEYS[5], 0, -1)}
+        acks, order}
 """
 )
 
@@ -352,8 +367,8 @@ def _receipt_text(receipt: Receipt) -> str:
     return f"{receipt.revision}:{receipt.start}:{receipt.count}"
 
 
-def _receipt_from(raw: bytes) -> Receipt:
-    revision, start, count = raw.split(b":")
+def _receipt_from(raw: bytes | str) -> Receipt:
+    revision, start, count = (raw.encode() if isinstance(raw, str) else raw).split(b":")
     return Receipt(int(revision), int(start), int(count))
 
 
@@ -383,6 +398,7 @@ class RedisStore:
         options: RedisOptions | None = None,
         *,
         idempotency_retention: int = DEFAULT_IDEMPOTENCY_RETENTION,
+        idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
     ) -> None:
         address, query = redis_address(url)
         if options is None:
@@ -403,6 +419,7 @@ class RedisStore:
         self.address = address
         self.cluster = address.cluster
         self.url = address.url
+        self.idempotency_ttl_s = idempotency_ttl_s
         self.prefix = options.prefix
         self.where = address.where
         #: The one channel of every notice (one server); on a cluster each
@@ -587,6 +604,7 @@ class RedisStore:
             event.transcript_id if event is not None else "",
             event.epoch if event is not None else "",
             self._publish,
+            int(self.idempotency_ttl_s * 1000),
             kind,
             item,
             name,
@@ -724,16 +742,32 @@ class RedisStore:
             async with client.pipeline(transaction=True) as pipe:
                 pipe.hmget(meta, "epoch", "created")
                 pipe.lrange(log_key, 0, -1)
-                pipe.hgetall(keys)
-                pipe.zrange(korder, 0, -1)
-                (epoch, created), blobs, acks, order = await pipe.execute()
+                pipe.zrange(korder, -LOADED_KEYS, -1)
+                (epoch, created), blobs, order = await pipe.execute()
+            # Only the newest keys (the hub's memory); a key pruned meanwhile is left out.
+            acks = await client.hmget(keys, order) if order else []
         except _FAILURES as err:
             raise self._unavailable(err) from err
         if epoch is None:
             return None
         events = tuple(self._decoder.decode(blob) for blob in blobs)
-        idempotency = {k.decode(): _receipt_from(acks[k]) for k in order if k in acks}
-        return StoredTranscript(transcript_id, epoch.decode(), int(created), events, idempotency)
+        idempotency = {
+            k.decode(): _receipt_from(ack) for k, ack in zip(order, acks, strict=True) if ack
+        }
+        size = sum(len(blob) for blob in blobs)
+        return StoredTranscript(
+            transcript_id, epoch.decode(), int(created), events, idempotency, size
+        )
+
+    async def recorded(self, transcript_id: str, key: str) -> Receipt | None:
+        """The key's ack if it is held (an expired one is pruned at the
+        transcript's next change: until then it still answers)."""
+        keys = self._keys(transcript_id)[3]
+        try:
+            ack = await self._client().hget(keys, key)
+        except RedisError as err:
+            raise self._unavailable(err) from err
+        return None if ack is None else _receipt_from(ack)
 
     async def events_after(
         self, transcript_id: str, revision: int, *, limit: int | None = None
@@ -814,7 +848,7 @@ class RedisStore:
         those messages (``ends``)."""
         self._client()
         keep = -1 if messages is None else messages
-        answer = await self._indexed(self._state, transcript_id, [keep])
+        answer = await self._indexed(self._state, transcript_id, [keep, LOADED_KEYS])
         if answer is None:
             return None
         (
@@ -825,7 +859,6 @@ class RedisStore:
         segments = [_segment(raw) for raw in segs]
         segments.append(Segment(int(active), None))
         pairs = dict(zip(views[::2], views[1::2], strict=True))
-        keys = dict(zip(acks[::2], acks[1::2], strict=True))
         snapshot = TranscriptSnapshot(
             transcript_id=transcript_id,
             epoch=epoch.decode(),
@@ -838,7 +871,10 @@ class RedisStore:
             views=tuple(sorted((_view(k, v) for k, v in pairs.items()), key=lambda v: v.name)),
             view_changes=int(vchanges),
         )
-        idempotency = {k.decode(): _receipt_from(keys[k]) for k in order if k in keys}
+        # A key pruned between the two reads is left out (its HMGET is nil).
+        idempotency = {
+            k.decode(): _receipt_from(ack) for k, ack in zip(order, acks, strict=True) if ack
+        }
         return StoredState(snapshot, int(created), idempotency)
 
     async def read_messages(self, transcript_id: str, start: int, end: int) -> StoredRange:

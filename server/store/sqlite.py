@@ -76,6 +76,8 @@ from protocol.types import (
 )
 from server.store.base import (
     DEFAULT_IDEMPOTENCY_RETENTION,
+    DEFAULT_IDEMPOTENCY_TTL_S,
+    LOADED_KEYS,
     AppendResult,
     Receipt,
     RevisionMismatch,
@@ -231,13 +233,14 @@ class _Writer:
         folder: Path,
         options: SQLiteOptions,
         retention: int,
+        ttl_s: float,
         clock: Callable[[], float],
     ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / DATABASE_FILE
         self.conn = _connect(self.path, options.busy_timeout_s)
         self.retention = retention
-        self.ttl_ms = int(options.idempotency_ttl_s * 1000)
+        self.ttl_ms = int(ttl_s * 1000)
         self.sweep_interval_ms = int(options.key_sweep_interval_s * 1000)
         self.clock = clock
         self.encoder = msgspec.msgpack.Encoder()
@@ -372,12 +375,7 @@ class _Writer:
         return AppendResult(self._accept(event, length, key, now))
 
     def _recorded(self, transcript_id: str, key: str, now: int) -> Receipt | None:
-        row = self.conn.execute(
-            "SELECT revision, start, count FROM idempotency"
-            " WHERE transcript_id = ? AND key = ? AND created_at >= ?",
-            (transcript_id, key, now - self.ttl_ms),
-        ).fetchone()
-        return None if row is None else Receipt(*row)
+        return _recorded(self.conn, transcript_id, key, now - self.ttl_ms)
 
     def _accept(self, event: TranscriptEvent, length: int, key: str | None, now: int) -> Receipt:
         """Write an event already checked to be the next one, and its key."""
@@ -452,6 +450,17 @@ class _Writer:
         self.conn.execute("DELETE FROM idempotency WHERE created_at < ?", (now - self.ttl_ms,))
 
 
+def _recorded(
+    conn: sqlite3.Connection, transcript_id: str, key: str, since_ms: int
+) -> Receipt | None:
+    row = conn.execute(
+        "SELECT revision, start, count FROM idempotency"
+        " WHERE transcript_id = ? AND key = ? AND created_at >= ?",
+        (transcript_id, key, since_ms),
+    ).fetchone()
+    return None if row is None else Receipt(*row)
+
+
 class _Reader:
     """The read-only connection and every query. Made, used and closed on the
     store's worker thread only."""
@@ -477,18 +486,22 @@ class _Reader:
             ).fetchone()
             if row is None:
                 return None
-            events = tuple(
-                self.decoder.decode(data)
-                for (data,) in self.conn.execute(
-                    "SELECT data FROM events WHERE transcript_id = ? ORDER BY revision",
-                    (transcript_id,),
-                )
-            )
+            size = 0
+            decoded: list[TranscriptEvent] = []
+            for (data,) in self.conn.execute(
+                "SELECT data FROM events WHERE transcript_id = ? ORDER BY revision",
+                (transcript_id,),
+            ):
+                size += len(data)
+                decoded.append(self.decoder.decode(data))
             return StoredTranscript(
-                transcript_id, row[0], row[1], events, self._keys(transcript_id)
+                transcript_id, row[0], row[1], tuple(decoded), self._keys(transcript_id), size
             )
         finally:
             self.conn.execute("COMMIT")
+
+    def recorded(self, transcript_id: str, key: str) -> Receipt | None:
+        return _recorded(self.conn, transcript_id, key, int(self.clock() * 1000) - self.ttl_ms)
 
     def events_after(
         self, transcript_id: str, revision: int, limit: int | None
@@ -592,13 +605,15 @@ class _Reader:
         return messages_in(events, start, end)
 
     def _keys(self, transcript_id: str) -> dict[str, Receipt]:
+        """The newest ``LOADED_KEYS`` keys not expired, oldest first (the hub's
+        memory; older ones are looked up with ``recorded``)."""
+        newest = self.conn.execute(
+            "SELECT key, revision, start, count FROM idempotency"
+            " WHERE transcript_id = ? AND created_at >= ? ORDER BY revision DESC LIMIT ?",
+            (transcript_id, int(self.clock() * 1000) - self.ttl_ms, LOADED_KEYS),
+        ).fetchall()
         return {
-            key: Receipt(revision, start, count)
-            for key, revision, start, count in self.conn.execute(
-                "SELECT key, revision, start, count FROM idempotency"
-                " WHERE transcript_id = ? AND created_at >= ? ORDER BY revision",
-                (transcript_id, int(self.clock() * 1000) - self.ttl_ms),
-            )
+            key: Receipt(revision, start, count) for key, revision, start, count in reversed(newest)
         }
 
     def list_transcripts(self, after: str | None, limit: int) -> list[TranscriptInfo]:
@@ -629,7 +644,7 @@ class SQLiteStore:
 
     ``options`` (``SQLiteOptions``, the URL's query) set durability, group
     commit and timeouts. ``idempotency_retention`` keys are kept per
-    transcript (the newest), each for at most ``options.idempotency_ttl_s``.
+    transcript (the newest), each for ``idempotency_ttl_s``.
     ``clock`` gives the time in seconds used to age idempotency keys.
     Nothing is touched before ``open()``.
     """
@@ -642,13 +657,17 @@ class SQLiteStore:
         options: SQLiteOptions | None = None,
         *,
         idempotency_retention: int = DEFAULT_IDEMPOTENCY_RETENTION,
+        idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if idempotency_retention < 0:
             raise ValueError("idempotency_retention must be >= 0")
+        if idempotency_ttl_s <= 0:
+            raise ValueError("idempotency_ttl_s must be > 0")
         self.path = Path(path)
         self.options = validated(options or SQLiteOptions())
         self.idempotency_retention = idempotency_retention
+        self.idempotency_ttl_s = idempotency_ttl_s
         self._clock = clock
         self._executor: ThreadPoolExecutor | None = None
         self._writer: _Writer | None = None
@@ -671,7 +690,13 @@ class SQLiteStore:
         if self._writer is not None:
             raise RuntimeError("store is already open")
         try:
-            writer = _Writer(self.path, self.options, self.idempotency_retention, self._clock)
+            writer = _Writer(
+                self.path,
+                self.options,
+                self.idempotency_retention,
+                self.idempotency_ttl_s,
+                self._clock,
+            )
         except sqlite3.Error as err:
             raise _unavailable(self.path, err) from err
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-reader")
@@ -818,6 +843,9 @@ class SQLiteStore:
         writes = [_append_write(writer, event, key) for event, key in items]
         outcomes: list[AppendResult | Exception] = await self._submit(writes)
         return outcomes
+
+    async def recorded(self, transcript_id: str, key: str) -> Receipt | None:
+        return await self._read(lambda reader: reader.recorded(transcript_id, key))
 
     async def events_after(
         self, transcript_id: str, revision: int, *, limit: int | None = None

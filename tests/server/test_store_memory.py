@@ -72,3 +72,19 @@ async def test_a_listener_that_falls_behind_is_told_to_check_everything() -> Non
     got = [await anext(notices) for _ in range(3)]
     assert got == [None, Notice("t1", "e", 4), Notice("t1", "e", 5)]
     await notices.aclose()  # type: ignore[attr-defined]
+
+
+async def test_idempotency_keys_expire_after_the_ttl() -> None:
+    from server.store.base import Receipt
+    from tests.server.store_contract import CREATED_AT, EPOCH, appended
+
+    now = [1000.0]
+    store = MemoryStore(idempotency_ttl_s=60, clock=lambda: now[0])
+    await store.open()
+    await store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k")
+    now[0] += 59
+    assert (await store.append(appended(2, 1), idempotency_key="k")).duplicate
+    assert await store.recorded("t1", "k") == Receipt(1, 0, 1)
+    now[0] += 2  # 61 s after: forgotten, the retry is a new append
+    assert await store.recorded("t1", "k") is None
+    assert not (await store.append(appended(2, 1), idempotency_key="k")).duplicate

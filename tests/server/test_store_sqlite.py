@@ -254,7 +254,7 @@ async def test_a_locked_database_is_unavailable_and_recovers(tmp_path: Path) -> 
 
 async def test_idempotency_keys_expire_after_the_ttl(tmp_path: Path) -> None:
     now = [1000.0]
-    store = SQLiteStore(tmp_path, SQLiteOptions(idempotency_ttl_s=60), clock=lambda: now[0])
+    store = SQLiteStore(tmp_path, idempotency_ttl_s=60, clock=lambda: now[0])
     await store.open()
     try:
         await store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="old")
@@ -274,7 +274,7 @@ async def test_idempotency_keys_expire_after_the_ttl(tmp_path: Path) -> None:
 
 async def test_expired_keys_are_swept_from_disk(tmp_path: Path) -> None:
     now = [1000.0]
-    store = SQLiteStore(tmp_path, SQLiteOptions(idempotency_ttl_s=60), clock=lambda: now[0])
+    store = SQLiteStore(tmp_path, idempotency_ttl_s=60, clock=lambda: now[0])
     await store.open()
     try:
         await store.create("t1", EPOCH, CREATED_AT)

@@ -1,0 +1,276 @@
+"""Deadlines and a cap for HTTP connections, below the app (``tsync serve``).
+
+uvicorn closes a keep-alive connection that stays idle after a response
+(``timeout_keep_alive``), but nothing else: a connection that never sends a
+request, trickles its headers a byte at a time, or sends a body that never
+ends (chunked, or shorter than its ``Content-Length``) was held for as long
+as the client liked, and enough of them used up the process's file
+descriptors (``accept()`` then failed, and every failure was logged).
+
+``guarded_protocol(config)`` is uvicorn's h11 protocol with:
+
+- **a header deadline**: a request's headers must be complete within
+  ``http_header_timeout_s`` of the connection opening (or of the first byte
+  after a keep-alive pause);
+- **a body deadline**: ``http_body_timeout_s`` once the headers are in,
+  extended by a second for every ``http_body_min_rate`` bytes received (a
+  slow but honest upload goes on; a trickle does not);
+- **a send deadline**: a response whose bytes the client stops reading for
+  ``http_send_timeout_s`` is cut (its memory is freed);
+- **a connection cap**: past ``max_http_connections`` open HTTP connections
+  (WebSockets are counted by ``max_connections``), a new connection may
+  still ask ``/healthz``, ``/readyz`` and ``/metrics`` (so that a monitor
+  sees the server is alive) under a short deadline; anything else is
+  answered 503 with ``Retry-After`` and closed. At most ``OVERFLOW`` such
+  connections wait for their headers at once: a new one past that closes
+  the one that waited longest, so a flood of idle sockets cannot keep a
+  monitor out (it only churns).
+
+A deadline that passes before the response started answers 408 and closes;
+after, it just closes. Nothing is logged per connection (an attack would
+write the log full); ``GuardCounters`` counts what happened.
+
+Under another ASGI server (``uvicorn server.app:app``, hypercorn) these
+deadlines are not there: put a proxy with its own timeouts in front (see
+``docs/deploy.md``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+import h11
+import msgspec
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from protocol import codes
+from server.config import ServerConfig
+from server.errors import Failure
+
+__all__ = ["GuardCounters", "guarded_protocol"]
+
+#: Connections past the cap that may still ask for the health endpoints;
+#: more are closed as soon as they are accepted.
+OVERFLOW: Final = 64
+#: The header deadline of a connection past the cap.
+OVERFLOW_HEADER_TIMEOUT_S: Final = 2.0
+#: Paths a connection past the cap may still ask for.
+ALWAYS_SERVED: Final = ("/healthz", "/readyz", "/metrics")
+
+
+def _problem(code: str, detail: str) -> bytes:
+    return msgspec.json.encode(Failure(code, detail, {}).problem())
+
+
+_TIMEOUT_BODY: Final = _problem(codes.REQUEST_TIMEOUT, "the request did not arrive in time")
+#: Written straight to the socket: no app is running for a request whose
+#: headers never completed.
+_TIMEOUT_RESPONSE: Final = (
+    b"HTTP/1.1 408 Request Timeout\r\n"
+    b"content-type: application/problem+json\r\n"
+    b"connection: close\r\n"
+    b"content-length: %d\r\n\r\n%s" % (len(_TIMEOUT_BODY), _TIMEOUT_BODY)
+)
+_OVER_CAPACITY_BODY: Final = _problem(
+    codes.UNAVAILABLE, "the server holds as many HTTP connections as it may; retry shortly"
+)
+
+
+@dataclass
+class GuardCounters:
+    """What the guard did, for metrics and tests (shared by a server's connections)."""
+
+    open: int = 0
+    header_timeouts: int = 0
+    body_timeouts: int = 0
+    send_timeouts: int = 0
+    over_capacity: int = 0
+    #: Connections past the cap closed to make room for newer ones.
+    evicted: int = 0
+    #: Connections past the cap still waiting for their headers, oldest first.
+    waiting: dict[_GuardedH11, None] = field(default_factory=dict)
+
+
+def guarded_protocol(
+    config: ServerConfig, counters: GuardCounters | None = None
+) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with ``config``'s deadlines and cap (pass it
+    as ``uvicorn.Config(http=...)``)."""
+    shared = GuardCounters() if counters is None else counters
+
+    class Guarded(_GuardedH11):
+        header_timeout_s = config.http_header_timeout_s
+        body_timeout_s = config.http_body_timeout_s
+        body_min_rate = config.http_body_min_rate
+        send_timeout_s = config.http_send_timeout_s
+        max_connections = config.max_http_connections
+        counters = shared
+
+    return Guarded
+
+
+async def _over_capacity(scope: Any, receive: Any, send: Any) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [
+                (b"content-type", b"application/problem+json"),
+                (b"retry-after", b"1"),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send(
+        {
+            "type": "http.response.body",
+            "body": _OVER_CAPACITY_BODY,
+        }
+    )
+
+
+class _GuardedH11(H11Protocol):
+    header_timeout_s: ClassVar[float]
+    body_timeout_s: ClassVar[float]
+    body_min_rate: ClassVar[float]
+    send_timeout_s: ClassVar[float]
+    max_connections: ClassVar[int]
+    counters: ClassVar[GuardCounters]
+
+    _timer: asyncio.TimerHandle | None = None
+    _phase = ""  # "headers", "body", "send" or "" (no deadline)
+    _deadline = 0.0
+    _counted = False
+    _over = False
+
+    # --- counting ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        counters = self.counters
+        counters.open += 1
+        self._counted = True
+        if counters.open > self.max_connections:
+            counters.over_capacity += 1
+            self._over = True
+            self.app = _ServeOnly(self.app)
+            waiting = counters.waiting
+            if len(waiting) >= OVERFLOW:
+                oldest = next(iter(waiting))
+                del waiting[oldest]
+                counters.evicted += 1
+                oldest.transport.abort()
+            waiting[self] = None
+        self._arm("headers", self._header_timeout())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._uncount()
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _uncount(self) -> None:
+        self.counters.waiting.pop(self, None)
+        if self._counted:
+            self._counted = False
+            self.counters.open -= 1
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        # From here on the connection is a WebSocket: ``max_connections``
+        # and the WebSocket layer's pings look after it.
+        self._disarm()
+        self._uncount()
+        super().handle_websocket_upgrade(event)
+
+    def _should_upgrade(self) -> bool:
+        return not self._over and super()._should_upgrade()
+
+    def _header_timeout(self) -> float:
+        if self._over:
+            return min(self.header_timeout_s, OVERFLOW_HEADER_TIMEOUT_S)
+        return self.header_timeout_s
+
+    # --- deadlines --------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if not self._phase and self.conn.their_state is h11.IDLE:
+            # The first byte of the next request on a kept-alive connection.
+            self._arm("headers", self._header_timeout())
+        elif self._phase == "body" and self.body_min_rate > 0:
+            self._extend(len(data) / self.body_min_rate)
+        super().data_received(data)
+        if self.transport.get_protocol() is not self or self.transport.is_closing():
+            return
+        state = self.conn.their_state
+        if state is h11.SEND_BODY:
+            if self._phase == "headers":
+                self._arm("body", self.body_timeout_s)
+        elif state is not h11.IDLE and self._phase in ("headers", "body"):
+            self._disarm()  # the request is in: the app's time is not the client's
+        if state is not h11.IDLE:
+            self.counters.waiting.pop(self, None)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if not self._phase:
+            self._arm("send", self.send_timeout_s)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._phase == "send":
+            self._disarm()
+
+    def _arm(self, phase: str, seconds: float) -> None:
+        self._disarm()
+        self._phase = phase
+        self._deadline = self.loop.time() + seconds
+        self._timer = self.loop.call_at(self._deadline, self._expired)
+
+    def _extend(self, seconds: float) -> None:
+        self._deadline += seconds
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_at(self._deadline, self._expired)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._phase = ""
+
+    def _expired(self) -> None:
+        phase, self._timer = self._phase, None
+        self._phase = ""
+        if self.transport.is_closing():
+            return
+        counters = self.counters
+        if phase == "headers":
+            counters.header_timeouts += 1
+        elif phase == "body":
+            counters.body_timeouts += 1
+        else:
+            counters.send_timeouts += 1
+        cycle = self.cycle
+        started = cycle is not None and cycle.response_started
+        if phase != "send" and not started:
+            self.transport.write(_TIMEOUT_RESPONSE)
+        if cycle is not None and not cycle.response_complete:
+            # The app stops waiting for the rest of the body (it reads a disconnect).
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self.transport.close()
+
+
+class _ServeOnly:
+    """The app for a connection past the cap: the health endpoints only."""
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and scope.get("path") in ALWAYS_SERVED:
+            await self.app(scope, receive, send)
+        else:
+            await _over_capacity(scope, receive, send)

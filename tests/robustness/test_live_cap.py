@@ -1,0 +1,98 @@
+"""Item 5: the transcripts held in memory are capped in count and bytes; the
+least recently used unsubscribed ones make room, and when every one is in
+use a load is refused with 503 instead of growing the server.
+
+Before: ``GET ?end=0`` on 20,000 transcripts of 100 KB loaded 17,889 of them
+at once (2.1 GB); only the 60 s idle timer let them go."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+
+import httpx
+
+from protocol import wire
+from tests.robustness.harness import Target
+from tests.support.wsclient import RawClient
+
+COUNT = 120
+SIZE = 200_000  # bytes of content per transcript: 24 MB in all
+CAP = 20
+CAP_BYTES = 4 << 20
+
+
+def _live(target: Target) -> int:
+    text = httpx.get(target.url + "/metrics", timeout=10).text
+    match = re.search(r"^tsync_live_transcripts (\S+)$", text, re.M)
+    assert match, text[:500]
+    return int(float(match.group(1)))
+
+
+async def _each(target: Target, method: str, paths: list[str], **kwargs: object) -> list[int]:
+    limits = httpx.Limits(max_connections=16)
+    async with httpx.AsyncClient(base_url=target.url, timeout=30, limits=limits) as client:
+        answers = await asyncio.gather(
+            *(client.request(method, path, **kwargs) for path in paths)  # type: ignore[arg-type]
+        )
+    return [a.status_code for a in answers]
+
+
+def test_memory_holds_at_most_the_cap(target_factory: Callable[..., Target]) -> None:
+    target = target_factory(settings={"max_live_transcripts": CAP, "max_live_bytes": CAP_BYTES})
+    content = "x" * SIZE
+
+    async def create_all() -> None:
+        async with httpx.AsyncClient(base_url=target.url, timeout=30) as client:
+            for start in range(0, COUNT, 16):
+                answers = await asyncio.gather(
+                    *(
+                        client.post(
+                            "/v1/transcripts",
+                            json={
+                                "id": f"t{i}",
+                                "messages": [{"role": "user", "content": content}],
+                            },
+                        )
+                        for i in range(start, min(COUNT, start + 16))
+                    )
+                )
+                assert all(a.status_code == 201 for a in answers)
+
+    asyncio.run(create_all())
+    before = target.peak_rss()
+    statuses = asyncio.run(
+        _each(target, "GET", [f"/v1/transcripts/t{i}?end=0" for i in range(COUNT)])
+    )
+    assert statuses == [200] * COUNT
+    assert _live(target) <= CAP
+    grew = target.peak_rss() - before
+    # All of them held would be ~24 MB of content as objects (3x or more).
+    assert grew < 40 << 20, f"peak RSS grew {grew >> 20} MiB"
+
+
+def test_when_all_are_in_use_a_load_is_refused(target_factory: Callable[..., Target]) -> None:
+    target = target_factory(settings={"max_live_transcripts": 3})
+    for i in range(4):
+        assert httpx.post(target.url + "/v1/transcripts", json={"id": f"u{i}"}).status_code == 201
+
+    async def scenario() -> httpx.Response:
+        async with await RawClient.connect(target.ws_url) as client:
+            for i in range(3):
+                await client.send(op="subscribe", transcriptId=f"u{i}")
+                await client.expect(wire.Baseline)
+            async with httpx.AsyncClient(timeout=10) as http:
+                refused = await http.get(f"{target.url}/v1/transcripts/u3")
+            # One subscription less: its transcript may go, the fourth comes in.
+            await client.send(op="unsubscribe", transcriptId="u0")
+            await client.send(op="ping", ref="after")
+            await client.expect(wire.Pong)
+            async with httpx.AsyncClient(timeout=10) as http:
+                assert (await http.get(f"{target.url}/v1/transcripts/u3")).status_code == 200
+            return refused
+
+    refused = asyncio.run(scenario())
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["code"] == "unavailable"
+    assert refused.headers["retry-after"] == "1"
