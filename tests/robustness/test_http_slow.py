@@ -104,7 +104,8 @@ def test_trickled_headers_are_cut(connect: Callable[[], socket.socket]) -> None:
         # A body shorter than it says.
         "POST /v1/transcripts HTTP/1.1\r\nhost: localhost\r\ncontent-length: 1000\r\n\r\n{",
         # A chunked body that never ends.
-        "POST /v1/transcripts HTTP/1.1\r\nhost: localhost\r\ntransfer-encoding: chunked\r\n\r\n1\r\n{\r\n",
+        "POST /v1/transcripts HTTP/1.1\r\nhost: localhost\r\n"
+        "transfer-encoding: chunked\r\n\r\n1\r\n{\r\n",
         # A body nobody reads (GET), that never ends.
         "GET /healthz HTTP/1.1\r\nhost: localhost\r\ntransfer-encoding: chunked\r\n\r\n1\r\nx\r\n",
     ],

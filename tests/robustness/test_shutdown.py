@@ -40,7 +40,8 @@ def test_sigterm_with_stuck_clients_ends_within_the_grace(
     for _ in range(10):
         sock = raw_socket(target.port)
         sock.sendall(
-            b"GET /v1/ws HTTP/1.1\r\nhost: localhost\r\nupgrade: websocket\r\nconnection: upgrade\r\n"
+            b"GET /v1/ws HTTP/1.1\r\nhost: localhost\r\n"
+            b"upgrade: websocket\r\nconnection: upgrade\r\n"
             b"sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n"
         )
         assert sock.recv(1000).startswith(b"HTTP/1.1 101")
