@@ -19,6 +19,7 @@ import uvicorn
 
 from server.application import TsyncApp, create_app
 from server.config import ServerConfig
+from server.ws_protocol import protocol_class
 
 log = logging.getLogger("tsync.serve")
 
@@ -58,8 +59,10 @@ def uvicorn_config(config: ServerConfig, app: Any | None = None, **kwargs: Any) 
         app if app is not None else create_app(config),
         host=config.host,
         port=config.port,
-        ws="websockets-sansio",
-        ws_max_size=config.ws_hard_max_bytes,
+        # uvicorn's sans-I/O protocol plus the raw frame write, a time limit
+        # per inbound message and quiet invalid UTF-8 (server.ws_protocol).
+        ws=protocol_class(message_timeout_s=config.ws_message_timeout_s),
+        ws_max_size=config.ws_max_bytes(),
         ws_ping_interval=config.ping_interval_s or None,
         ws_ping_timeout=config.ping_timeout_s or None,
         ws_per_message_deflate=config.permessage_deflate,
