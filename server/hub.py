@@ -50,7 +50,7 @@ from server.live import (
     splice,
 )
 from server.metrics import Metrics
-from server.outbound import OutboundQueue, Send, WriteDelay
+from server.outbound import OutboundQueue, RawFrames, Send, WriteDelay
 from server.store.base import (
     AppendResult,
     Store,
@@ -59,7 +59,12 @@ from server.store.base import (
     TranscriptNotFound,
 )
 from server.transcript import Transcript
-from server.tuning import IDLE_SWEEPS_PER_TTL, MIN_IDLE_SWEEP_S
+from server.tuning import (
+    BASELINE_ENCODES_AT_ONCE,
+    IDLE_SWEEPS_PER_TTL,
+    MIN_IDLE_SWEEP_S,
+    RESUME_FETCHES_AT_ONCE,
+)
 
 log = logging.getLogger("tsync.hub")
 
@@ -86,6 +91,9 @@ class Hub:
         self.write_delay = WriteDelay(config.write_delay_ms / 1000)
         #: How many idle sweeps have run (tests wait on it instead of sleeping).
         self.sweeps = 0
+        #: Bounds on the heavy parts of subscribing, server-wide.
+        self.baseline_encodes = asyncio.Semaphore(BASELINE_ENCODES_AT_ONCE)
+        self.resume_fetches = asyncio.Semaphore(RESUME_FETCHES_AT_ONCE)
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -138,7 +146,7 @@ class Hub:
             stored = await self.store.load(transcript_id)
             if stored is None:
                 raise TranscriptNotFound(transcript_id)
-            live = self._hold(stored)
+            live = self._hold(self._make_live(stored))
             future.set_result(live)
             return live
         except BaseException as exc:
@@ -148,12 +156,14 @@ class Hub:
         finally:
             del self._loading[transcript_id]
 
-    def _hold(self, stored: StoredTranscript) -> LiveTranscript:
-        live = LiveTranscript(
+    def _make_live(self, stored: StoredTranscript) -> LiveTranscript:
+        return LiveTranscript(
             stored,
             event_window=self.config.event_window,
             idempotency_retention=self.store.idempotency_retention,
         )
+
+    def _hold(self, live: LiveTranscript) -> LiveTranscript:
         self.live[live.id] = live
         self.metrics.live_transcripts.set(len(self.live))
         return live
@@ -262,7 +272,9 @@ class Hub:
         live = await self.load(transcript_id)
         pending = PendingAppend(parsed, expected_revision, idempotency_key, origin, transport)
         self.committer.submit(live, pending)
-        result = await asyncio.shield(pending.future)  # raises what the append raised
+        # Not shielded: if this caller is cancelled the future is, and the
+        # committer, which owns the commit, skips answering it.
+        result = await pending.future  # raises what the append raised
         self.metrics.append_latency.observe(time.perf_counter() - started)
         return result
 
@@ -329,12 +341,20 @@ class Hub:
         if stored is None:
             await self._drop_deleted(live)
             return
+        fresh = self._make_live(stored)
+        # The new copy's baselines are encoded (a chunk at a time) before it
+        # replaces the old one; then, with no await, the subscribers move.
+        for binary in {queue.binary for queue in live.subscribers}:
+            await fresh.prepare_baseline(binary, self.baseline_encodes)
+        if not self.is_current(live):  # replaced or forgotten meanwhile
+            await fresh.close()
+            return
         subscribers = list(live.subscribers)
         self.forget(live.id)
-        await live.close()
-        fresh = self._hold(stored)
+        self._hold(fresh)
         for queue in subscribers:
             self._send_baseline(fresh, queue)
+        await live.close()
 
     def apply_remote(self, live: LiveTranscript, event: TranscriptEvent) -> bool:
         """Apply a change learnt from another replica if it is the next one.
@@ -375,9 +395,13 @@ class Hub:
 
     # --- connections and subscriptions --------------------------------------------------
 
-    def connect(self, conn_id: str, send: Send, *, binary: bool = False) -> OutboundQueue:
+    def connect(
+        self, conn_id: str, send: Send, *, binary: bool = False, raw: RawFrames | None = None
+    ) -> OutboundQueue:
         """The outbound queue of a new connection, registered (start its writer
-        with ``queue.start()``; ``disconnect`` it when the connection ends)."""
+        with ``queue.start()``; ``disconnect`` it when the connection ends).
+        ``raw``: the connection's raw frame write, when the ASGI server offers
+        one (``server.ws_protocol``)."""
         config = self.config
         queue = OutboundQueue(
             conn_id,
@@ -389,6 +413,7 @@ class Hub:
             metrics=self.metrics,
             on_lagged=self._on_lagged,
             write_delay=self.write_delay,
+            raw=raw,
         )
         self.connections[conn_id] = queue
         self.metrics.connections.set(len(self.connections))
@@ -439,6 +464,7 @@ class Hub:
                 window_start=live.window_start(),
                 max_resume_events=self.config.max_resume_events,
                 caught_up=caught_up,
+                room=queue.room(live.average_event_bytes()),
             )
             match plan:
                 case CatchUpFirst():
@@ -452,28 +478,40 @@ class Hub:
                 case SendFromWindow():
                     assert from_revision is not None  # a plan without one is a baseline
                     items = splice(from_revision, (), live.window, transcript.revision)
-                    return self._resume(live, queue, from_revision, items)
+                    mode = self._resume(live, queue, from_revision, items)
+                    if mode is not None:
+                        return mode
                 case FetchThenSplice(after=after, limit=fetch_limit):
-                    older = await self.store.events_after(transcript_id, after, limit=fetch_limit)
-                    if older is None or not self.is_current(live):
-                        live = await self.load(transcript_id)
+                    async with self.resume_fetches:
+                        older = await self.store.events_after(
+                            transcript_id, after, limit=fetch_limit
+                        )
+                    if older is not None and self.is_current(live):
+                        # The window may have moved on during the await.
                         live.deliver_pending()
-                        break
-                    # The window may have moved on during the await.
-                    live.deliver_pending()
-                    items = splice(after, older, live.window, live.transcript.revision)
-                    return self._resume(live, queue, after, items)
+                        items = splice(after, older, live.window, live.transcript.revision)
+                        mode = self._resume(live, queue, after, items)
+                        if mode is not None:
+                            return mode
                 case SendBaseline():
-                    break
-        self._send_baseline(live, queue)
-        return "baseline"
+                    pass
+            # A baseline: its messages are encoded first, a chunk at a time;
+            # then, with no await, it is queued and the connection joins.
+            if not self.is_current(live):
+                live = await self.load(transcript_id)
+            await live.prepare_baseline(queue.binary, self.baseline_encodes)
+            if self.is_current(live):
+                live.deliver_pending()
+                self._send_baseline(live, queue)
+                return "baseline"
+            live = await self.load(transcript_id)  # replaced meanwhile: start over
 
     def _join(self, live: LiveTranscript, queue: OutboundQueue) -> None:
         if live.join(queue):
             self.metrics.subscriptions.inc()
 
     def _send_baseline(self, live: LiveTranscript, queue: OutboundQueue) -> None:
-        snapshot = live.encoded_snapshot()
+        snapshot = live.encoded_snapshot(queue.binary)
         # Join before queueing: if the queue overflows, the lag handling then
         # sees (and drops) this subscription too.
         self._join(live, queue)
@@ -486,16 +524,13 @@ class Hub:
         queue: OutboundQueue,
         from_revision: int,
         items: list[EncodedEvent] | None,
-    ) -> str:
+    ) -> str | None:
+        """Queue the increments and join; ``None`` (nothing done) when they do
+        not join up or would overflow the queue: send a baseline instead (one
+        frame: always progress)."""
         # No await from here on: the increments queued and the join are one step.
-        if items is None or not queue.has_room(
-            len(items), sum(item.estimated_bytes for item in items)
-        ):
-            # The sources did not join up, or the increments would overflow
-            # the queue (and lag it before the writer could send any: no
-            # progress). A baseline is one frame: always progress.
-            self._send_baseline(live, queue)
-            return "baseline"
+        if items is None or not queue.has_room(len(items), sum(item.size for item in items)):
+            return None
         self._join(live, queue)
         queue.push_resume(live.id, from_revision, items)
         mode = "resume" if items else "current"

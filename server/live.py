@@ -4,9 +4,10 @@ A ``LiveTranscript`` is the ``Transcript`` with a ``ChangeBuffer`` as its
 ``changes`` port, one pump task that loops ``await buffer.wait()`` /
 ``buffer.take()`` and pushes each event, encoded once, to every subscriber's
 outbound queue in revision order, a window of recent encoded events for
-resumes, the idempotency keys it remembers, and a cached encoded snapshot for
-baselines. ``lock`` is held by whoever changes the transcript (the committer,
-a segment start, a catch-up or the backplane), so changes never interleave.
+resumes, the idempotency keys it remembers, and its messages encoded for
+baselines (``server.baselines``: once each, a chunk at a time). ``lock`` is
+held by whoever changes the transcript (the committer, a segment start, a
+catch-up or the backplane), so changes never interleave.
 
 What a subscribe with ``fromRevision`` gets is decided here without an await
 (``plan_subscribe``, ``splice``): a baseline, the window's increments, or a
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from protocol.types import TranscriptEvent
+from server.baselines import EncodedMessages
 from server.changes import ChangeBuffer
 from server.frames import EncodedEvent, EncodedSnapshot
 from server.outbound import OutboundQueue
@@ -51,7 +53,9 @@ class LiveTranscript:
         #: Held by whoever changes the transcript, across the store's await.
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
-        self._snapshot_cache: EncodedSnapshot | None = None
+        #: The messages encoded for baselines, and the last baseline, per format.
+        self._encoded: dict[bool, EncodedMessages] = {}
+        self._baselines: dict[bool, EncodedSnapshot] = {}
         self.pump = asyncio.create_task(self._pump(), name=f"pump-{self.id}")
 
     # --- fan-out ------------------------------------------------------------------
@@ -69,14 +73,13 @@ class LiveTranscript:
             self._deliver(self.buffer.take())
 
     def _deliver(self, events: Sequence[TranscriptEvent]) -> None:
-        window = self.window
-        for event in events:
-            item = EncodedEvent(event)
-            window.append(item)
-            for queue in list(self.subscribers):
-                # A subscription made after this event was captured but before
-                # it was pumped already has it in its baseline: the queue skips it.
-                queue.push_increment(item)
+        items = [EncodedEvent(event) for event in events]
+        self.window.extend(items)
+        for queue in list(self.subscribers):
+            # A subscription made after these events were captured but before
+            # they were pumped already has them in its baseline: the queue
+            # skips them. Events taken together leave together.
+            queue.push_increments(items)
 
     # --- subscribers ----------------------------------------------------------------
 
@@ -95,12 +98,43 @@ class LiveTranscript:
             return True
         return False
 
-    def encoded_snapshot(self) -> EncodedSnapshot:
-        """The snapshot now, encoded once per revision and shared."""
-        cached = self._snapshot_cache
-        if cached is None or cached.revision != self.transcript.revision:
-            cached = self._snapshot_cache = EncodedSnapshot(self.transcript.snapshot())
+    async def prepare_baseline(self, binary: bool, gate: asyncio.Semaphore) -> None:
+        """Encode the messages a baseline needs now, a chunk at a time with
+        the event loop running in between, holding ``gate`` (the bound on
+        baselines encoding at once) when there is more than one chunk to do.
+        Then ``encoded_snapshot`` has at most a chunk left to encode."""
+        encoded = self._messages(binary)
+        state = self.transcript.state
+        if encoded.fits_one_step(state):
+            return
+        async with gate:
+            while not encoded.fits_one_step(state):
+                encoded.encode_step(state)
+                await asyncio.sleep(0)
+
+    def encoded_snapshot(self, binary: bool = False) -> EncodedSnapshot:
+        """The baseline now, once per revision and format, shared (after
+        ``prepare_baseline``, or for a transcript known to be small: what is
+        not encoded yet is encoded here, without yielding)."""
+        cached = self._baselines.get(binary)
+        state = self.transcript.state
+        if cached is None or cached.revision != state.revision:
+            encoded = self._messages(binary)
+            encoded.encode_all(state)
+            cached = self._baselines[binary] = encoded.snapshot(state)
         return cached
+
+    def _messages(self, binary: bool) -> EncodedMessages:
+        encoded = self._encoded.get(binary)
+        if encoded is None:
+            encoded = self._encoded[binary] = EncodedMessages(binary=binary)
+        return encoded
+
+    def average_event_bytes(self) -> float:
+        """The mean size of the increments in the window (0 when empty): what
+        a resume's increments are expected to weigh before they are read."""
+        window = self.window
+        return sum(item.size for item in window) / len(window) if window else 0.0
 
     def window_start(self) -> int | None:
         """The oldest revision the window holds, ``None`` when empty."""
@@ -179,12 +213,15 @@ def plan_subscribe(
     window_start: int | None,
     max_resume_events: int,
     caught_up: bool = False,
+    room: int | None = None,
 ) -> SubscribePlan:
     """What a subscribe with ``fromRevision``/``epoch`` gets from a transcript
     at ``current_revision`` whose window starts at ``window_start``.
 
     ``caught_up``: a catch-up already ran for this subscribe; a consumer still
-    ahead then holds a history this server does not have.
+    ahead then holds a history this server does not have. ``room``: how many
+    increments the connection's queue can take now (``None``: no bound); a
+    resume that needs more is a baseline, decided before any event is read.
     """
     if from_revision is None:
         return SendBaseline("no fromRevision")
@@ -194,6 +231,8 @@ def plan_subscribe(
         return SendBaseline("ahead of the store") if caught_up else CatchUpFirst()
     if current_revision - from_revision > max_resume_events:
         return SendBaseline("too far behind")
+    if room is not None and current_revision - from_revision > room:
+        return SendBaseline("more than the queue holds")
     if from_revision == current_revision or (
         window_start is not None and window_start <= from_revision + 1
     ):
