@@ -36,6 +36,14 @@ _PART_FIELDS: Final[dict[str, dict[str, type]]] = {
 _json_encode = msgspec.json.Encoder().encode
 
 
+class ValidatedBatch(tuple[Message, ...]):
+    """Messages that came through ``parse_messages``: checked once, so the
+    ``Transcript`` entity takes them as they are instead of checking each
+    one again (only ``parse_messages`` makes these)."""
+
+    __slots__ = ()
+
+
 def validate_id(value: object, *, what: str = "transcriptId") -> str:
     """Return ``value`` if it is a valid transcript id, else raise ``InvalidId``."""
     if not isinstance(value, str) or not _ID_RE.fullmatch(value):
@@ -60,7 +68,7 @@ def parse_messages(
     path: str = "messages",
     max_messages: int = MAX_MESSAGES_PER_BATCH,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
-) -> tuple[Message, ...]:
+) -> ValidatedBatch:
     """Validate a list of message objects and return them as ``Message`` structs.
 
     The whole list is checked before anything is returned, so a caller that
@@ -84,7 +92,7 @@ def parse_messages(
                 f"{path}[{i}]",
                 f"message is {size} bytes, more than the limit of {max_message_bytes}",
             )
-    return messages
+    return ValidatedBatch(messages)
 
 
 def parse_message(

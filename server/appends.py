@@ -188,6 +188,7 @@ class AppendCommitter:
                             await self.port.requeue(p, live.id)
                         else:
                             p.succeed(alone_result)
+                            live.deliver_pending()
                     i += 1
                     continue
                 run = batch[i : i + count]
@@ -213,6 +214,10 @@ class AppendCommitter:
                     i += 1
                     if result.duplicate:
                         break  # the next ones were planned on a revision that did not happen
+                # The run's increments go out now, together, from this task
+                # (before the acks, whose callers wake up next): the pump
+                # need not wake for them.
+                live.deliver_pending()
         finally:
             # Cancelled (shutdown) half-way: what is left goes back in the queue.
             rest = [p for p in batch[i:] if not p.future.done()]

@@ -47,7 +47,7 @@ from protocol.types import (
     TranscriptEvent,
     TranscriptSnapshot,
 )
-from protocol.validation import parse_message, parse_messages, validate_id
+from protocol.validation import ValidatedBatch, parse_message, parse_messages, validate_id
 from server.changes import (
     CaptureAndObservationError,
     ChangeCapture,
@@ -476,6 +476,8 @@ class Transcript:
 
 def _validate_batch(messages: Iterable[MessageInput]) -> tuple[Message, ...]:
     """The batch as validated ``Message`` structs, or ``InvalidMessage``."""
+    if type(messages) is ValidatedBatch:
+        return messages  # checked by parse_messages (with the server's limits)
     if isinstance(messages, str | bytes | bytearray | Mapping | Message):
         raise InvalidMessage("messages", "expected a list of messages")
     items = messages if isinstance(messages, list | tuple) else list(messages)
