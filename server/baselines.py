@@ -29,8 +29,11 @@ from server.tuning import BASELINE_CHUNK_BYTES
 
 _MESSAGES_JSON: Final = b'"messages":[]'
 _MESSAGES_MSGPACK: Final = wire.encode_msgpack("messages") + wire.encode_msgpack(())
-#: Messages encoded in the first step of an empty log (then: by their average size).
-_FIRST_STEP: Final = 64
+#: Messages encoded by the first step (then as many as their average size
+#: says fill a chunk), and the most a transcript not encoded yet may hold to be
+#: encoded without yielding.
+_FIRST_STEP: Final = 8
+_SMALL: Final = 64
 
 
 class EncodedMessages:
@@ -58,8 +61,9 @@ class EncodedMessages:
         return max(1, BASELINE_CHUNK_BYTES // each)
 
     def fits_one_step(self, state: TranscriptState) -> bool:
-        """Whether what is missing is at most one step's work."""
-        return state.length - self.count <= self._step()
+        """Whether what is missing is at most one step's work (for a log not
+        begun: a small transcript)."""
+        return state.length - self.count <= (self._step() if self.count else _SMALL)
 
     def encode_step(self, state: TranscriptState) -> None:
         """Encode the next chunk of ``state``'s messages (one chunk's worth:

@@ -19,16 +19,18 @@ each. A baseline bigger than ``write_batch_bytes`` goes to a raw connection
 as a fragmented message, a chunk of the shared encoding at a time as the
 client reads, so it is never copied whole per connection.
 
-Bounds (every frame counts its real size): when a data frame would take the
+Bounds (every frame counts its real size): when an increment would take the
 queue over ``queue_max_frames`` or ``queue_max_bytes`` the queued data frames
 are dropped and each affected subscription gets a ``lagged`` error and is
-unsubscribed, so the server's memory stays bounded and nobody else waits. A
-baseline at the head of the queue (the next to go, or going) does not count
-against the room behind it: a baseline bigger than the byte limit can always
-be sent, alone, and the increments behind it get the whole budget. A new
-baseline of a transcript replaces its frames still queued (a re-subscribe
-drops the superseded baseline). Acks, pongs and errors are never dropped;
-when they too pass the limits (by ``CONTROL_FRAME_SLACK`` frames or
+unsubscribed, so the server's memory stays bounded and nobody else waits.
+Baselines count too, by their own rule: a new baseline of a transcript
+replaces that transcript's frames still waiting (a re-subscribe drops the
+superseded one), it must fit the budget behind queued increments, and it is
+let in whatever its size behind nothing but answers and other baselines (a
+transcript bigger than the budget can always be sent; its bytes are shared
+with every other subscriber's, not copied). Increments are not refused for
+the baselines ahead of them. Acks, pongs and errors are never dropped; when
+they too pass the limits (by ``CONTROL_FRAME_SLACK`` frames or
 ``CONTROL_BYTES_SLACK`` bytes) the client reads nothing at all and is closed
 with 4008.
 
@@ -56,7 +58,12 @@ from server.frames import (
     Outbound,
     ws_header,
 )
-from server.tuning import CONTROL_BYTES_SLACK, CONTROL_FRAME_SLACK, MAX_ERROR_MESSAGE_CHARS
+from server.tuning import (
+    CONTROL_BYTES_SLACK,
+    CONTROL_FRAME_SLACK,
+    MAX_ERROR_MESSAGE_CHARS,
+    RAW_FLUSH_BYTES,
+)
 
 if TYPE_CHECKING:
     from server.metrics import Metrics
@@ -132,6 +139,7 @@ class OutboundQueue:
 
     # Thousands of these live at once: no per-instance __dict__.
     __slots__ = (
+        "_baseline_bytes",
         "_batch_bytes",
         "_drained",
         "_marked",
@@ -181,7 +189,9 @@ class OutboundQueue:
         # A list, not a deque: an empty deque costs ~600 bytes per connection
         # and the writer takes whole batches off the front anyway.
         self._queue: list[Outbound] = []
+        #: Bytes of the queued increments and answers, and of the queued baselines.
         self._queued_bytes = 0
+        self._baseline_bytes = 0
         #: The next fragment of the baseline at the head being streamed, or None.
         self._stream: int | None = None
         self._max_frames = queue_max_frames
@@ -279,8 +289,8 @@ class OutboundQueue:
     def push_baseline(self, item: EncodedSnapshot) -> None:
         """Follow the snapshot's transcript from its revision and queue it in
         place of that transcript's frames still waiting. A baseline that does
-        not fit behind what is queued lags the connection instead (the
-        consumer resubscribes and gets it at the head of an empty queue)."""
+        not fit behind the increments queued lags the connection instead (the
+        consumer resubscribes and gets it in a queue without them)."""
         transcript_id = item.transcript_id
         self._drop_waiting(transcript_id)
         self._sent[transcript_id] = item.revision
@@ -288,11 +298,11 @@ class OutboundQueue:
 
     def _enqueue_data(self, item: EncodedEvent | EncodedSnapshot) -> bool:
         q = self._queue
-        if q and not self.has_room(1, item.size):
+        if q and not self._fits(item):
             self._lag({item.transcript_id})
             return False
         q.append(item)
-        self._queued_bytes += item.size
+        self._count(item, 1)
         if self._raw is not None or self._write_delay is None:
             if self._raw is not None and len(q) == 1 and not self.closed and self._raw.raw_ready():
                 self._flush_raw()
@@ -316,7 +326,7 @@ class OutboundQueue:
             if not (item.data and item.transcript_id == transcript_id) or (i == 0 and streaming)
         ]
         self._queue = kept
-        self._queued_bytes = sum(item.size for item in kept)
+        self._recount()
 
     def _wake_writer(self) -> None:
         self._marked = False
@@ -378,12 +388,32 @@ class OutboundQueue:
         )
 
     def _counted_bytes(self) -> int:
-        """Queued bytes that count against the room behind them: all but a
-        baseline at the head of the queue."""
-        q = self._queue
-        if q and q[0].baseline:
-            return self._queued_bytes - q[0].size
+        """Queued bytes that count against the room for increments: all but
+        the baselines'."""
         return self._queued_bytes
+
+    def _count(self, item: Outbound, sign: int) -> None:
+        if item.baseline:
+            self._baseline_bytes += sign * item.size
+        else:
+            self._queued_bytes += sign * item.size
+
+    def _recount(self) -> None:
+        self._queued_bytes = sum(item.size for item in self._queue if not item.baseline)
+        self._baseline_bytes = sum(item.size for item in self._queue if item.baseline)
+
+    def _fits(self, item: EncodedEvent | EncodedSnapshot) -> bool:
+        if not item.baseline:
+            return self.has_room(1, item.size)
+        # A baseline fits behind answers and other baselines whatever its
+        # size (one per transcript: it replaced that transcript's frames),
+        # behind increments only within the budget.
+        if len(self._queue) >= self._max_frames:
+            return False
+        counted = self._counted_bytes()
+        if counted + item.size <= self._max_bytes:
+            return True
+        return not any(queued.data and not queued.baseline for queued in self._queue)
 
     def has_room(self, frames: int, size: int) -> bool:
         """Whether ``frames`` more data frames of ``size`` bytes fit the queue."""
@@ -401,20 +431,18 @@ class OutboundQueue:
     @property
     def queued(self) -> tuple[int, int]:
         """(frames, bytes) waiting to be written."""
-        return len(self._queue), self._queued_bytes
+        return len(self._queue), self._queued_bytes + self._baseline_bytes
 
     def _lag(self, transcript_ids: set[str]) -> None:
         kept: list[Outbound] = []
-        kept_bytes = 0
         streaming = self._stream is not None
         for i, item in enumerate(self._queue):
             if item.data and item.transcript_id is not None and not (i == 0 and streaming):
                 transcript_ids.add(item.transcript_id)
             else:
                 kept.append(item)
-                kept_bytes += item.size
         self._queue = kept
-        self._queued_bytes = kept_bytes
+        self._recount()
         lagged = {t for t in transcript_ids if t in self._sent}
         for transcript_id in lagged:
             del self._sent[transcript_id]
@@ -441,22 +469,26 @@ class OutboundQueue:
         q = self._queue
         binary = self.binary
         limit = self._batch_bytes
+        budget = RAW_FLUSH_BYTES
         while q and not self.closed and raw.raw_ready():
+            if budget <= 0:
+                # Enough for one turn of the loop: the writer goes on in the next.
+                self._wake_up()
+                return
             head = q[0]
             if head.baseline and (self._stream is not None or head.size > limit):
                 assert isinstance(head, EncodedSnapshot)
-                self._stream_step(raw, head)
+                budget -= self._stream_step(raw, head)
                 continue
             parts: list[bytes] = []
             size = 0
             taken = 0
-            accounted = 0
             seq = self.seq
             for item in q:
                 if size >= limit or (item.baseline and item.size > limit):
                     break
                 taken += 1
-                accounted += item.size
+                self._count(item, -1)
                 seq += 1
                 frame = item.render(seq, binary)
                 if binary:
@@ -466,10 +498,10 @@ class OutboundQueue:
                 parts.append(frame)
                 size += len(frame)
             del q[:taken]
-            self._queued_bytes -= accounted
             if not binary:
                 parts.insert(0, ws_header(TEXT, size + taken - 1))
             raw.raw_write(b"".join(parts))
+            budget -= size
             if self._metrics is not None:
                 sent = self._metrics.sent
                 sent.frames += taken
@@ -477,8 +509,9 @@ class OutboundQueue:
                 sent.bytes += size
             self.seq = seq
 
-    def _stream_step(self, raw: RawFrames, head: EncodedSnapshot) -> None:
-        """Write the next fragment of the baseline at the head of the queue."""
+    def _stream_step(self, raw: RawFrames, head: EncodedSnapshot) -> int:
+        """Write the next fragment of the baseline at the head of the queue;
+        returns its size."""
         index = self._stream
         if index is None:
             index = 0
@@ -488,7 +521,7 @@ class OutboundQueue:
         if last:
             self._stream = None
             self._queue.pop(0)
-            self._queued_bytes -= head.size
+            self._baseline_bytes -= head.size
             if self._metrics is not None:
                 sent = self._metrics.sent
                 sent.frames += 1
@@ -496,6 +529,7 @@ class OutboundQueue:
                 sent.bytes += head.size
         else:
             self._stream = index + 1
+        return len(fragment)
 
     # --- writing (the queue's own task) ---------------------------------------------
 
@@ -525,6 +559,8 @@ class OutboundQueue:
                         self.closed = True  # the connection is going: the reader will notice
                         return
                     self._flush_raw()
+                    if self._queue and raw.raw_ready():
+                        await asyncio.sleep(0)  # flushed its share of this turn
                 elif self.binary:
                     await self._write_binary()
                 else:
@@ -540,7 +576,6 @@ class OutboundQueue:
         q = self._queue
         parts: list[bytes] = []
         size = 0
-        accounted = 0
         seq = self.seq
         limit = self._batch_bytes
         taken = 0
@@ -548,7 +583,7 @@ class OutboundQueue:
             if size >= limit:
                 break
             taken += 1
-            accounted += item.size
+            self._count(item, -1)
             seq += 1
             frame = item.render(seq, False)
             parts.append(frame)
@@ -556,7 +591,6 @@ class OutboundQueue:
         # Pushes made while the send below is awaited go to the new list.
         self._queue = q[taken:] if taken < len(q) else []
         self.seq = seq
-        self._queued_bytes -= accounted
         payload = parts[0] if len(parts) == 1 else b"\n".join(parts)
         await self._send({"type": "websocket.send", "text": payload.decode()})
         if self._metrics is not None:
@@ -567,7 +601,7 @@ class OutboundQueue:
 
     async def _write_binary(self) -> None:
         item = self._queue.pop(0)
-        self._queued_bytes -= item.size
+        self._count(item, -1)
         self.seq += 1
         frame = item.render(self.seq, True)
         await self._send({"type": "websocket.send", "bytes": frame})

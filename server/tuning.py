@@ -50,6 +50,11 @@ BASELINE_ENCODES_AT_ONCE: Final = 2
 #: memory until they are queued: 50 at once held gigabytes, issue 14 item 4).
 RESUME_FETCHES_AT_ONCE: Final = 4
 
+#: Bytes one connection's raw writes put out in one turn of the event loop
+#: before its writer lets the others run (a client on a fast link reading a
+#: 98 MiB baseline would otherwise have it written in one go).
+RAW_FLUSH_BYTES: Final = 1 << 20
+
 # --- the WebSocket reader (server.ws, server.ws_protocol) ---------------------------------
 
 #: The WebSocket protocol stops reading a connection's socket once this many
