@@ -146,7 +146,8 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         _d(
             "milliseconds new increments gather before the writers are woken, so that events "
             "arriving close together leave in one WebSocket message per subscriber (0: at the "
-            "end of the current event-loop turn)"
+            "end of the current event-loop turn); only where frames go through ASGI `send` "
+            "(another ASGI server): `tsync serve` writes them as they are delivered"
         ),
     ] = 1.0
 

@@ -341,8 +341,21 @@ class OutboundQueue:
         """Send or queue an ack, pong or error (a wire struct with ``seq=0``)."""
         if self.closed:
             return
-        item = ControlFrame(frame, binary=self.binary)
         q = self._queue
+        raw = self._raw
+        if raw is not None and not q and raw.raw_ready():
+            # The common case (an ack or pong to a client that keeps up):
+            # encoded with its seq and written at once.
+            self.seq += 1
+            data = wire.encode(wire.with_seq(frame, self.seq), binary=self.binary)
+            raw.raw_write(ws_header(BINARY if self.binary else TEXT, len(data)) + data)
+            if self._metrics is not None:
+                sent = self._metrics.sent
+                sent.frames += 1
+                sent.messages += 1
+                sent.bytes += len(data)
+            return
+        item = ControlFrame(frame, binary=self.binary)
         if (
             len(q) >= self._max_frames + CONTROL_FRAME_SLACK
             or self._counted_bytes() + item.size > self._max_bytes + CONTROL_BYTES_SLACK
@@ -355,11 +368,7 @@ class OutboundQueue:
             return
         q.append(item)
         self._queued_bytes += item.size
-        raw = self._raw
-        if raw is not None and len(q) == 1 and raw.raw_ready():
-            self._flush_raw()
-        if q:
-            self._wake_up()
+        self._wake_up()
 
     def push_error(
         self,

@@ -145,6 +145,9 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._raw_close()
         self._stop_message_timer()
+        scope = getattr(self, "scope", None)
+        if scope is not None:
+            scope["extensions"].pop(RAW_FRAMES, None)  # no cycle left to collect
         super().connection_lost(exc)
 
     # --- inbound: a time limit per message, quiet invalid UTF-8 ------------------------
