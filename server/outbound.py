@@ -256,11 +256,7 @@ class OutboundQueue:
                 self.seq += 1
                 frame = items[0].frame_json(self.seq)
                 raw.raw_write(frame)
-                if self._metrics is not None:
-                    sent_totals = self._metrics.sent
-                    sent_totals.frames += 1
-                    sent_totals.messages += 1
-                    sent_totals.bytes += len(frame)
+                self._count_sent(1, 1, len(frame))
                 return
             self._queue = list(items)
             self._queued_bytes = sum(item.size for item in items)
@@ -349,11 +345,7 @@ class OutboundQueue:
             self.seq += 1
             data = wire.encode(wire.with_seq(frame, self.seq), binary=self.binary)
             raw.raw_write(ws_header(BINARY if self.binary else TEXT, len(data)) + data)
-            if self._metrics is not None:
-                sent = self._metrics.sent
-                sent.frames += 1
-                sent.messages += 1
-                sent.bytes += len(data)
+            self._count_sent(1, 1, len(data))
             return
         item = ControlFrame(frame, binary=self.binary)
         if (
@@ -466,6 +458,14 @@ class OutboundQueue:
         if self._metrics is not None:
             self._metrics.lagged.inc(len(lagged))
 
+    def _count_sent(self, frames: int, messages: int, size: int) -> None:
+        """Count what went out (``tsync_frames_sent``, ...)."""
+        if self._metrics is not None:
+            sent = self._metrics.sent
+            sent.frames += frames
+            sent.messages += messages
+            sent.bytes += size
+
     # --- writing: raw frames (synchronous, while the transport takes them) --------------
 
     def _flush_raw(self) -> None:
@@ -511,11 +511,7 @@ class OutboundQueue:
                 parts.insert(0, ws_header(TEXT, size + taken - 1))
             raw.raw_write(b"".join(parts))
             budget -= size
-            if self._metrics is not None:
-                sent = self._metrics.sent
-                sent.frames += taken
-                sent.messages += taken if binary else 1
-                sent.bytes += size
+            self._count_sent(taken, taken if binary else 1, size)
             self.seq = seq
 
     def _stream_step(self, raw: RawFrames, head: EncodedSnapshot) -> int:
@@ -531,11 +527,7 @@ class OutboundQueue:
             self._stream = None
             self._queue.pop(0)
             self._baseline_bytes -= head.size
-            if self._metrics is not None:
-                sent = self._metrics.sent
-                sent.frames += 1
-                sent.messages += 1
-                sent.bytes += head.size
+            self._count_sent(1, 1, head.size)
         else:
             self._stream = index + 1
         return len(fragment)
@@ -602,11 +594,7 @@ class OutboundQueue:
         self.seq = seq
         payload = parts[0] if len(parts) == 1 else b"\n".join(parts)
         await self._send({"type": "websocket.send", "text": payload.decode()})
-        if self._metrics is not None:
-            sent = self._metrics.sent
-            sent.frames += len(parts)
-            sent.messages += 1
-            sent.bytes += size
+        self._count_sent(len(parts), 1, size)
 
     async def _write_binary(self) -> None:
         item = self._queue.pop(0)
@@ -614,11 +602,7 @@ class OutboundQueue:
         self.seq += 1
         frame = item.render(self.seq, True)
         await self._send({"type": "websocket.send", "bytes": frame})
-        if self._metrics is not None:
-            sent = self._metrics.sent
-            sent.frames += 1
-            sent.messages += 1
-            sent.bytes += len(frame)
+        self._count_sent(1, 1, len(frame))
 
     async def drain(self) -> None:
         """Wait until the writer has sent everything queued (bound it with a

@@ -1,7 +1,7 @@
 """uvicorn's sans-I/O WebSocket protocol with a raw frame write for the app.
 
 ``tsync serve`` runs uvicorn with this protocol class (``ws=``). It adds
-three things to uvicorn's ``WebSocketsSansIOProtocol``:
+four things to uvicorn's ``WebSocketsSansIOProtocol``:
 
 - **Pre-framed delivery.** The connection's scope carries the protocol itself
   under the ASGI extension ``"tsync.raw_frames"`` (``RAW_FRAMES``). The app's
@@ -28,6 +28,11 @@ three things to uvicorn's ``WebSocketsSansIOProtocol``:
   until the app takes it; here reading stops once ``INBOUND_QUEUED_MESSAGES``
   messages (or one of ``INBOUND_PAUSE_BYTES``) wait, which spares two
   ``epoll_ctl`` calls per message and still bounds what a connection holds.
+
+It relies on the internals of uvicorn's class (``frames``, ``read_paused``,
+``close_sent``, ``handle_parser_exception``...): ``pyproject.toml`` holds
+uvicorn to the series it was tested with, and the tests of the raw path and
+of the inbound limits run against a real server.
 """
 
 from __future__ import annotations
@@ -158,7 +163,7 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
         if self.handshake_complete and not self.close_sent and self.message_timeout_s > 0:
             conn = self.conn
             # Part of a frame waits in the reader, or a fragmented message is open.
-            partial = conn.current_size is not None or bool(conn.reader.buffer)
+            partial = getattr(conn, "current_size", None) is not None or bool(conn.reader.buffer)
             if not partial or self._completed:
                 # The clock runs from the first byte of the message now arriving.
                 self._stop_message_timer()
