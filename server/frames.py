@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from protocol import wire
-from protocol.types import TranscriptEvent
+from protocol.types import TranscriptEvent, TranscriptSnapshot
+from server.tuning import BASELINE_CHUNK_BYTES
 
 # --- WebSocket framing (RFC 6455 5.2; server to client: no mask) --------------------------
 
@@ -135,8 +136,9 @@ class EncodedSnapshot:
         *,
         binary: bool,
         head: bytes,
-        chunks: Sequence[bytes],
+        chunks: Sequence[bytes | memoryview],
         tail: bytes,
+        separator: bytes | None = None,
     ) -> None:
         self.transcript_id = transcript_id
         self.revision = revision
@@ -145,7 +147,8 @@ class EncodedSnapshot:
         self.head = head
         self.chunks = tuple(chunks)
         self.tail = tail
-        self.separator = b"" if binary else b","
+        #: Between chunks of messages: a comma in JSON (none for slices of one encoding).
+        self.separator = (b"" if binary else b",") if separator is None else separator
         separators = len(self.separator) * max(0, len(self.chunks) - 1)
         self.size = (
             len(_BASELINE_HEAD[binary])
@@ -156,13 +159,31 @@ class EncodedSnapshot:
             + len(tail)
         )
 
-    def parts(self, seq: int) -> list[bytes]:
+    @classmethod
+    def of(cls, snapshot: TranscriptSnapshot, *, binary: bool = False) -> EncodedSnapshot:
+        """The baseline of any snapshot (a range of a transcript, say),
+        encoded in one call and cut into chunks of ``BASELINE_CHUNK_BYTES`` so
+        that it streams like the others. Nothing is shared with other
+        revisions: ``server.baselines`` does that for whole transcripts."""
+        encoded = memoryview(wire.encode(snapshot, binary=binary))
+        step = BASELINE_CHUNK_BYTES
+        return cls(
+            snapshot.transcript_id,
+            snapshot.revision,
+            binary=binary,
+            head=BASELINE_MSGPACK_MID if binary else BASELINE_JSON_MID,
+            chunks=[encoded[i : i + step] for i in range(0, len(encoded), step)],
+            tail=b"" if binary else b"}",
+            separator=b"",
+        )
+
+    def parts(self, seq: int) -> list[bytes | memoryview]:
         """The payload in pieces (joined, it is ``render(seq)``): the envelope
         and the snapshot's head, each chunk (with its separator), the tail."""
         binary = self.binary
         first = b"".join((_BASELINE_HEAD[binary], wire.seq_bytes(seq, binary=binary), self.head))
         separator = self.separator
-        middle = [
+        middle: list[bytes | memoryview] = [
             (separator + chunk) if i and separator else chunk for i, chunk in enumerate(self.chunks)
         ]
         return [first, *middle, self.tail]

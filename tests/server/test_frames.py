@@ -19,6 +19,7 @@ from server.frames import (
     TEXT,
     ControlFrame,
     EncodedEvent,
+    EncodedSnapshot,
     ws_frame,
     ws_header,
 )
@@ -153,3 +154,25 @@ def test_a_few_messages_appended_grow_the_last_chunk_instead_of_adding_one() -> 
         encoded.encode_all(transcript.state)
     assert len(encoded.chunks) == 1
     assert encoded.count == 50
+
+
+@both
+def test_a_baseline_of_any_snapshot_renders_and_streams_as_encoded(binary: bool) -> None:
+    """``EncodedSnapshot.of``: a range, or a transcript not held whole."""
+    transcript = Transcript(id="t", epoch="e")
+    for i in range(3):
+        transcript.append([Message(role="user", content=f"{i}{'ü' * 500}") for _ in range(100)])
+    snapshot = transcript.snapshot(280, start=20)
+    item = EncodedSnapshot.of(snapshot, binary=binary)
+    expected = wire.encode(wire.Baseline(seq=42, snapshot=snapshot), binary=binary)
+    assert item.render(42, binary) == expected
+    assert len(item.chunks) > 2
+    raw = b""
+    index = 0
+    while True:
+        fragment, last = item.fragment(index, 42)
+        raw += fragment
+        index += 1
+        if last:
+            break
+    assert b"".join(payload for _, payload in parse_frames(raw)) == expected
