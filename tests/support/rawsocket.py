@@ -109,7 +109,12 @@ class RawSocket:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 while until is None or not until(self.frames):
-                    data = await self.reader.read(1 << 16)
+                    try:
+                        data = await self.reader.read(1 << 16)
+                    except ConnectionResetError:
+                        # The server closed with data of ours unread: the
+                        # kernel resets, and may drop what it sent last.
+                        data = b""
                     if not data:
                         self.proto.receive_eof()
                         break
