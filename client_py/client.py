@@ -143,8 +143,8 @@ class Client:
     asks again when the server closes with 4001 (credentials refused or
     expired); without one, or when the provider's token is refused as well,
     the client stops with ``Unauthorized``. A close that says "retry" (1001,
-    1011, 1012, 1013, 4008) reconnects with backoff; one that says "not
-    before fixing the cause" (1008, 1009) stops it with a ``ServerError``.
+    1011, 1012, 1013, 4008, 4010) reconnects with backoff; one that says "not
+    before fixing the cause" (1007, 1008, 1009) stops it with a ``ServerError``.
     """
 
     def __init__(

@@ -9,6 +9,7 @@ layers and both clients look errors up here; none of them decides on its own.
 Close codes have one meaning each and say how to reconnect::
 
     1001  going-away        the server is shutting down       reconnect with backoff
+    1007  invalid-data     a text message that is not UTF-8   fix the client first
     1008  policy           an Origin or Host not allowed      fix the page or the settings
     1009  message-too-big  a message over the hard cap        fix the client first
     1011  keepalive        no pong in time (or a server bug)  reconnect with backoff
@@ -16,6 +17,7 @@ Close codes have one meaning each and say how to reconnect::
     1013  server-full      max_connections reached            reconnect with backoff
     4001  unauthorized     credentials refused or expired     get a new token, then reconnect
     4008  overflow         the client did not read its answers  reconnect and resume
+    4010  message-timeout  a message took too long to arrive  reconnect with backoff
 
 Every refusal of a WebSocket comes after the handshake, as a close code, so
 that browsers (which never see a refused handshake's status) learn it too.
@@ -97,6 +99,7 @@ INTERNAL: Final = "internal"
 # --- close codes ------------------------------------------------------------------------
 
 CLOSE_GOING_AWAY: Final = 1001
+CLOSE_INVALID_DATA: Final = 1007
 CLOSE_POLICY: Final = 1008
 CLOSE_MESSAGE_TOO_BIG: Final = 1009
 CLOSE_KEEPALIVE: Final = 1011
@@ -104,6 +107,7 @@ CLOSE_SERVICE_RESTART: Final = 1012
 CLOSE_SERVER_FULL: Final = 1013
 CLOSE_UNAUTHORIZED: Final = 4001
 CLOSE_OVERFLOW: Final = 4008
+CLOSE_MESSAGE_TIMEOUT: Final = 4010
 
 _ERRORS: Final = (
     ErrorCode(
@@ -285,6 +289,12 @@ _CLOSES: Final = (
         "the answer to a connection attempt while it drains)",
     ),
     CloseCode(
+        code=CLOSE_INVALID_DATA,
+        reason="invalid UTF-8",
+        reconnect="no",
+        meaning="a text message that is not valid UTF-8 (logged as one line)",
+    ),
+    CloseCode(
         code=CLOSE_POLICY,
         reason="policy violation",
         reconnect="no",
@@ -332,6 +342,13 @@ _CLOSES: Final = (
         reason="outbound queue overflow",
         reconnect="resume",
         meaning="the client did not read even its acks and errors while its queue was full",
+    ),
+    CloseCode(
+        code=CLOSE_MESSAGE_TIMEOUT,
+        reason="message not completed in time",
+        reconnect="backoff",
+        meaning="an inbound message was still incomplete `ws_message_timeout_s` after its "
+        "first byte arrived (a stalled or hostile sender holding server memory)",
     ),
 )
 

@@ -22,6 +22,7 @@ from protocol.limits import (
     MAX_MESSAGE_BYTES,
     MAX_MESSAGES_PER_BATCH,
     ROLES,
+    MessageLimits,
 )
 from protocol.types import Message
 
@@ -35,6 +36,31 @@ _PART_FIELDS: Final[dict[str, dict[str, type]]] = {
     "attachment": {"name": str, "mime": str, "content": str},
 }
 _json_encode = msgspec.json.Encoder().encode
+
+
+class ValidatedBatch(tuple[Message, ...]):
+    """Messages that came through ``parse_messages``, with the ``limits`` they
+    were checked against: checked once, so the ``Transcript`` entity takes
+    them as they are instead of checking each one again, as long as its own
+    limits are no tighter (``within``). Only ``parse_messages`` makes these."""
+
+    limits: MessageLimits
+
+    def __new__(cls, messages: Iterable[Message], limits: MessageLimits) -> ValidatedBatch:
+        batch = super().__new__(cls, messages)
+        batch.limits = limits
+        return batch
+
+    def within(self, limits: MessageLimits) -> bool:
+        """Whether the checks this batch passed imply those of ``limits``."""
+        checked = self.limits
+        if checked is limits:
+            return True
+        return (
+            checked.max_messages_per_batch <= limits.max_messages_per_batch
+            and checked.max_message_bytes <= limits.max_message_bytes
+            and checked.max_depth <= limits.max_depth
+        )
 
 
 def validate_id(value: object, *, what: str = "transcriptId") -> str:
@@ -62,7 +88,7 @@ def parse_messages(
     max_messages: int = MAX_MESSAGES_PER_BATCH,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     max_depth: int = MAX_JSON_DEPTH,
-) -> tuple[Message, ...]:
+) -> ValidatedBatch:
     """Validate a list of message objects and return them as ``Message`` structs.
 
     The whole list is checked before anything is returned, so a caller that
@@ -90,7 +116,7 @@ def parse_messages(
                 f"{path}[{i}]",
                 f"message is {size} bytes, more than the limit of {max_message_bytes}",
             )
-    return messages
+    return ValidatedBatch(messages, MessageLimits(max_messages, max_message_bytes, max_depth))
 
 
 def parse_message(

@@ -353,6 +353,28 @@ def increment_msgpack(seq: int, event_msgpack: bytes) -> bytes:
     )
 
 
+def seq_parts(frame: Any, *, binary: bool = False) -> tuple[bytes, bytes]:
+    """A server frame built with ``seq=0``, encoded once and cut around its
+    ``seq``: ``head + seq_bytes(n) + tail`` is the frame with ``seq=n``.
+
+    Every server frame starts with its tag and then ``seq``, so the first
+    ``"seq":0`` (MessagePack: the key ``seq`` and the integer 0) is the field.
+    """
+    encoded = encode(frame, binary=binary)
+    marker = _SEQ_ZERO_MSGPACK if binary else _SEQ_ZERO_JSON
+    at = encoded.index(marker) + len(marker) - 1
+    return encoded[:at], encoded[at + 1 :]
+
+
+def seq_bytes(seq: int, *, binary: bool = False) -> bytes:
+    """``seq`` as it is written between the parts of ``seq_parts``."""
+    return _msgpack_encoder.encode(seq) if binary else b"%d" % seq
+
+
+_SEQ_ZERO_JSON: Final = b'"seq":0'
+_SEQ_ZERO_MSGPACK: Final = _msgpack_encoder.encode("seq") + _msgpack_encoder.encode(0)
+
+
 def with_seq(frame: Any, seq: int) -> Any:
     """A copy of a frame struct with ``seq`` set (frames are built before numbering)."""
     return msgspec.structs.replace(frame, seq=seq)

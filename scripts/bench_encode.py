@@ -3,9 +3,9 @@
 encoding the same messages (the issue's target: >= 0.8x msgspec's speed).
 
 Measured in-process on the server's own path: ``Transcript.snapshot()`` then
-``server.frames.EncodedSnapshot`` (which encodes the snapshot once per
+``server.frames.EncodedSnapshot.of`` (which encodes the snapshot once per
 revision and splices ``seq`` per subscriber), and the splice itself
-(``render_json``). msgspec is timed encoding the very same ``Message``
+(``render``). msgspec is timed encoding the very same ``Message``
 structs as a JSON array, and encoding them as plain dicts.
 
     python scripts/bench_encode.py [--messages 10000] [--size 200] [--repeat 20]
@@ -56,14 +56,14 @@ def main() -> None:
     dicts = [to_builtins(m) for m in structs]
     encoder = msgspec.json.Encoder()
 
-    ours = best_of(args.repeat, lambda: EncodedSnapshot(transcript.snapshot()))
-    snapshot = EncodedSnapshot(transcript.snapshot())
-    splice = best_of(args.repeat, lambda: snapshot.render_json(7))
+    ours = best_of(args.repeat, lambda: EncodedSnapshot.of(transcript.snapshot()))
+    snapshot = EncodedSnapshot.of(transcript.snapshot())
+    splice = best_of(args.repeat, lambda: snapshot.render(7, False))
     msgspec_structs = best_of(args.repeat, lambda: encoder.encode(structs))
     msgspec_dicts = best_of(args.repeat, lambda: encoder.encode(dicts))
     out = {
         "messages": args.messages,
-        "baseline_bytes": len(snapshot.render_json(7)),
+        "baseline_bytes": len(snapshot.render(7, False)),
         "server_snapshot_and_encode_ms": round(ours * 1000, 3),
         "server_seq_splice_ms": round(splice * 1000, 3),
         "msgspec_structs_ms": round(msgspec_structs * 1000, 3),

@@ -220,22 +220,35 @@ class ChangeBuffer:
 
     def __init__(self) -> None:
         self._pending: list[TranscriptEvent] = []
-        # asyncio.Event binds to a loop only when first awaited (Python >= 3.10),
-        # so a buffer can be made and filled before the loop runs.
-        self._ready = asyncio.Event()
+        #: The waiters' futures (made when they wait, so a buffer can be made
+        #: and filled before any loop runs) and whether a wake-up is due.
+        self._waiters: list[asyncio.Future[None]] = []
+        self._wake_due = False
 
     def capture(self, event: TranscriptEvent) -> None:
         """Add ``event`` to the pending batch and wake the waiter."""
         self._pending.append(event)
-        # set() only schedules the waiter's wake-up; it never runs it here.
-        self._ready.set()
+        # The wake-up is decided at the next turn of the loop, never here: a
+        # taker that empties the buffer in this turn (the committer delivers
+        # its own events) spares the waiter a wake-up for nothing.
+        if self._waiters and not self._wake_due:
+            self._wake_due = True
+            self._waiters[0].get_loop().call_soon(self._wake)
+
+    def _wake(self) -> None:
+        self._wake_due = False
+        if not self._pending:
+            return
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def take(self) -> tuple[TranscriptEvent, ...]:
         """The pending batch in capture order (an immutable tuple); the buffer
         is empty afterwards."""
         batch = tuple(self._pending)
         self._pending.clear()
-        self._ready.clear()
         return batch
 
     async def wait(self) -> None:
@@ -243,7 +256,13 @@ class ChangeBuffer:
         # A waiter woken by a capture whose events another task took first
         # waits again rather than returning to an empty buffer.
         while not self._pending:
-            await self._ready.wait()
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
 
     def __len__(self) -> int:
         return len(self._pending)

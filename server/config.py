@@ -160,12 +160,24 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         _d("largest inbound WebSocket message answered normally; larger ones get `too-large`"),
     ] = limits.MAX_FRAME_BYTES
     ws_hard_max_bytes: Annotated[
-        PosInt,
+        PosInt | None,
         _d(
             "above this the WebSocket layer closes the connection with 1009 without reading "
-            "the message (messages between `max_frame_bytes` and this get `too-large`)"
+            "the rest of the message, counted in bytes across its fragments (messages between "
+            "`max_frame_bytes` and this get `too-large`); none: `max_frame_bytes` + 25%, so "
+            "that a message never finished holds little more memory than an allowed one (at "
+            "64 MiB, 30 such connections held 1.9 GB)"
         ),
-    ] = 64 << 20
+    ] = None
+    ws_message_timeout_s: Annotated[
+        NonNegFloat,
+        _d(
+            "seconds an inbound WebSocket message may take from its first byte to its last; "
+            "a connection still sending one after that is closed with 4010 (0: no limit; "
+            "applied by `tsync serve`'s WebSocket protocol). 30 s lets a 4 MiB message "
+            "through at about 1 Mbit/s"
+        ),
+    ] = 30.0
     max_message_bytes: Annotated[PosInt, _d("largest message (its compact JSON)")] = (
         limits.MAX_MESSAGE_BYTES
     )
@@ -251,7 +263,8 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         _d(
             "milliseconds new increments gather before the writers are woken, so that events "
             "arriving close together leave in one WebSocket message per subscriber (0: at the "
-            "end of the current event-loop turn)"
+            "end of the current event-loop turn); only where frames go through ASGI `send` "
+            "(another ASGI server): `tsync serve` writes them as they are delivered"
         ),
     ] = 1.0
 
@@ -373,6 +386,12 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             max_message_bytes=self.max_message_bytes,
         )
 
+    def ws_max_bytes(self) -> int:
+        """The WebSocket layer's limit on one inbound message, in bytes."""
+        if self.ws_hard_max_bytes is not None:
+            return self.ws_hard_max_bytes
+        return self.max_frame_bytes + self.max_frame_bytes // 4
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ServerConfig:
         """``load_config(env, overrides)``: kept for callers that pass keywords."""
@@ -459,6 +478,13 @@ def load_config(
     except SettingError as exc:
         where = origin.get(exc.setting or "", exc.setting or "settings")
         raise ConfigError(f"{where}: {exc}", exc.setting) from None
+    if config.ws_hard_max_bytes is not None and config.ws_hard_max_bytes < config.max_frame_bytes:
+        where = origin.get("ws_hard_max_bytes", "ws_hard_max_bytes")
+        raise ConfigError(
+            f"{where}={config.ws_hard_max_bytes}: below max_frame_bytes "
+            f"({config.max_frame_bytes}); messages in between could never be answered",
+            "ws_hard_max_bytes",
+        )
     if check_store:
         from server.store.base import SharedStore
         from server.store.open import open_store

@@ -70,6 +70,10 @@ server decides them and the `TSYNC_*` variable is not read; use the server's own
 {server_flags}
 
 `gil_switch_interval_ms` is applied by the app at startup whatever runs it.
+`ws_message_timeout_s` and the pre-framed delivery (frames written straight to the socket, see
+`architecture.md`) come with `tsync serve`'s WebSocket protocol; under another server, messages
+have no time limit and every frame goes through ASGI `send` (slower: about twice the CPU per
+delivery).
 
 ## Why these defaults
 

@@ -1,102 +1,247 @@
 """Outbound frames as the connection queues them: encoded once, numbered late.
 
-A frame's ``seq`` is given when the connection's writer actually sends it (a
-frame dropped from a lagged queue takes no number), so queued items are
-templates that render themselves for a given ``seq``. Increments and baselines
-carry bytes encoded once per event or snapshot and shared by every subscriber;
-rendering only splices the ``seq`` in front. ``estimated_bytes`` is what a
-queued frame counts against the queue's byte bound: close to, not exactly, the
-bytes it will be sent as.
+A frame's ``seq`` is given when the connection actually sends it (a frame
+dropped from a lagged queue takes no number), so queued items are templates:
+the bytes before ``seq`` and the bytes after it, encoded once, and
+``render(seq, binary)`` joins them. Increments and baselines are shared by
+every subscriber (one encoding per event or snapshot); acks, pongs and errors
+belong to one connection and are encoded once, in its format, when queued.
+
+``size`` is what an item counts against the queue's byte bound: the bytes it
+will be sent as (give or take the digits of ``seq``).
+
+A baseline is made of the encoded head of its snapshot, the transcript's
+messages as shared encoded chunks (``server.baselines``), and its tail: its
+bytes are never copied per subscriber, and a connection that can take raw
+frames gets a big one as a fragmented message (``parts``), chunk by chunk as
+the client reads.
+
+``ws_header`` frames payloads for the raw write (``server.ws_protocol``):
+server frames are not masked, so a frame is a header and the payload.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import msgspec
+import struct
+from collections.abc import Sequence
+from typing import Any, Final
 
 from protocol import wire
 from protocol.types import TranscriptEvent, TranscriptSnapshot
-from server.tuning import CONTROL_FRAME_BYTES, FRAME_ENVELOPE_BYTES
+from server.tuning import BASELINE_CHUNK_BYTES
 
-_BASELINE_HEAD = b'{"type":"baseline","seq":'
-_BASELINE_MID = b',"snapshot":'
-_MSGPACK_BASELINE_HEAD = wire.encode_msgpack({"type": "baseline"})[1:]
+# --- WebSocket framing (RFC 6455 5.2; server to client: no mask) --------------------------
+
+#: First header byte: FIN and the opcode.
+TEXT: Final = 0x81
+BINARY: Final = 0x82
+TEXT_START: Final = 0x01  # first fragment of a text message
+BINARY_START: Final = 0x02
+CONTINUATION: Final = 0x00
+CONTINUATION_FIN: Final = 0x80
+
+_SHORT_HEADERS: Final = {
+    first: tuple(bytes((first, n)) for n in range(126))
+    for first in (TEXT, BINARY, TEXT_START, BINARY_START, CONTINUATION, CONTINUATION_FIN)
+}
+_pack16 = struct.Struct("!BBH").pack
+_pack64 = struct.Struct("!BBQ").pack
+
+
+def ws_header(first: int, length: int) -> bytes:
+    """The header of an unmasked frame: ``first`` (FIN + opcode) and the
+    payload's length."""
+    if length < 126:
+        return _SHORT_HEADERS[first][length]
+    if length < 65536:
+        return _pack16(first, 126, length)
+    return _pack64(first, 127, length)
+
+
+def ws_frame(payload: bytes, *, binary: bool = False) -> bytes:
+    """One whole, unfragmented frame."""
+    return ws_header(BINARY if binary else TEXT, len(payload)) + payload
+
+
+# --- queued items ----------------------------------------------------------------------
+
+# The bytes around ``seq`` and the encoded event or snapshot; the tests check
+# that rendering gives exactly what encoding the whole frame does.
+_INC_JSON_HEAD: Final = b'{"type":"increment","seq":'
+_INC_JSON_MID: Final = b',"event":'
+_INC_MSGPACK_HEAD: Final = (
+    b"\x83"  # a map of 3 entries: type, seq, event
+    + wire.encode_msgpack({"type": "increment"})[1:]
+    + wire.encode_msgpack("seq")
+)
+_INC_MSGPACK_MID: Final = wire.encode_msgpack("event")
+#: Digits of ``seq`` counted in a frame's size (up to ten million frames exact).
+SEQ_DIGITS: Final = 7
 
 
 class EncodedEvent:
-    """An event with its JSON encoding (and MessagePack on first use)."""
+    """An increment: the event encoded once (JSON now, MessagePack on first
+    use) and shared by every subscriber."""
 
-    __slots__ = ("_msgpack", "estimated_bytes", "event", "json", "revision", "transcript_id")
+    __slots__ = ("_msgpack_tail", "event", "json_tail", "revision", "size", "transcript_id")
     data = True
+    baseline = False
 
     def __init__(self, event: TranscriptEvent) -> None:
         self.event = event
         self.transcript_id = event.transcript_id
         self.revision = event.revision
-        self.json = wire.encode_event_json(event)
-        self.estimated_bytes = len(self.json) + FRAME_ENVELOPE_BYTES
-        self._msgpack: bytes | None = None
+        self.json_tail = b"".join((_INC_JSON_MID, wire.encode_event_json(event), b"}"))
+        self.size = len(_INC_JSON_HEAD) + SEQ_DIGITS + len(self.json_tail)
+        self._msgpack_tail: bytes | None = None
 
-    def render_json(self, seq: int) -> bytes:
-        return wire.increment_json(seq, self.json)
+    def render(self, seq: int, binary: bool) -> bytes:
+        if not binary:
+            return b"".join((_INC_JSON_HEAD, b"%d" % seq, self.json_tail))
+        tail = self._msgpack_tail
+        if tail is None:
+            tail = self._msgpack_tail = _INC_MSGPACK_MID + wire.encode_event_msgpack(self.event)
+        return b"".join((_INC_MSGPACK_HEAD, wire.seq_bytes(seq, binary=True), tail))
 
-    def render_msgpack(self, seq: int) -> bytes:
-        if self._msgpack is None:
-            self._msgpack = wire.encode_event_msgpack(self.event)
-        return wire.increment_msgpack(seq, self._msgpack)
+    def frame_json(self, seq: int) -> bytes:
+        """The whole WebSocket frame of this increment alone (the hot path:
+        one subscriber, one event)."""
+        seq_text = b"%d" % seq
+        length = len(_INC_JSON_HEAD) + len(seq_text) + len(self.json_tail)
+        return b"".join((ws_header(TEXT, length), _INC_JSON_HEAD, seq_text, self.json_tail))
 
 
 class EncodedSnapshot:
-    """A baseline's snapshot, encoded once and shared by every subscriber that
-    subscribes at the same revision."""
+    """A baseline: the snapshot's encoded head and tail around the
+    transcript's messages, which are shared encoded chunks. One per revision
+    and format, shared by every subscriber that subscribes then."""
 
-    __slots__ = ("_msgpack", "estimated_bytes", "json", "revision", "snapshot", "transcript_id")
+    __slots__ = (
+        "binary",
+        "chunks",
+        "head",
+        "revision",
+        "separator",
+        "size",
+        "tail",
+        "transcript_id",
+    )
     data = True
+    baseline = True
 
-    def __init__(self, snapshot: TranscriptSnapshot) -> None:
-        self.snapshot = snapshot
-        self.transcript_id = snapshot.transcript_id
-        self.revision = snapshot.revision
-        self.json = wire.encode_json(snapshot)
-        self.estimated_bytes = len(self.json) + FRAME_ENVELOPE_BYTES
-        self._msgpack: bytes | None = None
-
-    def render_json(self, seq: int) -> bytes:
-        return b"".join((_BASELINE_HEAD, str(seq).encode(), _BASELINE_MID, self.json, b"}"))
-
-    def render_msgpack(self, seq: int) -> bytes:
-        if self._msgpack is None:
-            self._msgpack = wire.encode_msgpack(self.snapshot)
-        return b"".join(
-            (
-                b"\x83",  # fixmap of 3 entries: type, seq, snapshot
-                _MSGPACK_BASELINE_HEAD,
-                wire.encode_msgpack("seq"),
-                wire.encode_msgpack(seq),
-                wire.encode_msgpack("snapshot"),
-                self._msgpack,
-            )
+    def __init__(
+        self,
+        transcript_id: str,
+        revision: int,
+        *,
+        binary: bool,
+        head: bytes,
+        chunks: Sequence[bytes | memoryview],
+        tail: bytes,
+        separator: bytes | None = None,
+    ) -> None:
+        self.transcript_id = transcript_id
+        self.revision = revision
+        self.binary = binary
+        #: The frame up to ``seq`` is _BASELINE_HEAD; ``head`` follows ``seq``.
+        self.head = head
+        self.chunks = tuple(chunks)
+        self.tail = tail
+        #: Between chunks of messages: a comma in JSON (none for slices of one encoding).
+        self.separator = (b"" if binary else b",") if separator is None else separator
+        separators = len(self.separator) * max(0, len(self.chunks) - 1)
+        self.size = (
+            len(_BASELINE_HEAD[binary])
+            + SEQ_DIGITS
+            + len(head)
+            + sum(len(c) for c in self.chunks)
+            + separators
+            + len(tail)
         )
+
+    @classmethod
+    def of(cls, snapshot: TranscriptSnapshot, *, binary: bool = False) -> EncodedSnapshot:
+        """The baseline of any snapshot (a range of a transcript, say),
+        encoded in one call and cut into chunks of ``BASELINE_CHUNK_BYTES`` so
+        that it streams like the others. Nothing is shared with other
+        revisions: ``server.baselines`` does that for whole transcripts."""
+        encoded = memoryview(wire.encode(snapshot, binary=binary))
+        step = BASELINE_CHUNK_BYTES
+        return cls(
+            snapshot.transcript_id,
+            snapshot.revision,
+            binary=binary,
+            head=BASELINE_MSGPACK_MID if binary else BASELINE_JSON_MID,
+            chunks=[encoded[i : i + step] for i in range(0, len(encoded), step)],
+            tail=b"" if binary else b"}",
+            separator=b"",
+        )
+
+    def parts(self, seq: int) -> list[bytes | memoryview]:
+        """The payload in pieces (joined, it is ``render(seq)``): the envelope
+        and the snapshot's head, each chunk (with its separator), the tail."""
+        binary = self.binary
+        first = b"".join((_BASELINE_HEAD[binary], wire.seq_bytes(seq, binary=binary), self.head))
+        separator = self.separator
+        middle: list[bytes | memoryview] = [
+            (separator + chunk) if i and separator else chunk for i, chunk in enumerate(self.chunks)
+        ]
+        return [first, *middle, self.tail]
+
+    def render(self, seq: int, binary: bool) -> bytes:
+        assert binary == self.binary, "a baseline is encoded for one format"
+        return b"".join(self.parts(seq))
+
+    def fragment(self, index: int, seq: int) -> tuple[bytes, bool]:
+        """Fragment ``index`` of this baseline sent as a fragmented message,
+        framed, and whether it is the last: the envelope and head first, then
+        one chunk per fragment, then the tail. Each fragment is a whole frame,
+        so the WebSocket layer's own control frames may go between them."""
+        chunks = self.chunks
+        last = index == len(chunks) + 1
+        if index == 0:
+            payload = b"".join(
+                (_BASELINE_HEAD[self.binary], wire.seq_bytes(seq, binary=self.binary), self.head)
+            )
+            first = BINARY_START if self.binary else TEXT_START
+            return ws_header(first, len(payload)) + payload, False
+        if last:
+            return ws_header(CONTINUATION_FIN, len(self.tail)) + self.tail, True
+        chunk = chunks[index - 1]
+        separator = self.separator if index > 1 else b""
+        header = ws_header(CONTINUATION, len(separator) + len(chunk))
+        return b"".join((header, separator, chunk)), False
+
+
+_BASELINE_JSON_HEAD: Final = b'{"type":"baseline","seq":'
+_BASELINE_MSGPACK_HEAD: Final = (
+    b"\x83"  # a map of 3 entries: type, seq, snapshot
+    + wire.encode_msgpack({"type": "baseline"})[1:]
+    + wire.encode_msgpack("seq")
+)
+_BASELINE_HEAD: Final = {False: _BASELINE_JSON_HEAD, True: _BASELINE_MSGPACK_HEAD}
+#: What follows ``seq`` in a baseline frame, before the snapshot's own bytes.
+BASELINE_JSON_MID: Final = b',"snapshot":'
+BASELINE_MSGPACK_MID: Final = wire.encode_msgpack("snapshot")
 
 
 class ControlFrame:
-    """An ack, pong or error: small, per connection, never dropped on lag."""
+    """An ack, pong or error: one connection's, encoded once in its format
+    when queued; never dropped on lag."""
 
-    __slots__ = ("estimated_bytes", "frame", "transcript_id")
+    __slots__ = ("binary", "head", "size", "tail", "transcript_id")
     data = False
+    baseline = False
 
-    def __init__(self, frame: Any) -> None:
+    def __init__(self, frame: Any, *, binary: bool = False) -> None:
         # ``frame`` is a wire struct built with a placeholder seq of 0.
-        self.frame = frame
         self.transcript_id = getattr(frame, "transcript_id", None)
-        self.estimated_bytes = CONTROL_FRAME_BYTES
+        self.binary = binary
+        self.head, self.tail = wire.seq_parts(frame, binary=binary)
+        self.size = len(self.head) + SEQ_DIGITS + len(self.tail)
 
-    def render_json(self, seq: int) -> bytes:
-        return wire.encode_json(msgspec.structs.replace(self.frame, seq=seq))
-
-    def render_msgpack(self, seq: int) -> bytes:
-        return wire.encode_msgpack(msgspec.structs.replace(self.frame, seq=seq))
+    def render(self, seq: int, binary: bool) -> bytes:
+        return b"".join((self.head, wire.seq_bytes(seq, binary=self.binary), self.tail))
 
 
 Outbound = EncodedEvent | EncodedSnapshot | ControlFrame

@@ -61,7 +61,7 @@ from server.live import (
     splice,
 )
 from server.metrics import Metrics
-from server.outbound import OutboundQueue, Send, WriteDelay
+from server.outbound import OutboundQueue, RawFrames, Send, WriteDelay
 from server.store.base import (
     LOADED_KEYS,
     AppendResult,
@@ -74,10 +74,12 @@ from server.store.base import (
 )
 from server.transcript import Transcript
 from server.tuning import (
+    BASELINE_ENCODES_AT_ONCE,
     IDLE_SWEEPS_PER_TTL,
     LIVE_FULL_RETRY_AFTER_S,
     MAX_CONCURRENT_LOADS,
     MIN_IDLE_SWEEP_S,
+    RESUME_FETCHES_AT_ONCE,
 )
 
 log = logging.getLogger("tsync.hub")
@@ -136,6 +138,9 @@ class Hub:
         self.sweeps = 0
         #: Told which transcripts are held (set by the backplane).
         self.hold_listener: HoldListener | None = None
+        #: Bounds on the heavy parts of subscribing, server-wide.
+        self.baseline_encodes = asyncio.Semaphore(BASELINE_ENCODES_AT_ONCE)
+        self.resume_fetches = asyncio.Semaphore(RESUME_FETCHES_AT_ONCE)
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -399,7 +404,9 @@ class Hub:
         live = await self.load(transcript_id)
         pending = PendingAppend(parsed, expected_revision, idempotency_key, origin, transport)
         self.committer.submit(live, pending)
-        result = await asyncio.shield(pending.future)  # raises what the append raised
+        # Not shielded: if this caller is cancelled the future is, and the
+        # committer, which owns the commit, skips answering it.
+        result = await pending.future  # raises what the append raised
         self.metrics.append_latency.observe(time.perf_counter() - started)
         return result
 
@@ -467,6 +474,9 @@ class Hub:
         self.forget(live.id)
         await live.close()
         fresh = self._hold(stored)
+        # One subscriber after the other: the first one's baseline is encoded
+        # (a chunk at a time, or from the store's older messages), those of
+        # the others at the same revision and window share it.
         for queue, window in subscribers:
             try:
                 await self._send_baseline(fresh, queue, window)
@@ -678,9 +688,13 @@ class Hub:
 
     # --- connections and subscriptions --------------------------------------------------
 
-    def connect(self, conn_id: str, send: Send, *, binary: bool = False) -> OutboundQueue:
+    def connect(
+        self, conn_id: str, send: Send, *, binary: bool = False, raw: RawFrames | None = None
+    ) -> OutboundQueue:
         """The outbound queue of a new connection, registered (start its writer
-        with ``queue.start()``; ``disconnect`` it when the connection ends)."""
+        with ``queue.start()``; ``disconnect`` it when the connection ends).
+        ``raw``: the connection's raw frame write, when the ASGI server offers
+        one (``server.ws_protocol``)."""
         config = self.config
         queue = OutboundQueue(
             conn_id,
@@ -692,6 +706,7 @@ class Hub:
             metrics=self.metrics,
             on_lagged=self._on_lagged,
             write_delay=self.write_delay,
+            raw=raw,
         )
         self.connections[conn_id] = queue
         self.metrics.connections.set(len(self.connections))
@@ -745,6 +760,7 @@ class Hub:
                 window_start=live.window_start(),
                 max_resume_events=self.config.max_resume_events,
                 caught_up=caught_up,
+                room=queue.room(live.average_event_bytes()),
             )
             match plan:
                 case CatchUpFirst():
@@ -763,7 +779,10 @@ class Hub:
                         return mode
                     break
                 case FetchThenSplice(after=after, limit=fetch_limit):
-                    older = await self.store.events_after(transcript_id, after, limit=fetch_limit)
+                    async with self.resume_fetches:
+                        older = await self.store.events_after(
+                            transcript_id, after, limit=fetch_limit
+                        )
                     if older is None or not self.is_current(live):
                         live = await self.load(transcript_id)
                         live.deliver_pending()
@@ -788,7 +807,7 @@ class Hub:
     ) -> str:
         """Queue a baseline of ``window`` and join ``queue`` to the subscribers."""
         while True:
-            snapshot = await self._baseline(live, window)
+            snapshot = await self._baseline(live, window, queue.binary)
             if snapshot is None:
                 live = await self.load(live.id)  # reloaded meanwhile: the current copy
                 continue
@@ -805,11 +824,13 @@ class Hub:
         return "baseline"
 
     async def _baseline(
-        self, live: LiveTranscript, window: Window | None
+        self, live: LiveTranscript, window: Window | None, binary: bool
     ) -> EncodedSnapshot | None:
-        """The encoded baseline of ``window`` at the current revision, made in
-        one synchronous step after any read of older messages from the store;
-        ``None`` when ``live`` is no longer the current copy."""
+        """The encoded baseline of ``window`` at the current revision in one
+        format, made in one synchronous step after any read of older messages
+        from the store or encoding of a big transcript a chunk at a time
+        (``LiveTranscript.prepare_baseline``); ``None`` when ``live`` is no
+        longer the current copy."""
         older: StoredRange | None = None
         for _ in range(_READ_ATTEMPTS):
             if not self.is_current(live):
@@ -817,13 +838,18 @@ class Hub:
             live.deliver_pending()
             state = live.transcript.state
             start = _start_of(window, state)
-            cached = live.cached_snapshot(start)
+            cached = live.cached_snapshot(start, binary)
             if cached is not None:
                 return cached
+            if live.encodes_in_steps(start, binary):
+                # Encoded a chunk per loop turn; then at most one chunk is
+                # left for the synchronous step (the next time round).
+                await live.prepare_baseline(binary, self.baseline_encodes)
+                continue
             if start >= state.start:
-                return live.encoded_snapshot(start)
+                return live.encoded_snapshot(start, binary)
             if older is not None and older.start <= start and older.end >= state.start:
-                return live.encoded_snapshot(start, older.messages[start - older.start :])
+                return live.encoded_snapshot(start, binary, older.messages[start - older.start :])
             try:
                 older = await self._read_older(live, start, state.start)
             except _Stale:
@@ -840,14 +866,11 @@ class Hub:
         window: Window | None,
     ) -> str | None:
         """Queue the increments after ``from_revision`` and join; ``None``
-        when a baseline must be sent instead."""
+        (nothing done) when they do not join up or would overflow the queue
+        (and lag it before the writer could send any: no progress): send a
+        baseline instead (one frame: always progress)."""
         # No await from here on: the increments queued and the join are one step.
-        if items is None or not queue.has_room(
-            len(items), sum(item.estimated_bytes for item in items)
-        ):
-            # The sources did not join up, or the increments would overflow
-            # the queue (and lag it before the writer could send any: no
-            # progress). A baseline is one frame: always progress.
+        if items is None or not queue.has_room(len(items), sum(item.size for item in items)):
             return None
         self._join(live, queue, window)
         queue.push_resume(live.id, from_revision, items)

@@ -4,8 +4,8 @@ A ``LiveTranscript`` is the ``Transcript`` with a ``ChangeBuffer`` as its
 ``changes`` port, one pump task that loops ``await buffer.wait()`` /
 ``buffer.take()`` and pushes each event, encoded once, to every subscriber's
 outbound queue in revision order, a window of recent encoded events for
-resumes, the idempotency keys it remembers, and cached encoded snapshots for
-baselines (one per window start at the current revision).
+resumes, the idempotency keys it remembers, and its baselines encoded once
+per revision, window start and format, shared by every subscriber.
 
 Memory: the transcript holds only its newest messages. It is loaded with the
 newest ``live_messages`` (``Store.load_recent``) and, whenever it holds more
@@ -13,6 +13,13 @@ than 1.5 times that many, lets the oldest go (``Transcript.forget_before``).
 Subscribers need nothing more of it: after their baseline they take
 increments, and a baseline, range or export that starts earlier reads the
 older messages from the store (they never change, so the two join exactly).
+
+Baselines: while the transcript holds every message, a whole baseline is
+built from its messages encoded once each in chunks (``server.baselines``),
+shared by the baselines of every later revision and encoded a chunk per loop
+turn the first time (``prepare_baseline``). Any other baseline (a window, or
+a transcript no longer held whole) is encoded in one call from the snapshot
+(``EncodedSnapshot.of``).
 
 ``lock`` is held by whoever changes the transcript (the committer, a segment
 start, a View change, a catch-up or the backplane), so changes never
@@ -39,6 +46,7 @@ import msgspec
 from protocol.limits import DEFAULT_LIMITS, MessageLimits
 from protocol.types import Message, TranscriptEvent, TranscriptSnapshot
 from protocol.views import Window
+from server.baselines import EncodedMessages
 from server.changes import ChangeBuffer
 from server.frames import EncodedEvent, EncodedSnapshot
 from server.outbound import OutboundQueue
@@ -95,8 +103,12 @@ class LiveTranscript:
         #: Held by whoever changes the transcript, across the store's await.
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
-        self._snapshots: dict[int, EncodedSnapshot] = {}
+        #: Encoded baselines at ``_snapshots_revision``, by window start and format.
+        self._snapshots: dict[tuple[int, bool], EncodedSnapshot] = {}
         self._snapshots_revision = -1
+        #: The messages encoded for whole baselines, per format, while every
+        #: message is held (``server.baselines``).
+        self._encoded: dict[bool, EncodedMessages] = {}
         self.pump = asyncio.create_task(self._pump(), name=f"pump-{self.id}")
 
     # --- fan-out ------------------------------------------------------------------
@@ -114,15 +126,14 @@ class LiveTranscript:
             self._deliver(self.buffer.take())
 
     def _deliver(self, events: Sequence[TranscriptEvent]) -> None:
-        window = self.window
-        for event in events:
-            item = EncodedEvent(event)
-            self.size += item.estimated_bytes
-            window.append(item)
-            for queue in list(self.subscribers):
-                # A subscription made after this event was captured but before
-                # it was pumped already has it in its baseline: the queue skips it.
-                queue.push_increment(item)
+        items = [EncodedEvent(event) for event in events]
+        self.window.extend(items)
+        self.size += sum(item.size for item in items)
+        for queue in list(self.subscribers):
+            # A subscription made after these events were captured but before
+            # they were pumped already has them in its baseline: the queue
+            # skips them. Events taken together leave together.
+            queue.push_increments(items)
         self._trim()
 
     def _trim(self) -> None:
@@ -133,6 +144,9 @@ class LiveTranscript:
         if keep and transcript.length - transcript.held_start > keep + keep // 2:
             transcript.forget_before(transcript.length - keep)
             self.size = _message_bytes(transcript.messages(transcript.held_start))
+            # Whole baselines now read the older messages from the store: the
+            # encoded messages of the whole transcript are not kept for them.
+            self._encoded.clear()
 
     # --- subscribers ----------------------------------------------------------------
 
@@ -151,35 +165,82 @@ class LiveTranscript:
             return True
         return False
 
-    def cached_snapshot(self, start: int) -> EncodedSnapshot | None:
-        """The encoded snapshot of ``[start, length)`` at the current revision,
-        if one was made."""
+    def cached_snapshot(self, start: int, binary: bool = False) -> EncodedSnapshot | None:
+        """The encoded snapshot of ``[start, length)`` at the current revision
+        in one format, if one was made."""
         if self._snapshots_revision != self.transcript.revision:
             return None
-        return self._snapshots.get(start)
+        return self._snapshots.get((start, binary))
 
-    def encoded_snapshot(self, start: int = 0, older: tuple[Message, ...] = ()) -> EncodedSnapshot:
-        """The snapshot of ``[start, length)`` now, encoded once per revision
-        and window start and shared. ``older`` are the messages ``[start,
-        held_start)`` when the transcript no longer holds them (read from the
-        store by the caller); ``ValueError`` if they do not reach what it holds."""
+    def encoded_snapshot(
+        self, start: int = 0, binary: bool = False, older: tuple[Message, ...] = ()
+    ) -> EncodedSnapshot:
+        """The snapshot of ``[start, length)`` now, encoded once per revision,
+        window start and format and shared. ``older`` are the messages
+        ``[start, held_start)`` when the transcript no longer holds them (read
+        from the store by the caller); ``ValueError`` if they do not reach
+        what it holds. A whole baseline of a transcript held whole encodes
+        only what ``prepare_baseline`` left (at most a chunk after it), here,
+        without yielding."""
         transcript = self.transcript
         revision = transcript.revision
         if self._snapshots_revision != revision:
             self._snapshots.clear()
             self._snapshots_revision = revision
-        cached = self._snapshots.get(start)
+        key = (start, binary)
+        cached = self._snapshots.get(key)
         if cached is None:
             state = transcript.state
-            held = max(start, state.start)
-            if start + len(older) < held:
-                raise ValueError(f"messages [{start}, {held}) are missing from the snapshot")
-            messages = older[: held - start] + state.slice(held)
-            cached = EncodedSnapshot(state.snapshot_of(start, messages))
+            if start == 0 and state.whole:
+                encoded = self._messages(binary)
+                encoded.encode_all(state)
+                cached = encoded.snapshot(state)
+            else:
+                held = max(start, state.start)
+                if start + len(older) < held:
+                    raise ValueError(f"messages [{start}, {held}) are missing from the snapshot")
+                messages = older[: held - start] + state.slice(held)
+                cached = EncodedSnapshot.of(state.snapshot_of(start, messages), binary=binary)
             if len(self._snapshots) >= SNAPSHOTS_KEPT:
                 del self._snapshots[next(iter(self._snapshots))]
-            self._snapshots[start] = cached
+            self._snapshots[key] = cached
         return cached
+
+    def encodes_in_steps(self, start: int, binary: bool) -> bool:
+        """Whether the baseline from ``start`` is a whole one of a transcript
+        held whole with more than a chunk of messages not encoded yet: then
+        ``prepare_baseline`` first."""
+        state = self.transcript.state
+        return start == 0 and state.whole and not self._messages(binary).fits_one_step(state)
+
+    async def prepare_baseline(self, binary: bool, gate: asyncio.Semaphore) -> None:
+        """Encode the messages a whole baseline needs now, a chunk at a time
+        with the event loop running in between, holding ``gate`` (the bound on
+        baselines encoding at once) when there is more than one chunk to do.
+        Then ``encoded_snapshot`` has at most a chunk left to encode. Stops
+        early when the transcript lets old messages go meanwhile."""
+        if not self.encodes_in_steps(0, binary):
+            return
+        encoded = self._messages(binary)
+        async with gate:
+            while self._encoded.get(binary) is encoded:
+                state = self.transcript.state
+                if not state.whole or encoded.fits_one_step(state):
+                    return
+                encoded.encode_step(state)
+                await asyncio.sleep(0)
+
+    def _messages(self, binary: bool) -> EncodedMessages:
+        encoded = self._encoded.get(binary)
+        if encoded is None:
+            encoded = self._encoded[binary] = EncodedMessages(binary=binary)
+        return encoded
+
+    def average_event_bytes(self) -> float:
+        """The mean size of the increments in the window (0 when empty): what
+        a resume's increments are expected to weigh before they are read."""
+        window = self.window
+        return sum(item.size for item in window) / len(window) if window else 0.0
 
     def window_start(self) -> int | None:
         """The oldest revision the window holds, ``None`` when empty."""
@@ -268,12 +329,15 @@ def plan_subscribe(
     window_start: int | None,
     max_resume_events: int,
     caught_up: bool = False,
+    room: int | None = None,
 ) -> SubscribePlan:
     """What a subscribe with ``fromRevision``/``epoch`` gets from a transcript
     at ``current_revision`` whose window starts at ``window_start``.
 
     ``caught_up``: a catch-up already ran for this subscribe; a consumer still
-    ahead then holds a history this server does not have.
+    ahead then holds a history this server does not have. ``room``: how many
+    increments the connection's queue can take now (``None``: no bound); a
+    resume that needs more is a baseline, decided before any event is read.
     """
     if from_revision is None:
         return SendBaseline("no fromRevision")
@@ -283,6 +347,8 @@ def plan_subscribe(
         return SendBaseline("ahead of the store") if caught_up else CatchUpFirst()
     if current_revision - from_revision > max_resume_events:
         return SendBaseline("too far behind")
+    if room is not None and current_revision - from_revision > room:
+        return SendBaseline("more than the queue holds")
     if from_revision == current_revision or (
         window_start is not None and window_start <= from_revision + 1
     ):

@@ -1,12 +1,38 @@
-"""One WebSocket connection's outbound side: a bounded queue and its writer task.
+"""One WebSocket connection's outbound side: a bounded queue and how it is written.
 
-The hub pushes frames (synchronous, never blocks, never awaits a socket). The
-queue's own writer task drains it, numbers the frames (``seq``), coalesces
-JSON frames into one WebSocket message separated by ``\\n`` and awaits the
-socket. A client that stops reading only blocks its own writer; once its queue
-is over ``queue_max_frames`` or ``queue_max_bytes`` its queued data frames are
-dropped and each affected subscription gets a ``lagged`` error and is
+The hub pushes frames (synchronous, never blocks, never awaits a socket).
+
+Where the ASGI server offers the raw frame write (``server.ws_protocol``,
+which ``tsync serve`` runs), a frame pushed while nothing is queued and the
+socket is taking data is numbered (``seq``), framed and written to the
+transport at once, in the pusher's own step: no ASGI ``send``, no task
+wake-up. Only when the transport is paused (its buffer is full: the client
+reads slower than we write) do frames wait in the queue, and the queue's
+writer task writes them, coalesced, when the transport drains.
+
+Elsewhere (another ASGI server) every frame goes through the queue and the
+writer task's ASGI ``send``.
+
+The writer coalesces JSON frames into one WebSocket message separated by
+``\\n`` (up to ``write_batch_bytes``); MessagePack frames are one message
+each. A baseline bigger than ``write_batch_bytes`` goes to a raw connection
+as a fragmented message, a chunk of the shared encoding at a time as the
+client reads, so it is never copied whole per connection.
+
+Bounds (every frame counts its real size): when an increment would take the
+queue over ``queue_max_frames`` or ``queue_max_bytes`` the queued data frames
+are dropped and each affected subscription gets a ``lagged`` error and is
 unsubscribed, so the server's memory stays bounded and nobody else waits.
+Baselines count too, by their own rule: a new baseline of a transcript
+replaces that transcript's frames still waiting (a re-subscribe drops the
+superseded one), it must fit the budget behind queued increments, and it is
+let in whatever its size behind nothing but answers and other baselines (a
+transcript bigger than the budget can always be sent; its bytes are shared
+with every other subscriber's, not copied). Increments are not refused for
+the baselines ahead of them. Acks, pongs and errors are never dropped; when
+they too pass the limits (by ``CONTROL_FRAME_SLACK`` frames or
+``CONTROL_BYTES_SLACK`` bytes) the client reads nothing at all and is closed
+with 4008.
 
 The queue is also the one owner of what each subscription has been sent: the
 revision up to which each followed transcript's frames were queued. Dropping
@@ -19,12 +45,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from protocol import wire
-from server.frames import ControlFrame, EncodedEvent, EncodedSnapshot, Outbound
-from server.tuning import CONTROL_FRAME_SLACK
+from server.frames import (
+    BINARY,
+    TEXT,
+    ControlFrame,
+    EncodedEvent,
+    EncodedSnapshot,
+    Outbound,
+    ws_header,
+)
+from server.tuning import (
+    CONTROL_BYTES_SLACK,
+    CONTROL_FRAME_SLACK,
+    MAX_ERROR_MESSAGE_CHARS,
+    RAW_FLUSH_BYTES,
+)
 
 if TYPE_CHECKING:
     from server.metrics import Metrics
@@ -32,6 +71,26 @@ if TYPE_CHECKING:
 log = logging.getLogger("tsync.outbound")
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+#: The ASGI scope extension that carries a connection's raw frame write
+#: (``server.ws_protocol`` puts it there; other ASGI servers do not).
+RAW_FRAMES: Final = "tsync.raw_frames"
+
+
+class RawFrames(Protocol):
+    """The raw frame write of a connection (``server.ws_protocol``)."""
+
+    def raw_ready(self) -> bool:
+        """Whether a write goes out now: open, and the transport not paused."""
+        ...
+
+    def raw_write(self, data: bytes) -> None:
+        """Write whole frames (or whole fragments), already framed."""
+        ...
+
+    async def raw_writable(self) -> bool:
+        """Wait until writes may go out; False once they never will."""
+        ...
 
 
 class WriteDelay:
@@ -80,6 +139,7 @@ class OutboundQueue:
 
     # Thousands of these live at once: no per-instance __dict__.
     __slots__ = (
+        "_baseline_bytes",
         "_batch_bytes",
         "_drained",
         "_marked",
@@ -89,8 +149,10 @@ class OutboundQueue:
         "_on_lagged",
         "_queue",
         "_queued_bytes",
+        "_raw",
         "_send",
         "_sent",
+        "_stream",
         "_waiter",
         "_write_delay",
         "_writer",
@@ -113,6 +175,7 @@ class OutboundQueue:
         metrics: Metrics | None = None,
         on_lagged: Callable[[OutboundQueue, set[str]], None] | None = None,
         write_delay: WriteDelay | None = None,
+        raw: RawFrames | None = None,
     ) -> None:
         self.id = conn_id
         self.context_id = f"ws:{conn_id}"
@@ -122,10 +185,15 @@ class OutboundQueue:
         #: transcript id -> the revision its frames have been queued up to.
         self._sent: dict[str, int] = {}
         self._send = send
+        self._raw = raw
         # A list, not a deque: an empty deque costs ~600 bytes per connection
         # and the writer takes whole batches off the front anyway.
         self._queue: list[Outbound] = []
+        #: Bytes of the queued increments and answers, and of the queued baselines.
         self._queued_bytes = 0
+        self._baseline_bytes = 0
+        #: The next fragment of the baseline at the head being streamed, or None.
+        self._stream: int | None = None
         self._max_frames = queue_max_frames
         self._max_bytes = queue_max_bytes
         self._batch_bytes = write_batch_bytes
@@ -138,6 +206,11 @@ class OutboundQueue:
         self._writer: asyncio.Task[None] | None = None
         self._write_delay = write_delay
         self._marked = False
+
+    @property
+    def raw(self) -> bool:
+        """Whether this connection takes raw frames (the fast path)."""
+        return self._raw is not None
 
     # --- subscriptions ------------------------------------------------------------
 
@@ -165,51 +238,91 @@ class OutboundQueue:
 
     # --- pushing (hub side; synchronous) ---------------------------------------
 
-    def push_increment(self, item: EncodedEvent) -> None:
-        """Queue one increment of a followed transcript, unless this
-        subscription already has it (a baseline taken after the event was
-        captured) or does not follow it (hot path: once per event per
-        subscriber)."""
-        sent = self._sent.get(item.transcript_id)
-        if sent is None or sent >= item.revision:
+    def push_increments(self, items: Sequence[EncodedEvent]) -> None:
+        """Send or queue increments of one followed transcript, in revision
+        order, skipping what this subscription already has (a baseline taken
+        after they were captured) and everything if it does not follow the
+        transcript. The hot path: once per subscriber per delivery."""
+        last = items[-1]
+        sent = self._sent.get(last.transcript_id)
+        if sent is None or sent >= last.revision:
             return
-        self._sent[item.transcript_id] = item.revision
-        self._enqueue_data(item)
+        if items[0].revision <= sent:
+            items = [item for item in items if item.revision > sent]
+        self._sent[last.transcript_id] = last.revision
+        raw = self._raw
+        if raw is not None and not self._queue and not self.closed and raw.raw_ready():
+            if len(items) == 1 and not self.binary:
+                self.seq += 1
+                frame = items[0].frame_json(self.seq)
+                raw.raw_write(frame)
+                self._count_sent(1, 1, len(frame))
+                return
+            self._queue = list(items)
+            self._queued_bytes = sum(item.size for item in items)
+            self._flush_raw()
+            if self._queue:
+                self._wake_up()
+            return
+        for item in items:
+            if not self._enqueue_data(item):
+                break  # lagged: the subscription is gone
+
+    def push_increment(self, item: EncodedEvent) -> None:
+        """``push_increments`` of one increment."""
+        self.push_increments((item,))
 
     def push_resume(
-        self, transcript_id: str, from_revision: int, items: Iterable[EncodedEvent]
+        self, transcript_id: str, from_revision: int, items: Sequence[EncodedEvent]
     ) -> None:
         """Follow ``transcript_id`` from ``from_revision`` (what the consumer
         holds) and queue ``items``, its increments after it, in order. A lag on
         the way stops the rest: the subscription is then dropped."""
         self._sent[transcript_id] = from_revision
-        for item in items:
-            self.push_increment(item)
+        if items:
+            self.push_increments(items)
 
     def push_baseline(self, item: EncodedSnapshot) -> None:
-        """Follow the snapshot's transcript from its revision and queue it. A
-        baseline is the repair path, so it is let in even when it alone is
-        larger than the byte limit, as long as the queue is not otherwise full."""
-        self._sent[item.transcript_id] = item.revision
-        if len(self._queue) >= self._max_frames:
-            self._lag({item.transcript_id})
-            return
-        self._queue.append(item)
-        self._queued_bytes += item.estimated_bytes
-        self._wake_up()
+        """Follow the snapshot's transcript from its revision and queue it in
+        place of that transcript's frames still waiting. A baseline that does
+        not fit behind the increments queued lags the connection instead (the
+        consumer resubscribes and gets it in a queue without them)."""
+        transcript_id = item.transcript_id
+        self._drop_waiting(transcript_id)
+        self._sent[transcript_id] = item.revision
+        self._enqueue_data(item)
 
-    def _enqueue_data(self, item: EncodedEvent) -> None:
-        size = item.estimated_bytes
-        if len(self._queue) >= self._max_frames or self._queued_bytes + size > self._max_bytes:
+    def _enqueue_data(self, item: EncodedEvent | EncodedSnapshot) -> bool:
+        q = self._queue
+        if q and not self._fits(item):
             self._lag({item.transcript_id})
-            return
-        self._queue.append(item)
-        self._queued_bytes += size
-        if self._write_delay is None:
-            self._wake_up()
+            return False
+        q.append(item)
+        self._count(item, 1)
+        if self._raw is not None or self._write_delay is None:
+            if self._raw is not None and len(q) == 1 and not self.closed and self._raw.raw_ready():
+                self._flush_raw()
+            if q:
+                self._wake_up()
         elif not self._marked:
             self._marked = True
             self._write_delay.mark(self)
+        return True
+
+    def _drop_waiting(self, transcript_id: str) -> None:
+        """Forget the frames of ``transcript_id`` that have not started to go
+        out (a new baseline supersedes them)."""
+        q = self._queue
+        if not any(item.transcript_id == transcript_id and item.data for item in q):
+            return
+        streaming = self._stream is not None
+        kept = [
+            item
+            for i, item in enumerate(q)
+            if not (item.data and item.transcript_id == transcript_id) or (i == 0 and streaming)
+        ]
+        self._queue = kept
+        self._recount()
 
     def _wake_writer(self) -> None:
         self._marked = False
@@ -221,19 +334,32 @@ class OutboundQueue:
             waiter.set_result(None)
 
     def push_control(self, frame: Any) -> None:
-        """Queue an ack, pong or error (a wire struct with ``seq=0``)."""
+        """Send or queue an ack, pong or error (a wire struct with ``seq=0``)."""
         if self.closed:
             return
-        if len(self._queue) >= self._max_frames + CONTROL_FRAME_SLACK:
-            # Only control frames are left and the client still reads none of
-            # them: it is not a slow consumer but a dead or abusive one.
+        q = self._queue
+        raw = self._raw
+        if raw is not None and not q and raw.raw_ready():
+            # The common case (an ack or pong to a client that keeps up):
+            # encoded with its seq and written at once.
+            self.seq += 1
+            data = wire.encode(wire.with_seq(frame, self.seq), binary=self.binary)
+            raw.raw_write(ws_header(BINARY if self.binary else TEXT, len(data)) + data)
+            self._count_sent(1, 1, len(data))
+            return
+        item = ControlFrame(frame, binary=self.binary)
+        if (
+            len(q) >= self._max_frames + CONTROL_FRAME_SLACK
+            or self._counted_bytes() + item.size > self._max_bytes + CONTROL_BYTES_SLACK
+        ):
+            # Only answers are left and the client still reads none of them:
+            # it is not a slow consumer but a dead or abusive one.
             log.warning("closing %s: outbound queue full of unread answers", self.id)
             self.closed = True
             self._wake_up()
             return
-        item = ControlFrame(frame)
-        self._queue.append(item)
-        self._queued_bytes += item.estimated_bytes
+        q.append(item)
+        self._queued_bytes += item.size
         self._wake_up()
 
     def push_error(
@@ -245,8 +371,12 @@ class OutboundQueue:
         ref: str | int | None = None,
         revision: int | None = None,
     ) -> None:
+        """Queue an ``error`` frame; a long ``message`` (one that quotes what
+        the client sent) is cut to ``MAX_ERROR_MESSAGE_CHARS``."""
         if self._metrics is not None:
             self._metrics.errors.labels(code).inc()
+        if len(message) > MAX_ERROR_MESSAGE_CHARS:
+            message = message[: MAX_ERROR_MESSAGE_CHARS - 1] + "\u2026"
         self.push_control(
             wire.ErrorFrame(
                 seq=0,
@@ -258,29 +388,62 @@ class OutboundQueue:
             )
         )
 
+    def _counted_bytes(self) -> int:
+        """Queued bytes that count against the room for increments: all but
+        the baselines'."""
+        return self._queued_bytes
+
+    def _count(self, item: Outbound, sign: int) -> None:
+        if item.baseline:
+            self._baseline_bytes += sign * item.size
+        else:
+            self._queued_bytes += sign * item.size
+
+    def _recount(self) -> None:
+        self._queued_bytes = sum(item.size for item in self._queue if not item.baseline)
+        self._baseline_bytes = sum(item.size for item in self._queue if item.baseline)
+
+    def _fits(self, item: EncodedEvent | EncodedSnapshot) -> bool:
+        if not item.baseline:
+            return self.has_room(1, item.size)
+        # A baseline fits behind answers and other baselines whatever its
+        # size (one per transcript: it replaced that transcript's frames),
+        # behind increments only within the budget.
+        if len(self._queue) >= self._max_frames:
+            return False
+        counted = self._counted_bytes()
+        if counted + item.size <= self._max_bytes:
+            return True
+        return not any(queued.data and not queued.baseline for queued in self._queue)
+
     def has_room(self, frames: int, size: int) -> bool:
         """Whether ``frames`` more data frames of ``size`` bytes fit the queue."""
         return (
             len(self._queue) + frames <= self._max_frames
-            and self._queued_bytes + size <= self._max_bytes
+            and self._counted_bytes() + size <= self._max_bytes
         )
+
+    def room(self, frame_bytes: float) -> int:
+        """How many more data frames of ``frame_bytes`` each fit the queue."""
+        frames = self._max_frames - len(self._queue)
+        space = self._max_bytes - self._counted_bytes()
+        return max(0, min(frames, int(space // max(frame_bytes, 1.0))))
 
     @property
     def queued(self) -> tuple[int, int]:
-        """(frames, estimated bytes) waiting to be written."""
-        return len(self._queue), self._queued_bytes
+        """(frames, bytes) waiting to be written."""
+        return len(self._queue), self._queued_bytes + self._baseline_bytes
 
     def _lag(self, transcript_ids: set[str]) -> None:
         kept: list[Outbound] = []
-        kept_bytes = 0
-        for item in self._queue:
-            if item.data and item.transcript_id is not None:
+        streaming = self._stream is not None
+        for i, item in enumerate(self._queue):
+            if item.data and item.transcript_id is not None and not (i == 0 and streaming):
                 transcript_ids.add(item.transcript_id)
             else:
                 kept.append(item)
-                kept_bytes += item.estimated_bytes
         self._queue = kept
-        self._queued_bytes = kept_bytes
+        self._recount()
         lagged = {t for t in transcript_ids if t in self._sent}
         for transcript_id in lagged:
             del self._sent[transcript_id]
@@ -295,6 +458,80 @@ class OutboundQueue:
         if self._metrics is not None:
             self._metrics.lagged.inc(len(lagged))
 
+    def _count_sent(self, frames: int, messages: int, size: int) -> None:
+        """Count what went out (``tsync_frames_sent``, ...)."""
+        if self._metrics is not None:
+            sent = self._metrics.sent
+            sent.frames += frames
+            sent.messages += messages
+            sent.bytes += size
+
+    # --- writing: raw frames (synchronous, while the transport takes them) --------------
+
+    def _flush_raw(self) -> None:
+        """Write what is queued, in order, for as long as the transport takes
+        it: JSON frames coalesced into messages of up to ``write_batch_bytes``,
+        MessagePack frames one message each (several per write), a big
+        baseline one fragment at a time."""
+        raw = self._raw
+        assert raw is not None
+        q = self._queue
+        binary = self.binary
+        limit = self._batch_bytes
+        budget = RAW_FLUSH_BYTES
+        while q and not self.closed and raw.raw_ready():
+            if budget <= 0:
+                # Enough for one turn of the loop: the writer goes on in the next.
+                self._wake_up()
+                return
+            head = q[0]
+            if head.baseline and (self._stream is not None or head.size > limit):
+                assert isinstance(head, EncodedSnapshot)
+                budget -= self._stream_step(raw, head)
+                continue
+            parts: list[bytes] = []
+            size = 0
+            taken = 0
+            seq = self.seq
+            for item in q:
+                if size >= limit or (item.baseline and item.size > limit):
+                    break
+                taken += 1
+                self._count(item, -1)
+                seq += 1
+                frame = item.render(seq, binary)
+                if binary:
+                    parts.append(ws_header(BINARY, len(frame)))
+                elif parts:
+                    parts.append(b"\n")
+                parts.append(frame)
+                size += len(frame)
+            del q[:taken]
+            if not binary:
+                parts.insert(0, ws_header(TEXT, size + taken - 1))
+            raw.raw_write(b"".join(parts))
+            budget -= size
+            self._count_sent(taken, taken if binary else 1, size)
+            self.seq = seq
+
+    def _stream_step(self, raw: RawFrames, head: EncodedSnapshot) -> int:
+        """Write the next fragment of the baseline at the head of the queue;
+        returns its size."""
+        index = self._stream
+        if index is None:
+            index = 0
+            self.seq += 1
+        fragment, last = head.fragment(index, self.seq)
+        raw.raw_write(fragment)
+        if last:
+            self._stream = None
+            self._queue.pop(0)
+            self._baseline_bytes -= head.size
+            self._count_sent(1, 1, head.size)
+        else:
+            self._stream = index + 1
+        return len(fragment)
+
     # --- writing (the queue's own task) ---------------------------------------------
 
     def start(self) -> asyncio.Task[None]:
@@ -302,7 +539,6 @@ class OutboundQueue:
         return self._writer
 
     async def _write_loop(self) -> None:
-        metrics = self._metrics
         try:
             while True:
                 if not self._queue:
@@ -318,53 +554,55 @@ class OutboundQueue:
                     continue
                 if self.closed:
                     return
-                if self.binary:
+                raw = self._raw
+                if raw is not None:
+                    if not await raw.raw_writable():
+                        self.closed = True  # the connection is going: the reader will notice
+                        return
+                    self._flush_raw()
+                    if self._queue and raw.raw_ready():
+                        await asyncio.sleep(0)  # flushed its share of this turn
+                elif self.binary:
                     await self._write_binary()
-                    continue
-                q = self._queue
-                parts: list[bytes] = []
-                size = 0
-                accounted = 0
-                seq = self.seq
-                limit = self._batch_bytes
-                taken = 0
-                for item in q:
-                    if size >= limit:
-                        break
-                    taken += 1
-                    accounted += item.estimated_bytes
-                    seq += 1
-                    frame = item.render_json(seq)
-                    parts.append(frame)
-                    size += len(frame)
-                # Pushes made while the send below is awaited go to the new list.
-                self._queue = q[taken:] if taken < len(q) else []
-                self.seq = seq
-                self._queued_bytes -= accounted
-                payload = parts[0] if len(parts) == 1 else b"\n".join(parts)
-                await self._send({"type": "websocket.send", "text": payload.decode()})
-                if metrics is not None:
-                    sent = metrics.sent
-                    sent.frames += len(parts)
-                    sent.messages += 1
-                    sent.bytes += size
+                else:
+                    await self._write_json()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the socket is gone; the reader will notice
             log.debug("writer of %s stopped: %r", self.id, exc)
             self.closed = True
 
+    async def _write_json(self) -> None:
+        """Send what is queued as one WebSocket message through ASGI."""
+        q = self._queue
+        parts: list[bytes] = []
+        size = 0
+        seq = self.seq
+        limit = self._batch_bytes
+        taken = 0
+        for item in q:
+            if size >= limit:
+                break
+            taken += 1
+            self._count(item, -1)
+            seq += 1
+            frame = item.render(seq, False)
+            parts.append(frame)
+            size += len(frame)
+        # Pushes made while the send below is awaited go to the new list.
+        self._queue = q[taken:] if taken < len(q) else []
+        self.seq = seq
+        payload = parts[0] if len(parts) == 1 else b"\n".join(parts)
+        await self._send({"type": "websocket.send", "text": payload.decode()})
+        self._count_sent(len(parts), 1, size)
+
     async def _write_binary(self) -> None:
         item = self._queue.pop(0)
-        self._queued_bytes -= item.estimated_bytes
+        self._count(item, -1)
         self.seq += 1
-        frame = item.render_msgpack(self.seq)
+        frame = item.render(self.seq, True)
         await self._send({"type": "websocket.send", "bytes": frame})
-        if self._metrics is not None:
-            sent = self._metrics.sent
-            sent.frames += 1
-            sent.messages += 1
-            sent.bytes += len(frame)
+        self._count_sent(1, 1, len(frame))
 
     async def drain(self) -> None:
         """Wait until the writer has sent everything queued (bound it with a

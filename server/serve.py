@@ -21,6 +21,7 @@ from uvicorn.config import STARTUP_FAILURE
 from server.application import TsyncApp, create_app
 from server.config import ServerConfig
 from server.http_guard import guarded_protocol
+from server.ws_protocol import protocol_class
 
 log = logging.getLogger("tsync.serve")
 
@@ -65,10 +66,14 @@ def uvicorn_config(config: ServerConfig, app: Any | None = None, **kwargs: Any) 
         app if app is not None else create_app(config),
         host=config.host,
         port=config.port,
+        # h11 with deadlines and a connection cap (server.http_guard).
         http=guarded_protocol(config),
         timeout_keep_alive=config.http_keep_alive_s,  # type: ignore[arg-type]
-        ws="websockets-sansio",
-        ws_max_size=config.ws_hard_max_bytes,
+        # uvicorn's sans-I/O protocol plus the raw frame write, a time limit
+        # per inbound message and quiet invalid UTF-8 (server.ws_protocol);
+        # a test may pass uvicorn's own.
+        ws=kwargs.pop("ws", None) or protocol_class(message_timeout_s=config.ws_message_timeout_s),
+        ws_max_size=config.ws_max_bytes(),
         ws_ping_interval=config.ping_interval_s or None,
         ws_ping_timeout=config.ping_timeout_s or None,
         ws_per_message_deflate=config.permessage_deflate,

@@ -66,7 +66,7 @@ from protocol.types import (
     ViewLeft,
 )
 from protocol.usage import MessageUsage, UsageRange, message_usage, named_ranges
-from protocol.validation import parse_message, parse_messages, validate_id
+from protocol.validation import ValidatedBatch, parse_message, parse_messages, validate_id
 from protocol.views import check_view
 from server.changes import (
     CaptureAndObservationError,
@@ -610,6 +610,8 @@ class Transcript:
 def _validate_batch(messages: Iterable[MessageInput], limits: MessageLimits) -> tuple[Message, ...]:
     """The batch as validated ``Message`` structs (within ``limits``), or
     ``InvalidMessage``."""
+    if type(messages) is ValidatedBatch and messages.within(limits):
+        return messages  # checked by parse_messages against limits as tight
     if isinstance(messages, str | bytes | bytearray | Mapping | Message):
         raise InvalidMessage("messages", "expected a list of messages")
     items = messages if isinstance(messages, list | tuple) else list(messages)

@@ -12,21 +12,57 @@ from typing import Final
 
 # --- the outbound queue of a connection (server.outbound) -------------------------------
 
-#: Bytes added to an encoded event's or snapshot's length to estimate the frame
-#: the connection's queue holds for it (``{"type":"increment","seq":N,"event":``
-#: and the closing brace). An estimate: the queue's byte bound only needs to be
-#: about right, and measuring exactly would mean rendering every frame twice.
-FRAME_ENVELOPE_BYTES: Final = 40
-
-#: Estimated bytes of a queued ack, pong or error frame.
-CONTROL_FRAME_BYTES: Final = 160
-
 #: Acks, pongs and errors a connection's queue may hold beyond
-#: ``queue_max_frames`` (they are never dropped on lag). A client that lets even
-#: these pile up does not read at all: it is closed with 4008.
+#: ``queue_max_frames`` and ``queue_max_bytes`` (they are never dropped on lag).
+#: A client that lets even these pile up does not read at all: it is closed with
+#: 4008. Every frame counts its real size, so a flood of errors from a client
+#: that never reads holds at most ``queue_max_bytes`` + 1 MiB.
 CONTROL_FRAME_SLACK: Final = 1024
+CONTROL_BYTES_SLACK: Final = 1 << 20
 
-# --- the WebSocket reader (server.ws) ---------------------------------------------------
+#: The longest error ``message`` the server sends, in characters; longer ones
+#: (which quote what the client sent) are cut with an ellipsis. A client sending
+#: a 4 MiB unknown op must not get 4 MiB back per frame (issue 14, item 3).
+MAX_ERROR_MESSAGE_CHARS: Final = 300
+
+#: Seconds the endpoint waits to send its close frame to a client that is not
+#: reading (its socket buffer is full) before it lets the connection go; the
+#: WebSocket keepalive then ends the TCP connection.
+CLOSE_SEND_TIMEOUT_S: Final = 5.0
+
+# --- baselines (server.baselines, server.live, server.hub) ------------------------------
+
+#: Bytes of encoded messages per chunk of a live transcript's encoded messages.
+#: A chunk is encoded in one call (about 0.1 ms per 64 KiB): the longest the event
+#: loop waits for a baseline encode, and the size of one fragment of a baseline
+#: streamed to a connection that takes raw frames. Measured: a 98 MiB
+#: transcript encodes in 0.4 s in one call, stalling every client for that long.
+BASELINE_CHUNK_BYTES: Final = 64 << 10
+
+#: Baselines that encode (their first chunks) at once, server-wide. Each takes its
+#: turn a chunk at a time, so others still run; the bound keeps a storm of
+#: subscribes to many big transcripts from holding all their encodes in memory
+#: at once, and gives the queued ones the encoded messages when their turn comes.
+BASELINE_ENCODES_AT_ONCE: Final = 2
+
+#: Resumes from beyond the event window that read their events from the store
+#: at once, server-wide (each read holds up to ``max_resume_events`` events in
+#: memory until they are queued: 50 at once held gigabytes, issue 14 item 4).
+RESUME_FETCHES_AT_ONCE: Final = 4
+
+#: Bytes one connection's raw writes put out in one turn of the event loop
+#: before its writer lets the others run (a client on a fast link reading a
+#: 98 MiB baseline would otherwise have it written in one go).
+RAW_FLUSH_BYTES: Final = 1 << 20
+
+# --- the WebSocket reader (server.ws, server.ws_protocol) ---------------------------------
+
+#: The WebSocket protocol stops reading a connection's socket once this many
+#: messages wait for the app, or as soon as one waiting message is this big
+#: (uvicorn stops after every message: two epoll_ctl calls per message). What a
+#: connection holds unread stays under about 1 MiB plus one message.
+INBOUND_QUEUED_MESSAGES: Final = 16
+INBOUND_PAUSE_BYTES: Final = 64 << 10
 
 #: Appends of one connection waiting for their commit before its reader stops
 #: reading for a moment (back-pressure on a client that pipelines appends).

@@ -16,20 +16,21 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 from protocol import codes, wire
 from protocol.errors import InvalidFrame
+from protocol.limits import MAX_REF_LENGTH
 from protocol.types import Origin
 from server import access
 from server.access import OPEN, ConnectionAccess, forbidden
 from server.errors import INTERNAL_FAILURE, Refused, failure_for
 from server.hub import Hub
-from server.outbound import OutboundQueue
+from server.outbound import RAW_FRAMES, OutboundQueue
 from server.ratelimit import TokenBucket
-from server.tuning import MAX_APPENDS_IN_FLIGHT, OPS_PER_YIELD
+from server.tuning import CLOSE_SEND_TIMEOUT_S, MAX_APPENDS_IN_FLIGHT, OPS_PER_YIELD
 
 log = logging.getLogger("tsync.ws")
 _ids = itertools.count(1)
@@ -101,7 +102,10 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
         await _close(send, codes.CLOSE_SERVER_FULL)
         _log_refused(codes.CLOSE_SERVER_FULL, scope)
         return
-    queue = hub.connect(f"c{next(_ids)}-{secrets.token_hex(3)}", send, binary=binary)
+    # The raw frame write of ``tsync serve``'s protocol (server.ws_protocol);
+    # under other ASGI servers frames go through ``send``.
+    raw = (scope.get("extensions") or {}).get(RAW_FRAMES)
+    queue = hub.connect(f"c{next(_ids)}-{secrets.token_hex(3)}", send, binary=binary, raw=raw)
     queue.start()
     connection.arm(functools.partial(_close_unauthorized, queue))
     opened = time.monotonic()
@@ -149,8 +153,10 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
                 code = codes.CLOSE_OVERFLOW
             row = codes.close(code)
             reason = row.reason if row else ""
-            with contextlib.suppress(Exception):  # already gone
-                await _close(send, code)
+            # Already gone, or not reading (its socket buffer is full): then
+            # the keepalive ends the TCP connection.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(_close(send, code), CLOSE_SEND_TIMEOUT_S)
         log.info(
             "connection closed",
             extra={
@@ -195,9 +201,10 @@ class OpHandler:
 
     async def handle(self, data: str | bytes) -> None:
         limit = self.hub.config.max_frame_bytes
-        if len(data) > limit:
+        size = _byte_length(data, limit)
+        if size > limit:
             self.queue.push_error(
-                wire.TOO_LARGE, f"frame of {len(data)} bytes is over the limit of {limit}"
+                wire.TOO_LARGE, f"frame of {size} bytes is over the limit of {limit}"
             )
             return
         frames = wire.split_frames(data) if isinstance(data, str) or data[:1] == b"{" else [data]
@@ -209,7 +216,8 @@ class OpHandler:
         try:
             op = wire.decode_client_op(frame)
         except InvalidFrame as exc:
-            queue.push_error(wire.INVALID_FRAME, _explain(frame, exc), ref=_ref_of(frame))
+            reason, ref = _explain(frame, exc)
+            queue.push_error(wire.INVALID_FRAME, reason, ref=ref)
             return
         ref = op.ref
         transcript_id = getattr(op, "transcript_id", None)
@@ -359,26 +367,41 @@ class OpHandler:
                 queue.push_control(wire.Pong(seq=0, ref=op.ref))
 
 
-def _ref_of(frame: str | bytes) -> Any:
+def _byte_length(data: str | bytes, limit: int) -> int:
+    """The size of an inbound message in bytes (a text message arrives as a
+    ``str``: counting its characters would let 3-byte characters triple the
+    limit). Exact up to ``limit``; encoding happens only for a string that
+    might pass it."""
+    if isinstance(data, bytes):
+        return len(data)
+    if len(data) > limit or len(data) * 4 <= limit:
+        return len(data)  # too long already, or short enough whatever it holds
+    return len(data.encode("utf-8", "surrogatepass"))
+
+
+_INT64: Final = 1 << 63
+
+
+def _explain(frame: str | bytes, exc: InvalidFrame) -> tuple[str, str | int | None]:
+    """A reason a person can act on ("unknown op", "missing field") and the
+    frame's ``ref`` to echo when it is a valid one. Nothing of the frame is
+    quoted at length: a client that sends megabytes gets a short answer."""
     try:
         obj = _lenient.decode(frame)
     except Exception:
-        return None
-    ref = obj.get("ref") if isinstance(obj, dict) else None
-    return ref if isinstance(ref, str | int) and not isinstance(ref, bool) else None
-
-
-def _explain(frame: str | bytes, exc: InvalidFrame) -> str:
-    """A reason a person can act on ("unknown op", "missing field")."""
-    try:
-        obj = _lenient.decode(frame)
-    except Exception:
-        return f"malformed JSON: {exc}"
+        return f"malformed JSON: {exc}", None
     if not isinstance(obj, dict):
-        return "a frame must be a JSON object"
+        return "a frame must be a JSON object", None
+    ref = obj.get("ref")
+    if isinstance(ref, bool) or not (
+        (isinstance(ref, str) and len(ref) <= MAX_REF_LENGTH)
+        or (isinstance(ref, int) and -_INT64 <= ref < _INT64)
+    ):
+        ref = None
     op = obj.get("op")
     if op is None:
-        return 'missing field "op"'
+        return 'missing field "op"', ref
     if op not in wire.OP_NAMES:
-        return f"unknown op {op!r}"
-    return f"invalid {op!r} op: {exc}"
+        shown = repr(op[:60] + ("..." if len(op) > 60 else "")) if isinstance(op, str) else "?"
+        return f"unknown op {shown}", ref
+    return f"invalid {op!r} op: {exc}", ref

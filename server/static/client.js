@@ -31,6 +31,7 @@ export const SUBPROTOCOL_JSON = "tsync.v1.json";
  */
 export const CLOSE_ADVICE = Object.freeze({
   1001: "backoff",
+  1007: "no",
   1008: "no",
   1009: "no",
   1011: "backoff",
@@ -38,6 +39,7 @@ export const CLOSE_ADVICE = Object.freeze({
   1013: "backoff",
   4001: "new-token",
   4008: "resume",
+  4010: "backoff",
 });
 
 /** The exp of a JWT in milliseconds since the epoch (unverified), or null. */

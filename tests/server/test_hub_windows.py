@@ -13,7 +13,7 @@ import pytest
 
 from protocol.types import Message, MessagesAppended, TranscriptEvent
 from protocol.views import Window
-from protocol.wire import Baseline, ErrorFrame, Increment
+from protocol.wire import Baseline, ErrorFrame, Increment, accept_transcript_update
 from server.config import ServerConfig
 from server.hub import Hub
 from server.store.base import StoredRange
@@ -124,6 +124,73 @@ async def test_a_whole_baseline_joins_the_store_and_memory_exactly(store: Counti
             tuple(message(i) for i in range(10, 20)),
             found.revision,
         )
+    finally:
+        await hub.stop()
+
+
+async def test_windowed_and_partly_stored_baselines_are_encoded_once_per_format(
+    store: CountingStore,
+) -> None:
+    """A JSON and a MessagePack subscriber of the same window (or of a whole
+    transcript memory no longer holds whole) each get the baseline in their
+    own format, each encoded once per revision and window start."""
+    await long_transcript(store, "t", 3_000, batch=7)
+    hub = await make_hub(store, live_messages=100)
+    try:
+        received: list[bytes] = []
+
+        async def send_bytes(message: dict[str, Any]) -> None:
+            received.append(message["bytes"])
+
+        packed = hub.connect("b", send_bytes, binary=True)
+        packed.start()
+        conn, sock = connect(hub, "c")
+        for window in (Window(tail=50), None):
+            for queue in (conn, packed, conn):
+                assert await hub.subscribe(queue, "t", window=window) == "baseline"
+                await settle()  # sent (a new baseline would replace one still queued)
+        live = hub.live["t"]
+        assert live.cached_snapshot(2_950, False) is not live.cached_snapshot(2_950, True)
+        assert live.cached_snapshot(0, False) is not live.cached_snapshot(0, True)
+        assert not live.transcript.state.whole and not live._encoded
+        json_frames = sock.frames()
+        msgpack_frames = [accept_transcript_update(data) for data in received]
+        assert all(data[:1] != b"{" for data in received)
+        for frames, expected in ((json_frames, 4), (msgpack_frames, 2)):
+            assert len(frames) == expected and all(isinstance(f, Baseline) for f in frames)
+            spans = {(f.snapshot.start, len(f.snapshot.messages)) for f in frames}
+            assert spans == {(2_950, 50), (0, 3_000)}
+        # The older messages were read once per format, not per subscriber.
+        assert store.reads == [(0, 2_900), (0, 2_900)]
+    finally:
+        await hub.stop()
+
+
+async def test_a_transcript_no_longer_held_whole_lets_its_encoded_messages_go(
+    store: CountingStore,
+) -> None:
+    """Whole baselines share encoded chunks while every message is held; once
+    the oldest are let go, so are the chunks, and whole baselines join the
+    store's older messages like any other."""
+    await store.create("t", "e", 0)
+    hub = await make_hub(store, live_messages=20)
+    try:
+        conn, sock = connect(hub, "c")
+        for i in range(20):
+            await hub.append("t", [{"role": "user", "content": f"m{i}"}])
+        await hub.subscribe(conn, "t")
+        await settle()
+        live = hub.live["t"]
+        assert live._encoded[False].count == 20
+        for i in range(20, 40):
+            await hub.append("t", [{"role": "user", "content": f"m{i}"}])
+        await settle()
+        assert not live.transcript.state.whole and not live._encoded
+        await hub.subscribe(conn, "t")
+        await settle()
+        last = sock.frames()[-1]
+        assert isinstance(last, Baseline) and last.snapshot.whole
+        assert [m.content for m in last.snapshot.messages] == [f"m{i}" for i in range(40)]
     finally:
         await hub.stop()
 

@@ -34,6 +34,7 @@ def plan(
     current: int = 10,
     window_start: int | None = 6,
     caught_up: bool = False,
+    room: int | None = None,
 ) -> object:
     return plan_subscribe(
         from_revision,
@@ -43,6 +44,7 @@ def plan(
         window_start=window_start,
         max_resume_events=100,
         caught_up=caught_up,
+        room=room,
     )
 
 
@@ -58,6 +60,15 @@ def test_the_plans() -> None:
     assert plan(11) == CatchUpFirst()  # another replica served more
     assert plan(11, caught_up=True) == SendBaseline("ahead of the store")
     assert plan(0, current=500, window_start=450) == SendBaseline("too far behind")
+
+
+def test_a_resume_the_queue_cannot_hold_is_a_baseline_before_anything_is_read() -> None:
+    """Issue 14: resumes fetched thousands of events, then sent a baseline anyway."""
+    assert plan(4, room=6) == FetchThenSplice(after=4, limit=100)
+    assert plan(4, room=5) == SendBaseline("more than the queue holds")
+    assert plan(7, room=3) == SendFromWindow()
+    assert plan(6, room=3) == SendBaseline("more than the queue holds")
+    assert plan(10, room=0) == SendFromWindow()  # current: nothing to hold
 
 
 def test_splice_joins_the_store_and_the_window_without_a_gap_or_a_repeat() -> None:

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from protocol.errors import InvalidId, InvalidMessage
-from protocol.limits import MAX_MESSAGE_BYTES, MAX_MESSAGES_PER_BATCH
+from protocol.limits import MAX_MESSAGE_BYTES, MAX_MESSAGES_PER_BATCH, MessageLimits
 from protocol.pairs import group_adjacent_pairs
 from protocol.types import (
     Message,
@@ -22,6 +22,7 @@ from protocol.types import (
     TranscriptEvent,
     TranscriptSnapshot,
 )
+from protocol.validation import parse_messages
 from server.changes import (
     ChangeBuffer,
     ChangeCaptureError,
@@ -231,6 +232,33 @@ def test_a_batch_over_the_count_limit_is_refused() -> None:
     with pytest.raises(InvalidMessage, match="too many"):
         t.append([Message("user", "x")] * (MAX_MESSAGES_PER_BATCH + 1))
     assert t.length == 0
+
+
+def test_a_validated_batch_is_taken_as_is_only_within_the_limits_it_was_checked_against(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hub's ``parse_messages`` batch is not checked again by an entity
+    whose limits are no tighter; one checked against looser limits is."""
+    import server.transcript as entity
+
+    checked: list[Message] = []
+    real = entity._check_struct
+
+    def counting(message: Message, path: str, max_bytes: int) -> Message:
+        checked.append(message)
+        return real(message, path, max_bytes)
+
+    monkeypatch.setattr(entity, "_check_struct", counting)
+    t = Transcript(limits=MessageLimits(max_messages_per_batch=2, max_message_bytes=100))
+    t.append(parse_messages([user("a"), user("b")], max_messages=2, max_message_bytes=50))
+    assert (t.length, checked) == (2, [])
+    loose = parse_messages([user("x" * 200)])  # checked against the default limits: 1 MiB
+    with pytest.raises(InvalidMessage, match="bytes"):
+        t.append(loose)
+    assert checked == list(loose)
+    with pytest.raises(InvalidMessage, match="too many"):
+        t.append(parse_messages([user("a")] * 3))
+    assert t.length == 2
 
 
 def test_metadata_that_json_cannot_carry_is_refused() -> None:

@@ -50,9 +50,14 @@ class RunningServer:
 
 @contextlib.asynccontextmanager
 async def running_server(
-    config: ServerConfig | None = None, *, store: Store | None = None, **settings: Any
+    config: ServerConfig | None = None,
+    *,
+    store: Store | None = None,
+    uvicorn_options: dict[str, Any] | None = None,
+    **settings: Any,
 ) -> AsyncIterator[RunningServer]:
-    """Run the app with uvicorn in this event loop on 127.0.0.1:<free port>."""
+    """Run the app with uvicorn in this event loop on 127.0.0.1:<free port>
+    (``uvicorn_options`` override ``tsync serve``'s uvicorn settings)."""
     base = config or ServerConfig(store="memory", graceful_shutdown_s=2.0)
     config = ServerConfig.from_env({}, **{**_fields(base), **settings, "host": "127.0.0.1"})
     app = create_app(config, store=store)
@@ -60,7 +65,7 @@ async def running_server(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = TsyncServer(uvicorn_config(config, app))
+    server = TsyncServer(uvicorn_config(config, app, **(uvicorn_options or {})))
     server.config.setup_event_loop = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

@@ -1,0 +1,246 @@
+"""uvicorn's sans-I/O WebSocket protocol with a raw frame write for the app.
+
+``tsync serve`` runs uvicorn with this protocol class (``ws=``). It adds
+four things to uvicorn's ``WebSocketsSansIOProtocol``:
+
+- **Pre-framed delivery.** The connection's scope carries the protocol itself
+  under the ASGI extension ``"tsync.raw_frames"`` (``RAW_FRAMES``). The app's
+  outbound queue (``server.outbound``) then writes WebSocket frames it built
+  itself (server frames are not masked: a header and the payload) straight to
+  the transport, with no ASGI ``send``, no ``websockets`` framing and no
+  writer-task wake-up per message. ``raw_ready()`` says whether a write may
+  go out now: the handshake is done, no close was sent or received, and the
+  transport is not paused (its buffer is under the high-water mark).
+  Everything else (the handshake, pings and pongs, the closing handshake)
+  still goes through uvicorn and ``websockets`` and is written whole, so
+  frames never interleave: the app writes only whole frames (or whole
+  fragments of a message, between which control frames may go).
+  Under another ASGI server the extension is absent and the app sends
+  through ASGI (``docs/architecture.md``).
+- **Inbound limits.** A message must be complete within
+  ``ws_message_timeout_s`` of its first byte (the clock stops while the app
+  has not taken the previous message: that wait is the server's), else the
+  connection is closed with 4010. The size limit is uvicorn's ``ws_max_size``
+  (``ServerConfig.ws_hard_max_bytes``), counted in bytes across fragments.
+- **Quiet invalid UTF-8.** A text message that is not UTF-8 closes the
+  connection with 1007 and one log line (uvicorn logs a traceback each time).
+- **Fewer read pauses.** uvicorn stops reading the socket after each message
+  until the app takes it; here reading stops once ``INBOUND_QUEUED_MESSAGES``
+  messages (or one of ``INBOUND_PAUSE_BYTES``) wait, which spares two
+  ``epoll_ctl`` calls per message and still bounds what a connection holds.
+
+It relies on the internals of uvicorn's class (``frames``, ``read_paused``,
+``close_sent``, ``handle_parser_exception``...): ``pyproject.toml`` holds
+uvicorn to the series it was tested with, and the tests of the raw path and
+of the inbound limits run against a real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from uvicorn.config import Config
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from uvicorn.server import ServerState
+
+from protocol import codes
+from server.outbound import RAW_FRAMES
+from server.tuning import INBOUND_PAUSE_BYTES, INBOUND_QUEUED_MESSAGES
+
+__all__ = ["RAW_FRAMES", "TsyncWebSocketProtocol", "protocol_class"]
+
+log = logging.getLogger("tsync.ws")
+
+
+class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O WebSocket protocol plus a raw frame write, a time
+    limit per inbound message and a one-line log for invalid UTF-8."""
+
+    #: Seconds a message may take from its first byte to its last; set by
+    #: ``tsync serve`` (``ServerConfig.ws_message_timeout_s``; 0: no limit).
+    message_timeout_s: float = 30.0
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        #: Raw writes may go out (handshake done, no close, not paused).
+        self._raw_open = False
+        self._paused = False
+        self._resumed: asyncio.Future[None] | None = None
+        self._message_timer: asyncio.TimerHandle | None = None
+        self._completed = False  # a message completed in this data_received
+
+    # --- the raw frame write (used by server.outbound) -------------------------------
+
+    def raw_ready(self) -> bool:
+        """Whether a raw write goes out now (else queue it and wait)."""
+        return self._raw_open and not self._paused
+
+    def raw_write(self, data: bytes) -> None:
+        """Write whole, already framed WebSocket frames (call only when ready)."""
+        self.transport.write(data)
+
+    async def raw_writable(self) -> bool:
+        """Wait until raw writes may go out; False once they never will."""
+        while self._raw_open and self._paused:
+            if self._resumed is None:
+                self._resumed = self.loop.create_future()
+            await asyncio.shield(self._resumed)
+        return self._raw_open
+
+    def _raw_close(self) -> None:
+        self._raw_open = False
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        resumed, self._resumed = self._resumed, None
+        if resumed is not None and not resumed.done():
+            resumed.set_result(None)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._paused = False
+        self._wake_writer()
+
+    # --- where the raw write opens and closes ------------------------------------------
+
+    def handle_connect(self, event: Any) -> None:
+        super().handle_connect(event)
+        scope = getattr(self, "scope", None)
+        if scope is not None:
+            # The app's task is created but has not run yet.
+            scope["extensions"][RAW_FRAMES] = self
+
+    async def send(self, message: Any) -> None:
+        kind = message["type"]
+        if kind == "websocket.close":
+            self._raw_close()
+        await super().send(message)
+        if kind == "websocket.accept" and self.handshake_complete and not self.close_sent:
+            self._raw_open = not self.transport.is_closing()
+
+    def handle_close(self, event: Any) -> None:
+        self._raw_close()
+        super().handle_close(event)
+
+    def handle_parser_exception(self) -> None:
+        self._raw_close()
+        self._stop_message_timer()
+        super().handle_parser_exception()
+
+    def keepalive_timeout(self) -> None:
+        self._raw_close()
+        super().keepalive_timeout()
+
+    def shutdown(self) -> None:
+        self._raw_close()
+        super().shutdown()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._raw_close()
+        self._stop_message_timer()
+        scope = getattr(self, "scope", None)
+        if scope is not None:
+            scope["extensions"].pop(RAW_FRAMES, None)  # no cycle left to collect
+        super().connection_lost(exc)
+
+    # --- inbound: a time limit per message, quiet invalid UTF-8 ------------------------
+
+    def data_received(self, data: bytes) -> None:
+        self._completed = False
+        super().data_received(data)
+        if self.handshake_complete and not self.close_sent and self.message_timeout_s > 0:
+            conn = self.conn
+            # Part of a frame waits in the reader, or a fragmented message is open.
+            partial = getattr(conn, "current_size", None) is not None or bool(conn.reader.buffer)
+            if not partial or self._completed:
+                # The clock runs from the first byte of the message now arriving.
+                self._stop_message_timer()
+            if partial and self._message_timer is None:
+                self._message_timer = self.loop.call_later(
+                    self.message_timeout_s, self._message_timed_out
+                )
+
+    def _stop_message_timer(self) -> None:
+        if self._message_timer is not None:
+            self._message_timer.cancel()
+            self._message_timer = None
+
+    def _message_timed_out(self) -> None:
+        self._message_timer = None
+        if self.close_sent or self.transport.is_closing():
+            return
+        if self.read_paused:
+            # The app has not taken the previous message yet: reading is
+            # paused by the server, not slowed by the client. Look again later.
+            self._message_timer = self.loop.call_later(
+                self.message_timeout_s, self._message_timed_out
+            )
+            return
+        log.info(
+            "closing a connection whose message did not complete in %gs",
+            self.message_timeout_s,
+            extra={"peer": _peer(self.client), "code": codes.CLOSE_MESSAGE_TIMEOUT},
+        )
+        self._fail(codes.CLOSE_MESSAGE_TIMEOUT)
+
+    def _fail(self, code: int) -> None:
+        """Close with ``code`` and its reason; the app hears of it as of a
+        protocol error (a ``websocket.disconnect`` with the code)."""
+        self.conn.fail(code, codes.CLOSES[code].reason)
+        self.handle_parser_exception()
+
+    def send_receive_event_to_app(self) -> None:
+        # uvicorn's, with two changes: invalid UTF-8 is one log line, and
+        # reading pauses only once several messages wait for the app (uvicorn
+        # pauses after each one: two epoll_ctl calls per inbound message).
+        self._completed = True
+        data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+        self.frames = []
+        if self.close_sent:
+            return
+        if self.curr_msg_data_type == "text":
+            try:
+                text = data.decode()
+            except UnicodeDecodeError as exc:
+                log.info(
+                    "closing a connection that sent invalid UTF-8 (%s at byte %d)",
+                    exc.reason,
+                    exc.start,
+                    extra={"peer": _peer(self.client), "code": codes.CLOSE_INVALID_DATA},
+                )
+                self._fail(codes.CLOSE_INVALID_DATA)
+                return
+            self.queue.put_nowait({"type": "websocket.receive", "text": text})
+        else:
+            self.queue.put_nowait({"type": "websocket.receive", "bytes": data})
+        if not self.read_paused and (
+            len(data) >= INBOUND_PAUSE_BYTES or self.queue.qsize() >= INBOUND_QUEUED_MESSAGES
+        ):
+            self.read_paused = True
+            self.transport.pause_reading()
+
+
+def protocol_class(*, message_timeout_s: float) -> type[TsyncWebSocketProtocol]:
+    """The protocol class for uvicorn's ``ws=``, with this server's settings
+    (uvicorn builds one instance per connection from the class alone)."""
+    return type(
+        "TsyncWebSocketProtocol",
+        (TsyncWebSocketProtocol,),
+        {"message_timeout_s": message_timeout_s, "__module__": __name__},
+    )
+
+
+def _peer(client: tuple[str, int] | None) -> str | None:
+    return f"{client[0]}:{client[1]}" if client else None
