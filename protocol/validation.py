@@ -101,7 +101,7 @@ def parse_messages(
     if len(data) > max_messages:
         raise InvalidMessage(path, f"too many messages: {len(data)} > {max_messages}")
     for i, item in enumerate(data):
-        check_depth(item, max_depth, f"{path}[{i}]")
+        _check_message_depth(item, max_depth, f"{path}[{i}]")
     try:
         messages = msgspec.convert(data, tuple[Message, ...])
     except msgspec.ValidationError as exc:
@@ -127,7 +127,7 @@ def parse_message(
     max_depth: int = MAX_JSON_DEPTH,
 ) -> Message:
     """Validate one message object (see ``parse_messages``)."""
-    check_depth(data, max_depth, path)
+    _check_message_depth(data, max_depth, path)
     try:
         message = msgspec.convert(data, Message)
     except msgspec.ValidationError as exc:
@@ -141,11 +141,12 @@ def parse_message(
     return message
 
 
-def check_depth(value: object, limit: int, path: str) -> None:
+def check_depth(value: object, limit: int, path: str, *, level: int = 1) -> None:
     """Refuse ``value`` (decoded JSON) if objects and lists nest deeper than
-    ``limit`` (``value`` itself is level 1). Iterative: it never recurses, so
-    it is safe on any input a decoder produced."""
-    stack: list[tuple[object, int]] = [(value, 1)]
+    ``limit`` (``value`` itself is at ``level``, 1 unless it sits inside
+    another object). Iterative: it never recurses, so it is safe on any input
+    a decoder produced."""
+    stack: list[tuple[object, int]] = [(value, level)]
     while stack:
         node, depth = stack.pop()
         children: Iterable[object]
@@ -160,6 +161,22 @@ def check_depth(value: object, limit: int, path: str) -> None:
         stack.extend(
             (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
         )
+
+
+#: The fields of a message that may hold data of any shape (and so any depth);
+#: the others have a fixed shape that conversion checks before recursing.
+_FREE_FIELDS: Final = ("content", "metadata", "tool_calls")
+
+
+def _check_message_depth(item: object, limit: int, path: str) -> None:
+    """``check_depth`` of one message, walking only the fields that can nest
+    (the hot path: a plain text message is not walked at all)."""
+    if not isinstance(item, dict):
+        return  # not a message: conversion refuses it without recursing
+    for key in _FREE_FIELDS:
+        value = item.get(key)
+        if isinstance(value, dict | list | tuple):
+            check_depth(value, limit, f"{path}.{key}", level=2)
 
 
 def _check_message(item: object, path: str) -> None:
