@@ -61,10 +61,12 @@ common=(--procs "$PROCS" --no-progress)
 [ -n "$CLIENT_CPUS" ] && common+=(--client-cpus "$CLIENT_CPUS")
 # A server started on SERVER_CPUS from its first instruction on (bench
 # --server-cpus pins it again, every thread and child, before it measures).
-pinned() {  # $1 = CPUs ("" for none), then the command
+pinned() {  # $1 = CPUs ("" for none), then the command; only ever run with `&`
+  # It execs, so that the `$!` of `pinned ... &` is the server itself: a
+  # subshell in between would take the kill and leave the server running.
   local cpus="$1"
   shift
-  if [ -n "$cpus" ]; then taskset -c "$cpus" "$@"; else "$@"; fi
+  if [ -n "$cpus" ]; then exec taskset -c "$cpus" "$@"; else exec "$@"; fi
 }
 
 server_pid=""
