@@ -58,7 +58,7 @@ mkdir -p "$OUT"
 # What every `tsync bench` gets: the check mode and the generator's CPUs.
 common=(--procs "$PROCS" --no-progress)
 [ "$CHECK" = fast ] && common+=(--fast)
-[ -n "$CLIENT_CPUS" ] && common+=(--client-cpus "$CLIENT_CPUS")
+client_cpus="$CLIENT_CPUS"  # the generator's CPUs ("" leaves it unpinned)
 # A server started on SERVER_CPUS from its first instruction on (bench
 # --server-cpus pins it again, every thread and child, before it measures).
 pinned() {  # $1 = CPUs ("" for none), then the command; only ever run with `&`
@@ -137,8 +137,9 @@ start_replicas() {  # $1 = store name: replica A on REPLICA_PORT, B on PORT
   wait_healthy "$PORT"
 }
 
-server_pin() {  # the --server-cpus arguments for the servers started last
+server_pin() {  # the --server-cpus/--client-cpus arguments of the runs started next
   [ -n "$server_cpus" ] && echo "--server-cpus $server_cpus"
+  [ -n "$client_cpus" ] && echo "--client-cpus $client_cpus"
   true
 }
 
@@ -246,7 +247,9 @@ if [ "$MODE" = issue15 ]; then
   for run in $(seq "$RUNS"); do
     if wanted workers; then
       # One worker against two on the burst, the server on WORKERS_CPUS.
+      # The generator stays unpinned: its CPUs would overlap the server's.
       server_cpus="$WORKERS_CPUS"
+      client_cpus=""
       for n in 1 2; do
         start_servers redis --workers "$n"
         bench "workers$n" redis "$run" fanout --subscribers 500 --count 2000 --rate 1000 \
@@ -254,6 +257,7 @@ if [ "$MODE" = issue15 ]; then
         stop_servers
       done
       server_cpus="$SERVER_CPUS"
+      client_cpus="$CLIENT_CPUS"
     fi
     if wanted replicas; then
       [ -z "$cluster_pids" ] && start_cluster
