@@ -206,6 +206,7 @@ OPS: dict[str, dict[str, Any]] = {
     "startSegment": {"op": "startSegment", "transcriptId": "t"},
     "setView": {"op": "setView", "transcriptId": "t", "name": "v", "start": 0},
     "leaveView": {"op": "leaveView", "transcriptId": "t", "name": "v"},
+    "draft": {"op": "draft", "transcriptId": "t", "draftId": "d", "delta": "hi"},
     "ping": {"op": "ping"},
 }
 
@@ -265,6 +266,7 @@ async def test_websocket(srv: RunningServer, kind: str, op: str) -> None:
             "startSegment": "write",
             "setView": "write",
             "leaveView": "write",
+            "draft": "write",
         }.get(op)
         allowed = need is None or kind in (READERS if need == "read" else WRITERS)
         if not allowed:
@@ -281,6 +283,7 @@ async def test_websocket(srv: RunningServer, kind: str, op: str) -> None:
                 "startSegment": [wire.Ack],
                 "setView": [wire.Ack],
                 "leaveView": [wire.Ack],
+                "draft": [wire.Ack],
                 "ping": [wire.Pong],
             }[op]
             assert [type(f) for f in frames] == expected, frames
