@@ -671,6 +671,8 @@ class Consumer:
 
     def _queue_subscribe(self, subscription: Subscription, op: Subscribe) -> None:
         self._ops.append(op)
+        # An earlier barrier's pong does not answer this subscribe: the next one does.
+        subscription.barrier = 0
         self._unmarked[subscription] = None
 
     def _flush_barrier(self) -> None:

@@ -1136,6 +1136,7 @@ export class Consumer {
 
   _queueSubscribe(sub, op) {
     this._ops.push(op);
+    sub.barrier = 0; // an earlier barrier's pong does not answer this subscribe: the next one does
     this._unmarked.add(sub);
   }
 

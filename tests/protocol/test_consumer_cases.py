@@ -219,7 +219,9 @@ def test_case(path: Path) -> None:
         for transcript_id, expected in step.get("copies", {}).items():
             assert _copy(consumer, transcript_id) == expected, f"{where}: copy of {transcript_id}"
         for transcript_id, expected in step.get("drafts", {}).items():
-            assert _drafts(consumer, transcript_id) == expected, f"{where}: drafts of {transcript_id}"
+            assert _drafts(consumer, transcript_id) == expected, (
+                f"{where}: drafts of {transcript_id}"
+            )
         if "followed" in step:
             assert sorted(consumer.subscriptions) == step["followed"], where
     counters = case.get("counters", {})

@@ -179,7 +179,9 @@ class Server:
                     Item(self._increment(r)) for r in range(op.from_revision + 1, self.revision + 1)
                 ]
             for draft in self.drafts.values():
-                answer.append(Item(self._text(draft) if draft.closed is None else self._close(draft)))
+                answer.append(
+                    Item(self._text(draft) if draft.closed is None else self._close(draft))
+                )
             self.queue.append(answer)
         elif isinstance(op, Ping):
             self.queue.append([Item({"type": "pong", "ref": op.ref})])
@@ -188,8 +190,9 @@ class Server:
         if item.frame is not None:
             return item.frame
         assert item.current_of is not None
-        draft = self.drafts[item.current_of]
-        return self._text(draft) if draft.closed is None else self._close(draft)
+        # The draft's last text, even when it has closed since: its close
+        # comes behind (with its message, for a commit).
+        return self._text(self.drafts[item.current_of])
 
     def send(self, groups: int, drop: bool = False) -> str | None:
         """The next ``groups`` groups as one message (``drop``: the first
@@ -260,15 +263,16 @@ class Run:
             assert held.n <= truth.n
             assert held.text == truth.states[held.n], (draft_id, held.n, held.text)
             self.seen.add(draft_id)
-        if self.server.dropped:
-            return  # atomicity is about frame order, not frames lost on the way
         for draft_id, truth in self.server.drafts.items():
             if truth.revision is None or draft_id not in self.seen:
                 continue
             shown = draft_id in subscription.drafts
             has_message = copy is not None and copy.revision >= truth.revision
-            assert not (shown and has_message), f"{draft_id}: both the draft and its message"
-            assert shown or has_message or draft_id in self.closed, f"{draft_id}: neither"
+            # A final frame lost on the way leaves the draft until the resubscribe
+            # answers; nothing ever removes it before its message is there.
+            assert shown or has_message, f"{draft_id}: neither the draft nor its message"
+            if not self.server.dropped:
+                assert not (shown and has_message), f"{draft_id}: both the draft and its message"
 
     def finish(self) -> None:
         """Deliver everything, answering the consumer, until nothing moves
@@ -290,6 +294,7 @@ ACTIONS = st.one_of(
     st.tuples(st.just("deliver"), st.integers(1, 4), st.booleans()),
     st.tuples(st.just("merge"), st.sampled_from(DRAFTS), st.none()),
     st.tuples(st.just("reconnect"), st.none(), st.none()),
+    st.tuples(st.sampled_from(["commit", "cancel"]), st.sampled_from(DRAFTS), st.none()),
 )
 
 
@@ -297,10 +302,16 @@ def play(actions: list[tuple[Any, Any, Any]], order: list[str], cancel: bool) ->
     run = Run()
     server = run.server
     for kind, a, b in actions:
+        draft = server.drafts.get(a) if isinstance(a, str) else None
+        if draft is not None and draft.closed is not None:
+            continue  # it took its last update
         if kind == "delta":
             server.update(a, b, None)
         elif kind == "text":
             server.update(a, None, b)
+        elif kind in ("commit", "cancel"):
+            if draft is not None:
+                (server.commit if kind == "commit" else server.cancel)(a)
         elif kind == "deliver":
             run.deliver(a, drop=b)
         elif kind == "merge":
@@ -308,7 +319,7 @@ def play(actions: list[tuple[Any, Any, Any]], order: list[str], cancel: bool) ->
         else:
             run.reconnect()
     for draft_id in order:
-        if draft_id in server.drafts:
+        if draft_id in server.drafts and server.drafts[draft_id].closed is None:
             if cancel and draft_id == "d2":
                 server.cancel(draft_id)
             else:
