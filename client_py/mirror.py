@@ -350,6 +350,12 @@ class EventStream(AsyncIterator[_T], Generic[_T]):
         assert isinstance(item, TranscriptEvent | TranscriptSnapshot | DraftUpdated | DraftClosed)
         return item  # type: ignore[return-value]  # the mirror pushes only what _T allows
 
+    @property
+    def pending(self) -> int:
+        """How many updates wait to be read (a reader that shows them can
+        draw once the ones that arrived together are all taken)."""
+        return self._queue.qsize()
+
     def close(self) -> None:
         """Stop receiving updates."""
         for streams in (self._mirror._streams, self._mirror._draft_streams):
