@@ -1252,6 +1252,14 @@ export class ServerError extends Error {
  * - "view"     {transcriptId, name, start, end, left, revision, mirror}: a View was set or left.
  * - "earlier"  {transcriptId, start, messages, mirror}: loadEarlier() widened the copy at start.
  * - "stop"     {transcriptId, code, message}: the subscription is over.
+ * - "draft"    {transcriptId, draftId, role, state, n, delta, text, revision, mirror}: a
+ *              message being written changed. state "open": its text grew by delta
+ *              (null when it was replaced); text is its whole text now. Otherwise it
+ *              closed: "final" (committed as the messages of revision; sent right after
+ *              the "messages" event that added them, in the same task, so a page that
+ *              swaps the two never shows both or neither), "cancelled", "expired" or
+ *              "gone" (it closed while the client was away); text is its last text.
+ *              client.drafts(transcriptId) holds the open ones (draftId -> {role, n, text}).
  * - "ack"      the ack frame of an append (also the resolved value of append()).
  * - "error"    an error frame that no append or subscription took (code
  *              "invalid-frame" for a frame that did not validate, "mirror" for
@@ -1611,6 +1619,11 @@ export class TsyncClient {
     if (this.core.unsubscribe(transcriptId)) this._flush();
   }
 
+  /** The open drafts of a subscribed transcript: draftId -> DraftCopy {draftId, role, n, text}. */
+  drafts(transcriptId) {
+    return this.core.subscriptions.get(transcriptId)?.drafts ?? new Map();
+  }
+
   /** The copy of a subscribed transcript, or null before its baseline (or after it was dropped). */
   mirror(transcriptId) {
     return this.core.subscriptions.get(transcriptId)?.copy ?? null;
@@ -1761,6 +1774,10 @@ export class TsyncClient {
       case "invalid":
         this._emit("error", { code: "invalid-frame", message: update.reason });
         break;
+      case "draft":
+      case "draft-closed":
+        this._draft(update);
+        break;
       case "synced":
         if (this._awaiting) {
           const state = this._awaiting;
@@ -1804,6 +1821,23 @@ export class TsyncClient {
       return;
     }
     this._emit("error", frame);
+  }
+
+  _draft(update) {
+    const open = update.kind === "draft";
+    const { transcriptId, draftId } = update;
+    this._emit("draft", {
+      transcriptId,
+      draftId,
+      role: update.role,
+      state: open ? "open" : update.state,
+      n: open ? update.n : null,
+      delta: open ? update.delta : null,
+      // Later frames of the same message may be in the copy already: its text is the newest.
+      text: open ? (this.drafts(transcriptId).get(draftId)?.text ?? update.text ?? "") : update.text,
+      revision: open ? null : update.revision,
+      mirror: this.mirror(transcriptId),
+    });
   }
 
   _applied(transcriptId, event) {
