@@ -15,7 +15,8 @@ from tests.support.servers import running_server
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]
 
 TWO_FRAMES = "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
-WORDS = "Streaming **works**: each token arrives and the answer grows in place.".split(" ")
+ANSWER = "Streaming **works**: each token arrives and the answer grows in place."
+WORDS = ANSWER.split(" ")
 
 # Every DOM change from now on, as batches: the swap must be a single one.
 WATCH = """() => {
