@@ -510,7 +510,7 @@ class _DraftDisplay:
             view = mirror.drafts.get(update.draft_id)
             text = view.text if view is not None else update.delta or ""
         self.texts[update.draft_id] = (update.role, update.n, text)
-        if self.mode == "lines":
+        if self.mode == "lines" and text:  # (a draft opens empty: nothing to say yet)
             self._line(update.draft_id, update.role, text, None)
 
     def closed(self, update: DraftClosed) -> None:

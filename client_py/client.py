@@ -68,7 +68,7 @@ from protocol.consumer import (
     Update,
 )
 from protocol.continuity import SeqCounters, SeqTracker
-from protocol.types import TranscriptSnapshot
+from protocol.types import Role, TranscriptSnapshot
 from protocol.views import Window
 
 __all__ = ["Client", "ClientCounters", "connect"]
@@ -414,7 +414,7 @@ class Client:
         return _ack(frame)
 
     def draft(
-        self, transcript_id: str, *, role: str = "assistant", draft_id: str | None = None
+        self, transcript_id: str, *, role: Role = "assistant", draft_id: str | None = None
     ) -> DraftWriter:
         """A writer of a new draft of the transcript (``draft_id``: a fresh
         uuid4 by default). Use it as ``async with client.draft(tid) as d:``,
@@ -435,7 +435,7 @@ class Client:
         transcript_id: str,
         chunks: AsyncIterable[object] | Iterable[object],
         *,
-        role: str = "assistant",
+        role: Role = "assistant",
         draft_id: str | None = None,
         fields: Mapping[str, Any] | None = None,
         expected_revision: int | None = None,

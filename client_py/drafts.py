@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from client_py.errors import ClientError, ServerError
 from protocol import codes, wire
+from protocol.types import Role
 
 if TYPE_CHECKING:
     from client_py.http import Ack
@@ -84,7 +85,7 @@ class DraftWriter:
     exception (the exception goes on). ``text`` is the writer's whole text.
     """
 
-    def __init__(self, client: _Sender, transcript_id: str, draft_id: str, role: str) -> None:
+    def __init__(self, client: _Sender, transcript_id: str, draft_id: str, role: Role) -> None:
         self._client = client
         self.transcript_id = transcript_id
         self.draft_id = draft_id

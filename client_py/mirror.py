@@ -294,8 +294,10 @@ class Mirror:
             if not future.done():
                 future.set_exception(error)
         self._waiters.clear()
-        for stream in [*self._streams, *self._draft_streams]:
+        for stream in self._streams:
             stream._push(_END)
+        for with_drafts in self._draft_streams:
+            with_drafts._push(_END)
         self._streams.clear()
         self._draft_streams.clear()
 

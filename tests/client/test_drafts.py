@@ -144,7 +144,7 @@ async def test_a_draft_is_cancelled_on_an_exception_and_without_a_commit() -> No
         async with writer.draft("d3", draft_id="left", role="tool") as d:
             await d.replace("never committed")
         texts, seen = await follow_draft(stream, "left")
-        assert texts == ["never committed"]
+        assert texts == ["", "never committed"]  # opened empty: a typing indicator at once
         closed = seen[-1]
         assert isinstance(closed, DraftClosed) and closed.state == "cancelled"
         assert closed.role == "tool"
@@ -163,7 +163,7 @@ async def test_a_refused_commit_leaves_the_draft_open() -> None:
                 await d.commit(expected_revision=0)
             assert d.state == "open"
             ack = await d.commit(expected_revision=1)
-        assert ack.revision == 2 and d.state == "committed"
+        assert (ack.revision, d.state) == (2, "committed")
         with pytest.raises(ClientError):
             await d.write("more")
 
@@ -180,7 +180,7 @@ async def test_limits_are_errors_and_the_writer_stays_usable() -> None:
         await writers[0].cancel()
         async with client.draft("d5", draft_id="now-it-fits") as d:
             await d.write("fits")
-            assert await d.sync() == 1
+            assert await d.sync() == 2  # opened (1), then "fits" (2)
         # A cancelled draft's id takes no more updates: a late token opens no ghost.
         with pytest.raises(ServerError) as closed:
             await client.draft("d5", draft_id="w0").open()
