@@ -704,6 +704,8 @@ class Client:
         finally:
             self._connected.clear()
             self._ws = None
+            for writer in self._writers.values():
+                writer._connection_lost()
             for task in (heartbeat, refresher):
                 if task is not None:
                     task.cancel()
@@ -757,6 +759,12 @@ class Client:
                 mirror = self.mirrors.pop(transcript_id, None)
                 if mirror is not None:
                     mirror._fail(error_for(code, message, transcript_id=transcript_id))
+                if code in (codes.NOT_FOUND, codes.FORBIDDEN) and self._writers:
+                    # (a refused draft update of a followed transcript ends up here)
+                    error = error_for(code, message, transcript_id=transcript_id)
+                    for writer in list(self._writers.values()):
+                        if writer.transcript_id == transcript_id:
+                            writer._failed(error)
             case Answered(frame=wire.Pong(ref=ref)) if ref == _HELLO:
                 self._connected.set()  # the server took the credentials: connected
             case Answered(frame=wire.ErrorFrame() as frame):

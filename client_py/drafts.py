@@ -142,7 +142,9 @@ class DraftWriter:
             await self._client._send(self._op(delta=delta))
 
     async def replace(self, text: str) -> None:
-        """Replace the whole text (not answered)."""
+        """Replace the whole text (not answered). A draft expires
+        ``draft_ttl_s`` (30 s) after its last update: ``sync()`` keeps an
+        idle one alive."""
         self._check_open()
         if not self._adopted:
             self._adopt()
@@ -153,8 +155,9 @@ class DraftWriter:
     async def sync(self, *, timeout: float | None = None) -> int:
         """Wait until the server has taken every update sent before; returns
         the number of its latest update (``n``). Raises the refusal when the
-        draft is closed or a limit was hit. It also keeps an idle draft alive
-        (a draft expires ``draft_ttl_s`` after its last update)."""
+        draft is closed or a limit was hit, by this op or by an update sent
+        before it. It also keeps an idle draft alive (a draft expires
+        ``draft_ttl_s`` after its last update)."""
         self._check_open()
         op = self._op(text=self.text) if self._resend else self._op()
         self._resend = False
@@ -163,6 +166,9 @@ class DraftWriter:
         except ServerError as exc:
             self._failed(exc)
             raise
+        # The server answers in order: a refusal of an update sent before
+        # came before this answer.
+        self._check_open()
         return ack.n or 0
 
     async def commit(
@@ -204,7 +210,14 @@ class DraftWriter:
 
     async def cancel(self) -> None:
         """Drop the draft: the subscribers see it closed with no message.
-        Does nothing once it is committed, cancelled or failed."""
+        Does nothing once it is committed or cancelled, nor after a refusal
+        that closed it on the server (a writer failed on ``draft-too-large``
+        still cancels: the server kept the draft as it was)."""
+        if self.state == "failed" and self.error is not None:
+            if self.error.code == codes.DRAFT_TOO_LARGE:
+                self.error = None  # once
+                await self._client._send(self._op(cancel=True))
+            return
         if self.state != "open":
             return
         self.state = "cancelled"
@@ -235,6 +248,12 @@ class DraftWriter:
     def _adopt(self) -> None:
         self._adopted = True
         self._client._adopt_writer(self)
+
+    def _connection_lost(self) -> None:
+        """Updates sent lately may be lost: whatever goes first on the next
+        connection (this writer's next update, or ``_reconnected_op``)
+        carries the whole text, so no reader sees a text with a hole."""
+        self._resend = True
 
     def _reconnected_op(self) -> wire.Draft | None:
         """The op to send on a new connection: the whole text (nothing while

@@ -190,6 +190,31 @@ async def test_limits_are_errors_and_the_writer_stays_usable() -> None:
         assert await client.ping() >= 0
 
 
+async def test_a_refused_update_ends_the_writer_with_its_error() -> None:
+    async with (
+        running_server(max_message_bytes=1000) as srv,
+        client_py.connect(srv.ws_url) as client,
+    ):
+        await client.create("d7")
+        mirror = await client.subscribe("d7")
+        stream = mirror.events(drafts=True)
+        async with client.draft("d7", draft_id="big") as d:
+            await d.write("x" * 600)
+            await d.write("y" * 600)  # not answered: past max_message_bytes
+            with pytest.raises(ServerError) as refused:
+                await d.sync()
+            assert refused.value.code == "draft-too-large"
+            assert d.state == "failed"
+            with pytest.raises(ServerError):
+                await d.write("more")
+            assert mirror.drafts["big"].text == "x" * 600  # the server kept it as it was
+        texts, seen = await follow_draft(stream, "big")  # and leaving the block cancelled it
+        assert texts[-1] == "x" * 600
+        closed = seen[-1]
+        assert isinstance(closed, DraftClosed) and closed.state == "cancelled"
+        assert mirror.revision == 0
+
+
 async def test_after_a_reconnect_the_writer_sends_its_whole_text() -> None:
     async with (
         running_server() as srv,
