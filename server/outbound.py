@@ -387,9 +387,7 @@ class OutboundQueue:
         """Forget the frames of ``transcript_id`` that have not started to go
         out (a new baseline supersedes them; its drafts follow it anew)."""
         q = self._queue
-        if not any(
-            item.transcript_id == transcript_id and (item.data or item.draft) for item in q
-        ):
+        if not any(item.transcript_id == transcript_id and (item.data or item.draft) for item in q):
             return
         streaming = self._stream is not None
         kept = [

@@ -78,13 +78,20 @@ def _message_texts(consumer: Consumer, tid: str) -> list[str]:
     return [str(m.content) for m in copy.messages]
 
 
+STOCK = {"ws": "websockets-sansio"}  # uvicorn's own protocol: every frame through ASGI
+
+
+@pytest.mark.parametrize("options", [None, STOCK], ids=["raw", "asgi"])
 @pytest.mark.parametrize("subprotocol", [wire.SUBPROTOCOL_JSON, wire.SUBPROTOCOL_MSGPACK])
-async def test_a_commit_replaces_the_draft_with_its_message_in_one_step(subprotocol: str) -> None:
+async def test_a_commit_replaces_the_draft_with_its_message_in_one_step(
+    subprotocol: str, options: dict[str, str] | None
+) -> None:
     """The increment and the ``final`` leave together (one WebSocket message
     in JSON, the next message in MessagePack): a consumer fed message by
-    message never shows both the draft and its message, or neither."""
+    message never shows both the draft and its message, or neither. Under
+    ``tsync serve``'s raw write and under uvicorn's stock protocol."""
     binary = subprotocol == wire.SUBPROTOCOL_MSGPACK
-    async with running_server() as srv:
+    async with running_server(uvicorn_options=options) as srv:
         await create(srv, "t", msg("question"))
         consumer = Consumer()
         consumer.subscribe("t")
