@@ -418,3 +418,33 @@ async def test_drafts_are_never_history() -> None:
         assert "secret" not in str(events)
         change = (await srv.hub.events_after("t", 0) or [None])[0]
         assert change is not None and isinstance(change.change, MessagesAppended)
+
+
+async def test_an_http_append_with_a_draft_id_commits_the_draft() -> None:
+    async with running_server() as srv:
+        await create(srv, "t")
+        async with websockets.connect(srv.ws_url, compression=None) as ws:
+            await ws.send('{"op":"subscribe","transcriptId":"t"}')
+            await ws.send('{"op":"draft","transcriptId":"t","draftId":"h","delta":"hey"}')
+            seen = [wire.accept_transcript_update(f) for f in wire.split_frames(await ws.recv())]
+            while len(seen) < 2:
+                seen += [
+                    wire.accept_transcript_update(f) for f in wire.split_frames(await ws.recv())
+                ]
+            assert [type(f) for f in seen] == [Baseline, DraftFrame]
+            async with httpx.AsyncClient(base_url=srv.url) as http:
+                r = await http.post(
+                    "/v1/transcripts/t/messages",
+                    json={"messages": [msg("hey", "assistant")], "draftId": "h"},
+                )
+                assert r.status_code == 201, r.text
+                bad = await http.post(
+                    "/v1/transcripts/t/messages",
+                    json={"messages": [msg("x")], "draftId": "not an id"},
+                )
+                assert bad.status_code == 400
+            increment, final = [
+                wire.accept_transcript_update(f) for f in wire.split_frames(await ws.recv())
+            ]
+            assert isinstance(increment, Increment) and isinstance(final, DraftFrame)
+            assert (final.state, final.revision) == ("final", 1)
