@@ -6,6 +6,8 @@ rewritten in place) and then its message."""
 from __future__ import annotations
 
 import asyncio
+import os
+import pty
 import signal
 import sys
 from collections.abc import Iterator
@@ -145,31 +147,38 @@ async def test_tail_prints_a_line_per_draft_update_then_the_message(
             await proc.communicate()
 
 
-async def test_tail_rewrites_one_line_in_place(server: ServerProcess) -> None:
+async def test_tail_on_a_terminal_rewrites_one_line_in_place(server: ServerProcess) -> None:
     async with client_py.connect(server.ws_url) as writer:
         await writer.create("cli-tail-live", [{"role": "user", "content": "q"}])
-        proc = await tsync("tail", "cli-tail-live", "--url", server.url, "--drafts", "live")
-        assert proc.stdout is not None
+        # A real terminal (a pty): --drafts defaults to live there.
+        main_fd, terminal = pty.openpty()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "server.cli", "tail", "cli-tail-live", "--url", server.url,
+            stdin=asyncio.subprocess.DEVNULL, stdout=terminal, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        os.close(terminal)
         seen = b""
 
         async def until(marker: bytes) -> None:
             nonlocal seen
-            assert proc.stdout is not None
             while marker not in seen:
-                chunk = await asyncio.wait_for(proc.stdout.read(4096), TIMEOUT)
+                chunk = await asyncio.wait_for(asyncio.to_thread(os.read, main_fd, 4096), TIMEOUT)
                 assert chunk, "tail exited early"
                 seen += chunk
 
         try:
-            await until(b"[0] user: q\n")
+            await until(b"[0] user: q\r\n")  # (the terminal turns \n into \r\n)
             async with writer.draft("cli-tail-live") as d:
                 await d.write("grow")
                 await until(b"\r\x1b[K\xe2\x80\xa6 assistant: grow")
                 await d.write("ing")
                 await until(b"\r\x1b[K\xe2\x80\xa6 assistant: growing")
                 await d.commit()
-            # The live line is wiped, then the message takes its place.
-            await until(b"\r\x1b[K[1] assistant: growing\n")
+            # The live line is wiped, then the message takes its place, and the
+            # draft is not drawn again below it.
+            await until(b"\r\x1b[K[1] assistant: growing\r\n")
+            assert not seen.endswith(b"growing")
         finally:
             proc.kill()
-            await proc.communicate()
+            await proc.wait()
+            os.close(main_fd)
