@@ -7,19 +7,15 @@ broadcast baseline."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 from hypothesis import given
 from hypothesis import strategies as st
 
 from client_py.bench.draftcheck import TOKEN_CHARS, DraftCheck, token
 from client_py.bench.subscriber import GroupStats
-from tests.bench.test_smoke import ROOT, bench
-from tests.support.servers import ServerProcess, free_port
+from tests.bench.test_smoke import bench, broadcast_baseline
+from tests.support.servers import ServerProcess
 
 NOW = 2_000_000_000_000_000_000
 
@@ -143,28 +139,8 @@ def test_stream_against_a_real_server(tmp_path: Path) -> None:
 
 
 def test_stream_against_the_per_token_baseline(tmp_path: Path) -> None:
-    port = free_port()
-    script = ROOT / "scripts" / "broadcast_baseline.py"
-    proc = subprocess.Popen(
-        [sys.executable, str(script), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=0.5)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        url = f"ws://127.0.0.1:{port}/v1/ws"
-        result = run_stream(tmp_path, url, "--server-pid", str(proc.pid))
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with broadcast_baseline() as (url, pid):
+        result = run_stream(tmp_path, url, "--server-pid", str(pid))
     run = result["runs"][0]  # type: ignore[index]
     assert run["failures"] == []
     # Every token to every subscriber as its own frame, plus the finals.

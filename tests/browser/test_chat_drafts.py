@@ -9,7 +9,7 @@ import pytest
 from playwright.async_api import BrowserContext, expect
 
 import client_py
-from tests.browser.tabs import LIVE, open_tab
+from tests.browser.tabs import LIVE, WATCH_DRAFT_SWAP, open_tab
 from tests.support.servers import running_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]
@@ -17,19 +17,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]
 TWO_FRAMES = "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
 ANSWER = "Streaming **works**: each token arrives and the answer grows in place."
 WORDS = ANSWER.split(" ")
-
-# Every DOM change from now on, as batches: the swap must be a single one.
-WATCH = """() => {
-    window.__batches = [];
-    const seen = records => records.map(r => [
-        ...[...r.addedNodes].filter(n => n.classList?.contains('message'))
-            .map(n => 'add ' + n.dataset.index),
-        ...[...r.removedNodes].filter(n => n.classList?.contains('draft'))
-            .map(() => 'remove draft'),
-    ]).flat();
-    new MutationObserver(records => window.__batches.push(seen(records)))
-        .observe(document.getElementById('main-chat'), {childList: true, subtree: true});
-}"""
 
 
 async def test_a_streamed_draft_grows_on_the_page_and_becomes_its_message(
@@ -58,7 +45,7 @@ async def test_a_streamed_draft_grows_on_the_page_and_becomes_its_message(
             await page.evaluate(TWO_FRAMES)
             box = await draft.bounding_box()
             assert box is not None
-            await page.evaluate(WATCH)
+            await page.evaluate(WATCH_DRAFT_SWAP)
             ack = await d.commit()
         assert ack.start == 1
 
