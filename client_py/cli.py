@@ -590,6 +590,8 @@ async def _append(args: argparse.Namespace) -> int:
 
 
 async def _stream(args: argparse.Namespace) -> int:
+    if args.draft_id is not None:
+        validate_id(args.draft_id)  # a draft id has the characters of a transcript id
     async with (
         connect(
             args.url,

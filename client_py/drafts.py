@@ -98,6 +98,7 @@ class DraftWriter:
         self.error: ServerError | None = None
         self._resend = False  # the next update sends the whole text
         self._adopted = False  # the client knows it (and re-sends it on a new connection)
+        self._sent = False  # an op went out (the role rides on the first and on texts)
 
     def __repr__(self) -> str:
         where = f"{self.transcript_id}/{self.draft_id}"
@@ -236,10 +237,14 @@ class DraftWriter:
     def _op(
         self, *, delta: str | None = None, text: str | None = None, cancel: bool = False
     ) -> wire.Draft:
+        # A token carries no role: the op that opened the draft (or a text
+        # sent again after a reconnect, which may open it anew) did.
+        role = None if delta is not None and self._sent else self.role
+        self._sent = True
         return wire.Draft(
             transcript_id=self.transcript_id,
             draft_id=self.draft_id,
-            role=self.role,
+            role=role,
             delta=delta,
             text=text,
             cancel=cancel,

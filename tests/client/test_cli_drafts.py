@@ -113,6 +113,9 @@ async def test_stream_to_a_missing_transcript_fails_clearly(server: ServerProces
     out, err = await asyncio.wait_for(proc.communicate(b"text"), TIMEOUT)
     assert proc.returncode == 1 and out == b""
     assert err.startswith(b"tsync: ") and b"not-found" in err and err.count(b"\n") == 1
+    proc = await tsync("stream", "cli-stream", "--draft-id", "no spaces", "--url", server.url)
+    _, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+    assert proc.returncode == 2 and b"see 'tsync stream --help'" in err
 
 
 async def test_tail_prints_a_line_per_draft_update_then_the_message(
