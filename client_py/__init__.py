@@ -4,11 +4,13 @@
 connection that the client keeps up by itself; ``await client.subscribe(id)``
 returns a live ``Mirror`` whose continuity the client checks and repairs;
 ``await client.append(id, messages)`` lands a batch exactly once, even across
-reconnects. ``HttpApi`` is the plain HTTP API. See ``client_py.errors`` for
-the errors.
+reconnects; ``client.draft(id)`` and ``client.stream(id, chunks)`` share an
+answer live while it is written, then commit it. ``HttpApi`` is the plain
+HTTP API. See ``client_py.errors`` for the errors.
 """
 
 from client_py.client import Client, ClientCounters, connect
+from client_py.drafts import DraftView, DraftWriter, chunk_text
 from client_py.errors import (
     ClientClosed,
     ClientError,
@@ -25,7 +27,8 @@ from client_py.errors import (
     Unreachable,
 )
 from client_py.http import Ack, Created, HttpApi, Imported, Receipt, endpoints
-from client_py.mirror import EventStream, Mirror, MirrorUpdate
+from client_py.mirror import DraftEvent, EventStream, Mirror, MirrorUpdate
+from protocol.drafts import DraftClosed, DraftUpdated
 from protocol.views import Window
 
 __all__ = [
@@ -37,6 +40,11 @@ __all__ = [
     "Conflict",
     "Created",
     "Disconnected",
+    "DraftClosed",
+    "DraftEvent",
+    "DraftUpdated",
+    "DraftView",
+    "DraftWriter",
     "EpochChanged",
     "EventStream",
     "HttpApi",
@@ -53,6 +61,7 @@ __all__ = [
     "Unauthorized",
     "Unreachable",
     "Window",
+    "chunk_text",
     "connect",
     "endpoints",
 ]

@@ -1,5 +1,5 @@
-"""The client commands of ``tsync``: tail, append, get, list, create, delete,
-segment, views, view, usage, import, export.
+"""The client commands of ``tsync``: tail, append, stream, get, list, create,
+delete, segment, views, view, usage, import, export.
 
 ``server.cli`` calls ``register(subparsers)``. Every command takes ``--url``
 (default ``$TSYNC_URL`` or http://127.0.0.1:8765) and ``--token``
@@ -14,10 +14,14 @@ import argparse
 import asyncio
 import base64
 import binascii
+import codecs
+import contextlib
+import io
 import os
+import shutil
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -26,8 +30,9 @@ import msgspec
 from client_py.client import Client, connect
 from client_py.errors import ClientError, ServerError, Unreachable
 from client_py.http import Ack, HttpApi, endpoints
-from client_py.mirror import Mirror
+from client_py.mirror import DraftEvent, Mirror, MirrorUpdate
 from protocol.api import TranscriptSummary
+from protocol.drafts import DraftClosed, DraftUpdated
 from protocol.errors import InvalidId
 from protocol.types import (
     AttachmentPart,
@@ -93,7 +98,38 @@ def _add_commands(subparsers: Any) -> None:
         "--last", type=int, metavar="N", help="start with the last N messages, not all of them"
     )
     where.add_argument("--view", metavar="NAME", help="start where this View starts")
+    tail.add_argument(
+        "--drafts",
+        choices=["auto", "live", "lines", "off"],
+        default="auto",
+        help="messages being written: 'live' shows the newest one growing on one line "
+        "rewritten in place (below the messages), 'lines' prints one line per update "
+        "(~ role draftId: whole text so far; '~ role draftId cancelled' when one closes "
+        "without a message), 'off' shows only committed messages; 'auto' (default) is "
+        "'live' on a terminal and 'off' otherwise",
+    )
     tail.set_defaults(func=_command(_tail))
+
+    stream = subparsers.add_parser(
+        "stream",
+        parents=[common],
+        help="stream stdin as a draft, then append it",
+        description="Share stdin live as a draft (a message being written: every subscriber "
+        "sees it grow, chunk by chunk as it arrives), then append it as one message at "
+        "end of file, e.g. 'llm \"...\" | tsync stream chat-1'. Ctrl-C cancels the draft "
+        "(nothing is appended) and exits 130.",
+    )
+    stream.add_argument("id", help="transcript id")
+    stream.add_argument(
+        "--role",
+        default="assistant",
+        choices=["user", "assistant", "system", "tool", "context"],
+        help="message role (default assistant)",
+    )
+    stream.add_argument("--name", help="the message's name field")
+    stream.add_argument("--draft-id", help="the draft's id (default: generated)")
+    stream.add_argument("--json", action="store_true", help="print the ack as JSON")
+    stream.set_defaults(func=_command(_stream))
 
     append = subparsers.add_parser(
         "append",
@@ -270,6 +306,8 @@ def _command(
         except OSError as exc:
             return _fail(str(exc), EXIT_REFUSED)
         except KeyboardInterrupt:
+            if args.command == "stream":
+                print("tsync: interrupted: the draft was cancelled", file=sys.stderr)
             return EXIT_INTERRUPTED
 
     return run
@@ -293,9 +331,12 @@ def _line(transcript_id: str, index: int, message: Message, *, as_json: bool) ->
         return _json.encode(
             {"transcriptId": transcript_id, "index": index, "message": message}
         ).decode()
-    text = _content_text(message)
-    escaped = text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
-    return f"[{index}] {message.role}: {escaped}"
+    return f"[{index}] {message.role}: {_escape(_content_text(message))}"
+
+
+def _escape(text: str) -> str:
+    """The text on one line (backslashes, CR and LF escaped)."""
+    return text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _content_text(message: Message) -> str:
@@ -391,14 +432,26 @@ async def _tail(args: argparse.Namespace) -> int:
 
 async def _follow(args: argparse.Namespace, mirror: Mirror) -> int:
     out = sys.stdout
+    mode = args.drafts
+    if mode == "auto":
+        mode = "live" if out.isatty() and not args.json else "off"
     # Read the copy and open the stream in one step: nothing falls between.
-    stream = mirror.events()
+    stream = mirror.events(drafts=mode != "off")
     epoch = mirror.epoch
+    drafts = _DraftDisplay(out, mode, args.id, as_json=args.json)
+    for view in mirror.drafts.values():
+        drafts.opened(view.draft_id, view.role, view.n, view.text)
     for index, message in enumerate(mirror.messages, mirror.start):
-        _emit(out, _line(args.id, index, message, as_json=args.json))
+        drafts.emit(_line(args.id, index, message, as_json=args.json))
+    drafts.redraw()
     printed = mirror.length
+    update: MirrorUpdate | DraftEvent
     async for update in stream:
-        if isinstance(update, TranscriptSnapshot):
+        if isinstance(update, DraftUpdated):
+            drafts.updated(update, mirror)
+        elif isinstance(update, DraftClosed):
+            drafts.closed(update)
+        elif isinstance(update, TranscriptSnapshot):
             if update.epoch != epoch:
                 print(
                     f"tsync: transcript {args.id!r} was re-created (new epoch); "
@@ -409,15 +462,105 @@ async def _follow(args: argparse.Namespace, mirror: Mirror) -> int:
                 printed = update.start
             for index, message in enumerate(update.messages, update.start):
                 if index >= printed:
-                    _emit(out, _line(args.id, index, message, as_json=args.json))
+                    drafts.emit(_line(args.id, index, message, as_json=args.json))
             printed = max(printed, update.end)
         elif isinstance(update.change, MessagesAppended):
             change = update.change
             for index, message in enumerate(change.messages, change.start):
                 if index >= printed:
-                    _emit(out, _line(args.id, index, message, as_json=args.json))
+                    drafts.emit(_line(args.id, index, message, as_json=args.json))
             printed = max(printed, change.end)
+        if not stream.pending:
+            # Drawn once the updates that came together are taken: a committed
+            # message and its draft's close never show the draft again between.
+            drafts.redraw()
+    drafts.clear()
     return EXIT_OK
+
+
+class _DraftDisplay:
+    """How ``tail`` shows the drafts (``--drafts``): ``live`` keeps one
+    status line below the messages, rewritten in place (the end of the
+    draft updated last, as much as fits the terminal); ``lines`` prints a
+    line per update; ``off`` nothing. ``emit`` prints a message line (the
+    live line is wiped first and drawn again by ``redraw``)."""
+
+    def __init__(self, out: TextIO, mode: str, transcript_id: str, *, as_json: bool) -> None:
+        self.out = out
+        self.mode = mode
+        self.transcript_id = transcript_id
+        self.as_json = as_json
+        #: draft id -> (role, n, text), the latest updated last
+        self.texts: dict[str, tuple[str, int, str]] = {}
+        self.shown = False  # the live line is on screen
+
+    def opened(self, draft_id: str, role: str, n: int, text: str) -> None:
+        self.texts[draft_id] = (role, n, text)
+
+    def updated(self, update: DraftUpdated, mirror: Mirror) -> None:
+        known = self.texts.pop(update.draft_id, None)
+        if known is not None and update.n <= known[1]:
+            self.texts[update.draft_id] = known  # older than what was read at the start
+            return
+        if update.text is not None:
+            text = update.text
+        elif known is not None:
+            text = known[2] + (update.delta or "")
+        else:  # opened before the stream: the mirror has it
+            view = mirror.drafts.get(update.draft_id)
+            text = view.text if view is not None else update.delta or ""
+        self.texts[update.draft_id] = (update.role, update.n, text)
+        if self.mode == "lines" and text:  # (a draft opens empty: nothing to say yet)
+            self._line(update.draft_id, update.role, text, None)
+
+    def closed(self, update: DraftClosed) -> None:
+        self.texts.pop(update.draft_id, None)
+        if self.mode == "lines" and update.state != "final":
+            self._line(update.draft_id, update.role, None, update.state)
+
+    def emit(self, line: str) -> None:
+        """Print a message line; the live line comes back with ``redraw``."""
+        self.clear()
+        _emit(self.out, line)
+
+    def clear(self) -> None:
+        if self.shown:
+            self.out.write("\r\x1b[K")
+            self.out.flush()
+            self.shown = False
+
+    def redraw(self) -> None:
+        if self.mode != "live":
+            return
+        if not self.texts:
+            self.clear()
+            return
+        role, _, text = self.texts[next(reversed(self.texts))]
+        more = f" (+{len(self.texts) - 1} more)" if len(self.texts) > 1 else ""
+        head = f"… {role}{more}: "
+        width = max(20, shutil.get_terminal_size().columns - 1)
+        flat = " ".join(text.split())
+        room = max(1, width - len(head))
+        if len(flat) > room:
+            flat = "…" + flat[-(room - 1) :] if room > 1 else "…"
+        self.out.write("\r\x1b[K" + head + flat)
+        self.out.flush()
+        self.shown = True
+
+    def _line(self, draft_id: str, role: str, text: str | None, state: str | None) -> None:
+        if self.as_json:
+            record: dict[str, Any] = {
+                "transcriptId": self.transcript_id,
+                "draftId": draft_id,
+                "role": role,
+            }
+            record.update({"text": text} if state is None else {"state": state})
+            _emit(self.out, _json.encode(record).decode())
+        elif state is None:
+            assert text is not None
+            _emit(self.out, f"~ {role} {draft_id}: {_escape(text)}")
+        else:
+            _emit(self.out, f"~ {role} {draft_id} {state}")
 
 
 async def _append(args: argparse.Namespace) -> int:
@@ -444,6 +587,83 @@ async def _append(args: argparse.Namespace) -> int:
         note = " (duplicate: already appended)" if ack.duplicate else ""
         print(f"appended at index {ack.start}, revision {ack.revision}{note}")
     return EXIT_OK
+
+
+async def _stream(args: argparse.Namespace) -> int:
+    if args.draft_id is not None:
+        validate_id(args.draft_id)  # a draft id has the characters of a transcript id
+    async with (
+        connect(
+            args.url,
+            args.token,
+            connect_timeout=args.timeout,
+            request_timeout=args.timeout,
+            backoff_max=2.0,
+        ) as client,
+        client.draft(args.id, role=args.role, draft_id=args.draft_id) as draft,
+    ):
+        async for chunk in _stdin_chunks():
+            await draft.write(chunk)
+        # Like ``tsync append``: the newline that ends the input is not the message's.
+        text = draft.text
+        fields: dict[str, Any] = {"content": text[:-1] if text.endswith("\n") else text}
+        if args.name:
+            fields["name"] = args.name
+        ack = await draft.commit(fields)
+    if args.json:
+        print(_json.encode(_ack_dict(ack)).decode())
+    else:
+        print(f"appended at index {ack.start}, revision {ack.revision}")
+    return EXIT_OK
+
+
+async def _stdin_chunks(size: int = 65536) -> AsyncIterator[str]:
+    """Stdin's text as it arrives (whatever one read gives: a line from a
+    terminal, what a pipe holds), decoded as UTF-8 across chunk boundaries.
+    A pipe or a terminal is watched by the event loop (no thread, so Ctrl-C
+    ends at once); a regular file is read straight through."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):  # replaced by a test
+        for text in iter(lambda: sys.stdin.read(size), ""):
+            yield text
+        return
+    loop = asyncio.get_running_loop()
+    chunks: asyncio.Queue[bytes | OSError] = asyncio.Queue()
+
+    def readable() -> None:
+        try:
+            data: bytes | OSError = os.read(fd, size)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            data = exc
+        if not data or isinstance(data, OSError):
+            loop.remove_reader(fd)
+        chunks.put_nowait(data)
+
+    try:
+        loop.add_reader(fd, readable)
+    except (PermissionError, ValueError, NotImplementedError):  # a regular file
+        while data := os.read(fd, size):
+            if text := decoder.decode(data):
+                yield text
+    else:
+        try:
+            while True:
+                got = await chunks.get()
+                if isinstance(got, OSError):
+                    raise got
+                if not got:
+                    break
+                if text := decoder.decode(got):
+                    yield text
+        finally:
+            with contextlib.suppress(ValueError, OSError):
+                loop.remove_reader(fd)
+    if tail := decoder.decode(b"", final=True):
+        yield tail
 
 
 async def _get(args: argparse.Namespace) -> int:

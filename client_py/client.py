@@ -15,6 +15,10 @@ Calls (``append``, ``start_segment``, ``ping``) carry a ``ref``; their answer
 is matched by it. An append always carries an idempotency key (a fresh uuid4
 when the caller gave none), so re-sending it after a lost connection or a
 lost frame lands it exactly once.
+
+Drafts (``client_py.drafts``): ``client.draft`` opens a writer, ``client.stream``
+writes one from chunks and commits it; on every new connection the client
+sends the whole text of each open writer before re-sending its calls.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +39,7 @@ import msgspec
 import websockets
 from websockets.asyncio.client import ClientConnection
 
+from client_py.drafts import DraftWriter, chunk_text, iterate_chunks
 from client_py.errors import (
     ClientClosed,
     Disconnected,
@@ -52,6 +57,8 @@ from protocol.consumer import (
     Answered,
     Applied,
     Consumer,
+    DraftClosed,
+    DraftUpdated,
     ErrorReceived,
     FramesLost,
     InvalidFrameReceived,
@@ -61,7 +68,7 @@ from protocol.consumer import (
     Update,
 )
 from protocol.continuity import SeqCounters, SeqTracker
-from protocol.types import TranscriptSnapshot
+from protocol.types import Role, TranscriptSnapshot
 from protocol.views import Window
 
 __all__ = ["Client", "ClientCounters", "connect"]
@@ -97,12 +104,23 @@ class ClientCounters:
         }
 
 
+_CallOp = (
+    wire.Append
+    | wire.StartSegment
+    | wire.SetView
+    | wire.LeaveView
+    | wire.Draft
+    | wire.Ping
+    | wire.Auth
+)
+
+
 @dataclass(slots=True)
 class _Call:
     """A call waiting for its answer. ``sent_on`` is the connection number it was
     last sent on; ``retry`` says whether it may be sent again on another one."""
 
-    op: wire.Append | wire.StartSegment | wire.SetView | wire.LeaveView | wire.Ping | wire.Auth
+    op: _CallOp
     future: asyncio.Future[wire.ServerFrame]
     retry: bool
     sent_on: int = 0
@@ -184,6 +202,8 @@ class Client:
         self._last_error: BaseException | None = None
         self._closed = False
         self._resent = 0
+        #: The open draft writers, by (transcript id, draft id).
+        self._writers: dict[tuple[str, str], DraftWriter] = {}
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -313,6 +333,7 @@ class Client:
         idempotency_key: str | None = None,
         *,
         timeout: float | None = None,
+        draft_id: str | None = None,
     ) -> Ack:
         """Append one batch (``Message`` structs or plain dicts) over the WebSocket.
 
@@ -320,6 +341,8 @@ class Client:
         answered, so it lands exactly once. Raises ``RevisionConflict``
         (``.current``), ``NotFound``, ``InvalidMessage``, ``ServerError``, or
         ``RequestTimeout`` after ``timeout`` (default ``request_timeout``).
+        ``draft_id`` commits that draft: it closes in the same step (prefer
+        ``DraftWriter.commit``).
         """
         key = idempotency_key or uuid.uuid4().hex
         batch = list(messages)
@@ -330,6 +353,7 @@ class Client:
                 expected_revision=expected_revision,
                 idempotency_key=key,
                 ref=ref,
+                draft_id=draft_id,
             ),
             retry=True,
             timeout=timeout,
@@ -389,6 +413,58 @@ class Client:
         assert isinstance(frame, wire.Ack)
         return _ack(frame)
 
+    def draft(
+        self, transcript_id: str, *, role: Role = "assistant", draft_id: str | None = None
+    ) -> DraftWriter:
+        """A writer of a new draft of the transcript (``draft_id``: a fresh
+        uuid4 by default). Use it as ``async with client.draft(tid) as d:``,
+        which opens it (raising ``ServerError`` such as ``too-many-drafts``
+        when the server refuses) and cancels it on the way out unless it was
+        committed, whether the block ended normally or on an exception::
+
+            async with client.draft("chat-1") as d:
+                async for token in tokens:
+                    await d.write(token)
+                await d.commit({"metadata": {"model": "m1"}})
+        """
+        self._check_open()
+        return DraftWriter(self, transcript_id, draft_id or uuid.uuid4().hex, role)
+
+    async def stream(
+        self,
+        transcript_id: str,
+        chunks: AsyncIterable[object] | Iterable[object],
+        *,
+        role: Role = "assistant",
+        draft_id: str | None = None,
+        fields: Mapping[str, Any] | None = None,
+        expected_revision: int | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack:
+        """Stream ``chunks`` as a draft, then commit it as one message and
+        return the append's ``Ack``.
+
+        A chunk is a ``str`` or an OpenAI-style streaming chunk (object or
+        dict) whose ``choices[0].delta.content`` is the text (chunks with
+        none are skipped; no LLM SDK needed): ``await client.stream(tid,
+        await openai.chat.completions.create(..., stream=True))`` works as
+        is. ``fields`` are laid over the message (see ``DraftWriter.commit``).
+        When the chunks raise, or the commit is refused, the draft is
+        cancelled and the error goes on.
+        """
+        async with self.draft(transcript_id, role=role, draft_id=draft_id) as writer:
+            async for chunk in iterate_chunks(chunks):
+                text = chunk_text(chunk)
+                if text:
+                    await writer.write(text)
+            return await writer.commit(
+                fields,
+                expected_revision=expected_revision,
+                idempotency_key=idempotency_key,
+                timeout=timeout,
+            )
+
     async def ping(self, *, timeout: float | None = None) -> float:
         """Round trip over the WebSocket, in seconds."""
         began = time.perf_counter()
@@ -415,10 +491,7 @@ class Client:
 
     async def _call(
         self,
-        make: Callable[
-            [str],
-            wire.Append | wire.StartSegment | wire.SetView | wire.LeaveView | wire.Ping | wire.Auth,
-        ],
+        make: Callable[[str], _CallOp],
         *,
         retry: bool,
         timeout: float | None,
@@ -458,6 +531,45 @@ class Client:
             return  # the next connection sends what is still needed
         with contextlib.suppress(websockets.ConnectionClosed):
             await ws.send(wire.encode_json(op).decode())
+
+    # -- drafts ---------------------------------------------------------------------------
+
+    async def _draft_call(self, op: wire.Draft, timeout: float | None) -> wire.Ack:
+        frame = await self._call(
+            lambda ref: msgspec.structs.replace(op, ref=ref), retry=True, timeout=timeout
+        )
+        assert isinstance(frame, wire.Ack)
+        return frame
+
+    def _adopt_writer(self, writer: DraftWriter) -> None:
+        self._writers[(writer.transcript_id, writer.draft_id)] = writer
+
+    def _forget_writer(self, writer: DraftWriter) -> None:
+        key = (writer.transcript_id, writer.draft_id)
+        if self._writers.get(key) is writer:
+            del self._writers[key]
+
+    def _draft_refused(self, frame: wire.ErrorFrame) -> None:
+        """A ref-less error naming a transcript: it may be the refusal of a
+        draft update (they carry no ref); hand it to that transcript's writers."""
+        writers = [w for w in self._writers.values() if w.transcript_id == frame.transcript_id]
+        if writers:
+            error = error_from_frame(frame)
+            for writer in writers:
+                writer._refused(frame, error)
+
+    def _draft_closed(self, update: DraftClosed) -> None:
+        """A draft this client writes was closed by someone else (cancelled,
+        expired): its writer takes no more updates."""
+        writer = self._writers.get((update.transcript_id, update.draft_id))
+        if writer is not None and update.state in ("cancelled", "expired"):
+            writer._failed(
+                error_for(
+                    codes.DRAFT_CLOSED,
+                    f"draft {update.draft_id!r} was {update.state}",
+                    transcript_id=update.transcript_id,
+                )
+            )
 
     async def _send_ops(self) -> None:
         """Send what the core asks for (it asks nothing while disconnected)."""
@@ -562,6 +674,11 @@ class Client:
             # a call re-sent below arrives.
             self.core.connection_made()
             await self._send_ops()
+            # Then the drafts: updates sent into the dead connection may be lost.
+            for writer in list(self._writers.values()):
+                op = writer._reconnected_op()
+                if op is not None:
+                    await self._send(op)
             for call in list(self._calls.values()):
                 if call.future.done():
                     continue
@@ -587,6 +704,8 @@ class Client:
         finally:
             self._connected.clear()
             self._ws = None
+            for writer in self._writers.values():
+                writer._connection_lost()
             for task in (heartbeat, refresher):
                 if task is not None:
                     task.cancel()
@@ -640,6 +759,12 @@ class Client:
                 mirror = self.mirrors.pop(transcript_id, None)
                 if mirror is not None:
                     mirror._fail(error_for(code, message, transcript_id=transcript_id))
+                if code in (codes.NOT_FOUND, codes.FORBIDDEN) and self._writers:
+                    # (a refused draft update of a followed transcript ends up here)
+                    error = error_for(code, message, transcript_id=transcript_id)
+                    for writer in list(self._writers.values()):
+                        if writer.transcript_id == transcript_id:
+                            writer._failed(error)
             case Answered(frame=wire.Pong(ref=ref)) if ref == _HELLO:
                 self._connected.set()  # the server took the credentials: connected
             case Answered(frame=wire.ErrorFrame() as frame):
@@ -654,7 +779,19 @@ class Client:
                         await self._send_call(call)
             case Resubscribed(reason="mismatch", transcript_id=transcript_id):
                 log.error("%s: an event did not fit the copy; taking a new baseline", transcript_id)
+            case DraftUpdated(transcript_id=transcript_id):
+                mirror = self.mirrors.get(transcript_id)
+                if mirror is not None:
+                    mirror._draft(update)
+            case DraftClosed(transcript_id=transcript_id):
+                mirror = self.mirrors.get(transcript_id)
+                if mirror is not None:
+                    mirror._draft(update)
+                if self._writers:
+                    self._draft_closed(update)
             case ErrorReceived(frame=frame):
+                if frame.transcript_id is not None and self._writers:
+                    self._draft_refused(frame)
                 log.warning("server error: %s: %s", frame.code, frame.message)
             case InvalidFrameReceived(reason=reason):
                 log.warning("invalid frame ignored: %s", reason)

@@ -6,28 +6,47 @@ continuity and applies events to the copy with the same checks the server's
 entity makes. The mirror is the application's view of that copy: it reads it,
 wakes whoever waits for a revision and feeds ``events()`` streams. Readers
 see a consistent copy between awaits.
+
+``drafts`` are the transcript's drafts as the copy holds them (messages being
+written, ``docs/protocol.md`` "Drafts"); ``events(drafts=True)`` delivers
+their updates too, in order with the events: a committed draft's
+``DraftClosed`` (``state == "final"``) comes right after the event that
+appended its message, so a reader that follows the stream never shows both
+or neither.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeAlias
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Generic, Literal, TypeAlias, TypeVar, overload
 
+from client_py.drafts import DraftView
 from client_py.errors import ClientClosed, ClientError, EpochChanged
 from protocol.api import MessageRange
 from protocol.consumer import Subscription
 from protocol.continuity import Continuity, Counters
+from protocol.drafts import DraftClosed, DraftUpdated
 from protocol.limits import MAX_READ_MESSAGES
 from protocol.state import TranscriptState
 from protocol.types import Message, Segment, TranscriptEvent, TranscriptSnapshot, View
 
-__all__ = ["EventStream", "Mirror", "MirrorUpdate"]
+__all__ = ["DraftEvent", "EventStream", "Mirror", "MirrorUpdate"]
 
 #: What ``Mirror.events()`` yields: an applied event, or the snapshot that
 #: replaced the copy (the first baseline is not yielded; a later one is, e.g.
 #: after a long disconnect or when the transcript was re-created).
 MirrorUpdate: TypeAlias = TranscriptEvent | TranscriptSnapshot
+
+#: What ``Mirror.events(drafts=True)`` yields besides: a draft's text grew
+#: (``DraftUpdated.delta``) or was replaced (``DraftUpdated.text``; the first
+#: update of a draft opens it), or it ended (``DraftClosed``: ``final``,
+#: ``cancelled``, ``expired``, or ``gone`` when it closed while the client
+#: was away). The whole text after an update is ``mirror.drafts[id].text``
+#: at that moment, or the previous text plus ``delta``.
+DraftEvent: TypeAlias = DraftUpdated | DraftClosed
+
+_T = TypeVar("_T")
 
 _END = object()
 
@@ -58,7 +77,8 @@ class Mirror:
         self._frozen_at: tuple[int, int, int] = (0, 0, 0)  # (id of the copy, start, length)
         self._ready = asyncio.get_running_loop().create_future()
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._streams: list[EventStream] = []
+        self._streams: list[EventStream[MirrorUpdate]] = []
+        self._draft_streams: list[EventStream[MirrorUpdate | DraftEvent]] = []
 
     def __repr__(self) -> str:
         return (
@@ -115,6 +135,16 @@ class Mirror:
     def segments(self) -> tuple[Segment, ...]:
         """Every segment started, oldest first; the open one has ``end=None``."""
         return (Segment(0, None),) if self._copy is None else self._copy.segments()
+
+    @property
+    def drafts(self) -> Mapping[str, DraftView]:
+        """The open drafts of the transcript by id, as of now (a new mapping
+        each time: read it again for later text). A committed draft stays
+        here until the copy holds its message, then both change at once."""
+        return {
+            draft_id: DraftView(draft_id, draft.role, draft.text, draft.n)
+            for draft_id, draft in self.subscription.drafts.items()
+        }
 
     @property
     def counters(self) -> Counters:
@@ -207,15 +237,28 @@ class Mirror:
             if entry in self._waiters:
                 self._waiters.remove(entry)
 
-    def events(self) -> EventStream:
-        """An async iterator of every update applied from now on.
+    @overload
+    def events(self, *, drafts: Literal[False] = False) -> EventStream[MirrorUpdate]: ...
+
+    @overload
+    def events(self, *, drafts: Literal[True]) -> EventStream[MirrorUpdate | DraftEvent]: ...
+
+    def events(
+        self, *, drafts: bool = False
+    ) -> EventStream[MirrorUpdate] | EventStream[MirrorUpdate | DraftEvent]:
+        """An async iterator of every update applied from now on; with
+        ``drafts``, the drafts' updates too (``DraftEvent``).
 
         It registers at once (not at the first ``__anext__``), so reading
-        ``messages`` right after calling this and then iterating misses
-        nothing. It ends when the client closes and raises the error that
-        ended the subscription.
+        ``messages`` (and ``drafts``) right after calling this and then
+        iterating misses nothing. It ends when the client closes and raises
+        the error that ended the subscription.
         """
-        stream = EventStream(self)
+        if drafts:
+            with_drafts: EventStream[MirrorUpdate | DraftEvent] = EventStream(self)
+            self._draft_streams.append(with_drafts)
+            return with_drafts
+        stream: EventStream[MirrorUpdate] = EventStream(self)
         self._streams.append(stream)
         return stream
 
@@ -253,14 +296,24 @@ class Mirror:
         self._waiters.clear()
         for stream in self._streams:
             stream._push(_END)
+        for with_drafts in self._draft_streams:
+            with_drafts._push(_END)
         self._streams.clear()
+        self._draft_streams.clear()
 
     def _close(self) -> None:
         self._fail(ClientClosed(f"the client was closed ({self.transcript_id})"))
 
+    def _draft(self, update: DraftEvent) -> None:
+        """The core changed a draft of the copy."""
+        for stream in self._draft_streams:
+            stream._push(update)
+
     def _publish(self, update: MirrorUpdate) -> None:
         for stream in self._streams:
             stream._push(update)
+        for with_drafts in self._draft_streams:
+            with_drafts._push(update)
 
     def _wake(self) -> None:
         revision = self.revision
@@ -275,7 +328,7 @@ class Mirror:
         self._waiters = keep
 
 
-class EventStream(AsyncIterator[MirrorUpdate]):
+class EventStream(AsyncIterator[_T], Generic[_T]):
     """The updates of one mirror, in the order they were applied (unbounded)."""
 
     def __init__(self, mirror: Mirror) -> None:
@@ -285,10 +338,10 @@ class EventStream(AsyncIterator[MirrorUpdate]):
     def _push(self, item: object) -> None:
         self._queue.put_nowait(item)
 
-    def __aiter__(self) -> EventStream:
+    def __aiter__(self) -> EventStream[_T]:
         return self
 
-    async def __anext__(self) -> MirrorUpdate:
+    async def __anext__(self) -> _T:
         item = await self._queue.get()
         if item is _END:
             self._queue.put_nowait(_END)  # later calls end too
@@ -296,10 +349,17 @@ class EventStream(AsyncIterator[MirrorUpdate]):
             if failed is None or isinstance(failed, ClientClosed):
                 raise StopAsyncIteration
             raise failed
-        assert isinstance(item, TranscriptEvent | TranscriptSnapshot)
-        return item
+        assert isinstance(item, TranscriptEvent | TranscriptSnapshot | DraftUpdated | DraftClosed)
+        return item  # type: ignore[return-value]  # the mirror pushes only what _T allows
+
+    @property
+    def pending(self) -> int:
+        """How many updates wait to be read (a reader that shows them can
+        draw once the ones that arrived together are all taken)."""
+        return self._queue.qsize()
 
     def close(self) -> None:
         """Stop receiving updates."""
-        if self in self._mirror._streams:
-            self._mirror._streams.remove(self)
+        for streams in (self._mirror._streams, self._mirror._draft_streams):
+            if self in streams:
+                streams.remove(self)  # type: ignore[arg-type]

@@ -93,6 +93,9 @@ UNAUTHORIZED: Final = "unauthorized"
 FORBIDDEN: Final = "forbidden"
 RATE_LIMITED: Final = "rate-limited"
 TOO_MANY_SUBSCRIPTIONS: Final = "too-many-subscriptions"
+TOO_MANY_DRAFTS: Final = "too-many-drafts"
+DRAFT_TOO_LARGE: Final = "draft-too-large"
+DRAFT_CLOSED: Final = "draft-closed"
 UNAVAILABLE: Final = "unavailable"
 INTERNAL: Final = "internal"
 
@@ -263,6 +266,27 @@ _ERRORS: Final = (
         http_status=429,
         retry="no",
         meaning="more than `max_subscriptions_per_connection` (WebSocket only)",
+    ),
+    ErrorCode(
+        code=TOO_MANY_DRAFTS,
+        http_status=429,
+        retry="later",
+        meaning="the transcript has `max_drafts_per_transcript` open drafts already; the "
+        "draft was not opened (retry once one of them is committed, cancelled or expired)",
+    ),
+    ErrorCode(
+        code=DRAFT_TOO_LARGE,
+        http_status=413,
+        retry="no",
+        meaning="a draft's text would pass `max_message_bytes` (UTF-8 bytes); the update was "
+        "not applied and the draft stays as it was",
+    ),
+    ErrorCode(
+        code=DRAFT_CLOSED,
+        http_status=409,
+        retry="no",
+        meaning="the draft was committed, cancelled or expired: it takes no more updates "
+        "(write a new draft under another `draftId`)",
     ),
     ErrorCode(
         code=UNAVAILABLE,

@@ -42,6 +42,10 @@ Updates, in the order the frames caused them::
     ``FramesLost``              ``seq`` skipped frames: every subscription resubscribed, and
                                 answers to the driver's own ops may be lost too
     ``Synced``                  the server has handled every op sent before the latest barrier
+    ``DraftUpdated``            a draft's text grew (``delta``) or was replaced (``text``);
+                                the first one opens the draft (``protocol.drafts``)
+    ``DraftClosed``             a draft ended: ``final`` right after the update that put its
+                                message into the copy, ``cancelled``, ``expired``, ``gone``
     ==========================  ==============================================================
 
 The barrier: after the subscribe ops that one input caused, the consumer
@@ -69,6 +73,7 @@ from protocol.continuity import (
     SeqVerdict,
     Stop,
 )
+from protocol.drafts import GONE, ClosedAs, DraftClosed, DraftCopy, DraftUpdated
 from protocol.errors import InvalidFrame
 from protocol.state import InvalidChange, InvalidSnapshot, TranscriptState
 from protocol.types import TranscriptEvent, TranscriptSnapshot
@@ -78,6 +83,7 @@ from protocol.wire import (
     Ack,
     Baseline,
     ClientOp,
+    DraftFrame,
     ErrorFrame,
     Increment,
     Ping,
@@ -94,6 +100,8 @@ __all__ = [
     "Answered",
     "Applied",
     "Consumer",
+    "DraftClosed",
+    "DraftUpdated",
     "ErrorReceived",
     "FramesLost",
     "InvalidFrameReceived",
@@ -212,6 +220,8 @@ Update: TypeAlias = (
     | InvalidFrameReceived
     | FramesLost
     | Synced
+    | DraftUpdated
+    | DraftClosed
 )
 
 
@@ -232,14 +242,22 @@ class Subscription:
     input and returns the update it causes, or ``None``. ``Consumer`` drives
     these for a connection; a driver with events from elsewhere (the
     backplane reads a store) may drive one directly.
+
+    ``drafts`` are the transcript's open drafts (``protocol.drafts``), by id:
+    ``on_draft`` takes their frames; ``settle_drafts`` closes those whose
+    commit the copy holds now (the driver calls it after ``Replaced``, and
+    after ``Applied`` while ``finals`` is not 0).
     """
 
     __slots__ = (
+        "_drafts_epoch",
         "_keep",
         "_last_epoch",
         "barrier",
         "continuity",
         "copy",
+        "drafts",
+        "finals",
         "transcript_id",
         "window",
     )
@@ -255,6 +273,10 @@ class Subscription:
         self.barrier = 0
         self._keep = keep_messages
         self._last_epoch: str | None = None
+        #: The open drafts, by id, and how many of them wait for their commit.
+        self.drafts: dict[str, DraftCopy] = {}
+        self.finals = 0
+        self._drafts_epoch: str | None = None
 
     @classmethod
     def following(cls, state: TranscriptState) -> Subscription:
@@ -336,6 +358,62 @@ class Subscription:
             return Stopped(self.transcript_id, decision.code, decision.reason)
         return ErrorReceived(frame)
 
+    def on_draft(self, frame: DraftFrame) -> DraftUpdated | DraftClosed | None:
+        """Take a draft frame (see ``protocol.drafts`` for the rules)."""
+        draft = self.drafts.get(frame.draft_id)
+        state = frame.state
+        if state == "open":
+            if draft is None:
+                if frame.text is None and frame.n != 1:
+                    return None  # its start was missed: wait for a text
+                if not self.drafts and self.copy is not None:
+                    self._drafts_epoch = self.copy.epoch
+                draft = self.drafts[frame.draft_id] = DraftCopy(frame.draft_id, frame.role)
+            if draft.final_revision is not None or not draft.take(frame):
+                return None
+            return DraftUpdated(
+                self.transcript_id, draft.draft_id, draft.role, frame.n, frame.delta, frame.text
+            )
+        if draft is None:
+            return None
+        if state != "final":
+            return self._close(draft, state, None)
+        revision = frame.revision
+        assert revision is not None  # accept_transcript_update checked the shape
+        copy = self.copy
+        if copy is not None and copy.revision >= revision:
+            return self._close(draft, "final", revision)
+        # Its message is not in the copy yet: close it when it is.
+        if draft.final_revision is None:
+            self.finals += 1
+        draft.final_revision = revision
+        return None
+
+    def settle_drafts(self) -> list[DraftClosed]:
+        """Close the drafts the copy holds the commit of now, and every draft
+        when the copy is of another epoch than they were opened in."""
+        copy = self.copy
+        if copy is None or not self.drafts:
+            return []
+        if self._drafts_epoch is not None and copy.epoch != self._drafts_epoch:
+            return [self._close(draft, GONE, None) for draft in list(self.drafts.values())]
+        if not self.finals:
+            return []
+        revision = copy.revision
+        return [
+            self._close(draft, "final", draft.final_revision)
+            for draft in list(self.drafts.values())
+            if draft.final_revision is not None and draft.final_revision <= revision
+        ]
+
+    def _close(self, draft: DraftCopy, state: ClosedAs, revision: int | None) -> DraftClosed:
+        del self.drafts[draft.draft_id]
+        if draft.final_revision is not None:
+            self.finals -= 1
+        return DraftClosed(
+            self.transcript_id, draft.draft_id, draft.role, state, revision, draft.text
+        )
+
     def on_seq_gap(self) -> Resubscribed:
         return self._resubscribed(self.continuity.on_seq_gap())
 
@@ -346,13 +424,25 @@ class Subscription:
         self.continuity.on_connection_lost()
         self.barrier = 0
 
-    def on_resubscribe_answered(self) -> None:
+    def on_resubscribe_answered(self) -> list[DraftClosed]:
+        """The resubscribe was answered; the drafts no ``text`` refreshed
+        since are no longer open on the server: they close as ``gone``
+        (those waiting for their commit go on waiting)."""
         self.barrier = 0
         self.continuity.on_resubscribe_answered()
+        if not self.drafts:
+            return []
+        return [
+            self._close(draft, GONE, None)
+            for draft in list(self.drafts.values())
+            if draft.stale and draft.final_revision is None
+        ]
 
     # --- internals ---------------------------------------------------------------------
 
     def _resubscribed(self, decision: Resubscribe) -> Resubscribed:
+        for draft in self.drafts.values():
+            draft.stale = True  # until the answer's text says the server still has it
         if decision.from_revision is None:
             self.copy = None
         return Resubscribed(
@@ -503,12 +593,24 @@ class Consumer:
                 update = subscription.on_event(frame.event)
                 if type(update) is Applied:  # the hot path
                     self._updates.append(update)
+                    if subscription.finals:
+                        # A committed draft closes right behind its message.
+                        self._updates.extend(subscription.settle_drafts())
                 else:
                     self._take(subscription, update)
+        elif isinstance(frame, DraftFrame):
+            subscription = subscriptions.get(frame.transcript_id)
+            if subscription is not None:
+                draft_update = subscription.on_draft(frame)
+                if draft_update is not None:
+                    self._updates.append(draft_update)
         elif isinstance(frame, Baseline):
             subscription = subscriptions.get(frame.snapshot.transcript_id)
             if subscription is not None:
-                self._take(subscription, subscription.on_baseline(frame.snapshot))
+                answer = subscription.on_baseline(frame.snapshot)
+                self._take(subscription, answer)
+                if isinstance(answer, Replaced):
+                    self._updates.extend(subscription.settle_drafts())
         elif isinstance(frame, Pong):
             ref = frame.ref
             number = _barrier_number(ref)
@@ -569,6 +671,8 @@ class Consumer:
 
     def _queue_subscribe(self, subscription: Subscription, op: Subscribe) -> None:
         self._ops.append(op)
+        # An earlier barrier's pong does not answer this subscribe: the next one does.
+        subscription.barrier = 0
         self._unmarked[subscription] = None
 
     def _flush_barrier(self) -> None:
@@ -584,7 +688,7 @@ class Consumer:
     def _on_barrier(self, number: int) -> None:
         for subscription in self.subscriptions.values():
             if 0 < subscription.barrier <= number:
-                subscription.on_resubscribe_answered()
+                self._updates.extend(subscription.on_resubscribe_answered())
         if number == self._barrier:
             self._updates.append(Synced(number))
 

@@ -11,7 +11,7 @@ A credential is a ``Grant``::
     read    patterns of the transcript ids it may read: subscribe, snapshot,
             events, chat, export
     write   patterns of the ids it may write: append, start a segment, set
-            or leave a View (and, later, drafts). Writing does not include reading: a token that
+            or leave a View, write drafts. Writing does not include reading: a token that
             does both lists both.
 
 A pattern is a transcript id in which ``*`` stands for any run of characters
@@ -127,6 +127,7 @@ OPS: Final[Mapping[str, Rule]] = {
     "startSegment": Rule(need=WRITE),
     "setView": Rule(need=WRITE),
     "leaveView": Rule(need=WRITE),
+    "draft": Rule(need=WRITE, note="its frames go to every subscriber, who needs read"),
     "ping": Rule(need=CREDENTIALS),
     "auth": Rule(
         need=PUBLIC,

@@ -13,18 +13,24 @@ encoding the whole ``Increment`` would.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, TypeAlias
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
 from msgspec import Meta, Struct
 
 from protocol import codes
 from protocol.errors import InvalidFrame
-from protocol.limits import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_REF_LENGTH, MAX_TOKEN_LENGTH
+from protocol.limits import (
+    ID_PATTERN,
+    MAX_IDEMPOTENCY_KEY_LENGTH,
+    MAX_REF_LENGTH,
+    MAX_TOKEN_LENGTH,
+)
 from protocol.state import InvalidChange, InvalidSnapshot, check_baseline, check_event
 from protocol.types import (
     NonNegative,
     Positive,
+    Role,
     TranscriptEvent,
     TranscriptId,
     TranscriptSnapshot,
@@ -40,6 +46,13 @@ Ref: TypeAlias = Annotated[str, Meta(max_length=MAX_REF_LENGTH)] | int | None
 IdempotencyKey: TypeAlias = Annotated[
     str, Meta(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH)
 ]
+#: A draft's id, chosen by its writer: unique among the transcript's drafts
+#: (the same characters as a transcript id).
+DraftId: TypeAlias = Annotated[str, Meta(pattern=ID_PATTERN + r"(?!\n)")]
+#: Where a draft is: ``open`` (being written), or closed: ``final`` (committed
+#: as the message of revision ``revision``), ``cancelled`` (by its writer) or
+#: ``expired`` (no update for ``draft_ttl_s``, or its replica went away).
+DraftState: TypeAlias = Literal["open", "final", "cancelled", "expired"]
 
 # Error codes (contract section 3), named here too for the code that knows them
 # as ``wire.LAGGED``; their meanings, statuses and close codes are in
@@ -57,6 +70,9 @@ UNAUTHORIZED: Final = codes.UNAUTHORIZED
 FORBIDDEN: Final = codes.FORBIDDEN
 RATE_LIMITED: Final = codes.RATE_LIMITED
 TOO_MANY_SUBSCRIPTIONS: Final = codes.TOO_MANY_SUBSCRIPTIONS
+TOO_MANY_DRAFTS: Final = codes.TOO_MANY_DRAFTS
+DRAFT_TOO_LARGE: Final = codes.DRAFT_TOO_LARGE
+DRAFT_CLOSED: Final = codes.DRAFT_CLOSED
 UNAVAILABLE: Final = codes.UNAVAILABLE
 INTERNAL: Final = codes.INTERNAL
 INVALID_JSON: Final = codes.INVALID_JSON
@@ -92,13 +108,17 @@ class Unsubscribe(
 
 class Append(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="append"):
     """Append a batch. ``messages`` stays plain data here and is validated by
-    ``protocol.validation.parse_messages`` so that errors name the message path."""
+    ``protocol.validation.parse_messages`` so that errors name the message path.
+
+    ``draft_id``: the batch commits that draft: it closes (subscribers get
+    its ``final`` frame right behind the increment) in the same step."""
 
     transcript_id: TranscriptId
     messages: list[Any]
     expected_revision: NonNegative | None = None
     idempotency_key: IdempotencyKey | None = None
     ref: Ref = None
+    draft_id: DraftId | None = None
 
 
 class StartSegment(
@@ -133,6 +153,28 @@ class LeaveView(
     ref: Ref = None
 
 
+class Draft(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="draft"):
+    """Write a draft: a message being written, shared live with every
+    subscriber and never part of the transcript's history.
+
+    The first op for a ``draft_id`` opens it (``role`` defaults to
+    ``assistant``; later ops keep the role it was opened with). ``delta``
+    appends text, ``text`` replaces the whole text, ``cancel`` drops the
+    draft; an op with none of them only keeps the draft alive. At most one
+    of the three. Answered with ``ack {draftId, n}`` only when the op
+    carries a ``ref``; refusals are ``error`` frames whatever the op
+    carries. An ``append`` with ``draftId`` commits it.
+    """
+
+    transcript_id: TranscriptId
+    draft_id: DraftId
+    role: Role | None = None
+    delta: str | None = None
+    text: str | None = None
+    cancel: bool = False
+    ref: Ref = None
+
+
 class Ping(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="ping"):
     ref: Ref = None
 
@@ -151,7 +193,7 @@ class Auth(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="o
 
 
 ClientOp: TypeAlias = (
-    Subscribe | Unsubscribe | Append | StartSegment | SetView | LeaveView | Ping | Auth
+    Subscribe | Unsubscribe | Append | StartSegment | SetView | LeaveView | Draft | Ping | Auth
 )
 
 #: Every op name a client may send (for error messages: "unknown op").
@@ -162,6 +204,7 @@ OP_NAMES: Final = (
     "startSegment",
     "setView",
     "leaveView",
+    "draft",
     "ping",
     "auth",
 )
@@ -189,7 +232,9 @@ class Increment(
 
 class Ack(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type", tag="ack"):
     """The answer to ``append`` (``start``/``count`` set), ``startSegment``,
-    ``setView`` or ``leaveView``.
+    ``setView``, ``leaveView`` or ``draft`` (``draft_id`` and ``n`` set:
+    the number of the draft's latest update; ``revision`` is the
+    transcript's, which a draft never changes).
 
     ``duplicate`` is true when an idempotency key matched an earlier append and
     this ack repeats the first one.
@@ -202,6 +247,8 @@ class Ack(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="ty
     start: NonNegative | None = None
     count: NonNegative | None = None
     duplicate: bool = False
+    draft_id: str | None = None
+    n: NonNegative | None = None
 
 
 class Pong(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type", tag="pong"):
@@ -226,7 +273,31 @@ class ErrorFrame(
     revision: NonNegative | None = None
 
 
-ServerFrame: TypeAlias = Baseline | Increment | Ack | Pong | ErrorFrame
+class DraftFrame(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type", tag="draft"
+):
+    """One update of a draft of a subscribed transcript.
+
+    ``n`` numbers the draft's updates 1, 2, 3, ... An open draft's frame
+    carries ``delta`` (append it: it is update ``n``, and applies only to
+    the text of update ``n`` - 1) or ``text`` (the whole text as of update
+    ``n``). A closed one (``state`` not ``open``) carries neither; ``final``
+    carries the ``revision`` whose messages replaced it. Drafts never change
+    the transcript's revision.
+    """
+
+    seq: Positive
+    transcript_id: TranscriptId
+    draft_id: DraftId
+    role: Role
+    n: NonNegative
+    delta: str | None = None
+    text: str | None = None
+    state: DraftState = "open"
+    revision: NonNegative | None = None
+
+
+ServerFrame: TypeAlias = Baseline | Increment | Ack | Pong | ErrorFrame | DraftFrame
 
 # --- codecs ----------------------------------------------------------------------
 
@@ -282,9 +353,34 @@ def accept_transcript_update(data: bytes | str) -> ServerFrame:
             check_event(frame.event)
         elif isinstance(frame, Baseline):
             check_baseline(frame.snapshot)
+        elif isinstance(frame, DraftFrame):
+            check_draft_frame(frame)
     except (InvalidChange, InvalidSnapshot) as exc:
         raise InvalidFrame(str(exc)) from None
     return frame
+
+
+def check_draft_frame(frame: DraftFrame) -> None:
+    """Raise ``InvalidFrame`` unless the draft frame is one of its shapes:
+    an open draft's update (``n`` >= 1 and exactly one of ``delta`` and
+    ``text``), or a close (neither; ``revision`` with ``final`` only)."""
+    if frame.state == "open":
+        if frame.n < 1 or (frame.delta is None) == (frame.text is None):
+            raise InvalidFrame("an open draft's frame has n >= 1 and one of delta and text")
+        if frame.revision is not None:
+            raise InvalidFrame("only a final draft frame carries a revision")
+        return
+    if frame.delta is not None or frame.text is not None:
+        raise InvalidFrame(f"a {frame.state} draft frame carries no delta or text")
+    if (frame.revision is None) == (frame.state == "final"):
+        raise InvalidFrame("a final draft frame carries the revision, no other close does")
+
+
+def check_draft_op(op: Draft) -> None:
+    """Raise ``InvalidFrame`` when a ``draft`` op carries more than one of
+    ``delta``, ``text`` and ``cancel``."""
+    if (op.delta is not None) + (op.text is not None) + op.cancel > 1:
+        raise InvalidFrame("a draft op carries at most one of delta, text and cancel")
 
 
 def decode_client_op(data: bytes | str) -> ClientOp:
@@ -297,6 +393,8 @@ def decode_client_op(data: bytes | str) -> ClientOp:
         raise InvalidFrame(str(exc)) from None
     except (ValueError, TypeError, RecursionError, OverflowError) as exc:
         raise InvalidFrame(f"undecodable frame: {exc}") from None
+    if isinstance(op, Draft):
+        check_draft_op(op)
     return op
 
 

@@ -14,6 +14,13 @@ nothing on disk and never applies back-pressure, so it measures what the
 ``seq`` among the subscribers (once in total when they all subscribed before
 the first append, as the harness does) and each group gets one broadcast.
 
+Drafts (``tsync bench stream``) are broadcast per token: each ``draft`` op's
+``delta`` (or ``text``) goes to every subscriber as its own ``draft`` frame,
+numbered ``n`` = 1, 2, ... per draft, with no merging for slow readers and no
+catch-up for late joiners; an ``append`` with ``draftId`` sends the draft's
+``final`` frame right after its increment. This is what a pub/sub server
+that carries each token as a message costs.
+
 Transcripts are created on first use; ``GET /healthz`` says so
 (``createsOnUse``) so the harness skips creating them over HTTP.
 
@@ -49,6 +56,11 @@ class Op(msgspec.Struct):
     epoch: str | None = None
     ref: str | int | None = None
     messages: list[msgspec.Raw] = []
+    draftId: str | None = None
+    role: str | None = None
+    delta: str | None = None
+    text: str | None = None
+    cancel: bool = False
 
 
 _decode_op = msgspec.json.Decoder(Op).decode
@@ -65,6 +77,7 @@ class Stream:
         self.messages: list[msgspec.Raw] = []
         self.events: list[bytes] = []  # the event JSON of revision i + 1
         self.subscribers: set[ServerConnection] = set()
+        self.drafts: dict[str, tuple[bytes, int]] = {}  # draft id -> (role JSON, last n)
 
     @property
     def revision(self) -> int:
@@ -185,11 +198,60 @@ class Baseline:
             )
             await conn.send(self.frame(conn, b'{"type":"ack","seq":', ack), text=True)
             self.fan_out(stream, event)
+            if op.draftId is not None and op.draftId in stream.drafts:
+                role, n = stream.drafts.pop(op.draftId)
+                self._broadcast(
+                    stream,
+                    b'{"type":"draft","seq":',
+                    self._draft_body(stream, op.draftId, role, n)
+                    + b',"state":"final","revision":'
+                    + str(stream.revision).encode()
+                    + b"}",
+                )
+        elif op.op == "draft" and op.draftId is not None:
+            self.draft(stream=self.stream(op.transcriptId), op=op)
+            if op.ref is not None:
+                body = b',"transcriptId":' + self.stream(op.transcriptId).id_json + ref + b"}"
+                await conn.send(self.frame(conn, b'{"type":"ack","seq":', body), text=True)
         elif op.op == "ping":
             await conn.send(self.frame(conn, b'{"type":"pong","seq":', ref + b"}"), text=True)
         else:
             body = b',"code":"invalid-frame","message":"unknown op"' + ref + b"}"
             await conn.send(self.frame(conn, b'{"type":"error","seq":', body), text=True)
+
+    @staticmethod
+    def _draft_body(stream: Stream, draft_id: str, role: bytes, n: int) -> bytes:
+        return b"".join(
+            (
+                b',"transcriptId":',
+                stream.id_json,
+                b',"draftId":',
+                _encode(draft_id),
+                b',"role":',
+                role,
+                b',"n":',
+                str(n).encode(),
+            )
+        )
+
+    def draft(self, stream: Stream, op: Op) -> None:
+        """One token (or text, or cancel) to every subscriber as its own frame."""
+        assert op.draftId is not None
+        role, n = stream.drafts.get(op.draftId, (_encode(op.role or "assistant"), 0))
+        if op.cancel:
+            stream.drafts.pop(op.draftId, None)
+            tail = b',"state":"cancelled"}'
+        elif op.delta is not None or op.text is not None:
+            n += 1
+            stream.drafts[op.draftId] = (role, n)
+            field = b',"delta":' if op.delta is not None else b',"text":'
+            tail = field + _encode(op.delta if op.delta is not None else op.text) + b"}"
+        else:
+            stream.drafts[op.draftId] = (role, n)
+            return
+        self._broadcast(
+            stream, b'{"type":"draft","seq":', self._draft_body(stream, op.draftId, role, n) + tail
+        )
 
     def fan_out(self, stream: Stream, event: bytes) -> None:
         """One pre-encoded frame per distinct next seq, one broadcast per group."""
@@ -197,9 +259,9 @@ class Baseline:
         if self.fault != "none" and stream.revision % FAULT_EVERY == 0:
             copies = 0 if self.fault == "drop" else 2
         for _ in range(copies):
-            self._broadcast(stream, event)
+            self._broadcast(stream, b'{"type":"increment","seq":', b',"event":' + event + b"}")
 
-    def _broadcast(self, stream: Stream, event: bytes) -> None:
+    def _broadcast(self, stream: Stream, head: bytes, tail: bytes) -> None:
         groups: dict[int, list[ServerConnection]] = {}
         seqs = self.seq
         for conn in stream.subscribers:
@@ -207,9 +269,8 @@ class Baseline:
             if seq is not None:
                 seqs[conn] = seq + 1
                 groups.setdefault(seq + 1, []).append(conn)
-        tail = b',"event":' + event + b"}"
         for seq, conns in groups.items():
-            frame = b"".join((b'{"type":"increment","seq":', str(seq).encode(), tail))
+            frame = b"".join((head, str(seq).encode(), tail))
             broadcast(conns, frame, text=True)
 
 

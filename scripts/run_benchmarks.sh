@@ -6,6 +6,7 @@
 #   scripts/run_benchmarks.sh                 # everything, 3 runs each
 #   RUNS=1 STORES=sqlite ONLY=fanout500 scripts/run_benchmarks.sh
 #   scripts/run_benchmarks.sh issue15         # the table of issue 15 (below)
+#   scripts/run_benchmarks.sh drafts          # the table of issue 17 (below)
 #
 # `issue15` measures the server, not the generator: the server and the
 # baseline are pinned to SERVER_CPUS (default 0), the generator and its
@@ -19,6 +20,14 @@
 # on 2 cores they share); `replicas` (1,000 x 50/s with the subscribers on
 # replica B and the writer on replica A, over one Redis and over a
 # three-master Redis Cluster: the cross-replica p99 of each).
+#
+# `drafts` (issue 17) pins like `issue15` and runs `tsync bench stream`: 500
+# subscribers, one writer streaming drafts of 50 tokens at 50 tokens/s for
+# 10 s (stream500), and the same with one subscriber that stops reading for
+# 5 s (stream500pause); the baseline sends each token to every subscriber as
+# its own frame. Its rows: delivered tokens/s, token latency p50/p99 beside
+# the commits' p99, server CPU per delivered token, and the paused reader's
+# backlog frames (one text frame per draft is the target).
 #
 # Results: one JSON per run in $OUT (default /tmp/bench-results); then
 #   python scripts/bench_summary.py $OUT      # medians and ranges as Markdown
@@ -37,6 +46,12 @@ if [ "$MODE" = issue15 ]; then
   SERVER_CPUS="${SERVER_CPUS-0}"
   CLIENT_CPUS="${CLIENT_CPUS-1}"
   CHECK="${CHECK:-fast}"
+elif [ "$MODE" = drafts ]; then
+  STORES="${STORES:-sqlite}"
+  ONLY="${ONLY:-stream500 stream500pause}"
+  SERVER_CPUS="${SERVER_CPUS-0}"
+  CLIENT_CPUS="${CLIENT_CPUS-1}"
+  CHECK="${CHECK:-fast}"
 elif [ "$MODE" = all ]; then
   STORES="${STORES:-sqlite redis}"
   ONLY="${ONLY:-}"
@@ -44,7 +59,7 @@ elif [ "$MODE" = all ]; then
   CLIENT_CPUS="${CLIENT_CPUS-}"
   CHECK="${CHECK:-full}"
 else
-  echo "usage: $0 [all|issue15]" >&2
+  echo "usage: $0 [all|issue15|drafts]" >&2
   exit 2
 fi
 WORKERS_CPUS="${WORKERS_CPUS-0-$(($(nproc) - 1))}"
@@ -238,6 +253,16 @@ for store in $STORES; do
     if wanted idle; then
       start_servers "$store"
       bench idle "$store" "$run" idle --subscribers 2000
+      stop_servers
+    fi
+    if wanted stream500; then
+      start_servers "$store"
+      bench stream500 "$store" "$run" stream --subscribers 500 --writers 1 --rate 50 --tokens 50 --duration 10
+      stop_servers
+    fi
+    if wanted stream500pause; then
+      start_servers "$store"
+      bench stream500pause "$store" "$run" stream --subscribers 500 --writers 1 --rate 50 --tokens 50 --duration 10 --pause-one 5
       stop_servers
     fi
   done

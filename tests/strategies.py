@@ -42,6 +42,8 @@ from protocol.wire import (
     Append,
     Baseline,
     ClientOp,
+    Draft,
+    DraftFrame,
     ErrorFrame,
     Increment,
     Ping,
@@ -58,6 +60,7 @@ __all__ = [
     "changes",
     "client_ops",
     "content_parts",
+    "draft_frames",
     "epochs",
     "error_frames",
     "events",
@@ -288,11 +291,45 @@ def client_ops() -> st.SearchStrategy[ClientOp]:
             expected_revision=st.none() | _SMALL,
             idempotency_key=st.none() | st.text(min_size=1, max_size=200),
             ref=refs(),
+            draft_id=st.none() | transcript_ids(),
         ),
         st.builds(
             StartSegment, transcript_id=transcript_ids(), start=st.none() | _SMALL, ref=refs()
         ),
         st.builds(Ping, ref=refs()),
+        _draft_ops(),
+    )
+
+
+@st.composite
+def _draft_ops(draw: st.DrawFn) -> Draft:
+    what = draw(st.sampled_from(["delta", "text", "cancel", "nothing"]))
+    return Draft(
+        transcript_id=draw(transcript_ids()),
+        draft_id=draw(transcript_ids()),
+        role=draw(st.none() | st.sampled_from(["assistant", "user", "tool"])),
+        delta=draw(_TEXT) if what == "delta" else None,
+        text=draw(_TEXT) if what == "text" else None,
+        cancel=what == "cancel",
+        ref=draw(refs()),
+    )
+
+
+@st.composite
+def draft_frames(draw: st.DrawFn) -> DraftFrame:
+    """Every shape of a draft frame: an open one's delta or text, or a close."""
+    state = draw(st.sampled_from(["open", "open", "final", "cancelled", "expired"]))
+    body = draw(st.sampled_from(["delta", "text"]))
+    return DraftFrame(
+        seq=draw(seqs()),
+        transcript_id=draw(transcript_ids()),
+        draft_id=draw(transcript_ids()),
+        role=draw(st.sampled_from(["assistant", "user"])),
+        n=draw(st.integers(1, 10_000)) if state == "open" else draw(_SMALL),
+        delta=draw(_TEXT) if state == "open" and body == "delta" else None,
+        text=draw(_TEXT) if state == "open" and body == "text" else None,
+        state=state,
+        revision=draw(_SMALL) if state == "final" else None,
     )
 
 
@@ -328,6 +365,8 @@ def acks() -> st.SearchStrategy[Ack]:
         start=st.none() | _SMALL,
         count=st.none() | _SMALL,
         duplicate=st.booleans(),
+        draft_id=st.none() | transcript_ids(),
+        n=st.none() | _SMALL,
     )
 
 
@@ -342,4 +381,4 @@ def transcript_updates() -> st.SearchStrategy[Baseline | Increment | ErrorFrame]
 
 def server_frames() -> st.SearchStrategy[ServerFrame]:
     """Every server frame type."""
-    return st.one_of(baselines(), increments(), error_frames(), acks(), pongs())
+    return st.one_of(baselines(), increments(), error_frames(), acks(), pongs(), draft_frames())

@@ -45,7 +45,7 @@ def register(commands: Any) -> None:
     """Add the ``bench`` subcommand to ``tsync``'s subparsers."""
     parser = commands.add_parser(
         "bench",
-        help="load-test a server (fanout, chatroom, catchup, idle, slow)",
+        help="load-test a server (fanout, chatroom, catchup, idle, slow, stream)",
         description="Load-test a transcript-sync server and check every frame's continuity. "
         "Exits 1 if the server drops, repeats or reorders anything.",
     )
@@ -78,6 +78,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     span.add_argument("--duration", type=float, help="seconds of appending")
     span.add_argument("--count", type=int, help="appends in total (over all writers)")
     parser.add_argument("--size", type=int, default=200, help="bytes per message (default 200)")
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        default=50,
+        help="stream: tokens per draft (default 50); --rate is tokens/s per writer, "
+        "--count drafts in total",
+    )
+    parser.add_argument(
+        "--pause-one",
+        type=float,
+        metavar="S",
+        help="stream: one subscriber stops reading for S seconds after its first token, then "
+        "reads again; the run reports the frames of its backlog (one text frame per draft "
+        "when the server merges what it could not send)",
+    )
     parser.add_argument("--procs", type=int, default=1, help="processes to spread subscribers over")
     parser.add_argument(
         "--slow-share",
@@ -161,6 +176,8 @@ def workload_from(args: argparse.Namespace) -> Workload:
         window=args.window,
         drain_timeout=args.drain_timeout,
         fast=args.fast,
+        tokens=args.tokens,
+        pause_one=args.pause_one,
     )
 
 

@@ -17,7 +17,10 @@ carries, each kept as raw bytes) and checks what a consumer relies on:
   counted.
 
 Latency comes from the writer's timestamp, found in each message's raw bytes
-(``"t":<ns>``) without decoding it. Pure: bytes in, ops out.
+(``"t":<ns>``) without decoding it. Draft frames go to a
+``client_py.bench.draftcheck.DraftCheck``, and so does the content of each
+message that committed a draft (``metadata.d``, the only messages decoded).
+Pure: bytes in, ops out.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 if TYPE_CHECKING:
+    from client_py.bench.draftcheck import DraftCheck
     from client_py.bench.subscriber import GroupStats
 
 __all__ = ["FastCheck"]
 
 _SENT: Final = re.compile(rb'"t":(\d+)')
+_DRAFT_ID: Final = re.compile(rb'"d":"')
 
 
 class _Change(msgspec.Struct):
@@ -65,9 +70,23 @@ class _Frame(msgspec.Struct, rename="camel"):
     snapshot: _Snapshot | None = None
     code: str | None = None
     transcript_id: str | None = None
+    # A draft frame's:
+    draft_id: str = ""
+    n: int = 0
+    delta: str | None = None
+    text: str | None = None
+    state: str = "open"
+
+
+class _Committed(msgspec.Struct):
+    """A message that committed a draft: its content and ``metadata.d``."""
+
+    content: object = None
+    metadata: dict[str, object] = {}
 
 
 _decode = msgspec.json.Decoder(_Frame).decode
+_decode_committed = msgspec.json.Decoder(_Committed).decode
 _encode = msgspec.json.encode
 
 
@@ -80,9 +99,12 @@ def sent_ns(raw: bytes | msgspec.Raw) -> int | None:
 class FastCheck:
     """One subscription's checks on the fast path; counts go into ``stats``."""
 
-    def __init__(self, transcript_id: str, stats: GroupStats) -> None:
+    def __init__(
+        self, transcript_id: str, stats: GroupStats, drafts: DraftCheck | None = None
+    ) -> None:
         self.transcript_id = transcript_id
         self.stats = stats
+        self.drafts = drafts
         self.revision: int | None = None
         self.epoch: str | None = None
         self.length = 0
@@ -142,6 +164,13 @@ class FastCheck:
                     if snapshot.length is not None
                     else snapshot.start + len(snapshot.messages)
                 )
+            elif kind == "draft" and self.drafts is not None:
+                if frame.transcript_id != self.transcript_id:
+                    stats.foreign += 1
+                    continue
+                self.drafts.frame(
+                    frame.draft_id, frame.n, frame.delta, frame.text, frame.state, now_ns
+                )
             elif kind == "error":
                 if frame.code == "lagged":
                     stats.lagged += 1
@@ -149,6 +178,16 @@ class FastCheck:
                 else:
                     stats.errors += 1
         return resubscribe, baselines
+
+    def _committed(self, raw: msgspec.Raw) -> None:
+        assert self.drafts is not None
+        try:
+            message = _decode_committed(raw)
+        except msgspec.DecodeError:
+            return
+        draft_id = message.metadata.get("d")
+        if isinstance(draft_id, str) and isinstance(message.content, str):
+            self.drafts.committed(draft_id, message.content)
 
     def _increment(self, event: _Event, now_ns: int) -> bool:
         """Apply one increment's envelope; True when it calls for a resubscribe."""
@@ -175,6 +214,8 @@ class FastCheck:
                 if sent is not None:
                     stats.latency.record_ns(now_ns - sent)
                     stats.messages += 1
+                if self.drafts is not None and _DRAFT_ID.search(memoryview(raw)):
+                    self._committed(raw)
         stats.delivered += 1
         stats.last_apply_ns = now_ns
         return False

@@ -5,7 +5,10 @@ subscriber must have seen each event exactly once, in order, on a gap-free
 connection, up to the final revision; writers must get an ack for every
 append. The only exception is the stopped share of the ``slow`` scenario,
 which is expected to be ``lagged`` (and may be re-baselined or dropped) but
-must still catch up without a gap or a repeat.
+must still catch up without a gap or a repeat. In the ``stream`` scenario
+every subscriber (the one that paused too) must also have got every token,
+closed every draft with its message, and seen each draft's text equal to the
+message that committed it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ ON_TIME_ZERO = (
 #: ... and for the subscribers that stopped reading (slow scenario).
 STOPPED_ZERO = ("gaps", "seq_gaps", "repeats", "foreign", "invalid", "stops", "incomplete")
 WRITER_ZERO = ("errors", "invalid", "seq_gaps", "disconnects")
+#: Draft counters that must stay at zero for every subscriber (stream).
+DRAFT_ZERO = ("draft_mismatches", "drafts_unclosed", "drafts_dropped")
 
 
 def judge(run: dict[str, Any], scenario: str) -> list[str]:
@@ -65,10 +70,34 @@ def judge(run: dict[str, Any], scenario: str) -> list[str]:
         )
     for sample in writers.get("error_samples", []):
         failures.append(f"writer error: {sample}")
+    if scenario == "stream":
+        failures += _judge_drafts(run, groups)
     catchup = run.get("catchup")
     if catchup and catchup.get("baselines_on_resume"):
         failures.append(
             f"resume sent {catchup['baselines_on_resume']} baselines instead of increments"
+        )
+    return failures
+
+
+def _judge_drafts(run: dict[str, Any], groups: dict[str, dict[str, Any]]) -> list[str]:
+    failures: list[str] = []
+    drafts = run.get("drafts", {})
+    committed = drafts.get("drafts", 0)
+    for name, group in groups.items():
+        for counter in DRAFT_ZERO:
+            if group.get(counter, 0):
+                failures.append(f"{name} subscribers: {counter} = {group[counter]}")
+        owed = group.get("subscribers", 0) * committed
+        if group.get("drafts_final", 0) != owed:
+            failures.append(
+                f"{name} subscribers closed {group.get('drafts_final', 0)} drafts with their "
+                f"message, expected {owed}"
+            )
+    if drafts.get("tokens_delivered") != drafts.get("tokens_expected"):
+        failures.append(
+            f"subscribers got {drafts.get('tokens_delivered')} tokens, "
+            f"expected {drafts.get('tokens_expected')}"
         )
     return failures
 
@@ -97,6 +126,14 @@ METRICS: tuple[tuple[str, str, str, bool], ...] = (
     ("server CPU share", "server_cpu.cpu_share", "cores", False),
     ("server RSS peak", "server_cpu.rss_mb_peak", "MB", False),
     ("generator CPU", "generator_cpu.cores", "cores", False),
+    ("delivered tokens/s", "drafts.tokens_per_s", "/s", True),
+    ("token latency p50", "drafts.token_latency_ms.p50", "ms", False),
+    ("token latency p99", "drafts.token_latency_ms.p99", "ms", False),
+    ("commit (increment) latency p99", "drafts.commit_latency_ms.p99", "ms", False),
+    ("token p99 / commit p99", "drafts.token_p99_over_commit_p99", "", False),
+    ("server CPU per delivered token", "drafts.cpu_us_per_token", "µs", False),
+    ("paused: frames of the backlog", "drafts.paused.backlog_frames", "", False),
+    ("paused: text frames of them", "drafts.paused.backlog_text_frames", "", False),
     ("resume (catch up) p50", "catchup.resume_ms.p50", "ms", False),
     ("frames per resume", "catchup.frames_per_resume", "", False),
     ("bytes per resume", "catchup.bytes_per_resume", "B", False),
@@ -138,6 +175,18 @@ def markdown(result: dict[str, Any]) -> str:
     )
     if result["scenario"] == "idle":
         shape = f"{w['subscribers']} idle connections over {w['procs']} process(es)."
+    elif result["scenario"] == "stream":
+        span = f"{w['duration']:g} s" if w.get("duration") else f"{w.get('count')} drafts"
+        shape = (
+            f"{w['subscribers']} subscribers over {w['procs']} process(es), {w['writers']} "
+            f"writer(s) streaming drafts of {w['tokens']} tokens at {w['rate']:g} tokens/s "
+            f"each, {w['transcripts']} transcript(s), {span}"
+            + (
+                f"; one subscriber stops reading for {w['pause_one']:g} s."
+                if w.get("pause_one")
+                else "."
+            )
+        )
     elif result["scenario"] == "catchup":
         shape = (
             f"{w['subscribers']} subscribers resume {w['behind']} events behind; fresh baselines "

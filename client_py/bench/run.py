@@ -230,12 +230,12 @@ class WorkerPool:
 
 
 def merge_results(answers: list[dict[str, Any]]) -> tuple[dict[str, GroupStats], dict[str, Any]]:
-    groups = {"on-time": GroupStats(), "stopped": GroupStats()}
+    groups = {"on-time": GroupStats(), "stopped": GroupStats(), "paused": GroupStats()}
     resume_latency = LatencyHistogram()
     resume: dict[str, Any] = {"latency": resume_latency, "frames": 0, "bytes": 0, "baselines": 0}
     for answer in answers:
         for name, data in answer["groups"].items():
-            groups[name].merge(data["counters"], data["latency"])
+            groups[name].merge(data["counters"], data["latency"], data.get("token_latency", b""))
         resume_latency.merge_encoded(answer["resume"]["latency"])
         for key in ("frames", "bytes", "baselines"):
             resume[key] += answer["resume"][key]
@@ -376,6 +376,10 @@ async def run_workload(
             "rss_mb_start": round(rss_before / 2**20, 1),
             "rss_mb_peak": round(sampler.peak_rss / 2**20, 1),
         }
+    if workload.scenario == "stream":
+        result["drafts"] = _drafts_result(
+            workload, wstats, groups, window_s, cpu_used if sampler is not None else None
+        )
     if workload.scenario == "catchup":
         subs = max(1, on_time.subscribers)
         result["catchup"] = {
@@ -394,6 +398,50 @@ async def run_workload(
             ),
         }
     return result
+
+
+def _drafts_result(
+    workload: Workload,
+    wstats: WriterStats,
+    groups: dict[str, GroupStats],
+    window_s: float,
+    cpu_used: float | None,
+) -> dict[str, Any]:
+    """The stream scenario's figures: tokens delivered and their latency
+    beside the commits' (the increments of the same run), server CPU per
+    token, and what the subscriber that paused got when it read again."""
+    on_time = groups["on-time"]
+    paused = groups["paused"]
+    every = [g for g in groups.values() if g.subscribers]
+    tokens = sum(g.tokens for g in every)
+    token_ms = on_time.token_latency.summary_ms()
+    commit_ms = on_time.latency.summary_ms()
+    out: dict[str, Any] = {
+        "tokens_per_draft": workload.tokens,
+        "tokens_sent": wstats.tokens,
+        "drafts": wstats.drafts,
+        "tokens_delivered": tokens,
+        "tokens_expected": sum(g.subscribers for g in every) * wstats.tokens,
+        "tokens_per_s": round(tokens / window_s, 1),
+        "token_latency_ms": token_ms,
+        "commit_latency_ms": commit_ms,
+        "token_p99_over_commit_p99": (
+            round(token_ms["p99"] / commit_ms["p99"], 3)
+            if token_ms.get("count") and commit_ms.get("count") and commit_ms["p99"]
+            else None
+        ),
+        "cpu_us_per_token": round(cpu_used * 1e6 / tokens, 3) if cpu_used and tokens else None,
+    }
+    if paused.subscribers:
+        out["paused"] = {
+            "seconds": workload.pause_one,
+            "backlog_frames": paused.backlog_frames,
+            "backlog_text_frames": paused.backlog_texts,
+            "drafts_final": paused.drafts_final,
+            "mismatches": paused.draft_mismatches,
+            "token_latency_ms": paused.token_latency.summary_ms(),
+        }
+    return out
 
 
 async def _drive_writers(
@@ -415,6 +463,25 @@ async def _drive_writers(
             await asyncio.sleep(0.1)
 
     shower = asyncio.create_task(show())
+    if workload.scenario == "stream":
+        assert rate is not None
+        try:
+            await asyncio.gather(
+                *(
+                    w.stream_drafts(
+                        rate=rate,
+                        tokens=workload.tokens,
+                        until=until,
+                        count=workload.appends_for_writer(i),
+                        stop=stop,
+                    )
+                    for i, w in enumerate(writers)
+                )
+            )
+        finally:
+            shower.cancel()
+            live.appends, live.acks = wstats.appends, wstats.acks
+        return
     try:
         await asyncio.gather(
             *(

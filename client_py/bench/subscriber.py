@@ -15,6 +15,9 @@ With ``fast=True`` (``tsync bench --fast``) the checks are those of
 ``client_py.bench.fastpath.FastCheck`` instead: ``seq`` and each
 transcript's revisions from the frames' envelopes, no message decoded, so
 that the generator spends far less CPU per delivery than the server does.
+
+Drafts (``tsync bench stream``) are checked by ``client_py.bench.draftcheck``
+on both paths: fed the core's draft updates, or the draft frames themselves.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from urllib.parse import urlsplit
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
+from client_py.bench.draftcheck import DraftCheck
 from client_py.bench.fastpath import FastCheck
 from client_py.bench.fastsocket import FastSocket
 from client_py.bench.histogram import LatencyHistogram
@@ -37,6 +41,8 @@ from protocol import wire
 from protocol.consumer import (
     Applied,
     Consumer,
+    DraftClosed,
+    DraftUpdated,
     ErrorReceived,
     FramesLost,
     InvalidFrameReceived,
@@ -76,18 +82,37 @@ class GroupStats:
     missing: int = 0  #: events between their last revision and the final one
     expected: int = 0  #: events each subscriber should have applied, summed
     last_apply_ns: int = 0
+    # Drafts (stream scenario; ``client_py.bench.draftcheck``):
+    draft_frames: int = 0  #: draft frames (or the core's draft updates)
+    draft_texts: int = 0  #: of them ``text`` frames
+    tokens: int = 0  #: tokens delivered (one per delta, those past the copy per text)
+    drafts_final: int = 0  #: drafts closed by their commit
+    drafts_dropped: int = 0  #: drafts closed without a message
+    draft_mismatches: int = 0  #: finals whose text was not the committed message
+    draft_gaps: int = 0  #: deltas past n + 1 (updates missed)
+    draft_repairs: int = 0  #: gaps a text repaired
+    drafts_unclosed: int = 0  #: drafts still open at the end
+    backlog_frames: int = 0  #: after a pause: frames with tokens due before the resume
+    backlog_texts: int = 0  #: ... of them text frames
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+    token_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
 
     def counters(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__ if name != "latency"}
+        return {
+            name: getattr(self, name)
+            for name in self.__slots__
+            if name not in ("latency", "token_latency")
+        }
 
-    def merge(self, counters: dict[str, int], latency: bytes) -> None:
+    def merge(self, counters: dict[str, int], latency: bytes, token_latency: bytes = b"") -> None:
         for name, value in counters.items():
             if name == "last_apply_ns":
                 self.last_apply_ns = max(self.last_apply_ns, value)
             else:
                 setattr(self, name, getattr(self, name) + value)
         self.latency.merge_encoded(latency)
+        if token_latency:
+            self.token_latency.merge_encoded(token_latency)
 
 
 class Subscriber:
@@ -111,8 +136,12 @@ class Subscriber:
         self.stats = stats
         self.core = Consumer(keep_messages=False)
         self.subscription = self.core.subscribe(transcript_id, window=window)
+        #: What it checks of drafts (both paths).
+        self.drafts = DraftCheck(stats)
+        #: Set once the first token arrived (a subscriber that pauses waits for it).
+        self.first_token = asyncio.Event()
         #: The envelope-only checks (``--fast``), instead of the consumer core.
-        self.fast = FastCheck(transcript_id, stats) if fast else None
+        self.fast = FastCheck(transcript_id, stats, self.drafts) if fast else None
         self.ready = asyncio.Event()  #: the first baseline arrived
         self.done = asyncio.Event()  #: the copy reached ``target``
         self.reading = asyncio.Event()
@@ -215,6 +244,7 @@ class Subscriber:
 
     def finish(self) -> None:
         """Count what was owed and what is missing once the run is over."""
+        self.drafts.finish()
         if self.fast is None:  # the fast checks count into the stats as they go
             counters = self.continuity.counters
             self.stats.repeats += counters.repeats_ignored
@@ -293,6 +323,8 @@ class Subscriber:
         self.since_connect_bytes += len(message)
         for previous, revision in baselines:
             self._baseline(previous, revision)
+        if self.drafts.tokens_seen and not self.first_token.is_set():
+            self.first_token.set()
         self._check_done()
         return resubscribe
 
@@ -333,7 +365,18 @@ class Subscriber:
                         if isinstance(sent, int):
                             stats.latency.record_ns(now_ns - sent)
                             stats.messages += 1
+                        draft_id = msg.metadata.get("d") if msg.metadata else None
+                        if isinstance(draft_id, str) and isinstance(msg.content, str):
+                            self.drafts.committed(draft_id, msg.content)
                 self._check_done()
+            elif isinstance(update, DraftUpdated):
+                self.drafts.frame(
+                    update.draft_id, update.n, update.delta, update.text, "open", now_ns
+                )
+                if not self.first_token.is_set():
+                    self.first_token.set()
+            elif isinstance(update, DraftClosed):
+                self.drafts.frame(update.draft_id, 0, None, None, update.state, now_ns)
             elif isinstance(update, Replaced):
                 self._baseline(update.previous_revision, update.snapshot.revision)
                 self._check_done()

@@ -14,7 +14,8 @@ The harness sends commands and the worker answers each one:
 
 Before any command the worker connects its subscribers and says ``ready``
 (with ``failed`` instead if it cannot); while it runs it sends ``progress``
-twice a second.
+twice a second. The subscriber that pauses (``stream --pause-one S``, group
+``paused``) stops reading after its first token, for S seconds.
 """
 
 from __future__ import annotations
@@ -55,10 +56,13 @@ class Worker:
         self.url = url
         self.workload = workload
         self.channel = Channel(conn)
-        self.groups = {"on-time": GroupStats(), "stopped": GroupStats()}
+        self.groups = {"on-time": GroupStats(), "stopped": GroupStats(), "paused": GroupStats()}
         self.subscribers: list[Subscriber] = []
+        self._pauses: list[asyncio.Task[None]] = []
         for index in indices:
             group = "stopped" if workload.is_stopped(index) else "on-time"
+            if workload.is_paused(index):
+                group = "paused"
             self.groups[group].subscribers += 1
             sub = Subscriber(
                 url,
@@ -67,8 +71,10 @@ class Worker:
                 window_of(workload.window),
                 fast=workload.fast,
             )
-            # Only a stopped subscriber may lose its connection and go on.
-            sub.auto_reconnect = sub.small_buffers = group == "stopped"
+            # Only a stopped subscriber may lose its connection and go on; one that
+            # pauses has small buffers too, so that the server sees it stall.
+            sub.auto_reconnect = group == "stopped"
+            sub.small_buffers = group in ("stopped", "paused")
             self.subscribers.append(sub)
         self.resume_latency = LatencyHistogram()
 
@@ -83,6 +89,8 @@ class Worker:
             for sub in self.subscribers:
                 if sub.stats is self.groups["stopped"]:
                     sub.reading.clear()
+                elif sub.stats is self.groups["paused"] and self.workload.pause_one:
+                    self._pauses.append(asyncio.create_task(self._pause(sub)))
             self.channel.send("ready", {"connections": len(self.subscribers)})
             while True:
                 kind, payload = await self.channel.recv()
@@ -93,6 +101,8 @@ class Worker:
             self.channel.send("failed", f"{exc!r}\n{traceback.format_exc(limit=4)}")
         finally:
             progress.cancel()
+            for task in self._pauses:
+                task.cancel()
             for sub in self.subscribers:
                 sub.closing = True
             await asyncio.gather(*(self._quiet_close(s) for s in self.subscribers))
@@ -114,12 +124,26 @@ class Worker:
                     self.resume_latency.record_us(int((sub.done_at - sub.connected_at) * 1e6))
             self.channel.send("result", self._result())
         elif kind == "targets":
+            for task in self._pauses:
+                task.cancel()
+            await asyncio.gather(*self._pauses, return_exceptions=True)
             for sub in self.subscribers:
                 sub.reading.set()
             await self._drain(payload)
             self.channel.send("result", self._result())
         else:
             raise ValueError(f"unknown command {kind!r}")
+
+    async def _pause(self, sub: Subscriber) -> None:
+        """Stop reading after the first token, for ``pause_one`` seconds."""
+        assert self.workload.pause_one is not None
+        await sub.first_token.wait()
+        sub.reading.clear()
+        try:
+            await asyncio.sleep(self.workload.pause_one)
+        finally:  # over, or the run is (it reads to the end then)
+            sub.drafts.resumed_ns = time.time_ns()
+            sub.reading.set()
 
     async def _open_all(self, *, subscribe: bool) -> None:
         gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
@@ -147,7 +171,11 @@ class Worker:
     def _result(self) -> dict[str, Any]:
         return {
             "groups": {
-                name: {"counters": g.counters(), "latency": g.latency.encode()}
+                name: {
+                    "counters": g.counters(),
+                    "latency": g.latency.encode(),
+                    "token_latency": g.token_latency.encode(),
+                }
                 for name, g in self.groups.items()
             },
             "resume": {

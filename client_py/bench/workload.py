@@ -16,7 +16,7 @@ import msgspec
 
 from protocol.views import Window
 
-SCENARIOS: Final = ("fanout", "chatroom", "catchup", "idle", "slow")
+SCENARIOS: Final = ("fanout", "chatroom", "catchup", "idle", "slow", "stream")
 
 #: Sizes of each scenario when the command line does not say.
 DEFAULTS: Final[dict[str, dict[str, float | int | None]]] = {
@@ -25,6 +25,8 @@ DEFAULTS: Final[dict[str, dict[str, float | int | None]]] = {
     "catchup": {"subscribers": 100, "writers": 1, "transcripts": 1, "rate": None, "duration": None},
     "idle": {"subscribers": 1000, "writers": 0, "transcripts": 1, "rate": None, "duration": None},
     "slow": {"subscribers": 100, "writers": 1, "transcripts": 1, "rate": 200, "duration": 10},
+    # Drafts: ``rate`` is tokens/s per writer, each draft ``tokens`` long.
+    "stream": {"subscribers": 500, "writers": 1, "transcripts": 1, "rate": 50, "duration": 10},
 }
 
 # The message template: the writer's send time (ns) goes into ``metadata.t``.
@@ -58,6 +60,11 @@ class Workload:
     drain_timeout: float = 30.0
     #: Subscribers check envelopes only (``fastpath``) and loops run on uvloop.
     fast: bool = False
+    #: Tokens per draft (stream scenario; ``rate`` is tokens/s per writer and
+    #: ``count`` drafts in total).
+    tokens: int = 50
+    #: Seconds one subscriber stops reading, after its first token (stream).
+    pause_one: float | None = None
     run_id: str = dataclasses.field(default_factory=lambda: secrets.token_hex(4))
 
     def __post_init__(self) -> None:
@@ -72,6 +79,12 @@ class Workload:
         if self.size < 1:
             raise ValueError("--size must be at least 1 byte")
         window_of(self.window)  # refuse a bad one before anything runs
+        if self.tokens < 1:
+            raise ValueError("--tokens must be at least 1")
+        if self.pause_one is not None and (self.pause_one <= 0 or self.scenario != "stream"):
+            raise ValueError("--pause-one takes seconds > 0, in the stream scenario only")
+        if self.scenario == "stream" and self.rate is None:
+            raise ValueError("the stream scenario needs --rate (tokens/s per writer)")
 
     def with_run_id(self, run_id: str) -> Workload:
         return dataclasses.replace(self, run_id=run_id)
@@ -99,6 +112,10 @@ class Workload:
         if self.scenario != "slow" or self.slow_share <= 0:
             return False
         return int((index + 1) * self.slow_share) > int(index * self.slow_share)
+
+    def is_paused(self, index: int) -> bool:
+        """Whether subscriber ``index`` is the one that pauses (``pause_one``)."""
+        return self.pause_one is not None and index == 0
 
     def appends_for_writer(self, index: int) -> int | None:
         """This writer's share of ``count`` (``None`` when the run is timed)."""
@@ -132,6 +149,26 @@ def window_of(spec: str | None) -> Window | None:
 def filler(size: int) -> str:
     """Message content such that the whole message is about ``size`` bytes of JSON."""
     return "x" * max(1, size - _MESSAGE_OVERHEAD)
+
+
+def draft_op(transcript_id: str, draft_id: str, delta: str) -> bytes:
+    """A ``draft`` op appending ``delta`` (no ref: tokens are not acked)."""
+    return (
+        f'{{"op":"draft","transcriptId":"{transcript_id}","draftId":"{draft_id}",'
+        f'"delta":"{delta}"}}'
+    ).encode()
+
+
+def commit_op(
+    transcript_id: str, ref: int, draft_id: str, content: str, sent_ns: int, writer: int
+) -> bytes:
+    """The ``append`` that commits ``draft_id`` as one assistant message
+    (``metadata.d`` names the draft, ``metadata.t`` is the send time)."""
+    return (
+        f'{{"op":"append","transcriptId":"{transcript_id}","ref":{ref},"draftId":"{draft_id}",'
+        f'"messages":[{{"role":"assistant","content":"{content}",'
+        f'"metadata":{{"t":{sent_ns},"w":{writer},"d":"{draft_id}"}}}}]}}'
+    ).encode()
 
 
 def append_op(transcript_id: str, ref: int, content: str, sent_ns: int, writer: int) -> bytes:

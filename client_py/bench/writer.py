@@ -4,6 +4,10 @@ In open loop the timestamp put into each message is the time the append was
 *due*, not the time it left: if the generator falls behind, that delay shows
 up in the latency instead of being hidden (no coordinated omission). In
 closed loop it is the time the append was sent.
+
+In the stream scenario (``stream_drafts``) a writer streams drafts instead:
+tokens at a fixed rate (each token is its own due time, see
+``client_py.bench.draftcheck``), then the append that commits the draft.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from dataclasses import dataclass, field
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
+from client_py.bench.draftcheck import token
 from client_py.bench.histogram import LatencyHistogram
-from client_py.bench.workload import append_op, filler
+from client_py.bench.workload import append_op, commit_op, draft_op, filler
 from protocol import wire
 from protocol.continuity import SeqTracker, SeqVerdict
 from protocol.errors import InvalidFrame
@@ -29,6 +34,8 @@ class WriterStats:
 
     appends: int = 0
     acks: int = 0
+    tokens: int = 0  #: draft tokens sent (stream scenario)
+    drafts: int = 0  #: drafts streamed and committed
     errors: int = 0
     invalid: int = 0
     seq_gaps: int = 0
@@ -83,13 +90,16 @@ class Writer:
 
     async def append(self, sent_ns: int | None = None, *, wait: bool = False) -> None:
         """Send one append; with ``wait`` return when its ack (or error) is back."""
-        assert self.ws is not None
         self._next_ref += 1
         ref = self._next_ref
         now = time.time_ns()
         op = append_op(
             self.transcript_id, ref, self.content, now if sent_ns is None else sent_ns, self.index
         )
+        await self._send_append(ref, now, op, wait=wait)
+
+    async def _send_append(self, ref: int, now: int, op: bytes, *, wait: bool) -> None:
+        assert self.ws is not None
         self._sent_at[ref] = now
         self._answered.clear()
         future: asyncio.Future[None] | None = None
@@ -124,6 +134,51 @@ class Writer:
                     self.stats.max_behind_s = max(self.stats.max_behind_s, now - due)
                 await self.append(start_ns + int(sent * interval * 1e9))
             sent += 1
+
+    async def stream_drafts(
+        self,
+        *,
+        rate: float,
+        tokens: int,
+        until: float | None,
+        count: int | None,
+        stop: asyncio.Event,
+    ) -> None:
+        """Stream drafts of ``tokens`` tokens at ``rate`` tokens/s, each
+        committed right after its last token, until ``until`` or ``count``
+        drafts (a draft under way is always finished and committed)."""
+        assert self.ws is not None
+        interval = 1.0 / rate
+        start_mono = time.monotonic()
+        start_ns = time.time_ns()
+        sent = 0
+        drafts = 0
+        while not stop.is_set():
+            if count is not None and drafts >= count:
+                break
+            if until is not None and time.monotonic() >= until:
+                break
+            draft_id = f"{self.transcript_id}-w{self.index}-{drafts}"
+            parts: list[str] = []
+            for _ in range(tokens):
+                due = start_mono + sent * interval
+                now = time.monotonic()
+                if due > now:
+                    await asyncio.sleep(due - now)
+                else:
+                    self.stats.max_behind_s = max(self.stats.max_behind_s, now - due)
+                piece = token(start_ns + int(sent * interval * 1e9))
+                parts.append(piece)
+                await self.ws.send(draft_op(self.transcript_id, draft_id, piece), text=True)
+                self.stats.tokens += 1
+                sent += 1
+            self._next_ref += 1
+            ref = self._next_ref
+            now_ns = time.time_ns()
+            op = commit_op(self.transcript_id, ref, draft_id, "".join(parts), now_ns, self.index)
+            await self._send_append(ref, now_ns, op, wait=False)
+            self.stats.drafts += 1
+            drafts += 1
 
     async def settle(self, timeout: float) -> None:
         """Wait (at most ``timeout``) until every append sent has its answer."""

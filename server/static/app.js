@@ -207,7 +207,7 @@ function renderTranscript(transcriptId) {
   // Asked before every connection and before the token's exp: a token pasted into the form
   // in another view of this tab is picked up.
   client = new TsyncClient(wsUrl, currentToken() ? { getToken: currentToken } : {});
-  // For the console, the end-to-end tests and, later, the wiring of live drafts.
+  // For the console and the end-to-end tests.
   window.tsyncClient = client;
   window.tsyncPage = { timeline, client };
   let title = null;
@@ -302,6 +302,27 @@ function renderTranscript(transcriptId) {
       showTitle();
     }
     renderMeta(mirror);
+  });
+
+  // Drafts: answers being written, shown growing below the messages with a typing indicator,
+  // at most once per frame each; a committed one is swapped for its message in the same task
+  // as the message was added (the "messages" event comes right before), so nothing flickers.
+  const drawing = new Map(); // draftId -> the message to show at the next frame
+  let frame = null;
+  const drawDrafts = () => {
+    frame = null;
+    for (const [draftId, message] of drawing) timeline.showDraft(draftId, message);
+    drawing.clear();
+  };
+  client.on("draft", ({ draftId, role, state, text }) => {
+    if (state === "open") {
+      drawing.set(draftId, { role, content: text });
+      frame ??= requestAnimationFrame(drawDrafts);
+      return;
+    }
+    drawing.delete(draftId);
+    if (state === "final") timeline.commitDraft(draftId, timeline.length - 1);
+    else timeline.dropDraft(draftId);
   });
 
   client.on("segment", ({ start, mirror }) => {

@@ -503,6 +503,30 @@ export function checkEvent(e, path = "event") {
   }
 }
 
+const DRAFT_STATES = ["open", "final", "cancelled", "expired"];
+
+/** A draft frame's shape (port of protocol.wire.check_draft_frame). */
+function checkDraftFrame(frame) {
+  need(typeof frame.transcriptId === "string" && ID.test(frame.transcriptId), "transcriptId", "a transcript id");
+  need(typeof frame.draftId === "string" && ID.test(frame.draftId), "draftId", "a draft id");
+  need(ROLES.includes(frame.role), "role", `one of ${ROLES.join(", ")}`);
+  need(isInt(frame.n, 0), "n", "an integer >= 0");
+  const state = frame.state ?? "open";
+  need(DRAFT_STATES.includes(state), "state", `one of ${DRAFT_STATES.join(", ")}`);
+  for (const key of ["delta", "text"]) need(isOptional(frame[key], (v) => typeof v === "string"), key, "a string");
+  need(isOptional(frame.revision, (v) => isInt(v, 0)), "revision", "an integer >= 0");
+  const hasDelta = frame.delta !== undefined && frame.delta !== null;
+  const hasText = frame.text !== undefined && frame.text !== null;
+  const hasRevision = frame.revision !== undefined && frame.revision !== null;
+  if (state === "open") {
+    if (frame.n < 1 || hasDelta === hasText) throw new InvalidFrame("an open draft's frame has n >= 1 and one of delta and text");
+    if (hasRevision) throw new InvalidFrame("only a final draft frame carries a revision");
+    return;
+  }
+  if (hasDelta || hasText) throw new InvalidFrame(`a ${state} draft frame carries no delta or text`);
+  if (hasRevision !== (state === "final")) throw new InvalidFrame("a final draft frame carries the revision, no other close does");
+}
+
 /**
  * Validate ONE decoded server frame (port of accept_transcript_update): the
  * frame itself, or InvalidFrame with a readable reason.
@@ -533,6 +557,9 @@ export function acceptFrame(frame) {
       need(isOptional(frame.transcriptId, (v) => typeof v === "string"), "transcriptId", "a string");
       need(isRef(frame.ref), "ref", "a ref");
       need(isOptional(frame.revision, (v) => isInt(v, 0)), "revision", "an integer >= 0");
+      break;
+    case "draft":
+      checkDraftFrame(frame);
       break;
     default:
       throw new InvalidFrame(`type: unknown frame type ${JSON.stringify(frame.type)}`);
@@ -682,10 +709,52 @@ function barrierNumber(ref) {
   return null;
 }
 
+// --- drafts ---------------------------------------------------------------------------
+
+/**
+ * One draft as a consumer holds it (port of protocol.drafts.DraftCopy): a
+ * delta whose n is n + 1 is appended, a newer text replaces, anything older
+ * is ignored, a delta past n + 1 makes it wait for the next text (waiting);
+ * stale after a resubscribe until a text refreshes it; finalRevision while a
+ * final waits for the transcript's copy to reach its revision.
+ */
+export class DraftCopy {
+  constructor(draftId, role) {
+    this.draftId = draftId;
+    this.role = role;
+    this.n = 0;
+    this.text = "";
+    this.waiting = false;
+    this.stale = false;
+    this.finalRevision = null;
+  }
+
+  /** Apply an open draft's frame; true when the text changed. */
+  take(frame) {
+    if (frame.text !== undefined && frame.text !== null) {
+      if (frame.n >= this.n) this.stale = false; // the server still has it
+      if (frame.n <= this.n) return false;
+      this.text = frame.text;
+      this.n = frame.n;
+      this.waiting = false;
+      return true;
+    }
+    if (frame.n <= this.n || this.waiting) return false;
+    if (frame.n !== this.n + 1) {
+      this.waiting = true; // missed updates: wait for the next text
+      return false;
+    }
+    this.text += frame.delta;
+    this.n = frame.n;
+    return true;
+  }
+}
+
 /**
  * One followed transcript: its Continuity and its copy (port of
  * protocol.consumer.Subscription). Each on* method returns the update it
- * causes, or null.
+ * causes, or null. drafts: the open drafts by id (DraftCopy); finals: how
+ * many of them wait for their commit.
  */
 export class Subscription {
   /**
@@ -700,6 +769,9 @@ export class Subscription {
     this.barrier = 0;
     this._keep = keepMessages;
     this._lastEpoch = null;
+    this.drafts = new Map();
+    this.finals = 0;
+    this._draftsEpoch = null;
   }
 
   get revision() {
@@ -765,6 +837,66 @@ export class Subscription {
     return { kind: "error", frame };
   }
 
+  /** Take a draft frame: {kind: "draft"} or {kind: "draft-closed"}, or null. */
+  onDraft(frame) {
+    let draft = this.drafts.get(frame.draftId) ?? null;
+    const state = frame.state ?? "open";
+    if (state === "open") {
+      const text = frame.text ?? null;
+      if (draft === null) {
+        if (text === null && frame.n !== 1) return null; // its start was missed: wait for a text
+        if (this.drafts.size === 0 && this.copy !== null) this._draftsEpoch = this.copy.epoch;
+        draft = new DraftCopy(frame.draftId, frame.role);
+        this.drafts.set(frame.draftId, draft);
+      }
+      if (draft.finalRevision !== null || !draft.take(frame)) return null;
+      return {
+        kind: "draft",
+        transcriptId: this.transcriptId,
+        draftId: draft.draftId,
+        role: draft.role,
+        n: frame.n,
+        delta: frame.delta ?? null,
+        text,
+      };
+    }
+    if (draft === null) return null;
+    if (state !== "final") return this._close(draft, state, null);
+    if (this.copy !== null && this.copy.revision >= frame.revision) return this._close(draft, "final", frame.revision);
+    // Its message is not in the copy yet: close it when it is.
+    if (draft.finalRevision === null) this.finals += 1;
+    draft.finalRevision = frame.revision;
+    return null;
+  }
+
+  /** Close the drafts whose commit the copy holds now (all of them after an epoch change). */
+  settleDrafts() {
+    const copy = this.copy;
+    if (copy === null || this.drafts.size === 0) return [];
+    const drafts = [...this.drafts.values()];
+    if (this._draftsEpoch !== null && copy.epoch !== this._draftsEpoch) {
+      return drafts.map((draft) => this._close(draft, "gone", null));
+    }
+    if (!this.finals) return [];
+    return drafts
+      .filter((draft) => draft.finalRevision !== null && draft.finalRevision <= copy.revision)
+      .map((draft) => this._close(draft, "final", draft.finalRevision));
+  }
+
+  _close(draft, state, revision) {
+    this.drafts.delete(draft.draftId);
+    if (draft.finalRevision !== null) this.finals -= 1;
+    return {
+      kind: "draft-closed",
+      transcriptId: this.transcriptId,
+      draftId: draft.draftId,
+      role: draft.role,
+      state,
+      revision,
+      text: draft.text,
+    };
+  }
+
   onSeqGap() {
     return this._resubscribed(this.continuity.onSeqGap());
   }
@@ -778,12 +910,18 @@ export class Subscription {
     this.barrier = 0;
   }
 
+  /** The resubscribe was answered: drafts no text refreshed since close as "gone". */
   onResubscribeAnswered() {
     this.barrier = 0;
     this.continuity.onResubscribeAnswered();
+    if (this.drafts.size === 0) return [];
+    return [...this.drafts.values()]
+      .filter((draft) => draft.stale && draft.finalRevision === null)
+      .map((draft) => this._close(draft, "gone", null));
   }
 
   _resubscribed(decision) {
+    for (const draft of this.drafts.values()) draft.stale = true; // until a text says it is still open
     if (decision.fromRevision === null) this.copy = null;
     return {
       kind: "resubscribed",
@@ -803,7 +941,8 @@ export class Subscription {
  * The whole consumer of one connection, sans I/O: the port of
  * protocol.consumer.Consumer. Text in (receiveData), ops out (opsToSend) and
  * updates out (updatesReceived): {kind: "applied"|"replaced"|"resubscribed"|
- * "stopped"|"answered"|"error"|"invalid"|"frames-lost"|"synced", ...}.
+ * "stopped"|"answered"|"error"|"invalid"|"frames-lost"|"synced"|"draft"|
+ * "draft-closed", ...}.
  * The shared cases in tests/cases/consumer run against both.
  */
 export class Consumer {
@@ -919,12 +1058,27 @@ export class Consumer {
     switch (frame.type) {
       case "increment": {
         const sub = this.subscriptions.get(frame.event.transcriptId);
-        if (sub) this._take(sub, sub.onEvent(frame.event));
+        if (sub) {
+          const update = sub.onEvent(frame.event);
+          this._take(sub, update);
+          // A committed draft closes right behind its message.
+          if (update?.kind === "applied" && sub.finals) this._updates.push(...sub.settleDrafts());
+        }
+        break;
+      }
+      case "draft": {
+        const sub = this.subscriptions.get(frame.transcriptId);
+        const update = sub ? sub.onDraft(frame) : null;
+        if (update !== null) this._updates.push(update);
         break;
       }
       case "baseline": {
         const sub = this.subscriptions.get(frame.snapshot.transcriptId);
-        if (sub) this._take(sub, sub.onBaseline(frame.snapshot));
+        if (sub) {
+          const update = sub.onBaseline(frame.snapshot);
+          this._take(sub, update);
+          if (update?.kind === "replaced") this._updates.push(...sub.settleDrafts());
+        }
         break;
       }
       case "pong": {
@@ -982,6 +1136,7 @@ export class Consumer {
 
   _queueSubscribe(sub, op) {
     this._ops.push(op);
+    sub.barrier = 0; // an earlier barrier's pong does not answer this subscribe: the next one does
     this._unmarked.add(sub);
   }
 
@@ -996,7 +1151,7 @@ export class Consumer {
 
   _onBarrier(number) {
     for (const sub of this.subscriptions.values()) {
-      if (sub.barrier > 0 && sub.barrier <= number) sub.onResubscribeAnswered();
+      if (sub.barrier > 0 && sub.barrier <= number) this._updates.push(...sub.onResubscribeAnswered());
     }
     if (number === this._barrier) this._updates.push({ kind: "synced", barrier: number });
   }
@@ -1097,6 +1252,14 @@ export class ServerError extends Error {
  * - "view"     {transcriptId, name, start, end, left, revision, mirror}: a View was set or left.
  * - "earlier"  {transcriptId, start, messages, mirror}: loadEarlier() widened the copy at start.
  * - "stop"     {transcriptId, code, message}: the subscription is over.
+ * - "draft"    {transcriptId, draftId, role, state, n, delta, text, revision, mirror}: a
+ *              message being written changed. state "open": its text grew by delta
+ *              (null when it was replaced); text is its whole text now. Otherwise it
+ *              closed: "final" (committed as the messages of revision; sent right after
+ *              the "messages" event that added them, in the same task, so a page that
+ *              swaps the two never shows both or neither), "cancelled", "expired" or
+ *              "gone" (it closed while the client was away); text is its last text.
+ *              client.drafts(transcriptId) holds the open ones (draftId -> {role, n, text}).
  * - "ack"      the ack frame of an append (also the resolved value of append()).
  * - "error"    an error frame that no append or subscription took (code
  *              "invalid-frame" for a frame that did not validate, "mirror" for
@@ -1456,6 +1619,11 @@ export class TsyncClient {
     if (this.core.unsubscribe(transcriptId)) this._flush();
   }
 
+  /** The open drafts of a subscribed transcript: draftId -> DraftCopy {draftId, role, n, text}. */
+  drafts(transcriptId) {
+    return this.core.subscriptions.get(transcriptId)?.drafts ?? new Map();
+  }
+
   /** The copy of a subscribed transcript, or null before its baseline (or after it was dropped). */
   mirror(transcriptId) {
     return this.core.subscriptions.get(transcriptId)?.copy ?? null;
@@ -1606,6 +1774,10 @@ export class TsyncClient {
       case "invalid":
         this._emit("error", { code: "invalid-frame", message: update.reason });
         break;
+      case "draft":
+      case "draft-closed":
+        this._draft(update);
+        break;
       case "synced":
         if (this._awaiting) {
           const state = this._awaiting;
@@ -1649,6 +1821,23 @@ export class TsyncClient {
       return;
     }
     this._emit("error", frame);
+  }
+
+  _draft(update) {
+    const open = update.kind === "draft";
+    const { transcriptId, draftId } = update;
+    this._emit("draft", {
+      transcriptId,
+      draftId,
+      role: update.role,
+      state: open ? "open" : update.state,
+      n: open ? update.n : null,
+      delta: open ? update.delta : null,
+      // Later frames of the same message may be in the copy already: its text is the newest.
+      text: open ? (this.drafts(transcriptId).get(draftId)?.text ?? update.text ?? "") : update.text,
+      revision: open ? null : update.revision,
+      mirror: this.mirror(transcriptId),
+    });
   }
 
   _applied(transcriptId, event) {

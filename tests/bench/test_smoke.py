@@ -7,11 +7,13 @@ drops or repeats increments makes the run fail.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -115,13 +117,13 @@ def test_pinning_needs_a_server_and_distinct_cpus() -> None:
         assert done.returncode == 1 and "not a server to pin" in done.stderr, done.stderr
 
 
-@pytest.mark.parametrize("fault", ["drop", "repeat"])
-@pytest.mark.parametrize("check", ["full", "fast"])
-def test_a_fast_but_wrong_server_fails_the_run(tmp_path: Path, fault: str, check: str) -> None:
+@contextlib.contextmanager
+def broadcast_baseline(*args: str) -> Iterator[tuple[str, int]]:
+    """``scripts/broadcast_baseline.py`` on a free port: its WebSocket URL and pid."""
     port = free_port()
     script = ROOT / "scripts" / "broadcast_baseline.py"
     proc = subprocess.Popen(
-        [sys.executable, str(script), "--port", str(port), "--fault", fault],
+        [sys.executable, str(script), "--port", str(port), *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -134,16 +136,23 @@ def test_a_fast_but_wrong_server_fails_the_run(tmp_path: Path, fault: str, check
             except httpx.HTTPError:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise
-                time.sleep(0.05)
-        out = tmp_path / "result.json"
-        done = bench(
-            "fanout", "--url", f"ws://127.0.0.1:{port}/v1/ws", "--subscribers", "5",
-            "--count", "120", "--closed-loop", "--json", str(out), "--drain-timeout", "5",
-            *(["--fast"] if check == "fast" else []),
-        )  # fmt: skip
+                time.sleep(0.05)  # polling a process that is starting up
+        yield f"ws://127.0.0.1:{port}/v1/ws", proc.pid
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.parametrize("fault", ["drop", "repeat"])
+@pytest.mark.parametrize("check", ["full", "fast"])
+def test_a_fast_but_wrong_server_fails_the_run(tmp_path: Path, fault: str, check: str) -> None:
+    with broadcast_baseline("--fault", fault) as (url, _):
+        out = tmp_path / "result.json"
+        done = bench(
+            "fanout", "--url", url, "--subscribers", "5",
+            "--count", "120", "--closed-loop", "--json", str(out), "--drain-timeout", "5",
+            *(["--fast"] if check == "fast" else []),
+        )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     run = json.loads(out.read_text())["runs"][0]
     expected = "gaps" if fault == "drop" else "repeats"

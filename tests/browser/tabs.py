@@ -27,6 +27,21 @@ DOM_MESSAGES = """() => [...document.querySelectorAll('#messages li.message')].m
     }).join('')])"""
 
 
+# Every DOM change in the chat from now on, as batches in window.__batches ("add <index>" for a
+# message, "remove draft"): swapping a draft for its message must be a single batch.
+WATCH_DRAFT_SWAP = """() => {
+    window.__batches = [];
+    const seen = records => records.map(r => [
+        ...[...r.addedNodes].filter(n => n.classList?.contains('message'))
+            .map(n => 'add ' + n.dataset.index),
+        ...[...r.removedNodes].filter(n => n.classList?.contains('draft'))
+            .map(() => 'remove draft'),
+    ]).flat();
+    new MutationObserver(records => window.__batches.push(seen(records)))
+        .observe(document.getElementById('main-chat'), {childList: true, subtree: true});
+}"""
+
+
 @dataclass
 class Tab:
     """A page and the errors it reported: uncaught exceptions, and console

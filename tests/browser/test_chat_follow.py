@@ -17,7 +17,7 @@ import pytest
 from playwright.async_api import BrowserContext, Page, expect
 
 from tests.browser.conftest import ARTIFACTS
-from tests.browser.tabs import LIVE, Tab, open_tab
+from tests.browser.tabs import LIVE, WATCH_DRAFT_SWAP, Tab, open_tab
 from tests.support.servers import running_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]
@@ -176,17 +176,7 @@ async def test_a_draft_grows_and_becomes_its_message_without_a_jump(
         assert box is not None
 
         # Watch every DOM change from here: the swap must be a single step.
-        await page.evaluate("""() => {
-            window.__batches = [];
-            const seen = records => records.map(r => [
-                ...[...r.addedNodes].filter(n => n.classList?.contains('message'))
-                    .map(n => 'add ' + n.dataset.index),
-                ...[...r.removedNodes].filter(n => n.classList?.contains('draft'))
-                    .map(() => 'remove draft'),
-            ]).flat();
-            new MutationObserver(records => window.__batches.push(seen(records)))
-                .observe(document.getElementById('main-chat'), {childList: true, subtree: true});
-        }""")
+        await page.evaluate(WATCH_DRAFT_SWAP)
         await page.evaluate("window.tsyncPage.timeline.commitDraft('d1', 30)")
         await expect(draft).to_have_count(1)  # it waits for its message
         response = await http.post(

@@ -43,6 +43,10 @@ function project(u) {
       return { kind: u.kind, missing: u.missing };
     case "synced":
       return { kind: u.kind, barrier: u.barrier };
+    case "draft":
+      return { kind: u.kind, transcriptId: u.transcriptId, draftId: u.draftId, n: u.n, delta: u.delta, text: u.text };
+    case "draft-closed":
+      return { kind: u.kind, transcriptId: u.transcriptId, draftId: u.draftId, state: u.state, revision: u.revision, text: u.text };
     default:
       throw new Error(`unknown update ${JSON.stringify(u)}`);
   }
@@ -63,6 +67,16 @@ function copyOf(consumer, transcriptId) {
     resyncing: sub.continuity.resyncing,
   };
   if (c.views.length || c.viewChanges) Object.assign(found, { views: c.views, viewChanges: c.viewChanges });
+  return found;
+}
+
+function draftsOf(consumer, transcriptId) {
+  const sub = consumer.subscriptions.get(transcriptId);
+  if (!sub) return null;
+  const found = {};
+  for (const [id, d] of sub.drafts) {
+    found[id] = { role: d.role, n: d.n, text: d.text, waiting: d.waiting, stale: d.stale, finalRevision: d.finalRevision };
+  }
   return found;
 }
 
@@ -99,6 +113,9 @@ for (const file of FILES) {
       assert.deepEqual(consumer.updatesReceived().map(project), step.updates, `${where}: updates`);
       for (const [transcriptId, expected] of Object.entries(step.copies ?? {})) {
         assert.deepEqual(copyOf(consumer, transcriptId), expected, `${where}: copy of ${transcriptId}`);
+      }
+      for (const [transcriptId, expected] of Object.entries(step.drafts ?? {})) {
+        assert.deepEqual(draftsOf(consumer, transcriptId), expected, `${where}: drafts of ${transcriptId}`);
       }
       if (step.followed) assert.deepEqual([...consumer.subscriptions.keys()].sort(), step.followed, where);
     });

@@ -29,12 +29,16 @@ A step is one input, then exactly the ops and updates it must cause:
     {"kind": "invalid"}
     {"kind": "frames-lost", "missing"}
     {"kind": "synced", "barrier"}
+    {"kind": "draft", "transcriptId", "draftId", "n", "delta", "text"}
+    {"kind": "draft-closed", "transcriptId", "draftId", "state", "revision", "text"}
 
 Optional checks after the step: ``"copies"`` maps transcript ids to their
 copy, ``null`` for none, else ``{revision, epoch, start, length,
 activeStart, segments, messages (null when not kept), resyncing}`` and, when
 the copy has Views or View changes, ``views`` (by name) and ``viewChanges``;
-``"followed"`` is the sorted list of transcript ids followed.
+``"followed"`` is the sorted list of transcript ids followed; ``"drafts"``
+maps transcript ids to their open drafts by id, each ``{role, n, text,
+waiting, stale, finalRevision}`` (``null`` when not followed).
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ from protocol.consumer import (
     Answered,
     Applied,
     Consumer,
+    DraftClosed,
+    DraftUpdated,
     ErrorReceived,
     FramesLost,
     InvalidFrameReceived,
@@ -112,6 +118,24 @@ def project(update: Update) -> dict[str, Any]:
             return {"kind": "frames-lost", "missing": update.missing}
         case Synced():
             return {"kind": "synced", "barrier": update.barrier}
+        case DraftUpdated():
+            return {
+                "kind": "draft",
+                "transcriptId": update.transcript_id,
+                "draftId": update.draft_id,
+                "n": update.n,
+                "delta": update.delta,
+                "text": update.text,
+            }
+        case DraftClosed():
+            return {
+                "kind": "draft-closed",
+                "transcriptId": update.transcript_id,
+                "draftId": update.draft_id,
+                "state": update.state,
+                "revision": update.revision,
+                "text": update.text,
+            }
     raise AssertionError(f"unknown update {update!r}")
 
 
@@ -137,6 +161,23 @@ def _copy(consumer: Consumer, transcript_id: str) -> dict[str, Any] | None:
         views = [{"name": v.name, "start": v.start, "end": v.end} for v in copy.sorted_views()]
         found.update(views=views, viewChanges=copy.view_changes)
     return found
+
+
+def _drafts(consumer: Consumer, transcript_id: str) -> dict[str, Any] | None:
+    subscription = consumer.subscriptions.get(transcript_id)
+    if subscription is None:
+        return None
+    return {
+        draft_id: {
+            "role": d.role,
+            "n": d.n,
+            "text": d.text,
+            "waiting": d.waiting,
+            "stale": d.stale,
+            "finalRevision": d.final_revision,
+        }
+        for draft_id, d in subscription.drafts.items()
+    }
 
 
 def _run(consumer: Consumer, step: dict[str, Any]) -> None:
@@ -177,6 +218,10 @@ def test_case(path: Path) -> None:
         assert updates == step["updates"], where
         for transcript_id, expected in step.get("copies", {}).items():
             assert _copy(consumer, transcript_id) == expected, f"{where}: copy of {transcript_id}"
+        for transcript_id, expected in step.get("drafts", {}).items():
+            assert _drafts(consumer, transcript_id) == expected, (
+                f"{where}: drafts of {transcript_id}"
+            )
         if "followed" in step:
             assert sorted(consumer.subscriptions) == step["followed"], where
     counters = case.get("counters", {})
@@ -198,7 +243,14 @@ def test_every_step_has_one_input_and_its_outputs(path: Path) -> None:
     for step in case["steps"]:
         assert len(INPUTS & step.keys()) == 1, step
         assert {"ops", "updates"} <= step.keys(), step
-        assert set(step) - INPUTS <= {"ops", "updates", "copies", "followed", "window"}, step
+        assert set(step) - INPUTS <= {
+            "ops",
+            "updates",
+            "copies",
+            "followed",
+            "window",
+            "drafts",
+        }, step
         assert "window" not in step or "subscribe" in step, step
 
 
@@ -225,4 +277,11 @@ def test_the_cases_cover_the_consumer_rules() -> None:
         "window-baseline-of-another-epoch",
         "view-events",
         "invalid-view-stops",
+        "draft-stream",
+        "draft-gap-waits-for-text",
+        "draft-commit",
+        "draft-commit-before-its-message",
+        "draft-cancel-and-expire",
+        "draft-resubscribe",
+        "draft-invalid-frames",
     } <= names

@@ -26,8 +26,11 @@ from protocol.types import (
     TranscriptSnapshot,
 )
 from protocol.wire import (
+    Append,
     Baseline,
     ClientOp,
+    Draft,
+    DraftFrame,
     ErrorFrame,
     Increment,
     Ping,
@@ -42,6 +45,8 @@ from protocol.wire import (
     encode_msgpack,
     increment_json,
     increment_msgpack,
+    seq_bytes,
+    seq_parts,
     split_frames,
     with_seq,
 )
@@ -464,3 +469,56 @@ def test_a_baseline_says_whether_it_is_whole() -> None:
     assert isinstance(window, Baseline)
     assert (window.snapshot.end, window.snapshot.length, window.snapshot.whole) == (3, 3, False)
     assert json.loads(encode_json(window))["snapshot"]["length"] == 3
+
+
+# --- drafts ------------------------------------------------------------------------
+
+
+def test_a_draft_op_carries_at_most_one_of_delta_text_and_cancel() -> None:
+    base = {"op": "draft", "transcriptId": "t", "draftId": "d"}
+    assert decode_client_op(json.dumps(base)) == Draft(transcript_id="t", draft_id="d")
+    op = decode_client_op(json.dumps(base | {"delta": "a", "role": "assistant", "ref": 1}))
+    assert op == Draft(transcript_id="t", draft_id="d", delta="a", role="assistant", ref=1)
+    for extra in (
+        {"delta": "a", "text": "b"},
+        {"text": "b", "cancel": True},
+        {"delta": ""} | {"cancel": True},
+    ):
+        with pytest.raises(InvalidFrame, match="at most one"):
+            decode_client_op(json.dumps(base | extra))
+    for bad in ({"draftId": "a b"}, {"role": "robot"}, {"delta": 3}):
+        with pytest.raises(InvalidFrame):
+            decode_client_op(json.dumps(base | bad))
+
+
+def test_an_append_may_name_the_draft_it_commits() -> None:
+    op = decode_client_op('{"op":"append","transcriptId":"t","messages":[],"draftId":"d1"}')
+    assert isinstance(op, Append) and op.draft_id == "d1"
+
+
+@pytest.mark.parametrize(
+    ("frame", "reason"),
+    [
+        ({"n": 1, "delta": "a", "text": "b"}, "one of delta and text"),
+        ({"n": 1}, "one of delta and text"),
+        ({"n": 0, "text": ""}, "n >= 1"),
+        ({"n": 1, "text": "", "revision": 2}, "only a final"),
+        ({"n": 1, "state": "final"}, "carries the revision"),
+        ({"n": 1, "state": "expired", "revision": 2}, "carries the revision"),
+        ({"n": 1, "state": "cancelled", "delta": "x"}, "no delta or text"),
+        ({"n": 1, "state": "closing"}, "closing"),
+    ],
+)
+def test_a_draft_frame_of_the_wrong_shape_is_invalid(frame: dict[str, Any], reason: str) -> None:
+    head = {"type": "draft", "seq": 1, "transcriptId": "t", "draftId": "d", "role": "assistant"}
+    with pytest.raises(InvalidFrame, match=reason):
+        accept_transcript_update(json.dumps(head | frame))
+
+
+def test_draft_frames_splice_their_seq_like_every_frame() -> None:
+    frame = DraftFrame(seq=0, transcript_id="t", draft_id="d", role="assistant", n=3, delta="é")
+    head, tail = seq_parts(frame)
+    assert head + b"42" + tail == encode_json(with_seq(frame, 42))
+    assert json.loads(head + b"42" + tail)["type"] == "draft"
+    head, tail = seq_parts(frame, binary=True)
+    assert head + seq_bytes(42, binary=True) + tail == encode_msgpack(with_seq(frame, 42))

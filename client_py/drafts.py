@@ -1,0 +1,324 @@
+"""Writing drafts: an assistant's answer shared live, token by token, then
+committed as a real message (``docs/protocol.md``, "Drafts").
+
+``client.draft(transcript_id)`` opens a ``DraftWriter``; ``client.stream``
+writes one from an async iterator of chunks and commits it. A writer keeps
+its whole text, so that after a reconnect it sends that text in one op and
+the subscribers see the draft go on where it was (a token sent into a
+connection that was already dead is not lost).
+
+Updates (``write``, ``replace``) carry no ``ref``: the server does not ack
+each token. A refusal still comes back as an ``error`` frame naming the
+transcript (not the draft): the client hands it to its open writers of that
+transcript. ``draft-too-large``, ``draft-closed``, ``forbidden`` and
+``not-found`` end the writer (its next call raises the error); a refusal to
+retry later (``rate-limited``, ``unavailable``) makes the next update send
+the whole text, so the subscribers' copies catch up. One client writing
+several drafts of one transcript at once cannot tell which of them such a
+refusal was about: each of them takes it. ``sync()`` asks the server for an
+answer (an op with a ``ref``) and raises a refusal exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from client_py.errors import ClientError, ServerError
+from protocol import codes, wire
+from protocol.types import Role
+
+if TYPE_CHECKING:
+    from client_py.http import Ack
+
+__all__ = ["DraftView", "DraftWriter", "chunk_text"]
+
+#: The refusals of a ref-less update after which the writer goes on, sending
+#: its whole text with the next update (the server did not apply one).
+_RESEND_CODES = frozenset({codes.RATE_LIMITED, codes.UNAVAILABLE, codes.INTERNAL})
+
+
+class _Sender(Protocol):
+    """What a writer needs of its client (``client_py.client.Client``)."""
+
+    async def _send(self, op: wire.ClientOp) -> None: ...
+
+    async def _draft_call(self, op: wire.Draft, timeout: float | None) -> wire.Ack: ...
+
+    async def append(
+        self,
+        transcript_id: str,
+        messages: Iterable[Any],
+        expected_revision: int | None = None,
+        idempotency_key: str | None = None,
+        *,
+        timeout: float | None = None,
+        draft_id: str | None = None,
+    ) -> Ack: ...
+
+    def _adopt_writer(self, writer: DraftWriter) -> None: ...
+
+    def _forget_writer(self, writer: DraftWriter) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DraftView:
+    """A draft as a mirror holds it (``Mirror.drafts``): its ``role``, its
+    whole ``text`` and ``n``, the number of the server's update that text is
+    as of."""
+
+    draft_id: str
+    role: str
+    text: str
+    n: int
+
+
+class DraftWriter:
+    """One draft being written; use it as ``async with client.draft(tid) as d``.
+
+    ``await d.write(delta)`` appends text, ``await d.replace(text)`` replaces
+    it, ``await d.commit(fields)`` appends the message (``{"role": role,
+    "content": text}`` updated with ``fields``) and closes the draft in the
+    same step; ``await d.cancel()`` drops it. Leaving the ``async with``
+    block without a commit cancels the draft, and so does leaving it on an
+    exception (the exception goes on). ``text`` is the writer's whole text.
+    """
+
+    def __init__(self, client: _Sender, transcript_id: str, draft_id: str, role: Role) -> None:
+        self._client = client
+        self.transcript_id = transcript_id
+        self.draft_id = draft_id
+        self.role = role
+        self._parts: list[str] = []
+        #: ``open`` while it takes updates; ``committing`` while its append
+        #: is under way; then ``committed``, ``cancelled`` or ``failed``.
+        self.state: Literal["open", "committing", "committed", "cancelled", "failed"] = "open"
+        #: The refusal that ended the writer (raised by its next call).
+        self.error: ServerError | None = None
+        self._resend = False  # the next update sends the whole text
+        self._adopted = False  # the client knows it (and re-sends it on a new connection)
+        self._sent = False  # an op went out (the role rides on the first and on texts)
+
+    def __repr__(self) -> str:
+        where = f"{self.transcript_id}/{self.draft_id}"
+        return f"<DraftWriter {where} {self.state} {len(self.text)} chars>"
+
+    @property
+    def text(self) -> str:
+        """The whole text written so far."""
+        parts = self._parts
+        if len(parts) > 1:
+            parts[:] = ["".join(parts)]
+        return parts[0] if parts else ""
+
+    # -- writing --------------------------------------------------------------------------
+
+    async def open(self, *, timeout: float | None = None) -> None:
+        """Open the draft on the server and wait for its answer (``async
+        with`` does this): raises ``ServerError`` (``too-many-drafts``,
+        ``draft-closed``, ``forbidden``, ...) when it is refused. From
+        then on the client sends the writer's whole text on every new
+        connection."""
+        self._check_open()
+        try:
+            await self._client._draft_call(self._op(), timeout)
+        except ServerError as exc:
+            self._failed(exc)
+            raise
+        self._adopt()
+
+    async def write(self, delta: str) -> None:
+        """Append ``delta`` to the text and send it (not answered)."""
+        self._check_open()
+        if not delta:
+            return
+        if not self._adopted:
+            self._adopt()
+        self._parts.append(delta)
+        if self._resend:
+            self._resend = False
+            await self._client._send(self._op(text=self.text))
+        else:
+            await self._client._send(self._op(delta=delta))
+
+    async def replace(self, text: str) -> None:
+        """Replace the whole text (not answered). A draft expires
+        ``draft_ttl_s`` (30 s) after its last update: ``sync()`` keeps an
+        idle one alive."""
+        self._check_open()
+        if not self._adopted:
+            self._adopt()
+        self._parts = [text]
+        self._resend = False
+        await self._client._send(self._op(text=text))
+
+    async def sync(self, *, timeout: float | None = None) -> int:
+        """Wait until the server has taken every update sent before; returns
+        the number of its latest update (``n``). Raises the refusal when the
+        draft is closed or a limit was hit, by this op or by an update sent
+        before it. It also keeps an idle draft alive (a draft expires
+        ``draft_ttl_s`` after its last update)."""
+        self._check_open()
+        op = self._op(text=self.text) if self._resend else self._op()
+        self._resend = False
+        try:
+            ack = await self._client._draft_call(op, timeout)
+        except ServerError as exc:
+            self._failed(exc)
+            raise
+        # The server answers in order: a refusal of an update sent before
+        # came before this answer.
+        self._check_open()
+        return ack.n or 0
+
+    async def commit(
+        self,
+        fields: Mapping[str, Any] | None = None,
+        *,
+        expected_revision: int | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack:
+        """Append the message and close the draft in the same step; returns
+        the append's ``Ack``. The message is ``{"role": role, "content":
+        text}`` with ``fields`` laid over it (``name``, ``metadata``, or a
+        ``content`` of its own). Like every append it lands exactly once
+        across reconnects. A refused append (``RevisionConflict``,
+        ``InvalidMessage``) leaves the draft open: fix and commit again, or
+        cancel."""
+        self._check_open()
+        message: dict[str, Any] = {"role": self.role, "content": self.text}
+        if fields:
+            message.update(fields)
+        self.state = "committing"
+        try:
+            ack = await self._client.append(
+                self.transcript_id,
+                [message],
+                expected_revision,
+                idempotency_key,
+                timeout=timeout,
+                draft_id=self.draft_id,
+            )
+        except BaseException:
+            if self.state == "committing":
+                self.state = "open"
+            raise
+        self.state = "committed"
+        self._client._forget_writer(self)
+        return ack
+
+    async def cancel(self) -> None:
+        """Drop the draft: the subscribers see it closed with no message.
+        Does nothing once it is committed or cancelled, nor after a refusal
+        that closed it on the server (a writer failed on ``draft-too-large``
+        still cancels: the server kept the draft as it was)."""
+        if self.state == "failed" and self.error is not None:
+            if self.error.code == codes.DRAFT_TOO_LARGE:
+                self.error = None  # once
+                await self._client._send(self._op(cancel=True))
+            return
+        if self.state != "open":
+            return
+        self.state = "cancelled"
+        self._client._forget_writer(self)
+        await self._client._send(self._op(cancel=True))
+
+    async def __aenter__(self) -> DraftWriter:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.cancel()
+
+    # -- the client's side -------------------------------------------------------------
+
+    def _op(
+        self, *, delta: str | None = None, text: str | None = None, cancel: bool = False
+    ) -> wire.Draft:
+        # A token carries no role: the op that opened the draft (or a text
+        # sent again after a reconnect, which may open it anew) did.
+        role = None if delta is not None and self._sent else self.role
+        self._sent = True
+        return wire.Draft(
+            transcript_id=self.transcript_id,
+            draft_id=self.draft_id,
+            role=role,
+            delta=delta,
+            text=text,
+            cancel=cancel,
+        )
+
+    def _adopt(self) -> None:
+        self._adopted = True
+        self._client._adopt_writer(self)
+
+    def _connection_lost(self) -> None:
+        """Updates sent lately may be lost: whatever goes first on the next
+        connection (this writer's next update, or ``_reconnected_op``)
+        carries the whole text, so no reader sees a text with a hole."""
+        self._resend = True
+
+    def _reconnected_op(self) -> wire.Draft | None:
+        """The op to send on a new connection: the whole text (nothing while
+        a commit is under way: its append is sent again, and the draft it
+        closes must not be opened again by a late text)."""
+        if self.state != "open":
+            return None
+        self._resend = False
+        return self._op(text=self.text)
+
+    def _refused(self, frame: wire.ErrorFrame, error: ServerError) -> None:
+        """A ref-less update of this transcript was refused (see the module)."""
+        if self.state != "open":
+            return
+        if frame.code in _RESEND_CODES:
+            self._resend = True
+        else:
+            self._failed(error)
+
+    def _failed(self, error: ServerError) -> None:
+        if self.state == "open":
+            self.state = "failed"
+            self.error = error
+            self._client._forget_writer(self)
+
+    def _check_open(self) -> None:
+        if self.state == "open":
+            return
+        if self.error is not None:
+            raise self.error
+        raise ClientError(f"draft {self.draft_id!r} is {self.state}: it takes no more updates")
+
+
+def chunk_text(chunk: Any) -> str | None:
+    """The text of one streamed chunk: a ``str`` itself, or an OpenAI-style
+    streaming chunk (an object or a dict) with ``choices[0].delta.content``
+    (``None`` when it carries no text, e.g. the last chunk or a tool call's).
+    Duck-typed: no LLM SDK is needed. Raises ``TypeError`` for anything else."""
+    if isinstance(chunk, str):
+        return chunk
+    try:
+        choices = chunk["choices"] if isinstance(chunk, Mapping) else chunk.choices
+        if not choices:
+            return None  # e.g. a usage-only chunk
+        delta = choices[0]["delta"] if isinstance(choices[0], Mapping) else choices[0].delta
+        content = delta.get("content") if isinstance(delta, Mapping) else delta.content
+    except (AttributeError, KeyError, IndexError, TypeError):
+        raise TypeError(
+            f"a chunk is a str or has choices[0].delta.content, not {type(chunk).__name__}"
+        ) from None
+    if content is not None and not isinstance(content, str):
+        raise TypeError(f"choices[0].delta.content is {type(content).__name__}, not str")
+    return content
+
+
+async def iterate_chunks(chunks: AsyncIterable[object] | Iterable[object]) -> AsyncIterator[object]:
+    """Yield the chunks of an async or a plain iterable."""
+    if isinstance(chunks, AsyncIterable):
+        async for chunk in chunks:
+            yield chunk
+    else:
+        for chunk in chunks:
+            yield chunk
