@@ -1,0 +1,239 @@
+"""Drafts on Redis: the entry of every open draft for late joiners on other
+replicas, and the relay of each update on the transcript's notice channel.
+
+Keys (the transcript's hash tag, so one script changes them on one slot)::
+
+    <prefix>{<id>}:drafts       hash: draft id -> "n:until:state:revision:role"
+                                (``until``: ms, Redis's clock; an entry past
+                                it is gone); expires ``ttl`` after its last write
+    <prefix>{<id>}:draft:<did>  string: the open draft's text as of update n;
+                                expires ``ttl`` after its last update
+
+One script per update (``_UPDATE``) applies it to the entry and publishes it
+on the transcript's channel (the one that carries its change notices:
+``<prefix>changes``, or ``<prefix>{<id>}:changes`` with ``SPUBLISH`` on a
+Cluster). Publishing from the script that stored it means a replica that
+learns of update n from pub/sub always finds update n or a later one in the
+entry: recovering from a gap is one read, never a wait. A delta is appended
+(``APPEND``, amortised O(delta)) only to the text of update n - 1; otherwise
+the script answers ``stale`` (the relaying replica then sends the whole
+text). A closed entry keeps its state (and ``revision``) for ``ttl`` without
+its text, so that a replica that loads the transcript later knows the draft
+closed, and takes no more updates.
+
+Why per update rather than a write of the text every 100 ms beside a bare
+``PUBLISH``: the relay pipelines whatever is pending in one round trip, so
+the script costs the replica what a ``PUBLISH`` costs (one command per
+update), and Redis a few microseconds more; a throttled entry would trail
+the updates, so a replica recovering a gap would read an older text and
+have to wait and read again (docs/architecture.md, "Drafts across
+replicas", has the measurements).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
+
+import msgspec
+from redis.exceptions import RedisClusterException, RedisError
+
+from server.store.base import RelayedDraft, RelayedOutcome, StoreError
+
+__all__ = ["RedisDrafts"]
+
+_FAILURES: Final = (RedisError, RedisClusterException)
+
+# KEYS: drafts hash, the draft's text key. ARGV: draft id, n, kind ('d' delta,
+# 't' text, 'k' keep-alive or empty open, 'c' close), body (delta or text),
+# role, state, revision ('' for none), ttl ms, publish command, channel,
+# message, text key prefix -> 1 stored, 0 stale (a delta not on update n - 1:
+# announced, not stored), 2 closed (the entry is closed: nothing done)
+_UPDATE: Final = """
+local did, n, kind, body = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local role, state, rev, ttl = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cur = redis.call('HGET', KEYS[1], did)
+local curn, curstate = nil, nil
+if cur then
+  local a, u, b = string.match(cur, '^(%d+):(%d+):(%a+):')
+  if tonumber(u) >= now then curn, curstate = tonumber(a), b end
+end
+if curstate and curstate ~= 'open' then return 2 end
+local result, entryn = 1, n
+if kind == 'c' then
+  redis.call('DEL', KEYS[2])
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    if tonumber(string.match(all[i + 1], '^%d+:(%d+):')) < now then
+      redis.call('HDEL', KEYS[1], all[i])
+      redis.call('DEL', ARGV[12] .. all[i])
+    end
+  end
+elseif kind == 't' then
+  redis.call('SET', KEYS[2], body, 'PX', ttl)
+elseif kind == 'd' then
+  if curn == n - 1 or (curn == nil and n == 1) then
+    redis.call('APPEND', KEYS[2], body)
+    redis.call('PEXPIRE', KEYS[2], ttl)
+  else
+    result = 0
+    entryn = curn
+  end
+else
+  if curn then entryn = curn else redis.call('SET', KEYS[2], '', 'PX', ttl) end
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
+if entryn then
+  redis.call('HSET', KEYS[1], did,
+             entryn .. ':' .. (now + ttl) .. ':' .. state .. ':' .. rev .. ':' .. role)
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call(ARGV[9], ARGV[10], ARGV[11])
+return result
+"""
+
+# KEYS: drafts hash. ARGV: text key prefix -> {did, entry, text or nil, ...}
+# of the entries not past their time (the others are deleted).
+_READ: Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local all = redis.call('HGETALL', KEYS[1])
+local out = {}
+for i = 1, #all, 2 do
+  local did, entry = all[i], all[i + 1]
+  local u, st = string.match(entry, '^%d+:(%d+):(%a+):')
+  if tonumber(u) < now then
+    redis.call('HDEL', KEYS[1], did)
+    redis.call('DEL', ARGV[1] .. did)
+  else
+    local text = false
+    if st == 'open' then text = redis.call('GET', ARGV[1] .. did) end
+    out[#out + 1] = did
+    out[#out + 1] = entry
+    out[#out + 1] = text
+  end
+end
+return out
+"""
+
+_OUTCOMES: Final[dict[int, RelayedOutcome]] = {1: "stored", 0: "stale", 2: "closed"}
+
+Script = Callable[..., Any]
+
+
+class RedisDrafts:
+    """The draft entries and relay of a ``RedisStore`` (its
+    ``relay_drafts``/``drafts_of``). ``client()`` is the store's client,
+    ``channel_of`` its notice channel per transcript, ``publish`` the command
+    (``PUBLISH``, or ``SPUBLISH`` on a Cluster), ``unavailable`` maps a
+    redis-py error to a ``StoreError``; ``script`` makes a runnable script
+    (the store's ``_Script``)."""
+
+    def __init__(
+        self,
+        *,
+        prefix: str,
+        client: Callable[[], Any],
+        channel_of: Callable[[str], str],
+        publish: str,
+        unavailable: Callable[[Any], StoreError],
+        script: Callable[[str], Any],
+    ) -> None:
+        self.prefix = prefix
+        self._client = client
+        self._channel_of = channel_of
+        self._publish = publish
+        self._unavailable = unavailable
+        self._update = script(_UPDATE)
+        self._read = script(_READ)
+        self._encode = msgspec.json.Encoder().encode
+
+    def _tag(self, transcript_id: str) -> str:
+        return f"{self.prefix}{{{transcript_id}}}:"
+
+    def _call(self, update: RelayedDraft, ttl_ms: int) -> tuple[list[str], list[Any]]:
+        tag = self._tag(update.transcript_id)
+        if update.state != "open":
+            kind, body = "c", ""
+        elif update.delta is not None:
+            kind, body = "d", update.delta
+        elif update.text is not None:
+            kind, body = "t", update.text
+        else:
+            kind, body = "k", ""
+        args = [
+            update.draft_id,
+            update.n,
+            kind,
+            body,
+            update.role,
+            update.state,
+            "" if update.revision is None else update.revision,
+            ttl_ms,
+            self._publish,
+            self._channel_of(update.transcript_id),
+            self._encode(update),
+            tag + "draft:",
+        ]
+        return [tag + "drafts", tag + "draft:" + update.draft_id], args
+
+    async def relay(self, updates: Sequence[RelayedDraft], ttl_s: float) -> list[RelayedOutcome]:
+        """Store and announce ``updates`` in order, pipelined (one round trip
+        per node). Raises ``StoreError`` when Redis did not take them all
+        (the caller relays the drafts' whole texts again)."""
+        if not updates:
+            return []
+        ttl_ms = max(1, int(ttl_s * 1000))
+        try:
+            replies = await self._update.many(
+                self._client(), [self._call(update, ttl_ms) for update in updates]
+            )
+        except _FAILURES as err:
+            raise self._unavailable(err) from err
+        for reply in replies:
+            if isinstance(reply, _FAILURES):
+                raise self._unavailable(reply)
+            if isinstance(reply, Exception):
+                raise StoreError(f"relaying a draft failed: {reply}")
+        return [_OUTCOMES.get(int(reply), "stored") for reply in replies]
+
+    async def drafts_of(self, transcript_ids: Iterable[str]) -> dict[str, list[RelayedDraft]]:
+        """The open (with their text) and recently closed drafts of each
+        transcript (one script per transcript, pipelined)."""
+        ids = list(transcript_ids)
+        if not ids:
+            return {}
+        calls = [([self._tag(tid) + "drafts"], [self._tag(tid) + "draft:"]) for tid in ids]
+        try:
+            replies = await self._read.many(self._client(), calls)
+        except _FAILURES as err:
+            raise self._unavailable(err) from err
+        out: dict[str, list[RelayedDraft]] = {}
+        for tid, reply in zip(ids, replies, strict=True):
+            if isinstance(reply, _FAILURES):
+                raise self._unavailable(reply)
+            if isinstance(reply, Exception):
+                raise StoreError(f"reading the drafts of {tid!r} failed: {reply}")
+            out[tid] = [
+                _entry(tid, reply[i], reply[i + 1], reply[i + 2]) for i in range(0, len(reply), 3)
+            ]
+        return out
+
+
+def _entry(transcript_id: str, draft_id: bytes, entry: bytes, text: bytes | None) -> RelayedDraft:
+    """A stored entry as a ``RelayedDraft`` (validated as one read from the channel)."""
+    n, _until, state, revision, role = entry.decode().split(":", 4)
+    fields = {
+        "transcriptId": transcript_id,
+        "draftId": draft_id.decode(),
+        "role": role,
+        "n": int(n),
+        "state": state,
+    }
+    if state == "open":
+        fields["text"] = (text or b"").decode()
+    if revision:
+        fields["revision"] = int(revision)
+    return msgspec.convert(fields, RelayedDraft)
