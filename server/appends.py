@@ -42,9 +42,18 @@ log = logging.getLogger("tsync.appends")
 
 
 class PendingAppend:
-    """An append waiting for its commit; ``future`` gets its result."""
+    """An append waiting for its commit; ``future`` gets its result.
+    ``draft_id``: the draft it commits (closed when it succeeds)."""
 
-    __slots__ = ("expected_revision", "future", "key", "messages", "origin", "transport")
+    __slots__ = (
+        "draft_id",
+        "expected_revision",
+        "future",
+        "key",
+        "messages",
+        "origin",
+        "transport",
+    )
 
     def __init__(
         self,
@@ -53,12 +62,14 @@ class PendingAppend:
         key: str | None,
         origin: Origin | None,
         transport: str,
+        draft_id: str | None = None,
     ) -> None:
         self.messages = messages
         self.expected_revision = expected_revision
         self.key = key
         self.origin = origin
         self.transport = transport
+        self.draft_id = draft_id
         self.future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         # The caller may be gone (cancelled): its error is then nobody's.
         self.future.add_done_callback(_retrieve)
@@ -126,6 +137,11 @@ class CommitPort(Protocol):
 
     async def requeue(self, pending: PendingAppend, transcript_id: str) -> None:
         """Queue ``pending`` again on the transcript's current copy."""
+        ...
+
+    def commit_draft(self, live: LiveTranscript, draft_id: str, revision: int) -> None:
+        """The append that commits ``draft_id`` landed as ``revision``: close
+        the draft (its ``final`` leaves right behind the increment)."""
         ...
 
 
@@ -206,7 +222,7 @@ class AppendCommitter:
                         if alone_result is None:  # the copy was replaced: start over there
                             await self.port.requeue(p, live.id)
                         else:
-                            p.succeed(alone_result)
+                            self._succeed(live, p, alone_result)
                             live.deliver_pending()
                     i += 1
                     continue
@@ -259,6 +275,13 @@ class AppendCommitter:
             live.transcript.apply(event)
             self.metrics.appends.labels(p.transport, "messages-appended").inc()
         live.remember(p.key, result.receipt)
+        self._succeed(live, p, result)
+
+    def _succeed(self, live: LiveTranscript, p: PendingAppend, result: AppendResult) -> None:
+        """Answer ``p``, closing the draft it commits in the same step (only
+        an append that succeeded closes its draft)."""
+        if p.draft_id is not None:
+            self.port.commit_draft(live, p.draft_id, result.receipt.revision)
         p.succeed(result)
 
     async def _commit_alone(self, live: LiveTranscript, p: PendingAppend) -> AppendResult | None:

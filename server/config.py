@@ -319,6 +319,22 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             "space one transcript's keys take within `idempotency_ttl_s`"
         ),
     ] = DEFAULT_IDEMPOTENCY_RETENTION
+    max_drafts_per_transcript: Annotated[
+        PosInt,
+        _d(
+            "open drafts (messages being streamed, see `protocol.md`, Drafts) a transcript "
+            "may have at once; opening one more gets `too-many-drafts`. A draft's text is "
+            "bounded by `max_message_bytes`"
+        ),
+    ] = 16
+    draft_ttl_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d(
+            "seconds a draft lives without an update before it expires (subscribers get its "
+            "`expired` close); a closed draft's id is remembered as long (a late token is "
+            "`draft-closed`, a consumer that resumes gets its close)"
+        ),
+    ] = 30.0
     backplane_resync_s: Annotated[
         Annotated[float, Meta(gt=0)],
         _d(

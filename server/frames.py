@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from protocol import wire
 from protocol.types import TranscriptEvent, TranscriptSnapshot
@@ -86,6 +86,7 @@ class EncodedEvent:
     __slots__ = ("_msgpack_tail", "event", "json_tail", "revision", "size", "transcript_id")
     data = True
     baseline = False
+    draft = False
 
     def __init__(self, event: TranscriptEvent) -> None:
         self.event = event
@@ -128,6 +129,7 @@ class EncodedSnapshot:
     )
     data = True
     baseline = True
+    draft = False
 
     def __init__(
         self,
@@ -225,6 +227,90 @@ BASELINE_JSON_MID: Final = b',"snapshot":'
 BASELINE_MSGPACK_MID: Final = wire.encode_msgpack("snapshot")
 
 
+class DraftSource(Protocol):
+    """An open draft as the server holds it: what a merged draft slot is
+    written as when it goes out (``server.drafts.OpenDraft``)."""
+
+    def text_frame(self) -> EncodedDraft:
+        """The ``text`` frame of the draft's state now (encoded once per update)."""
+        ...
+
+
+class EncodedDraft:
+    """One update of a draft (``delta`` or ``text``) or its close, encoded
+    once (JSON now, MessagePack on first use) and shared by every subscriber,
+    like an increment. ``frame`` is the wire struct with ``seq=0``: what the
+    Redis backplane publishes. ``source`` is the open draft it belongs to
+    (``None`` for a close): a connection that fell behind writes its merged
+    slot as ``source.text_frame()``. Never counted against the queue's
+    bounds (``server.outbound``)."""
+
+    __slots__ = ("_msgpack", "draft_id", "frame", "head", "size", "source", "tail", "transcript_id")
+    data = False
+    baseline = False
+    draft = True
+
+    def __init__(self, frame: wire.DraftFrame, source: DraftSource | None = None) -> None:
+        self.frame = frame
+        self.transcript_id = frame.transcript_id
+        self.draft_id = frame.draft_id
+        self.source = source
+        self.head, self.tail = wire.seq_parts(frame)
+        self.size = len(self.head) + SEQ_DIGITS + len(self.tail)
+        self._msgpack: tuple[bytes, bytes] | None = None
+
+    @property
+    def closes(self) -> bool:
+        """Whether this is a close (``final``, ``cancelled``, ``expired``)."""
+        return self.frame.state != "open"
+
+    def render(self, seq: int, binary: bool) -> bytes:
+        if not binary:
+            return b"".join((self.head, b"%d" % seq, self.tail))
+        parts = self._msgpack
+        if parts is None:
+            parts = self._msgpack = wire.seq_parts(self.frame, binary=True)
+        return b"".join((parts[0], wire.seq_bytes(seq, binary=True), parts[1]))
+
+    def frame_json(self, seq: int) -> bytes:
+        """The whole WebSocket frame of this update alone (JSON)."""
+        seq_text = b"%d" % seq
+        length = len(self.head) + len(seq_text) + len(self.tail)
+        return b"".join((ws_header(TEXT, length), self.head, seq_text, self.tail))
+
+
+class DraftSlot:
+    """One connection's queued frame of one open draft, while its socket is
+    not taking data: the updates pushed meanwhile merge into it, and once
+    more than one did, it goes out as the ``text`` of the draft's state at
+    that moment (one slot per draft, never a backlog of tokens)."""
+
+    __slots__ = ("merged", "update")
+    data = False
+    baseline = False
+    draft = True
+    closes = False
+    size = 0
+
+    def __init__(self, update: EncodedDraft) -> None:
+        self.update = update
+        self.merged = False
+
+    @property
+    def transcript_id(self) -> str:
+        return self.update.transcript_id
+
+    def merge(self, update: EncodedDraft) -> None:
+        self.update = update
+        self.merged = True
+
+    def render(self, seq: int, binary: bool) -> bytes:
+        update = self.update
+        if self.merged and update.source is not None:
+            update = update.source.text_frame()
+        return update.render(seq, binary)
+
+
 class ControlFrame:
     """An ack, pong or error: one connection's, encoded once in its format
     when queued; never dropped on lag."""
@@ -232,6 +318,7 @@ class ControlFrame:
     __slots__ = ("binary", "head", "size", "tail", "transcript_id")
     data = False
     baseline = False
+    draft = False
 
     def __init__(self, frame: Any, *, binary: bool = False) -> None:
         # ``frame`` is a wire struct built with a placeholder seq of 0.
@@ -244,4 +331,4 @@ class ControlFrame:
         return b"".join((self.head, wire.seq_bytes(seq, binary=self.binary), self.tail))
 
 
-Outbound = EncodedEvent | EncodedSnapshot | ControlFrame
+Outbound = EncodedEvent | EncodedSnapshot | ControlFrame | EncodedDraft | DraftSlot

@@ -40,7 +40,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from protocol import codes
+from protocol import codes, wire
 from protocol.state import TranscriptState
 from protocol.types import Message, Origin, TranscriptEvent, TranscriptSnapshot, View
 from protocol.usage import MessageUsage, message_usage, named_ranges
@@ -48,8 +48,9 @@ from protocol.validation import parse_messages, validate_id
 from protocol.views import InvalidView, Window, window_start
 from server.appends import AppendCommitter, PendingAppend
 from server.config import ServerConfig
+from server.drafts import Drafts
 from server.errors import EpochChanged, Refused, TooManySubscriptions
-from server.frames import EncodedEvent, EncodedSnapshot
+from server.frames import EncodedDraft, EncodedEvent, EncodedSnapshot
 from server.live import (
     CatchUpFirst,
     FetchThenSplice,
@@ -75,9 +76,12 @@ from server.store.base import (
 from server.transcript import Transcript
 from server.tuning import (
     BASELINE_ENCODES_AT_ONCE,
+    DRAFT_SWEEP_BATCH,
+    DRAFT_SWEEPS_PER_TTL,
     IDLE_SWEEPS_PER_TTL,
     LIVE_FULL_RETRY_AFTER_S,
     MAX_CONCURRENT_LOADS,
+    MIN_DRAFT_SWEEP_S,
     MIN_IDLE_SWEEP_S,
     RESUME_FETCHES_AT_ONCE,
 )
@@ -103,6 +107,13 @@ class _Stale(Exception):
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _draft_kind(frame: wire.DraftFrame) -> str:
+    """The ``tsync_draft_updates`` label of a draft frame."""
+    if frame.state != "open":
+        return frame.state
+    return "delta" if frame.delta is not None else "text"
 
 
 class HoldListener(Protocol):
@@ -141,17 +152,26 @@ class Hub:
         #: Bounds on the heavy parts of subscribing, server-wide.
         self.baseline_encodes = asyncio.Semaphore(BASELINE_ENCODES_AT_ONCE)
         self.resume_fetches = asyncio.Semaphore(RESUME_FETCHES_AT_ONCE)
+        #: Told every local draft update and close (the Redis backplane
+        #: publishes them; ``None`` when standalone). See ``server.drafts``.
+        self.draft_publisher: Callable[[wire.DraftFrame], None] | None = None
+        self._draft_sweeper: asyncio.Task[None] | None = None
+        #: How many draft sweeps have run (tests wait on it).
+        self.draft_sweeps = 0
+        self.metrics.drafts_open.set_function(self.open_drafts)
 
     # --- lifecycle ----------------------------------------------------------------
 
     async def start(self) -> None:
         self._sweeper = asyncio.create_task(self._sweep_idle(), name="hub-sweeper")
+        self._draft_sweeper = asyncio.create_task(self._sweep_drafts(), name="draft-sweeper")
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        for sweeper in (self._sweeper, self._draft_sweeper):
+            if sweeper is not None:
+                sweeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeper
         self.write_delay.cancel()
         for queue in list(self.connections.values()):
             await queue.stop()
@@ -220,13 +240,21 @@ class Hub:
         keep = self.config.live_messages
         return await self.store.load_recent(transcript_id, messages=keep or None)
 
-    def _hold(self, stored: StoredState) -> LiveTranscript:
+    def _hold(self, stored: StoredState, drafts: Drafts | None = None) -> LiveTranscript:
+        config = self.config
         live = LiveTranscript(
             stored,
-            limits=self.config.message_limits,
-            event_window=self.config.event_window,
+            limits=config.message_limits,
+            event_window=config.event_window,
             remembered_keys=min(LOADED_KEYS, self.store.idempotency_retention),
-            live_messages=self.config.live_messages,
+            live_messages=config.live_messages,
+            drafts=drafts
+            or Drafts(
+                stored.transcript_id,
+                max_open=config.max_drafts_per_transcript,
+                max_bytes=config.max_message_bytes,
+                ttl=config.draft_ttl_s,
+            ),
         )
         self.live[live.id] = live
         self._held(live.id)
@@ -389,11 +417,13 @@ class Hub:
         idempotency_key: str | None = None,
         origin: Origin | None = None,
         transport: str = "ws",
+        draft_id: str | None = None,
     ) -> AppendResult:
         """Append one batch, all or nothing; the result's ``receipt`` is what
         to acknowledge, ``duplicate`` whether the key had been seen. Raises
         ``InvalidMessage``, ``RevisionConflict``, ``TranscriptNotFound``,
-        ``StoreUnavailable``.
+        ``StoreUnavailable``. ``draft_id``: the batch commits that draft (it
+        closes in the same step; a refused append leaves it open).
 
         Appends to one transcript that queue up while the store is busy are
         committed together (``server.appends``) and their increments leave
@@ -402,7 +432,9 @@ class Hub:
         started = time.perf_counter()
         parsed = self._parse(messages)
         live = await self.load(transcript_id)
-        pending = PendingAppend(parsed, expected_revision, idempotency_key, origin, transport)
+        pending = PendingAppend(
+            parsed, expected_revision, idempotency_key, origin, transport, draft_id
+        )
         self.committer.submit(live, pending)
         # Not shielded: if this caller is cancelled the future is, and the
         # committer, which owns the commit, skips answering it.
@@ -434,6 +466,107 @@ class Hub:
             lambda transcript: transcript.prepare_segment(start, origin=origin),
             transport,
         )
+
+    # --- drafts (server.drafts) ---------------------------------------------------------
+
+    async def draft(
+        self,
+        transcript_id: str,
+        draft_id: str,
+        *,
+        role: str | None = None,
+        delta: str | None = None,
+        text: str | None = None,
+        cancel: bool = False,
+    ) -> tuple[int, int]:
+        """Apply one ``draft`` op (open, ``delta``, ``text``, ``cancel`` or a
+        keep-alive); returns the transcript's revision and the draft's ``n``.
+        Its frame goes to every subscriber (encoded once) and to
+        ``draft_publisher``. Raises ``Refused`` (``too-many-drafts``,
+        ``draft-too-large``, ``draft-closed``) and ``TranscriptNotFound``;
+        a refused op changes nothing."""
+        live = await self.load(transcript_id)
+        # No await from here on: the op and its fan-out are one step.
+        written = live.drafts.write(
+            draft_id, now=time.monotonic(), role=role, delta=delta, text=text, cancel=cancel
+        )
+        live.touch()
+        if written.update is not None:
+            self._fan_out_draft(live, written.update)
+            self._publish_draft(written.update)
+        return live.transcript.revision, written.n
+
+    def commit_draft(self, live: LiveTranscript, draft_id: str, revision: int) -> None:
+        """``CommitPort.commit_draft``: the append that commits the draft
+        landed as ``revision`` (the committer calls it before answering)."""
+        frame = live.commit_draft(draft_id, revision, time.monotonic())
+        if frame is not None:
+            self.metrics.draft_updates.labels("final").inc()
+            self._publish_draft(frame)
+
+    def draft_text(self, transcript_id: str, draft_id: str) -> wire.DraftFrame | None:
+        """The ``text`` frame (``seq=0``) of an open draft as this replica
+        holds it now; ``None`` when it is not open here (or the transcript is
+        not held)."""
+        live = self.live.get(transcript_id)
+        frame = None if live is None else live.drafts.text(draft_id)
+        return None if frame is None else frame.frame
+
+    def apply_remote_draft(self, frame: wire.DraftFrame) -> bool:
+        """An update or close of a draft that another replica published:
+        applied to the copy here and fanned out to the local subscribers like
+        a local one, never published again. False on a gap (apply the
+        draft's current ``text`` then). A transcript not held here ignores
+        it."""
+        live = self.live.get(frame.transcript_id)
+        if live is None:
+            return True
+        result = live.drafts.apply_remote(frame, time.monotonic())
+        if result is False:
+            return False
+        if result is not None:
+            self._fan_out_draft(live, result)
+        return True
+
+    def _fan_out_draft(self, live: LiveTranscript, update: EncodedDraft) -> None:
+        live.push_draft(update)
+        self.metrics.draft_updates.labels(_draft_kind(update.frame)).inc()
+
+    def _publish_draft(self, update: EncodedDraft) -> None:
+        publisher = self.draft_publisher
+        if publisher is not None:
+            publisher(update.frame)
+
+    def _push_drafts(self, live: LiveTranscript, queue: OutboundQueue) -> None:
+        """Right behind a baseline or a resume, in the same step: the
+        ``text`` of each open draft and the closes of the recent ones."""
+        if live.drafts:
+            for frame in live.drafts.catch_up(time.monotonic()):
+                queue.push_draft(frame)
+
+    async def _sweep_drafts(self) -> None:
+        """Expire the drafts idle for ``draft_ttl_s``, on the loop, a batch of
+        transcripts at a time."""
+        ttl = self.config.draft_ttl_s
+        while True:
+            await asyncio.sleep(max(ttl / DRAFT_SWEEPS_PER_TTL, MIN_DRAFT_SWEEP_S))
+            looked = 0
+            for live in list(self.live.values()):
+                looked += 1
+                if looked % DRAFT_SWEEP_BATCH == 0:
+                    await asyncio.sleep(0)
+                if not live.drafts or not self.is_current(live):
+                    continue
+                local, remote = live.drafts.expire(time.monotonic())
+                for frame in (*local, *remote):
+                    self._fan_out_draft(live, frame)
+                for frame in local:
+                    self._publish_draft(frame)
+            self.draft_sweeps += 1
+
+    def open_drafts(self) -> int:
+        """Open drafts of the transcripts held here (``tsync_drafts_open``)."""
+        return sum(len(live.drafts.open) for live in self.live.values())
 
     # --- other replicas' changes ------------------------------------------------------
 
@@ -473,7 +606,12 @@ class Hub:
         subscribers = list(live.subscribers.items())
         self.forget(live.id)
         await live.close()
-        fresh = self._hold(stored)
+        # Drafts are not history: the same transcript keeps them; one created
+        # again does not (its subscribers' baseline of another epoch closes
+        # theirs as gone).
+        same = stored.snapshot.epoch == live.transcript.epoch
+        fresh = self._hold(stored, live.drafts if same else None)
+
         # One subscriber after the other: the first one's baseline is encoded
         # (a chunk at a time, or from the store's older messages), those of
         # the others at the same revision and window share it.
@@ -820,6 +958,7 @@ class Hub:
         # sees (and drops) this subscription too.
         self._join(live, queue, window)
         queue.push_baseline(snapshot)
+        self._push_drafts(live, queue)
         self.metrics.subscribes.labels("baseline").inc()
         return "baseline"
 
@@ -874,6 +1013,7 @@ class Hub:
             return None
         self._join(live, queue, window)
         queue.push_resume(live.id, from_revision, items)
+        self._push_drafts(live, queue)
         mode = "resume" if items else "current"
         self.metrics.subscribes.labels(mode).inc()
         return mode

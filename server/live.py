@@ -48,7 +48,8 @@ from protocol.types import Message, TranscriptEvent, TranscriptSnapshot
 from protocol.views import Window
 from server.baselines import EncodedMessages
 from server.changes import ChangeBuffer
-from server.frames import EncodedEvent, EncodedSnapshot
+from server.drafts import Drafts
+from server.frames import EncodedDraft, EncodedEvent, EncodedSnapshot
 from server.outbound import OutboundQueue
 from server.store.base import LOADED_KEYS, Receipt, StoredState
 from server.transcript import Transcript
@@ -83,6 +84,7 @@ class LiveTranscript:
         event_window: int,
         remembered_keys: int = LOADED_KEYS,
         live_messages: int = 0,
+        drafts: Drafts | None = None,
     ) -> None:
         self.buffer = ChangeBuffer()
         self.transcript = Transcript.restore_window(
@@ -109,6 +111,15 @@ class LiveTranscript:
         #: The messages encoded for whole baselines, per format, while every
         #: message is held (``server.baselines``).
         self._encoded: dict[bool, EncodedMessages] = {}
+        #: The transcript's drafts (``server.drafts``): never part of it.
+        self.drafts = drafts or Drafts(
+            self.id, max_open=16, max_bytes=limits.max_message_bytes, ttl=30.0
+        )
+        #: ``final`` frames of drafts committed by events not delivered yet,
+        #: by revision: they leave right behind their increment.
+        self._finals: dict[int, list[EncodedDraft]] = {}
+        #: The revision of the last event pushed to the subscribers.
+        self._delivered = stored.snapshot.revision
         self.pump = asyncio.create_task(self._pump(), name=f"pump-{self.id}")
 
     # --- fan-out ------------------------------------------------------------------
@@ -129,12 +140,39 @@ class LiveTranscript:
         items = [EncodedEvent(event) for event in events]
         self.window.extend(items)
         self.size += sum(item.size for item in items)
+        if items:
+            self._delivered = items[-1].revision
+        finals: list[EncodedDraft] = []
+        if self._finals:
+            for item in items:
+                finals.extend(self._finals.pop(item.revision, ()))
         for queue in list(self.subscribers):
             # A subscription made after these events were captured but before
             # they were pumped already has them in its baseline: the queue
-            # skips them. Events taken together leave together.
-            queue.push_increments(items)
+            # skips them. Events taken together leave together, and the
+            # drafts they commit close right behind them, in the same flush.
+            queue.push_increments(items, finals)
         self._trim()
+
+    def commit_draft(self, draft_id: str, revision: int, now: float) -> EncodedDraft | None:
+        """The change of ``revision`` (applied, not delivered yet) commits
+        the draft ``draft_id``: it closes now, and its ``final`` frame leaves
+        right behind the increment. Returns that frame (``None``: the draft
+        was not open)."""
+        frame = self.drafts.commit(draft_id, revision, now)
+        if frame is not None:
+            if revision > self._delivered:
+                self._finals.setdefault(revision, []).append(frame)
+            else:
+                # Delivered already (the retry of an append that landed): it
+                # goes out alone, and a consumer waits for its revision.
+                self.push_draft(frame)
+        return frame
+
+    def push_draft(self, frame: EncodedDraft) -> None:
+        """Fan one draft update or close out to every subscriber."""
+        for queue in list(self.subscribers):
+            queue.push_draft(frame)
 
     def _trim(self) -> None:
         """Let the oldest messages go once more than 1.5 times ``live_messages``
@@ -276,13 +314,14 @@ class LiveTranscript:
         self.last_used = time.monotonic()
 
     def evictable(self) -> bool:
-        """Nobody subscribes to it or changes it now: it may leave memory."""
-        return not self.subscribers and not self.lock.locked()
+        """Nobody subscribes to it, changes it or writes a draft of it now:
+        it may leave memory."""
+        return not self.subscribers and not self.lock.locked() and not self.drafts.open
 
     def idle_since(self, cutoff: float) -> bool:
-        """Unused since ``cutoff`` (a ``time.monotonic()``), with no subscriber
-        and no writer: it may leave memory."""
-        return not self.subscribers and self.last_used < cutoff and not self.lock.locked()
+        """Unused since ``cutoff`` (a ``time.monotonic()``), with no subscriber,
+        no writer and no open draft: it may leave memory."""
+        return self.last_used < cutoff and self.evictable()
 
     async def close(self) -> None:
         """Stop the pump (deliver what is pending first if it matters)."""

@@ -95,6 +95,16 @@ class Metrics:
         self.store_errors = Counter(
             "tsync_store_errors", "Store operations that failed", ["op"], registry=r
         )
+        self.drafts_open = Gauge(
+            "tsync_drafts_open", "Open drafts of the transcripts held in memory", registry=r
+        )
+        self.draft_updates = Counter(
+            "tsync_draft_updates",
+            "Draft updates and closes fanned out, by kind (delta, text, final, cancelled, "
+            "expired)",
+            ["kind"],
+            registry=r,
+        )
         self.backplane_events = Counter(
             "tsync_backplane_events", "Changes learnt from other replicas", registry=r
         )

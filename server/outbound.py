@@ -53,6 +53,8 @@ from server.frames import (
     BINARY,
     TEXT,
     ControlFrame,
+    DraftSlot,
+    EncodedDraft,
     EncodedEvent,
     EncodedSnapshot,
     Outbound,
@@ -141,6 +143,8 @@ class OutboundQueue:
     __slots__ = (
         "_baseline_bytes",
         "_batch_bytes",
+        "_draft_items",
+        "_draft_slots",
         "_drained",
         "_marked",
         "_max_bytes",
@@ -192,6 +196,11 @@ class OutboundQueue:
         #: Bytes of the queued increments and answers, and of the queued baselines.
         self._queued_bytes = 0
         self._baseline_bytes = 0
+        #: Draft frames queued (they count against no bound), and the slot
+        #: of each open draft queued, by (transcript id, draft id); made on
+        #: the first draft frame that has to wait.
+        self._draft_items = 0
+        self._draft_slots: dict[tuple[str, str], DraftSlot] | None = None
         #: The next fragment of the baseline at the head being streamed, or None.
         self._stream: int | None = None
         self._max_frames = queue_max_frames
@@ -238,11 +247,16 @@ class OutboundQueue:
 
     # --- pushing (hub side; synchronous) ---------------------------------------
 
-    def push_increments(self, items: Sequence[EncodedEvent]) -> None:
+    def push_increments(
+        self, items: Sequence[EncodedEvent], finals: Sequence[EncodedDraft] = ()
+    ) -> None:
         """Send or queue increments of one followed transcript, in revision
         order, skipping what this subscription already has (a baseline taken
         after they were captured) and everything if it does not follow the
-        transcript. The hot path: once per subscriber per delivery."""
+        transcript. ``finals``: the ``final`` frames of the drafts these
+        events commit, sent right behind them in the same flush (the same
+        WebSocket message in JSON). The hot path: once per subscriber per
+        delivery."""
         last = items[-1]
         sent = self._sent.get(last.transcript_id)
         if sent is None or sent >= last.revision:
@@ -252,21 +266,24 @@ class OutboundQueue:
         self._sent[last.transcript_id] = last.revision
         raw = self._raw
         if raw is not None and not self._queue and not self.closed and raw.raw_ready():
-            if len(items) == 1 and not self.binary:
+            if len(items) == 1 and not self.binary and not finals:
                 self.seq += 1
                 frame = items[0].frame_json(self.seq)
                 raw.raw_write(frame)
                 self._count_sent(1, 1, len(frame))
                 return
-            self._queue = list(items)
+            self._queue = [*items, *finals]
             self._queued_bytes = sum(item.size for item in items)
+            self._draft_items = len(finals)
             self._flush_raw()
             if self._queue:
                 self._wake_up()
             return
         for item in items:
             if not self._enqueue_data(item):
-                break  # lagged: the subscription is gone
+                return  # lagged: the subscription is gone
+        for final in finals:
+            self.push_draft(final)
 
     def push_increment(self, item: EncodedEvent) -> None:
         """``push_increments`` of one increment."""
@@ -292,6 +309,63 @@ class OutboundQueue:
         self._sent[transcript_id] = item.revision
         self._enqueue_data(item)
 
+    def push_draft(self, update: EncodedDraft) -> None:
+        """Send or queue one draft update or close of a followed transcript
+        (nothing if it is not followed). While frames wait, the updates of
+        one open draft merge into one slot (``server.frames.DraftSlot``); a
+        close takes the place of its draft's slot, at the end of the queue
+        (behind the increment of a commit). Draft frames never count against
+        the bounds and never lag the connection."""
+        if self.closed or update.transcript_id not in self._sent:
+            return
+        raw = self._raw
+        q = self._queue
+        if raw is not None and not q and raw.raw_ready():
+            self.seq += 1
+            if self.binary:
+                data = update.render(self.seq, True)
+                frame = ws_header(BINARY, len(data)) + data
+            else:
+                frame = update.frame_json(self.seq)
+            raw.raw_write(frame)
+            self._count_sent(1, 1, len(frame))
+            return
+        slots = self._draft_slots
+        key = (update.transcript_id, update.draft_id)
+        if slots is not None:
+            slot = slots.get(key)
+            if slot is not None:
+                if not update.closes:
+                    slot.merge(update)
+                    return
+                # The close goes last, in order behind the commit's increment.
+                del slots[key]
+                self._remove(slot)
+        item: EncodedDraft | DraftSlot = update
+        if not update.closes:
+            item = DraftSlot(update)
+            if slots is None:
+                slots = self._draft_slots = {}
+            slots[key] = item
+        q.append(item)
+        self._count(item, 1)
+        if raw is not None or self._write_delay is None:
+            if raw is not None and len(q) == 1 and raw.raw_ready():
+                self._flush_raw()
+            if q:
+                self._wake_up()
+        elif not self._marked:
+            self._marked = True
+            self._write_delay.mark(self)
+
+    def _remove(self, slot: DraftSlot) -> None:
+        """Take a draft slot out of the queue (its draft closed)."""
+        for i, item in enumerate(self._queue):
+            if item is slot:
+                del self._queue[i]
+                self._count(item, -1)
+                return
+
     def _enqueue_data(self, item: EncodedEvent | EncodedSnapshot) -> bool:
         q = self._queue
         if q and not self._fits(item):
@@ -311,15 +385,18 @@ class OutboundQueue:
 
     def _drop_waiting(self, transcript_id: str) -> None:
         """Forget the frames of ``transcript_id`` that have not started to go
-        out (a new baseline supersedes them)."""
+        out (a new baseline supersedes them; its drafts follow it anew)."""
         q = self._queue
-        if not any(item.transcript_id == transcript_id and item.data for item in q):
+        if not any(
+            item.transcript_id == transcript_id and (item.data or item.draft) for item in q
+        ):
             return
         streaming = self._stream is not None
         kept = [
             item
             for i, item in enumerate(q)
-            if not (item.data and item.transcript_id == transcript_id) or (i == 0 and streaming)
+            if not ((item.data or item.draft) and item.transcript_id == transcript_id)
+            or (i == 0 and streaming)
         ]
         self._queue = kept
         self._recount()
@@ -349,7 +426,7 @@ class OutboundQueue:
             return
         item = ControlFrame(frame, binary=self.binary)
         if (
-            len(q) >= self._max_frames + CONTROL_FRAME_SLACK
+            len(q) - self._draft_items >= self._max_frames + CONTROL_FRAME_SLACK
             or self._counted_bytes() + item.size > self._max_bytes + CONTROL_BYTES_SLACK
         ):
             # Only answers are left and the client still reads none of them:
@@ -394,14 +471,28 @@ class OutboundQueue:
         return self._queued_bytes
 
     def _count(self, item: Outbound, sign: int) -> None:
-        if item.baseline:
+        if item.draft:
+            # Counted apart: draft frames take no room from increments.
+            self._draft_items += sign
+            if sign < 0 and isinstance(item, DraftSlot) and self._draft_slots:
+                key = (item.transcript_id, item.update.draft_id)
+                if self._draft_slots.get(key) is item:
+                    del self._draft_slots[key]  # it went out: the next update waits anew
+        elif item.baseline:
             self._baseline_bytes += sign * item.size
         else:
             self._queued_bytes += sign * item.size
 
     def _recount(self) -> None:
-        self._queued_bytes = sum(item.size for item in self._queue if not item.baseline)
-        self._baseline_bytes = sum(item.size for item in self._queue if item.baseline)
+        q = self._queue
+        self._queued_bytes = sum(item.size for item in q if not (item.baseline or item.draft))
+        self._baseline_bytes = sum(item.size for item in q if item.baseline)
+        self._draft_items = sum(1 for item in q if item.draft)
+        if self._draft_slots:
+            kept = {id(item) for item in q if isinstance(item, DraftSlot)}
+            self._draft_slots = {
+                key: slot for key, slot in self._draft_slots.items() if id(slot) in kept
+            }
 
     def _fits(self, item: EncodedEvent | EncodedSnapshot) -> bool:
         if not item.baseline:
@@ -409,7 +500,7 @@ class OutboundQueue:
         # A baseline fits behind answers and other baselines whatever its
         # size (one per transcript: it replaced that transcript's frames),
         # behind increments only within the budget.
-        if len(self._queue) >= self._max_frames:
+        if len(self._queue) - self._draft_items >= self._max_frames:
             return False
         counted = self._counted_bytes()
         if counted + item.size <= self._max_bytes:
@@ -419,13 +510,13 @@ class OutboundQueue:
     def has_room(self, frames: int, size: int) -> bool:
         """Whether ``frames`` more data frames of ``size`` bytes fit the queue."""
         return (
-            len(self._queue) + frames <= self._max_frames
+            len(self._queue) - self._draft_items + frames <= self._max_frames
             and self._counted_bytes() + size <= self._max_bytes
         )
 
     def room(self, frame_bytes: float) -> int:
         """How many more data frames of ``frame_bytes`` each fit the queue."""
-        frames = self._max_frames - len(self._queue)
+        frames = self._max_frames - (len(self._queue) - self._draft_items)
         space = self._max_bytes - self._counted_bytes()
         return max(0, min(frames, int(space // max(frame_bytes, 1.0))))
 
@@ -442,7 +533,11 @@ class OutboundQueue:
                 transcript_ids.add(item.transcript_id)
             else:
                 kept.append(item)
-        self._queue = kept
+        # The draft frames of the lagged transcripts go with their increments
+        # (the resubscribe brings each open draft's text); the others stay.
+        self._queue = [
+            item for item in kept if not (item.draft and item.transcript_id in transcript_ids)
+        ]
         self._recount()
         lagged = {t for t in transcript_ids if t in self._sent}
         for transcript_id in lagged:
@@ -494,7 +589,11 @@ class OutboundQueue:
             taken = 0
             seq = self.seq
             for item in q:
-                if size >= limit or (item.baseline and item.size > limit):
+                if (size >= limit and type(item) is not EncodedDraft) or (
+                    item.baseline and item.size > limit
+                ):
+                    # (A bare EncodedDraft queued is a close: a commit's
+                    # ``final`` stays in its increment's message.)
                     break
                 taken += 1
                 self._count(item, -1)
@@ -581,8 +680,8 @@ class OutboundQueue:
         limit = self._batch_bytes
         taken = 0
         for item in q:
-            if size >= limit:
-                break
+            if size >= limit and type(item) is not EncodedDraft:
+                break  # (a close stays in the message of its commit's increment)
             taken += 1
             self._count(item, -1)
             seq += 1

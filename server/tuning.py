@@ -94,3 +94,22 @@ LIVE_FULL_RETRY_AFTER_S: Final = 1
 
 #: Live copies the backplane brings up to date at once (each one a store read).
 BACKPLANE_CONCURRENCY: Final = 32
+
+# --- drafts (server.drafts, server.hub) -------------------------------------------------
+
+#: Closed drafts a live transcript remembers (each for ``draft_ttl_s``), the
+#: oldest forgotten first: a writer cancelling made-up draft ids cannot grow
+#: the registry without bound.
+MAX_CLOSED_DRAFTS: Final = 1024
+
+#: Seconds a draft copied from another replica lives past ``draft_ttl_s``
+#: without an update before this replica expires it itself: its own replica
+#: normally publishes the ``expired`` first; this is for one that died.
+REMOTE_DRAFT_GRACE_S: Final = 2.0
+
+#: The draft sweeper looks for idle drafts this many times per ``draft_ttl_s``,
+#: at least ``MIN_DRAFT_SWEEP_S`` apart, and lets the loop run after every
+#: ``DRAFT_SWEEP_BATCH`` transcripts it looked at.
+DRAFT_SWEEPS_PER_TTL: Final = 4
+MIN_DRAFT_SWEEP_S: Final = 0.02
+DRAFT_SWEEP_BATCH: Final = 500

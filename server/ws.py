@@ -305,6 +305,7 @@ class OpHandler:
                     expected_revision=op.expected_revision,
                     idempotency_key=op.idempotency_key,
                     origin=self.origin,
+                    draft_id=op.draft_id,
                 )
                 receipt = result.receipt
                 queue.push_control(
@@ -355,6 +356,26 @@ class OpHandler:
                         duplicate=result.duplicate,
                     )
                 )
+            case wire.Draft():
+                revision, n = await hub.draft(
+                    op.transcript_id,
+                    op.draft_id,
+                    role=op.role,
+                    delta=op.delta,
+                    text=op.text,
+                    cancel=op.cancel,
+                )
+                if op.ref is not None:  # tokens are too frequent to ack each
+                    queue.push_control(
+                        wire.Ack(
+                            seq=0,
+                            transcript_id=op.transcript_id,
+                            revision=revision,
+                            ref=op.ref,
+                            draft_id=op.draft_id,
+                            n=n,
+                        )
+                    )
             case wire.Ping():
                 queue.push_control(wire.Pong(seq=0, ref=op.ref))
             case wire.Auth():

@@ -1,0 +1,197 @@
+"""``server.drafts``: the registry of one transcript's drafts, driven with a
+clock the test holds. Every frame it makes is checked through the wire
+validator, and a consumer's copy fed with them must show the server's text
+(hypothesis drives random op sequences)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol import codes, wire
+from protocol.drafts import DraftCopy
+from server.drafts import Drafts
+from server.errors import Refused
+from server.frames import EncodedDraft
+from server.tuning import MAX_CLOSED_DRAFTS, REMOTE_DRAFT_GRACE_S
+
+
+def frame_of(update: EncodedDraft | None, seq: int = 1, binary: bool = False) -> wire.DraftFrame:
+    assert update is not None
+    frame = wire.accept_transcript_update(update.render(seq, binary))
+    assert isinstance(frame, wire.DraftFrame)
+    return frame
+
+
+def drafts(**kw: Any) -> Drafts:
+    return Drafts("t", **{"max_open": 4, "max_bytes": 32, "ttl": 10.0, **kw})
+
+
+def refused(code: str, call: Any, *args: Any, **kw: Any) -> Refused:
+    with pytest.raises(Refused) as caught:
+        call(*args, **kw)
+    assert caught.value.code == code
+    return caught.value
+
+
+def test_a_draft_opens_grows_by_numbered_deltas_and_is_replaced_by_a_text() -> None:
+    d = drafts()
+    first = d.write("a", now=0, delta="Hel")
+    assert first.n == 1
+    assert frame_of(first.update) == wire.DraftFrame(
+        seq=1, transcript_id="t", draft_id="a", role="assistant", n=1, delta="Hel"
+    )
+    second = d.write("a", now=1, delta="lo", role="user")  # later ops keep the role
+    assert (second.n, frame_of(second.update).delta, frame_of(second.update).role) == (
+        2,
+        "lo",
+        "assistant",
+    )
+    assert d.open["a"].text == "Hello"
+    text = d.write("a", now=2, text="Bye")
+    assert (text.n, frame_of(text.update).text) == (3, "Bye")
+    # MessagePack renders the same frame.
+    assert frame_of(text.update, binary=True) == frame_of(text.update)
+
+
+def test_an_op_without_text_opens_an_empty_draft_or_only_keeps_it_alive() -> None:
+    d = drafts()
+    opened = d.write("a", now=0, role="tool")
+    assert (opened.n, frame_of(opened.update).text, frame_of(opened.update).role) == (1, "", "tool")
+    kept = d.write("a", now=9)
+    assert kept == (1, None)
+    assert d.write("a", now=9.5, delta="") == (1, None)
+    assert d.expire(now=18) == ([], [])  # kept alive at 9.5: not idle for 10 s yet
+    (expired,), _ = d.expire(now=20)
+    assert frame_of(expired).state == "expired"
+
+
+def test_limits_refuse_and_change_nothing() -> None:
+    d = drafts(max_open=2, max_bytes=8)
+    d.write("a", now=0, delta="1234")
+    d.write("b", now=0)
+    refused(codes.TOO_MANY_DRAFTS, d.write, "c", now=0, delta="x")
+    assert set(d.open) == {"a", "b"}
+    refused(codes.DRAFT_TOO_LARGE, d.write, "a", now=0, delta="12345")
+    assert (d.open["a"].text, d.open["a"].n) == ("1234", 1)
+    # Bytes of UTF-8, not characters: 3 euro signs are 9 bytes.
+    refused(codes.DRAFT_TOO_LARGE, d.write, "b", now=0, text="\u20ac\u20ac\u20ac")
+    assert d.write("b", now=0, text="\u20ac\u20ac").n == 2
+    assert d.open["b"].size == 6
+    refused(codes.DRAFT_TOO_LARGE, d.write, "b", now=0, delta="\u20ac")
+    # Closing one makes room for another.
+    d.write("a", now=0, cancel=True)
+    assert d.write("c", now=0).n == 1
+
+
+def test_a_closed_draft_takes_no_more_updates_for_the_ttl() -> None:
+    d = drafts()
+    d.write("a", now=0, delta="x")
+    final = d.commit("a", 7, now=1)
+    assert frame_of(final).state == "final" and frame_of(final).revision == 7
+    error = refused(codes.DRAFT_CLOSED, d.write, "a", now=2, delta="late")
+    assert "final" in error.message
+    # A cancel of a draft never seen here is remembered too: a late first
+    # token opens no ghost draft.
+    assert d.write("b", now=2, cancel=True) == (0, None)
+    refused(codes.DRAFT_CLOSED, d.write, "b", now=3, delta="late")
+    # A commit of a draft not open appends all the same and is remembered.
+    assert d.commit("c", 8, now=3) is None
+    refused(codes.DRAFT_CLOSED, d.write, "c", now=3, delta="late")
+    # After the ttl the ids are forgotten.
+    d.expire(now=13.5)
+    assert not d
+    assert d.write("a", now=14, delta="again").n == 1
+
+
+def test_catch_up_is_the_text_of_each_open_draft_and_the_recent_closes() -> None:
+    d = drafts()
+    d.write("a", now=0, delta="Hel")
+    d.write("a", now=0, delta="lo")
+    d.write("b", now=0, delta="x")
+    d.write("b", now=1, cancel=True)
+    frames = [frame_of(f) for f in d.catch_up(now=2)]
+    assert [(f.draft_id, f.n, f.text, f.state) for f in frames] == [
+        ("a", 2, "Hello", "open"),
+        ("b", 1, None, "cancelled"),
+    ]
+    # The text frame is encoded once per update and shared.
+    assert d.catch_up(now=2)[0] is d.catch_up(now=2)[0]
+    assert [frame_of(f).draft_id for f in d.catch_up(now=11.5)] == ["a"]
+
+
+def test_closed_drafts_are_bounded() -> None:
+    d = drafts(ttl=1000.0)
+    for i in range(MAX_CLOSED_DRAFTS + 10):
+        d.write(f"d{i}", now=i, cancel=True)
+    assert len(d.closed) == MAX_CLOSED_DRAFTS
+    assert "d0" not in d.closed and f"d{MAX_CLOSED_DRAFTS + 9}" in d.closed
+
+
+def _remote(n: int, **kw: Any) -> wire.DraftFrame:
+    return wire.DraftFrame(seq=0, transcript_id="t", draft_id="r", role="assistant", n=n, **kw)
+
+
+def test_remote_updates_apply_in_order_and_report_gaps() -> None:
+    d = drafts()
+    assert d.apply_remote(_remote(2, delta="x"), now=0) is False  # its start was missed
+    assert "r" not in d.open
+    assert frame_of(d.apply_remote(_remote(2, text="ab"), now=0)).text == "ab"  # type: ignore[arg-type]
+    assert d.apply_remote(_remote(3, delta="c"), now=0) is not None
+    assert d.apply_remote(_remote(3, delta="c"), now=0) is None  # a repeat
+    assert d.apply_remote(_remote(5, delta="e"), now=0) is False  # a gap
+    assert (d.open["r"].text, d.open["r"].n, d.open["r"].size) == ("abc", 3, 3)
+    assert frame_of(d.open["r"].text_frame()).text == "abc"
+    closed = d.apply_remote(_remote(4, state="final", revision=9), now=1)
+    assert frame_of(closed).revision == 9  # type: ignore[arg-type]
+    assert d.apply_remote(_remote(5, delta="late"), now=1) is None
+    assert d.apply_remote(_remote(5, state="expired"), now=1) is None
+
+
+def test_remote_copies_expire_later_and_apart_from_local_drafts() -> None:
+    d = drafts()
+    d.apply_remote(_remote(1, delta="x"), now=0)
+    d.write("a", now=0, delta="y")
+    local, remote = d.expire(now=10.5)
+    assert ([frame_of(f).draft_id for f in local], remote) == (["a"], [])
+    local, remote = d.expire(now=10.5 + REMOTE_DRAFT_GRACE_S)
+    assert (local, [frame_of(f).draft_id for f in remote]) == ([], ["r"])
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("delta"), st.text(max_size=6)),
+        st.tuples(st.just("text"), st.text(max_size=10)),
+        st.tuples(st.just("keep"), st.none()),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=OPS, drop=st.sets(st.integers(0, 40)))
+def test_a_consumer_fed_the_frames_shows_a_prefix_state_and_a_catch_up_repairs_it(
+    ops: list[tuple[str, str | None]], drop: set[int]
+) -> None:
+    """Whatever frames a consumer misses, its text is always the server's
+    text of some update, and the catch-up's text makes it equal."""
+    d = drafts(max_bytes=10_000)
+    copy = DraftCopy("a", "assistant")
+    states = {0: ""}
+    for i, (kind, value) in enumerate(ops):
+        if kind == "delta":
+            written = d.write("a", now=i, delta=value)
+        elif kind == "text":
+            written = d.write("a", now=i, text=value)
+        else:
+            written = d.write("a", now=i)
+        states[written.n] = d.open["a"].text
+        if written.update is not None and i not in drop:
+            copy.take(frame_of(written.update))
+        assert copy.text == states[copy.n]
+    if "a" in d.open:
+        copy.take(frame_of(d.catch_up(now=len(ops))[0]))
+        assert (copy.text, copy.n) == (d.open["a"].text, d.open["a"].n)
