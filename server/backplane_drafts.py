@@ -187,10 +187,9 @@ class DraftRelay:
             if len(batch) >= DRAFT_RELAY_BATCH:
                 break
             del self._resend[key]
-            encoded = self.hub.draft_text(*key)
-            if encoded is None:
+            frame = self.hub.draft_text(*key)
+            if frame is None:
                 continue  # closed since: its close is queued or relayed
-            frame = encoded.frame
             covered[key] = frame.n
             batch.append(self._relayed(frame))
             self.counters.resent += 1

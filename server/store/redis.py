@@ -67,6 +67,7 @@ down makes its transcripts ``StoreUnavailable``; the others keep working.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import hashlib
 import logging
 import uuid
@@ -1021,12 +1022,14 @@ class RedisStore:
 
     async def relay_drafts(
         self, updates: Sequence[RelayedDraft], ttl_s: float
-    ) -> list[RelayedOutcome]:
+    ) -> builtins.list[RelayedOutcome]:
         """Store each draft update in its entry and announce it on the
         transcript's channel, in order (see ``server.store.redis_drafts``)."""
         return await self._drafts.relay(updates, ttl_s)
 
-    async def drafts_of(self, transcript_ids: Iterable[str]) -> dict[str, list[RelayedDraft]]:
+    async def drafts_of(
+        self, transcript_ids: Iterable[str]
+    ) -> dict[str, builtins.list[RelayedDraft]]:
         """The open (with their text) and recently closed drafts of each transcript."""
         return await self._drafts.drafts_of(transcript_ids)
 

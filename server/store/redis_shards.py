@@ -121,7 +121,9 @@ class ShardChannels:
             self._listeners.clear()
             self._out = None
 
-    async def _supervise(self, out: asyncio.Queue[Notice | Recheck | RelayedDraft], delay: float) -> None:
+    async def _supervise(
+        self, out: asyncio.Queue[Notice | Recheck | RelayedDraft], delay: float
+    ) -> None:
         """Give each node the watched channels it owns; start and stop listeners."""
         failures = 0
         while True:
