@@ -242,19 +242,20 @@ class Hub:
 
     def _hold(self, stored: StoredState, drafts: Drafts | None = None) -> LiveTranscript:
         config = self.config
+        if drafts is None:
+            drafts = Drafts(
+                stored.transcript_id,
+                max_open=config.max_drafts_per_transcript,
+                max_bytes=config.max_message_bytes,
+                ttl=config.draft_ttl_s,
+            )
         live = LiveTranscript(
             stored,
             limits=config.message_limits,
             event_window=config.event_window,
             remembered_keys=min(LOADED_KEYS, self.store.idempotency_retention),
             live_messages=config.live_messages,
-            drafts=drafts
-            or Drafts(
-                stored.transcript_id,
-                max_open=config.max_drafts_per_transcript,
-                max_bytes=config.max_message_bytes,
-                ttl=config.draft_ttl_s,
-            ),
+            drafts=drafts,
         )
         self.live[live.id] = live
         self._held(live.id)

@@ -112,9 +112,9 @@ class LiveTranscript:
         #: message is held (``server.baselines``).
         self._encoded: dict[bool, EncodedMessages] = {}
         #: The transcript's drafts (``server.drafts``): never part of it.
-        self.drafts = drafts or Drafts(
-            self.id, max_open=16, max_bytes=limits.max_message_bytes, ttl=30.0
-        )
+        if drafts is None:
+            drafts = Drafts(self.id, max_open=16, max_bytes=limits.max_message_bytes, ttl=30.0)
+        self.drafts = drafts
         #: ``final`` frames of drafts committed by events not delivered yet,
         #: by revision: they leave right behind their increment.
         self._finals: dict[int, list[EncodedDraft]] = {}
