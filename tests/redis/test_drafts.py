@@ -23,10 +23,12 @@ from protocol.consumer import Applied, DraftClosed, DraftUpdated, Synced, Update
 from server.backplane import Backplane
 from server.backplane_drafts import DraftRelay
 from server.store.redis import RedisStore
+from server.tuning import REMOTE_DRAFT_GRACE_S
 from tests.redis.replicas import Follower, authoritative, create, replicas, texts_of
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
 from tests.support.servers import RunningServer, running_server
+from tests.support.waiting import until
 from tests.support.wsclient import RawClient
 
 pytestmark = pytest.mark.redis
@@ -272,25 +274,67 @@ async def _no_draft_after_barrier(follower: DraftFollower) -> bool:
     return not follower.subscription.drafts
 
 
+async def test_keep_alives_cross_and_a_lost_entry_is_written_whole_again(
+    shared_redis: RedisServer,
+) -> None:
+    ttl = 1.0
+    async with (
+        two_replicas(shared_redis.url, draft_ttl_s=ttl) as (url, a, b),
+        httpx.AsyncClient() as http,
+    ):
+        await create(http, a.url, "t")
+        live_b = DraftFollower("t")
+        await live_b.attach(b.ws_url)
+        async with Writer.on(a.ws_url, "t") as writer:
+            await writer.stream("d1", ["one "])
+            await live_b.wait_text("d1", "one ")
+            # Only keep-alives for longer than B would keep a silent copy
+            # (draft_ttl_s + the grace for a dead replica): A relays them.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + ttl + REMOTE_DRAFT_GRACE_S + 0.5
+            while loop.time() < deadline:
+                await writer.acked("draft", draftId="d1")
+                await asyncio.sleep(ttl / 5)  # the writer's pace, not a wait for the server
+            assert relay_of(a).counters.keepalives >= 1
+            assert live_b.closed("d1") is None and live_b.text("d1") == "one "
+
+            # The entry is lost (as after a Redis restart without its data):
+            # the next delta is stale there, so A writes the whole text again.
+            store = RedisStore(url)
+            await store.open()
+            try:
+                client = store._client()
+                await client.delete(store.prefix + "{t}:drafts", store.prefix + "{t}:draft:d1")
+                await writer.stream("d1", ["two"])
+                await live_b.wait_text("d1", "one two")
+                await until(lambda: relay_of(a).counters.resent > 0)
+                [entry] = (await store.drafts_of(["t"]))["t"]
+                assert (entry.n, entry.text) == (2, "one two")
+            finally:
+                await store.close()
+            assert relay_of(b).counters.gaps == 0  # the delta itself went out as usual
+        # No keep-alive any more: A expires it and B hears so.
+        await live_b.wait_for(lambda: live_b.closed("d1") is not None, timeout=ttl + 5)
+        assert live_b.closed("d1") == ("closed", "d1", "expired", None)
+        await live_b.detach()
+
+
 async def test_drafts_cross_replicas_on_a_redis_cluster(shared_cluster: RedisCluster) -> None:
     async with two_replicas(shared_cluster.url) as (_, a, b), httpx.AsyncClient() as http:
         ids = [f"t{i}" for i in range(4)]  # spread over the masters
-        followers = {}
         for tid in ids:
             await create(http, a.url, tid)
-            followers[tid] = DraftFollower(tid)
-            await followers[tid].attach(b.ws_url)
-        for tid in ids:
             async with Writer.on(a.ws_url, tid) as writer:
                 await writer.stream("d", TOKENS[:8])
-                await followers[tid].wait_text("d", "".join(TOKENS[:8]))
-                # A late joiner on B reads it back from the transcript's slot.
-                late = DraftFollower(tid)
-                await late.attach(b.ws_url)
-                await late.wait_text("d", "".join(TOKENS[:8]))
-                await late.detach()
+                # B loads the transcript now: the text comes from its slot.
+                on_b = DraftFollower(tid)
+                await on_b.attach(b.ws_url)
+                await on_b.wait_text("d", "".join(TOKENS[:8]))
+                # Then live, through the transcript's sharded channel.
+                await writer.stream("d", TOKENS[8:16])
+                await on_b.wait_text("d", "".join(TOKENS[:16]))
                 committed = await writer.commit("d", "done")
-                await followers[tid].wait_for(lambda t=tid: followers[t].closed("d") is not None)
-                assert followers[tid].closed("d") == ("closed", "d", "final", committed.revision)
-        for follower in followers.values():
-            await follower.detach()
+                await on_b.wait_for(lambda f=on_b: f.closed("d") is not None)
+                assert on_b.closed("d") == ("closed", "d", "final", committed.revision)
+                assert texts_of(on_b.messages) == ["done"]
+                await on_b.detach()

@@ -1,0 +1,110 @@
+"""The draft entries and relay of ``RedisStore`` (``server.store.redis_drafts``)
+on a real Redis and a real Redis Cluster: each update is stored and announced
+in order on the transcript's notice channel, a delta that does not follow the
+entry is ``stale``, a closed entry takes nothing more and keeps no text, and
+every key lapses with the TTL."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+
+import pytest
+
+from server.store.base import Notice, Recheck, RelayedDraft
+from server.store.redis import RedisStore
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer
+
+pytestmark = pytest.mark.redis
+
+_prefixes = itertools.count()
+
+
+@pytest.fixture(params=["redis", "cluster"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[RedisStore]:
+    """A store on the module's Redis, or on its Redis Cluster."""
+    name = "shared_redis" if request.param == "redis" else "shared_cluster"
+    server: RedisServer | RedisCluster = request.getfixturevalue(name)
+    store = RedisStore(f"{server.url}?prefix=ds{next(_prefixes)}:")
+    await store.open()
+    yield store
+    await store.close()
+
+
+def update(n: int, **fields: object) -> RelayedDraft:
+    base: dict[str, object] = {"transcript_id": "t", "draft_id": "d", "role": "assistant", "n": n}
+    return RelayedDraft(**{**base, **fields})  # type: ignore[arg-type]
+
+
+async def test_updates_build_the_entry_and_a_close_keeps_only_its_state(
+    store: RedisStore,
+) -> None:
+    outcomes = await store.relay_drafts(
+        [update(1, delta="Hel"), update(2, delta="lo"), update(3, delta="!")], 30
+    )
+    assert outcomes == ["stored"] * 3
+    [entry] = (await store.drafts_of(["t"]))["t"]
+    assert (entry.n, entry.text, entry.state, entry.role) == (3, "Hello!", "open", "assistant")
+
+    # A delta past the entry's n + 1 cannot be appended: stale, entry unchanged.
+    assert await store.relay_drafts([update(5, delta="?")], 30) == ["stale"]
+    assert (await store.drafts_of(["t"]))["t"][0].text == "Hello!"
+    # The whole text repairs it; a keep-alive changes nothing but the time.
+    assert await store.relay_drafts([update(5, text="Hello!!?"), update(5)], 30) == [
+        "stored",
+        "stored",
+    ]
+    assert (await store.drafts_of(["t"]))["t"][0].text == "Hello!!?"
+
+    assert await store.relay_drafts([update(5, state="final", revision=7)], 30) == ["stored"]
+    [closed] = (await store.drafts_of(["t"]))["t"]
+    assert (closed.state, closed.revision, closed.text) == ("final", 7, None)
+    # Closed: a late update neither reopens nor changes it.
+    assert await store.relay_drafts([update(6, delta="late")], 30) == ["closed"]
+    assert (await store.drafts_of(["t"]))["t"] == [closed]
+    # Another transcript's drafts are its own.
+    assert (await store.drafts_of(["other"]))["other"] == []
+
+
+async def test_every_key_lapses_with_the_ttl(store: RedisStore) -> None:
+    await store.relay_drafts([update(1, text="soon gone")], 0.2)
+    client = store._client()
+    tag = store.prefix + "{t}:"
+    for key in (tag + "drafts", tag + "draft:d"):
+        assert 0 < await client.pttl(key) <= 200
+    async with asyncio.timeout(5):
+        while (await store.drafts_of(["t"]))["t"]:  # noqa: ASYNC110 - Redis's clock
+            await asyncio.sleep(0.05)
+    assert await client.exists(tag + "drafts", tag + "draft:d") == 0
+
+
+async def test_updates_are_announced_in_order_with_the_change_notices(
+    store: RedisStore,
+) -> None:
+    store.watch(["t"])
+    notices = store.notices()
+    try:
+        async with asyncio.timeout(10):
+            # Subscribed: one Redis says so with None, a Cluster with a Recheck.
+            while True:
+                item = await anext(notices)
+                if (item is None and not store.cluster) or isinstance(item, Recheck):
+                    break
+            await store.create("t", "e1", 0)
+            await store.relay_drafts([update(1, delta="a", origin="r1"), update(2, delta="b")], 30)
+            await store.relay_drafts([update(2, state="cancelled")], 30)
+            seen: list[object] = []
+            while len(seen) < 4:
+                item = await anext(notices)
+                if isinstance(item, Notice | RelayedDraft):
+                    seen.append(item)
+    finally:
+        await notices.aclose()
+    assert seen == [
+        Notice("t", "e1", 0),
+        update(1, delta="a", origin="r1"),
+        update(2, delta="b"),
+        update(2, state="cancelled"),
+    ]
