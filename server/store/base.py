@@ -389,9 +389,10 @@ class SharedStore(Store, Protocol):
         caller iterates. ``None`` first and after every (re)connection of
         the whole store: notices may have been missed, every copy must be
         checked; ``Recheck(ids)`` says the same of some transcripts only (a
-        watch took effect, or one shard's subscription was made again). Ends
-        (with ``StoreUnavailable``) only when the store is closed. One
-        iteration at a time per store."""
+        watch took effect, or one shard's subscription was made again). A
+        store that implements ``SharedDrafts`` also yields the draft updates
+        relayed (``RelayedDraft``). Ends (with ``StoreUnavailable``) only
+        when the store is closed. One iteration at a time per store."""
         ...
 
     def watch(self, transcript_ids: Iterable[str]) -> bool:

@@ -144,7 +144,7 @@ async def test_a_draft_on_a_streams_to_b_and_commits_with_its_message(
     shared_redis: RedisServer,
 ) -> None:
     async with two_replicas(shared_redis.url) as (_, a, b), httpx.AsyncClient() as http:
-        await create(http, a.url, "t")
+        epoch = await create(http, a.url, "t")
         live_b = DraftFollower("t")
         await live_b.attach(b.ws_url)
         async with Writer.on(a.ws_url, "t") as writer:
@@ -163,8 +163,20 @@ async def test_a_draft_on_a_streams_to_b_and_commits_with_its_message(
             await late_b.wait_text("d1", TEXT)
             assert [e for e in late_b.log if e[0] != "synced"] == [("text", "d1", len(TOKENS))]
 
-            # Commit on A: on B the message and the close come together.
+            # Commit on A: on B the message and the close come together, the
+            # increment first (B sends the final only once it has the revision).
+            raw_b = await RawClient.connect(b.ws_url)
+            await raw_b.send(op="subscribe", transcriptId="t", fromRevision=0, epoch=epoch)
+            await raw_b.send(op="ping", ref="in")
+            while not isinstance(await raw_b.recv(), wire.Pong):
+                pass
             committed = await writer.commit("d1", TEXT)
+            frames = [await raw_b.recv(10)]
+            while not isinstance(frames[-1], wire.DraftFrame) or frames[-1].state == "open":
+                frames.append(await raw_b.recv(10))
+            await raw_b.close()
+            assert [type(f).__name__ for f in frames] == ["Increment", "DraftFrame"]
+            assert frames[-1].state == "final" and frames[-1].revision == committed.revision
             for follower in (live_b, late_b):
                 await follower.wait_for(lambda f=follower: f.closed("d1") is not None)
                 at = follower.log.index(("closed", "d1", "final", committed.revision))
