@@ -18,7 +18,7 @@ from msgspec import Meta, Struct, field
 
 from protocol.types import Message, NonNegative, TranscriptEvent, TranscriptId, View
 from protocol.usage import RangeUsage, UseRun
-from protocol.wire import IdempotencyKey
+from protocol.wire import DraftId, IdempotencyKey
 
 __all__ = [
     "AckBody",
@@ -53,11 +53,13 @@ class CreateBody(Struct, frozen=True, rename="camel", forbid_unknown_fields=True
 
 
 class AppendBody(Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
-    """``POST /v1/transcripts/{id}/messages``: one batch, all or nothing."""
+    """``POST /v1/transcripts/{id}/messages``: one batch, all or nothing;
+    with ``draft_id`` it commits that draft (it closes in the same step)."""
 
     messages: list[Any]
     expected_revision: NonNegative | None = None
     idempotency_key: IdempotencyKey | None = None
+    draft_id: DraftId | None = None
 
 
 class SegmentBody(Struct, frozen=True, rename="camel", forbid_unknown_fields=True):

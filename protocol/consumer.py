@@ -607,9 +607,9 @@ class Consumer:
         elif isinstance(frame, Baseline):
             subscription = subscriptions.get(frame.snapshot.transcript_id)
             if subscription is not None:
-                update = subscription.on_baseline(frame.snapshot)
-                self._take(subscription, update)
-                if isinstance(update, Replaced):
+                answer = subscription.on_baseline(frame.snapshot)
+                self._take(subscription, answer)
+                if isinstance(answer, Replaced):
                     self._updates.extend(subscription.settle_drafts())
         elif isinstance(frame, Pong):
             ref = frame.ref

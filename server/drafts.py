@@ -352,7 +352,7 @@ class Drafts:
 
     def apply_remote(
         self, frame: wire.DraftFrame, now: float
-    ) -> EncodedDraft | None | Literal[False]:
+    ) -> EncodedDraft | Literal[False] | None:
         """Apply an update or close another replica made. Returns the frame
         to fan out locally, ``None`` when it changes nothing here (old, or a
         close of a draft not open here), ``False`` on a gap (a ``delta`` that

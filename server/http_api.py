@@ -210,6 +210,7 @@ async def append_messages(request: Request) -> Response:
         idempotency_key=key,
         origin=_origin(request),
         transport="http",
+        draft_id=body.draft_id,
     )
     # 201 only when this request appended something: a replay or an empty batch is 200.
     created = not result.duplicate and bool(result.receipt.count)

@@ -159,6 +159,11 @@ class Hub:
         #: How many draft sweeps have run (tests wait on it).
         self.draft_sweeps = 0
         self.metrics.drafts_open.set_function(self.open_drafts)
+        # A child per kind, looked up once (``labels`` takes a lock: once per token).
+        self._draft_counters = {
+            kind: self.metrics.draft_updates.labels(kind)
+            for kind in ("delta", "text", "final", "cancelled", "expired")
+        }
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -502,7 +507,7 @@ class Hub:
         landed as ``revision`` (the committer calls it before answering)."""
         frame = live.commit_draft(draft_id, revision, time.monotonic())
         if frame is not None:
-            self.metrics.draft_updates.labels("final").inc()
+            self._draft_counters["final"].inc()
             self._publish_draft(frame)
 
     def draft_text(self, transcript_id: str, draft_id: str) -> wire.DraftFrame | None:
@@ -531,7 +536,7 @@ class Hub:
 
     def _fan_out_draft(self, live: LiveTranscript, update: EncodedDraft) -> None:
         live.push_draft(update)
-        self.metrics.draft_updates.labels(_draft_kind(update.frame)).inc()
+        self._draft_counters[_draft_kind(update.frame)].inc()
 
     def _publish_draft(self, update: EncodedDraft) -> None:
         publisher = self.draft_publisher

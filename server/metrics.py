@@ -100,8 +100,7 @@ class Metrics:
         )
         self.draft_updates = Counter(
             "tsync_draft_updates",
-            "Draft updates and closes fanned out, by kind (delta, text, final, cancelled, "
-            "expired)",
+            "Draft updates and closes fanned out, by kind (delta, text, final, cancelled, expired)",
             ["kind"],
             registry=r,
         )

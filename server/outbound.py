@@ -349,14 +349,7 @@ class OutboundQueue:
             slots[key] = item
         q.append(item)
         self._count(item, 1)
-        if raw is not None or self._write_delay is None:
-            if raw is not None and len(q) == 1 and raw.raw_ready():
-                self._flush_raw()
-            if q:
-                self._wake_up()
-        elif not self._marked:
-            self._marked = True
-            self._write_delay.mark(self)
+        self._have_written()
 
     def _remove(self, slot: DraftSlot) -> None:
         """Take a draft slot out of the queue (its draft closed)."""
@@ -373,23 +366,29 @@ class OutboundQueue:
             return False
         q.append(item)
         self._count(item, 1)
-        if self._raw is not None or self._write_delay is None:
-            if self._raw is not None and len(q) == 1 and not self.closed and self._raw.raw_ready():
+        self._have_written()
+        return True
+
+    def _have_written(self) -> None:
+        """Have the frame just queued written: at once when it is alone and
+        the transport takes data, else by the writer, woken now (raw) or
+        together with the others' by ``write_delay`` (ASGI)."""
+        q = self._queue
+        raw = self._raw
+        if raw is not None or self._write_delay is None:
+            if raw is not None and len(q) == 1 and not self.closed and raw.raw_ready():
                 self._flush_raw()
             if q:
                 self._wake_up()
         elif not self._marked:
             self._marked = True
             self._write_delay.mark(self)
-        return True
 
     def _drop_waiting(self, transcript_id: str) -> None:
         """Forget the frames of ``transcript_id`` that have not started to go
         out (a new baseline supersedes them; its drafts follow it anew)."""
         q = self._queue
-        if not any(
-            item.transcript_id == transcript_id and (item.data or item.draft) for item in q
-        ):
+        if not any(item.transcript_id == transcript_id and (item.data or item.draft) for item in q):
             return
         streaming = self._stream is not None
         kept = [

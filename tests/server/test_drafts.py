@@ -10,12 +10,12 @@ import httpx
 import msgspec
 import pytest
 import websockets
-from websockets.frames import Opcode
 
 from protocol import codes, wire
 from protocol.consumer import Consumer, DraftClosed
 from protocol.types import MessagesAppended
 from protocol.wire import Ack, Baseline, DraftFrame, ErrorFrame, Increment, Pong
+from tests.server.test_ws_delivery import updates
 from tests.support.rawsocket import RawSocket
 from tests.support.servers import RunningServer, running_server
 from tests.support.waiting import until
@@ -78,13 +78,20 @@ def _message_texts(consumer: Consumer, tid: str) -> list[str]:
     return [str(m.content) for m in copy.messages]
 
 
+STOCK = {"ws": "websockets-sansio"}  # uvicorn's own protocol: every frame through ASGI
+
+
+@pytest.mark.parametrize("options", [None, STOCK], ids=["raw", "asgi"])
 @pytest.mark.parametrize("subprotocol", [wire.SUBPROTOCOL_JSON, wire.SUBPROTOCOL_MSGPACK])
-async def test_a_commit_replaces_the_draft_with_its_message_in_one_step(subprotocol: str) -> None:
+async def test_a_commit_replaces_the_draft_with_its_message_in_one_step(
+    subprotocol: str, options: dict[str, str] | None
+) -> None:
     """The increment and the ``final`` leave together (one WebSocket message
     in JSON, the next message in MessagePack): a consumer fed message by
-    message never shows both the draft and its message, or neither."""
+    message never shows both the draft and its message, or neither. Under
+    ``tsync serve``'s raw write and under uvicorn's stock protocol."""
     binary = subprotocol == wire.SUBPROTOCOL_MSGPACK
-    async with running_server() as srv:
+    async with running_server(uvicorn_options=options) as srv:
         await create(srv, "t", msg("question"))
         consumer = Consumer()
         consumer.subscribe("t")
@@ -369,7 +376,7 @@ async def test_a_reader_that_stops_reading_gets_one_text_not_the_backlog() -> No
         await stuck.read(
             timeout=20, until=lambda frames: bool(frames) and b'"ref":"end"' in frames[-1].data
         )
-        frames = _frames(stuck)
+        frames = updates(stuck)
         errors = [f for f in frames if isinstance(f, ErrorFrame)]
         assert errors == []  # never lagged
         increments = [f for f in frames if isinstance(f, Increment)]
@@ -380,21 +387,6 @@ async def test_a_reader_that_stops_reading_gets_one_text_not_the_backlog() -> No
         assert drafts[-1].n == tokens and drafts[-1].text == expected
         assert len(drafts) <= 2
         stuck.abort()
-
-
-def _frames(raw: RawSocket) -> list[Any]:
-    """The frames of every whole message received, seq checked."""
-    frames: list[Any] = []
-    partial = b""
-    for frame in raw.frames:
-        if frame.opcode not in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
-            continue
-        partial += frame.data
-        if frame.fin:
-            frames.extend(wire.accept_transcript_update(p) for p in wire.split_frames(partial))
-            partial = b""
-    assert [f.seq for f in frames] == list(range(1, len(frames) + 1))
-    return frames
 
 
 async def test_drafts_are_never_history() -> None:
@@ -411,3 +403,135 @@ async def test_drafts_are_never_history() -> None:
         assert "secret" not in str(events)
         change = (await srv.hub.events_after("t", 0) or [None])[0]
         assert change is not None and isinstance(change.change, MessagesAppended)
+
+
+async def test_an_http_append_with_a_draft_id_commits_the_draft() -> None:
+    async with running_server() as srv:
+        await create(srv, "t")
+        async with websockets.connect(srv.ws_url, compression=None) as ws:
+            await ws.send('{"op":"subscribe","transcriptId":"t"}')
+            await ws.send('{"op":"draft","transcriptId":"t","draftId":"h","delta":"hey"}')
+            seen = [wire.accept_transcript_update(f) for f in wire.split_frames(await ws.recv())]
+            while len(seen) < 2:
+                seen += [
+                    wire.accept_transcript_update(f) for f in wire.split_frames(await ws.recv())
+                ]
+            assert [type(f) for f in seen] == [Baseline, DraftFrame]
+            async with httpx.AsyncClient(base_url=srv.url) as http:
+                r = await http.post(
+                    "/v1/transcripts/t/messages",
+                    json={"messages": [msg("hey", "assistant")], "draftId": "h"},
+                )
+                assert r.status_code == 201, r.text
+                bad = await http.post(
+                    "/v1/transcripts/t/messages",
+                    json={"messages": [msg("x")], "draftId": "not an id"},
+                )
+                assert bad.status_code == 400
+            increment, final = [
+                wire.accept_transcript_update(f) for f in wire.split_frames(await ws.recv())
+            ]
+            assert isinstance(increment, Increment) and isinstance(final, DraftFrame)
+            assert (final.state, final.revision) == ("final", 1)
+
+
+async def test_the_backplane_hooks_publish_local_updates_and_fan_out_remote_ones() -> None:
+    """``Hub.draft_publisher`` gets every local update and close (never a
+    remote one); ``Hub.apply_remote_draft`` fans another replica's updates out
+    to local subscribers and says when one does not follow."""
+    async with running_server(draft_ttl_s=0.3) as srv:
+        await create(srv, "t")
+        hub = srv.hub
+        published: list[DraftFrame] = []
+        hub.draft_publisher = published.append
+        async with await subscribed(srv, "t") as reader, await RawClient.connect(srv.ws_url) as w:
+            await reader.expect(Baseline)
+            await w.send(op="draft", transcriptId="t", draftId="a", delta="x")
+            await w.send(op="draft", transcriptId="t", draftId="a", ref=0)  # keep-alive: nothing
+            await w.expect(Ack)
+            await w.send(
+                op="append",
+                transcriptId="t",
+                messages=[msg("x", "assistant")],
+                draftId="a",
+                ref=1,
+            )
+            await w.expect(Ack)
+            await w.send(op="draft", transcriptId="t", draftId="b", text="y", ref=2)
+            await w.expect(Ack)
+            frame = hub.draft_text("t", "b")
+            assert frame is not None and (frame.text, frame.n, frame.seq) == ("y", 1, 0)
+            assert hub.draft_text("t", "a") is None and hub.draft_text("nope", "b") is None
+            await w.send(op="draft", transcriptId="t", draftId="b", cancel=True)
+            await w.send(op="draft", transcriptId="t", draftId="c", delta="z", ref=3)
+            await w.expect(Ack)
+            remote = [
+                DraftFrame(
+                    seq=0, transcript_id="t", draft_id="r", role="assistant", n=1, delta="R"
+                ),
+                DraftFrame(
+                    seq=0, transcript_id="t", draft_id="r", role="assistant", n=2, delta="S"
+                ),
+            ]
+            for frame in remote:
+                assert hub.apply_remote_draft(frame)
+            gap = DraftFrame(
+                seq=0, transcript_id="t", draft_id="r", role="assistant", n=5, delta="!"
+            )
+            assert not hub.apply_remote_draft(gap)
+            assert hub.apply_remote_draft(
+                DraftFrame(
+                    seq=0, transcript_id="held-elsewhere", draft_id="r", role="user", n=1, text=""
+                )
+            )
+            seen: list[tuple[str, int, str]] = []
+            while ("c", "expired") not in {(d, s) for d, _, s in seen}:
+                f = await reader.recv(timeout=5)
+                if isinstance(f, DraftFrame):
+                    seen.append((f.draft_id, f.n, f.state))
+        assert seen[:7] == [
+            ("a", 1, "open"),
+            ("a", 1, "final"),
+            ("b", 1, "open"),
+            ("b", 1, "cancelled"),
+            ("c", 1, "open"),
+            ("r", 1, "open"),
+            ("r", 2, "open"),
+        ]
+        assert [(f.draft_id, f.n, f.state) for f in published] == [
+            ("a", 1, "open"),
+            ("a", 1, "final"),
+            ("b", 1, "open"),
+            ("b", 1, "cancelled"),
+            ("c", 1, "open"),
+            ("c", 1, "expired"),
+        ]
+        assert all(f.seq == 0 for f in published)
+
+
+async def test_the_retry_of_a_commit_that_landed_closes_a_draft_opened_again_in_between() -> None:
+    """An idempotent retry answered ``duplicate`` still closes the draft it
+    names when that is open (here: reopened after the ttl forgot the first
+    commit), with the revision of the first attempt."""
+    async with running_server(draft_ttl_s=0.2) as srv:
+        await create(srv, "t")
+        async with await subscribed(srv, "t") as reader, await RawClient.connect(srv.ws_url) as w:
+            await reader.expect(Baseline)
+            commit = {
+                "op": "append",
+                "transcriptId": "t",
+                "messages": [msg("x", "assistant")],
+                "draftId": "a",
+                "idempotencyKey": "k1",
+            }
+            await w.send(**commit, ref=0)
+            assert (await w.expect(Ack)).revision == 1
+            assert isinstance(await reader.recv(), Increment)
+            await until(lambda: not srv.hub.live["t"].drafts)  # the commit is forgotten
+            await w.send(op="draft", transcriptId="t", draftId="a", delta="again")
+            await w.send(**commit, ref=1)
+            ack = await w.expect(Ack)
+            assert (ack.revision, ack.duplicate) == (1, True)
+            assert (await next_draft(reader)).delta == "again"
+            final = await next_draft(reader)
+            assert (final.state, final.revision) == ("final", 1)

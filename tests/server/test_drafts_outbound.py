@@ -73,9 +73,7 @@ async def test_a_paused_connection_keeps_one_slot_per_draft_written_as_its_text(
         ("a", 101, None, "".join(f"{i} " for i in range(100)) + "end", "open"),
         ("b", 100, None, "." * 100, "open"),
     ]
-    assert [f.event.revision for f in raw.frames() if isinstance(f, Increment)] == list(
-        range(1, 7)
-    )
+    assert [f.event.revision for f in raw.frames() if isinstance(f, Increment)] == list(range(1, 7))
     # The slots went out: the next update waits in a new one, as a delta.
     raw.paused = True
     queue.push_increments([event(7)])
