@@ -16,6 +16,10 @@ bytes are never copied per subscriber, and a connection that can take raw
 frames gets a big one as a fragmented message (``parts``), chunk by chunk as
 the client reads.
 
+Draft updates (``EncodedDraft``) are shared like increments; while a
+connection's frames wait, the updates of one draft merge into its
+``DraftSlot``, written as the draft's text when it goes out.
+
 ``ws_header`` frames payloads for the raw write (``server.ws_protocol``):
 server frames are not masked, so a frame is a header and the payload.
 """

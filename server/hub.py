@@ -26,6 +26,12 @@ range read or a snapshot that starts earlier first reads the older part from
 the store (an ``await``: messages never change, so it may be read at any
 time), then joins it with what memory holds in one synchronous step.
 
+Drafts (``server.drafts``): a ``draft`` op, its fan-out and its publication
+(``draft_publisher``) are one synchronous step (``Hub.draft``); an append with
+``draftId`` closes its draft when the committer answers it, and the ``final``
+leaves with the increment; every baseline and resume is followed, in the same
+step, by the drafts' catch-up; a sweeper expires idle drafts.
+
 Modules: ``hub`` imports ``live``, ``appends`` and ``outbound``; none of them
 imports the hub (``tests/server/test_imports.py``).
 """
@@ -156,7 +162,7 @@ class Hub:
         #: publishes them; ``None`` when standalone). See ``server.drafts``.
         self.draft_publisher: Callable[[wire.DraftFrame], None] | None = None
         self._draft_sweeper: asyncio.Task[None] | None = None
-        #: How many draft sweeps have run (tests wait on it).
+        #: How many draft sweeps have run.
         self.draft_sweeps = 0
         self.metrics.drafts_open.set_function(self.open_drafts)
         # A child per kind, looked up once (``labels`` takes a lock: once per token).

@@ -341,6 +341,13 @@ class OutboundQueue:
                 # The close goes last, in order behind the commit's increment.
                 del slots[key]
                 self._remove(slot)
+        if self._draft_items >= self._max_frames + CONTROL_FRAME_SLACK:
+            # One slot per open draft and a close per draft ended: this many
+            # waiting means the client reads nothing at all (4008), as for answers.
+            log.warning("closing %s: outbound queue full of unread draft frames", self.id)
+            self.closed = True
+            self._wake_up()
+            return
         item: EncodedDraft | DraftSlot = update
         if not update.closes:
             item = DraftSlot(update)

@@ -216,7 +216,8 @@ async def _exchange(
 ) -> tuple[list[wire.ServerFrame], int | None]:
     """Send ``ops`` (refs 0, 1, ...) and a last ping; the frames that came
     back until its pong (and the answers of appends, which are pipelined and
-    may come after it), and the close code if the server closed instead."""
+    may come after it), draft frames aside, and the close code if the server
+    closed instead."""
     frames: list[wire.ServerFrame] = []
     appends = {ref for ref, op in enumerate(ops) if op["op"] == "append"}
     ended = False
@@ -230,6 +231,10 @@ async def _exchange(
                     frame = wire.accept_transcript_update(raw)
                     if isinstance(frame, wire.Pong) and frame.ref == "end":
                         ended = True
+                    elif isinstance(frame, wire.DraftFrame):
+                        # The drafts the `draft` op's cases left open on the
+                        # shared server, sent behind a baseline: not an answer.
+                        continue
                     else:
                         frames.append(frame)
                         appends.discard(getattr(frame, "ref", None))  # type: ignore[arg-type]

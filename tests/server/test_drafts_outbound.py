@@ -11,6 +11,7 @@ import pytest
 from protocol.wire import DraftFrame, ErrorFrame, Increment
 from server.drafts import Drafts
 from server.frames import EncodedDraft
+from server.tuning import CONTROL_FRAME_SLACK
 from tests.server.test_outbound import FakeRaw, event, make_queue, settle
 
 
@@ -167,4 +168,26 @@ async def test_a_new_baseline_drops_the_waiting_draft_slots_of_its_transcript() 
     await settle()
     assert [type(f).__name__ for f in raw.frames()] == ["Baseline", "DraftFrame"]
     assert drafts_of(raw) == [("a", 1, None, "x", "open")]
+    await queue.stop()
+
+
+async def test_a_client_that_lets_draft_closes_pile_up_past_the_slack_is_closed() -> None:
+    """Slots are one per open draft, but every draft that ends leaves its
+    close: a client that never reads is closed (4008) instead of holding
+    them without bound, as for unread answers. Never lagged."""
+    raw = FakeRaw()
+    lagged: list[set[str]] = []
+    queue = make_queue(raw, frames=2, lagged=lagged)
+    d = registry()
+    queue.push_resume("t", 0, [])
+    raw.paused = True
+    i = 0
+    while not queue.closed and i < 10_000:
+        d.write(f"d{i}", now=0, delta="x")
+        closed = d.write(f"d{i}", now=0, cancel=True).update
+        assert closed is not None
+        queue.push_draft(closed)
+        i += 1
+    assert queue.closed and i == 2 + CONTROL_FRAME_SLACK + 1
+    assert lagged == [] and queue.follows("t")
     await queue.stop()
