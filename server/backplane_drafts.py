@@ -8,9 +8,12 @@ update and close (a ``draft`` op, a commit's ``final``, a ``cancelled``, an
 that is pending in one pipelined round trip (``SharedDrafts.relay_drafts``).
 The store keeps each open draft's text in an entry with a TTL and announces
 the update on the transcript's notice channel, from the same script. A delta
-the entry cannot take (an earlier relay failed), a failed relay and a queue
-that grew past ``DRAFT_RELAY_BACKLOG`` are repaired by relaying the draft's
-whole text instead of what was pending. Keep-alives change no frame, so
+the entry cannot take (an earlier relay failed, another replica wrote the
+draft last), a failed relay and a queue that grew past
+``DRAFT_RELAY_BACKLOG`` are repaired by relaying the draft's whole text
+instead of what was pending. An update the entry is past (a writer that
+moved here mid-draft, before this replica had read it back) renumbers the
+copy here past the entry's update and relays its whole text. Keep-alives change no frame, so
 every ``draft_ttl_s`` / 3 the drafts that were kept alive since their last
 relay are relayed as keep-alives: the other replicas then do not expire them.
 
@@ -87,6 +90,7 @@ class DraftCounters:
     gaps: int = 0  #: updates that did not follow the local copy
     recoveries: int = 0  #: transcripts whose drafts were read back from the store
     parked: int = 0  #: finals that waited for their revision
+    renumbered: int = 0  #: drafts written here renumbered past another replica's updates
 
 
 def frame_of(update: RelayedDraft) -> wire.DraftFrame:
@@ -160,6 +164,12 @@ class DraftRelay:
         key = (frame.transcript_id, frame.draft_id)
         if frame.state == "open":
             self._relayed_at[key] = time.monotonic()
+            live = self.hub.live.get(frame.transcript_id)
+            draft = None if live is None else live.drafts.open.get(frame.draft_id)
+            if draft is not None and draft.remote:
+                # A copy of another replica's draft, written here now (its
+                # writer moved): this replica expires it and keeps it alive.
+                draft.remote = False
         else:
             self._relayed_at.pop(key, None)
         self._outbox.append(frame)
@@ -248,10 +258,37 @@ class DraftRelay:
                 continue
             delay = _RETRY_S
             self.counters.relayed += len(batch)
-            for update, outcome in zip(batch, outcomes, strict=True):
+            for update, (outcome, stored_n) in zip(batch, outcomes, strict=True):
                 if outcome == "stale":
                     self._resend[(update.transcript_id, update.draft_id)] = None
                     self._ready.set()
+                elif outcome == "behind":
+                    self._renumber(update, stored_n)
+
+    def _renumber(self, update: RelayedDraft, stored_n: int) -> None:
+        """Another replica wrote this draft further than the copy here (a
+        writer that moved here before this replica read the draft back):
+        the copy's text is the writer's, numbered past the stored update
+        ``stored_n`` (its subscribers get it as a ``text``), and relayed
+        whole."""
+        live = self.hub.live.get(update.transcript_id)
+        draft = None if live is None else live.drafts.open.get(update.draft_id)
+        if draft is None:
+            return  # closed since: its close goes as it is
+        if draft.n <= stored_n:
+            self.counters.renumbered += 1
+            text = wire.DraftFrame(
+                seq=0,
+                transcript_id=update.transcript_id,
+                draft_id=update.draft_id,
+                role=update.role,
+                n=stored_n + 1,
+                text=draft.text,
+            )
+            self.hub.apply_remote_draft(text)
+        draft.remote = False  # written here: still this replica's to expire and relay
+        self._resend[(update.transcript_id, update.draft_id)] = None
+        self._ready.set()
 
     def _refused(self, batch: list[RelayedDraft]) -> None:
         """Relay again what Redis did not take: the closes as they were,

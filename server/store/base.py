@@ -244,11 +244,25 @@ class RelayedDraft(msgspec.Struct, frozen=True, rename="camel", omit_defaults=Tr
     origin: str = ""
 
 
-#: What ``relay_drafts`` did with one update: ``stored``; ``stale``: a delta
-#: the stored text was not the text of update ``n`` - 1 for (it was announced
-#: all the same; relay the whole text next); ``closed``: the stored draft is
-#: closed already (nothing stored or announced).
-RelayedOutcome: TypeAlias = Literal["stored", "stale", "closed"]
+#: See ``RelayedOutcome``.
+RelayedKind: TypeAlias = Literal["stored", "stale", "closed", "behind", "repeated"]
+
+
+class RelayedOutcome(NamedTuple):
+    """What ``relay_drafts`` did with one update, and the ``n`` of the
+    stored draft after it (-1: there is none).
+
+    ``outcome``: ``stored``; ``stale``: a delta the stored text was not the
+    text of update ``n`` - 1 for (it was announced all the same; relay the
+    whole text next); ``closed``: the stored draft is closed already;
+    ``behind``: the stored draft is at a later update than this one (another
+    replica wrote it further: renumber past ``n`` and relay the whole text);
+    ``repeated``: the stored draft is at this update already (a retried
+    relay). Nothing is stored or announced for the last three.
+    """
+
+    outcome: RelayedKind
+    n: int
 
 
 @runtime_checkable

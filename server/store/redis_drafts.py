@@ -3,9 +3,10 @@ replicas, and the relay of each update on the transcript's notice channel.
 
 Keys (the transcript's hash tag, so one script changes them on one slot)::
 
-    <prefix>{<id>}:drafts       hash: draft id -> "n:until:state:revision:role"
+    <prefix>{<id>}:drafts       hash: draft id -> "n:until:state:revision:origin:role"
                                 (``until``: ms, Redis's clock; an entry past
-                                it is gone); expires ``ttl`` after its last write
+                                it is gone; ``origin``: the replica that wrote
+                                it last); expires ``ttl`` after its last write
     <prefix>{<id>}:draft:<did>  string: the open draft's text as of update n;
                                 expires ``ttl`` after its last update
 
@@ -15,19 +16,23 @@ on the transcript's channel (the one that carries its change notices:
 Cluster). Publishing from the script that stored it means a replica that
 learns of update n from pub/sub always finds update n or a later one in the
 entry: recovering from a gap is one read, never a wait. A delta is appended
-(``APPEND``, amortised O(delta)) only to the text of update n - 1; otherwise
-the script answers ``stale`` (the relaying replica then sends the whole
-text). A closed entry keeps its state (and ``revision``) for ``ttl`` without
-its text, so that a replica that loads the transcript later knows the draft
-closed, and takes no more updates.
+(``APPEND``, amortised O(delta)) only to the text of update n - 1 that the
+same replica wrote; otherwise the script answers ``stale`` and announces
+nothing (the relaying replica then sends the whole text: other replicas'
+copies never get a delta that follows another writer's text). An update
+older than the entry's is ``behind``: a writer moved to this replica before
+it had read the draft back, so the replica numbers its copy past the
+entry's and sends its whole text. A closed entry keeps its state (and
+``revision``) for ``ttl`` without its text, so that a replica that loads the
+transcript later knows the draft closed, and takes no more updates.
 
 Why per update rather than a write of the text every 100 ms beside a bare
 ``PUBLISH``: the relay pipelines whatever is pending in one round trip, so
 the script costs the replica what a ``PUBLISH`` costs (one command per
 update), and Redis a few microseconds more; a throttled entry would trail
 the updates, so a replica recovering a gap would read an older text and
-have to wait and read again (docs/architecture.md, "Drafts across
-replicas", has the measurements).
+have to wait and read again (docs/deploy.md, "Drafts across replicas",
+has the measurements).
 """
 
 from __future__ import annotations
@@ -38,30 +43,35 @@ from typing import Any, Final
 import msgspec
 from redis.exceptions import RedisClusterException, RedisError
 
-from server.store.base import RelayedDraft, RelayedOutcome, StoreError
+from server.store.base import RelayedDraft, RelayedKind, RelayedOutcome, StoreError
 
 __all__ = ["RedisDrafts"]
 
 _FAILURES: Final = (RedisError, RedisClusterException)
 
 # KEYS: drafts hash, the draft's text key. ARGV: draft id, n, kind ('d' delta,
-# 't' text, 'k' keep-alive or empty open, 'c' close), body (delta or text),
-# role, state, revision ('' for none), ttl ms, publish command, channel,
-# message, text key prefix -> 1 stored, 0 stale (a delta not on update n - 1:
-# announced, not stored), 2 closed (the entry is closed: nothing done)
+# 't' text, 'k' keep-alive, 'c' close), body (delta or text), role, state,
+# revision ('' for none), ttl ms, publish command, channel, message, text key
+# prefix, origin -> {outcome, the entry's n or -1}: 1 stored and announced;
+# and, with nothing stored or announced: 0 stale (a delta or keep-alive the
+# entry cannot take: not on update n - 1, or from another replica than the
+# entry's last writer, or no entry), 2 closed (the entry is closed), 3 behind
+# (the entry is at a later update, or at this one from another replica),
+# 4 repeated (the entry is at this update from this replica: a retried relay)
 _UPDATE: Final = """
 local did, n, kind, body = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local role, state, rev, ttl = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+local origin = ARGV[13]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cur = redis.call('HGET', KEYS[1], did)
-local curn, curstate = nil, nil
+local curn, curstate, curorigin = nil, nil, nil
 if cur then
-  local a, u, b = string.match(cur, '^(%d+):(%d+):(%a+):')
-  if tonumber(u) >= now then curn, curstate = tonumber(a), b end
+  local a, u, b, o = string.match(cur, '^(%d+):(%d+):(%a+):%d*:(%w*):')
+  if tonumber(u) >= now then curn, curstate, curorigin = tonumber(a), b, o end
 end
-if curstate and curstate ~= 'open' then return 2 end
-local result, entryn = 1, n
+if curstate and curstate ~= 'open' then return {2, curn} end
+local entryn = n
 if kind == 'c' then
   redis.call('DEL', KEYS[2])
   local all = redis.call('HGETALL', KEYS[1])
@@ -71,27 +81,31 @@ if kind == 'c' then
       redis.call('DEL', ARGV[12] .. all[i])
     end
   end
-elseif kind == 't' then
-  redis.call('SET', KEYS[2], body, 'PX', ttl)
-elseif kind == 'd' then
-  if curn == n - 1 or (curn == nil and n == 1) then
+elseif kind == 'k' then
+  if not curn then return {0, -1} end
+  entryn = curn
+  redis.call('PEXPIRE', KEYS[2], ttl)
+else
+  if curn then
+    local same = curorigin == origin
+    if n < curn or (n == curn and not same) then return {3, curn} end
+    if n == curn then return {4, curn} end
+    if kind == 'd' and (n ~= curn + 1 or not same) then return {0, curn} end
+  elseif kind == 'd' and n ~= 1 then
+    return {0, -1}
+  end
+  if kind == 't' then
+    redis.call('SET', KEYS[2], body, 'PX', ttl)
+  else
     redis.call('APPEND', KEYS[2], body)
     redis.call('PEXPIRE', KEYS[2], ttl)
-  else
-    result = 0
-    entryn = curn
   end
-else
-  if curn then entryn = curn else redis.call('SET', KEYS[2], '', 'PX', ttl) end
-  redis.call('PEXPIRE', KEYS[2], ttl)
 end
-if entryn then
-  redis.call('HSET', KEYS[1], did,
-             entryn .. ':' .. (now + ttl) .. ':' .. state .. ':' .. rev .. ':' .. role)
-end
+redis.call('HSET', KEYS[1], did, entryn .. ':' .. (now + ttl) .. ':' .. state .. ':' .. rev ..
+           ':' .. origin .. ':' .. role)
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call(ARGV[9], ARGV[10], ARGV[11])
-return result
+return {1, entryn}
 """
 
 # KEYS: drafts hash. ARGV: text key prefix -> {did, entry, text or nil, ...}
@@ -118,7 +132,13 @@ end
 return out
 """
 
-_OUTCOMES: Final[dict[int, RelayedOutcome]] = {1: "stored", 0: "stale", 2: "closed"}
+_OUTCOMES: Final[dict[int, RelayedKind]] = {
+    1: "stored",
+    0: "stale",
+    2: "closed",
+    3: "behind",
+    4: "repeated",
+}
 
 Script = Callable[..., Any]
 
@@ -176,6 +196,7 @@ class RedisDrafts:
             self._channel_of(update.transcript_id),
             self._encode(update),
             tag + "draft:",
+            update.origin,
         ]
         return [tag + "drafts", tag + "draft:" + update.draft_id], args
 
@@ -197,7 +218,7 @@ class RedisDrafts:
                 raise self._unavailable(reply)
             if isinstance(reply, Exception):
                 raise StoreError(f"relaying a draft failed: {reply}")
-        return [_OUTCOMES.get(int(reply), "stored") for reply in replies]
+        return [RelayedOutcome(_OUTCOMES[int(reply[0])], int(reply[1])) for reply in replies]
 
     async def drafts_of(self, transcript_ids: Iterable[str]) -> dict[str, list[RelayedDraft]]:
         """The open (with their text) and recently closed drafts of each
@@ -224,7 +245,7 @@ class RedisDrafts:
 
 def _entry(transcript_id: str, draft_id: bytes, entry: bytes, text: bytes | None) -> RelayedDraft:
     """A stored entry as a ``RelayedDraft`` (validated as one read from the channel)."""
-    n, _until, state, revision, role = entry.decode().split(":", 4)
+    n, _until, state, revision, _origin, role = entry.decode().split(":", 5)
     fields = {
         "transcriptId": transcript_id,
         "draftId": draft_id.decode(),

@@ -63,6 +63,8 @@ class DraftFollower(Follower):
     def __init__(self, transcript_id: str) -> None:
         super().__init__(transcript_id)
         self.log: list[tuple[Any, ...]] = []
+        #: The text of each draft after each of its updates.
+        self.texts: list[tuple[str, str]] = []
 
     def _on(self, update: Update) -> None:
         match update:
@@ -70,6 +72,7 @@ class DraftFollower(Follower):
                 self.log.append(("event", event.revision))
             case DraftUpdated(draft_id=draft_id, n=n, text=text):
                 self.log.append(("text" if text is not None else "delta", draft_id, n))
+                self.texts.append((draft_id, self.subscription.drafts[draft_id].text))
             case DraftClosed(draft_id=draft_id, state=state, revision=revision):
                 self.log.append(("closed", draft_id, state, revision))
             case Synced():
@@ -215,6 +218,45 @@ async def test_a_cancel_crosses_and_a_new_replica_seeds_from_the_key(
             assert first_b.closed("d1") == ("closed", "d1", "cancelled", None)
             assert first_b.text("d2") == "whole"
         await first_b.detach()
+
+
+@pytest.mark.parametrize("b_holds_it", [False, True])
+async def test_a_writer_that_moves_to_another_replica_goes_on_with_its_draft(
+    shared_redis: RedisServer, b_holds_it: bool
+) -> None:
+    async with two_replicas(shared_redis.url) as (_, a, b), httpx.AsyncClient() as http:
+        await create(http, a.url, "t")
+        on_a = DraftFollower("t")
+        await on_a.attach(a.ws_url)
+        followers = [on_a]
+        if b_holds_it:
+            followers.append(DraftFollower("t"))
+            await followers[1].attach(b.ws_url)
+        first = "".join(TOKENS[:10])
+        async with Writer.on(a.ws_url, "t") as writer:
+            await writer.stream("d1", TOKENS[:10])
+            for follower in followers:
+                await follower.wait_text("d1", first)
+        # Reconnected to B: the writer sends its whole text, then goes on.
+        # (When B does not hold the transcript, B opens the draft afresh
+        # before it has read it back: its updates are behind A's in Redis,
+        # and B numbers its copy past them.)
+        async with Writer.on(b.ws_url, "t") as writer:
+            await writer.acked("draft", draftId="d1", text=first)
+            if not b_holds_it:
+                await until(lambda: relay_of(b).counters.renumbered == 1)
+            await writer.stream("d1", TOKENS[10:20])
+            for follower in followers:
+                await follower.wait_text("d1", "".join(TOKENS[:20]))
+            committed = await writer.commit("d1", "".join(TOKENS[:20]))
+        for follower in followers:
+            await follower.wait_for(lambda f=follower: f.closed("d1") is not None)
+            assert follower.closed("d1") == ("closed", "d1", "final", committed.revision)
+            assert follower.subscription.drafts == {}
+            await follower.detach()
+            # Every text a subscriber showed was a prefix of the answer.
+            assert all(TEXT.startswith(text) for _, text in follower.texts), follower.texts
+        assert relay_of(b).counters.renumbered == (0 if b_holds_it else 1)
 
 
 async def test_b_reads_the_text_back_after_its_pubsub_connection_is_killed(

@@ -38,38 +38,61 @@ def update(n: int, **fields: object) -> RelayedDraft:
     return RelayedDraft(**{**base, **fields})  # type: ignore[arg-type]
 
 
+async def relay(store: RedisStore, *updates: RelayedDraft) -> list[str]:
+    return [outcome for outcome, _ in await store.relay_drafts(updates, 30)]
+
+
 async def test_updates_build_the_entry_and_a_close_keeps_only_its_state(
     store: RedisStore,
 ) -> None:
-    outcomes = await store.relay_drafts(
-        [update(1, delta="Hel"), update(2, delta="lo"), update(3, delta="!")], 30
+    outcomes = await relay(
+        store, update(1, delta="Hel"), update(2, delta="lo"), update(3, delta="!")
     )
     assert outcomes == ["stored"] * 3
     [entry] = (await store.drafts_of(["t"]))["t"]
     assert (entry.n, entry.text, entry.state, entry.role) == (3, "Hello!", "open", "assistant")
 
     # A delta past the entry's n + 1 cannot be appended: stale, entry unchanged.
-    assert await store.relay_drafts([update(5, delta="?")], 30) == ["stale"]
+    assert await store.relay_drafts([update(5, delta="?")], 30) == [("stale", 3)]
     assert (await store.drafts_of(["t"]))["t"][0].text == "Hello!"
-    # The whole text repairs it; a keep-alive changes nothing but the time.
-    assert await store.relay_drafts([update(5, text="Hello!!?"), update(5)], 30) == [
+    # The whole text repairs it; a keep-alive changes nothing but the time;
+    # the same update again (a retried relay) changes nothing.
+    assert await relay(store, update(5, text="Hello!!?"), update(5), update(5, text="x")) == [
         "stored",
         "stored",
+        "repeated",
     ]
     assert (await store.drafts_of(["t"]))["t"][0].text == "Hello!!?"
 
-    assert await store.relay_drafts([update(5, state="final", revision=7)], 30) == ["stored"]
+    assert await relay(store, update(5, state="final", revision=7)) == ["stored"]
     [closed] = (await store.drafts_of(["t"]))["t"]
     assert (closed.state, closed.revision, closed.text) == ("final", 7, None)
     # Closed: a late update neither reopens nor changes it.
-    assert await store.relay_drafts([update(6, delta="late")], 30) == ["closed"]
+    assert await relay(store, update(6, delta="late")) == ["closed"]
     assert (await store.drafts_of(["t"]))["t"] == [closed]
-    # Another transcript's drafts are its own.
+    # Another transcript's drafts are its own; a keep-alive opens nothing.
+    assert await relay(store, update(1, transcript_id="other")) == ["stale"]
     assert (await store.drafts_of(["other"]))["other"] == []
 
 
+async def test_a_writer_that_moved_to_another_replica_takes_the_draft_over(
+    store: RedisStore,
+) -> None:
+    await relay(store, update(1, text="from a ", origin="a"), update(2, delta="...", origin="a"))
+    # Replica c opened it afresh (it had not read it back yet): behind the entry.
+    assert await store.relay_drafts([update(1, text="whole", origin="c")], 30) == [("behind", 2)]
+    # Numbered past it, c's text wins; a delta of c never lands on a's text.
+    assert await relay(store, update(3, delta="!", origin="c")) == ["stale"]
+    assert await relay(store, update(3, text="whole", origin="c")) == ["stored"]
+    assert await relay(store, update(4, delta="!", origin="c")) == ["stored"]
+    # a's late update is behind now.
+    assert await relay(store, update(3, delta="late", origin="a")) == ["behind"]
+    [entry] = (await store.drafts_of(["t"]))["t"]
+    assert (entry.n, entry.text) == (4, "whole!")
+
+
 async def test_every_key_lapses_with_the_ttl(store: RedisStore) -> None:
-    await store.relay_drafts([update(1, text="soon gone")], 0.2)
+    assert await store.relay_drafts([update(1, text="soon gone")], 0.2) == [("stored", 1)]
     client = store._client()
     tag = store.prefix + "{t}:"
     for key in (tag + "drafts", tag + "draft:d"):
@@ -93,7 +116,9 @@ async def test_updates_are_announced_in_order_with_the_change_notices(
                 if (item is None and not store.cluster) or isinstance(item, Recheck):
                     break
             await store.create("t", "e1", 0)
-            await store.relay_drafts([update(1, delta="a", origin="r1"), update(2, delta="b")], 30)
+            await store.relay_drafts(
+                [update(1, delta="a", origin="r1"), update(2, delta="b", origin="r1")], 30
+            )
             await store.relay_drafts([update(2, state="cancelled")], 30)
             seen: list[object] = []
             while len(seen) < 4:
@@ -105,6 +130,6 @@ async def test_updates_are_announced_in_order_with_the_change_notices(
     assert seen == [
         Notice("t", "e1", 0),
         update(1, delta="a", origin="r1"),
-        update(2, delta="b"),
+        update(2, delta="b", origin="r1"),
         update(2, state="cancelled"),
     ]
