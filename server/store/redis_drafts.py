@@ -28,11 +28,12 @@ transcript later knows the draft closed, and takes no more updates.
 
 Why per update rather than a write of the text every 100 ms beside a bare
 ``PUBLISH``: the relay pipelines whatever is pending in one round trip, so
-the script costs the replica what a ``PUBLISH`` costs (one command per
-update), and Redis a few microseconds more; a throttled entry would trail
-the updates, so a replica recovering a gap would read an older text and
-have to wait and read again (docs/deploy.md, "Drafts across replicas",
-has the measurements).
+the script costs the replica about 15 us more per update than a
+``PUBLISH`` and Redis about 10 us more, but a throttled entry would trail
+the updates (a replica recovering a gap would read an older text and have
+to wait and read again), and nothing would check an update against the
+stored draft before the other replicas apply it (docs/deploy.md, "Drafts
+across replicas", has the measurements).
 """
 
 from __future__ import annotations
