@@ -66,6 +66,8 @@ log = logging.getLogger("tsync.backplane")
 
 #: First delay before relaying again after Redis refused (doubles up to 1 s).
 _RETRY_S: Final = 0.05
+#: Seconds ``stop`` waits for what is pending to be relayed.
+STOP_FLUSH_S: Final = 1.0
 #: Updates relayed in one round trip at most.
 DRAFT_RELAY_BATCH: Final = 512
 #: Updates waiting to be relayed past which each draft's whole text goes
@@ -125,6 +127,9 @@ class DraftRelay:
         #: When each local open draft was last relayed (``time.monotonic``).
         self._relayed_at: dict[DraftKey, float] = {}
         self._ready = asyncio.Event()
+        #: Set while nothing waits to be relayed.
+        self._idle = asyncio.Event()
+        self._idle.set()
         #: Transcripts whose drafts are read back next, and those being read
         #: (with what arrived for them meanwhile, applied after the read).
         self._to_recover: set[str] = set()
@@ -147,8 +152,12 @@ class DraftRelay:
         ]
 
     async def stop(self) -> None:
+        """Stop relaying, after what is pending went out (a commit's ``final``
+        of the last moments, say), waiting at most ``STOP_FLUSH_S``."""
         if self.hub.draft_publisher == self.publish:
             self.hub.draft_publisher = None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), STOP_FLUSH_S)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -175,6 +184,10 @@ class DraftRelay:
         self._outbox.append(frame)
         if len(self._outbox) > DRAFT_RELAY_BACKLOG:
             self._collapse()
+        self._wake()
+
+    def _wake(self) -> None:
+        self._idle.clear()
         self._ready.set()
 
     def _collapse(self) -> None:
@@ -234,6 +247,8 @@ class DraftRelay:
             if self._outbox or self._resend:
                 self._ready.set()  # more than one batch
             if not batch:
+                if not (self._outbox or self._resend):
+                    self._idle.set()
                 continue
             try:
                 outcomes = await self.store.relay_drafts(batch, self.ttl)
@@ -261,9 +276,11 @@ class DraftRelay:
             for update, (outcome, stored_n) in zip(batch, outcomes, strict=True):
                 if outcome == "stale":
                     self._resend[(update.transcript_id, update.draft_id)] = None
-                    self._ready.set()
+                    self._wake()
                 elif outcome == "behind":
                     self._renumber(update, stored_n)
+            if not (self._outbox or self._resend):
+                self._idle.set()
 
     def _renumber(self, update: RelayedDraft, stored_n: int) -> None:
         """Another replica wrote this draft further than the copy here (a
@@ -288,7 +305,7 @@ class DraftRelay:
             self.hub.apply_remote_draft(text)
         draft.remote = False  # written here: still this replica's to expire and relay
         self._resend[(update.transcript_id, update.draft_id)] = None
-        self._ready.set()
+        self._wake()
 
     def _refused(self, batch: list[RelayedDraft]) -> None:
         """Relay again what Redis did not take: the closes as they were,
@@ -324,7 +341,7 @@ class DraftRelay:
                             )
                         )
                         self.counters.keepalives += 1
-                        self._ready.set()
+                        self._wake()
             for key in [k for k in self._relayed_at if k not in seen]:
                 del self._relayed_at[key]  # gone without a close (forgotten)
             self.flush_parked()
