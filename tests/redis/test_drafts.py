@@ -288,6 +288,34 @@ async def test_b_reads_the_text_back_after_its_pubsub_connection_is_killed(
         await live_b.detach()
 
 
+async def test_updates_refused_while_redis_is_down_go_again_as_the_whole_text(
+    redis_server: RedisServer,
+) -> None:
+    fast_fail = "socket_timeout=0.3&socket_connect_timeout=0.3&retries=0"
+    url = f"{redis_server.url}?prefix=down:&{fast_fail}"
+    async with (
+        running_server(store=RedisStore(url), backplane_resync_s=0.2) as a,
+        running_server(store=RedisStore(url), backplane_resync_s=0.2) as b,
+        httpx.AsyncClient() as http,
+    ):
+        await create(http, a.url, "t")
+        live_b = DraftFollower("t")
+        await live_b.attach(b.ws_url)
+        async with Writer.on(a.ws_url, "t") as writer:
+            await writer.stream("d1", TOKENS[:5])
+            await live_b.wait_text("d1", "".join(TOKENS[:5]))
+            redis_server.kill()
+            # Drafts need no Redis on the replica that takes them: acked.
+            await writer.stream("d1", TOKENS[5:10])
+            await until(lambda: relay_of(a).counters.relay_failures > 0)
+            redis_server.start()  # same port, same data (AOF)
+            await writer.stream("d1", TOKENS[10:15])
+            await live_b.wait_text("d1", "".join(TOKENS[:15]), timeout=15)
+            assert relay_of(a).counters.resent >= 1
+            assert all(TEXT.startswith(text) for _, text in live_b.texts)
+        await live_b.detach()
+
+
 async def test_a_replica_killed_mid_draft_takes_its_draft_with_it(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
