@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from protocol import wire
-from server.store.base import RelayedDraft, SharedDrafts, StoreError
+from server.store.base import RelayedDraft, SharedDrafts, StoredDraft, StoreError
 
 if TYPE_CHECKING:
     from server.hub import Hub
@@ -440,7 +440,7 @@ class DraftRelay:
             await asyncio.gather(*(self.hub.settled(tid) for tid in ids))
             try:
                 drafts = await self.store.drafts_of(ids)
-            except StoreError as err:
+            except Exception as err:  # StoreError, or a bug: the loop goes on
                 log.log(
                     logging.WARNING if delay == _RETRY_S else logging.DEBUG,
                     "drafts: reading back the drafts of %d transcripts failed: %s",
@@ -461,17 +461,23 @@ class DraftRelay:
                 for frame in held:
                     self._apply(frame)
 
-    def _restore(self, transcript_id: str, entries: list[RelayedDraft]) -> None:
+    def _restore(self, transcript_id: str, entries: list[StoredDraft]) -> None:
         """Apply the stored drafts of a transcript: the text of each open one
-        this replica does not write itself, and the closes."""
+        this replica does not write itself, and the closes. A copy made from
+        an entry is as old as the entry's last update (so that it expires
+        with it, not ``draft_ttl_s`` after it was read)."""
         live = self.hub.live.get(transcript_id)
         if live is None:
             return
         self.counters.recoveries += 1
-        for entry in entries:
+        now = time.monotonic()
+        for entry, expires_in_s in entries:
             local = live.drafts.open.get(entry.draft_id)
             if entry.state == "open" and local is not None and not local.remote:
                 continue  # written here: this copy is the newest
             if entry.state == "open" and local is not None and local.n >= entry.n:
                 continue
             self._apply(frame_of(entry))
+            copy = live.drafts.open.get(entry.draft_id)
+            if copy is not None and copy.remote and entry.state == "open":
+                copy.updated = min(copy.updated, now - max(0.0, self.ttl - expires_in_s))

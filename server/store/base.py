@@ -244,6 +244,15 @@ class RelayedDraft(msgspec.Struct, frozen=True, rename="camel", omit_defaults=Tr
     origin: str = ""
 
 
+class StoredDraft(NamedTuple):
+    """A draft as the store holds it (``SharedDrafts.drafts_of``): its
+    latest update (an open draft's with its whole ``text``) and the seconds
+    until it lapses unless it is updated again."""
+
+    draft: RelayedDraft
+    expires_in_s: float
+
+
 #: See ``RelayedOutcome``.
 RelayedKind: TypeAlias = Literal["stored", "stale", "closed", "behind", "repeated"]
 
@@ -282,7 +291,7 @@ class SharedDrafts(Protocol):
         last update) and announce it, in order; one outcome per update."""
         ...
 
-    async def drafts_of(self, transcript_ids: Iterable[str]) -> dict[str, list[RelayedDraft]]:
+    async def drafts_of(self, transcript_ids: Iterable[str]) -> dict[str, list[StoredDraft]]:
         """The drafts of each transcript that are open (with their whole
         text) or closed within their ``ttl_s``."""
         ...

@@ -111,6 +111,7 @@ from server.store.base import (
     RelayedDraft,
     RelayedOutcome,
     RevisionMismatch,
+    StoredDraft,
     StoredRange,
     StoredState,
     StoredTranscript,
@@ -1029,7 +1030,7 @@ class RedisStore:
 
     async def drafts_of(
         self, transcript_ids: Iterable[str]
-    ) -> dict[str, builtins.list[RelayedDraft]]:
+    ) -> dict[str, builtins.list[StoredDraft]]:
         """The open (with their text) and recently closed drafts of each transcript."""
         return await self._drafts.drafts_of(transcript_ids)
 

@@ -38,15 +38,18 @@ across replicas", has the measurements).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 import msgspec
 from redis.exceptions import RedisClusterException, RedisError
 
-from server.store.base import RelayedDraft, RelayedKind, RelayedOutcome, StoreError
+from server.store.base import RelayedDraft, RelayedKind, RelayedOutcome, StoredDraft, StoreError
 
 __all__ = ["RedisDrafts"]
+
+log = logging.getLogger("tsync.store.redis")
 
 _FAILURES: Final = (RedisError, RedisClusterException)
 
@@ -109,8 +112,8 @@ redis.call(ARGV[9], ARGV[10], ARGV[11])
 return {1, entryn}
 """
 
-# KEYS: drafts hash. ARGV: text key prefix -> {did, entry, text or nil, ...}
-# of the entries not past their time (the others are deleted).
+# KEYS: drafts hash. ARGV: text key prefix -> {did, entry, text or nil, ms
+# left, ...} of the entries not past their time (the others are deleted).
 _READ: Final = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -128,6 +131,7 @@ for i = 1, #all, 2 do
     out[#out + 1] = did
     out[#out + 1] = entry
     out[#out + 1] = text
+    out[#out + 1] = tonumber(u) - now
   end
 end
 return out
@@ -221,9 +225,10 @@ class RedisDrafts:
                 raise StoreError(f"relaying a draft failed: {reply}")
         return [RelayedOutcome(_OUTCOMES[int(reply[0])], int(reply[1])) for reply in replies]
 
-    async def drafts_of(self, transcript_ids: Iterable[str]) -> dict[str, list[RelayedDraft]]:
+    async def drafts_of(self, transcript_ids: Iterable[str]) -> dict[str, list[StoredDraft]]:
         """The open (with their text) and recently closed drafts of each
-        transcript (one script per transcript, pipelined)."""
+        transcript (one script per transcript, pipelined). A malformed entry
+        is left out (and logged)."""
         ids = list(transcript_ids)
         if not ids:
             return {}
@@ -232,15 +237,20 @@ class RedisDrafts:
             replies = await self._read.many(self._client(), calls)
         except _FAILURES as err:
             raise self._unavailable(err) from err
-        out: dict[str, list[RelayedDraft]] = {}
+        out: dict[str, list[StoredDraft]] = {}
         for tid, reply in zip(ids, replies, strict=True):
             if isinstance(reply, _FAILURES):
                 raise self._unavailable(reply)
             if isinstance(reply, Exception):
                 raise StoreError(f"reading the drafts of {tid!r} failed: {reply}")
-            out[tid] = [
-                _entry(tid, reply[i], reply[i + 1], reply[i + 2]) for i in range(0, len(reply), 3)
-            ]
+            drafts = out[tid] = []
+            for i in range(0, len(reply), 4):
+                try:
+                    draft = _entry(tid, reply[i], reply[i + 1], reply[i + 2])
+                except (ValueError, msgspec.ValidationError) as err:
+                    log.warning("ignored a malformed draft entry of %r: %s", tid, err)
+                    continue
+                drafts.append(StoredDraft(draft, max(0, int(reply[i + 3])) / 1000))
         return out
 
 

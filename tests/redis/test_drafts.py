@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,12 @@ class DraftFollower(Follower):
 
     def closed(self, draft_id: str) -> tuple[Any, ...] | None:
         return next((e for e in self.log if e[0] == "closed" and e[1] == draft_id), None)
+
+    async def wait_closed(self, draft_id: str, timeout: float = 10.0) -> tuple[Any, ...]:
+        await self.wait_for(lambda: self.closed(draft_id) is not None, timeout)
+        closed = self.closed(draft_id)
+        assert closed is not None
+        return closed
 
 
 class Writer:
@@ -181,7 +188,7 @@ async def test_a_draft_on_a_streams_to_b_and_commits_with_its_message(
             assert [type(f).__name__ for f in frames] == ["Increment", "DraftFrame"]
             assert frames[-1].state == "final" and frames[-1].revision == committed.revision
             for follower in (live_b, late_b):
-                await follower.wait_for(lambda f=follower: f.closed("d1") is not None)
+                await follower.wait_closed("d1")
                 at = follower.log.index(("closed", "d1", "final", committed.revision))
                 assert follower.log[at - 1] == ("event", committed.revision)
                 assert follower.text("d1") is None
@@ -207,12 +214,16 @@ async def test_a_cancel_crosses_and_a_new_replica_seeds_from_the_key(
             # B does not hold "t" yet: its first subscriber makes it load the
             # transcript, and the drafts come from their entries in Redis.
             assert not b.hub.is_loaded("t")
+            await asyncio.sleep(0.5)  # the drafts age (time passing is the subject here)
             first_b = DraftFollower("t")
             await first_b.attach(b.ws_url)
             await first_b.wait_for(
                 lambda: (first_b.text("d1"), first_b.text("d2")) == ("one two three", "whole")
             )
             assert first_b.subscription.drafts["d2"].role == "tool"
+            # B's copy is as old as the entry: it expires with it, not later.
+            copy = b.hub.live["t"].drafts.open["d2"]
+            assert time.monotonic() - copy.updated >= 0.45
             await writer.acked("draft", draftId="d1", cancel=True)
             await first_b.wait_for(lambda: first_b.closed("d1") is not None)
             assert first_b.closed("d1") == ("closed", "d1", "cancelled", None)
@@ -250,7 +261,7 @@ async def test_a_writer_that_moves_to_another_replica_goes_on_with_its_draft(
                 await follower.wait_text("d1", "".join(TOKENS[:20]))
             committed = await writer.commit("d1", "".join(TOKENS[:20]))
         for follower in followers:
-            await follower.wait_for(lambda f=follower: f.closed("d1") is not None)
+            await follower.wait_closed("d1")
             assert follower.closed("d1") == ("closed", "d1", "final", committed.revision)
             assert follower.subscription.drafts == {}
             await follower.detach()
@@ -274,7 +285,7 @@ async def test_b_reads_the_text_back_after_its_pubsub_connection_is_killed(
             recoveries = relay_of(b).counters.recoveries
             client = aioredis.Redis.from_url(shared_redis.url)
             try:
-                killed = await client.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+                killed = await client.client_kill_filter(_type="pubsub")
             finally:
                 await client.aclose()
             assert killed >= 1
@@ -390,7 +401,7 @@ async def test_keep_alives_cross_and_a_lost_entry_is_written_whole_again(
                 await writer.stream("d1", ["two"])
                 await live_b.wait_text("d1", "one two")
                 await until(lambda: relay_of(a).counters.resent > 0)
-                [entry] = (await store.drafts_of(["t"]))["t"]
+                [(entry, _)] = (await store.drafts_of(["t"]))["t"]
                 assert (entry.n, entry.text) == (2, "one two")
             finally:
                 await store.close()
@@ -416,7 +427,7 @@ async def test_drafts_cross_replicas_on_a_redis_cluster(shared_cluster: RedisClu
                 await writer.stream("d", TOKENS[8:16])
                 await on_b.wait_text("d", "".join(TOKENS[:16]))
                 committed = await writer.commit("d", "done")
-                await on_b.wait_for(lambda f=on_b: f.closed("d") is not None)
+                await on_b.wait_closed("d")
                 assert on_b.closed("d") == ("closed", "d", "final", committed.revision)
                 assert texts_of(on_b.messages) == ["done"]
                 await on_b.detach()

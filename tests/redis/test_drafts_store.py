@@ -38,6 +38,10 @@ def update(n: int, **fields: object) -> RelayedDraft:
     return RelayedDraft(**{**base, **fields})  # type: ignore[arg-type]
 
 
+async def drafts(store: RedisStore, transcript_id: str = "t") -> list[RelayedDraft]:
+    return [stored.draft for stored in (await store.drafts_of([transcript_id]))[transcript_id]]
+
+
 async def relay(store: RedisStore, *updates: RelayedDraft) -> list[str]:
     return [outcome for outcome, _ in await store.relay_drafts(updates, 30)]
 
@@ -49,12 +53,13 @@ async def test_updates_build_the_entry_and_a_close_keeps_only_its_state(
         store, update(1, delta="Hel"), update(2, delta="lo"), update(3, delta="!")
     )
     assert outcomes == ["stored"] * 3
-    [entry] = (await store.drafts_of(["t"]))["t"]
+    [(entry, expires_in_s)] = (await store.drafts_of(["t"]))["t"]
     assert (entry.n, entry.text, entry.state, entry.role) == (3, "Hello!", "open", "assistant")
+    assert 29 < expires_in_s <= 30
 
     # A delta past the entry's n + 1 cannot be appended: stale, entry unchanged.
     assert await store.relay_drafts([update(5, delta="?")], 30) == [("stale", 3)]
-    assert (await store.drafts_of(["t"]))["t"][0].text == "Hello!"
+    assert (await drafts(store))[0].text == "Hello!"
     # The whole text repairs it; a keep-alive changes nothing but the time;
     # the same update again (a retried relay) changes nothing.
     assert await relay(store, update(5, text="Hello!!?"), update(5), update(5, text="x")) == [
@@ -62,17 +67,17 @@ async def test_updates_build_the_entry_and_a_close_keeps_only_its_state(
         "stored",
         "repeated",
     ]
-    assert (await store.drafts_of(["t"]))["t"][0].text == "Hello!!?"
+    assert (await drafts(store))[0].text == "Hello!!?"
 
     assert await relay(store, update(5, state="final", revision=7)) == ["stored"]
-    [closed] = (await store.drafts_of(["t"]))["t"]
+    [closed] = await drafts(store)
     assert (closed.state, closed.revision, closed.text) == ("final", 7, None)
     # Closed: a late update neither reopens nor changes it.
     assert await relay(store, update(6, delta="late")) == ["closed"]
-    assert (await store.drafts_of(["t"]))["t"] == [closed]
+    assert await drafts(store) == [closed]
     # Another transcript's drafts are its own; a keep-alive opens nothing.
     assert await relay(store, update(1, transcript_id="other")) == ["stale"]
-    assert (await store.drafts_of(["other"]))["other"] == []
+    assert await drafts(store, "other") == []
 
 
 async def test_a_writer_that_moved_to_another_replica_takes_the_draft_over(
@@ -87,7 +92,7 @@ async def test_a_writer_that_moved_to_another_replica_takes_the_draft_over(
     assert await relay(store, update(4, delta="!", origin="c")) == ["stored"]
     # a's late update is behind now.
     assert await relay(store, update(3, delta="late", origin="a")) == ["behind"]
-    [entry] = (await store.drafts_of(["t"]))["t"]
+    [entry] = await drafts(store)
     assert (entry.n, entry.text) == (4, "whole!")
 
 
@@ -98,7 +103,7 @@ async def test_every_key_lapses_with_the_ttl(store: RedisStore) -> None:
     for key in (tag + "drafts", tag + "draft:d"):
         assert 0 < await client.pttl(key) <= 200
     async with asyncio.timeout(5):
-        while (await store.drafts_of(["t"]))["t"]:  # noqa: ASYNC110 - Redis's clock
+        while await drafts(store):  # noqa: ASYNC110 - Redis's clock
             await asyncio.sleep(0.05)
     assert await client.exists(tag + "drafts", tag + "draft:d") == 0
 
