@@ -31,6 +31,12 @@ on its node and answers with a ``Recheck`` once subscribed: those copies
 (one transcript just loaded, or every transcript of a node that came back)
 are compared with the store, as after a resubscription, shard by shard. The
 safety net reads the heads of every node that answers.
+
+Drafts (a store that also implements ``SharedDrafts``, as Redis does): the
+same channel carries every draft update a replica relays, so the backplane
+hands them to its ``DraftRelay`` (``server.backplane_drafts``), tells it when
+updates may have been dropped (the same (re)subscriptions and rechecks) and
+when a sync brought a revision a parked ``final`` waits for.
 """
 
 from __future__ import annotations
@@ -41,9 +47,18 @@ import logging
 from dataclasses import dataclass
 
 from protocol.consumer import Applied, Resubscribed, Subscription
+from server.backplane_drafts import DraftRelay
 from server.hub import Hub
 from server.live import LiveTranscript
-from server.store.base import Notice, Recheck, SharedStore, StoreError, TranscriptNotFound
+from server.store.base import (
+    Notice,
+    Recheck,
+    RelayedDraft,
+    SharedDrafts,
+    SharedStore,
+    StoreError,
+    TranscriptNotFound,
+)
 from server.tuning import BACKPLANE_CONCURRENCY
 
 __all__ = ["Backplane", "BackplaneCounters", "SharedStore"]
@@ -90,6 +105,8 @@ class Backplane:
         self._wake = asyncio.Event()
         self._limit = asyncio.Semaphore(concurrency)
         self._tasks: list[asyncio.Task[None]] = []
+        #: Drafts across replicas, when the store keeps them.
+        self.drafts = DraftRelay(hub, store) if isinstance(store, SharedDrafts) else None
 
     @classmethod
     def for_hub(cls, hub: Hub, *, resync_interval_s: float | None = None) -> Backplane | None:
@@ -101,6 +118,8 @@ class Backplane:
     async def start(self) -> None:
         self.hub.hold_listener = self
         self.store.watch(list(self.hub.live))
+        if self.drafts is not None:
+            await self.drafts.start()
         self._tasks = [
             asyncio.create_task(self._listen(), name="backplane-listen"),
             asyncio.create_task(self._work(), name="backplane-work"),
@@ -116,6 +135,8 @@ class Backplane:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self.drafts is not None:
+            await self.drafts.stop()
 
     # --- what needs a sync --------------------------------------------------------
 
@@ -137,24 +158,37 @@ class Backplane:
     # The hub's HoldListener: the store announces what the hub holds.
     def held(self, transcript_id: str) -> None:
         self.store.watch((transcript_id,))
+        if self.drafts is not None:
+            self.drafts.held(transcript_id)
 
     def released(self, transcript_id: str) -> None:
         self.store.unwatch((transcript_id,))
+        if self.drafts is not None:
+            self.drafts.released(transcript_id)
 
     async def _listen(self) -> None:
+        drafts = self.drafts
         async for notice in self.store.notices():
+            if isinstance(notice, RelayedDraft):
+                if drafts is not None:
+                    drafts.received(notice)
+                continue
             if notice is None:
                 # (Re)subscribed: anything published meanwhile is lost; check all.
                 self.counters.resubscribed += 1
                 for transcript_id in list(self.hub.live):
                     self.mark(transcript_id, None)
+                if drafts is not None:
+                    drafts.resubscribed()
                 continue
             if isinstance(notice, Recheck):
                 # Subscribed (again) to these: what came before was not announced.
-                for transcript_id in notice.transcript_ids:
-                    if self._held(transcript_id):
-                        self.counters.rechecks += 1
-                        self.mark(transcript_id, None)
+                held = [tid for tid in notice.transcript_ids if self._held(tid)]
+                for transcript_id in held:
+                    self.counters.rechecks += 1
+                    self.mark(transcript_id, None)
+                if drafts is not None:
+                    drafts.resubscribed(held)
                 continue
             self.counters.notices += 1
             if self._held(notice.transcript_id):
@@ -183,6 +217,8 @@ class Backplane:
             self._wake.clear()
             batch, self._pending = self._pending, {}
             await asyncio.gather(*(self._sync(tid, notice) for tid, notice in batch.items()))
+            if self.drafts is not None:
+                self.drafts.flush_parked()
 
     # --- bringing one copy up to date -----------------------------------------------
 
@@ -238,6 +274,8 @@ class Backplane:
                 return
         if events:
             self.counters.syncs += 1
+            if self.drafts is not None:
+                self.drafts.after_sync(live)
 
     async def _reload(self, live: LiveTranscript, reason: str) -> None:
         log.info("backplane: reloading %s (%s)", live.id, reason)

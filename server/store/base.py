@@ -33,12 +33,21 @@ Errors::
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Final, NamedTuple, Protocol, runtime_checkable
+from typing import Final, Literal, NamedTuple, Protocol, TypeAlias, runtime_checkable
 
 import msgspec
 
 from protocol.state import TranscriptState
-from protocol.types import Message, MessagesAppended, TranscriptEvent, TranscriptSnapshot
+from protocol.types import (
+    Message,
+    MessagesAppended,
+    NonNegative,
+    Role,
+    TranscriptEvent,
+    TranscriptId,
+    TranscriptSnapshot,
+)
+from protocol.wire import DraftId, DraftState
 
 
 class StoreError(Exception):
@@ -212,6 +221,82 @@ class Recheck(NamedTuple):
     transcript_ids: frozenset[str]
 
 
+class RelayedDraft(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
+    """One update of a draft as replicas relay it to each other (the payload
+    of a draft frame, and ``origin``: the replica that relayed it).
+
+    An open draft's update carries ``delta`` (update ``n`` appended it to
+    the text of update ``n`` - 1) or ``text`` (the whole text as of update
+    ``n``), or neither (a keep-alive, or a draft opened empty); a close
+    carries its ``state`` (``final`` with the ``revision`` of its messages,
+    ``cancelled``, ``expired``) and no text. Read back from the store
+    (``SharedDrafts.drafts_of``), an open draft carries its whole ``text``.
+    """
+
+    transcript_id: TranscriptId
+    draft_id: DraftId
+    role: Role
+    n: NonNegative
+    delta: str | None = None
+    text: str | None = None
+    state: DraftState = "open"
+    revision: NonNegative | None = None
+    origin: str = ""
+
+
+class StoredDraft(NamedTuple):
+    """A draft as the store holds it (``SharedDrafts.drafts_of``): its
+    latest update (an open draft's with its whole ``text``) and the seconds
+    until it lapses unless it is updated again."""
+
+    draft: RelayedDraft
+    expires_in_s: float
+
+
+#: See ``RelayedOutcome``.
+RelayedKind: TypeAlias = Literal["stored", "stale", "closed", "behind", "repeated"]
+
+
+class RelayedOutcome(NamedTuple):
+    """What ``relay_drafts`` did with one update, and the ``n`` of the
+    stored draft after it (-1: there is none).
+
+    ``outcome``: ``stored``; ``stale``: a delta the stored text was not the
+    text of update ``n`` - 1 for (it was announced all the same; relay the
+    whole text next); ``closed``: the stored draft is closed already;
+    ``behind``: the stored draft is at a later update than this one (another
+    replica wrote it further: renumber past ``n`` and relay the whole text);
+    ``repeated``: the stored draft is at this update already (a retried
+    relay). Nothing is stored or announced for the last three.
+    """
+
+    outcome: RelayedKind
+    n: int
+
+
+@runtime_checkable
+class SharedDrafts(Protocol):
+    """Where a shared store keeps the open drafts of its transcripts for
+    every replica, and how it relays their updates (``server.backplane_drafts``).
+
+    A store that implements it also yields, from ``notices()``, every
+    ``RelayedDraft`` some replica relayed (this one's too), in the order
+    relayed and in order with the change notices of the same transcript.
+    """
+
+    async def relay_drafts(
+        self, updates: Sequence[RelayedDraft], ttl_s: float
+    ) -> list[RelayedOutcome]:
+        """Store each update in its draft's entry (kept ``ttl_s`` after its
+        last update) and announce it, in order; one outcome per update."""
+        ...
+
+    async def drafts_of(self, transcript_ids: Iterable[str]) -> dict[str, list[StoredDraft]]:
+        """The drafts of each transcript that are open (with their whole
+        text) or closed within their ``ttl_s``."""
+        ...
+
+
 class Head(NamedTuple):
     """Where a stored transcript is now."""
 
@@ -322,14 +407,15 @@ class SharedStore(Store, Protocol):
     announced, so their copies must be compared with the store then.
     """
 
-    def notices(self) -> AsyncIterator[Notice | Recheck | None]:
+    def notices(self) -> AsyncIterator[Notice | Recheck | RelayedDraft | None]:
         """A notice per change of a watched transcript, for as long as the
         caller iterates. ``None`` first and after every (re)connection of
         the whole store: notices may have been missed, every copy must be
         checked; ``Recheck(ids)`` says the same of some transcripts only (a
-        watch took effect, or one shard's subscription was made again). Ends
-        (with ``StoreUnavailable``) only when the store is closed. One
-        iteration at a time per store."""
+        watch took effect, or one shard's subscription was made again). A
+        store that implements ``SharedDrafts`` also yields the draft updates
+        relayed (``RelayedDraft``). Ends (with ``StoreUnavailable``) only
+        when the store is closed. One iteration at a time per store."""
         ...
 
     def watch(self, transcript_ids: Iterable[str]) -> bool:

@@ -24,9 +24,12 @@ one Redis Cluster slot and one Lua script can change them atomically::
     <prefix>{<id>}:views    hash: View name -> "start:end" ("start:" when open)
     <prefix>ids             zset of ids (score 0) for ``list``; kept outside the
                             scripts (another slot), see ``create``/``delete``
-    <prefix>changes         pub/sub channel: ``[id, epoch, revision]`` per change
+    <prefix>changes         pub/sub channel: ``[id, epoch, revision]`` per change,
+                            and every draft update relayed (a JSON object)
     <prefix>{<id>}:changes  on a Redis Cluster instead: the transcript's own
                             sharded channel (``SPUBLISH``), on its node only
+    <prefix>{<id>}:drafts   the open and recently closed drafts, and their
+    <prefix>{<id>}:draft:*  texts (``server.store.redis_drafts``)
 
 Every change is one script (``create``, ``append``, ``delete``): it checks the
 idempotency key, the epoch and the revision, stores the event in the log and
@@ -64,6 +67,7 @@ down makes its transcripts ``StoreUnavailable``; the others keep working.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import hashlib
 import logging
 import uuid
@@ -104,7 +108,10 @@ from server.store.base import (
     Notice,
     Receipt,
     Recheck,
+    RelayedDraft,
+    RelayedOutcome,
     RevisionMismatch,
+    StoredDraft,
     StoredRange,
     StoredState,
     StoredTranscript,
@@ -120,6 +127,7 @@ from server.store.base import (
     messages_in,
 )
 from server.store.options import RedisOptions, parse_query, redis_address, validated
+from server.store.redis_drafts import RedisDrafts
 from server.store.redis_shards import ShardChannels
 
 __all__ = ["RedisStore"]
@@ -430,6 +438,7 @@ class RedisStore:
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(TranscriptEvent)
         self._notice = msgspec.json.Decoder(tuple[str, str, int])
+        self._relayed = msgspec.json.Decoder(RelayedDraft)
         self._redis: aioredis.Redis | RedisCluster | None = None
         self._shards: ShardChannels | None = None
         self._append = _Script(_APPEND_SCRIPT)
@@ -438,6 +447,14 @@ class RedisStore:
         self._state = _Script(_STATE_SCRIPT)
         self._range = _Script(_RANGE_SCRIPT)
         self._index_script = _Script(_INDEX_SCRIPT)
+        self._drafts = RedisDrafts(
+            prefix=self.prefix,
+            client=self._client,
+            channel_of=self.channel_of,
+            publish=self._publish,
+            unavailable=self._unavailable,
+            script=_Script,
+        )
 
     def channel_of(self, transcript_id: str) -> str:
         """The channel that carries ``transcript_id``'s notices."""
@@ -993,17 +1010,35 @@ class RedisStore:
         if self._shards is not None:
             self._shards.unwatch(transcript_ids)
 
-    def _decode_notice(self, data: bytes) -> Notice | None:
+    def _decode_notice(self, data: bytes) -> Notice | RelayedDraft | None:
         try:
+            if data[:1] == b"{":
+                return self._relayed.decode(data)
             return Notice(*self._notice.decode(data))
         except msgspec.DecodeError:
             log.warning("ignored a malformed notice: %r", data[:200])
             return None
 
+    # --- drafts (``SharedDrafts``, ``server.store.redis_drafts``) ---------------------
+
+    async def relay_drafts(
+        self, updates: Sequence[RelayedDraft], ttl_s: float
+    ) -> builtins.list[RelayedOutcome]:
+        """Store each draft update in its entry and announce it on the
+        transcript's channel, in order (see ``server.store.redis_drafts``)."""
+        return await self._drafts.relay(updates, ttl_s)
+
+    async def drafts_of(
+        self, transcript_ids: Iterable[str]
+    ) -> dict[str, builtins.list[StoredDraft]]:
+        """The open (with their text) and recently closed drafts of each transcript."""
+        return await self._drafts.drafts_of(transcript_ids)
+
     async def notices(
         self, *, reconnect_delay: float = 0.1
-    ) -> AsyncGenerator[Notice | Recheck | None, None]:
-        """Every change's notice, from pub/sub, for as long as the caller iterates.
+    ) -> AsyncGenerator[Notice | Recheck | RelayedDraft | None, None]:
+        """Every change's notice, from pub/sub, for as long as the caller iterates
+        (and every draft update relayed, ``relay_drafts``).
 
         Pub/sub drops messages while a connection is down, so after every
         (re)subscription this yields ``None``: anything may have been missed,

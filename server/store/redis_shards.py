@@ -30,7 +30,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError, SlotNotCoveredError
 
-from server.store.base import Notice, Recheck
+from server.store.base import Notice, Recheck, RelayedDraft
 
 __all__ = ["ShardChannels"]
 
@@ -42,7 +42,7 @@ log = logging.getLogger("tsync.store.redis")
 POLL_S: Final = 0.05
 
 Connect = Callable[[str, int], aioredis.Redis]
-Decode = Callable[[bytes], Notice | None]
+Decode = Callable[[bytes], Notice | RelayedDraft | None]
 
 
 class ShardChannels:
@@ -50,7 +50,7 @@ class ShardChannels:
 
     ``channel_of(id)`` names a transcript's channel; ``connect(host, port)``
     makes a client of one node (no retries, one connection); ``decode``
-    reads a notice (``None`` for a malformed one).
+    reads a notice or a relayed draft update (``None`` for a malformed one).
     """
 
     def __init__(
@@ -72,7 +72,7 @@ class ShardChannels:
         self.confirmed: set[str] = set()
         self._changed = asyncio.Event()
         self._stale = False
-        self._out: asyncio.Queue[Notice | Recheck] | None = None
+        self._out: asyncio.Queue[Notice | Recheck | RelayedDraft] | None = None
         self._listeners: dict[str, _NodeListener] = {}
 
     def watch(self, transcript_ids: Iterable[str]) -> bool:
@@ -101,10 +101,10 @@ class ShardChannels:
 
     async def notices(
         self, reconnect_delay: float
-    ) -> AsyncGenerator[Notice | Recheck | None, None]:
+    ) -> AsyncGenerator[Notice | Recheck | RelayedDraft | None, None]:
         """``None`` (nothing is subscribed yet), then notices and rechecks
         until the caller stops iterating."""
-        out: asyncio.Queue[Notice | Recheck] = asyncio.Queue()
+        out: asyncio.Queue[Notice | Recheck | RelayedDraft] = asyncio.Queue()
         self._out = out
         self._changed.set()
         supervisor = asyncio.create_task(self._supervise(out, reconnect_delay))
@@ -121,7 +121,9 @@ class ShardChannels:
             self._listeners.clear()
             self._out = None
 
-    async def _supervise(self, out: asyncio.Queue[Notice | Recheck], delay: float) -> None:
+    async def _supervise(
+        self, out: asyncio.Queue[Notice | Recheck | RelayedDraft], delay: float
+    ) -> None:
         """Give each node the watched channels it owns; start and stop listeners."""
         failures = 0
         while True:
@@ -176,7 +178,7 @@ class _NodeListener:
         owner: ShardChannels,
         host: str,
         port: int,
-        out: asyncio.Queue[Notice | Recheck],
+        out: asyncio.Queue[Notice | Recheck | RelayedDraft],
         delay: float,
     ) -> None:
         self.owner = owner
