@@ -173,12 +173,6 @@ class DraftRelay:
         key = (frame.transcript_id, frame.draft_id)
         if frame.state == "open":
             self._relayed_at[key] = time.monotonic()
-            live = self.hub.live.get(frame.transcript_id)
-            draft = None if live is None else live.drafts.open.get(frame.draft_id)
-            if draft is not None and draft.remote:
-                # A copy of another replica's draft, written here now (its
-                # writer moved): this replica expires it and keeps it alive.
-                draft.remote = False
         else:
             self._relayed_at.pop(key, None)
         self._outbox.append(frame)

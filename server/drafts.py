@@ -254,6 +254,9 @@ class Drafts:
             return Written(1, draft.replaced(text or "", size, now))
         if cancel:
             return Written(draft.n, self._close(draft, "cancelled", None, now))
+        # Written here (a writer that moved from another replica): from now on
+        # this replica's to expire and to relay.
+        draft.remote = False
         if delta is not None:
             size = self._check_size(draft_id, draft.size, delta)
             if not delta:
@@ -355,12 +358,17 @@ class Drafts:
     ) -> EncodedDraft | Literal[False] | None:
         """Apply an update or close another replica made. Returns the frame
         to fan out locally, ``None`` when it changes nothing here (old, or a
-        close of a draft not open here), ``False`` on a gap (a ``delta`` that
-        does not follow the copy: apply the current ``text`` instead)."""
+        close of a draft not open here, which is remembered as closed all the
+        same), ``False`` on a gap (a ``delta`` that does not follow the copy:
+        apply the current ``text`` instead)."""
         draft_id = frame.draft_id
         draft = self.open.get(draft_id)
         if frame.state != "open":
             if draft is None:
+                if draft_id not in self.closed:
+                    # Never open here: remembered all the same, so that a late
+                    # token written to this replica opens no ghost draft.
+                    self._remember_frame(draft_id, EncodedDraft(frame), now)
                 return None
             del self.open[draft_id]
             return self._remember_frame(draft_id, EncodedDraft(frame), now)

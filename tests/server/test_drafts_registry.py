@@ -151,6 +151,24 @@ def test_remote_updates_apply_in_order_and_report_gaps() -> None:
     assert d.apply_remote(_remote(5, state="expired"), now=1) is None
 
 
+def test_a_remote_close_of_a_draft_never_open_here_refuses_a_late_local_token() -> None:
+    d = drafts()
+    assert d.apply_remote(_remote(3, state="final", revision=7), now=0) is None
+    assert "r" not in d.open
+    refused(codes.DRAFT_CLOSED, d.write, "r", now=1, delta="late")
+    assert [frame_of(f).state for f in d.catch_up(now=1)] == ["final"]
+
+
+def test_a_remote_copy_written_here_becomes_this_replicas_own() -> None:
+    d = drafts()
+    d.apply_remote(_remote(1, delta="x"), now=0)
+    assert d.open["r"].remote
+    d.write("r", now=1, delta="y")  # the writer moved to this replica
+    assert not d.open["r"].remote
+    local, remote = d.expire(now=11.5)
+    assert ([frame_of(f).draft_id for f in local], remote) == (["r"], [])
+
+
 def test_remote_copies_expire_later_and_apart_from_local_drafts() -> None:
     d = drafts()
     d.apply_remote(_remote(1, delta="x"), now=0)
