@@ -430,7 +430,11 @@ def _drafts_result(
             if token_ms.get("count") and commit_ms.get("count") and commit_ms["p99"]
             else None
         ),
-        "cpu_us_per_token": round(cpu_used * 1e6 / tokens, 3) if cpu_used and tokens else None,
+        # 0.0 is a measurement too (psutil counts in clock ticks: a tiny run
+        # may take none); None only when the server's CPU was not measured.
+        "cpu_us_per_token": (
+            round(cpu_used * 1e6 / tokens, 3) if cpu_used is not None and tokens else None
+        ),
     }
     if paused.subscribers:
         out["paused"] = {

@@ -131,7 +131,7 @@ def test_stream_against_a_real_server(tmp_path: Path) -> None:
         on_time = run["groups"]["on-time"]["subscribers"]  # the paused one has its own
         assert drafts["token_latency_ms"]["count"] == on_time * 40
         assert drafts["commit_latency_ms"]["count"] == on_time * 2
-        assert drafts["cpu_us_per_token"] > 0
+        assert drafts["cpu_us_per_token"] >= 0  # measured (a tiny run may take no clock tick)
         assert drafts["token_p99_over_commit_p99"] > 0
     paused = fast["runs"][0]["groups"]["paused"]  # type: ignore[index]
     assert paused["subscribers"] == 1 and paused["drafts_final"] == 2
