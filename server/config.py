@@ -335,6 +335,16 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             "`draft-closed`, a consumer that resumes gets its close)"
         ),
     ] = 30.0
+    draft_coalesce_s: Annotated[
+        Annotated[float, Meta(ge=0, le=1)],
+        _d(
+            "a draft's deltas written less than this many seconds after its last update wait "
+            "and go out together as one update, at most one per draft per interval (the first "
+            "delta after a pause goes out at once; a commit, a catch-up or an op with a `ref` "
+            "sends what waits). Fewer frames per token for every subscriber, at the cost of up "
+            "to this much token latency; 0 sends every delta as its own update"
+        ),
+    ] = 0.04
     backplane_resync_s: Annotated[
         Annotated[float, Meta(gt=0)],
         _d(

@@ -72,12 +72,15 @@ class OpenDraft:
     writes it (its updates came through ``apply_remote``)."""
 
     __slots__ = (
+        "_held",
+        "_held_size",
         "_parts",
         "_text_frame",
         "draft_id",
         "n",
         "remote",
         "role",
+        "sent_at",
         "size",
         "transcript_id",
         "updated",
@@ -93,15 +96,27 @@ class OpenDraft:
         self.size = 0
         self.updated = now
         self.remote = remote
+        #: When its latest update was numbered (and went out).
+        self.sent_at = now
         self._parts: list[str] = []
         self._text_frame: EncodedDraft | None = None
+        #: Deltas written since, not numbered yet (``Drafts.coalesce``): in
+        #: ``size``, not in ``text``; their bytes.
+        self._held: list[str] = []
+        self._held_size = 0
 
     def __repr__(self) -> str:
         return f"<OpenDraft {self.transcript_id}/{self.draft_id} n={self.n} {self.size} bytes>"
 
     @property
+    def held(self) -> bool:
+        """Whether deltas wait to go out as the next update."""
+        return bool(self._held)
+
+    @property
     def text(self) -> str:
-        """The whole text now (deltas are joined only when it is read)."""
+        """The whole text as of update ``n`` (deltas are joined only when it
+        is read; held deltas are not in it yet)."""
         parts = self._parts
         if len(parts) > 1:
             parts[:] = ["".join(parts)]
@@ -138,13 +153,30 @@ class OpenDraft:
         self._parts.append(delta)
         self.size = size
         self.n += 1
-        self.updated = now
+        self.updated = self.sent_at = now
 
     def _set(self, text: str, size: int, now: float) -> None:
         self._parts = [text] if text else []
-        self.size = size
+        self.size = size + self._held_size  # held deltas follow the new text
         self.n += 1
+        self.updated = self.sent_at = now
+
+    def hold(self, delta: str, size: int, now: float) -> None:
+        """Keep ``delta`` (the text is then ``size`` bytes with it) for the
+        next update."""
+        self._held.append(delta)
+        self._held_size += size - self.size
+        self.size = size
         self.updated = now
+
+    def release(self, now: float) -> EncodedDraft | None:
+        """The held deltas as one ``delta`` update (``None``: none held)."""
+        if not self._held:
+            return None
+        delta = "".join(self._held)
+        self._held = []
+        self._held_size = 0
+        return self.appended(delta, self.size, now)
 
     def appended(self, delta: str, size: int, now: float) -> EncodedDraft:
         """Append ``delta`` (the text is then ``size`` bytes): update ``n`` + 1."""
@@ -152,7 +184,10 @@ class OpenDraft:
         return EncodedDraft(self._frame(delta=delta), self)
 
     def replaced(self, text: str, size: int, now: float) -> EncodedDraft:
-        """Replace the text with ``text`` (``size`` bytes): update ``n`` + 1."""
+        """Replace the text with ``text`` (``size`` bytes): update ``n`` + 1
+        (held deltas are dropped: the text replaces them too)."""
+        self._held = []
+        self._held_size = 0
         self._set(text, size, now)
         frame = self._text_frame = EncodedDraft(self._frame(text=text), self)
         return frame
@@ -173,10 +208,13 @@ class ClosedDraft(NamedTuple):
 
 class Written(NamedTuple):
     """What a ``draft`` op did: ``n`` to acknowledge, and the frame to fan
-    out (``None``: it changed nothing, a keep-alive)."""
+    out (``None``: it changed nothing, a keep-alive, or its delta is held).
+    ``flush_at``: the op began holding deltas; ``Drafts.flush`` them at this
+    (monotonic) time."""
 
     n: int
     update: EncodedDraft | None
+    flush_at: float | None = None
 
 
 class Drafts:
@@ -185,17 +223,29 @@ class Drafts:
     ``max_open``: open drafts at once (``max_drafts_per_transcript``);
     ``max_bytes``: a draft's text in UTF-8 bytes (``max_message_bytes``);
     ``ttl``: seconds an open draft lives without an update, and a closed one
-    is remembered (``draft_ttl_s``). Times are ``time.monotonic()`` values
-    passed in, so that tests drive the clock.
+    is remembered (``draft_ttl_s``); ``coalesce``: a delta written less than
+    this many seconds after the draft's latest update is held and goes out
+    with the others held then as one update, ``coalesce`` after that update
+    (``draft_coalesce_s``; 0: every delta is its own update). Times are
+    ``time.monotonic()`` values passed in, so that tests drive the clock.
     """
 
-    __slots__ = ("closed", "max_bytes", "max_open", "open", "transcript_id", "ttl")
+    __slots__ = ("closed", "coalesce", "max_bytes", "max_open", "open", "transcript_id", "ttl")
 
-    def __init__(self, transcript_id: str, *, max_open: int, max_bytes: int, ttl: float) -> None:
+    def __init__(
+        self,
+        transcript_id: str,
+        *,
+        max_open: int,
+        max_bytes: int,
+        ttl: float,
+        coalesce: float = 0.0,
+    ) -> None:
         self.transcript_id = transcript_id
         self.max_open = max_open
         self.max_bytes = max_bytes
         self.ttl = ttl
+        self.coalesce = coalesce
         self.open: dict[str, OpenDraft] = {}
         #: Closed drafts by id, oldest close first.
         self.closed: dict[str, ClosedDraft] = {}
@@ -262,12 +312,27 @@ class Drafts:
             if not delta:
                 draft.updated = now
                 return Written(draft.n, None)
+            if self.coalesce and (draft.held or now - draft.sent_at < self.coalesce):
+                first = not draft.held
+                draft.hold(delta, size, now)
+                return Written(draft.n, None, draft.sent_at + self.coalesce if first else None)
             return Written(draft.n + 1, draft.appended(delta, size, now))
         if text is not None:
             size = self._check_size(draft_id, 0, text)
             return Written(draft.n + 1, draft.replaced(text, size, now))
         draft.updated = now  # keep-alive
         return Written(draft.n, None)
+
+    def flush(self, draft_id: str, now: float) -> EncodedDraft | None:
+        """The held deltas of an open draft as its next update (``None``:
+        none held, or it is not open)."""
+        draft = self.open.get(draft_id)
+        return None if draft is None else draft.release(now)
+
+    def flush_all(self, now: float) -> list[EncodedDraft]:
+        """``flush`` every open draft (before a catch-up or a commit, whose
+        frames must hold every delta written so far)."""
+        return [f for d in self.open.values() if d.held and (f := d.release(now)) is not None]
 
     def _check_size(self, draft_id: str, size: int, more: str | None) -> int:
         """The size after adding ``more`` to ``size`` bytes; ``draft-too-large``

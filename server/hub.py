@@ -259,6 +259,7 @@ class Hub:
                 max_open=config.max_drafts_per_transcript,
                 max_bytes=config.max_message_bytes,
                 ttl=config.draft_ttl_s,
+                coalesce=config.draft_coalesce_s,
             )
         live = LiveTranscript(
             stored,
@@ -490,27 +491,65 @@ class Hub:
         delta: str | None = None,
         text: str | None = None,
         cancel: bool = False,
+        flush: bool = False,
     ) -> tuple[int, int]:
         """Apply one ``draft`` op (open, ``delta``, ``text``, ``cancel`` or a
         keep-alive); returns the transcript's revision and the draft's ``n``.
         Its frame goes to every subscriber (encoded once) and to
-        ``draft_publisher``. Raises ``Refused`` (``too-many-drafts``,
-        ``draft-too-large``, ``draft-closed``) and ``TranscriptNotFound``;
-        a refused op changes nothing."""
+        ``draft_publisher``; a delta that came soon after the draft's last
+        update waits up to ``draft_coalesce_s`` and goes out with the others
+        that came meanwhile, as one update (``flush``: now, with this one).
+        Raises ``Refused`` (``too-many-drafts``, ``draft-too-large``,
+        ``draft-closed``) and ``TranscriptNotFound``; a refused op changes
+        nothing."""
         live = await self.load(transcript_id)
         # No await from here on: the op and its fan-out are one step.
+        now = time.monotonic()
         written = live.drafts.write(
-            draft_id, now=time.monotonic(), role=role, delta=delta, text=text, cancel=cancel
+            draft_id, now=now, role=role, delta=delta, text=text, cancel=cancel
         )
         live.touch()
+        n = written.n
         if written.update is not None:
-            self._fan_out_draft(live, written.update)
-            self._publish_draft(written.update)
-        return live.transcript.revision, written.n
+            self._send_draft(live, written.update)
+        if flush:
+            update = live.drafts.flush(draft_id, now)
+            if update is not None:
+                self._send_draft(live, update)
+                n = update.frame.n
+        elif written.flush_at is not None:
+            asyncio.get_running_loop().call_later(
+                max(0.0, written.flush_at - now), self._flush_draft, live, draft_id
+            )
+        return live.transcript.revision, n
+
+    def _send_draft(self, live: LiveTranscript, update: EncodedDraft) -> None:
+        """A local update or close: to every subscriber, then to the other
+        replicas."""
+        self._fan_out_draft(live, update)
+        self._publish_draft(update)
+
+    def _flush_draft(self, live: LiveTranscript, draft_id: str) -> None:
+        """Send the deltas a draft held (``draft_coalesce_s`` passed)."""
+        if self.is_current(live):
+            update = live.drafts.flush(draft_id, time.monotonic())
+            if update is not None:
+                self._send_draft(live, update)
+
+    def _flush_drafts(self, live: LiveTranscript) -> None:
+        """Send every held delta of ``live`` now (before a catch-up, whose
+        ``text`` frames must be of updates every subscriber gets)."""
+        for update in live.drafts.flush_all(time.monotonic()):
+            self._send_draft(live, update)
 
     def commit_draft(self, live: LiveTranscript, draft_id: str, revision: int) -> None:
         """``CommitPort.commit_draft``: the append that commits the draft
-        landed as ``revision`` (the committer calls it before answering)."""
+        landed as ``revision`` (the committer calls it before answering).
+        Deltas it held go out first: every reader's text is the whole draft
+        when the message replaces it."""
+        update = live.drafts.flush(draft_id, time.monotonic())
+        if update is not None:
+            self._send_draft(live, update)
         frame = live.commit_draft(draft_id, revision, time.monotonic())
         if frame is not None:
             self._draft_counters["final"].inc()
@@ -553,6 +592,7 @@ class Hub:
         """Right behind a baseline or a resume, in the same step: the
         ``text`` of each open draft and the closes of the recent ones."""
         if live.drafts:
+            self._flush_drafts(live)
             for frame in live.drafts.catch_up(time.monotonic()):
                 queue.push_draft(frame)
 

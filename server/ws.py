@@ -364,6 +364,7 @@ class OpHandler:
                     delta=op.delta,
                     text=op.text,
                     cancel=op.cancel,
+                    flush=op.ref is not None,  # its ack's n counts every delta sent
                 )
                 if op.ref is not None:  # tokens are too frequent to ack each
                     queue.push_control(

@@ -153,7 +153,11 @@ TEXT = "".join(TOKENS)
 async def test_a_draft_on_a_streams_to_b_and_commits_with_its_message(
     shared_redis: RedisServer,
 ) -> None:
-    async with two_replicas(shared_redis.url) as (_, a, b), httpx.AsyncClient() as http:
+    # Every delta its own update (draft_coalesce_s=0): counted one by one on B.
+    async with (
+        two_replicas(shared_redis.url, draft_coalesce_s=0) as (_, a, b),
+        httpx.AsyncClient() as http,
+    ):
         epoch = await create(http, a.url, "t")
         live_b = DraftFollower("t")
         await live_b.attach(b.ws_url)

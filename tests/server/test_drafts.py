@@ -45,8 +45,13 @@ async def next_draft(client: RawClient, timeout: float = 5.0) -> DraftFrame:
     return await client.expect(DraftFrame, timeout)
 
 
+# Tests that count updates run with every delta its own update; coalescing
+# has its own test below.
+EACH = {"draft_coalesce_s": 0}
+
+
 async def test_a_draft_streams_to_every_subscriber_and_only_a_ref_is_acked() -> None:
-    async with running_server() as srv:
+    async with running_server(**EACH) as srv:
         await create(srv, "t", msg("hi"))
         readers = [await subscribed(srv, "t") for _ in range(2)]
         for r in readers:
@@ -251,7 +256,7 @@ async def test_each_limit_is_a_clear_error_and_the_connection_stays_usable() -> 
 
 
 async def test_a_late_joiner_gets_the_text_of_each_open_draft_with_its_baseline() -> None:
-    async with running_server() as srv:
+    async with running_server(**EACH) as srv:
         await create(srv, "t")
         async with await RawClient.connect(srv.ws_url) as w:
             for token in ("a", "b", "c"):
@@ -351,7 +356,7 @@ async def test_a_reader_that_stops_reading_gets_one_text_not_the_backlog() -> No
     one slot per draft: when it reads again it gets one ``text`` frame of
     the draft as it was then, and drafts never lag it (its queue bound is
     far below the number of tokens)."""
-    async with running_server(queue_max_frames=50) as srv:
+    async with running_server(queue_max_frames=50, **EACH) as srv:
         await create(srv, "t")
         stuck = await RawSocket.connect(srv.ws_url, receive_buffer=4096)
         stuck.send_op(op="subscribe", transcriptId="t")
@@ -387,6 +392,41 @@ async def test_a_reader_that_stops_reading_gets_one_text_not_the_backlog() -> No
         assert drafts[-1].n == tokens and drafts[-1].text == expected
         assert len(drafts) <= 2
         stuck.abort()
+
+
+async def test_deltas_written_close_together_go_out_as_one_update() -> None:
+    """With ``draft_coalesce_s``, the first delta goes out at once and those
+    written within the interval after it wait and go out together: fewer
+    frames than tokens, numbered 1, 2, 3, ... as always, their text the
+    whole draft. A commit sends what waits first (the draft is whole when
+    the message replaces it); so does an op with a ``ref`` (its ack's ``n``
+    counts every delta)."""
+    async with running_server(draft_coalesce_s=0.2) as srv:
+        await create(srv, "t")
+        async with await subscribed(srv, "t") as reader, await RawClient.connect(srv.ws_url) as w:
+            await reader.expect(Baseline)
+            tokens = [f"{k}," for k in range(20)]
+            for token in tokens:
+                await w.send(op="draft", transcriptId="t", draftId="d", delta=token)
+            await w.send(op="draft", transcriptId="t", draftId="d", delta="!", ref="r")
+            ack = await w.expect(Ack)
+            frames = [await next_draft(reader) for _ in range(ack.n)]
+            assert [f.n for f in frames] == list(range(1, ack.n + 1))
+            assert "".join(f.delta or "" for f in frames) == "".join(tokens) + "!"
+            assert frames[0].delta == "0,"  # the first went out at once
+            assert ack.n < len(tokens)  # 20 tokens in well under 0.2 s: a few updates
+            # Held deltas then a commit: the deltas leave before the message.
+            for token in ("x", "y"):
+                await w.send(op="draft", transcriptId="t", draftId="d", delta=token)
+            await w.send(
+                op="append", transcriptId="t", draftId="d", messages=[msg("done", "assistant")]
+            )
+            committed = await w.expect(Ack)
+            held = await next_draft(reader)
+            assert (held.n, held.delta) == (ack.n + 1, "xy")
+            assert isinstance(await reader.recv(), Increment)
+            final = await next_draft(reader)
+            assert (final.state, final.revision) == ("final", committed.revision)
 
 
 async def test_drafts_are_never_history() -> None:

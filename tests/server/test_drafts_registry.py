@@ -62,8 +62,8 @@ def test_an_op_without_text_opens_an_empty_draft_or_only_keeps_it_alive() -> Non
     opened = d.write("a", now=0, role="tool")
     assert (opened.n, frame_of(opened.update).text, frame_of(opened.update).role) == (1, "", "tool")
     kept = d.write("a", now=9)
-    assert kept == (1, None)
-    assert d.write("a", now=9.5, delta="") == (1, None)
+    assert kept[:2] == (1, None)
+    assert d.write("a", now=9.5, delta="")[:2] == (1, None)
     assert d.expire(now=18) == ([], [])  # kept alive at 9.5: not idle for 10 s yet
     (expired,), _ = d.expire(now=20)
     assert frame_of(expired).state == "expired"
@@ -96,7 +96,7 @@ def test_a_closed_draft_takes_no_more_updates_for_the_ttl() -> None:
     assert "final" in error.message
     # A cancel of a draft never seen here is remembered too: a late first
     # token opens no ghost draft.
-    assert d.write("b", now=2, cancel=True) == (0, None)
+    assert d.write("b", now=2, cancel=True)[:2] == (0, None)
     refused(codes.DRAFT_CLOSED, d.write, "b", now=3, delta="late")
     # A commit of a draft not open appends all the same and is remembered.
     assert d.commit("c", 8, now=3) is None
@@ -213,3 +213,23 @@ def test_a_consumer_fed_the_frames_shows_a_prefix_state_and_a_catch_up_repairs_i
     if "a" in d.open:
         copy.take(frame_of(d.catch_up(now=len(ops))[0]))
         assert (copy.text, copy.n) == (d.open["a"].text, d.open["a"].n)
+
+
+def test_deltas_within_the_coalescing_interval_wait_and_go_out_as_one_update() -> None:
+    d = drafts(coalesce=0.1, max_bytes=6)
+    assert frame_of(d.write("a", now=0, delta="a").update).delta == "a"  # at once
+    held = d.write("a", now=0.05, delta="b")
+    assert held == (1, None, 0.1)  # the first held delta says when to flush
+    assert d.write("a", now=0.06, delta="c") == (1, None, None)
+    assert (d.open["a"].text, d.open["a"].size) == ("a", 3)  # held: counted, not in the text
+    refused(codes.DRAFT_TOO_LARGE, d.write, "a", now=0.07, delta="1234")
+    flushed = frame_of(d.flush("a", now=0.1))
+    assert (flushed.n, flushed.delta) == (2, "bc")
+    assert d.flush("a", now=0.1) is None  # nothing waits
+    assert frame_of(d.write("a", now=0.25, delta="d").update).n == 3  # after a pause: at once
+    d.write("a", now=0.26, delta="e")
+    replaced = frame_of(d.write("a", now=0.27, text="T").update)
+    assert (replaced.n, replaced.text) == (4, "T")  # a text drops what waited
+    assert d.flush_all(now=0.4) == [] and d.open["a"].size == 1
+    d.write("a", now=0.28, delta="f")
+    assert [frame_of(f).delta for f in d.flush_all(now=0.29)] == ["f"]
