@@ -16,7 +16,7 @@ import pytest
 
 import client_py
 from client_py import DraftClosed, DraftEvent, DraftUpdated, MirrorUpdate
-from tests.support.servers import ServerProcess
+from tests.support.servers import ServerProcess, ctrl_c_works
 
 TIMEOUT = 15
 
@@ -34,6 +34,7 @@ async def tsync(*argv: str, stdin: bool = False) -> asyncio.subprocess.Process:
         stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        preexec_fn=ctrl_c_works,
     )  # fmt: skip
 
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import websockets
 
-from tests.support.servers import free_port, wait_healthy
+from tests.support.servers import ctrl_c_works, free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,12 @@ class Process:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("TSYNC_")}
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
-                argv, stdout=out, stderr=out, env=clean | env, start_new_session=True
+                argv,
+                stdout=out,
+                stderr=out,
+                env=clean | env,
+                start_new_session=True,
+                preexec_fn=ctrl_c_works,
             )
 
     def wait_healthy(self, timeout: float = 15.0) -> None:

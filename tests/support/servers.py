@@ -89,6 +89,13 @@ def _fields(config: ServerConfig) -> dict[str, Any]:
     return {f.name: getattr(config, f.name) for f in msgspec.structs.fields(config)}
 
 
+def ctrl_c_works() -> None:
+    """``preexec_fn`` of a child a test sends SIGINT to: a suite started in
+    the background (``pytest &``, as a CI script may) hands its children
+    SIGINT ignored, and Python then never raises ``KeyboardInterrupt``."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_healthy(proc: subprocess.Popen[bytes], url: str, timeout: float) -> bool:
     """True once ``url/healthz`` answers 200; False if ``proc`` exits first or
     ``timeout`` passes (a process starting up offers nothing else to wait on)."""
