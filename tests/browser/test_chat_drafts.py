@@ -57,6 +57,10 @@ async def test_a_streamed_draft_grows_on_the_page_and_becomes_its_message(
         )
         batches = [b for b in await page.evaluate("window.__batches") if b]
         assert batches[0] == ["add 1", "remove draft"], batches
+        # Measured once a frame was drawn: until then a message's box is its
+        # `contain-intrinsic-block-size` (content-visibility: auto), which the
+        # browser replaces before it paints (and which a loaded CI saw once).
+        await page.evaluate(TWO_FRAMES)
         after = await committed.bounding_box()
         assert after is not None
         assert abs(after["y"] - box["y"]) <= 1 and abs(after["height"] - box["height"]) <= 1, (
