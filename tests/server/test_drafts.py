@@ -45,6 +45,12 @@ async def next_draft(client: RawClient, timeout: float = 5.0) -> DraftFrame:
     return await client.expect(DraftFrame, timeout)
 
 
+async def commit(w: RawClient, draft_id: str, text: str, **op: Any) -> None:
+    """Send the ``append`` that commits ``draft_id`` as one assistant message."""
+    messages = [msg(text, "assistant")]
+    await w.send(op="append", transcriptId="t", messages=messages, draftId=draft_id, **op)
+
+
 # Tests that count updates run with every delta its own update; coalescing
 # has its own test below.
 EACH = {"draft_coalesce_s": 0}
@@ -115,13 +121,7 @@ async def test_a_commit_replaces_the_draft_with_its_message_in_one_step(
             answer = "".join(f"tok{i} " for i in range(30))
             for i in range(30):
                 await writer.send(op="draft", transcriptId="t", draftId="a1", delta=f"tok{i} ")
-            await writer.send(
-                op="append",
-                transcriptId="t",
-                messages=[msg(answer, "assistant")],
-                draftId="a1",
-                ref="commit",
-            )
+            await commit(writer, "a1", answer, ref="commit")
             assert (await writer.expect(Ack)).revision == 2
             shown_draft = False
             messages: list[bytes | str] = []
@@ -174,14 +174,7 @@ async def test_a_refused_commit_leaves_the_draft_open() -> None:
             await reader.expect(Baseline)
             await w.send(op="draft", transcriptId="t", draftId="d", delta="x", ref=0)
             await w.expect(Ack)
-            await w.send(
-                op="append",
-                transcriptId="t",
-                messages=[msg("x", "assistant")],
-                expectedRevision=7,
-                draftId="d",
-                ref=1,
-            )
+            await commit(w, "d", "x", ref=1, expectedRevision=7)
             assert (await w.expect(ErrorFrame)).code == codes.REVISION_CONFLICT
             await w.send(op="draft", transcriptId="t", draftId="d", delta="y", ref=2)
             assert (await w.expect(Ack)).n == 2
@@ -281,13 +274,7 @@ async def test_a_resume_gets_the_open_drafts_and_the_recent_closes() -> None:
         created = await create(srv, "t")
         async with await RawClient.connect(srv.ws_url) as w:
             await w.send(op="draft", transcriptId="t", draftId="gone", delta="x")
-            await w.send(
-                op="append",
-                transcriptId="t",
-                messages=[msg("x", "assistant")],
-                draftId="gone",
-                ref=0,
-            )
+            await commit(w, "gone", "x", ref=0)
             await w.expect(Ack)
             await w.send(op="draft", transcriptId="t", draftId="open", delta="y", ref=1)
             await w.expect(Ack)
@@ -336,13 +323,7 @@ async def test_a_consumer_that_reconnects_closes_a_draft_committed_while_it_was_
         await session("p1", {"op": "draft", "transcriptId": "t", "draftId": "d", "delta": "hi"})
         assert consumer.subscriptions["t"].drafts["d"].text == "hi"
         async with await RawClient.connect(srv.ws_url) as w:
-            await w.send(
-                op="append",
-                transcriptId="t",
-                messages=[msg("hi", "assistant")],
-                draftId="d",
-                ref=0,
-            )
+            await commit(w, "d", "hi", ref=0)
             await w.expect(Ack)
         updates = await session("p2")
         closes = [u for u in updates if isinstance(u, DraftClosed)]
@@ -418,9 +399,7 @@ async def test_deltas_written_close_together_go_out_as_one_update() -> None:
             # Held deltas then a commit: the deltas leave before the message.
             for token in ("x", "y"):
                 await w.send(op="draft", transcriptId="t", draftId="d", delta=token)
-            await w.send(
-                op="append", transcriptId="t", draftId="d", messages=[msg("done", "assistant")]
-            )
+            await commit(w, "d", "done")
             committed = await w.expect(Ack)
             held = await next_draft(reader)
             assert (held.n, held.delta) == (ack.n + 1, "xy")
@@ -489,13 +468,7 @@ async def test_the_backplane_hooks_publish_local_updates_and_fan_out_remote_ones
             await w.send(op="draft", transcriptId="t", draftId="a", delta="x")
             await w.send(op="draft", transcriptId="t", draftId="a", ref=0)  # keep-alive: nothing
             await w.expect(Ack)
-            await w.send(
-                op="append",
-                transcriptId="t",
-                messages=[msg("x", "assistant")],
-                draftId="a",
-                ref=1,
-            )
+            await commit(w, "a", "x", ref=1)
             await w.expect(Ack)
             await w.send(op="draft", transcriptId="t", draftId="b", text="y", ref=2)
             await w.expect(Ack)
