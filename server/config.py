@@ -332,9 +332,33 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         _d(
             "seconds a draft lives without an update before it expires (subscribers get its "
             "`expired` close); a closed draft's id is remembered as long (a late token is "
-            "`draft-closed`, a consumer that resumes gets its close)"
+            "`draft-closed`, a consumer that resumes from before a commit gets its `final`)"
         ),
     ] = 30.0
+    max_closed_drafts: Annotated[
+        PosInt,
+        _d(
+            "closed drafts a transcript remembers at once: each close (commit, cancel, "
+            "expiry) is remembered for the whole `draft_ttl_s`, so that a late token is "
+            "`draft-closed`; while this many are, opening a draft or cancelling one that is "
+            "not open gets `too-many-drafts` (a commit is always remembered)"
+        ),
+    ] = 1024
+    max_draft_bytes: Annotated[
+        PosInt,
+        _d(
+            "bytes the drafts on this server may hold in all (each open draft's UTF-8 text "
+            "and 1 KiB, each remembered close 256 bytes), counted within `max_live_bytes` too; "
+            "an update past it gets `too-many-drafts`, subscribed to or not"
+        ),
+    ] = 64 << 20
+    max_connection_draft_bytes: Annotated[
+        PosInt,
+        _d(
+            "bytes the open drafts one connection wrote last may hold (as for "
+            "`max_draft_bytes`); an update past it gets `too-many-drafts`"
+        ),
+    ] = 16 << 20
     draft_coalesce_s: Annotated[
         Annotated[float, Meta(ge=0, le=1)],
         _d(

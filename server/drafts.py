@@ -15,8 +15,12 @@ hub fans out what it returns and runs the expiry sweep):
 - ``Drafts.expire`` closes the drafts idle for ``draft_ttl_s`` and forgets
   closes older than that;
 - ``Drafts.catch_up`` is what a subscriber gets after its baseline or resume:
-  one ``text`` frame per open draft and the close frame of every draft
-  closed within ``draft_ttl_s``;
+  one ``text`` frame per open draft and, after a resume from revision R only,
+  the ``final`` of each draft committed at R or later (at most one per
+  increment the resume brings: never a backlog a writer can grow);
+- ``DraftBudget`` counts the bytes drafts hold, server-wide
+  (``max_draft_bytes``) and per writing connection
+  (``max_connection_draft_bytes``); an update past either is refused.
 - ``Drafts.apply_remote`` takes an update another replica made.
 
 Every update is one ``server.frames.EncodedDraft``: encoded once, fanned out
@@ -54,28 +58,97 @@ from typing import Final, Literal, NamedTuple
 from protocol import codes, wire
 from server.errors import Refused
 from server.frames import EncodedDraft
-from server.tuning import MAX_CLOSED_DRAFTS, REMOTE_DRAFT_GRACE_S
+from server.tuning import CLOSED_DRAFT_COST, OPEN_DRAFT_COST, REMOTE_DRAFT_GRACE_S
 
 #: The role a draft is opened with when the op names none.
 DEFAULT_ROLE: Final = "assistant"
 
+_UTF8: Final = "utf-8"
+#: Lone surrogates (which JSON may carry) survive the round trip.
+_ERRORS: Final = "surrogatepass"
+
 
 def _utf8_length(text: str) -> int:
     # Tokens are mostly ASCII: encoded only when they are not.
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    return len(text) if text.isascii() else len(text.encode(_UTF8, _ERRORS))
+
+
+def _encode(text: str) -> bytes:
+    return text.encode(_UTF8, _ERRORS)
+
+
+class DraftBudget:
+    """The bytes the drafts of this server hold: each open draft costs its
+    text's UTF-8 bytes and ``OPEN_DRAFT_COST``, charged to the connection
+    that wrote it last (``writer``) and to the total; each remembered close
+    costs ``CLOSED_DRAFT_COST``, charged to the total only. ``max_bytes``
+    (``max_draft_bytes``) bounds the total, ``max_per_writer``
+    (``max_connection_draft_bytes``) each writer's share: an update past
+    either is refused (``too-many-drafts``, naming the setting). What must be
+    kept whatever it costs (a commit's close, another replica's update) is
+    charged without a check: it only makes later writes wait longer."""
+
+    __slots__ = ("by_writer", "max_bytes", "max_per_writer", "total")
+
+    def __init__(self, max_bytes: int, max_per_writer: int) -> None:
+        self.max_bytes = max_bytes
+        self.max_per_writer = max_per_writer
+        self.total = 0
+        self.by_writer: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"<DraftBudget {self.total}/{self.max_bytes} bytes, {len(self.by_writer)} writers>"
+
+    def check(
+        self, transcript_id: str, draft_id: str, more: int, writer: str | None, mine: int
+    ) -> None:
+        """Refuse ``more`` bytes for the total and ``mine`` more for
+        ``writer``'s share (``None``: no writer to charge) when either would
+        pass its bound; growth only is checked (what shrinks always fits)."""
+        if more > 0 and self.total + more > self.max_bytes:
+            raise Refused(
+                codes.TOO_MANY_DRAFTS,
+                f"draft {draft_id!r} of transcript {transcript_id!r}: the drafts on this "
+                f"server hold {self.total} bytes, the most they may (max_draft_bytes); "
+                "retry once drafts are committed, cancelled or expired",
+            )
+        if writer is not None and mine > 0:
+            held = self.by_writer.get(writer, 0)
+            if held + mine > self.max_per_writer:
+                raise Refused(
+                    codes.TOO_MANY_DRAFTS,
+                    f"draft {draft_id!r} of transcript {transcript_id!r}: the drafts this "
+                    f"connection wrote hold {held} bytes, the most they may "
+                    "(max_connection_draft_bytes); commit or cancel one first",
+                )
+
+    def charge(self, writer: str | None, amount: int) -> None:
+        """Add ``amount`` bytes (negative: release them) to the total and to
+        ``writer``'s share."""
+        self.total += amount
+        if writer is not None:
+            held = self.by_writer.get(writer, 0) + amount
+            if held > 0:
+                self.by_writer[writer] = held
+            else:
+                self.by_writer.pop(writer, None)
 
 
 class OpenDraft:
-    """One open draft: its text (kept as parts, joined when read), the
-    number ``n`` of its latest update, its size in UTF-8 bytes, and when it
-    was last updated (``time.monotonic``). ``remote``: another replica
-    writes it (its updates came through ``apply_remote``)."""
+    """One open draft: its text (UTF-8 in a growable buffer: a token costs
+    its bytes, not an object), the number ``n`` of its latest update, its
+    size in UTF-8 bytes, and when it was last updated (``time.monotonic``).
+    ``remote``: another replica writes it (its updates came through
+    ``apply_remote``). ``writer``: the connection charged for it
+    (``DraftBudget``), ``cost`` what it is charged."""
 
     __slots__ = (
+        "_buffer",
         "_held",
         "_held_size",
-        "_parts",
+        "_text",
         "_text_frame",
+        "cost",
         "draft_id",
         "n",
         "remote",
@@ -84,6 +157,7 @@ class OpenDraft:
         "size",
         "transcript_id",
         "updated",
+        "writer",
     )
 
     def __init__(
@@ -96,13 +170,18 @@ class OpenDraft:
         self.size = 0
         self.updated = now
         self.remote = remote
+        self.writer: str | None = None
+        self.cost = 0
         #: When its latest update was numbered (and went out).
         self.sent_at = now
-        self._parts: list[str] = []
+        #: The text as of update ``n``, UTF-8; ``_text`` the same decoded,
+        #: kept only once read (``None``: not decoded since the last update).
+        self._buffer = bytearray()
+        self._text: str | None = ""
         self._text_frame: EncodedDraft | None = None
         #: Deltas written since, not numbered yet (``Drafts.coalesce``): in
-        #: ``size``, not in ``text``; their bytes.
-        self._held: list[str] = []
+        #: ``size``, not in ``text``; UTF-8, and their bytes.
+        self._held = bytearray()
         self._held_size = 0
 
     def __repr__(self) -> str:
@@ -111,16 +190,15 @@ class OpenDraft:
     @property
     def held(self) -> bool:
         """Whether deltas wait to go out as the next update."""
-        return bool(self._held)
+        return bool(self._held_size)
 
     @property
     def text(self) -> str:
-        """The whole text as of update ``n`` (deltas are joined only when it
-        is read; held deltas are not in it yet)."""
-        parts = self._parts
-        if len(parts) > 1:
-            parts[:] = ["".join(parts)]
-        return parts[0] if parts else ""
+        """The whole text as of update ``n`` (held deltas are not in it yet)."""
+        text = self._text
+        if text is None:
+            text = self._text = self._buffer.decode(_UTF8, _ERRORS)
+        return text
 
     def text_frame(self) -> EncodedDraft:
         """The ``text`` frame of the current update, encoded once per update."""
@@ -150,13 +228,16 @@ class OpenDraft:
         )
 
     def _add(self, delta: str, size: int, now: float) -> None:
-        self._parts.append(delta)
+        self._buffer += _encode(delta)
+        self._text = None
+        self._text_frame = None
         self.size = size
         self.n += 1
         self.updated = self.sent_at = now
 
     def _set(self, text: str, size: int, now: float) -> None:
-        self._parts = [text] if text else []
+        self._buffer = bytearray(_encode(text))
+        self._text = text
         self.size = size + self._held_size  # held deltas follow the new text
         self.n += 1
         self.updated = self.sent_at = now
@@ -164,17 +245,17 @@ class OpenDraft:
     def hold(self, delta: str, size: int, now: float) -> None:
         """Keep ``delta`` (the text is then ``size`` bytes with it) for the
         next update."""
-        self._held.append(delta)
+        self._held += _encode(delta)
         self._held_size += size - self.size
         self.size = size
         self.updated = now
 
     def release(self, now: float) -> EncodedDraft | None:
         """The held deltas as one ``delta`` update (``None``: none held)."""
-        if not self._held:
+        if not self._held_size:
             return None
-        delta = "".join(self._held)
-        self._held = []
+        delta = self._held.decode(_UTF8, _ERRORS)
+        self._held = bytearray()
         self._held_size = 0
         return self.appended(delta, self.size, now)
 
@@ -186,7 +267,7 @@ class OpenDraft:
     def replaced(self, text: str, size: int, now: float) -> EncodedDraft:
         """Replace the text with ``text`` (``size`` bytes): update ``n`` + 1
         (held deltas are dropped: the text replaces them too)."""
-        self._held = []
+        self._held = bytearray()
         self._held_size = 0
         self._set(text, size, now)
         frame = self._text_frame = EncodedDraft(self._frame(text=text), self)
@@ -198,12 +279,15 @@ class OpenDraft:
 
 
 class ClosedDraft(NamedTuple):
-    """A draft closed at ``closed_at`` (monotonic) and its close frame, kept
-    for ``draft_ttl_s``: a late op on it is ``draft-closed``, and a consumer
-    that resumes gets the frame."""
+    """A draft closed at ``closed_at`` (monotonic) as ``state``, remembered
+    for ``draft_ttl_s`` (a late op on it is ``draft-closed``). ``final``: the
+    close frame of a committed draft that was open (a consumer that resumes
+    from before its revision gets it); ``None`` for every other close (a
+    consumer that holds such a draft closes it as ``gone``)."""
 
-    frame: EncodedDraft
+    state: str
     closed_at: float
+    final: EncodedDraft | None = None
 
 
 class Written(NamedTuple):
@@ -226,11 +310,27 @@ class Drafts:
     is remembered (``draft_ttl_s``); ``coalesce``: a delta written less than
     this many seconds after the draft's latest update is held and goes out
     with the others held then as one update, ``coalesce`` after that update
-    (``draft_coalesce_s``; 0: every delta is its own update). Times are
+    (``draft_coalesce_s``; 0: every delta is its own update);
+    ``max_closed``: closes remembered at once (``max_closed_drafts``): every
+    close is remembered for the whole ``ttl``, and while this many are,
+    opening a draft or cancelling one that is not open is refused instead
+    (a commit and the close of an open draft are always remembered: a
+    writer cannot make the registry forget a close); ``budget``: the
+    server's ``DraftBudget`` (``None``: nothing is counted). Times are
     ``time.monotonic()`` values passed in, so that tests drive the clock.
     """
 
-    __slots__ = ("closed", "coalesce", "max_bytes", "max_open", "open", "transcript_id", "ttl")
+    __slots__ = (
+        "budget",
+        "closed",
+        "coalesce",
+        "max_bytes",
+        "max_closed",
+        "max_open",
+        "open",
+        "transcript_id",
+        "ttl",
+    )
 
     def __init__(
         self,
@@ -240,12 +340,16 @@ class Drafts:
         max_bytes: int,
         ttl: float,
         coalesce: float = 0.0,
+        max_closed: int = 1024,
+        budget: DraftBudget | None = None,
     ) -> None:
         self.transcript_id = transcript_id
         self.max_open = max_open
         self.max_bytes = max_bytes
         self.ttl = ttl
         self.coalesce = coalesce
+        self.max_closed = max_closed
+        self.budget = budget
         self.open: dict[str, OpenDraft] = {}
         #: Closed drafts by id, oldest close first.
         self.closed: dict[str, ClosedDraft] = {}
@@ -270,25 +374,27 @@ class Drafts:
         delta: str | None = None,
         text: str | None = None,
         cancel: bool = False,
+        writer: str | None = None,
     ) -> Written:
         """Apply one ``draft`` op (at most one of ``delta``, ``text``,
-        ``cancel``: ``wire.check_draft_op`` refused the others). Raises
-        ``Refused`` and then changes nothing."""
+        ``cancel``: ``wire.check_draft_op`` refused the others) that the
+        connection ``writer`` sent. Raises ``Refused`` and then changes
+        nothing."""
         draft = self.open.get(draft_id)
         if draft is None:
             closed = self.closed.get(draft_id)
             if closed is not None:
-                state = closed.frame.frame.state
                 raise Refused(
                     codes.DRAFT_CLOSED,
-                    f"draft {draft_id!r} of transcript {self.transcript_id!r} was {state} "
-                    "already: write a new draft under another draftId",
+                    f"draft {draft_id!r} of transcript {self.transcript_id!r} was "
+                    f"{closed.state} already: write a new draft under another draftId",
                 )
+            self._check_closed_room(draft_id)
             if cancel:
                 # Never opened here (its first token may still be on the way):
                 # remember it, so that a late token opens no ghost draft.
-                never = OpenDraft(self.transcript_id, draft_id, role or DEFAULT_ROLE, now)
-                self._remember(draft_id, never, "cancelled", now)
+                self._check_budget(draft_id, CLOSED_DRAFT_COST, None, 0)
+                self._remember(draft_id, "cancelled", now)
                 return Written(0, None)
             if len(self.open) >= self.max_open:
                 raise Refused(
@@ -297,18 +403,19 @@ class Drafts:
                     f"most it may (max_drafts_per_transcript); commit, cancel or let one expire",
                 )
             size = self._check_size(draft_id, 0, delta if delta is not None else text)
+            cost = OPEN_DRAFT_COST + size
+            self._check_budget(draft_id, cost, writer, cost)
             draft = OpenDraft(self.transcript_id, draft_id, role or DEFAULT_ROLE, now)
+            self._charge(draft, writer, cost)
             self.open[draft_id] = draft
             if delta is not None:
                 return Written(1, draft.appended(delta, size, now))
             return Written(1, draft.replaced(text or "", size, now))
         if cancel:
             return Written(draft.n, self._close(draft, "cancelled", None, now))
-        # Written here (a writer that moved from another replica): from now on
-        # this replica's to expire and to relay.
-        draft.remote = False
         if delta is not None:
             size = self._check_size(draft_id, draft.size, delta)
+            self._take_over(draft, writer, size)
             if not delta:
                 draft.updated = now
                 return Written(draft.n, None)
@@ -319,9 +426,50 @@ class Drafts:
             return Written(draft.n + 1, draft.appended(delta, size, now))
         if text is not None:
             size = self._check_size(draft_id, 0, text)
+            self._take_over(draft, writer, size)
             return Written(draft.n + 1, draft.replaced(text, size, now))
+        self._take_over(draft, writer, draft.size)
         draft.updated = now  # keep-alive
         return Written(draft.n, None)
+
+    def _take_over(self, draft: OpenDraft, writer: str | None, size: int) -> None:
+        """``writer`` changes ``draft`` to ``size`` bytes: check and charge it
+        for the whole draft (a writer that reconnected goes on with its
+        draft). Written here (a writer that moved from another replica): from
+        now on this replica's to expire and to relay."""
+        cost = OPEN_DRAFT_COST + size
+        if writer is None:
+            writer = draft.writer
+        mine = cost - draft.cost if writer == draft.writer else cost
+        self._check_budget(draft.draft_id, cost - draft.cost, writer, mine)
+        self._charge(draft, writer, cost)
+        draft.remote = False
+
+    def _check_budget(self, draft_id: str, more: int, writer: str | None, mine: int) -> None:
+        if self.budget is not None:
+            self.budget.check(self.transcript_id, draft_id, more, writer, mine)
+
+    def _charge(self, draft: OpenDraft, writer: str | None, cost: int) -> None:
+        """Charge ``draft`` to ``writer`` at ``cost`` (0: release it)."""
+        budget = self.budget
+        if budget is not None:
+            if draft.cost:
+                budget.charge(draft.writer, -draft.cost)
+            if cost:
+                budget.charge(writer, cost)
+        draft.writer = writer
+        draft.cost = cost
+
+    def _check_closed_room(self, draft_id: str) -> None:
+        """Refuse to open or cancel one more draft while ``max_closed``
+        closes are remembered: no close is forgotten before ``ttl``."""
+        if len(self.closed) >= self.max_closed:
+            raise Refused(
+                codes.TOO_MANY_DRAFTS,
+                f"draft {draft_id!r}: transcript {self.transcript_id!r} remembers "
+                f"{len(self.closed)} drafts closed in the last draft_ttl_s, the most it may "
+                "(max_closed_drafts); retry once they are forgotten",
+            )
 
     def flush(self, draft_id: str, now: float) -> EncodedDraft | None:
         """The held deltas of an open draft as its next update (``None``:
@@ -355,8 +503,7 @@ class Drafts:
         draft = self.open.get(draft_id)
         if draft is None:
             if draft_id not in self.closed:
-                ghost = OpenDraft(self.transcript_id, draft_id, DEFAULT_ROLE, now)
-                self._remember(draft_id, ghost, "final", now, revision)
+                self._remember(draft_id, "final", now)
             return None
         return self._close(draft, "final", revision, now)
 
@@ -364,24 +511,37 @@ class Drafts:
         self, draft: OpenDraft, state: wire.DraftState, revision: int | None, now: float
     ) -> EncodedDraft:
         del self.open[draft.draft_id]
-        return self._remember(draft.draft_id, draft, state, now, revision)
+        self._charge(draft, None, 0)
+        frame = draft.close_frame(state, revision)
+        self._remember(draft.draft_id, state, now, frame if state == "final" else None)
+        return frame
 
     def _remember(
-        self,
-        draft_id: str,
-        draft: OpenDraft,
-        state: wire.DraftState,
-        now: float,
-        revision: int | None = None,
-    ) -> EncodedDraft:
-        return self._remember_frame(draft_id, draft.close_frame(state, revision), now)
+        self, draft_id: str, state: str, now: float, final: EncodedDraft | None = None
+    ) -> None:
+        closed = self.closed
+        if closed.pop(draft_id, None) is None and self.budget is not None:
+            self.budget.charge(None, CLOSED_DRAFT_COST)
+        closed[draft_id] = ClosedDraft(state, now, final)
 
-    def _remember_frame(self, draft_id: str, frame: EncodedDraft, now: float) -> EncodedDraft:
-        self.closed.pop(draft_id, None)
-        self.closed[draft_id] = ClosedDraft(frame, now)
-        while len(self.closed) > MAX_CLOSED_DRAFTS:
-            del self.closed[next(iter(self.closed))]
-        return frame
+    def drop(self) -> None:
+        """Forget everything (the transcript is gone): release what the
+        drafts were charged."""
+        for draft in self.open.values():
+            self._charge(draft, None, 0)
+        if self.budget is not None:
+            self.budget.charge(None, -CLOSED_DRAFT_COST * len(self.closed))
+        self.open.clear()
+        self.closed.clear()
+
+    def drop_remote(self) -> None:
+        """Forget the copies of other replicas' drafts (this replica stops
+        hearing about them; it copies them anew when it holds the transcript
+        again)."""
+        for draft_id, draft in list(self.open.items()):
+            if draft.remote:
+                self._charge(draft, None, 0)
+                del self.open[draft_id]
 
     # --- time -------------------------------------------------------------------------
 
@@ -400,20 +560,36 @@ class Drafts:
                     (remote if draft.remote else local).append(frame)
         closed = self.closed
         cutoff = now - self.ttl
+        forgotten = 0
         while closed:
             first = next(iter(closed))
             if closed[first].closed_at >= cutoff:
                 break
             del closed[first]
+            forgotten += 1
+        if forgotten and self.budget is not None:
+            self.budget.charge(None, -CLOSED_DRAFT_COST * forgotten)
         return local, remote
 
-    def catch_up(self, now: float) -> list[EncodedDraft]:
+    def catch_up(self, now: float, resumed_from: int | None = None) -> list[EncodedDraft]:
         """What a subscriber gets right behind its baseline or resume: the
-        ``text`` of every open draft, then the close of every draft closed
-        within ``ttl`` (a consumer ignores closes of drafts it does not hold)."""
+        ``text`` of every open draft, and after a resume from revision
+        ``resumed_from`` (``None``: a baseline) the ``final`` of each draft
+        committed at that revision or later within ``ttl``: the consumer may
+        hold such a draft and gets its message in this resume. No other
+        close: nobody gets a close of a draft it cannot hold, and a resume
+        gets at most one per increment it brings (and one more)."""
         frames = [draft.text_frame() for draft in self.open.values()]
-        cutoff = now - self.ttl
-        frames.extend(c.frame for c in self.closed.values() if c.closed_at >= cutoff)
+        if resumed_from is not None and self.closed:
+            cutoff = now - self.ttl
+            for closed in self.closed.values():
+                final = closed.final
+                if (
+                    final is not None
+                    and closed.closed_at >= cutoff
+                    and (final.frame.revision or 0) >= resumed_from
+                ):
+                    frames.append(final)
         return frames
 
     # --- other replicas -----------------------------------------------------------------
@@ -425,18 +601,23 @@ class Drafts:
         to fan out locally, ``None`` when it changes nothing here (old, or a
         close of a draft not open here, which is remembered as closed all the
         same), ``False`` on a gap (a ``delta`` that does not follow the copy:
-        apply the current ``text`` instead)."""
+        apply the current ``text`` instead). Never refused: its bytes are
+        charged to the total (the writing replica bounds them)."""
         draft_id = frame.draft_id
         draft = self.open.get(draft_id)
         if frame.state != "open":
+            final = EncodedDraft(frame) if frame.state == "final" else None
             if draft is None:
                 if draft_id not in self.closed:
                     # Never open here: remembered all the same, so that a late
                     # token written to this replica opens no ghost draft.
-                    self._remember_frame(draft_id, EncodedDraft(frame), now)
+                    self._remember(draft_id, frame.state, now, final)
                 return None
             del self.open[draft_id]
-            return self._remember_frame(draft_id, EncodedDraft(frame), now)
+            self._charge(draft, None, 0)
+            shared = final or EncodedDraft(frame)
+            self._remember(draft_id, frame.state, now, final)
+            return shared
         if draft is None:
             if draft_id in self.closed:
                 return None  # closed here already: a late update
@@ -456,6 +637,7 @@ class Drafts:
             return False
         draft.n = frame.n
         draft.remote = True
+        self._charge(draft, None, OPEN_DRAFT_COST + draft.size)
         shared = EncodedDraft(frame, draft)
         if frame.text is not None:
             draft._text_frame = shared

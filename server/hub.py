@@ -54,7 +54,7 @@ from protocol.validation import parse_messages, validate_id
 from protocol.views import InvalidView, Window, window_start
 from server.appends import AppendCommitter, PendingAppend
 from server.config import ServerConfig
-from server.drafts import Drafts
+from server.drafts import DraftBudget, Drafts
 from server.errors import EpochChanged, Refused, TooManySubscriptions
 from server.frames import EncodedDraft, EncodedEvent, EncodedSnapshot
 from server.live import (
@@ -161,6 +161,14 @@ class Hub:
         #: Told every local draft update and close (the Redis backplane
         #: publishes them; ``None`` when standalone). See ``server.drafts``.
         self.draft_publisher: Callable[[wire.DraftFrame], None] | None = None
+        #: The bytes every transcript's drafts hold (``max_draft_bytes``,
+        #: ``max_connection_draft_bytes``).
+        self.draft_budget = DraftBudget(config.max_draft_bytes, config.max_connection_draft_bytes)
+        #: The drafts of transcripts let go from memory while they had open
+        #: or recently closed drafts, by id: taken back when the transcript
+        #: is loaded again, expired by the sweeper meanwhile (a draft does
+        #: not pin its transcript in memory).
+        self.parked_drafts: dict[str, Drafts] = {}
         self._draft_sweeper: asyncio.Task[None] | None = None
         #: How many draft sweeps have run.
         self.draft_sweeps = 0
@@ -253,6 +261,11 @@ class Hub:
 
     def _hold(self, stored: StoredState, drafts: Drafts | None = None) -> LiveTranscript:
         config = self.config
+        parked = self.parked_drafts.pop(stored.transcript_id, None)
+        if drafts is None:
+            drafts = parked
+        elif parked is not None:
+            parked.drop()
         if drafts is None:
             drafts = Drafts(
                 stored.transcript_id,
@@ -260,6 +273,8 @@ class Hub:
                 max_bytes=config.max_message_bytes,
                 ttl=config.draft_ttl_s,
                 coalesce=config.draft_coalesce_s,
+                max_closed=config.max_closed_drafts,
+                budget=self.draft_budget,
             )
         live = LiveTranscript(
             stored,
@@ -299,7 +314,9 @@ class Hub:
         if fits():
             return
         for live in list(self.live.values()):
-            if live.evictable() and not self.committer.busy(live):
+            # Open drafts do not keep it (``_evict`` parks them): a writer
+            # cannot pin transcripts in memory with drafts.
+            if not live.subscribers and not live.lock.locked() and not self.committer.busy(live):
                 self._evict(live)
                 held -= live.size
                 if fits():
@@ -314,14 +331,20 @@ class Hub:
     def _evict(self, live: LiveTranscript) -> None:
         """Let an unused transcript go (it is loaded again when asked for)."""
         live.deliver_pending()
+        if live.drafts:
+            self._flush_drafts(live)
+            live.drafts.drop_remote()
+            if live.drafts:
+                self.parked_drafts[live.id] = live.drafts
         del self.live[live.id]
         self._released(live.id)
         live.pump.cancel()
         self.metrics.live_transcripts.set(len(self.live))
 
     def live_bytes(self) -> int:
-        """About the bytes the transcripts in memory hold (``max_live_bytes``)."""
-        return sum(live.size for live in self.live.values())
+        """About the bytes the transcripts in memory and their drafts hold
+        (``max_live_bytes``)."""
+        return sum(live.size for live in self.live.values()) + self.draft_budget.total
 
     def is_loaded(self, transcript_id: str) -> bool:
         """Whether the transcript is in memory now (no load needed)."""
@@ -363,6 +386,7 @@ class Hub:
                 codes.NOT_FOUND, f"transcript {live.id!r} was deleted", transcript_id=live.id
             )
         self.forget(live.id)
+        live.drafts.drop()
         await live.close()
 
     async def delete(self, transcript_id: str) -> None:
@@ -385,6 +409,9 @@ class Hub:
             live = self.live.get(transcript_id)
             if live is not None:
                 await self._drop_deleted(live)
+            parked = self.parked_drafts.pop(transcript_id, None)
+            if parked is not None:
+                parked.drop()
         finally:
             del self._deleting[transcript_id]
             done.set_result(None)
@@ -492,6 +519,7 @@ class Hub:
         text: str | None = None,
         cancel: bool = False,
         flush: bool = False,
+        writer: str | None = None,
     ) -> tuple[int, int]:
         """Apply one ``draft`` op (open, ``delta``, ``text``, ``cancel`` or a
         keep-alive); returns the transcript's revision and the draft's ``n``.
@@ -499,14 +527,15 @@ class Hub:
         ``draft_publisher``; a delta that came soon after the draft's last
         update waits up to ``draft_coalesce_s`` and goes out with the others
         that came meanwhile, as one update (``flush``: now, with this one).
-        Raises ``Refused`` (``too-many-drafts``, ``draft-too-large``,
-        ``draft-closed``) and ``TranscriptNotFound``; a refused op changes
-        nothing."""
+        ``writer``: the connection that sent it, charged for the draft's
+        bytes (``max_connection_draft_bytes``). Raises ``Refused``
+        (``too-many-drafts``, ``draft-too-large``, ``draft-closed``) and
+        ``TranscriptNotFound``; a refused op changes nothing."""
         live = await self.load(transcript_id)
         # No await from here on: the op and its fan-out are one step.
         now = time.monotonic()
         written = live.drafts.write(
-            draft_id, now=now, role=role, delta=delta, text=text, cancel=cancel
+            draft_id, now=now, role=role, delta=delta, text=text, cancel=cancel, writer=writer
         )
         live.touch()
         n = written.n
@@ -588,13 +617,18 @@ class Hub:
         if publisher is not None:
             publisher(update.frame)
 
-    def _push_drafts(self, live: LiveTranscript, queue: OutboundQueue) -> None:
+    def _push_drafts(
+        self, live: LiveTranscript, queue: OutboundQueue, resumed_from: int | None = None
+    ) -> None:
         """Right behind a baseline or a resume, in the same step: the
-        ``text`` of each open draft and the closes of the recent ones."""
+        ``text`` of each open draft and, after a resume from
+        ``resumed_from``, the ``final`` of each draft committed since
+        (``Drafts.catch_up``): never the closes of drafts this consumer
+        cannot hold, and nothing that counts against a reading client."""
         if live.drafts:
             self._flush_drafts(live)
-            for frame in live.drafts.catch_up(time.monotonic()):
-                queue.push_draft(frame)
+            for frame in live.drafts.catch_up(time.monotonic(), resumed_from):
+                queue.push_draft(frame, catch_up=True)
 
     async def _sweep_drafts(self) -> None:
         """Expire the drafts idle for ``draft_ttl_s``, on the loop, a batch of
@@ -614,11 +648,20 @@ class Hub:
                     self._fan_out_draft(live, frame)
                 for frame in local:
                     self._publish_draft(frame)
+            for transcript_id, drafts in list(self.parked_drafts.items()):
+                # Let go from memory: nobody subscribes; only published.
+                local, _ = drafts.expire(time.monotonic())
+                for frame in local:
+                    self._draft_counters["expired"].inc()
+                    self._publish_draft(frame)
+                if not drafts:
+                    del self.parked_drafts[transcript_id]
             self.draft_sweeps += 1
 
     def open_drafts(self) -> int:
         """Open drafts of the transcripts held here (``tsync_drafts_open``)."""
-        return sum(len(live.drafts.open) for live in self.live.values())
+        held = sum(len(live.drafts.open) for live in self.live.values())
+        return held + sum(len(drafts.open) for drafts in self.parked_drafts.values())
 
     # --- other replicas' changes ------------------------------------------------------
 
@@ -662,6 +705,8 @@ class Hub:
         # again does not (its subscribers' baseline of another epoch closes
         # theirs as gone).
         same = stored.snapshot.epoch == live.transcript.epoch
+        if not same:
+            live.drafts.drop()
         fresh = self._hold(stored, live.drafts if same else None)
 
         # One subscriber after the other: the first one's baseline is encoded
@@ -1010,7 +1055,7 @@ class Hub:
         # sees (and drops) this subscription too.
         self._join(live, queue, window)
         queue.push_baseline(snapshot)
-        self._push_drafts(live, queue)
+        self._push_drafts(live, queue)  # a baseline: no closes
         self.metrics.subscribes.labels("baseline").inc()
         return "baseline"
 
@@ -1065,7 +1110,7 @@ class Hub:
             return None
         self._join(live, queue, window)
         queue.push_resume(live.id, from_revision, items)
-        self._push_drafts(live, queue)
+        self._push_drafts(live, queue, from_revision)
         mode = "resume" if items else "current"
         self.metrics.subscribes.labels(mode).inc()
         return mode

@@ -309,13 +309,15 @@ class OutboundQueue:
         self._sent[transcript_id] = item.revision
         self._enqueue_data(item)
 
-    def push_draft(self, update: EncodedDraft) -> None:
+    def push_draft(self, update: EncodedDraft, *, catch_up: bool = False) -> None:
         """Send or queue one draft update or close of a followed transcript
         (nothing if it is not followed). While frames wait, the updates of
         one open draft merge into one slot (``server.frames.DraftSlot``); a
         close takes the place of its draft's slot, at the end of the queue
         (behind the increment of a commit). Draft frames never count against
-        the bounds and never lag the connection."""
+        the bounds and never lag the connection. ``catch_up``: a frame of the
+        catch-up behind a baseline or resume (``Hub._push_drafts``, bounded
+        there), never taken as a sign that the client reads nothing."""
         if self.closed or update.transcript_id not in self._sent:
             return
         raw = self._raw
@@ -341,7 +343,7 @@ class OutboundQueue:
                 # The close goes last, in order behind the commit's increment.
                 del slots[key]
                 self._remove(slot)
-        if self._draft_items >= self._max_frames + CONTROL_FRAME_SLACK:
+        if not catch_up and self._draft_items >= self._max_frames + CONTROL_FRAME_SLACK:
             # One slot per open draft and a close per draft ended: this many
             # waiting means the client reads nothing at all (4008), as for answers.
             log.warning("closing %s: outbound queue full of unread draft frames", self.id)

@@ -97,10 +97,12 @@ BACKPLANE_CONCURRENCY: Final = 32
 
 # --- drafts (server.drafts, server.hub) -------------------------------------------------
 
-#: Closed drafts a live transcript remembers (each for ``draft_ttl_s``), the
-#: oldest forgotten first: a writer cancelling made-up draft ids cannot grow
-#: the registry without bound.
-MAX_CLOSED_DRAFTS: Final = 1024
+#: What an open draft costs against ``max_draft_bytes`` and
+#: ``max_connection_draft_bytes`` besides its text's UTF-8 bytes (its
+#: objects and frames), and what a remembered close costs against
+#: ``max_draft_bytes`` (its id, entry and frame): about what they take.
+OPEN_DRAFT_COST: Final = 1024
+CLOSED_DRAFT_COST: Final = 256
 
 #: Seconds a draft copied from another replica lives past ``draft_ttl_s``
 #: without an update before this replica expires it itself: its own replica

@@ -365,6 +365,7 @@ class OpHandler:
                     text=op.text,
                     cancel=op.cancel,
                     flush=op.ref is not None,  # its ack's n counts every delta sent
+                    writer=queue.id,
                 )
                 if op.ref is not None:  # tokens are too frequent to ack each
                     queue.push_control(

@@ -16,7 +16,7 @@ from tests.server.test_outbound import FakeRaw, event, make_queue, settle
 
 
 def registry(tid: str = "t") -> Drafts:
-    return Drafts(tid, max_open=16, max_bytes=1 << 20, ttl=30.0)
+    return Drafts(tid, max_open=16, max_bytes=1 << 20, ttl=30.0, max_closed=100_000)
 
 
 def delta(d: Drafts, draft_id: str, text: str) -> EncodedDraft:
@@ -190,4 +190,29 @@ async def test_a_client_that_lets_draft_closes_pile_up_past_the_slack_is_closed(
         i += 1
     assert queue.closed and i == 2 + CONTROL_FRAME_SLACK + 1
     assert lagged == [] and queue.follows("t")
+    await queue.stop()
+
+
+async def test_catch_up_frames_never_close_a_client_however_many() -> None:
+    """Issue 24.6: the catch-up behind a baseline or resume once counted
+    toward 4008 (a reading client with many subscriptions was closed on every
+    attempt). Catch-up frames are bounded where they are made
+    (``Drafts.catch_up``) and never taken as a client that reads nothing."""
+    raw = FakeRaw()
+    queue = make_queue(raw, frames=2)
+    d = registry()
+    queue.push_resume("t", 0, [])
+    raw.paused = True
+    finals = []
+    for i in range(2 + CONTROL_FRAME_SLACK + 10):
+        d.write(f"d{i}", now=0, delta="x")
+        final = d.commit(f"d{i}", i + 1, now=0)
+        assert final is not None
+        finals.append(final)
+    for final in finals:
+        queue.push_draft(final, catch_up=True)
+    assert not queue.closed
+    raw.resume()
+    await settle()
+    assert len(drafts_of(raw)) == len(finals)
     await queue.stop()

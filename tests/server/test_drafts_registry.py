@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from protocol import codes, wire
 from protocol.drafts import DraftCopy
-from server.drafts import Drafts
+from server.drafts import DraftBudget, Drafts
 from server.errors import Refused
 from server.frames import EncodedDraft
-from server.tuning import MAX_CLOSED_DRAFTS, REMOTE_DRAFT_GRACE_S
+from server.tuning import CLOSED_DRAFT_COST, OPEN_DRAFT_COST, REMOTE_DRAFT_GRACE_S
 
 
 def frame_of(update: EncodedDraft | None, seq: int = 1, binary: bool = False) -> wire.DraftFrame:
@@ -107,28 +107,116 @@ def test_a_closed_draft_takes_no_more_updates_for_the_ttl() -> None:
     assert d.write("a", now=14, delta="again").n == 1
 
 
-def test_catch_up_is_the_text_of_each_open_draft_and_the_recent_closes() -> None:
+def test_catch_up_is_the_text_of_each_open_draft_and_the_finals_a_resume_needs() -> None:
+    """Behind a baseline: the text of each open draft only. Behind a resume
+    from revision R: also the ``final`` of each draft committed at R or
+    later; never a ``cancelled`` or ``expired`` (a consumer holding such a
+    draft closes it as gone) nor the close of a draft that was never open."""
     d = drafts()
     d.write("a", now=0, delta="Hel")
     d.write("a", now=0, delta="lo")
     d.write("b", now=0, delta="x")
     d.write("b", now=1, cancel=True)
-    frames = [frame_of(f) for f in d.catch_up(now=2)]
-    assert [(f.draft_id, f.n, f.text, f.state) for f in frames] == [
-        ("a", 2, "Hello", "open"),
-        ("b", 1, None, "cancelled"),
+    d.write("never", now=1, cancel=True)
+    d.write("c", now=1, delta="y")
+    d.commit("c", 5, now=1)
+    d.commit("ghost", 6, now=1)  # never open: nobody can hold it
+    assert [(f.draft_id, f.n, f.text, f.state) for f in map(frame_of, d.catch_up(now=2))] == [
+        ("a", 2, "Hello", "open")
     ]
+    for resumed_from, finals in ((4, ["c"]), (5, ["c"]), (6, [])):
+        frames = [frame_of(f) for f in d.catch_up(now=2, resumed_from=resumed_from)]
+        assert [(f.draft_id, f.state) for f in frames] == [
+            ("a", "open"),
+            *((c, "final") for c in finals),
+        ]
     # The text frame is encoded once per update and shared.
     assert d.catch_up(now=2)[0] is d.catch_up(now=2)[0]
-    assert [frame_of(f).draft_id for f in d.catch_up(now=11.5)] == ["a"]
+    assert [frame_of(f).draft_id for f in d.catch_up(now=11.5, resumed_from=0)] == ["a"]
 
 
-def test_closed_drafts_are_bounded() -> None:
-    d = drafts(ttl=1000.0)
-    for i in range(MAX_CLOSED_DRAFTS + 10):
-        d.write(f"d{i}", now=i, cancel=True)
-    assert len(d.closed) == MAX_CLOSED_DRAFTS
-    assert "d0" not in d.closed and f"d{MAX_CLOSED_DRAFTS + 9}" in d.closed
+def test_every_close_is_remembered_for_the_ttl_and_a_flood_is_refused() -> None:
+    """Issue 23.5: 1,100 cancels of made-up ids once made the registry
+    forget a committed draft (the oldest of 1,024), and a late token then
+    reopened it. Now no close is forgotten before the ttl: past
+    ``max_closed`` remembered, cancelling an unknown id or opening a draft is
+    refused (``too-many-drafts`` naming the setting), a commit never is."""
+    d = drafts(ttl=1000.0, max_closed=1024)
+    d.write("real", now=0, delta="x")
+    d.commit("real", 1, now=0)
+    refusals = 0
+    for i in range(1100):
+        try:
+            d.write(f"made-up-{i}", now=1, cancel=True)
+        except Refused as exc:
+            assert exc.code == codes.TOO_MANY_DRAFTS and "max_closed_drafts" in exc.message
+            refusals += 1
+    assert refusals == 1100 - 1023 and len(d.closed) == 1024
+    refused(codes.DRAFT_CLOSED, d.write, "real", now=2, delta="late")
+    refused(codes.TOO_MANY_DRAFTS, d.write, "new", now=2, delta="x")
+    assert d.commit("committed-anyway", 2, now=2) is None
+    assert len(d.closed) == 1025
+    refused(codes.DRAFT_CLOSED, d.write, "committed-anyway", now=2, delta="late")
+    # Once forgotten (the ttl passed), drafts open again.
+    d.expire(now=1002.5)
+    assert not d.closed and d.write("new", now=1003, delta="x").n == 1
+
+
+def test_the_budget_counts_open_drafts_per_writer_and_in_all() -> None:
+    """Issue 24.2: drafts count their bytes server-wide and per writing
+    connection, subscribed to or not; past either an update is refused and
+    the draft stays as it was; closing releases the bytes."""
+    budget = DraftBudget(max_bytes=3 * OPEN_DRAFT_COST + 101, max_per_writer=OPEN_DRAFT_COST + 60)
+    d = drafts(max_bytes=1000, budget=budget)
+    d.write("a", now=0, delta="x" * 50, writer="c1")
+    assert budget.total == OPEN_DRAFT_COST + 50 and budget.by_writer == {"c1": budget.total}
+    error = refused(codes.TOO_MANY_DRAFTS, d.write, "a", now=0, delta="y" * 11, writer="c1")
+    assert "max_connection_draft_bytes" in error.message
+    assert d.open["a"].text == "x" * 50
+    refused(codes.TOO_MANY_DRAFTS, d.write, "b", now=0, delta="y", writer="c1")
+    d.write("b", now=0, delta="y" * 50, writer="c2")
+    # Another writer going on with a draft takes its whole charge over.
+    refused(codes.TOO_MANY_DRAFTS, d.write, "a", now=0, delta="z", writer="c2")
+    d.write("c", now=0, delta="z", writer="c3")
+    error = refused(codes.TOO_MANY_DRAFTS, d.write, "d", now=0, delta="z", writer="c4")
+    assert "max_draft_bytes)" in error.message
+    d.write("a", now=1, cancel=True, writer="c2")
+    assert budget.by_writer == {"c2": OPEN_DRAFT_COST + 50, "c3": OPEN_DRAFT_COST + 1}
+    assert budget.total == 2 * OPEN_DRAFT_COST + 51 + CLOSED_DRAFT_COST
+    d.commit("b", 3, now=1)
+    d.expire(now=20)  # "c" expires; the closes older than the ttl are forgotten
+    assert budget.by_writer == {} and budget.total == CLOSED_DRAFT_COST
+    d.expire(now=40)
+    assert budget.total == 0
+    d.write("e", now=41, text="t", writer="c1")
+    d.drop()
+    assert budget.total == 0 and not d
+
+
+def test_a_draft_built_from_one_character_deltas_costs_about_its_bytes() -> None:
+    """Issue 24.2: one-character deltas, each its own update, cost 72 bytes
+    per character (a string object and a list slot each); the text is now
+    kept as UTF-8 in one growable buffer."""
+    import tracemalloc
+
+    d = drafts(max_bytes=1 << 20)
+    ops = [
+        wire.decode_client_op(f'{{"op":"draft","transcriptId":"t","draftId":"a","delta":"{c}"}}')
+        for c in "abcdefghij" * 20_000
+    ]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i, op in enumerate(ops):
+            assert isinstance(op, wire.Draft)
+            d.write("a", now=i, delta=op.delta)
+        del op
+        ops.clear()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert d.open["a"].text == "abcdefghij" * 20_000
+    assert held < 3 * 200_000, f"{held / 200_000:.1f} bytes per character"
 
 
 def _remote(n: int, **kw: Any) -> wire.DraftFrame:
@@ -156,7 +244,8 @@ def test_a_remote_close_of_a_draft_never_open_here_refuses_a_late_local_token() 
     assert d.apply_remote(_remote(3, state="final", revision=7), now=0) is None
     assert "r" not in d.open
     refused(codes.DRAFT_CLOSED, d.write, "r", now=1, delta="late")
-    assert [frame_of(f).state for f in d.catch_up(now=1)] == ["final"]
+    # A consumer that held it on the other replica and resumes here gets it.
+    assert [frame_of(f).state for f in d.catch_up(now=1, resumed_from=6)] == ["final"]
 
 
 def test_a_remote_copy_written_here_becomes_this_replicas_own() -> None:
