@@ -271,8 +271,11 @@ _ERRORS: Final = (
         code=TOO_MANY_DRAFTS,
         http_status=429,
         retry="later",
-        meaning="the transcript has `max_drafts_per_transcript` open drafts already; the "
-        "draft was not opened (retry once one of them is committed, cancelled or expired)",
+        meaning="the transcript has `max_drafts_per_transcript` open drafts already, or "
+        "remembers `max_closed_drafts` closes, or the drafts would pass `max_draft_bytes` "
+        "(server-wide) or `max_connection_draft_bytes` (this connection's); the message names "
+        "which. The op was not applied (retry once drafts are committed, cancelled or expired, "
+        "or a close is forgotten)",
     ),
     ErrorCode(
         code=DRAFT_TOO_LARGE,

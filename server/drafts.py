@@ -16,8 +16,8 @@ hub fans out what it returns and runs the expiry sweep):
   closes older than that;
 - ``Drafts.catch_up`` is what a subscriber gets after its baseline or resume:
   one ``text`` frame per open draft and, after a resume from revision R only,
-  the ``final`` of each draft committed at R or later (at most one per
-  increment the resume brings: never a backlog a writer can grow);
+  the ``final`` of each draft committed after R (at most one per increment
+  the resume brings: never a backlog a writer can grow);
 - ``DraftBudget`` counts the bytes drafts hold, server-wide
   (``max_draft_bytes``) and per writing connection
   (``max_connection_draft_bytes``); an update past either is refused.
@@ -174,9 +174,10 @@ class OpenDraft:
         self.cost = 0
         #: When its latest update was numbered (and went out).
         self.sent_at = now
-        #: The text as of update ``n``, UTF-8; ``_text`` the same decoded,
-        #: kept only once read (``None``: not decoded since the last update).
-        self._buffer = bytearray()
+        #: The text as of update ``n``: ``_text`` when it was set whole or
+        #: read since the last delta, and ``_buffer`` (UTF-8) once a delta was
+        #: added to it; one of them at least (``None``: not made).
+        self._buffer: bytearray | None = None
         self._text: str | None = ""
         self._text_frame: EncodedDraft | None = None
         #: Deltas written since, not numbered yet (``Drafts.coalesce``): in
@@ -197,6 +198,7 @@ class OpenDraft:
         """The whole text as of update ``n`` (held deltas are not in it yet)."""
         text = self._text
         if text is None:
+            assert self._buffer is not None  # one of them is always there
             text = self._text = self._buffer.decode(_UTF8, _ERRORS)
         return text
 
@@ -228,7 +230,10 @@ class OpenDraft:
         )
 
     def _add(self, delta: str, size: int, now: float) -> None:
-        self._buffer += _encode(delta)
+        buffer = self._buffer
+        if buffer is None:
+            buffer = self._buffer = bytearray(_encode(self.text))
+        buffer += _encode(delta)
         self._text = None
         self._text_frame = None
         self.size = size
@@ -236,8 +241,9 @@ class OpenDraft:
         self.updated = self.sent_at = now
 
     def _set(self, text: str, size: int, now: float) -> None:
-        self._buffer = bytearray(_encode(text))
+        self._buffer = None  # made again by the next delta: a text costs one copy
         self._text = text
+        self._text_frame = None
         self.size = size + self._held_size  # held deltas follow the new text
         self.n += 1
         self.updated = self.sent_at = now
@@ -270,8 +276,9 @@ class OpenDraft:
         self._held = bytearray()
         self._held_size = 0
         self._set(text, size, now)
-        frame = self._text_frame = EncodedDraft(self._frame(text=text), self)
-        return frame
+        # Not kept: a text nobody reads would be held twice (the frame's
+        # encoding); ``text_frame`` makes it once if a late joiner needs it.
+        return EncodedDraft(self._frame(text=text), self)
 
     def close_frame(self, state: wire.DraftState, revision: int | None = None) -> EncodedDraft:
         """Its close (no text; ``revision`` for ``final`` only)."""
@@ -575,10 +582,10 @@ class Drafts:
         """What a subscriber gets right behind its baseline or resume: the
         ``text`` of every open draft, and after a resume from revision
         ``resumed_from`` (``None``: a baseline) the ``final`` of each draft
-        committed at that revision or later within ``ttl``: the consumer may
-        hold such a draft and gets its message in this resume. No other
-        close: nobody gets a close of a draft it cannot hold, and a resume
-        gets at most one per increment it brings (and one more)."""
+        committed after it within ``ttl``: the consumer may hold such a draft
+        and gets its message in this resume (the final of revision R came
+        with increment R). No other close: nobody gets a close of a draft it
+        cannot hold, and a resume gets at most one per increment it brings."""
         frames = [draft.text_frame() for draft in self.open.values()]
         if resumed_from is not None and self.closed:
             cutoff = now - self.ttl
@@ -587,7 +594,7 @@ class Drafts:
                 if (
                     final is not None
                     and closed.closed_at >= cutoff
-                    and (final.frame.revision or 0) >= resumed_from
+                    and (final.frame.revision or 0) > resumed_from
                 ):
                     frames.append(final)
         return frames

@@ -167,6 +167,35 @@ async def test_a_commit_replaces_the_draft_with_its_message_in_one_step(
             assert (await writer.expect(Pong)).ref == "still"
 
 
+async def test_a_flood_of_made_up_cancels_never_reopens_a_committed_draft() -> None:
+    """Issue 23.5: only the last 1,024 closes were remembered, so after 1,100
+    cancels of made-up ids a late token on a draft committed before got
+    ``ack n=1`` and a ghost draft opened. Every close is now remembered for
+    ``draft_ttl_s``; past ``max_closed_drafts`` the flood is refused."""
+    async with running_server(max_closed_drafts=1024) as srv:
+        await create(srv, "t")
+        async with await RawClient.connect(srv.ws_url) as w:
+            await w.send(op="draft", transcriptId="t", draftId="real", delta="answer")
+            await commit(w, "real", "answer", ref="commit")
+            assert (await w.expect(Ack)).ref == "commit"
+            for i in range(1100):
+                await w.send(op="draft", transcriptId="t", draftId=f"made-up-{i}", cancel=True)
+            await w.send(op="draft", transcriptId="t", draftId="real", delta="late", ref="late")
+            refusals = []
+            while True:
+                frame = await w.recv()
+                assert isinstance(frame, ErrorFrame), frame
+                if frame.ref == "late":
+                    break
+                refusals.append(frame)
+            assert frame.code == codes.DRAFT_CLOSED, frame
+            # 1,023 made-up cancels fit beside the commit; the rest were refused.
+            assert len(refusals) == 1100 - 1023
+            assert {e.code for e in refusals} == {codes.TOO_MANY_DRAFTS}
+            assert "max_closed_drafts" in refusals[0].message
+        assert "real" not in srv.hub.live["t"].drafts.open
+
+
 async def test_a_refused_commit_leaves_the_draft_open() -> None:
     async with running_server() as srv:
         await create(srv, "t")
@@ -265,11 +294,13 @@ async def test_a_late_joiner_gets_the_text_of_each_open_draft_with_its_baseline(
             assert await late.nothing_pending()
 
 
-async def test_a_resume_gets_the_open_drafts_and_the_recent_closes() -> None:
+async def test_a_resume_gets_the_open_drafts_and_the_finals_committed_since() -> None:
     """A consumer that was away while a draft was committed and another one
     grew gets, right behind its increments, the ``text`` of the open one and
     the ``final`` of the committed one, so that it closes together with its
-    message."""
+    message. A resume from the commit's revision (it had the final with the
+    increment) and a baseline get only the text (issue 24.6: no close a
+    consumer cannot hold)."""
     async with running_server() as srv:
         created = await create(srv, "t")
         async with await RawClient.connect(srv.ws_url) as w:
@@ -278,17 +309,20 @@ async def test_a_resume_gets_the_open_drafts_and_the_recent_closes() -> None:
             await w.expect(Ack)
             await w.send(op="draft", transcriptId="t", draftId="open", delta="y", ref=1)
             await w.expect(Ack)
-        for from_revision, first in ((0, Increment), (1, DraftFrame)):
-            async with await subscribed(
-                srv, "t", fromRevision=from_revision, epoch=created["epoch"]
-            ) as back:
-                if first is Increment:
-                    assert (await back.expect(Increment)).event.revision == 1
-                drafts = [await next_draft(back) for _ in range(2)]
-                assert [(f.draft_id, f.state, f.text, f.revision) for f in drafts] == [
-                    ("open", "open", "y", None),
-                    ("gone", "final", None, 1),
-                ]
+        async with await subscribed(srv, "t", fromRevision=0, epoch=created["epoch"]) as back:
+            assert (await back.expect(Increment)).event.revision == 1
+            drafts = [await next_draft(back) for _ in range(2)]
+            assert [(f.draft_id, f.state, f.text, f.revision) for f in drafts] == [
+                ("open", "open", "y", None),
+                ("gone", "final", None, 1),
+            ]
+            assert await back.nothing_pending()
+        for since in ({"fromRevision": 1, "epoch": created["epoch"]}, {}):
+            async with await subscribed(srv, "t", **since) as back:
+                if not since:
+                    await back.expect(Baseline)
+                draft = await next_draft(back)
+                assert (draft.draft_id, draft.state, draft.text) == ("open", "open", "y")
                 assert await back.nothing_pending()
 
 

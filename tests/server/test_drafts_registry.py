@@ -109,9 +109,10 @@ def test_a_closed_draft_takes_no_more_updates_for_the_ttl() -> None:
 
 def test_catch_up_is_the_text_of_each_open_draft_and_the_finals_a_resume_needs() -> None:
     """Behind a baseline: the text of each open draft only. Behind a resume
-    from revision R: also the ``final`` of each draft committed at R or
-    later; never a ``cancelled`` or ``expired`` (a consumer holding such a
-    draft closes it as gone) nor the close of a draft that was never open."""
+    from revision R: also the ``final`` of each draft committed after R (the
+    final of R came with increment R); never a ``cancelled`` or ``expired``
+    (a consumer holding such a draft closes it as gone) nor the close of a
+    draft that was never open."""
     d = drafts()
     d.write("a", now=0, delta="Hel")
     d.write("a", now=0, delta="lo")
@@ -124,7 +125,7 @@ def test_catch_up_is_the_text_of_each_open_draft_and_the_finals_a_resume_needs()
     assert [(f.draft_id, f.n, f.text, f.state) for f in map(frame_of, d.catch_up(now=2))] == [
         ("a", 2, "Hello", "open")
     ]
-    for resumed_from, finals in ((4, ["c"]), (5, ["c"]), (6, [])):
+    for resumed_from, finals in ((0, ["c"]), (4, ["c"]), (5, []), (6, [])):
         frames = [frame_of(f) for f in d.catch_up(now=2, resumed_from=resumed_from)]
         assert [(f.draft_id, f.state) for f in frames] == [
             ("a", "open"),
@@ -246,6 +247,7 @@ def test_a_remote_close_of_a_draft_never_open_here_refuses_a_late_local_token() 
     refused(codes.DRAFT_CLOSED, d.write, "r", now=1, delta="late")
     # A consumer that held it on the other replica and resumes here gets it.
     assert [frame_of(f).state for f in d.catch_up(now=1, resumed_from=6)] == ["final"]
+    assert d.catch_up(now=1, resumed_from=7) == []
 
 
 def test_a_remote_copy_written_here_becomes_this_replicas_own() -> None:
