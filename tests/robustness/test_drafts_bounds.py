@@ -196,8 +196,6 @@ def test_catch_up_never_closes_a_reading_client_nor_multiplies_its_output(
                 epochs[tid] = (await http.get(f"/v1/transcripts/{tid}?end=0")).json()["epoch"]
         return epochs
 
-    epochs = asyncio.run(flood())
-
     async def reader() -> tuple[list[Any], int, int]:
         """Subscribe to all, then resume each from 0 and from 1, many times,
         reading everything as it comes; the frames, bytes sent and received."""
@@ -238,6 +236,7 @@ def test_catch_up_never_closes_a_reading_client_nor_multiplies_its_output(
         return frames, sent, received
 
     with probing(target.ws_url) as probe:
+        epochs = asyncio.run(flood())
         frames, sent, received = asyncio.run(reader())
         probe.wait_pings(len(probe.rtts) + 3)
     grew = target.peak_rss() - rss_before

@@ -196,6 +196,62 @@ async def test_a_flood_of_made_up_cancels_never_reopens_a_committed_draft() -> N
         assert "real" not in srv.hub.live["t"].drafts.open
 
 
+async def test_drafts_count_against_the_writing_connection_and_the_server() -> None:
+    """Issue 24.2: a draft nobody subscribes to still counts. Past
+    ``max_connection_draft_bytes`` a connection's update is refused (naming
+    it) and the draft stays as it was; another connection still writes; what
+    closes is released."""
+    async with running_server(max_connection_draft_bytes=3000, **EACH) as srv:
+        await create(srv, "t")
+        async with (
+            await RawClient.connect(srv.ws_url) as w,
+            await RawClient.connect(srv.ws_url) as other,
+        ):
+            await w.send(op="draft", transcriptId="t", draftId="a", text="x" * 1000, ref=0)
+            assert (await w.expect(Ack)).n == 1
+            await w.send(op="draft", transcriptId="t", draftId="b", text="y" * 1000, ref=1)
+            error = await w.expect(ErrorFrame)
+            assert (error.code, error.ref) == (codes.TOO_MANY_DRAFTS, 1)
+            assert "max_connection_draft_bytes" in error.message
+            await other.send(op="draft", transcriptId="t", draftId="b", text="y" * 1000, ref=2)
+            assert (await other.expect(Ack)).n == 1
+            budget = srv.hub.draft_budget
+            assert budget.total == 2 * (1000 + 1024) and len(budget.by_writer) == 2
+            await w.send(op="draft", transcriptId="t", draftId="a", cancel=True, ref=3)
+            await w.expect(Ack)
+            await w.send(op="draft", transcriptId="t", draftId="c", text="z" * 1000, ref=4)
+            assert (await w.expect(Ack)).n == 1
+        assert srv.hub.live["t"].drafts.open["b"].text == "y" * 1000
+
+
+async def test_a_transcript_with_an_open_draft_may_leave_memory_and_keeps_it() -> None:
+    """Issue 24.2: an open draft pinned its transcript in memory (other users
+    got 503). Now it may leave to make room; its drafts wait apart, come back
+    with it, and still expire meanwhile."""
+    async with running_server(max_live_transcripts=1, draft_ttl_s=1.0, **EACH) as srv:
+        await create(srv, "t")
+        await create(srv, "u")
+        async with await RawClient.connect(srv.ws_url) as w:
+            await w.send(op="draft", transcriptId="t", draftId="d", delta="Hel", ref=0)
+            await w.expect(Ack)
+            async with httpx.AsyncClient(base_url=srv.url) as http:
+                assert (await http.get("/v1/transcripts/u")).status_code == 200
+            assert "t" not in srv.hub.live and "t" in srv.hub.parked_drafts
+            await w.send(op="draft", transcriptId="t", draftId="d", delta="lo", ref=1)
+            assert (await w.expect(Ack)).n == 2
+            assert "t" in srv.hub.live and "t" not in srv.hub.parked_drafts
+        async with await subscribed(srv, "t") as late:
+            await late.expect(Baseline)
+            frame = await next_draft(late)
+            assert (frame.draft_id, frame.n, frame.text) == ("d", 2, "Hello")
+        async with httpx.AsyncClient(base_url=srv.url) as http:
+            assert (await http.get("/v1/transcripts/u")).status_code == 200
+        assert "t" in srv.hub.parked_drafts
+        # Expired where they wait, then forgotten (closes too): nothing held.
+        await until(lambda: "t" not in srv.hub.parked_drafts, timeout=10)
+        assert srv.hub.draft_budget.total == 0
+
+
 async def test_a_refused_commit_leaves_the_draft_open() -> None:
     async with running_server() as srv:
         await create(srv, "t")
