@@ -1031,16 +1031,24 @@ class Hub:
                     break
                 case SendBaseline():
                     break
-        return await self._send_baseline(live, queue, window)
+        # A resume answered with a baseline of the same epoch: the consumer
+        # may hold drafts committed since its revision (their finals follow).
+        same = from_revision is not None and epoch == live.transcript.epoch
+        return await self._send_baseline(live, queue, window, from_revision if same else None)
 
     def _join(self, live: LiveTranscript, queue: OutboundQueue, window: Window | None) -> None:
         if live.join(queue, window):
             self.metrics.subscriptions.inc()
 
     async def _send_baseline(
-        self, live: LiveTranscript, queue: OutboundQueue, window: Window | None
+        self,
+        live: LiveTranscript,
+        queue: OutboundQueue,
+        window: Window | None,
+        resumed_from: int | None = None,
     ) -> str:
-        """Queue a baseline of ``window`` and join ``queue`` to the subscribers."""
+        """Queue a baseline of ``window`` and join ``queue`` to the subscribers
+        (``resumed_from``: in answer to a resume from that revision)."""
         while True:
             snapshot = await self._baseline(live, window, queue.binary)
             if snapshot is None:
@@ -1055,7 +1063,7 @@ class Hub:
         # sees (and drops) this subscription too.
         self._join(live, queue, window)
         queue.push_baseline(snapshot)
-        self._push_drafts(live, queue)  # a baseline: no closes
+        self._push_drafts(live, queue, resumed_from)
         self.metrics.subscribes.labels("baseline").inc()
         return "baseline"
 

@@ -382,6 +382,30 @@ async def test_a_resume_gets_the_open_drafts_and_the_finals_committed_since() ->
                 assert await back.nothing_pending()
 
 
+async def test_a_resume_answered_with_a_baseline_gets_the_finals_committed_since() -> None:
+    """A resume too far behind is answered with a baseline: the consumer may
+    still hold the drafts committed since its revision, so their finals
+    follow it; a subscribe without ``fromRevision`` gets none."""
+    async with running_server(max_resume_events=1) as srv:
+        created = await create(srv, "t")
+        async with await RawClient.connect(srv.ws_url) as w:
+            for i, d in enumerate(("a", "b")):
+                await w.send(op="draft", transcriptId="t", draftId=d, delta=d)
+                await commit(w, d, d, ref=i)
+                await w.expect(Ack)
+        async with await subscribed(srv, "t", fromRevision=0, epoch=created["epoch"]) as back:
+            assert (await back.expect(Baseline)).snapshot.revision == 2
+            finals = [await next_draft(back) for _ in range(2)]
+            assert [(f.draft_id, f.state, f.revision) for f in finals] == [
+                ("a", "final", 1),
+                ("b", "final", 2),
+            ]
+            assert await back.nothing_pending()
+        async with await subscribed(srv, "t") as fresh:
+            await fresh.expect(Baseline)
+            assert await fresh.nothing_pending()
+
+
 async def test_a_consumer_that_reconnects_closes_a_draft_committed_while_it_was_away() -> None:
     """The consumer core end to end: drafts it holds that the resume does not
     refresh are gone; a final of one it holds closes it with its message."""
