@@ -66,6 +66,7 @@ __all__ = [
     "events",
     "increments",
     "json_values",
+    "loose_values",
     "message_dicts",
     "message_locators",
     "messages",
@@ -125,6 +126,39 @@ def json_values() -> st.SearchStrategy[Any]:
         | st.floats(allow_nan=False, allow_infinity=False)
         | _TEXT,
         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+        max_leaves=6,
+    )
+
+
+def loose_values() -> st.SearchStrategy[Any]:
+    """Values a decoder or a Python caller may hand over as JSON, including
+    what no format carries exactly: integers past 64 bits, NaN and the
+    infinities, ``-0.0``, non-string keys, lone surrogates, bytes, sets.
+    For validation's property tests: each is either refused or carried."""
+    text = st.text(
+        st.characters(codec="utf-8") | st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+        max_size=6,
+    )
+    integers = st.integers(min_value=-(2**65), max_value=2**65) | st.sampled_from(
+        [-(2**63) - 1, -(2**63), 2**63 - 1, 2**63, 2**64 - 1, 2**64]
+    )
+    scalars = (
+        st.none()
+        | st.booleans()
+        | integers
+        | st.floats()
+        | st.sampled_from([-0.0, 1e308, 5e-324, float("nan"), float("inf")])
+        | text
+        | st.binary(max_size=3)
+    )
+    keys = text | st.integers(min_value=-3, max_value=3)
+    return st.recursive(
+        scalars,
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(keys, inner, max_size=3)
+            | st.frozensets(st.integers(0, 3), max_size=2)
+        ),
         max_leaves=6,
     )
 
