@@ -57,6 +57,7 @@ from protocol.wire import (
 __all__ = [
     "acks",
     "baselines",
+    "carried_exactly",
     "changes",
     "client_ops",
     "content_parts",
@@ -76,6 +77,7 @@ __all__ = [
     "records",
     "refs",
     "roles",
+    "same_exactly",
     "seqs",
     "server_frames",
     "snapshots",
@@ -161,6 +163,35 @@ def loose_values() -> st.SearchStrategy[Any]:
         ),
         max_leaves=6,
     )
+
+
+def same_exactly(a: Any, b: Any) -> bool:
+    """Equal with the same types all the way down (and the sign of zero):
+    ``1 == 1.0`` and ``0.0 == -0.0`` in Python, not here."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(
+            type(k) is str and same_exactly(v, b[k]) for k, v in a.items()
+        )
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_exactly(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float):
+        return a == b and str(a) == str(b)
+    return bool(a == b)
+
+
+def carried_exactly(value: Any) -> bool:
+    """The oracle of ``loose_values``: whether msgspec's JSON and MessagePack
+    both give ``value`` back (``same_exactly``)."""
+    for module in (msgspec.json, msgspec.msgpack):
+        try:
+            back = module.decode(module.encode(value))
+        except (TypeError, ValueError, OverflowError, msgspec.MsgspecError):
+            return False
+        if not same_exactly(value, back):
+            return False
+    return True
 
 
 def _json_objects() -> st.SearchStrategy[dict[str, Any]]:

@@ -23,7 +23,7 @@ from protocol.validation import (
     validate_id,
     validate_idempotency_key,
 )
-from tests.strategies import loose_values, message_dicts, transcript_ids
+from tests.strategies import carried_exactly, loose_values, message_dicts, transcript_ids
 
 USER = {"role": "user", "content": "hello"}
 
@@ -408,33 +408,6 @@ def test_a_message_built_in_python_is_held_to_the_same_values() -> None:
     assert transcript.revision == 0
 
 
-def _exact(a: Any, b: Any) -> bool:
-    """Equal with the same types all the way down (and the sign of zero)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(
-            type(k) is str and _exact(v, b[k]) for k, v in a.items()
-        )
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_exact(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, float):
-        return a == b and str(a) == str(b)
-    return bool(a == b)
-
-
-def _carried_exactly(value: Any) -> bool:
-    """The oracle: whether msgspec's JSON and MessagePack both give ``value`` back."""
-    for module in (msgspec.json, msgspec.msgpack):
-        try:
-            back = module.decode(module.encode(value))
-        except (TypeError, ValueError, OverflowError, msgspec.MsgspecError):
-            return False
-        if not _exact(value, back):
-            return False
-    return True
-
-
 @settings(max_examples=400, deadline=None)
 @given(loose_values())
 def test_validation_accepts_exactly_what_every_format_carries(value: Any) -> None:
@@ -442,9 +415,9 @@ def test_validation_accepts_exactly_what_every_format_carries(value: Any) -> Non
     try:
         (message,) = parse_messages([data])
     except InvalidMessage as exc:
-        assert not _carried_exactly(value), f"refused a value both formats carry: {exc}"
+        assert not carried_exactly(value), f"refused a value both formats carry: {exc}"
         assert exc.path.startswith("messages[0].metadata.n"), exc.path
         return
-    assert _carried_exactly(value), f"accepted {value!r}, which a format changes"
+    assert carried_exactly(value), f"accepted {value!r}, which a format changes"
     for module in (msgspec.json, msgspec.msgpack):
         assert module.decode(module.encode(message), type=Message) == message

@@ -6,7 +6,8 @@ JSON and a MessagePack subscriber, exported as LMML and imported back, each
 time exactly what the server received (types and the sign of zero too).
 
 The server runs in a thread of its own (its own event loop) for the whole
-module, once per store; hypothesis drives it with plain blocking clients.
+module, once per store (memory, SQLite, a private ``redis-server``);
+hypothesis drives it with plain blocking clients.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from websockets.sync.client import ClientConnection, connect
 
 from protocol import wire
 from server.config import ServerConfig
-from tests.protocol.test_validation import _carried_exactly, _exact
-from tests.strategies import loose_values
+from tests.conftest import require_binary
+from tests.strategies import carried_exactly, loose_values, same_exactly
+from tests.support.redis_server import RedisServer
 from tests.support.servers import running_server
 
 TIMEOUT = 10.0
@@ -104,12 +106,23 @@ def _serve(config: ServerConfig, box: dict[str, Any], ready: threading.Event) ->
         ready.set()
 
 
-@pytest.fixture(scope="module", params=["memory", "sqlite"])
+@pytest.fixture(scope="module", params=["memory", "sqlite", "redis"])
 def setup(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Setup]:
-    store = "memory" if request.param == "memory" else f"sqlite:{tmp_path_factory.mktemp('data')}"
-    config = ServerConfig(store=store, graceful_shutdown_s=2.0)
+    with contextlib.ExitStack() as stack:
+        if request.param == "redis":
+            binary = require_binary("redis-server")
+            redis = stack.enter_context(RedisServer(binary, tmp_path_factory.mktemp("redis")))
+            store = redis.url
+        elif request.param == "sqlite":
+            store = f"sqlite:{tmp_path_factory.mktemp('data')}"
+        else:
+            store = "memory"
+        yield from _serving(ServerConfig(store=store, graceful_shutdown_s=2.0))
+
+
+def _serving(config: ServerConfig) -> Iterator[Setup]:
     box: dict[str, Any] = {}
     ready = threading.Event()
     thread = threading.Thread(target=_serve, args=(config, box, ready), daemon=True)
@@ -230,7 +243,7 @@ def test_a_value_is_refused_or_carried_exactly_everywhere(
             assert answer["code"] == "invalid-message", answer
             assert answer["message"].startswith(path), (answer["message"], path)
             if place in ("metadata", "tool_calls"):  # any JSON value fits there
-                assert not _carried_exactly(received), (
+                assert not carried_exactly(received), (
                     f"refused a value both formats carry: {answer}"
                 )
             return
@@ -240,10 +253,10 @@ def test_a_value_is_refused_or_carried_exactly_everywhere(
             increment = reader.wait("increment", tid)["event"]
             assert increment["revision"] == 1
             (got,) = increment["change"]["messages"]
-            assert _exact(got, expected), (reader.binary, got, expected)
+            assert same_exactly(got, expected), (reader.binary, got, expected)
         # Stored: read back, exported as LMML and imported again, exactly.
         stored = http.get(f"/v1/transcripts/{tid}").json()["messages"]
-        assert _exact(stored, [expected]), stored
+        assert same_exactly(stored, [expected]), stored
         export = http.get(f"/v1/transcripts/{tid}/export.lmml")
         assert export.status_code == 200, export.text
         imported = http.post(
@@ -251,7 +264,7 @@ def test_a_value_is_refused_or_carried_exactly_everywhere(
         )
         assert imported.status_code == 201, imported.text
         back = http.get(f"/v1/transcripts/{tid}i").json()["messages"]
-        assert _exact(back, [expected]), (back, expected)
+        assert same_exactly(back, [expected]), (back, expected)
     finally:
         for reader in setup.readers.values():
             reader.send({"op": "unsubscribe", "transcriptId": tid})
