@@ -170,28 +170,6 @@ def parse_message(
     return message
 
 
-def check_depth(value: object, limit: int, path: str, *, level: int = 1) -> None:
-    """Refuse ``value`` (decoded JSON) if objects and lists nest deeper than
-    ``limit`` (``value`` itself is at ``level``, 1 unless it sits inside
-    another object). Iterative: it never recurses, so it is safe on any input
-    a decoder produced."""
-    stack: list[tuple[object, int]] = [(value, level)]
-    while stack:
-        node, depth = stack.pop()
-        children: Iterable[object]
-        if isinstance(node, dict):
-            children = node.values()
-        elif isinstance(node, list | tuple):
-            children = node
-        else:
-            continue
-        if depth > limit:
-            raise InvalidMessage(path, f"nested more than {limit} levels deep")
-        stack.extend(
-            (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
-        )
-
-
 #: The fields of a message that may hold data of any shape (and so any depth);
 #: the others have a fixed shape that conversion checks before recursing.
 _FREE_FIELDS: Final = ("content", "metadata", "tool_calls")
@@ -252,8 +230,9 @@ def _encoded_size(message: Message, item: object, path: str) -> int:
 
 def check_value(value: object, path: str, *, limit: int = MAX_JSON_DEPTH, level: int = 1) -> None:
     """Refuse ``value`` unless it is a JSON value that JSON and MessagePack
-    both carry exactly, nested no deeper than ``limit`` (``value`` itself is
-    at ``level``, as in ``check_depth``). ``InvalidMessage`` names the path of
+    both carry exactly, with objects and lists nested no deeper than
+    ``limit`` (``value`` itself is at ``level``, 1 unless it sits inside
+    another object). ``InvalidMessage`` names the path of
     the first value refused below ``path``:
 
     - ``integer out of range`` (outside ``MIN_INT .. MAX_INT``);
