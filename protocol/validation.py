@@ -4,13 +4,25 @@
 enter the model: it returns frozen ``Message`` structs or raises
 ``InvalidMessage`` naming the path and the reason, for example
 ``messages[2].content[0].type: unknown content part "video"``.
+
+A message is accepted only if every wire format and every store carries it
+exactly (``check_value``): JSON and MessagePack alike, as msgspec encodes and
+decodes them, so what one subscriber, store or export gets another gets too.
+That refuses, each with its path: integers outside ``MIN_INT .. MAX_INT``
+(MessagePack's 64 bits), floats that are not finite (NaN and the infinities,
+which JSON writes as ``null``), object keys that are not strings, strings
+holding a lone surrogate (not Unicode: neither encoding can write them), and
+anything that is not a JSON value (bytes, dates, MessagePack extensions,
+sets, other Python objects). ``-0.0`` and every finite float are accepted:
+both encodings carry them exactly.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -36,6 +48,16 @@ _PART_FIELDS: Final[dict[str, dict[str, type]]] = {
     "attachment": {"name": str, "mime": str, "content": str},
 }
 _json_encode = msgspec.json.Encoder().encode
+
+#: The integers every format carries: MessagePack holds -2**63 .. 2**64 - 1
+#: (JSON holds any, but a value must reach every subscriber and store alike).
+MIN_INT: Final = -(2**63)
+MAX_INT: Final = 2**64 - 1
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Deep enough for any message: a Python-built message is walked with it
+#: (decoded input is held to the configured ``max_depth`` first).
+_ANY_DEPTH: Final = 1 << 16
 
 
 class ValidatedBatch(tuple[Message, ...]):
@@ -101,7 +123,7 @@ def parse_messages(
     if len(data) > max_messages:
         raise InvalidMessage(path, f"too many messages: {len(data)} > {max_messages}")
     for i, item in enumerate(data):
-        _check_message_depth(item, max_depth, f"{path}[{i}]")
+        _check_free_fields(item, max_depth, f"{path}[{i}]")
     try:
         messages = msgspec.convert(data, tuple[Message, ...])
     except msgspec.ValidationError as exc:
@@ -109,8 +131,12 @@ def parse_messages(
         for i, item in enumerate(data):
             _check_message(item, f"{path}[{i}]")
         raise InvalidMessage(path, str(exc).replace("$", path, 1)) from None
+    except UnicodeEncodeError as exc:  # a lone surrogate where a name was matched
+        for i, item in enumerate(data):
+            check_value(item, f"{path}[{i}]", limit=_ANY_DEPTH)
+        raise InvalidMessage(path, f"cannot be read: {exc}") from None
     for i, message in enumerate(messages):
-        size = len(_json_encode(message))
+        size = _encoded_size(message, data[i], f"{path}[{i}]")
         if size > max_message_bytes:
             raise InvalidMessage(
                 f"{path}[{i}]",
@@ -127,13 +153,16 @@ def parse_message(
     max_depth: int = MAX_JSON_DEPTH,
 ) -> Message:
     """Validate one message object (see ``parse_messages``)."""
-    _check_message_depth(data, max_depth, path)
+    _check_free_fields(data, max_depth, path)
     try:
         message = msgspec.convert(data, Message)
     except msgspec.ValidationError as exc:
         _check_message(data, path)
         raise InvalidMessage(path, str(exc).replace("$", path, 1)) from None
-    size = len(_json_encode(message))
+    except UnicodeEncodeError as exc:  # a lone surrogate where a name was matched
+        check_value(data, path, limit=_ANY_DEPTH)
+        raise InvalidMessage(path, f"cannot be read: {exc}") from None
+    size = _encoded_size(message, data, path)
     if size > max_message_bytes:
         raise InvalidMessage(
             path, f"message is {size} bytes, more than the limit of {max_message_bytes}"
@@ -141,42 +170,157 @@ def parse_message(
     return message
 
 
-def check_depth(value: object, limit: int, path: str, *, level: int = 1) -> None:
-    """Refuse ``value`` (decoded JSON) if objects and lists nest deeper than
-    ``limit`` (``value`` itself is at ``level``, 1 unless it sits inside
-    another object). Iterative: it never recurses, so it is safe on any input
-    a decoder produced."""
-    stack: list[tuple[object, int]] = [(value, level)]
-    while stack:
-        node, depth = stack.pop()
-        children: Iterable[object]
-        if isinstance(node, dict):
-            children = node.values()
-        elif isinstance(node, list | tuple):
-            children = node
-        else:
-            continue
-        if depth > limit:
-            raise InvalidMessage(path, f"nested more than {limit} levels deep")
-        stack.extend(
-            (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
-        )
-
-
 #: The fields of a message that may hold data of any shape (and so any depth);
 #: the others have a fixed shape that conversion checks before recursing.
 _FREE_FIELDS: Final = ("content", "metadata", "tool_calls")
 
 
-def _check_message_depth(item: object, limit: int, path: str) -> None:
-    """``check_depth`` of one message, walking only the fields that can nest
-    (the hot path: a plain text message is not walked at all)."""
+def _check_free_fields(item: object, limit: int, path: str) -> None:
+    """``check_value`` of one message's fields that can nest (its depth and
+    the values in them), walking only those (the hot path: a plain text
+    message is not walked at all; its strings are checked by encoding it)."""
     if not isinstance(item, dict):
         return  # not a message: conversion refuses it without recursing
     for key in _FREE_FIELDS:
         value = item.get(key)
         if isinstance(value, dict | list | tuple):
-            check_depth(value, limit, f"{path}.{key}", level=2)
+            check_value(value, f"{path}.{key}", limit=limit, level=2)
+
+
+def check_message_values(message: Message, path: str = "message") -> None:
+    """``check_value`` of a ``Message`` built in Python (not decoded): its
+    ``metadata`` and ``tool_calls`` as they are, and its strings. Raises
+    ``InvalidMessage`` with the path of the first value refused."""
+    fields: dict[str, object] = {
+        "role": message.role,
+        "name": message.name,
+        "tool_call_id": message.tool_call_id,
+        "metadata": message.metadata,
+        "tool_calls": message.tool_calls,
+    }
+    content = message.content
+    if isinstance(content, str) or not isinstance(content, tuple | list):
+        fields["content"] = content
+    else:
+        fields["content"] = [_part_fields(part) for part in content]
+    for key, value in fields.items():
+        if value is not None:
+            check_value(value, f"{path}.{key}", limit=_ANY_DEPTH, level=2)
+
+
+def _part_fields(part: object) -> object:
+    """A content part's fields as a dict (a nested ``ImageUrl`` too), its
+    values as they are; anything else as it is."""
+    if not isinstance(part, msgspec.Struct):
+        return part
+    fields = msgspec.structs.asdict(part)
+    return {key: _part_fields(value) for key, value in fields.items()}
+
+
+def _encoded_size(message: Message, item: object, path: str) -> int:
+    """The size of the message's compact JSON. A string no format can write
+    (a lone surrogate) fails the encoding: then the message as it came
+    (``item``) is walked to say where."""
+    try:
+        return len(_json_encode(message))
+    except (UnicodeEncodeError, OverflowError, TypeError, msgspec.EncodeError) as exc:
+        check_value(item, path, limit=_ANY_DEPTH)
+        raise InvalidMessage(path, f"cannot be encoded: {exc}") from None
+
+
+def check_value(value: object, path: str, *, limit: int = MAX_JSON_DEPTH, level: int = 1) -> None:
+    """Refuse ``value`` unless it is a JSON value that JSON and MessagePack
+    both carry exactly, with objects and lists nested no deeper than
+    ``limit`` (``value`` itself is at ``level``, 1 unless it sits inside
+    another object). ``InvalidMessage`` names the path of
+    the first value refused below ``path``:
+
+    - ``integer out of range`` (outside ``MIN_INT .. MAX_INT``);
+    - ``not a finite number`` (NaN, infinity);
+    - ``object key 1 is not a string``;
+    - ``string holds a lone surrogate (U+D800..U+DFFF), which is not Unicode``;
+    - ``not a JSON value (bytes)`` (anything but str, int, float, bool,
+      None, dict and list or tuple);
+    - ``nested more than N levels deep`` (at ``path`` itself).
+
+    Iterative: it never recurses, so it is safe on any input a decoder
+    produced."""
+    # (node, its depth, its trail): a trail is (parent trail, key or index),
+    # made into a path only for the error.
+    # Exact types first (``type(x) is str``, the common case, is cheaper than
+    # ``isinstance``), hence the values typed ``Any``.
+    stack: list[tuple[Any, int, Any]] = [(value, level, None)]
+    while stack:
+        node, depth, trail = stack.pop()
+        kind = type(node)
+        if kind is str:
+            if not node.isascii() and _SURROGATE.search(node):
+                raise InvalidMessage(_path(path, trail), _SURROGATE_REASON)
+        elif kind is int:
+            if not MIN_INT <= node <= MAX_INT:
+                raise InvalidMessage(_path(path, trail), "integer out of range")
+        elif kind is float:
+            if not math.isfinite(node):
+                raise InvalidMessage(_path(path, trail), "not a finite number")
+        elif node is None or kind is bool:
+            pass
+        elif isinstance(node, dict):
+            if depth > limit:
+                raise InvalidMessage(path, f"nested more than {limit} levels deep")
+            for key, item in node.items():
+                if not isinstance(key, str):
+                    raise InvalidMessage(
+                        _path(path, trail), f"object key {_brief(key)} is not a string"
+                    )
+                if not key.isascii() and _SURROGATE.search(key):
+                    raise InvalidMessage(_path(path, trail), _KEY_SURROGATE_REASON)
+                stack.append((item, depth + 1, (trail, key)))
+        elif isinstance(node, list | tuple):
+            if depth > limit:
+                raise InvalidMessage(path, f"nested more than {limit} levels deep")
+            stack.extend((item, depth + 1, (trail, i)) for i, item in enumerate(node))
+        elif isinstance(node, str | int | float):  # subclasses (enums): as their value
+            stack.append((_base(node), depth, trail))
+        else:
+            raise InvalidMessage(_path(path, trail), f"not a JSON value ({kind.__name__})")
+
+
+def _base(value: str | int | float) -> str | int | float:
+    """A subclass's value as its base type (what an encoder writes of it)."""
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    return float.__float__(value)
+
+
+def _path(path: str, trail: Any) -> str:
+    """``path`` followed by the keys and indices of ``trail``: ``.name``
+    for a key that is a name, ``["a b"]`` for any other, ``[3]`` for an index."""
+    steps: list[str] = []
+    while trail is not None:
+        trail, step = trail
+        if isinstance(step, int):
+            steps.append(f"[{step}]")
+        elif _NAME.fullmatch(step):
+            steps.append(f".{step}")
+        else:
+            steps.append(f"[{_brief(step)}]")
+    return path + "".join(reversed(steps))
+
+
+def _brief(value: object) -> str:
+    """A key as an error shows it: short, and printable whatever it holds
+    (a lone surrogate is written as an escape, so the error can be sent)."""
+    if isinstance(value, str):
+        shown = '"' + value[:60].replace('"', '\\"') + '"'
+        return shown.encode("utf-8", "backslashreplace").decode()
+    return repr(value)[:60].encode("utf-8", "backslashreplace").decode()
+
+
+_LONE_SURROGATE: Final = "a lone surrogate (U+D800..U+DFFF), which is not Unicode"
+_SURROGATE_REASON: Final = "string holds " + _LONE_SURROGATE
+_KEY_SURROGATE_REASON: Final = "object key holds " + _LONE_SURROGATE
 
 
 def _check_message(item: object, path: str) -> None:
@@ -271,5 +415,5 @@ def _kind(value: object) -> str:
 
 def _show(value: object) -> str:
     if isinstance(value, str):
-        return '"' + value[:60].replace('"', '\\"') + '"'
+        return _brief(value)
     return _kind(value)

@@ -42,7 +42,14 @@ SUBPROTOCOL_JSON: Final = "tsync.v1.json"
 SUBPROTOCOL_MSGPACK: Final = "tsync.v1.msgpack"
 SUBPROTOCOLS: Final = (SUBPROTOCOL_JSON, SUBPROTOCOL_MSGPACK)
 
-Ref: TypeAlias = Annotated[str, Meta(max_length=MAX_REF_LENGTH)] | int | None
+#: An op's ``ref``, echoed in its answer: a short string or a signed 64-bit
+#: integer (an answer must be writable in MessagePack too, whatever form the
+#: op came in).
+Ref: TypeAlias = (
+    Annotated[str, Meta(max_length=MAX_REF_LENGTH)]
+    | Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
+    | None
+)
 IdempotencyKey: TypeAlias = Annotated[
     str, Meta(min_length=1, max_length=MAX_IDEMPOTENCY_KEY_LENGTH)
 ]
@@ -381,6 +388,27 @@ def check_draft_op(op: Draft) -> None:
     ``delta``, ``text`` and ``cancel``."""
     if (op.delta is not None) + (op.text is not None) + op.cancel > 1:
         raise InvalidFrame("a draft op carries at most one of delta, text and cancel")
+
+
+_json_plain_decoder: Final = msgspec.json.Decoder()
+_msgpack_plain_decoder: Final = msgspec.msgpack.Decoder()
+
+
+def frame_format(data: bytes | str) -> str:
+    """``"JSON"`` or ``"MessagePack"``: how ``decode_client_op`` reads
+    ``data`` (a text frame, or bytes starting with ``{``, is JSON, whatever
+    the subprotocol)."""
+    if isinstance(data, str):
+        return "JSON"
+    head = bytes(data[:1])
+    return "JSON" if head == b"{" or head.isspace() or not head else "MessagePack"
+
+
+def decode_plain(data: bytes | str) -> Any:
+    """A frame decoded without a schema, read as ``decode_client_op`` reads
+    it (JSON or MessagePack, ``frame_format``): for saying why an op was
+    refused. Raises ``msgspec.DecodeError`` when it is neither."""
+    return _decode(data, _json_plain_decoder, _msgpack_plain_decoder)
 
 
 def decode_client_op(data: bytes | str) -> ClientOp:

@@ -22,10 +22,18 @@ connection's frames wait, the updates of one draft merge into its
 
 ``ws_header`` frames payloads for the raw write (``server.ws_protocol``):
 server frames are not masked, so a frame is a header and the payload.
+
+An event or draft that one format cannot encode (validation refuses every
+such value, so this is a bug or a fault) never stops the others: its
+encoding in that format is marked failed and logged once, here, and
+``render`` then raises ``Unencodable``; the connection's queue ends that
+subscription with an ``internal`` error (``server.outbound``) while every
+other subscriber, and every subscriber of the other format, gets the frame.
 """
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
@@ -33,6 +41,29 @@ from typing import Any, Final, Protocol
 from protocol import wire
 from protocol.types import TranscriptEvent, TranscriptSnapshot
 from server.tuning import BASELINE_CHUNK_BYTES
+
+log = logging.getLogger("tsync.frames")
+
+
+class Unencodable(ValueError):
+    """A shared frame cannot be built in one format (its encoding failed,
+    logged once when it did): the subscription that needs it ends."""
+
+
+def _failed(what: str, transcript_id: str, fmt: str, exc: BaseException) -> bytes:
+    """Log an encoding that failed (once: the caller keeps the result) and
+    return the mark of a failed encoding, ``b""`` (no real one is empty)."""
+    log.error(
+        "%s of transcript %s cannot be encoded as %s: %r; its %s subscribers get 'internal'",
+        what,
+        transcript_id,
+        fmt,
+        exc,
+        fmt,
+        extra={"transcript": transcript_id},
+    )
+    return b""
+
 
 # --- WebSocket framing (RFC 6455 5.2; server to client: no mask) --------------------------
 
@@ -85,7 +116,8 @@ SEQ_DIGITS: Final = 7
 
 class EncodedEvent:
     """An increment: the event encoded once (JSON now, MessagePack on first
-    use) and shared by every subscriber."""
+    use) and shared by every subscriber. A format whose encoding failed has
+    the tail ``b""``: ``render`` raises ``Unencodable`` for it."""
 
     __slots__ = ("_msgpack_tail", "event", "json_tail", "revision", "size", "transcript_id")
     data = True
@@ -96,21 +128,40 @@ class EncodedEvent:
         self.event = event
         self.transcript_id = event.transcript_id
         self.revision = event.revision
-        self.json_tail = b"".join((_INC_JSON_MID, wire.encode_event_json(event), b"}"))
+        try:
+            self.json_tail = b"".join((_INC_JSON_MID, wire.encode_event_json(event), b"}"))
+        except Exception as exc:
+            self.json_tail = _failed(self._what(), self.transcript_id, "JSON", exc)
         self.size = len(_INC_JSON_HEAD) + SEQ_DIGITS + len(self.json_tail)
         self._msgpack_tail: bytes | None = None
 
+    def _what(self) -> str:
+        return f"the increment of revision {self.revision}"
+
+    def _unencodable(self, fmt: str) -> Unencodable:
+        return Unencodable(f"{self._what()} of {self.transcript_id} cannot be encoded as {fmt}")
+
     def render(self, seq: int, binary: bool) -> bytes:
         if not binary:
+            if not self.json_tail:
+                raise self._unencodable("JSON")
             return b"".join((_INC_JSON_HEAD, b"%d" % seq, self.json_tail))
         tail = self._msgpack_tail
         if tail is None:
-            tail = self._msgpack_tail = _INC_MSGPACK_MID + wire.encode_event_msgpack(self.event)
+            try:
+                tail = _INC_MSGPACK_MID + wire.encode_event_msgpack(self.event)
+            except Exception as exc:
+                tail = _failed(self._what(), self.transcript_id, "MessagePack", exc)
+            self._msgpack_tail = tail
+        if not tail:
+            raise self._unencodable("MessagePack")
         return b"".join((_INC_MSGPACK_HEAD, wire.seq_bytes(seq, binary=True), tail))
 
     def frame_json(self, seq: int) -> bytes:
         """The whole WebSocket frame of this increment alone (the hot path:
         one subscriber, one event)."""
+        if not self.json_tail:
+            raise self._unencodable("JSON")
         seq_text = b"%d" % seq
         length = len(_INC_JSON_HEAD) + len(seq_text) + len(self.json_tail)
         return b"".join((ws_header(TEXT, length), _INC_JSON_HEAD, seq_text, self.json_tail))
@@ -273,7 +324,17 @@ class EncodedDraft:
             return b"".join((self.head, b"%d" % seq, self.tail))
         parts = self._msgpack
         if parts is None:
-            parts = self._msgpack = wire.seq_parts(self.frame, binary=True)
+            try:
+                parts = wire.seq_parts(self.frame, binary=True)
+            except Exception as exc:
+                what = f"an update of draft {self.draft_id}"
+                parts = (_failed(what, self.transcript_id, "MessagePack", exc), b"")
+            self._msgpack = parts
+        if not parts[0]:
+            raise Unencodable(
+                f"an update of draft {self.draft_id} of {self.transcript_id} "
+                "cannot be encoded as MessagePack"
+            )
         return b"".join((parts[0], wire.seq_bytes(seq, binary=True), parts[1]))
 
     def frame_json(self, seq: int) -> bytes:

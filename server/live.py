@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence
@@ -53,6 +54,8 @@ from server.frames import EncodedDraft, EncodedEvent, EncodedSnapshot
 from server.outbound import OutboundQueue
 from server.store.base import LOADED_KEYS, Receipt, StoredState
 from server.transcript import Transcript
+
+log = logging.getLogger("tsync.live")
 
 #: Encoded baselines kept per live transcript at its current revision (one per
 #: window start: the whole, and the tails and segments subscribers ask for).
@@ -151,7 +154,15 @@ class LiveTranscript:
             # they were pumped already has them in its baseline: the queue
             # skips them. Events taken together leave together, and the
             # drafts they commit close right behind them, in the same flush.
-            queue.push_increments(items, finals)
+            try:
+                queue.push_increments(items, finals)
+            except Exception:
+                # A bug in one connection's queue: that subscription ends,
+                # the others (and the committer or pump delivering) go on.
+                log.exception("delivering to %s failed: its subscription ends", queue.id)
+                with contextlib.suppress(Exception):
+                    queue.end_subscription(self.id)
+                self.leave(queue)
         self._trim()
 
     def commit_draft(self, draft_id: str, revision: int, now: float) -> EncodedDraft | None:

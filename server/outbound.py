@@ -34,6 +34,13 @@ they too pass the limits (by ``CONTROL_FRAME_SLACK`` frames or
 ``CONTROL_BYTES_SLACK`` bytes) the client reads nothing at all and is closed
 with 4008.
 
+A shared frame that cannot be built in this connection's format
+(``server.frames.Unencodable``: a fault, logged once where the encoding
+failed) ends that one subscription: its frames still waiting are dropped, it
+is forgotten, and the client gets an ``internal`` error naming the
+transcript (it may subscribe again). It takes no ``seq``; every other
+subscription, and every other connection, goes on.
+
 The queue is also the one owner of what each subscription has been sent: the
 revision up to which each followed transcript's frames were queued. Dropping
 frames on lag and forgetting the subscription are one step here; the hub
@@ -58,6 +65,7 @@ from server.frames import (
     EncodedEvent,
     EncodedSnapshot,
     Outbound,
+    Unencodable,
     ws_header,
 )
 from server.tuning import (
@@ -267,8 +275,12 @@ class OutboundQueue:
         raw = self._raw
         if raw is not None and not self._queue and not self.closed and raw.raw_ready():
             if len(items) == 1 and not self.binary and not finals:
+                try:
+                    frame = items[0].frame_json(self.seq + 1)
+                except Unencodable:
+                    self._unsendable(last.transcript_id)
+                    return
                 self.seq += 1
-                frame = items[0].frame_json(self.seq)
                 raw.raw_write(frame)
                 self._count_sent(1, 1, len(frame))
                 return
@@ -323,12 +335,16 @@ class OutboundQueue:
         raw = self._raw
         q = self._queue
         if raw is not None and not q and raw.raw_ready():
+            try:
+                if self.binary:
+                    data = update.render(self.seq + 1, True)
+                    frame = ws_header(BINARY, len(data)) + data
+                else:
+                    frame = update.frame_json(self.seq + 1)
+            except Unencodable:
+                self._unsendable(update.transcript_id)
+                return
             self.seq += 1
-            if self.binary:
-                data = update.render(self.seq, True)
-                frame = ws_header(BINARY, len(data)) + data
-            else:
-                frame = update.frame_json(self.seq)
             raw.raw_write(frame)
             self._count_sent(1, 1, len(frame))
             return
@@ -473,6 +489,38 @@ class OutboundQueue:
             )
         )
 
+    def end_subscription(self, transcript_id: str) -> None:
+        """End the subscription of ``transcript_id`` with an ``internal``
+        error (its frames still waiting go): what the server does when it
+        cannot send it what it must (``_unsendable``)."""
+        self._unsendable(transcript_id)
+
+    def _unsendable(self, transcript_id: str | None, queued: Outbound | None = None) -> None:
+        """A frame of ``transcript_id`` (``queued``, when it waits in the
+        queue) cannot be built in this connection's format (``Unencodable``,
+        logged where the encoding failed): end that subscription alone, with
+        an ``internal`` error. Its frames still waiting go (the next would
+        follow a gap); nothing else changes."""
+        if queued is not None:
+            for i, item in enumerate(self._queue):
+                if item is queued:
+                    del self._queue[i]
+                    self._count(item, -1)
+                    break
+        if transcript_id is None:
+            return
+        self._drop_waiting(transcript_id)
+        if self._sent.pop(transcript_id, None) is None:
+            return  # no longer followed: its frames just go
+        if self._on_lagged is not None:
+            self._on_lagged(self, {transcript_id})
+        self.push_error(
+            wire.INTERNAL,
+            "a frame of this transcript could not be encoded for this connection: "
+            "the subscription ended; subscribe again",
+            transcript_id=transcript_id,
+        )
+
     def _counted_bytes(self) -> int:
         """Queued bytes that count against the room for increments: all but
         the baselines'."""
@@ -596,6 +644,7 @@ class OutboundQueue:
             size = 0
             taken = 0
             seq = self.seq
+            broken: Outbound | None = None
             for item in q:
                 if (size >= limit and type(item) is not EncodedDraft) or (
                     item.baseline and item.size > limit
@@ -603,10 +652,14 @@ class OutboundQueue:
                     # (A bare EncodedDraft queued is a close: a commit's
                     # ``final`` stays in its increment's message.)
                     break
+                try:
+                    frame = item.render(seq + 1, binary)
+                except Unencodable:
+                    broken = item
+                    break
                 taken += 1
                 self._count(item, -1)
                 seq += 1
-                frame = item.render(seq, binary)
                 if binary:
                     parts.append(ws_header(BINARY, len(frame)))
                 elif parts:
@@ -614,12 +667,16 @@ class OutboundQueue:
                 parts.append(frame)
                 size += len(frame)
             del q[:taken]
-            if not binary:
-                parts.insert(0, ws_header(TEXT, size + taken - 1))
-            raw.raw_write(b"".join(parts))
-            budget -= size
-            self._count_sent(taken, taken if binary else 1, size)
-            self.seq = seq
+            if taken:
+                if not binary:
+                    parts.insert(0, ws_header(TEXT, size + taken - 1))
+                raw.raw_write(b"".join(parts))
+                budget -= size
+                self._count_sent(taken, taken if binary else 1, size)
+                self.seq = seq
+            if broken is not None:
+                self._unsendable(broken.transcript_id, broken)
+                q = self._queue
 
     def _stream_step(self, raw: RawFrames, head: EncodedSnapshot) -> int:
         """Write the next fragment of the baseline at the head of the queue;
@@ -687,18 +744,27 @@ class OutboundQueue:
         seq = self.seq
         limit = self._batch_bytes
         taken = 0
+        broken: Outbound | None = None
         for item in q:
             if size >= limit and type(item) is not EncodedDraft:
                 break  # (a close stays in the message of its commit's increment)
+            try:
+                frame = item.render(seq + 1, False)
+            except Unencodable:
+                broken = item
+                break
             taken += 1
             self._count(item, -1)
             seq += 1
-            frame = item.render(seq, False)
             parts.append(frame)
             size += len(frame)
         # Pushes made while the send below is awaited go to the new list.
         self._queue = q[taken:] if taken < len(q) else []
         self.seq = seq
+        if broken is not None:
+            self._unsendable(broken.transcript_id, broken)
+        if not parts:
+            return
         payload = parts[0] if len(parts) == 1 else b"\n".join(parts)
         await self._send({"type": "websocket.send", "text": payload.decode()})
         self._count_sent(len(parts), 1, size)
@@ -706,8 +772,12 @@ class OutboundQueue:
     async def _write_binary(self) -> None:
         item = self._queue.pop(0)
         self._count(item, -1)
+        try:
+            frame = item.render(self.seq + 1, True)
+        except Unencodable:
+            self._unsendable(item.transcript_id)
+            return
         self.seq += 1
-        frame = item.render(self.seq, True)
         await self._send({"type": "websocket.send", "bytes": frame})
         self._count_sent(1, 1, len(frame))
 

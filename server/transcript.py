@@ -66,7 +66,13 @@ from protocol.types import (
     ViewLeft,
 )
 from protocol.usage import MessageUsage, UsageRange, message_usage, named_ranges
-from protocol.validation import ValidatedBatch, parse_message, parse_messages, validate_id
+from protocol.validation import (
+    ValidatedBatch,
+    check_message_values,
+    parse_message,
+    parse_messages,
+    validate_id,
+)
 from protocol.views import check_view
 from server.changes import (
     CaptureAndObservationError,
@@ -651,6 +657,7 @@ def _check_struct(message: Message, path: str, max_bytes: int) -> Message:
     kept when it is what decoding its JSON gives (it is frozen on
     construction); one holding plain dicts where parts belong is replaced by
     the decoded, canonical one."""
+    check_message_values(message, path)
     encoded = _encode(message)
     if len(encoded) > max_bytes:
         raise InvalidMessage(

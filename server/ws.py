@@ -18,8 +18,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-import msgspec
-
 from protocol import codes, wire
 from protocol.errors import InvalidFrame
 from protocol.limits import MAX_REF_LENGTH
@@ -34,7 +32,6 @@ from server.tuning import CLOSE_SEND_TIMEOUT_S, MAX_APPENDS_IN_FLIGHT, OPS_PER_Y
 
 log = logging.getLogger("tsync.ws")
 _ids = itertools.count(1)
-_lenient = msgspec.json.Decoder()
 
 
 Scope = dict[str, Any]
@@ -407,14 +404,16 @@ _INT64: Final = 1 << 63
 
 def _explain(frame: str | bytes, exc: InvalidFrame) -> tuple[str, str | int | None]:
     """A reason a person can act on ("unknown op", "missing field") and the
-    frame's ``ref`` to echo when it is a valid one. Nothing of the frame is
-    quoted at length: a client that sends megabytes gets a short answer."""
+    frame's ``ref`` to echo when it is a valid one, the same whichever form
+    the frame came in (JSON or MessagePack, read as ``decode_client_op``
+    read it). Nothing of the frame is quoted at length: a client that sends
+    megabytes gets a short answer."""
     try:
-        obj = _lenient.decode(frame)
+        obj = wire.decode_plain(frame)
     except Exception:
-        return f"malformed JSON: {exc}", None
+        return f"malformed {wire.frame_format(frame)}: {exc}", None
     if not isinstance(obj, dict):
-        return "a frame must be a JSON object", None
+        return "a frame must be an object (a JSON object or MessagePack map)", None
     ref = obj.get("ref")
     if isinstance(ref, bool) or not (
         (isinstance(ref, str) and len(ref) <= MAX_REF_LENGTH)

@@ -57,6 +57,7 @@ from protocol.wire import (
 __all__ = [
     "acks",
     "baselines",
+    "carried_exactly",
     "changes",
     "client_ops",
     "content_parts",
@@ -66,6 +67,7 @@ __all__ = [
     "events",
     "increments",
     "json_values",
+    "loose_values",
     "message_dicts",
     "message_locators",
     "messages",
@@ -75,6 +77,7 @@ __all__ = [
     "records",
     "refs",
     "roles",
+    "same_exactly",
     "seqs",
     "server_frames",
     "snapshots",
@@ -127,6 +130,68 @@ def json_values() -> st.SearchStrategy[Any]:
         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
         max_leaves=6,
     )
+
+
+def loose_values() -> st.SearchStrategy[Any]:
+    """Values a decoder or a Python caller may hand over as JSON, including
+    what no format carries exactly: integers past 64 bits, NaN and the
+    infinities, ``-0.0``, non-string keys, lone surrogates, bytes, sets.
+    For validation's property tests: each is either refused or carried."""
+    text = st.text(
+        st.characters(codec="utf-8") | st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+        max_size=6,
+    )
+    integers = st.integers(min_value=-(2**65), max_value=2**65) | st.sampled_from(
+        [-(2**63) - 1, -(2**63), 2**63 - 1, 2**63, 2**64 - 1, 2**64]
+    )
+    scalars = (
+        st.none()
+        | st.booleans()
+        | integers
+        | st.floats()
+        | st.sampled_from([-0.0, 1e308, 5e-324, float("nan"), float("inf")])
+        | text
+        | st.binary(max_size=3)
+    )
+    keys = text | st.integers(min_value=-3, max_value=3)
+    return st.recursive(
+        scalars,
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(keys, inner, max_size=3)
+            | st.frozensets(st.integers(0, 3), max_size=2)
+        ),
+        max_leaves=6,
+    )
+
+
+def same_exactly(a: Any, b: Any) -> bool:
+    """Equal with the same types all the way down (and the sign of zero):
+    ``1 == 1.0`` and ``0.0 == -0.0`` in Python, not here."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(
+            type(k) is str and same_exactly(v, b[k]) for k, v in a.items()
+        )
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_exactly(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float):
+        return a == b and str(a) == str(b)
+    return bool(a == b)
+
+
+def carried_exactly(value: Any) -> bool:
+    """The oracle of ``loose_values``: whether msgspec's JSON and MessagePack
+    both give ``value`` back (``same_exactly``)."""
+    for module in (msgspec.json, msgspec.msgpack):
+        try:
+            back = module.decode(module.encode(value))
+        except (TypeError, ValueError, OverflowError, msgspec.MsgspecError):
+            return False
+        if not same_exactly(value, back):
+            return False
+    return True
 
 
 def _json_objects() -> st.SearchStrategy[dict[str, Any]]:

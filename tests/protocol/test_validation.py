@@ -23,7 +23,7 @@ from protocol.validation import (
     validate_id,
     validate_idempotency_key,
 )
-from tests.strategies import message_dicts, transcript_ids
+from tests.strategies import carried_exactly, loose_values, message_dicts, transcript_ids
 
 USER = {"role": "user", "content": "hello"}
 
@@ -310,3 +310,114 @@ def test_a_trailing_newline_is_not_part_of_a_valid_id_on_the_wire_either() -> No
 
     with pytest.raises(InvalidFrame, match="transcriptId"):
         decode_client_op('{"op":"subscribe","transcriptId":"a\\n"}')
+
+
+# --- values every format carries exactly ---------------------------------------------
+
+
+def _with_metadata(value: Any) -> dict[str, Any]:
+    return {"role": "user", "content": "x", "metadata": {"n": value}}
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (_with_metadata(2**64), "messages[0].metadata.n: integer out of range"),
+        (_with_metadata(-(2**63) - 1), "messages[0].metadata.n: integer out of range"),
+        (_with_metadata(float("nan")), "messages[0].metadata.n: not a finite number"),
+        (_with_metadata(float("-inf")), "messages[0].metadata.n: not a finite number"),
+        (_with_metadata({1: "a"}), "messages[0].metadata.n: object key 1 is not a string"),
+        (_with_metadata(b"\x00"), "messages[0].metadata.n: not a JSON value (bytes)"),
+        (_with_metadata({1, 2}), "messages[0].metadata.n: not a JSON value (set)"),
+        (
+            _with_metadata("a\ud800"),
+            "messages[0].metadata.n: string holds a lone surrogate (U+D800..U+DFFF), "
+            "which is not Unicode",
+        ),
+        (
+            _with_metadata({"\udc00": 1}),
+            "messages[0].metadata.n: object key holds a lone surrogate (U+D800..U+DFFF), "
+            "which is not Unicode",
+        ),
+        (
+            _with_metadata([0, {"a b": [2**70]}]),
+            'messages[0].metadata.n[1]["a b"][0]: integer out of range',
+        ),
+        (
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "n": 2**64}]},
+            "messages[0].tool_calls[0].n: integer out of range",
+        ),
+        (
+            {"role": "user", "content": [{"type": "text", "text": float("inf")}]},
+            "messages[0].content[0].text: not a finite number",
+        ),
+        (
+            {"role": "user", "content": "a\udfff"},
+            "messages[0].content: string holds a lone surrogate (U+D800..U+DFFF), "
+            "which is not Unicode",
+        ),
+        (
+            {"role": "user", "content": [{"type": "text", "text": "\ud800"}]},
+            "messages[0].content[0].text: string holds a lone surrogate (U+D800..U+DFFF), "
+            "which is not Unicode",
+        ),
+        (
+            {"role": "user", "content": "x", "name": "\ud800"},
+            "messages[0].name: string holds a lone surrogate (U+D800..U+DFFF), "
+            "which is not Unicode",
+        ),
+        (
+            {"role": "us\ud800", "content": "x"},
+            "messages[0].role: string holds a lone surrogate (U+D800..U+DFFF), "
+            "which is not Unicode",
+        ),
+    ],
+)
+def test_a_value_some_format_cannot_carry_is_refused_with_its_path(
+    message: Any, expected: str
+) -> None:
+    assert _error([USER, message]).replace("messages[1]", "messages[0]", 1) == expected
+    with pytest.raises(InvalidMessage) as info:
+        parse_message(message)
+    assert str(info.value) == expected.replace("messages[0]", "message", 1)
+    # The error itself can be sent in either format.
+    msgspec.json.encode(str(info.value))
+
+
+@pytest.mark.parametrize(
+    "value", [2**64 - 1, -(2**63), 0, -0.0, 1e308, 5e-324, -1.5, True, None, "\u2028\x00"]
+)
+def test_the_edges_every_format_carries_are_accepted(value: Any) -> None:
+    (message,) = parse_messages([_with_metadata(value)])
+    assert message.metadata is not None
+    carried = message.metadata["n"]
+    assert type(carried) is type(value) and carried == value
+
+
+def test_a_message_built_in_python_is_held_to_the_same_values() -> None:
+    from server.transcript import Transcript
+
+    transcript = Transcript()
+    built = Message(role="user", content="x", metadata={"deep": [{"n": 2**64}]})
+    with pytest.raises(InvalidMessage) as info:
+        transcript.append([built])
+    assert str(info.value) == "messages[0].metadata.deep[0].n: integer out of range"
+    nan = Message(role="user", content="x", metadata={"x": float("nan")})
+    with pytest.raises(InvalidMessage, match=r"metadata\.x: not a finite number"):
+        transcript.append([nan])
+    assert transcript.revision == 0
+
+
+@settings(max_examples=400, deadline=None)
+@given(loose_values())
+def test_validation_accepts_exactly_what_every_format_carries(value: Any) -> None:
+    data = _with_metadata(value)
+    try:
+        (message,) = parse_messages([data])
+    except InvalidMessage as exc:
+        assert not carried_exactly(value), f"refused a value both formats carry: {exc}"
+        assert exc.path.startswith("messages[0].metadata.n"), exc.path
+        return
+    assert carried_exactly(value), f"accepted {value!r}, which a format changes"
+    for module in (msgspec.json, msgspec.msgpack):
+        assert module.decode(module.encode(message), type=Message) == message

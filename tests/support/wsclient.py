@@ -17,21 +17,31 @@ F = TypeVar("F")
 
 
 class RawClient:
-    """One WebSocket connection speaking JSON; every received frame is
-    validated with ``accept_transcript_update`` and its ``seq`` checked."""
+    """One WebSocket connection speaking JSON (or MessagePack: ``binary``);
+    every received frame is validated with ``accept_transcript_update`` and
+    its ``seq`` checked."""
 
-    def __init__(self, ws: ClientConnection) -> None:
+    def __init__(self, ws: ClientConnection, binary: bool = False) -> None:
         self.ws = ws
+        self.binary = binary
         self.seq = 0
         self.pending: deque[ServerFrame] = deque()
 
     @classmethod
-    async def connect(cls, url: str, **kwargs: Any) -> RawClient:
+    async def connect(cls, url: str, *, binary: bool = False, **kwargs: Any) -> RawClient:
+        """Connect; ``binary``: on ``tsync.v1.msgpack`` (ops sent as MessagePack)."""
+        if binary:
+            kwargs.setdefault("subprotocols", [wire.SUBPROTOCOL_MSGPACK])
         ws = await websockets.connect(url, compression=None, **kwargs)
-        return cls(ws)
+        if binary:
+            assert ws.subprotocol == wire.SUBPROTOCOL_MSGPACK, ws.subprotocol
+        return cls(ws, binary)
 
     async def send(self, **op: Any) -> None:
-        await self.ws.send(msgspec.json.encode(op).decode())
+        if self.binary:
+            await self.ws.send(msgspec.msgpack.encode(op))
+        else:
+            await self.ws.send(msgspec.json.encode(op).decode())
 
     async def recv(self, timeout: float = 5.0) -> ServerFrame:
         while not self.pending:
