@@ -20,7 +20,10 @@ fed frames in a test:
   ``lagged``, a baseline after the first (the server could not resume),
   a copy an event did not fit, a stopped subscription, an error frame; and
   of drafts, one closed without its message or whose text is not the
-  message that committed it.
+  message that committed it. The one exception: once the core resubscribed
+  a transcript to repair it, events it then ignores as repeats are not
+  failures (a repair asked for twice, after two ``seq`` gaps, is answered
+  twice); the fault that made it resubscribe was one already.
 
 Latency and clocks: append-to-delivery spans two processes. Each message a
 writer appends carries its wall-clock send time (``metadata.t``,
@@ -86,6 +89,9 @@ CONTINUITY: Final = "CONTINUITY"  #: a failure of the stream's continuity
 #: Appended to the name of a latency read across two machines' clocks.
 CROSS_CLOCK: Final = " [2 clocks]"
 
+#: How often (at most) the continuities' repeat counters are read when no
+#: frame hints at a repeat.
+SCAN_INTERVAL_NS: Final = 1_000_000_000
 #: The most ``seq`` numbers one gap may leave to be told apart later as reorders.
 MAX_REMEMBERED: Final = 4096
 
@@ -192,7 +198,13 @@ class ConnectionCheck:
         self._pending: dict[int, tuple[int, str, str]] = {}  # ref -> (sent at, kind, name)
         self._commits: dict[str, str] = {}  # draft id -> the content that committed it
         self._draft_chars: dict[str, int] = {}  # draft id -> characters seen
-        self._repeats = 0  # revision repeats reported (the continuities' counters)
+        #: transcript id -> events ignored as repeats so far (``Continuity`` counters)
+        self._repeats: dict[str, int] = {}
+        #: Transcripts the core resubscribed to repair (a gap, lagged, ...):
+        #: a repair asked for twice is answered twice, and the second
+        #: answer's events are repeats the core ignores, as it must.
+        self._repaired: set[str] = set()
+        self._scanned_ns = 0
 
     def subscribe(self, transcript_id: str) -> None:
         self.core.subscribe(transcript_id)
@@ -228,10 +240,13 @@ class ConnectionCheck:
         """Take one WebSocket message received at ``wall_ns`` (``time_ns``)
         and ``mono_ns`` (``perf_counter_ns``); what to report, in order."""
         core = self.core
+        frames = core.frames
         core.receive_data(message)
+        frames = core.frames - frames
         samples = [self._seq_failure(*note) for note in self.seq.take()]
         deliveries: list[Sample] = []
-        for update in core.updates_received():
+        updates = core.updates_received()
+        for update in updates:
             if isinstance(update, Applied):
                 change = update.event.change
                 if isinstance(change, MessagesAppended):
@@ -270,14 +285,11 @@ class ConnectionCheck:
             elif isinstance(update, ErrorReceived):
                 frame = update.frame
                 samples.append(self._failure(f"error {frame.code}", frame.message))
-        repeats = sum(s.continuity.counters.repeats_ignored for s in core.subscriptions.values())
-        if repeats > self._repeats:
-            samples.append(
-                self._failure(
-                    "repeat", f"{repeats - self._repeats} event(s) at or below the copy's revision"
-                )
-            )
-            self._repeats = repeats
+        if len(updates) < frames or mono_ns - self._scanned_ns >= SCAN_INTERVAL_NS:
+            # A frame that changed nothing may be an event ignored as a repeat
+            # (the counters are cumulative: a periodic look misses none).
+            self._scanned_ns = mono_ns
+            samples.extend(self._repeated())
         if deliveries:
             # The message's bytes, shared out over what it delivered.
             share, extra = divmod(len(message), len(deliveries))
@@ -288,6 +300,22 @@ class ConnectionCheck:
         return samples
 
     # --- internals -----------------------------------------------------------------
+
+    def _repeated(self) -> list[Sample]:
+        samples = []
+        for tid, subscription in self.core.subscriptions.items():
+            repeats = subscription.continuity.counters.repeats_ignored
+            before = self._repeats.get(tid, 0)
+            if repeats > before:
+                self._repeats[tid] = repeats
+                if tid not in self._repaired:
+                    samples.append(
+                        self._failure(
+                            "repeat",
+                            f"{tid}: {repeats - before} event(s) at or below the copy's revision",
+                        )
+                    )
+        return samples
 
     def _failure(self, what: str, detail: str) -> Sample:
         self.failures += 1
@@ -356,6 +384,8 @@ class ConnectionCheck:
 
     def _resubscribed(self, update: Resubscribed) -> Sample | None:
         reason = update.reason
+        if reason != "connection":
+            self._repaired.add(update.transcript_id)
         where = f"{update.transcript_id} at revision {update.from_revision}"
         if reason == "gap":
             return self._failure("revision gap", f"{where}: the next event skipped revisions")
@@ -386,13 +416,13 @@ class ConnectionCheck:
 
 def draft_clock(draft_id: str) -> str | None:
     """The clock id a draft id made by ``draft_id_for`` carries."""
-    parts = draft_id.split("~")
+    parts = draft_id.split(":")
     return parts[1] if len(parts) == 3 else None
 
 
 def draft_id_for(clock: str, user: str, number: int) -> str:
     """A draft id that carries the writer's clock id (for its tokens' latency)."""
-    return f"d~{clock}~{user}.{number}"
+    return f"d:{clock}:{user}.{number}"
 
 
 def append_op(
