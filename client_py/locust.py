@@ -93,6 +93,8 @@ log = logging.getLogger("tsync.locust")
 #: This machine's clock, as the messages written here carry it.
 CLOCK: Final = clock_id()
 PING_INTERVAL_S: Final = 1.0
+#: Locust request type of opening a connection (its handshake's time).
+CONNECT: Final = "CONNECT"
 #: An append not answered after this long is a failure (``no answer``).
 ANSWER_TIMEOUT_S: Final = 10.0
 RECONNECT_DELAY_S: Final = 1.0
@@ -105,8 +107,9 @@ class ContinuityError(Exception):
     """A delivery broke the stream's continuity (a Locust failure)."""
 
 
-class AnswerError(Exception):
-    """An op of ours was refused or never answered (a Locust failure)."""
+class RequestFailed(Exception):
+    """An op of ours was refused or never answered, or a connection or a
+    transcript could not be made (a Locust failure)."""
 
 
 # --- options (Locust custom arguments: they show in its web UI) -------------------------
@@ -214,25 +217,38 @@ class _Link:
         self._reader: gevent.Greenlet[Any, Any] | None = None
 
     def open(self) -> None:
-        self._connect()
+        """Connect (``StopUser`` when the server cannot be reached) and start reading."""
+        if not self._connect():
+            raise StopUser()
         self._reader = gevent.spawn(self._run)
 
-    def _connect(self) -> None:
+    def _connect(self) -> bool:
+        """Open a connection, reported as ``CONNECT``: the handshake's time, or why not."""
         options = self.user.options
-        self.ws = self._stack.enter_context(
-            connect(
-                options.ws_url,
-                subprotocols=[wire.SUBPROTOCOL_JSON],  # type: ignore[list-item]
-                additional_headers=options.headers,
-                compression=None,
-                max_size=None,
-                open_timeout=30,
-                close_timeout=2,
+        started = time.perf_counter()
+        failure = None
+        try:
+            self.ws = self._stack.enter_context(
+                connect(
+                    options.ws_url,
+                    subprotocols=[wire.SUBPROTOCOL_JSON],  # type: ignore[list-item]
+                    additional_headers=options.headers,
+                    compression=None,
+                    max_size=None,
+                    open_timeout=30,
+                    close_timeout=2,
+                )
             )
-        )
+        except (OSError, websockets.InvalidHandshake, TimeoutError) as exc:
+            failure = f"{type(exc).__name__}: {exc}"
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        self.user.report([Sample(CONNECT, self.user.scenario, elapsed_ms, 0, failure)])
+        if failure is not None:
+            return False
         self.check.connection_made()
         self._send_ops()
         self.up.set()
+        return True
 
     def send(self, op: bytes) -> bool:
         """Send one op; False when the connection is down (it is being repaired)."""
@@ -278,11 +294,8 @@ class _Link:
             self._stack.close()
             while not self._stop.is_set():
                 gevent.sleep(RECONNECT_DELAY_S)
-                try:
-                    self._connect()
+                if self._connect():
                     break
-                except (OSError, websockets.InvalidHandshake, TimeoutError) as exc:
-                    log.warning("reconnecting to %s: %s", self.user.options.ws_url, exc)
 
 
 # --- users -------------------------------------------------------------------------------
@@ -319,7 +332,7 @@ class TsyncUser(User):
         for sample in samples:
             exception: Exception | None = None
             if sample.failure is not None:
-                cls = ContinuityError if sample.kind == CONTINUITY else AnswerError
+                cls = ContinuityError if sample.kind == CONTINUITY else RequestFailed
                 exception = cls(sample.failure)
                 if sample.detail:
                     log.warning("%s: %s", sample.name, sample.detail)
@@ -351,9 +364,9 @@ class TsyncUser(User):
                 response.read()
         except urllib.error.HTTPError as exc:
             if exc.code != 409:
-                failure = AnswerError(f"HTTP {exc.code}: {exc.read()[:200]!r}")
+                failure = RequestFailed(f"HTTP {exc.code}: {exc.read()[:200]!r}")
         except OSError as exc:
-            failure = AnswerError(f"{type(exc).__name__}: {exc}")
+            failure = RequestFailed(f"{type(exc).__name__}: {exc}")
         self.environment.events.request.fire(
             request_type="POST",
             name="/v1/transcripts",
