@@ -231,10 +231,17 @@ class ConnectionCheck:
         """The op with ``ref`` never left, or its answer is no longer awaited."""
         self._pending.pop(ref, None)
 
-    @property
-    def pending_refs(self) -> set[int]:
-        """The refs of the driver's ops still unanswered."""
-        return set(self._pending)
+    def overdue(self, now_ns: int, timeout_ns: int) -> list[Sample]:
+        """A failure for each op of the driver's sent more than ``timeout_ns``
+        before ``now_ns`` (``perf_counter_ns``) and still unanswered; they
+        are no longer awaited."""
+        late = [(ref, sent) for ref, sent in self._pending.items() if now_ns - sent[0] > timeout_ns]
+        samples = []
+        for ref, (at_ns, kind, name) in late:
+            del self._pending[ref]
+            failure = f"no answer in {timeout_ns / 1e9:g} s"
+            samples.append(Sample(kind, name, (now_ns - at_ns) / 1e6, 0, failure, f"ref {ref}"))
+        return samples
 
     def receive(self, message: str | bytes, wall_ns: int, mono_ns: int) -> list[Sample]:
         """Take one WebSocket message received at ``wall_ns`` (``time_ns``)
@@ -292,7 +299,8 @@ class ConnectionCheck:
             samples.extend(self._repeated())
         if deliveries:
             # The message's bytes, shared out over what it delivered.
-            share, extra = divmod(len(message), len(deliveries))
+            size = len(message.encode() if isinstance(message, str) else message)
+            share, extra = divmod(size, len(deliveries))
             for i, sample in enumerate(deliveries):
                 length = share + (extra if i == 0 else 0)
                 samples.append(Sample(sample.kind, sample.name, sample.response_time_ms, length))

@@ -31,6 +31,7 @@ from client_py.bench.deliveries import (
     CONTINUITY,
     CROSS_CLOCK,
     DELIVERY,
+    PING,
     TOKEN,
     ConnectionCheck,
     Sample,
@@ -184,7 +185,7 @@ def test_lagged_and_a_rebaseline_are_failures_as_in_tsync_bench() -> None:
     assert failures(again) == ["subscriber: rebaseline"]
 
 
-def test_an_ack_is_timed_from_its_send_and_an_error_answer_is_a_failure() -> None:
+def test_an_answer_is_timed_from_its_send_and_an_error_or_none_is_a_failure() -> None:
     check = ConnectionCheck("writer", clock=HERE)
     check.connection_made()
     check.ops_to_send()
@@ -197,7 +198,12 @@ def test_an_ack_is_timed_from_its_send_and_an_error_answer_is_a_failure() -> Non
         (ACK, "writer", 3.0, None),
         (ACK, "writer", 3.0, "too-large"),
     ]
-    assert check.pending_refs == set()
+    # An op never answered is a failure once overdue, and only then.
+    check.sent(3, 5_000_000, "writer", PING)
+    assert check.overdue(5_000_000 + 10**9, 10**9) == []
+    [late] = check.overdue(5_000_000 + 10**9 + 1, 10**9)
+    assert (late.kind, late.name, late.failure) == (PING, "writer", "no answer in 1 s")
+    assert check.overdue(10**12, 10**9) == []  # reported once
 
 
 def test_draft_tokens_are_timed_and_a_draft_that_closes_without_its_message_fails() -> None:
