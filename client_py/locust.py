@@ -35,7 +35,7 @@ the sans-I/O consumer core (``protocol.consumer``) inside
 repeat, reorder, ``lagged``, rebaseline, invalid or foreign frame is a
 failure of type ``CONTINUITY`` named after the user and what happened
 (``subscriber: seq gap``), and Locust then exits with
-``--exit-code-on-error`` (1 by default). The core does no I/O and needs
+``--exit-code-on-error`` (1 by default; 1 too when that is 0). The core does no I/O and needs
 nothing from this module but bytes in and ops out: ``_Link`` below is the
 whole driver, a blocking ``websockets.sync`` connection that gevent's
 patched sockets and threads make cooperative.
@@ -69,6 +69,7 @@ from locust import User, events, task
 from locust.argument_parser import LocustArgumentParser
 from locust.env import Environment
 from locust.exception import StopUser
+from locust.runners import WorkerRunner
 from websockets.sync.client import ClientConnection, connect
 
 from client_py.bench.deliveries import (
@@ -521,3 +522,19 @@ def _clock_note(environment: Environment, **_: Any) -> None:
 
 
 events.test_start.add_listener(_clock_note)  # type: ignore[no-untyped-call]
+
+
+def _continuity_fails_the_run(environment: Environment, **_: Any) -> None:
+    """A broken stream fails the run even under ``--exit-code-on-error 0``
+    (which is for load errors: a continuity failure is the server being
+    wrong, not slow). On the master, whose stats hold every worker's."""
+    if isinstance(environment.runner, WorkerRunner):
+        return
+    broken = sum(e.occurrences for e in environment.stats.errors.values() if e.method == CONTINUITY)
+    if broken and not environment.process_exit_code:
+        code = int(getattr(environment.parsed_options, "exit_code_on_error", 1)) or 1
+        environment.process_exit_code = code
+        log.error("tsync: %d continuity failure(s): exit code %d", broken, code)
+
+
+events.quitting.add_listener(_continuity_fails_the_run)  # type: ignore[no-untyped-call]

@@ -355,6 +355,8 @@ async def test_a_server_that_drops_frames_fails_the_run_naming_the_gap(tmp_path:
                 8,
                 "--users", "4", "--spawn-rate", "4",
                 "--tsync-rate", "10", "--tsync-ws-url", proxy.ws_url,
+                # Load errors may be waived; a broken stream fails the run all the same.
+                "--exit-code-on-error", "0",
                 "Subscriber", "Writer",
             )  # fmt: skip
             locust = await asyncio.create_subprocess_exec(
@@ -379,3 +381,4 @@ async def test_a_server_that_drops_frames_fails_the_run_naming_the_gap(tmp_path:
     assert gaps, failed
     assert all("seq gap: frames never arrived" in r["Error"] for r in gaps)
     assert "seq gap" in output
+    assert re.search(r"tsync: \d+ continuity failure\(s\): exit code 1", output), output[-3000:]
