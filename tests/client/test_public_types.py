@@ -25,17 +25,9 @@ def test_every_public_call_type_checks_strictly_in_a_users_file(tmp_path: Path) 
     program = tmp_path / "user_program.py"
     shutil.copy(Path(__file__).parent / "typed" / "user_program.py", program)
     env = {**os.environ, "MYPYPATH": str(ROOT)}
+    mypy = [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", ""]
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--no-incremental",
-            "--config-file",
-            "",
-            str(program),
-        ],  # fmt: skip
+        [*mypy, str(program)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
