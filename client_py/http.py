@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -288,6 +288,22 @@ class HttpApi:
         suffix = "lmmlz" if bundle else "lmml"
         response = await self._request("GET", f"/v1/transcripts/{transcript_id}/export.{suffix}")
         return response.content
+
+    async def chat(
+        self,
+        transcript_id: str,
+        *,
+        format: Literal["openai", "anthropic"] = "openai",
+        segment: Literal["active", "all"] = "active",
+        context: Literal["omit", "system"] = "omit",
+    ) -> dict[str, Any]:
+        """``GET /v1/transcripts/{id}/chat``: the body of a chat API call, to
+        pass on as it is: ``openai.chat.completions.create(model=...,
+        **body)`` (``{"messages"}``), or with ``format="anthropic"``
+        ``anthropic.messages.create(model=..., max_tokens=..., **body)``
+        (``{"messages", "system"?}``). See "Chat output" in docs/protocol.md."""
+        params = {"format": format, "segment": segment, "context": context}
+        return await self._json("GET", f"/v1/transcripts/{transcript_id}/chat", params=params)
 
     # -- internals ------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import msgspec
 from msgspec import Meta, Struct, field
 
 from protocol.types import Message, NonNegative, TranscriptEvent, TranscriptId, View
@@ -177,10 +178,13 @@ class UsageBody(Struct, frozen=True, rename="camel"):
     uses: list[UseRun]
 
 
-class ChatBody(Struct, frozen=True):
-    """Chat-completions ``messages``, ready for a model call."""
+class ChatBody(Struct, frozen=True, omit_defaults=True):
+    """Messages ready for a model call: chat-completions ``messages``
+    (``format=openai``), or Anthropic's ``messages`` and ``system``
+    (``format=anthropic``; ``system`` only when the transcript has one)."""
 
     messages: list[dict[str, Any]]
+    system: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class Health(Struct, frozen=True):

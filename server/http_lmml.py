@@ -2,7 +2,8 @@
 
 - ``POST /v1/transcripts/import``: a ``.lmml`` or ``.lmmlz`` body becomes one new
   transcript, one message per turn, created as a single append (revision 1).
-- ``GET /v1/transcripts/{id}/chat``: chat-completions ``{"messages": [...]}``.
+- ``GET /v1/transcripts/{id}/chat``: the body of a chat API call, OpenAI's
+  (``{"messages": [...]}``) or Anthropic's (``format=anthropic``).
 - ``GET /v1/transcripts/{id}/export.lmml`` and ``export.lmmlz``: the transcript
   written so that importing it gives the same messages back.
 """
@@ -14,10 +15,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import msgspec
+from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
 from protocol import api, codes, lmml
+from protocol import chat as chat_api
 from protocol.types import Message
 from protocol.views import Window
 from server import jobs
@@ -137,11 +140,15 @@ def _choice(request: Request, name: str, allowed: tuple[str, ...]) -> str:
 
 
 async def chat(request: Request) -> Response:
-    """Chat-completions ``{"messages": [...]}`` of the active segment
-    (``?segment=active``, the default) or of every message (``all``);
-    ``context`` messages are left out unless ``?context=system``."""
+    """The messages of the active segment (``?segment=active``, the default) or
+    of every message (``all``) as the request body of a chat API: OpenAI's
+    chat completions (``?format=openai``, the default: ``{"messages": [...]}``)
+    or Anthropic's Messages (``format=anthropic``: ``{"messages": [...],
+    "system": ...}``), converted as ``protocol.chat`` says; ``context``
+    messages are left out unless ``?context=system``."""
     tid = _transcript_id(request)
     segment = _choice(request, "segment", ("active", "all"))
+    chat_format = _choice(request, "format", ("openai", "anthropic"))
     context: Literal["omit", "system"] = (
         "system" if _choice(request, "context", ("omit", "system")) == "system" else "omit"
     )
@@ -149,7 +156,12 @@ async def chat(request: Request) -> Response:
     window = Window(segment="active") if segment == "active" else None
     snapshot = await _hub(request).snapshot(tid, window=window)
     messages: tuple[Message, ...] = snapshot.messages
-    response = json_response(api.ChatBody(messages=lmml.chat_messages(messages, context=context)))
+    if chat_format == "anthropic":
+        rendered = chat_api.anthropic_messages(messages, context=context)
+        body = api.ChatBody(messages=rendered["messages"], system=rendered.get("system", UNSET))
+    else:
+        body = api.ChatBody(messages=chat_api.openai_messages(messages, context=context))
+    response = json_response(body)
     response.headers["x-transcript-revision"] = str(snapshot.revision)
     return response
 

@@ -200,11 +200,18 @@ OPERATIONS: Final = (
     Operation(
         "get",
         "/v1/transcripts/{transcript_id}/chat",
-        "The messages in chat-completions form",
+        "The messages as the body of a chat API call (OpenAI or Anthropic)",
         {200: api.ChatBody, 400: _PROBLEM, 404: _PROBLEM},
         params=(
             _ID,
             Param("segment", "query", "active (default) or all", {"enum": ["active", "all"]}),
+            Param(
+                "format",
+                "query",
+                "openai (default: chat-completions messages) or anthropic (Messages API"
+                " messages and system)",
+                {"enum": ["openai", "anthropic"]},
+            ),
             Param(
                 "context",
                 "query",

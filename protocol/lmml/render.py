@@ -18,6 +18,7 @@ from typing import Any, Final, Literal, cast
 
 import msgspec
 
+from protocol.chat import attachment_bytes, openai_messages
 from protocol.lmml.errors import LmmlError
 from protocol.lmml.narrative import Embed
 from protocol.lmml.turns import Turn
@@ -149,7 +150,7 @@ def embed_bytes(part: ContentPart) -> bytes | None:
     the caller to check (compare ``embed_part(name, bytes)`` with the part).
     """
     if isinstance(part, AttachmentPart):
-        data = _binary(part.content)
+        data = attachment_bytes(part)
         return part.content.encode() if data is None else data
     if isinstance(part, ImageUrlPart):
         match = _DATA_URI_RE.fullmatch(part.image_url.url)
@@ -159,20 +160,6 @@ def embed_bytes(part: ContentPart) -> bytes | None:
             return base64.b64decode(match.group(2), validate=True)
         except binascii.Error:
             return None
-    return None
-
-
-def _binary(content: str) -> bytes | None:
-    try:
-        data = base64.b64decode(content, validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    if base64.b64encode(data).decode("ascii") != content:
-        return None
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data
     return None
 
 
@@ -261,18 +248,11 @@ def resolver(assets: Mapping[str, bytes]) -> Callable[[Embed], bytes | None]:
 def chat_messages(
     messages: Sequence[Message], *, context: Literal["omit", "system"] = "omit"
 ) -> list[dict[str, Any]]:
-    """Chat-completions ``messages``: plain dicts as ``msgspec.to_builtins`` gives.
+    """Chat-completions ``messages`` that the ``openai`` package's types accept
+    (``protocol.chat.openai_messages``: what the API cannot carry is converted
+    as docs/protocol.md says, never dropped without a placeholder).
 
     ``context`` messages (an imported narrative's preamble) are left out, or
     become ``system`` messages with ``context="system"``.
     """
-    if context not in ("omit", "system"):
-        raise ValueError(f"context must be 'omit' or 'system', not {context!r}")
-    result: list[dict[str, Any]] = []
-    for message in messages:
-        if message.role == "context":
-            if context == "omit":
-                continue
-            message = msgspec.structs.replace(message, role="system")
-        result.append(msgspec.to_builtins(message))
-    return result
+    return openai_messages(messages, context=context)

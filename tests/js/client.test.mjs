@@ -14,7 +14,7 @@ import {
   backoffDelay,
   newIdempotencyKey,
   tokenExpiry,
-} from "../../server/static/client.js";
+} from "../../client_js/client.js";
 
 // --- fakes -------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { Consumer } from "../../server/static/client.js";
+import { Consumer } from "../../client_js/client.js";
 
 const CASES = join(dirname(fileURLToPath(import.meta.url)), "..", "cases", "consumer");
 const FILES = readdirSync(CASES).filter((f) => f.endsWith(".json")).sort();

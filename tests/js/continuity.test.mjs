@@ -8,7 +8,7 @@ import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { Continuity, SeqTracker, SeqVerdict } from "../../server/static/client.js";
+import { Continuity, SeqTracker, SeqVerdict } from "../../client_js/client.js";
 
 const CASES = join(dirname(fileURLToPath(import.meta.url)), "..", "cases", "continuity");
 const FILES = readdirSync(CASES).filter((f) => f.endsWith(".json")).sort();

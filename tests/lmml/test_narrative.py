@@ -246,7 +246,7 @@ def test_chat_messages_leave_context_out_or_make_it_system() -> None:
         Message(role="context", content="notes"),
         Message(role="user", content=(TextPart(text="hi"),), name="bob"),
     ]
-    user = {"role": "user", "content": ({"type": "text", "text": "hi"},), "name": "bob"}
+    user = {"role": "user", "content": [{"type": "text", "text": "hi"}], "name": "bob"}
     assert chat_messages(messages) == [user]
     assert chat_messages(messages, context="system") == [
         {"role": "system", "content": "notes"},

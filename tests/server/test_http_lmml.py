@@ -11,6 +11,8 @@ import httpx
 import pytest
 
 from protocol import lmml
+from protocol.chat import openai_messages
+from protocol.validation import parse_messages
 from protocol.wire import Baseline
 from tests.support.servers import running_server
 from tests.support.wsclient import RawClient
@@ -331,6 +333,11 @@ async def test_unknown_transcripts_are_404(path: str) -> None:
 # --- chat ---------------------------------------------------------------------------
 
 
+def chat_of(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What /chat renders for these stored messages (protocol.chat, tested on its own)."""
+    return openai_messages(parse_messages(messages), context="system")
+
+
 async def test_chat_renders_the_active_segment_and_maps_context_on_request() -> None:
     async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
         r = await http.post(
@@ -340,9 +347,18 @@ async def test_chat_renders_the_active_segment_and_maps_context_on_request() -> 
         )
         assert r.status_code == 201
         chat = (await http.get("/v1/transcripts/c/chat")).json()
-        assert chat == {"messages": EXPECTED[1:]}  # active is the default, context left out
+        assert chat == {"messages": chat_of(EXPECTED[1:])}  # active is the default, no context
+        # The text file is inlined, the assistant's SVG left out with a placeholder.
+        assert chat["messages"][0]["content"][1] == {
+            "type": "text",
+            "text": "[file notes.txt (text/plain)]\nhello\n[end of notes.txt]",
+        }
+        assert chat["messages"][1]["content"][1]["text"] == (
+            "[image an embedded image/svg+xml of 7 bytes left out:"
+            " assistant messages cannot carry images]"
+        )
         chat = (await http.get("/v1/transcripts/c/chat", params={"context": "system"})).json()
-        assert chat == {"messages": [{**EXPECTED[0], "role": "system"}, *EXPECTED[1:]]}
+        assert chat == {"messages": chat_of([{**EXPECTED[0], "role": "system"}, *EXPECTED[1:]])}
 
         r = await http.post("/v1/transcripts/c/segments", json={"start": 2})
         assert r.status_code == 201
@@ -352,14 +368,40 @@ async def test_chat_renders_the_active_segment_and_maps_context_on_request() -> 
         assert r.status_code == 201
         active = await http.get("/v1/transcripts/c/chat", params={"segment": "active"})
         assert active.headers["x-transcript-revision"] == "3"
-        assert active.json() == {"messages": [EXPECTED[2], {"role": "user", "content": "more"}]}
+        more = {"role": "user", "content": "more"}
+        assert active.json() == {"messages": chat_of([EXPECTED[2], more])}
         every = await http.get(
             "/v1/transcripts/c/chat", params={"segment": "all", "context": "omit"}
         )
-        assert every.json() == {"messages": [*EXPECTED[1:], {"role": "user", "content": "more"}]}
+        assert every.json() == {"messages": chat_of([*EXPECTED[1:], more])}
 
 
-@pytest.mark.parametrize("params", [{"segment": "open"}, {"context": "user"}, {"segment": "ALL"}])
+async def test_chat_in_the_anthropic_format_has_a_system_string_and_image_blocks() -> None:
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        r = await http.post(
+            "/v1/transcripts/import",
+            params={"filename": "chat.lmmlz", "id": "c"},
+            content=CHAT_LMMLZ,
+        )
+        assert r.status_code == 201
+        params = {"format": "anthropic", "context": "system"}
+        body = (await http.get("/v1/transcripts/c/chat", params=params)).json()
+        assert body["system"] == "A chat about notes.\n"
+        user, assistant = body["messages"]
+        assert [b["type"] for b in user["content"]] == ["text", "text", "image"]
+        assert user["content"][2]["source"] == {
+            "type": "base64",
+            "media_type": "image/png",
+            "data": base64.b64encode(PNG).decode(),
+        }
+        assert assistant["role"] == "assistant"
+        body = (await http.get("/v1/transcripts/c/chat", params={"format": "anthropic"})).json()
+        assert "system" not in body  # context left out: no system at all
+
+
+@pytest.mark.parametrize(
+    "params", [{"segment": "open"}, {"context": "user"}, {"segment": "ALL"}, {"format": "gemini"}]
+)
 async def test_chat_refuses_unknown_query_values(params: dict[str, str]) -> None:
     async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
         await http.post("/v1/transcripts", json={"id": "c"})

@@ -1,0 +1,634 @@
+// Types of @transcript-sync/client (client.js). Written by hand beside the
+// module and held to it by the test suite: every runtime export is declared
+// here (tests/js_package: a check against the module's own exports), and an
+// example that uses every public API type-checks with `tsc --noEmit --strict`
+// and runs against a real server.
+
+// --- the model (docs/protocol.md section 1) -------------------------------------------
+
+export type Role = "user" | "assistant" | "system" | "tool" | "context";
+
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+
+export interface TextPart {
+  type: "text";
+  text: string;
+}
+
+export interface ImageUrlPart {
+  type: "image_url";
+  image_url: { url: string; detail?: string | null };
+}
+
+/** A file: content is its text, or base64 of bytes that are not UTF-8 (see attachmentBytes). */
+export interface AttachmentPart {
+  type: "attachment";
+  name: string;
+  mime: string;
+  content: string;
+}
+
+export type ContentPart = TextPart | ImageUrlPart | AttachmentPart;
+
+/** One chat message; never changed once appended. */
+export interface Message {
+  role: Role;
+  content: string | ContentPart[];
+  name?: string | null;
+  tool_call_id?: string | null;
+  tool_calls?: Array<{ [key: string]: JsonValue }> | null;
+  metadata?: { [key: string]: JsonValue } | null;
+}
+
+/** What an append takes: a message, with plain JSON anywhere. */
+export type MessageInput = Message;
+
+export interface Segment {
+  start: number;
+  end: number | null;
+}
+
+export interface View {
+  name: string;
+  start: number;
+  /** null: open, it follows the transcript. */
+  end: number | null;
+}
+
+export interface MessagesAppended {
+  kind: "messages-appended";
+  start: number;
+  messages: Message[];
+}
+
+export interface SegmentStarted {
+  kind: "segment-started";
+  previousStart: number;
+  start: number;
+  end: number;
+}
+
+export interface ViewChanged {
+  kind: "view-changed";
+  name: string;
+  start: number;
+  end?: number | null;
+}
+
+export interface ViewLeft {
+  kind: "view-left";
+  name: string;
+  start: number;
+  end?: number | null;
+}
+
+export type Change = MessagesAppended | SegmentStarted | ViewChanged | ViewLeft;
+
+export interface TranscriptEvent {
+  transcriptId: string;
+  epoch: string;
+  revision: number;
+  occurredAt: number;
+  change: Change;
+  origin?: { contextId: string } | null;
+}
+
+/** A transcript at one revision: messages [start, start + messages.length) of length. */
+export interface TranscriptSnapshot {
+  transcriptId: string;
+  epoch: string;
+  revision: number;
+  start: number;
+  messages: Message[];
+  activeStart: number;
+  segments: Segment[];
+  length?: number;
+  views?: View[];
+  viewChanges?: number;
+}
+
+/** The part of a transcript a subscription holds (docs/protocol.md, Windows). */
+export type Window = { tail: number } | { from: number } | { segment: "active" } | { view: string };
+
+// --- frames and ops (docs/protocol.md section 2) ---------------------------------------
+
+export interface Ack {
+  type: "ack";
+  seq: number;
+  transcriptId: string;
+  revision: number;
+  ref?: string | number | null;
+  start?: number | null;
+  count?: number | null;
+  duplicate?: boolean;
+  draftId?: string | null;
+  n?: number | null;
+}
+
+export interface ErrorFrame {
+  type: "error";
+  seq?: number;
+  code: string;
+  message: string;
+  ref?: string | number | null;
+  transcriptId?: string | null;
+  retryAfterMs?: number | null;
+  [key: string]: unknown;
+}
+
+/** Any frame the server sends (checked by acceptFrame before anything reads it). */
+export interface ServerFrame {
+  type: string;
+  seq: number;
+  [key: string]: unknown;
+}
+
+/** A client op as sent on the wire. */
+export interface ClientOp {
+  op: string;
+  [key: string]: unknown;
+}
+
+// --- pure parts: seq, continuity, copies, the consumer core ----------------------------
+
+export const SUBPROTOCOL_JSON: "tsync.v1.json";
+
+export type CloseAdvice = "backoff" | "resume" | "new-token" | "no";
+/** What to do after the server closed with each code; codes not listed mean "backoff". */
+export const CLOSE_ADVICE: Readonly<Record<number, CloseAdvice>>;
+
+/** The exp of a JWT in milliseconds since the epoch (unverified), or null. */
+export function tokenExpiry(token: string | null | undefined): number | null;
+
+/** Error codes after which a subscription cannot go on by resubscribing. */
+export const STOP_CODES: readonly string[];
+
+export type SeqVerdictValue = "ok" | "gap" | "repeat";
+export const SeqVerdict: Readonly<{ OK: "ok"; GAP: "gap"; REPEAT: "repeat" }>;
+
+export interface SeqCounters {
+  ok: number;
+  gaps: number;
+  repeats: number;
+  missing: number;
+}
+
+/** Checks that a connection's seq runs 1, 2, 3, ... with no gap. */
+export class SeqTracker {
+  last: number;
+  observe(seq: number): SeqVerdictValue;
+  reset(): void;
+  readonly counters: SeqCounters;
+}
+
+export interface ContinuityCounters {
+  applied: number;
+  repeatsIgnored: number;
+  gaps: number;
+  skipped: number;
+  resumes: number;
+  baselines: number;
+  rebaselines: number;
+  staleBaselines: number;
+  dropped: number;
+  epochChanges: number;
+  foreign: number;
+  lagged: number;
+  resubscribes: number;
+}
+
+export interface SubscribeOp extends ClientOp {
+  op: "subscribe";
+  transcriptId: string;
+  fromRevision?: number;
+  epoch?: string;
+  ref?: string | number;
+  window?: Window;
+}
+
+export type Decision =
+  | { kind: "apply"; event: TranscriptEvent }
+  | { kind: "replace"; snapshot: TranscriptSnapshot }
+  | { kind: "ignore"; reason: string }
+  | { kind: "reject"; reason: string }
+  | { kind: "stop"; code: string; reason: string }
+  | {
+      kind: "resubscribe";
+      transcriptId: string;
+      fromRevision: number | null;
+      epoch: string | null;
+      reason: string;
+      op(ref?: string | number | null): SubscribeOp;
+    };
+
+/** The continuity state of one subscribed transcript (port of protocol.continuity). */
+export class Continuity {
+  constructor(transcriptId: string);
+  transcriptId: string;
+  revision: number | null;
+  epoch: string | null;
+  resyncing: boolean;
+  onFrame(frame: ServerFrame): Decision;
+  onBaseline(snapshot: TranscriptSnapshot): Decision;
+  onEvent(event: TranscriptEvent): Decision;
+  onError(frame: ErrorFrame): Decision;
+  drop(reason: string): Decision;
+  onSeqGap(): Decision;
+  onConnectionLost(): Decision;
+  onNewConnection(): Decision;
+  onResubscribeAnswered(): void;
+  resubscribeRequest(ref?: string | number | null): SubscribeOp;
+  readonly counters: ContinuityCounters;
+}
+
+/** A frame, snapshot or event the consumer cannot accept; message says why. */
+export class InvalidFrame extends Error {
+  constructor(message: string);
+}
+
+/** Throw InvalidFrame unless s is a valid snapshot (path names it in the message). */
+export function checkSnapshot(s: unknown, path?: string): asserts s is TranscriptSnapshot;
+/** As checkSnapshot, for a baseline's snapshot. */
+export function checkBaseline(s: unknown, path?: string): asserts s is TranscriptSnapshot;
+/** Throw InvalidFrame unless e is a valid event. */
+export function checkEvent(e: unknown, path?: string): asserts e is TranscriptEvent;
+/** The frame, checked; throws InvalidFrame when it does not validate. */
+export function acceptFrame(frame: unknown): ServerFrame;
+
+export interface CopyView {
+  name: string;
+  start: number;
+  end: number | null;
+}
+
+/** A consumer's copy of a transcript; apply() checks every event as the server does. */
+export class TranscriptCopy {
+  constructor(snapshot: TranscriptSnapshot, options?: { keepMessages?: boolean });
+  transcriptId: string;
+  epoch: string;
+  revision: number;
+  start: number;
+  length: number;
+  /** [start, length); null for a copy made with keepMessages false. */
+  messages: Message[] | null;
+  activeStart: number;
+  segments: Segment[];
+  views: CopyView[];
+  viewChanges: number;
+  view(name: string): CopyView | null;
+  prepend(start: number, messages: Message[]): void;
+  checkNext(event: TranscriptEvent): void;
+  apply(event: TranscriptEvent): void;
+}
+
+/** @deprecated The old name of TranscriptCopy. */
+export const Mirror: typeof TranscriptCopy;
+export type Mirror = TranscriptCopy;
+
+/** An event that cannot be applied to a copy: malformed, or not the next change. */
+export class InvalidChange extends Error {
+  constructor(message: string);
+}
+
+/** The ref prefix of the pings that mark a resubscribe as answered. */
+export const BARRIER_PREFIX: "sync:";
+
+/** One draft as a consumer holds it. */
+export class DraftCopy {
+  constructor(draftId: string, role: Role);
+  draftId: string;
+  role: Role;
+  n: number;
+  text: string;
+  waiting: boolean;
+  stale: boolean;
+  finalRevision: number | null;
+  take(frame: { n: number; delta?: string | null; text?: string | null }): boolean;
+}
+
+export type DraftState = "open" | "final" | "cancelled" | "expired" | "gone";
+
+/** What the consumer core reports (Consumer.updatesReceived). */
+export type CoreUpdate =
+  | { kind: "applied"; transcriptId: string; event: TranscriptEvent; copy: TranscriptCopy }
+  | { kind: "replaced"; transcriptId: string; snapshot: TranscriptSnapshot; copy: TranscriptCopy; [key: string]: unknown }
+  | { kind: "resubscribed"; transcriptId: string; reason: string; [key: string]: unknown }
+  | { kind: "stopped"; transcriptId: string; code: string; message: string }
+  | { kind: "answered"; frame: ServerFrame }
+  | { kind: "error"; frame: ErrorFrame }
+  | { kind: "invalid"; reason: string }
+  | { kind: "frames-lost"; missing: number }
+  | { kind: "synced"; barrier: number }
+  | { kind: "draft"; transcriptId: string; [key: string]: unknown }
+  | { kind: "draft-closed"; transcriptId: string; [key: string]: unknown };
+
+/** One followed transcript: its Continuity, its copy and its drafts. */
+export class Subscription {
+  constructor(transcriptId: string, options?: { keepMessages?: boolean; window?: Window | null });
+  transcriptId: string;
+  continuity: Continuity;
+  copy: TranscriptCopy | null;
+  window: Window | null;
+  barrier: number;
+  drafts: Map<string, DraftCopy>;
+  finals: number;
+  readonly revision: number | null;
+  request(): SubscribeOp;
+  onBaseline(snapshot: TranscriptSnapshot): CoreUpdate | null;
+  onEvent(event: TranscriptEvent): CoreUpdate | null;
+  onError(frame: ErrorFrame): CoreUpdate | null;
+  onDraft(frame: ServerFrame): CoreUpdate | null;
+  settleDrafts(): CoreUpdate[];
+  onSeqGap(): CoreUpdate | null;
+  onNewConnection(): CoreUpdate | null;
+  onConnectionLost(): CoreUpdate | null;
+  onResubscribeAnswered(): void;
+}
+
+/** The whole consumer of one connection, sans I/O: text in, ops and updates out. */
+export class Consumer {
+  constructor(options?: { keepMessages?: boolean });
+  keepMessages: boolean;
+  subscriptions: Map<string, Subscription>;
+  seq: SeqTracker;
+  connected: boolean;
+  invalidFrames: number;
+  subscribe(transcriptId: string, options?: { window?: Window | null }): Subscription;
+  unsubscribe(transcriptId: string): boolean;
+  connectionMade(): void;
+  connectionLost(): void;
+  receiveData(data: string): void;
+  receiveFrame(frame: unknown): void;
+  opsToSend(): ClientOp[];
+  updatesReceived(): CoreUpdate[];
+}
+
+/** The bytes of an attachment part: base64 decoded, or its text as UTF-8. */
+export function attachmentBytes(part: AttachmentPart): Uint8Array;
+
+/** Exponential backoff with full jitter, in milliseconds; attempt counts from 0. */
+export function backoffDelay(
+  attempt: number,
+  options?: { initialMs?: number; maxMs?: number; random?: () => number },
+): number;
+
+/** A fresh idempotency key. */
+export function newIdempotencyKey(): string;
+
+/** The most messages one HTTP read returns. */
+export const READ_MAX: 1000;
+
+/** The HTTP base URL of a ws:// or wss:// URL of /v1/ws. */
+export function httpBase(wsUrl: string): string;
+
+/** An error frame as an Error: code is the wire code (docs/protocol.md, Errors). */
+export class ServerError extends Error {
+  constructor(frame: ErrorFrame);
+  code: string;
+  frame: ErrorFrame;
+}
+
+// --- the client --------------------------------------------------------------------------
+
+export type ClientState =
+  | "idle"
+  | "connecting"
+  | "live"
+  | "reconnecting"
+  | "resyncing"
+  | "resynced"
+  | "closed"
+  | "unauthorized"
+  | "refused";
+
+export interface Timers {
+  setTimeout(f: () => void, ms: number): unknown;
+  clearTimeout(id: unknown): void;
+  setInterval(f: () => void, ms: number): unknown;
+  clearInterval(id: unknown): void;
+  now(): number;
+}
+
+/** The WebSocket class the client dials with (the browser's, Node 22's, or ws's). */
+export interface WebSocketClass {
+  new (url: string, protocols?: string | string[]): {
+    onopen: ((event: unknown) => void) | null;
+    onmessage: ((event: { data: unknown }) => void) | null;
+    onclose: ((event: { code: number; reason: string }) => void) | null;
+    onerror: ((event: unknown) => void) | null;
+    send(data: string): void;
+    close(code?: number, reason?: string): void;
+    readonly readyState: number;
+  };
+}
+
+export interface ClientOptions {
+  /** A bearer token, sent as the first frame of each connection. */
+  token?: string | null;
+  /** Asked before every connection, before the token's exp and after a refusal (close 4001). */
+  getToken?: () => string | null | undefined | Promise<string | null | undefined>;
+  initialBackoffMs?: number;
+  maxBackoffMs?: number;
+  random?: () => number;
+  /** Ping this often; reconnect when a ping got no frame back by the next (0: off). */
+  heartbeatMs?: number;
+  /** Default: globalThis.WebSocket, else the `ws` package's. */
+  WebSocket?: WebSocketClass;
+  /** The server's HTTP base for loadEarlier (default: from url). */
+  httpUrl?: string;
+  fetch?: typeof globalThis.fetch;
+  newKey?: () => string;
+  timers?: Timers;
+}
+
+export interface StatusEvent {
+  state: ClientState;
+  attempt: number;
+  delayMs?: number;
+  reason?: string;
+}
+
+export interface BaselineEvent {
+  transcriptId: string;
+  mirror: TranscriptCopy;
+  snapshot: TranscriptSnapshot;
+  epochChanged: boolean;
+}
+
+export interface MessagesEvent {
+  transcriptId: string;
+  start: number;
+  messages: Message[];
+  revision: number;
+  event: TranscriptEvent;
+  mirror: TranscriptCopy;
+}
+
+export interface SegmentEvent {
+  transcriptId: string;
+  previousStart: number;
+  start: number;
+  end: number;
+  revision: number;
+  event: TranscriptEvent;
+  mirror: TranscriptCopy;
+}
+
+export interface ViewEvent {
+  transcriptId: string;
+  name: string;
+  start: number;
+  end: number | null;
+  left: boolean;
+  revision: number;
+  event: TranscriptEvent;
+  mirror: TranscriptCopy;
+}
+
+export interface EarlierEvent {
+  transcriptId: string;
+  start: number;
+  messages: Message[];
+  mirror: TranscriptCopy;
+}
+
+export interface StopEvent {
+  transcriptId: string;
+  code: string;
+  message: string;
+}
+
+export interface DraftEvent {
+  transcriptId: string;
+  draftId: string;
+  role: Role;
+  /** "open" while it is written; otherwise how it closed. */
+  state: DraftState;
+  /** The number of its latest update (null once closed). */
+  n: number | null;
+  /** What the text grew by (null when it was replaced or closed). */
+  delta: string | null;
+  /** Its whole text now (its last text when closed). */
+  text: string;
+  /** With "final": the revision that committed it. */
+  revision: number | null;
+  mirror: TranscriptCopy | null;
+}
+
+export interface UpdateEvent {
+  transcriptId: string | null;
+  update: CoreUpdate;
+}
+
+/** Every event of TsyncClient.on, with what its listener gets. */
+export interface ClientEvents {
+  status: StatusEvent;
+  baseline: BaselineEvent;
+  messages: MessagesEvent;
+  segment: SegmentEvent;
+  view: ViewEvent;
+  earlier: EarlierEvent;
+  stop: StopEvent;
+  draft: DraftEvent;
+  ack: Ack;
+  error: ErrorFrame;
+  update: UpdateEvent;
+}
+
+export interface ClientStats {
+  connections: number;
+  reconnects: number;
+  resyncs: number;
+  duplicateAcks: number;
+}
+
+/** The ack of an append: where its messages landed. */
+export interface AppendAck extends Ack {
+  start: number;
+  count: number;
+}
+
+/**
+ * One logical connection to a transcript-sync server, kept open across
+ * reconnects; every followed transcript is a self-checking copy.
+ */
+export class TsyncClient {
+  /** url: the ws:// or wss:// URL of /v1/ws. */
+  constructor(url: string, options?: ClientOptions);
+  readonly url: string;
+  token: string | null;
+  httpUrl: string;
+  state: ClientState;
+  readonly stats: ClientStats;
+  /** The consumer core: seq, continuity and every transcript's copy. */
+  readonly core: Consumer;
+  readonly seq: SeqTracker;
+  readonly subscriptions: Map<string, Subscription>;
+  /** Call listener(detail) for every event of this type; returns a function that stops it. */
+  on<K extends keyof ClientEvents>(type: K, listener: (detail: ClientEvents[K]) => void): () => void;
+  /** Open the connection (and keep reopening it until close()). */
+  connect(): this;
+  /** Close for good: no reconnect; pending appends are rejected. */
+  close(): void;
+  /** Follow a transcript (or a window of it) across reconnects. */
+  subscribe(transcriptId: string, options?: { window?: Window | null }): Subscription;
+  unsubscribe(transcriptId: string): void;
+  /** The open drafts of a subscribed transcript. */
+  drafts(transcriptId: string): Map<string, DraftCopy>;
+  /** The copy of a subscribed transcript, or null before its baseline. */
+  mirror(transcriptId: string): TranscriptCopy | null;
+  /** Widen the copy backwards by up to count messages; resolves with how many were added. */
+  loadEarlier(transcriptId: string, count: number): Promise<number>;
+  /** Append messages, exactly once across reconnects; rejects with a ServerError. */
+  append(
+    transcriptId: string,
+    messages: MessageInput[],
+    options?: { idempotencyKey?: string; expectedRevision?: number | null },
+  ): Promise<AppendAck>;
+  /** The appends sent or waiting to be sent, not yet acknowledged. */
+  readonly pendingAppends: Array<{ key: string; op: ClientOp }>;
+  /** Handle one decoded server frame (for custom transports and tests). */
+  handleFrame(frame: unknown): void;
+}
+
+// --- the store -----------------------------------------------------------------------------
+
+export interface DraftSnapshot {
+  readonly draftId: string;
+  readonly role: Role;
+  readonly n: number;
+  readonly text: string;
+}
+
+/** What a UI renders of one transcript; the same object until something changed. */
+export interface TranscriptStoreSnapshot {
+  readonly transcriptId: string;
+  readonly status: ClientState;
+  /** null before the first baseline. */
+  readonly revision: number | null;
+  readonly epoch: string | null;
+  readonly start: number;
+  readonly length: number;
+  /** Messages [start, length); the same array until messages change. */
+  readonly messages: readonly Message[];
+  /** The open drafts, in the order they opened. */
+  readonly drafts: readonly DraftSnapshot[];
+  /** Set once the subscription is over (not-found, forbidden, ...). */
+  readonly stopped: { readonly code: string; readonly message: string } | null;
+}
+
+/**
+ * A store for useSyncExternalStore(store.subscribe, store.getSnapshot) or any UI.
+ * It follows the transcript while it has listeners (from the first, until the last leaves).
+ */
+export interface TranscriptStore {
+  subscribe(listener: () => void): () => void;
+  getSnapshot(): TranscriptStoreSnapshot;
+}
+
+/** A store of one transcript of this client (creating it costs nothing). */
+export function createTranscriptStore(
+  client: TsyncClient,
+  transcriptId: string,
+  options?: { window?: Window | null },
+): TranscriptStore;

@@ -1,0 +1,2014 @@
+// transcript-sync's JavaScript client: a dependency-free ES module, for
+// browsers and Node >= 20 (where, before Node 22, the optional `ws` package
+// provides the WebSocket).
+//
+// Published as the npm package in client_js/ (types in client.d.ts) and
+// served by the server at /v1/client.js: one source, the same file. It
+// speaks the wire protocol of docs/protocol.md section 2 (subprotocol
+// tsync.v1.json), keeps one mirror per
+// subscribed transcript, checks continuity exactly like protocol/continuity.py
+// (SeqTracker per connection, Continuity per transcript), reconnects with
+// exponential backoff and full jitter, and retries appends on the new
+// connection with the idempotency key they were first sent with.
+//
+// The continuity machines (SeqTracker, Continuity) and the Mirror are pure:
+// no socket, no clock, no DOM. Node's test runner imports them directly and
+// runs the shared cases in tests/cases/continuity/*.json against them.
+//
+//   import { TsyncClient } from "/v1/client.js";
+//   const client = new TsyncClient("ws://host/v1/ws", { getToken: async () => token });
+//   client.on("baseline", ({ mirror }) => render(mirror));
+//   client.on("messages", ({ start, messages }) => add(start, messages));
+//   client.on("status", ({ state }) => show(state));
+//   client.subscribe("t1");
+//   client.connect();
+//   await client.append("t1", [{ role: "user", content: "hi" }]);
+
+export const SUBPROTOCOL_JSON = "tsync.v1.json";
+
+/**
+ * What to do after the server closed the connection with each code (the close
+ * codes of protocol/codes.py, tests/cases/errors.json): "backoff" reconnect
+ * after a growing random pause, "resume" reconnect now, "new-token" only with
+ * new credentials, "no" not before the cause is fixed. Codes not listed
+ * (1006, a dropped network) mean "backoff".
+ */
+export const CLOSE_ADVICE = Object.freeze({
+  1001: "backoff",
+  1007: "no",
+  1008: "no",
+  1009: "no",
+  1011: "backoff",
+  1012: "backoff",
+  1013: "backoff",
+  4001: "new-token",
+  4008: "resume",
+  4010: "backoff",
+});
+
+/** The exp of a JWT in milliseconds since the epoch (unverified), or null. */
+export function tokenExpiry(token) {
+  const part = typeof token === "string" ? token.split(".")[1] : undefined;
+  if (!part || token.split(".").length !== 3) return null;
+  try {
+    const json = atob(part.replace(/-/g, "+").replace(/_/g, "/").padEnd(Math.ceil(part.length / 4) * 4, "="));
+    const exp = JSON.parse(json)?.exp;
+    return typeof exp === "number" && Number.isFinite(exp) ? exp * 1000 : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Error codes after which a subscription cannot go on by resubscribing. */
+export const STOP_CODES = Object.freeze(["not-found", "forbidden", "unauthorized", "too-many-subscriptions", "invalid-view"]);
+const LAGGED = "lagged";
+
+// --- the connection's seq --------------------------------------------------------
+
+/** What one frame's seq says about the connection: "ok", "gap" or "repeat". */
+export const SeqVerdict = Object.freeze({ OK: "ok", GAP: "gap", REPEAT: "repeat" });
+
+/**
+ * Checks that a connection's seq runs 1, 2, 3, ... with no gap.
+ * After a gap it follows the new seq, so a single loss is reported once.
+ */
+export class SeqTracker {
+  constructor() {
+    this.last = 0;
+    this._counters = { ok: 0, gaps: 0, repeats: 0, missing: 0 };
+  }
+
+  /** Judge the seq of one received frame (the first expected is 1). */
+  observe(seq) {
+    const c = this._counters;
+    if (seq <= this.last) {
+      c.repeats += 1;
+      return SeqVerdict.REPEAT;
+    }
+    if (seq === this.last + 1) {
+      this.last = seq;
+      c.ok += 1;
+      return SeqVerdict.OK;
+    }
+    c.gaps += 1;
+    c.missing += seq - this.last - 1;
+    this.last = seq;
+    return SeqVerdict.GAP;
+  }
+
+  /** Start over for a new connection (seq starts again at 1); counters stay. */
+  reset() {
+    this.last = 0;
+  }
+
+  get counters() {
+    return { ...this._counters };
+  }
+}
+
+// --- decisions ---------------------------------------------------------------------
+
+const apply = (event) => ({ kind: "apply", event });
+const replace = (snapshot) => ({ kind: "replace", snapshot });
+const ignore = (reason) => ({ kind: "ignore", reason });
+const reject = (reason) => ({ kind: "reject", reason });
+const stop = (code, reason) => ({ kind: "stop", code, reason });
+
+function resubscribe(transcriptId, fromRevision, epoch, reason) {
+  return {
+    kind: "resubscribe",
+    transcriptId,
+    fromRevision,
+    epoch,
+    reason,
+    /** The subscribe op that carries out this decision. */
+    op(ref) {
+      return subscribeOp(transcriptId, fromRevision, epoch, ref);
+    },
+  };
+}
+
+function subscribeOp(transcriptId, fromRevision, epoch, ref, window) {
+  const op = { op: "subscribe", transcriptId };
+  if (fromRevision !== null && fromRevision !== undefined) op.fromRevision = fromRevision;
+  if (epoch !== null && epoch !== undefined) op.epoch = epoch;
+  if (ref !== null && ref !== undefined) op.ref = ref;
+  if (window !== null && window !== undefined) op.window = window;
+  return op;
+}
+
+// --- one subscribed transcript ------------------------------------------------------
+
+/**
+ * The continuity state of one subscribed transcript: a faithful port of
+ * protocol.continuity.Continuity. Each on* method returns one decision
+ * ({kind: "apply"|"replace"|"ignore"|"resubscribe"|"reject"|"stop", ...}).
+ *
+ * revision and epoch are those of the consumer's copy (null before any
+ * baseline or after the copy was dropped for a new epoch); resyncing is true
+ * while a resubscribe is outstanding: further revision gaps are not asked
+ * about again, but lost connections, lagged errors and seq gaps always are.
+ */
+export class Continuity {
+  constructor(transcriptId) {
+    this.transcriptId = transcriptId;
+    this.revision = null;
+    this.epoch = null;
+    this.resyncing = false;
+    this._tally = {
+      applied: 0,
+      repeatsIgnored: 0,
+      gaps: 0,
+      skipped: 0,
+      resumes: 0,
+      baselines: 0,
+      rebaselines: 0,
+      staleBaselines: 0,
+      dropped: 0,
+      epochChanges: 0,
+      foreign: 0,
+      lagged: 0,
+      resubscribes: 0,
+    };
+    this._resumeCounted = false;
+  }
+
+  /** Dispatch a transcript update frame (baseline, increment or error). */
+  onFrame(frame) {
+    if (frame.type === "baseline") return this.onBaseline(frame.snapshot);
+    if (frame.type === "increment") return this.onEvent(frame.event);
+    return this.onError(frame);
+  }
+
+  /**
+   * A baseline replaces the copy, unless it is older than the copy in the
+   * same epoch (stale: ignored, or the copy would go back in time); a
+   * foreign one resubscribes.
+   */
+  onBaseline(snapshot) {
+    const tally = this._tally;
+    if (snapshot.transcriptId !== this.transcriptId) {
+      tally.foreign += 1;
+      return this._resubscribe("foreign", false);
+    }
+    if (this.revision !== null && snapshot.epoch === this.epoch && snapshot.revision < this.revision) {
+      tally.staleBaselines += 1;
+      return ignore("stale baseline");
+    }
+    if (tally.baselines) tally.rebaselines += 1;
+    tally.baselines += 1;
+    if (this.epoch !== null && snapshot.epoch !== this.epoch) tally.epochChanges += 1;
+    this.revision = snapshot.revision;
+    this.epoch = snapshot.epoch;
+    this.resyncing = false;
+    return replace(snapshot);
+  }
+
+  /** Apply the next event; ignore repeats; resubscribe on a gap or a new epoch. */
+  onEvent(event) {
+    const tally = this._tally;
+    if (event.transcriptId !== this.transcriptId) {
+      tally.foreign += 1;
+      return this._resubscribe("foreign", false);
+    }
+    if (this.revision === null) {
+      // No copy to apply it to: ask for a baseline once, then wait for it.
+      if (this.resyncing) {
+        tally.skipped += 1;
+        return ignore("no copy yet");
+      }
+      return this._resubscribe("no-copy", true);
+    }
+    if (event.epoch !== this.epoch) {
+      tally.epochChanges += 1;
+      this.revision = null;
+      this.epoch = null;
+      return this._resubscribe("epoch", true);
+    }
+    if (event.revision <= this.revision) {
+      tally.repeatsIgnored += 1;
+      return ignore("repeat");
+    }
+    if (event.revision === this.revision + 1) {
+      tally.applied += 1;
+      this.revision = event.revision;
+      this.resyncing = false;
+      return apply(event);
+    }
+    if (this.resyncing) {
+      tally.skipped += 1;
+      return ignore("resyncing");
+    }
+    tally.gaps += 1;
+    return this._resubscribe("gap", false);
+  }
+
+  /** lagged resubscribes; not-found, forbidden and unauthorized stop. */
+  onError(frame) {
+    const about = frame.transcriptId;
+    if (about !== undefined && about !== null && about !== this.transcriptId) {
+      return reject(`error about transcript ${JSON.stringify(about)}`);
+    }
+    if (frame.code === LAGGED) {
+      this._tally.lagged += 1;
+      return this._resubscribe("lagged", false);
+    }
+    if (STOP_CODES.includes(frame.code)) {
+      this.resyncing = false;
+      return stop(frame.code, frame.message);
+    }
+    return ignore(`error ${frame.code}`);
+  }
+
+  /** The copy is gone (an event did not fit it): forget it and ask for a fresh baseline. */
+  drop(reason) {
+    this._tally.dropped += 1;
+    this.revision = null;
+    this.epoch = null;
+    return this._resubscribe(reason, true);
+  }
+
+  /** The connection lost frames (SeqTracker said "gap"): resubscribe. */
+  onSeqGap() {
+    this._tally.gaps += 1;
+    return this._resubscribe("seq-gap", false);
+  }
+
+  /** The connection is gone: the decision is what to send on the next one. */
+  onConnectionLost() {
+    const decision = this._resubscribe("connection", false);
+    if (this.revision !== null) {
+      this._tally.resumes += 1;
+      this._resumeCounted = true;
+    }
+    return decision;
+  }
+
+  /** A new connection is up: resubscribe (a resume is counted once per reconnect). */
+  onNewConnection() {
+    const decision = this._resubscribe("connection", false);
+    if (this.revision !== null && !this._resumeCounted) this._tally.resumes += 1;
+    this._resumeCounted = false;
+    return decision;
+  }
+
+  /** The subscribe op for the current state (resume if there is a copy). */
+  /**
+   * The server has handled the last resubscribe: call it when the pong of a
+   * ping sent right after the subscribe op arrives (ops are handled in order,
+   * so the resumed increments came first). From here on a gap is a gap again.
+   */
+  onResubscribeAnswered() {
+    if (this.revision !== null) this.resyncing = false;
+  }
+
+  resubscribeRequest(ref) {
+    return this.revision === null
+      ? subscribeOp(this.transcriptId, null, null, ref)
+      : subscribeOp(this.transcriptId, this.revision, this.epoch, ref);
+  }
+
+  /** A copy of the counters (camelCase names of protocol.continuity.Counters). */
+  get counters() {
+    return { ...this._tally };
+  }
+
+  _resubscribe(reason, fresh) {
+    this._tally.resubscribes += 1;
+    this.resyncing = true;
+    if (fresh || this.revision === null) {
+      return resubscribe(this.transcriptId, null, null, reason);
+    }
+    return resubscribe(this.transcriptId, this.revision, this.epoch, reason);
+  }
+}
+
+// --- validation: what protocol.wire.accept_transcript_update accepts -------------------
+
+const ID = /^[A-Za-z0-9._:-]{1,128}$/;
+const VIEW_NAME = /^[A-Za-z0-9._:-]{1,64}$/;
+const ROLES = ["user", "assistant", "system", "tool", "context"];
+const MESSAGE_FIELDS = new Set(["role", "content", "name", "tool_call_id", "tool_calls", "metadata"]);
+const PART_FIELDS = {
+  text: ["text"],
+  image_url: ["image_url"],
+  attachment: ["name", "mime", "content"],
+};
+const MAX_REF_LENGTH = 200;
+
+/** A frame, snapshot or event the consumer cannot accept; message says why. */
+export class InvalidFrame extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "InvalidFrame";
+  }
+}
+
+const isObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+const isInt = (v, min) => Number.isInteger(v) && v >= min;
+const isOptional = (v, check) => v === undefined || v === null || check(v);
+const isRef = (v) => isOptional(v, (r) => (typeof r === "string" && r.length <= MAX_REF_LENGTH) || Number.isInteger(r));
+
+function need(ok, path, what) {
+  if (!ok) throw new InvalidFrame(`${path}: expected ${what}`);
+}
+
+function checkMessage(m, path) {
+  need(isObject(m), path, "a message object");
+  for (const key of Object.keys(m)) need(MESSAGE_FIELDS.has(key), `${path}.${key}`, "no unknown field");
+  need(ROLES.includes(m.role), `${path}.role`, `one of ${ROLES.join(", ")}`);
+  if (Array.isArray(m.content)) {
+    m.content.forEach((part, j) => {
+      const where = `${path}.content[${j}]`;
+      need(isObject(part) && Object.hasOwn(PART_FIELDS, part.type), `${where}.type`, "a known content part");
+      const fields = PART_FIELDS[part.type];
+      for (const key of Object.keys(part)) {
+        need(key === "type" || fields.includes(key), `${where}.${key}`, "no unknown field");
+      }
+      if (part.type === "image_url") {
+        const image = part.image_url;
+        need(isObject(image) && typeof image.url === "string", `${where}.image_url.url`, "a string");
+        need(isOptional(image.detail, (d) => typeof d === "string"), `${where}.image_url.detail`, "a string");
+        for (const key of Object.keys(image)) {
+          need(key === "url" || key === "detail", `${where}.image_url.${key}`, "no unknown field");
+        }
+      } else {
+        for (const key of fields) need(typeof part[key] === "string", `${where}.${key}`, "a string");
+      }
+    });
+  } else {
+    need(typeof m.content === "string", `${path}.content`, "a string or a list of content parts");
+  }
+  for (const key of ["name", "tool_call_id"]) {
+    need(isOptional(m[key], (v) => typeof v === "string"), `${path}.${key}`, "a string");
+  }
+  need(isOptional(m.tool_calls, (v) => Array.isArray(v) && v.every(isObject)), `${path}.tool_calls`, "a list of objects");
+  need(isOptional(m.metadata, isObject), `${path}.metadata`, "an object");
+}
+
+function checkMessages(list, path) {
+  need(Array.isArray(list), path, "a list of messages");
+  list.forEach((m, i) => checkMessage(m, `${path}[${i}]`));
+}
+
+/**
+ * Raise InvalidFrame unless some sequence of changes could have produced the
+ * snapshot: the port of protocol.state.check_snapshot (the same invariants
+ * Transcript.restore and every copy check). Fills in length when an older
+ * server left it out (its snapshots are whole).
+ */
+export function checkSnapshot(s, path = "snapshot") {
+  need(isObject(s), path, "an object");
+  need(typeof s.transcriptId === "string" && ID.test(s.transcriptId), `${path}.transcriptId`, "a transcript id");
+  need(typeof s.epoch === "string", `${path}.epoch`, "a string");
+  for (const key of ["revision", "start", "activeStart"]) need(isInt(s[key], 0), `${path}.${key}`, "an integer >= 0");
+  checkMessages(s.messages, `${path}.messages`);
+  need(Array.isArray(s.segments), `${path}.segments`, "a list");
+  s.segments.forEach((seg, i) => {
+    need(isObject(seg) && isInt(seg.start, 0), `${path}.segments[${i}].start`, "an integer >= 0");
+    need(seg.end === null || isInt(seg.end, 0), `${path}.segments[${i}].end`, "an integer >= 0 or null");
+  });
+  need(s.length === undefined || isInt(s.length, 0), `${path}.length`, "an integer >= 0");
+  need(s.views === undefined || Array.isArray(s.views), `${path}.views`, "a list");
+  (s.views ?? []).forEach((v, i) => {
+    need(isObject(v) && typeof v.name === "string" && VIEW_NAME.test(v.name), `${path}.views[${i}].name`, "a View name");
+    need(isInt(v.start, 0), `${path}.views[${i}].start`, "an integer >= 0");
+    need(isOptional(v.end, (e) => isInt(e, 0)), `${path}.views[${i}].end`, "an integer >= 0 or null");
+  });
+  need(s.viewChanges === undefined || isInt(s.viewChanges, 0), `${path}.viewChanges`, "an integer >= 0");
+  const problem = snapshotProblem(s, s.length ?? s.start + s.messages.length);
+  if (problem) throw new InvalidFrame(`inconsistent snapshot of transcript '${s.transcriptId}': ${problem}`);
+}
+
+function snapshotProblem(s, length) {
+  const end = s.start + s.messages.length;
+  if (end > length) return `its messages end at ${end}, past its length ${length}`;
+  const segments = s.segments;
+  if (!segments.length) return "no segments (there is always an open one)";
+  if (segments[0].start !== 0) return "the first segment does not start at 0";
+  for (let i = 0; i < segments.length - 1; i += 1) {
+    if (segments[i].end === null) return `segments[${i}] is open, but only the last segment may be open`;
+  }
+  const open = segments[segments.length - 1];
+  if (open.end !== null) return "the last segment is closed: it must be the open one";
+  if (open.start !== s.activeStart) {
+    return `activeStart ${s.activeStart} is not the start of the open segment (${open.start})`;
+  }
+  if (s.activeStart > length) return `activeStart ${s.activeStart} is past the length ${length}`;
+  for (let i = 0; i < segments.length - 1; i += 1) {
+    const older = segments[i];
+    const newer = segments[i + 1];
+    if (older.end > length) return `segments[${i}] ends at ${older.end}, past the length ${length}`;
+    if (!(older.start < newer.start && newer.start <= older.end)) {
+      return `segments[${i + 1}] does not start inside segments[${i}]`;
+    }
+    if (newer.end !== null && newer.end < older.end) return `segments[${i + 1}] ends before segments[${i}]`;
+  }
+  const views = s.views ?? [];
+  const viewChanges = s.viewChanges ?? 0;
+  const names = new Set();
+  for (let i = 0; i < views.length; i += 1) {
+    const v = views[i];
+    if (names.has(v.name)) return `views[${i}]: a second View named '${v.name}'`;
+    names.add(v.name);
+    const end = v.end ?? length;
+    if (!(v.start <= end && end <= length)) return `views[${i}] ('${v.name}') is not within [0, ${length}] with start <= end`;
+  }
+  if (viewChanges < views.length) return `${views.length} Views but only ${viewChanges} View changes`;
+  const starts = segments.length - 1;
+  const changes = starts + viewChanges;
+  const low = changes + (length ? 1 : 0);
+  const high = changes + length;
+  if (!(low <= s.revision && s.revision <= high)) {
+    return `revision ${s.revision} cannot follow from ${length} messages, ${starts} segment starts and ${viewChanges} View changes (it must be within ${low}..${high})`;
+  }
+  return null;
+}
+
+/** checkSnapshot, and the messages reach the length (a baseline may leave out the start, never the end). */
+export function checkBaseline(s, path = "snapshot") {
+  checkSnapshot(s, path);
+  const length = s.length ?? s.start + s.messages.length;
+  if (s.start + s.messages.length !== length) {
+    throw new InvalidFrame(
+      `snapshot of transcript '${s.transcriptId}' holds [${s.start}, ${s.start + s.messages.length}) of ${length} messages: a baseline's messages reach the length`,
+    );
+  }
+}
+
+/** Raise InvalidFrame unless the event is well formed (port of protocol.state.check_event). */
+export function checkEvent(e, path = "event") {
+  need(isObject(e), path, "an object");
+  need(typeof e.transcriptId === "string" && ID.test(e.transcriptId), `${path}.transcriptId`, "a transcript id");
+  need(typeof e.epoch === "string", `${path}.epoch`, "a string");
+  need(isInt(e.revision, 1), `${path}.revision`, "an integer >= 1");
+  need(Number.isInteger(e.occurredAt), `${path}.occurredAt`, "an integer");
+  need(isOptional(e.origin, (o) => isObject(o) && typeof o.contextId === "string"), `${path}.origin`, "an origin");
+  const c = e.change;
+  need(isObject(c), `${path}.change`, "an object");
+  if (c.kind === "messages-appended") {
+    need(isInt(c.start, 0), `${path}.change.start`, "an integer >= 0");
+    checkMessages(c.messages, `${path}.change.messages`);
+    if (!c.messages.length) throw new InvalidFrame("event.change: an append carries at least one message");
+  } else if (c.kind === "segment-started") {
+    for (const key of ["previousStart", "start", "end"]) need(isInt(c[key], 0), `${path}.change.${key}`, "an integer >= 0");
+    if (!(c.previousStart < c.start && c.start <= c.end)) {
+      throw new InvalidFrame("event.change: a segment start needs previousStart < start <= end");
+    }
+  } else if (c.kind === "view-changed" || c.kind === "view-left") {
+    need(typeof c.name === "string" && VIEW_NAME.test(c.name), `${path}.change.name`, "a View name");
+    need(isInt(c.start, 0), `${path}.change.start`, "an integer >= 0");
+    need(isOptional(c.end, (v) => isInt(v, 0)), `${path}.change.end`, "an integer >= 0 or null");
+    if (c.end !== undefined && c.end !== null && c.end < c.start) {
+      throw new InvalidFrame("event.change: a View's range needs start <= end");
+    }
+  } else {
+    throw new InvalidFrame(`${path}.change.kind: expected messages-appended, segment-started, view-changed or view-left`);
+  }
+}
+
+const DRAFT_STATES = ["open", "final", "cancelled", "expired"];
+
+/** A draft frame's shape (port of protocol.wire.check_draft_frame). */
+function checkDraftFrame(frame) {
+  need(typeof frame.transcriptId === "string" && ID.test(frame.transcriptId), "transcriptId", "a transcript id");
+  need(typeof frame.draftId === "string" && ID.test(frame.draftId), "draftId", "a draft id");
+  need(ROLES.includes(frame.role), "role", `one of ${ROLES.join(", ")}`);
+  need(isInt(frame.n, 0), "n", "an integer >= 0");
+  const state = frame.state ?? "open";
+  need(DRAFT_STATES.includes(state), "state", `one of ${DRAFT_STATES.join(", ")}`);
+  for (const key of ["delta", "text"]) need(isOptional(frame[key], (v) => typeof v === "string"), key, "a string");
+  need(isOptional(frame.revision, (v) => isInt(v, 0)), "revision", "an integer >= 0");
+  const hasDelta = frame.delta !== undefined && frame.delta !== null;
+  const hasText = frame.text !== undefined && frame.text !== null;
+  const hasRevision = frame.revision !== undefined && frame.revision !== null;
+  if (state === "open") {
+    if (frame.n < 1 || hasDelta === hasText) throw new InvalidFrame("an open draft's frame has n >= 1 and one of delta and text");
+    if (hasRevision) throw new InvalidFrame("only a final draft frame carries a revision");
+    return;
+  }
+  if (hasDelta || hasText) throw new InvalidFrame(`a ${state} draft frame carries no delta or text`);
+  if (hasRevision !== (state === "final")) throw new InvalidFrame("a final draft frame carries the revision, no other close does");
+}
+
+/**
+ * Validate ONE decoded server frame (port of accept_transcript_update): the
+ * frame itself, or InvalidFrame with a readable reason.
+ */
+export function acceptFrame(frame) {
+  need(isObject(frame), "frame", "an object");
+  need(isInt(frame.seq, 1), "seq", "an integer >= 1");
+  switch (frame.type) {
+    case "baseline":
+      checkBaseline(frame.snapshot);
+      break;
+    case "increment":
+      checkEvent(frame.event);
+      break;
+    case "ack":
+      need(typeof frame.transcriptId === "string" && ID.test(frame.transcriptId), "transcriptId", "a transcript id");
+      need(isInt(frame.revision, 0), "revision", "an integer >= 0");
+      need(isRef(frame.ref), "ref", "a ref");
+      for (const key of ["start", "count"]) need(isOptional(frame[key], (v) => isInt(v, 0)), key, "an integer >= 0");
+      need(isOptional(frame.duplicate, (v) => typeof v === "boolean"), "duplicate", "a boolean");
+      break;
+    case "pong":
+      need(isRef(frame.ref), "ref", "a ref");
+      break;
+    case "error":
+      need(typeof frame.code === "string", "code", "a string");
+      need(typeof frame.message === "string", "message", "a string");
+      need(isOptional(frame.transcriptId, (v) => typeof v === "string"), "transcriptId", "a string");
+      need(isRef(frame.ref), "ref", "a ref");
+      need(isOptional(frame.revision, (v) => isInt(v, 0)), "revision", "an integer >= 0");
+      break;
+    case "draft":
+      checkDraftFrame(frame);
+      break;
+    default:
+      throw new InvalidFrame(`type: unknown frame type ${JSON.stringify(frame.type)}`);
+  }
+  return frame;
+}
+
+// --- the copy -----------------------------------------------------------------------
+
+/**
+ * One transcript's copy: the port of protocol.state.TranscriptState. Holds
+ * messages [start, length) (messages[i] is the message at start + i), or
+ * none (messages null) when made with keepMessages false; segments are
+ * {start, end|null} like a snapshot's; views are {name, start, end|null}
+ * ordered by name, viewChanges how many View changes the revision counts.
+ * apply() checks every event exactly as the server's entity does;
+ * prepend() widens the window backwards (loadEarlier).
+ */
+export class TranscriptCopy {
+  constructor(snapshot, { keepMessages = true } = {}) {
+    checkBaseline(snapshot);
+    this.transcriptId = snapshot.transcriptId;
+    this.epoch = snapshot.epoch;
+    this.revision = snapshot.revision;
+    this.length = snapshot.length ?? snapshot.start + snapshot.messages.length;
+    this.start = keepMessages ? snapshot.start : this.length;
+    this.messages = keepMessages ? [...snapshot.messages] : null;
+    this.activeStart = snapshot.activeStart;
+    this.segments = snapshot.segments.map((s) => ({ start: s.start, end: s.end }));
+    this.views = (snapshot.views ?? []).map((v) => ({ name: v.name, start: v.start, end: v.end ?? null }));
+    this.views.sort(byName);
+    this.viewChanges = snapshot.viewChanges ?? 0;
+  }
+
+  /** The View called name, or null. */
+  view(name) {
+    return this.views.find((v) => v.name === name) ?? null;
+  }
+
+  /**
+   * Widen the window backwards: messages are [start, this.start), read elsewhere
+   * (the caller checked their epoch). Throws unless they end where the window begins.
+   */
+  prepend(start, messages) {
+    if (this.messages === null) throw new Error(`this copy of '${this.transcriptId}' keeps no messages`);
+    if (start < 0 || start + messages.length !== this.start) {
+      throw new Error(
+        `messages [${start}, ${start + messages.length}) do not end where the window [${this.start}, ${this.length}) of '${this.transcriptId}' begins`,
+      );
+    }
+    this.messages.unshift(...messages);
+    this.start = start;
+  }
+
+  /** Throw InvalidChange unless the event is exactly this copy's next change. */
+  checkNext(event) {
+    const name = `'${this.transcriptId}'`;
+    if (event.transcriptId !== this.transcriptId) {
+      throw new InvalidChange(`event of transcript '${event.transcriptId}' applied to ${name}`);
+    }
+    if (event.epoch !== this.epoch) {
+      throw new InvalidChange(`event of epoch '${event.epoch}' applied to transcript ${name} of epoch '${this.epoch}'`);
+    }
+    if (event.revision !== this.revision + 1) {
+      throw new InvalidChange(
+        `event for revision ${event.revision} applied to transcript ${name} at revision ${this.revision} (expected ${this.revision + 1})`,
+      );
+    }
+    const change = event.change;
+    if (change.kind === "messages-appended") {
+      if (!change.messages.length) throw new InvalidChange("event.change: an append carries at least one message");
+      if (change.start !== this.length) {
+        throw new InvalidChange(`append at index ${change.start} applied to transcript ${name} of length ${this.length}`);
+      }
+    } else if (change.kind === "segment-started") {
+      if (
+        change.previousStart !== this.activeStart ||
+        change.end !== this.length ||
+        !(this.activeStart < change.start && change.start <= this.length)
+      ) {
+        throw new InvalidChange(
+          `segment start (previous ${change.previousStart}, start ${change.start}, end ${change.end}) applied to transcript ${name} with active_start ${this.activeStart} and length ${this.length}`,
+        );
+      }
+    } else if (change.kind === "view-left") {
+      const view = this.view(change.name);
+      if (view === null || view.start !== change.start || view.end !== (change.end ?? null)) {
+        throw new InvalidChange(`View '${change.name}' [${change.start}, ${change.end}) left in transcript ${name}, which has ${JSON.stringify(view)}`);
+      }
+    } else if (change.kind === "view-changed") {
+      const end = change.end ?? this.length;
+      if (!(change.start <= end && end <= this.length)) {
+        throw new InvalidChange(`View '${change.name}' [${change.start}, ${change.end}) set in transcript ${name} of length ${this.length}`);
+      }
+    } else {
+      throw new InvalidChange(`unknown change kind ${JSON.stringify(change.kind)}`);
+    }
+  }
+
+  /** Check the event and make it the current state (nothing changes if it does not fit). */
+  apply(event) {
+    this.checkNext(event);
+    const change = event.change;
+    if (change.kind === "messages-appended") {
+      this.length += change.messages.length;
+      if (this.messages === null) this.start = this.length;
+      else this.messages.push(...change.messages);
+    } else if (change.kind === "segment-started") {
+      this.segments[this.segments.length - 1].end = change.end;
+      this.segments.push({ start: change.start, end: null });
+      this.activeStart = change.start;
+    } else {
+      this.views = this.views.filter((v) => v.name !== change.name);
+      if (change.kind === "view-changed") {
+        this.views.push({ name: change.name, start: change.start, end: change.end ?? null });
+        this.views.sort(byName);
+      }
+      this.viewChanges += 1;
+    }
+    this.revision = event.revision;
+  }
+}
+
+const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+
+/** The copy was the Mirror of earlier versions: the same class under its old name. */
+export const Mirror = TranscriptCopy;
+
+/** An event that cannot be applied to a copy: malformed, or not the next change. */
+export class InvalidChange extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "InvalidChange";
+  }
+}
+
+// --- the consumer core ------------------------------------------------------------------
+
+/** Refs of the consumer's barrier pings (sync:1, sync:2, ...). */
+export const BARRIER_PREFIX = "sync:";
+
+function barrierNumber(ref) {
+  if (typeof ref === "string" && ref.startsWith(BARRIER_PREFIX)) {
+    const digits = ref.slice(BARRIER_PREFIX.length);
+    if (/^[0-9]+$/.test(digits)) return Number(digits);
+  }
+  return null;
+}
+
+// --- drafts ---------------------------------------------------------------------------
+
+/**
+ * One draft as a consumer holds it (port of protocol.drafts.DraftCopy): a
+ * delta whose n is n + 1 is appended, a newer text replaces, anything older
+ * is ignored, a delta past n + 1 makes it wait for the next text (waiting);
+ * stale after a resubscribe until a text refreshes it; finalRevision while a
+ * final waits for the transcript's copy to reach its revision.
+ */
+export class DraftCopy {
+  constructor(draftId, role) {
+    this.draftId = draftId;
+    this.role = role;
+    this.n = 0;
+    this.text = "";
+    this.waiting = false;
+    this.stale = false;
+    this.finalRevision = null;
+  }
+
+  /** Apply an open draft's frame; true when the text changed. */
+  take(frame) {
+    if (frame.text !== undefined && frame.text !== null) {
+      if (frame.n >= this.n) this.stale = false; // the server still has it
+      if (frame.n <= this.n) return false;
+      this.text = frame.text;
+      this.n = frame.n;
+      this.waiting = false;
+      return true;
+    }
+    if (frame.n <= this.n || this.waiting) return false;
+    if (frame.n !== this.n + 1) {
+      this.waiting = true; // missed updates: wait for the next text
+      return false;
+    }
+    this.text += frame.delta;
+    this.n = frame.n;
+    return true;
+  }
+}
+
+/**
+ * One followed transcript: its Continuity and its copy (port of
+ * protocol.consumer.Subscription). Each on* method returns the update it
+ * causes, or null. drafts: the open drafts by id (DraftCopy); finals: how
+ * many of them wait for their commit.
+ */
+export class Subscription {
+  /**
+   * window: {tail: N} | {from: index} | {segment: "active"} | {view: name}, sent
+   * with every subscribe op (a baseline then holds only that part).
+   */
+  constructor(transcriptId, { keepMessages = true, window = null } = {}) {
+    this.transcriptId = transcriptId;
+    this.continuity = new Continuity(transcriptId);
+    this.copy = null;
+    this.window = window;
+    this.barrier = 0;
+    this._keep = keepMessages;
+    this._lastEpoch = null;
+    this.drafts = new Map();
+    this.finals = 0;
+    this._draftsEpoch = null;
+  }
+
+  get revision() {
+    return this.continuity.revision;
+  }
+
+  request() {
+    const op = this.continuity.resubscribeRequest();
+    if (this.window !== null) op.window = this.window;
+    return op;
+  }
+
+  onBaseline(snapshot) {
+    const previous = this.continuity.revision;
+    const decision = this.continuity.onBaseline(snapshot);
+    if (decision.kind === "resubscribe") return this._resubscribed(decision);
+    if (decision.kind !== "replace") return null; // a stale baseline
+    let copy;
+    try {
+      copy = new TranscriptCopy(snapshot, { keepMessages: this._keep });
+    } catch {
+      return this._drop("mismatch");
+    }
+    const old = this.copy;
+    if (
+      old !== null &&
+      old.messages !== null &&
+      copy.messages !== null &&
+      old.epoch === copy.epoch &&
+      old.start < copy.start &&
+      copy.start <= old.length
+    ) {
+      // A window of the same history that begins inside what the copy held
+      // (a resume answered with a baseline): keep the older messages.
+      copy.prepend(old.start, old.messages.slice(0, copy.start - old.start));
+    }
+    this.copy = copy;
+    const epochChanged = this._lastEpoch !== null && this._lastEpoch !== snapshot.epoch;
+    this._lastEpoch = snapshot.epoch;
+    return { kind: "replaced", transcriptId: this.transcriptId, snapshot, previousRevision: previous, epochChanged };
+  }
+
+  onEvent(event) {
+    const decision = this.continuity.onEvent(event);
+    if (decision.kind === "resubscribe") return this._resubscribed(decision);
+    if (decision.kind !== "apply") return null; // a repeat, or a gap already being repaired
+    try {
+      if (this.copy === null) throw new InvalidChange("no copy to apply the event to");
+      this.copy.apply(event);
+    } catch {
+      // Its revision continued the copy, its change did not: start over from a baseline.
+      return this._drop("mismatch");
+    }
+    return { kind: "applied", transcriptId: this.transcriptId, event };
+  }
+
+  onError(frame) {
+    const decision = this.continuity.onError(frame);
+    if (decision.kind === "resubscribe") return this._resubscribed(decision);
+    if (decision.kind === "stop") {
+      return { kind: "stopped", transcriptId: this.transcriptId, code: decision.code, message: decision.reason };
+    }
+    return { kind: "error", frame };
+  }
+
+  /** Take a draft frame: {kind: "draft"} or {kind: "draft-closed"}, or null. */
+  onDraft(frame) {
+    let draft = this.drafts.get(frame.draftId) ?? null;
+    const state = frame.state ?? "open";
+    if (state === "open") {
+      const text = frame.text ?? null;
+      if (draft === null) {
+        if (text === null && frame.n !== 1) return null; // its start was missed: wait for a text
+        if (this.drafts.size === 0 && this.copy !== null) this._draftsEpoch = this.copy.epoch;
+        draft = new DraftCopy(frame.draftId, frame.role);
+        this.drafts.set(frame.draftId, draft);
+      }
+      if (draft.finalRevision !== null || !draft.take(frame)) return null;
+      return {
+        kind: "draft",
+        transcriptId: this.transcriptId,
+        draftId: draft.draftId,
+        role: draft.role,
+        n: frame.n,
+        delta: frame.delta ?? null,
+        text,
+      };
+    }
+    if (draft === null) return null;
+    if (state !== "final") return this._close(draft, state, null);
+    if (this.copy !== null && this.copy.revision >= frame.revision) return this._close(draft, "final", frame.revision);
+    // Its message is not in the copy yet: close it when it is.
+    if (draft.finalRevision === null) this.finals += 1;
+    draft.finalRevision = frame.revision;
+    return null;
+  }
+
+  /** Close the drafts whose commit the copy holds now (all of them after an epoch change). */
+  settleDrafts() {
+    const copy = this.copy;
+    if (copy === null || this.drafts.size === 0) return [];
+    const drafts = [...this.drafts.values()];
+    if (this._draftsEpoch !== null && copy.epoch !== this._draftsEpoch) {
+      return drafts.map((draft) => this._close(draft, "gone", null));
+    }
+    if (!this.finals) return [];
+    return drafts
+      .filter((draft) => draft.finalRevision !== null && draft.finalRevision <= copy.revision)
+      .map((draft) => this._close(draft, "final", draft.finalRevision));
+  }
+
+  _close(draft, state, revision) {
+    this.drafts.delete(draft.draftId);
+    if (draft.finalRevision !== null) this.finals -= 1;
+    return {
+      kind: "draft-closed",
+      transcriptId: this.transcriptId,
+      draftId: draft.draftId,
+      role: draft.role,
+      state,
+      revision,
+      text: draft.text,
+    };
+  }
+
+  onSeqGap() {
+    return this._resubscribed(this.continuity.onSeqGap());
+  }
+
+  onNewConnection() {
+    return this._resubscribed(this.continuity.onNewConnection());
+  }
+
+  onConnectionLost() {
+    this.continuity.onConnectionLost();
+    this.barrier = 0;
+  }
+
+  /** The resubscribe was answered: drafts no text refreshed since close as "gone". */
+  onResubscribeAnswered() {
+    this.barrier = 0;
+    this.continuity.onResubscribeAnswered();
+    if (this.drafts.size === 0) return [];
+    return [...this.drafts.values()]
+      .filter((draft) => draft.stale && draft.finalRevision === null)
+      .map((draft) => this._close(draft, "gone", null));
+  }
+
+  _resubscribed(decision) {
+    for (const draft of this.drafts.values()) draft.stale = true; // until a text says it is still open
+    if (decision.fromRevision === null) this.copy = null;
+    return {
+      kind: "resubscribed",
+      transcriptId: this.transcriptId,
+      reason: decision.reason,
+      fromRevision: decision.fromRevision,
+      epoch: decision.epoch,
+    };
+  }
+
+  _drop(reason) {
+    return this._resubscribed(this.continuity.drop(reason));
+  }
+}
+
+/**
+ * The whole consumer of one connection, sans I/O: the port of
+ * protocol.consumer.Consumer. Text in (receiveData), ops out (opsToSend) and
+ * updates out (updatesReceived): {kind: "applied"|"replaced"|"resubscribed"|
+ * "stopped"|"answered"|"error"|"invalid"|"frames-lost"|"synced"|"draft"|
+ * "draft-closed", ...}.
+ * The shared cases in tests/cases/consumer run against both.
+ */
+export class Consumer {
+  constructor({ keepMessages = true } = {}) {
+    this.keepMessages = keepMessages;
+    /** transcriptId -> Subscription */
+    this.subscriptions = new Map();
+    this.seq = new SeqTracker();
+    this.connected = false;
+    this.invalidFrames = 0;
+    this._ops = [];
+    this._updates = [];
+    this._barrier = 0;
+    this._unmarked = new Set(); // resubscribed since the last barrier ping
+    this._barrierDue = false;
+  }
+
+  /** Follow a transcript, or only a window of it (the same subscription if already followed). */
+  subscribe(transcriptId, { window = null } = {}) {
+    let sub = this.subscriptions.get(transcriptId);
+    if (sub) return sub;
+    sub = new Subscription(transcriptId, { keepMessages: this.keepMessages, window });
+    this.subscriptions.set(transcriptId, sub);
+    sub.continuity.resyncing = true; // the baseline is on its way
+    if (this.connected) {
+      this._queueSubscribe(sub, sub.request());
+      this._flushBarrier();
+    }
+    return sub;
+  }
+
+  /** Stop following a transcript; false if it was not followed. */
+  unsubscribe(transcriptId) {
+    const sub = this.subscriptions.get(transcriptId);
+    if (!sub) return false;
+    this.subscriptions.delete(transcriptId);
+    this._unmarked.delete(sub);
+    if (this.connected) this._ops.push({ op: "unsubscribe", transcriptId });
+    return true;
+  }
+
+  /** A new connection is up: seq starts over, every subscription resubscribes, then a barrier. */
+  connectionMade() {
+    this.connected = true;
+    this.seq.reset();
+    this._ops = [];
+    this._unmarked.clear();
+    for (const sub of [...this.subscriptions.values()]) this._resubscribe(sub, sub.onNewConnection());
+    this._barrierDue = true;
+    this._flushBarrier();
+  }
+
+  /** The connection is gone; ops not yet taken are dropped. */
+  connectionLost() {
+    this.connected = false;
+    this._ops = [];
+    this._unmarked.clear();
+    for (const sub of this.subscriptions.values()) sub.onConnectionLost();
+  }
+
+  /** Take one WebSocket text message: every frame in it, in order. */
+  receiveData(data) {
+    for (const line of String(data).split("\n")) {
+      if (!line.trim()) continue;
+      let frame;
+      try {
+        frame = acceptFrame(JSON.parse(line));
+      } catch (err) {
+        this.invalidFrames += 1;
+        this._updates.push({ kind: "invalid", reason: String(err.message ?? err) });
+        continue;
+      }
+      this._receive(frame);
+    }
+    this._flushBarrier();
+  }
+
+  /** Take one decoded frame (validated here like any other). */
+  receiveFrame(frame) {
+    try {
+      acceptFrame(frame);
+    } catch (err) {
+      this.invalidFrames += 1;
+      this._updates.push({ kind: "invalid", reason: String(err.message ?? err) });
+      return;
+    }
+    this._receive(frame);
+    this._flushBarrier();
+  }
+
+  /** The ops to send now, in order (then empty). */
+  opsToSend() {
+    const ops = this._ops;
+    this._ops = [];
+    return ops;
+  }
+
+  /** The updates since the last call, in order (then empty). */
+  updatesReceived() {
+    const updates = this._updates;
+    this._updates = [];
+    return updates;
+  }
+
+  _receive(frame) {
+    const last = this.seq.last;
+    const verdict = this.seq.observe(frame.seq);
+    if (verdict === SeqVerdict.REPEAT) return;
+    if (verdict === SeqVerdict.GAP) {
+      this._updates.push({ kind: "frames-lost", missing: frame.seq - last - 1 });
+      for (const sub of [...this.subscriptions.values()]) this._resubscribe(sub, sub.onSeqGap());
+    }
+    switch (frame.type) {
+      case "increment": {
+        const sub = this.subscriptions.get(frame.event.transcriptId);
+        if (sub) {
+          const update = sub.onEvent(frame.event);
+          this._take(sub, update);
+          // A committed draft closes right behind its message.
+          if (update?.kind === "applied" && sub.finals) this._updates.push(...sub.settleDrafts());
+        }
+        break;
+      }
+      case "draft": {
+        const sub = this.subscriptions.get(frame.transcriptId);
+        const update = sub ? sub.onDraft(frame) : null;
+        if (update !== null) this._updates.push(update);
+        break;
+      }
+      case "baseline": {
+        const sub = this.subscriptions.get(frame.snapshot.transcriptId);
+        if (sub) {
+          const update = sub.onBaseline(frame.snapshot);
+          this._take(sub, update);
+          if (update?.kind === "replaced") this._updates.push(...sub.settleDrafts());
+        }
+        break;
+      }
+      case "pong": {
+        const number = barrierNumber(frame.ref);
+        if (number === null) this._updates.push({ kind: "answered", frame });
+        else this._onBarrier(number);
+        break;
+      }
+      case "ack":
+        this._updates.push({ kind: "answered", frame });
+        break;
+      default:
+        this._onError(frame);
+    }
+  }
+
+  _onError(frame) {
+    if (frame.ref !== undefined && frame.ref !== null && barrierNumber(frame.ref) === null) {
+      this._updates.push({ kind: "answered", frame });
+      return;
+    }
+    const about = frame.transcriptId;
+    if (about === undefined || about === null) {
+      if (frame.code === LAGGED) {
+        for (const sub of [...this.subscriptions.values()]) this._take(sub, sub.onError(frame));
+        return;
+      }
+      this._updates.push({ kind: "error", frame });
+      return;
+    }
+    const sub = this.subscriptions.get(about);
+    if (!sub) this._updates.push({ kind: "error", frame });
+    else this._take(sub, sub.onError(frame));
+  }
+
+  _take(sub, update) {
+    if (update === null) return;
+    if (update.kind === "resubscribed") {
+      this._resubscribe(sub, update);
+      return;
+    }
+    if (update.kind === "stopped") {
+      if (this.subscriptions.get(sub.transcriptId) === sub) this.subscriptions.delete(sub.transcriptId);
+      this._unmarked.delete(sub);
+    }
+    this._updates.push(update);
+  }
+
+  _resubscribe(sub, update) {
+    this._updates.push(update);
+    if (this.connected) {
+      this._queueSubscribe(sub, subscribeOp(update.transcriptId, update.fromRevision, update.epoch, null, sub.window));
+    }
+  }
+
+  _queueSubscribe(sub, op) {
+    this._ops.push(op);
+    sub.barrier = 0; // an earlier barrier's pong does not answer this subscribe: the next one does
+    this._unmarked.add(sub);
+  }
+
+  _flushBarrier() {
+    if (!this.connected || !(this._unmarked.size || this._barrierDue)) return;
+    this._barrier += 1;
+    this._barrierDue = false;
+    this._ops.push({ op: "ping", ref: `${BARRIER_PREFIX}${this._barrier}` });
+    for (const sub of this._unmarked) sub.barrier = this._barrier;
+    this._unmarked.clear();
+  }
+
+  _onBarrier(number) {
+    for (const sub of this.subscriptions.values()) {
+      if (sub.barrier > 0 && sub.barrier <= number) this._updates.push(...sub.onResubscribeAnswered());
+    }
+    if (number === this._barrier) this._updates.push({ kind: "synced", barrier: number });
+  }
+}
+
+// --- attachments ----------------------------------------------------------------------
+
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+/**
+ * The bytes of an attachment part, by the rule of docs/lmml.md: content is
+ * base64 of the bytes when it is canonical base64 of bytes that are not
+ * valid UTF-8, otherwise it is the file's text (returned as UTF-8).
+ */
+export function attachmentBytes(part) {
+  const content = String(part.content ?? "");
+  if (content.length && BASE64.test(content)) {
+    const binary = atob(content);
+    const bytes = Uint8Array.from(binary, (ch) => ch.charCodeAt(0));
+    try {
+      new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+    } catch {
+      return bytes; // not UTF-8: the content was the file's base64
+    }
+  }
+  return new TextEncoder().encode(content);
+}
+
+// --- backoff ----------------------------------------------------------------------
+
+/**
+ * Exponential backoff with full jitter: a uniform delay in
+ * [0, min(maxMs, initialMs * 2^attempt)). attempt counts from 0.
+ */
+export function backoffDelay(attempt, { initialMs = 250, maxMs = 5000, random = Math.random } = {}) {
+  const cap = Math.min(maxMs, initialMs * 2 ** Math.min(attempt, 30));
+  return Math.floor(random() * cap);
+}
+
+/** A fresh idempotency key: crypto.randomUUID where there is one. */
+export function newIdempotencyKey() {
+  const c = globalThis.crypto;
+  if (c && typeof c.randomUUID === "function") return c.randomUUID();
+  // randomUUID needs a secure context; getRandomValues does not.
+  const bytes = new Uint8Array(16);
+  if (c && typeof c.getRandomValues === "function") c.getRandomValues(bytes);
+  else for (let i = 0; i < 16; i += 1) bytes[i] = Math.floor(Math.random() * 256);
+  bytes[6] = (bytes[6] & 0x0f) | 0x40;
+  bytes[8] = (bytes[8] & 0x3f) | 0x80;
+  const hex = Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+// --- the client ---------------------------------------------------------------------
+
+/** Raised (as a rejected append) when the server answered with an error frame. */
+/** Most messages one GET .../messages answers (protocol.limits.MAX_READ_MESSAGES). */
+export const READ_MAX = 1000;
+
+/** The HTTP base of a server given its ws(s)://host/.../v1/ws URL. */
+export function httpBase(wsUrl) {
+  const url = new URL(wsUrl, globalThis.location?.href);
+  url.protocol = url.protocol === "wss:" ? "https:" : url.protocol === "ws:" ? "http:" : url.protocol;
+  url.pathname = url.pathname.replace(/\/v1\/ws\/?$/, "");
+  url.search = "";
+  url.hash = "";
+  return url.toString().replace(/\/$/, "");
+}
+
+export class ServerError extends Error {
+  constructor(frame) {
+    super(`${frame.code}: ${frame.message}`);
+    this.name = "ServerError";
+    this.code = frame.code;
+    this.frame = frame;
+  }
+}
+
+/**
+ * One logical connection to a transcript-sync server, kept open across
+ * reconnects: a driver of the Consumer core, which decides everything about
+ * frames (seq, continuity, the copies, resubscribes, barriers); the client
+ * moves text in and ops out, keeps appends until acknowledged, and reports.
+ *
+ * Events (client.on(type, listener) returns a function that removes it):
+ * - "status"   {state, attempt, delayMs, reason}; state is one of
+ *              "connecting" (first connect), "live" (subscribed and caught up),
+ *              "reconnecting" (connection lost, waiting delayMs), "resyncing"
+ *              (frames lost on a live connection), "resynced" (caught up again
+ *              after a reconnect or a resync), "closed", "unauthorized" (the
+ *              credentials were refused or expired and getToken gave no new
+ *              ones: stopped), "refused" (closed with a code that says not to
+ *              reconnect, e.g. 1008 for a page origin the server does not allow:
+ *              stopped; reason says why).
+ * - "baseline" {transcriptId, mirror, snapshot, epochChanged}: render the mirror anew.
+ * - "messages" {transcriptId, start, messages, revision, mirror}: appended at start.
+ * - "segment"  {transcriptId, previousStart, start, end, revision, mirror}.
+ * - "view"     {transcriptId, name, start, end, left, revision, mirror}: a View was set or left.
+ * - "earlier"  {transcriptId, start, messages, mirror}: loadEarlier() widened the copy at start.
+ * - "stop"     {transcriptId, code, message}: the subscription is over.
+ * - "draft"    {transcriptId, draftId, role, state, n, delta, text, revision, mirror}: a
+ *              message being written changed. state "open": its text grew by delta
+ *              (null when it was replaced); text is its whole text now. Otherwise it
+ *              closed: "final" (committed as the messages of revision; sent right after
+ *              the "messages" event that added them, in the same task, so a page that
+ *              swaps the two never shows both or neither), "cancelled", "expired" or
+ *              "gone" (it closed while the client was away); text is its last text.
+ *              client.drafts(transcriptId) holds the open ones (draftId -> {role, n, text}).
+ * - "ack"      the ack frame of an append (also the resolved value of append()).
+ * - "error"    an error frame that no append or subscription took (code
+ *              "invalid-frame" for a frame that did not validate, "mirror" for
+ *              an event that did not fit the copy).
+ * - "update"   {transcriptId, update}: every update of the core (for logs and tests).
+ *
+ * mirror is the core's TranscriptCopy: {transcriptId, epoch, revision, start,
+ * length, messages, activeStart, segments, views}. A subscription with a
+ * window ({tail: N}, {from: i}, {segment: "active"}, {view: name}) holds
+ * messages [start, length) only; loadEarlier() fetches older ones over HTTP.
+ */
+export class TsyncClient {
+  /**
+   * @param {string} url  the ws:// or wss:// URL of /v1/ws
+   * @param {object} [options]
+   *   token: a bearer token, or getToken: an (async) function that returns
+   *   one, asked before every connection, before the current token's exp
+   *   (a JWT's) and after the server refused one (close 4001). The token is
+   *   sent as the first frame of each connection (the auth op), never in
+   *   the URL, where proxies would log it;
+   *   initialBackoffMs, maxBackoffMs, random: the reconnect backoff;
+   *   heartbeatMs: ping this often; reconnect when a ping got no frame back
+   *   by the next one (0: off);
+   *   WebSocket: the WebSocket class (for tests; default globalThis.WebSocket);
+   *   httpUrl: the server's HTTP base for loadEarlier (default: from url);
+   *   fetch: the fetch function (for tests; default globalThis.fetch);
+   *   newKey: the idempotency key generator; timers: {setTimeout, clearTimeout,
+   *   setInterval, clearInterval, now} (for tests).
+   */
+  constructor(url, options = {}) {
+    this.url = url;
+    this.token = options.token ?? null;
+    this._getToken = options.getToken ?? null;
+    this.options = {
+      initialBackoffMs: options.initialBackoffMs ?? 250,
+      maxBackoffMs: options.maxBackoffMs ?? 5000,
+      random: options.random ?? Math.random,
+      heartbeatMs: options.heartbeatMs ?? 20000,
+    };
+    this._WebSocket = options.WebSocket ?? globalThis.WebSocket;
+    this._fetch = options.fetch ?? ((...args) => globalThis.fetch(...args));
+    this.httpUrl = options.httpUrl ?? httpBase(url);
+    this._newKey = options.newKey ?? newIdempotencyKey;
+    this._timers = options.timers ?? {
+      setTimeout: (f, ms) => setTimeout(f, ms),
+      clearTimeout: (id) => clearTimeout(id),
+      setInterval: (f, ms) => setInterval(f, ms),
+      clearInterval: (id) => clearInterval(id),
+      now: () => Date.now(),
+    };
+    /** The consumer core: seq, continuity and every transcript's copy. */
+    this.core = new Consumer();
+    /** ref -> {key, op, resolve, reject}, in the order the appends were made */
+    this._pending = new Map();
+    this._listeners = new Map();
+    this._ws = null;
+    this._open = false;
+    this._closed = true;
+    this._attempt = 0;
+    this._connections = 0;
+    this._retryTimer = null;
+    this._renewTimer = null;
+    this._refusedToken = undefined; // the token a 4001 refused (null: none): not tried again
+    this._authRefs = 0;
+    this._heartbeat = null;
+    this._lastFrameAt = 0;
+    this._pingSentAt = null;
+    this._awaiting = null; // the status to announce when the core is synced
+    this.state = "idle";
+    this.stats = { connections: 0, reconnects: 0, resyncs: 0, duplicateAcks: 0 };
+  }
+
+  /** The connection's SeqTracker (the core's). */
+  get seq() {
+    return this.core.seq;
+  }
+
+  /** transcriptId -> Subscription ({continuity, copy}) of every followed transcript. */
+  get subscriptions() {
+    return this.core.subscriptions;
+  }
+
+  // -- events ------------------------------------------------------------------------
+
+  /** Call listener(detail) for every event of this type; returns a function that stops it. */
+  on(type, listener) {
+    if (!this._listeners.has(type)) this._listeners.set(type, new Set());
+    this._listeners.get(type).add(listener);
+    return () => this._listeners.get(type)?.delete(listener);
+  }
+
+  _emit(type, detail) {
+    for (const listener of this._listeners.get(type) ?? []) {
+      try {
+        listener(detail);
+      } catch (err) {
+        // A failing listener must not break the protocol state.
+        setTimeout(() => {
+          throw err;
+        }, 0);
+      }
+    }
+  }
+
+  _status(state, extra = {}) {
+    this.state = state;
+    this._emit("status", { state, attempt: this._attempt, ...extra });
+  }
+
+  // -- lifecycle ---------------------------------------------------------------------
+
+  /** Open the connection (and keep reopening it until close()). */
+  connect() {
+    if (!this._closed) return this;
+    this._closed = false;
+    this._status("connecting");
+    this._dial();
+    return this;
+  }
+
+  /** Close for good: no reconnect; pending appends are rejected. */
+  close() {
+    this._closed = true;
+    this._timers.clearTimeout(this._retryTimer);
+    this._timers.clearTimeout(this._renewTimer);
+    this._stopHeartbeat();
+    const ws = this._ws;
+    this._ws = null;
+    this._open = false;
+    if (ws) {
+      ws.onopen = ws.onmessage = ws.onclose = ws.onerror = null;
+      try {
+        ws.close(1000, "client closed");
+      } catch {
+        // already closing
+      }
+    }
+    this.core.connectionLost();
+    this._failPending(new Error("client closed"));
+    this._status("closed");
+  }
+
+  _failPending(error) {
+    for (const [ref, pending] of this._pending) {
+      this._pending.delete(ref);
+      pending.reject(error);
+    }
+  }
+
+  _dial() {
+    if (!this._getToken) {
+      this._openSocket();
+      return;
+    }
+    let asked;
+    try {
+      asked = Promise.resolve(this._getToken());
+    } catch (err) {
+      asked = Promise.reject(err);
+    }
+    asked.then(
+      (token) => {
+        if (this._closed) return;
+        if (this._refusedToken !== undefined && (token || null) === this._refusedToken) {
+          this._stop("unauthorized", "the server refused the token and getToken gave it again");
+          return;
+        }
+        this.token = token || null;
+        this._openSocket();
+      },
+      (err) => {
+        if (!this._closed) this._scheduleReconnect(`getToken failed: ${err}`);
+      },
+    );
+  }
+
+  _openSocket() {
+    if (!this._WebSocket) {
+      this._loadWebSocket();
+      return;
+    }
+    let ws;
+    try {
+      ws = new this._WebSocket(this.url, [SUBPROTOCOL_JSON]);
+    } catch (err) {
+      this._scheduleReconnect(String(err));
+      return;
+    }
+    this._ws = ws;
+    ws.onopen = () => this._onOpen(ws);
+    ws.onmessage = (message) => this._onMessage(ws, message.data);
+    ws.onclose = (close) => this._onClose(ws, close);
+    ws.onerror = () => {}; // a close event always follows
+  }
+
+  /**
+   * A runtime with no WebSocket class (Node before 22): take the `ws`
+   * package's, the same API, then dial. The name is in a variable so that a
+   * bundler for the browser does not try to resolve it.
+   */
+  _loadWebSocket() {
+    const name = "ws";
+    import(/* @vite-ignore */ /* webpackIgnore: true */ name).then(
+      (mod) => {
+        this._WebSocket = mod.WebSocket ?? mod.default;
+        if (!this._closed) this._openSocket();
+      },
+      (err) => {
+        if (!this._closed) {
+          this._stop("refused", `this runtime has no WebSocket and the ws package could not be loaded: ${err}`);
+        }
+      },
+    );
+  }
+
+  /** Stop for good with a final status (credentials or policy refused). */
+  _stop(state, reason) {
+    this._closed = true;
+    this._timers.clearTimeout(this._renewTimer);
+    this._failPending(new Error(state));
+    this._status(state, { reason });
+  }
+
+  /** Hand the server the current token (the first frame of a connection, or a renewal). */
+  _sendAuth() {
+    if (!this.token) return;
+    this._authRefs += 1;
+    this._send({ op: "auth", token: this.token, ref: `auth:${this._authRefs}` });
+  }
+
+  /** Renew the token before it expires (a fifth of its life early, 0.5 to 30 s). */
+  _scheduleRenewal() {
+    this._timers.clearTimeout(this._renewTimer);
+    this._renewTimer = null;
+    const expires = tokenExpiry(this.token);
+    if (!this._getToken || expires === null) return;
+    const now = this._timers.now();
+    const margin = Math.min(30_000, Math.max(500, (expires - now) / 5));
+    this._renewTimer = this._timers.setTimeout(() => {
+      this._renewTimer = null;
+      Promise.resolve()
+        .then(() => this._getToken())
+        .then(
+          (token) => {
+            if (this._closed || !token) return;
+            this.token = token;
+            this._sendAuth();
+            this._scheduleRenewal();
+          },
+          () => {
+            // Try again shortly; at exp the server closes (4001) and the next
+            // connection asks getToken again.
+            this._renewTimer = this._timers.setTimeout(() => this._scheduleRenewal(), 1000);
+          },
+        );
+    }, Math.max(0, expires - margin - now));
+  }
+
+  _onOpen(ws) {
+    if (ws !== this._ws) return;
+    this._open = true;
+    this._connections += 1;
+    this.stats.connections += 1;
+    this._lastFrameAt = this._timers.now();
+    const reconnect = this._connections > 1;
+    if (reconnect) this.stats.reconnects += 1;
+    // The resumes and a barrier first; then the appends not yet
+    // acknowledged, with the keys they were made with: the server answers an
+    // already applied one with its first ack.
+    this._awaiting = reconnect ? "resynced" : "live";
+    this._sendAuth(); // first: the server takes nothing else from a connection without credentials
+    this._scheduleRenewal();
+    this.core.connectionMade();
+    this._flush();
+    for (const pending of this._pending.values()) this._send(pending.op);
+    this._startHeartbeat();
+  }
+
+  _onClose(ws, close) {
+    if (ws !== this._ws) return;
+    this._ws = null;
+    this._open = false;
+    this._stopHeartbeat();
+    this._timers.clearTimeout(this._renewTimer);
+    this.core.connectionLost();
+    if (this._closed) return;
+    const code = close?.code;
+    const reason = close ? `closed (${code}${close.reason ? ` ${close.reason}` : ""})` : "closed";
+    const advice = CLOSE_ADVICE[code] ?? "backoff";
+    if (advice === "new-token") {
+      if (!this._getToken) {
+        this._stop("unauthorized", reason);
+        return;
+      }
+      this._refusedToken = this.token; // getToken must bring another one
+    } else if (advice === "no") {
+      this._stop("refused", reason);
+      return;
+    }
+    this._scheduleReconnect(reason);
+  }
+
+  _scheduleReconnect(reason) {
+    const delayMs = backoffDelay(this._attempt, {
+      initialMs: this.options.initialBackoffMs,
+      maxMs: this.options.maxBackoffMs,
+      random: this.options.random,
+    });
+    this._attempt += 1;
+    this._status(this._connections > 0 ? "reconnecting" : "connecting", { delayMs, reason });
+    this._timers.clearTimeout(this._retryTimer);
+    this._retryTimer = this._timers.setTimeout(() => {
+      this._retryTimer = null;
+      if (!this._closed) this._dial();
+    }, delayMs);
+  }
+
+  _startHeartbeat() {
+    const every = this.options.heartbeatMs;
+    if (!every) return;
+    this._stopHeartbeat();
+    this._pingSentAt = null;
+    this._heartbeat = this._timers.setInterval(() => {
+      const ws = this._ws;
+      if (!ws || !this._open) return;
+      // Judged against the last ping, not the clock: a background tab's
+      // timers fire late, but frames still arrive on time.
+      if (this._pingSentAt !== null && this._lastFrameAt < this._pingSentAt) {
+        // Nothing, not even the pong, since the last ping a whole period
+        // ago: the connection is dead even if the socket has not noticed.
+        try {
+          ws.close(4000, "heartbeat timeout");
+        } catch {
+          // closing anyway
+        }
+        this._onClose(ws, { code: 4000, reason: "heartbeat timeout" });
+        return;
+      }
+      this._pingSentAt = this._timers.now();
+      this._send({ op: "ping", ref: "heartbeat" });
+    }, every);
+  }
+
+  _stopHeartbeat() {
+    if (this._heartbeat !== null) this._timers.clearInterval(this._heartbeat);
+    this._heartbeat = null;
+  }
+
+  _send(op) {
+    if (!this._open || !this._ws) return false;
+    this._ws.send(JSON.stringify(op));
+    return true;
+  }
+
+  /** Send the ops the core asks for, then act on its updates. */
+  _flush() {
+    for (const op of this.core.opsToSend()) this._send(op);
+    for (const update of this.core.updatesReceived()) this._onUpdate(update);
+  }
+
+  // -- subscriptions -----------------------------------------------------------------
+
+  /**
+   * Follow a transcript: a baseline, then its increments, across reconnects.
+   * window ({tail: N}, {from: index}, {segment: "active"}, {view: name}) asks
+   * for part of it: the copy then holds [start, length); see loadEarlier().
+   */
+  subscribe(transcriptId, { window = null } = {}) {
+    const known = this.core.subscriptions.get(transcriptId);
+    if (known) return known;
+    const sub = this.core.subscribe(transcriptId, { window });
+    if (this._open) {
+      this._awaiting = this.state === "connecting" ? "live" : this.state;
+      this._flush();
+    }
+    return sub;
+  }
+
+  /** Stop following a transcript. */
+  unsubscribe(transcriptId) {
+    if (this.core.unsubscribe(transcriptId)) this._flush();
+  }
+
+  /** The open drafts of a subscribed transcript: draftId -> DraftCopy {draftId, role, n, text}. */
+  drafts(transcriptId) {
+    return this.core.subscriptions.get(transcriptId)?.drafts ?? new Map();
+  }
+
+  /** The copy of a subscribed transcript, or null before its baseline (or after it was dropped). */
+  mirror(transcriptId) {
+    return this.core.subscriptions.get(transcriptId)?.copy ?? null;
+  }
+
+  /**
+   * Widen a subscribed transcript's copy backwards by up to count messages
+   * (GET /v1/transcripts/{id}/messages, at most 1000 per request). Resolves
+   * with how many were added (0 at the start of the transcript). Rejects with
+   * a ServerError of code "epoch-changed" when the transcript was deleted and
+   * created again since the copy was made: its messages belong to a history
+   * that no longer exists (a new baseline is on its way).
+   */
+  async loadEarlier(transcriptId, count) {
+    const epoch = this.mirror(transcriptId)?.epoch;
+    let added = 0;
+    while (added < count) {
+      const copy = this.mirror(transcriptId);
+      if (copy === null) throw new Error(`no copy of '${transcriptId}' to widen`);
+      if (copy.messages === null) throw new Error(`the copy of '${transcriptId}' keeps no messages`);
+      if (copy.epoch !== epoch) {
+        throw new ServerError({ code: "epoch-changed", message: `'${transcriptId}' was created again (epoch '${copy.epoch}')` });
+      }
+      if (copy.start === 0) break;
+      const end = copy.start;
+      const start = Math.max(0, end - Math.min(count - added, READ_MAX));
+      const query = `start=${start}&end=${end}&epoch=${encodeURIComponent(copy.epoch)}`;
+      const body = await this._get(`/v1/transcripts/${encodeURIComponent(transcriptId)}/messages?${query}`);
+      if (body.epoch !== copy.epoch) {
+        throw new ServerError({ code: "epoch-changed", message: `'${transcriptId}' is of epoch '${body.epoch}' now` });
+      }
+      checkMessages(body.messages, "messages");
+      if (this.mirror(transcriptId) !== copy || copy.start !== end) continue; // replaced meanwhile: again
+      if (body.start !== start || body.messages.length !== end - start) {
+        throw new InvalidFrame(`asked for messages [${start}, ${end}), got [${body.start}, ${body.start + body.messages.length})`);
+      }
+      copy.prepend(start, body.messages);
+      added += body.messages.length;
+      this._emit("earlier", { transcriptId, start, messages: body.messages, mirror: copy });
+    }
+    return added;
+  }
+
+  /** GET a path of the HTTP API; a problem+json answer rejects with a ServerError. */
+  async _get(path) {
+    const headers = { Accept: "application/json" };
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    const response = await this._fetch(`${this.httpUrl}${path}`, { headers });
+    const body = await response.json().catch(() => null);
+    if (!response.ok) {
+      throw new ServerError({
+        type: "error",
+        code: body?.code ?? "internal",
+        message: body?.detail ?? `HTTP ${response.status}`,
+        status: response.status,
+      });
+    }
+    return body;
+  }
+
+  // -- appends -------------------------------------------------------------------------
+
+  /**
+   * Append messages; resolves with the ack ({revision, start, count,
+   * duplicate}) or rejects with a ServerError. The append survives lost
+   * connections: it is sent again on the next one with the same
+   * idempotency key, so it is applied once.
+   */
+  append(transcriptId, messages, { idempotencyKey, expectedRevision } = {}) {
+    if (this._closed && this.state !== "idle") {
+      return Promise.reject(new Error(`client ${this.state}`));
+    }
+    const key = idempotencyKey ?? this._newKey();
+    const ref = `append:${key}`;
+    const op = { op: "append", transcriptId, messages, idempotencyKey: key, ref };
+    if (expectedRevision !== undefined && expectedRevision !== null) {
+      op.expectedRevision = expectedRevision;
+    }
+    return new Promise((resolve, reject) => {
+      this._pending.set(ref, { key, op, resolve, reject });
+      this._send(op);
+    });
+  }
+
+  /** The appends sent or waiting to be sent, not yet acknowledged: [{key, op}]. */
+  get pendingAppends() {
+    return [...this._pending.values()].map(({ key, op }) => ({ key, op }));
+  }
+
+  // -- frames ---------------------------------------------------------------------------
+
+  _onMessage(ws, data) {
+    if (ws !== this._ws) return;
+    this._lastFrameAt = this._timers.now();
+    this._attempt = 0; // the server answered: a close that follows is not "full" or "refused"
+    if (typeof data !== "string") return; // only the JSON subprotocol is spoken here
+    this.core.receiveData(data);
+    this._flush();
+  }
+
+  /** Handle one decoded server frame (public for tests and custom transports). */
+  handleFrame(frame) {
+    this.core.receiveFrame(frame);
+    this._flush();
+  }
+
+  /** Act on one update of the core. */
+  _onUpdate(update) {
+    this._emit("update", { transcriptId: update.transcriptId ?? null, update });
+    switch (update.kind) {
+      case "replaced": {
+        const mirror = this.mirror(update.transcriptId);
+        if (mirror) {
+          this._emit("baseline", {
+            transcriptId: update.transcriptId,
+            mirror,
+            snapshot: update.snapshot,
+            epochChanged: update.epochChanged,
+          });
+        }
+        break;
+      }
+      case "applied":
+        this._applied(update.transcriptId, update.event);
+        break;
+      case "resubscribed":
+        if (update.reason === LAGGED) this._resyncing(LAGGED);
+        else if (update.reason === "mismatch") {
+          this._emit("error", {
+            code: "mirror",
+            message: "an event did not fit the copy: taking a fresh baseline",
+            transcriptId: update.transcriptId,
+          });
+        }
+        break;
+      case "frames-lost":
+        this._resyncing("seq-gap");
+        break;
+      case "stopped":
+        this._emit("stop", { transcriptId: update.transcriptId, code: update.code, message: update.message });
+        break;
+      case "answered":
+        this._onAnswer(update.frame);
+        break;
+      case "error":
+        this._emit("error", update.frame);
+        break;
+      case "invalid":
+        this._emit("error", { code: "invalid-frame", message: update.reason });
+        break;
+      case "draft":
+      case "draft-closed":
+        this._draft(update);
+        break;
+      case "synced":
+        if (this._awaiting) {
+          const state = this._awaiting;
+          this._awaiting = null;
+          this._status(state);
+        }
+        break;
+      default:
+        break;
+    }
+  }
+
+  _resyncing(reason) {
+    this.stats.resyncs += 1;
+    this._status("resyncing", { reason });
+    this._awaiting = "resynced";
+  }
+
+  _onAnswer(frame) {
+    if (typeof frame.ref === "string" && frame.ref.startsWith("auth:")) {
+      // The answer to an auth op: taken (pong), or refused (an error; the
+      // server closes a connection without valid credentials with 4001).
+      if (frame.type === "pong") this._refusedToken = undefined;
+      else this._emit("error", frame);
+      return;
+    }
+    if (frame.type === "pong") return; // a heartbeat's: any frame is a sign of life
+    const pending = this._pending.get(frame.ref);
+    if (frame.type === "ack") {
+      if (frame.duplicate) this.stats.duplicateAcks += 1;
+      if (pending) {
+        this._pending.delete(frame.ref);
+        pending.resolve(frame);
+      }
+      this._emit("ack", frame);
+      return;
+    }
+    if (pending) {
+      this._pending.delete(frame.ref);
+      pending.reject(new ServerError(frame));
+      return;
+    }
+    this._emit("error", frame);
+  }
+
+  _draft(update) {
+    const open = update.kind === "draft";
+    const { transcriptId, draftId } = update;
+    this._emit("draft", {
+      transcriptId,
+      draftId,
+      role: update.role,
+      state: open ? "open" : update.state,
+      n: open ? update.n : null,
+      delta: open ? update.delta : null,
+      // Later frames of the same message may be in the copy already: its text is the newest.
+      text: open ? (this.drafts(transcriptId).get(draftId)?.text ?? update.text ?? "") : update.text,
+      revision: open ? null : update.revision,
+      mirror: this.mirror(transcriptId),
+    });
+  }
+
+  _applied(transcriptId, event) {
+    const mirror = this.mirror(transcriptId);
+    const change = event.change;
+    if (change.kind === "messages-appended") {
+      this._emit("messages", {
+        transcriptId,
+        start: change.start,
+        messages: change.messages,
+        revision: event.revision,
+        event,
+        mirror,
+      });
+    } else if (change.kind === "segment-started") {
+      this._emit("segment", {
+        transcriptId,
+        previousStart: change.previousStart,
+        start: change.start,
+        end: change.end,
+        revision: event.revision,
+        event,
+        mirror,
+      });
+    } else {
+      this._emit("view", {
+        transcriptId,
+        name: change.name,
+        start: change.start,
+        end: change.end ?? null,
+        left: change.kind === "view-left",
+        revision: event.revision,
+        event,
+        mirror,
+      });
+    }
+  }
+}
+
+// --- a store for UI frameworks -----------------------------------------------------------
+
+const NOTHING = Object.freeze([]);
+
+/**
+ * A framework-agnostic store of one transcript: what a UI renders, as an
+ * immutable snapshot. subscribe(listener) returns a function that removes the
+ * listener; getSnapshot() returns the same frozen object until something
+ * changed, then a new one, so React's
+ * useSyncExternalStore(store.subscribe, store.getSnapshot) re-renders exactly
+ * when it must. The snapshot:
+ *   {transcriptId, status, revision, epoch, start, length, messages, drafts, stopped}
+ * status is the client's state ("idle", "connecting", "live", "reconnecting",
+ * ...); revision and epoch are null before the first baseline; messages are
+ * the copy's [start, length) (the same array until messages change); drafts
+ * the open drafts [{draftId, role, n, text}] in the order they opened;
+ * stopped {code, message} once the subscription is over (not found,
+ * forbidden, ...), else null. A committed draft leaves drafts in the same
+ * snapshot that adds its message: no snapshot shows both or neither.
+ *
+ * The store follows the transcript (client.subscribe(transcriptId, {window}))
+ * while it has listeners, from the first one on, and stops following it when
+ * the last one leaves (a component that unmounts); creating it costs nothing.
+ */
+export function createTranscriptStore(client, transcriptId, { window = null } = {}) {
+  const listeners = new Set();
+  let removers = [];
+  let snapshot = null;
+  let messages = NOTHING;
+  let messagesDirty = true;
+  let stopped = null;
+  let notifyQueued = false;
+  const notify = () => {
+    notifyQueued = false;
+    for (const listener of [...listeners]) listener();
+  };
+  const changed = (messagesToo) => {
+    if (messagesToo) messagesDirty = true;
+    snapshot = null;
+    // The changes of one task (an increment and the close of the draft it
+    // commits) reach listeners once, after both.
+    if (!notifyQueued) {
+      notifyQueued = true;
+      queueMicrotask(notify);
+    }
+  };
+  const mine = (handler) => (detail) => {
+    if (detail.transcriptId === transcriptId) handler(detail);
+  };
+  const follow = () => {
+    removers = [
+      client.on("status", () => changed(false)),
+      client.on("draft", mine(() => changed(false))),
+      client.on(
+        "stop",
+        mine(({ code, message }) => {
+          stopped = Object.freeze({ code, message });
+          changed(false);
+        }),
+      ),
+      ...["baseline", "messages", "segment", "view", "earlier"].map((type) =>
+        client.on(type, mine(() => changed(true))),
+      ),
+    ];
+    stopped = null;
+    client.subscribe(transcriptId, { window });
+    changed(true);
+  };
+  const leave = () => {
+    for (const remove of removers) remove();
+    removers = [];
+    client.unsubscribe(transcriptId);
+  };
+  const getSnapshot = () => {
+    if (snapshot !== null) return snapshot;
+    const copy = client.mirror(transcriptId);
+    if (messagesDirty) {
+      messages = copy?.messages ? Object.freeze([...copy.messages]) : NOTHING;
+      messagesDirty = false;
+    }
+    const open = [...client.drafts(transcriptId).values()];
+    snapshot = Object.freeze({
+      transcriptId,
+      status: client.state,
+      revision: copy?.revision ?? null,
+      epoch: copy?.epoch ?? null,
+      start: copy?.start ?? 0,
+      length: copy?.length ?? 0,
+      messages,
+      drafts: open.length
+        ? Object.freeze(open.map((d) => Object.freeze({ draftId: d.draftId, role: d.role, n: d.n, text: d.text })))
+        : NOTHING,
+      stopped,
+    });
+    return snapshot;
+  };
+  return {
+    subscribe(listener) {
+      if (listeners.size === 0) follow();
+      listeners.add(listener);
+      return () => {
+        if (listeners.delete(listener) && listeners.size === 0) leave();
+      };
+    },
+    getSnapshot,
+  };
+}

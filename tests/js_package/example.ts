@@ -1,0 +1,161 @@
+// Every public API of @transcript-sync/client, as a TypeScript user writes it.
+// Not run: `tsc --noEmit --strict` checks it against the packed package's types
+// (tests/js_package/test_package.py), so a declaration that is missing, wrong
+// or loose enough to let a mistake through fails the suite.
+import {
+  BARRIER_PREFIX,
+  CLOSE_ADVICE,
+  Consumer,
+  Continuity,
+  DraftCopy,
+  InvalidChange,
+  InvalidFrame,
+  Mirror,
+  READ_MAX,
+  STOP_CODES,
+  SUBPROTOCOL_JSON,
+  SeqTracker,
+  SeqVerdict,
+  ServerError,
+  Subscription,
+  TranscriptCopy,
+  TsyncClient,
+  acceptFrame,
+  attachmentBytes,
+  backoffDelay,
+  checkBaseline,
+  checkEvent,
+  checkSnapshot,
+  createTranscriptStore,
+  httpBase,
+  newIdempotencyKey,
+  tokenExpiry,
+} from "@transcript-sync/client";
+import type {
+  AppendAck,
+  ClientEvents,
+  ClientOptions,
+  ClientState,
+  CoreUpdate,
+  Decision,
+  DraftEvent,
+  DraftSnapshot,
+  Message,
+  TranscriptSnapshot,
+  TranscriptStore,
+  TranscriptStoreSnapshot,
+  Window,
+} from "@transcript-sync/client";
+
+const options: ClientOptions = {
+  getToken: async () => "token",
+  initialBackoffMs: 100,
+  maxBackoffMs: 2000,
+  heartbeatMs: 0,
+  httpUrl: "http://127.0.0.1:8765",
+};
+const client = new TsyncClient("ws://127.0.0.1:8765/v1/ws", options);
+const stopStatus: () => void = client.on("status", ({ state, attempt, reason }) => {
+  const s: ClientState = state;
+  console.log(s, attempt, reason?.length);
+});
+client.on("baseline", ({ transcriptId, mirror, snapshot, epochChanged }) => {
+  const messages: Message[] | null = mirror.messages;
+  console.log(transcriptId, messages?.length, snapshot.revision, epochChanged);
+});
+client.on("messages", ({ start, messages, revision, event }) => {
+  console.log(start, messages.map((m) => m.role), revision, event.change.kind);
+});
+client.on("segment", ({ previousStart, start, end }) => console.log(previousStart, start, end));
+client.on("view", ({ name, start, end, left }) => console.log(name, start, end ?? "open", left));
+client.on("earlier", ({ start, messages }) => console.log(start, messages.length));
+client.on("stop", ({ code, message }) => console.log(code, message));
+client.on("draft", (draft: DraftEvent) => {
+  if (draft.state === "open") console.log(draft.draftId, draft.delta ?? draft.text);
+  else console.log(draft.state, draft.revision);
+});
+client.on("ack", (ack) => console.log(ack.revision, ack.duplicate));
+client.on("error", (frame) => console.log(frame.code, frame.message));
+client.on("update", ({ update }: ClientEvents["update"]) => console.log(update.kind));
+stopStatus();
+
+const window: Window = { tail: 50 };
+const sub: Subscription = client.subscribe("chat-1", { window });
+console.log(sub.revision, sub.copy?.length, sub.drafts.size);
+client.connect();
+const ack: AppendAck = await client.append("chat-1", [{ role: "user", content: "hi" }], {
+  idempotencyKey: newIdempotencyKey(),
+  expectedRevision: 3,
+});
+console.log(ack.start + ack.count);
+try {
+  await client.append("chat-1", [{ role: "tool", content: [{ type: "text", text: "x" }], tool_call_id: "c" }]);
+} catch (err) {
+  if (err instanceof ServerError) console.log(err.code, err.frame.message);
+}
+const added: number = await client.loadEarlier("chat-1", 100);
+const copy: TranscriptCopy | null = client.mirror("chat-1");
+const view = copy?.view("recent");
+console.log(added, view?.end, copy?.segments.length, copy?.views.length);
+for (const [id, draft] of client.drafts("chat-1")) console.log(id, draft.role, draft.text, draft.n);
+console.log(client.pendingAppends.map(({ key, op }) => key + op.op), client.stats.reconnects);
+console.log(client.state, client.seq.counters.gaps, client.subscriptions.size, client.core.connected);
+client.handleFrame({ type: "pong", seq: 1 });
+client.unsubscribe("chat-1");
+
+// The store, as a UI uses it.
+const store: TranscriptStore = createTranscriptStore(client, "chat-1", { window: { segment: "active" } });
+const leave = store.subscribe(() => {
+  const snap: TranscriptStoreSnapshot = store.getSnapshot();
+  const drafts: readonly DraftSnapshot[] = snap.drafts;
+  console.log(snap.status, snap.revision ?? "no baseline", snap.messages.length, drafts.length);
+  if (snap.stopped) console.log(snap.stopped.code);
+});
+leave();
+client.close();
+
+// The pure parts, for custom transports.
+const tracker = new SeqTracker();
+const verdict: "ok" | "gap" | "repeat" = tracker.observe(1);
+console.log(verdict === SeqVerdict.OK, tracker.last);
+tracker.reset();
+const continuity = new Continuity("t");
+const decision: Decision = continuity.onBaseline({
+  transcriptId: "t",
+  epoch: "e",
+  revision: 0,
+  start: 0,
+  messages: [],
+  activeStart: 0,
+  segments: [{ start: 0, end: null }],
+});
+if (decision.kind === "resubscribe") console.log(decision.op("r1").op);
+console.log(continuity.counters.baselines, continuity.resubscribeRequest().transcriptId);
+const consumer = new Consumer({ keepMessages: false });
+consumer.subscribe("t", { window: { from: 10 } });
+consumer.connectionMade();
+consumer.receiveData('{"type":"pong","seq":1}');
+const updates: CoreUpdate[] = consumer.updatesReceived();
+console.log(updates.length, consumer.opsToSend().length, consumer.unsubscribe("t"));
+consumer.connectionLost();
+const snapshot: unknown = JSON.parse("{}");
+try {
+  checkSnapshot(snapshot);
+  const checked: TranscriptSnapshot = snapshot;
+  checkBaseline(checked);
+  const mirror = new TranscriptCopy(checked, { keepMessages: true });
+  const event: unknown = {};
+  checkEvent(event);
+  mirror.checkNext(event);
+  mirror.apply(event);
+  mirror.prepend(0, []);
+  console.log(new Mirror(checked).revision);
+} catch (err) {
+  if (err instanceof InvalidFrame || err instanceof InvalidChange) console.log(err.message);
+}
+console.log(acceptFrame({ type: "pong", seq: 1 }).type);
+const draft = new DraftCopy("d", "assistant");
+console.log(draft.take({ n: 1, delta: "a" }), draft.text);
+const bytes: Uint8Array = attachmentBytes({ type: "attachment", name: "a.txt", mime: "text/plain", content: "x" });
+console.log(bytes.length, backoffDelay(2, { maxMs: 1000 }), httpBase("ws://h/v1/ws"), tokenExpiry(null));
+console.log(SUBPROTOCOL_JSON, CLOSE_ADVICE[4001], STOP_CODES.length, READ_MAX, BARRIER_PREFIX);

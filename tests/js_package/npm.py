@@ -1,0 +1,59 @@
+"""The npm side of the JavaScript package's tests: the test project's tools
+(``npm ci`` of tests/js_package/package-lock.json, once) and the package as a
+user gets it (``npm pack client_js`` installed into that project)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+from tests.conftest import require_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parent
+PACKAGE = ROOT / "client_js"
+INSTALLED = PROJECT / "node_modules" / "@transcript-sync" / "client"
+
+
+def _run(args: list[str], cwd: Path, timeout: float) -> str:
+    result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def tools() -> Path:
+    """tests/js_package with its node_modules as package-lock.json says."""
+    npm = require_binary("npm")
+    stamp = PROJECT / "node_modules" / ".tsync-lock"
+    lock = (PROJECT / "package-lock.json").read_text()
+    if not stamp.exists() or stamp.read_text() != lock:
+        _run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], PROJECT, 300)
+        stamp.write_text(lock)
+    return PROJECT
+
+
+def pack(destination: Path) -> Path:
+    """``npm pack client_js``: the tarball a user would install."""
+    npm = require_binary("npm")
+    out = _run([npm, "pack", "--json", "--pack-destination", str(destination)], PACKAGE, 120)
+    return destination / json.loads(out)[0]["filename"]
+
+
+def install(tarball: Path) -> Path:
+    """The tarball unpacked where npm would put it, in the test project."""
+    if INSTALLED.exists():
+        shutil.rmtree(INSTALLED)
+    INSTALLED.mkdir(parents=True)
+    with tarfile.open(tarball) as archive:
+        for member in archive.getmembers():
+            member.name = member.name.removeprefix("package/")
+        archive.extractall(INSTALLED, filter="data")
+    return INSTALLED
+
+
+def tarball_names(tarball: Path) -> set[str]:
+    with tarfile.open(tarball) as archive:
+        return {m.name.removeprefix("package/") for m in archive.getmembers()}
