@@ -159,6 +159,15 @@ ROUTES: Final[Mapping[tuple[str, str], Rule]] = {
     ("GET", "/v1/auth"): Rule(
         need=CREDENTIALS, note="who the caller is and what it may do (`?transcriptId=`)"
     ),
+    ("PUT", "/v1/stream/{stream_path}"): Rule(
+        need=WRITE, note="Durable Streams: rights are over the stream's path after `/v1/stream/`"
+    ),
+    ("POST", "/v1/stream/{stream_path}"): Rule(need=WRITE),
+    ("GET", "/v1/stream/{stream_path}"): Rule(need=READ),
+    ("DELETE", "/v1/stream/{stream_path}"): Rule(need=WRITE),
+    ("OPTIONS", "/v1/stream/{stream_path}"): Rule(
+        need=PUBLIC, note="a CORS preflight carries no credentials"
+    ),
     ("GET", "/v1/openapi.json"): Rule(need=PUBLIC),
     ("GET", "/v1/schema.json"): Rule(need=PUBLIC),
     ("GET", "/v1/client.js"): Rule(need=PUBLIC),

@@ -14,6 +14,7 @@ route needs).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, get_args
@@ -223,7 +224,7 @@ def _route_of(
     for route in routes:
         match, child = route.matches(scope)
         if match is Match.FULL:
-            path: str = getattr(route, "path", "")
+            path: str = re.sub(r":\w+}", "}", getattr(route, "path", ""))  # {p:path} is {p}
             template = f"{path}/{{path}}" if isinstance(route, Mount) else path
             return template, child.get("path_params", {})
         if match is Match.PARTIAL:
@@ -252,7 +253,10 @@ class HttpAccess:
         if rule.need != rights.PUBLIC:
             try:
                 grant = self.authenticator.verify(bearer(scope.get("headers", ())))
-                transcript_id = found[1].get("transcript_id") if found else None
+                # A Durable Stream's rights are over its path, as a transcript's
+                # over its id.
+                params = found[1] if found else {}
+                transcript_id = params.get("transcript_id") or params.get("stream_path")
                 if not grant.satisfies(rule.need, transcript_id):
                     raise forbidden(grant, rule.need, transcript_id)
             except Refused as refused:

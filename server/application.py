@@ -50,6 +50,8 @@ from server.offload import Offload
 from server.origins import BrowserGuard, CORSMiddleware, OriginPolicy, cors_options
 from server.store.base import Store, StoreError
 from server.store.open import open_store
+from server.streams import http as streams_http
+from server.streams.memory import Limits, Registry
 from server.ws import refuse, websocket_endpoint
 
 __all__ = ["StartupFailed", "TsyncApp", "create_app"]
@@ -264,6 +266,7 @@ def create_app(
         _route("/healthz", get=http_ops.healthz),
         _route("/readyz", get=http_ops.readyz),
         _route("/metrics", get=http_ops.metrics),
+        *streams_http.routes,
         *pages.routes,
     ]
     app = Starlette(
@@ -279,6 +282,13 @@ def create_app(
     )
     app.state.config = config
     app.state.metrics = metrics
+    app.state.streams = Registry(
+        Limits(max_streams=config.max_streams, max_bytes=config.max_stream_bytes)
+    )
+    app.state.stream_settings = streams_http.StreamSettings(
+        long_poll_s=config.stream_long_poll_s,
+        max_body_bytes=config.max_http_body_bytes,
+    )
     app.state.lifecycle = http_ops.Lifecycle()
     # Outermost last: Host and Origin first, then CORS (preflights carry no
     # credentials), then the credentials and rights of the route.

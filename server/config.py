@@ -40,6 +40,7 @@ OTHER_ENV_NAMES: Final = frozenset(
 NonNegInt = Annotated[int, Meta(ge=0)]
 PosInt = Annotated[int, Meta(ge=1)]
 NonNegFloat = Annotated[float, Meta(ge=0)]
+PosFloat = Annotated[float, Meta(gt=0)]
 
 
 def _d(text: str, **constraints: Any) -> Meta:
@@ -187,6 +188,18 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     max_http_body_bytes: Annotated[
         PosInt, _d("largest HTTP request body (imports included); larger get 413 `too-large`")
     ] = 16 << 20
+    max_streams: Annotated[
+        PosInt,
+        _d("most Durable Streams (`/v1/stream/`) held; creating another gets 429"),
+    ] = 10_000
+    max_stream_bytes: Annotated[
+        PosInt,
+        _d("most bytes all Durable Streams hold together; an append past it gets 507"),
+    ] = 256 << 20
+    stream_long_poll_s: Annotated[
+        PosFloat,
+        _d("how long a Durable Streams long-poll read waits for data before its 204"),
+    ] = 20.0
     max_subscriptions_per_connection: Annotated[
         PosInt, _d("more subscriptions on one connection get `too-many-subscriptions`")
     ] = 256

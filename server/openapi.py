@@ -58,6 +58,85 @@ _NAME = Param("name", "path", "the View's name", required=True)
 _INT = {"type": "integer", "minimum": 0}
 _PROBLEM = api.Problem
 
+# The Durable Streams face (server.streams): the protocol's own headers and
+# plain-text errors; its bodies are the stream's bytes, of its content type.
+_STREAM = Param(
+    "stream_path", "path", "the stream's path after /v1/stream/ (may hold slashes)", required=True
+)
+_TEXT = ("text/plain", {"type": "string"})
+_ANY = ("*/*", {"type": "string"})
+
+
+def _plain(*statuses: int) -> dict[int, Any]:
+    return dict.fromkeys(statuses, _TEXT)
+
+
+def _header(name: str, description: str, pattern: str | None = None) -> Param:
+    schema = {"type": "string"} if pattern is None else {"type": "string", "pattern": pattern}
+    return Param(name, "header", description, schema)
+
+
+STREAM_OPERATIONS: Final = (
+    Operation(
+        "put",
+        "/v1/stream/{stream_path}",
+        "Durable Streams: create a stream (200 when it exists with this configuration), "
+        "or fork one",
+        {201: None, 200: None, **_plain(400, 404, 409, 413, 429, 507)},
+        body={"*/*": {"type": "string"}},
+        params=(
+            _STREAM,
+            _header("Stream-TTL", "seconds of a sliding expiry", "^(0|[1-9][0-9]*)$"),
+            _header("Stream-Expires-At", "an RFC 3339 expiry time"),
+            _header("Stream-Closed", "true: create it closed"),
+            _header("Stream-Forked-From", "the path of the stream to fork"),
+            _header("Stream-Fork-Offset", "where the fork leaves its source"),
+            _header("Stream-Fork-Sub-Offset", "values or bytes past that offset"),
+        ),
+    ),
+    Operation(
+        "post",
+        "/v1/stream/{stream_path}",
+        "Durable Streams: append (or close with Stream-Closed: true)",
+        {200: None, 204: None, **_plain(400, 403, 404, 409, 410, 413, 507)},
+        body={"*/*": {"type": "string"}},
+        params=(
+            _STREAM,
+            _header("Stream-Seq", "a writer sequence that must grow"),
+            _header("Stream-Closed", "true: close the stream (after this body)"),
+            _header("Producer-Id", "an idempotent producer"),
+            _header("Producer-Epoch", "the producer's epoch", "^[0-9]+$"),
+            _header("Producer-Seq", "the producer's request number", "^[0-9]+$"),
+        ),
+    ),
+    Operation(
+        "get",
+        "/v1/stream/{stream_path}",
+        "Durable Streams: read from an offset (catch-up, live=long-poll or live=sse)",
+        {200: _ANY, 204: None, 304: None, **_plain(400, 404, 410)},
+        params=(
+            _STREAM,
+            Param("offset", "query", "-1 (the start), now (the tail) or an offset"),
+            Param("live", "query", "long-poll or sse"),
+            Param("cursor", "query", "the last Stream-Cursor"),
+        ),
+    ),
+    Operation(
+        "delete",
+        "/v1/stream/{stream_path}",
+        "Durable Streams: delete a stream (soft while forks read it)",
+        {204: None, **_plain(404, 410)},
+        params=(_STREAM,),
+    ),
+    Operation(
+        "options",
+        "/v1/stream/{stream_path}",
+        "Durable Streams: a CORS preflight",
+        {204: None},
+        params=(_STREAM,),
+    ),
+)
+
 OPERATIONS: Final = (
     Operation(
         "post",
@@ -246,6 +325,7 @@ OPERATIONS: Final = (
         {200: api.AuthInfo, 400: _PROBLEM},
         params=(Param("transcriptId", "query", "a transcript to say the caller's rights on"),),
     ),
+    *STREAM_OPERATIONS,
     Operation("get", "/healthz", "Liveness: the process answers", {200: api.Health}),
     Operation(
         "get",

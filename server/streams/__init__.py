@@ -1,0 +1,13 @@
+"""The Durable Streams face: ElectricSQL's open protocol for resumable,
+offset-addressed streams over plain HTTP, served at ``/v1/stream/{path}``.
+
+- ``server.streams.model``: one stream's state and every rule of the protocol
+  that does not wait (offsets, JSON mode, producers, forks, expiry, reads).
+- ``server.streams.memory``: the streams of one process, and readers waiting
+  for what comes next (long-poll and SSE).
+- ``server.streams.http``: the HTTP face (create, append, close, read in the
+  three modes, HEAD, DELETE), the headers, ETags and cursors of the protocol.
+
+docs/protocol.md ("Durable Streams") says what is implemented and how the
+conformance suite is run.
+"""

@@ -1,0 +1,537 @@
+"""The HTTP face of the Durable Streams protocol at ``/v1/stream/{path}``.
+
+A stream's identity is its whole URL path (``/v1/stream/a/b``), which is what
+``Stream-Forked-From`` names. Each method maps to one operation of
+``server.streams.memory.Registry``; what the protocol says about headers,
+status codes, ETags, cursors and the three read modes lives here. Errors are
+answered in plain text, as the protocol's reference server does, with the
+browser security headers every answer carries.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import re
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Final
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from server.streams.memory import AppendResult, Registry
+from server.streams.model import (
+    Message,
+    Stream,
+    StreamError,
+    json_body,
+    media_type,
+    parse_expires_at,
+    valid_offset,
+)
+
+__all__ = ["PREFIX", "StreamSettings", "routes"]
+
+PREFIX: Final = "/v1/stream/"
+
+NEXT_OFFSET: Final = "Stream-Next-Offset"
+UP_TO_DATE: Final = "Stream-Up-To-Date"
+CLOSED: Final = "Stream-Closed"
+CURSOR: Final = "Stream-Cursor"
+TTL: Final = "Stream-TTL"
+EXPIRES_AT: Final = "Stream-Expires-At"
+SEQ: Final = "Stream-Seq"
+PRODUCER_ID: Final = "Producer-Id"
+PRODUCER_EPOCH: Final = "Producer-Epoch"
+PRODUCER_SEQ: Final = "Producer-Seq"
+EXPECTED_SEQ: Final = "Producer-Expected-Seq"
+RECEIVED_SEQ: Final = "Producer-Received-Seq"
+FORKED_FROM: Final = "Stream-Forked-From"
+FORK_OFFSET: Final = "Stream-Fork-Offset"
+FORK_SUB_OFFSET: Final = "Stream-Fork-Sub-Offset"
+SSE_ENCODING: Final = "Stream-SSE-Data-Encoding"
+
+#: What a browser may send and read (CORS), for the answers to preflights.
+REQUEST_HEADERS: Final = (
+    "content-type, authorization, if-none-match, stream-seq, stream-ttl, stream-expires-at, "
+    "stream-closed, producer-id, producer-epoch, producer-seq, stream-forked-from, "
+    "stream-fork-offset, stream-fork-sub-offset"
+)
+EXPOSED_HEADERS: Final = (
+    "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, "
+    "Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, "
+    "Producer-Expected-Seq, Producer-Received-Seq, ETag, Content-Type, Location"
+)
+SECURITY: Final = {
+    "x-content-type-options": "nosniff",
+    "cross-origin-resource-policy": "cross-origin",
+}
+CATCH_UP_CACHE: Final = "public, max-age=60, stale-while-revalidate=300"
+
+_DECIMAL: Final = re.compile(r"0|[1-9][0-9]*")
+_INTEGER: Final = re.compile(r"[0-9]+")
+_CONTENT_TYPE: Final = re.compile(r"[\w.+-]+/[\w.+-]+")
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+
+#: The protocol's cursor clock: 20-second intervals since 2024-10-09T00:00Z.
+CURSOR_EPOCH_S: Final = 1728432000
+CURSOR_INTERVAL_S: Final = 20
+
+
+class StreamSettings:
+    """What the face needs besides the registry (from ``ServerConfig``)."""
+
+    def __init__(
+        self,
+        *,
+        long_poll_s: float = 20.0,
+        sse_max_s: float = 60.0,
+        max_body_bytes: int = 16 * 1024 * 1024,
+        read_chunk_bytes: int = 1024 * 1024,
+    ) -> None:
+        self.long_poll_s = long_poll_s
+        self.sse_max_s = sse_max_s
+        self.max_body_bytes = max_body_bytes
+        self.read_chunk_bytes = read_chunk_bytes
+
+
+def response_cursor(client_cursor: str | None) -> str:
+    """The interval number now, or (when the client already has it or a
+    later one) past the client's by 1-3600 seconds of jitter, so cursors
+    never go back and a CDN never loops on a cached empty answer."""
+    current = int((time.time() - CURSOR_EPOCH_S) // CURSOR_INTERVAL_S)
+    if not client_cursor or not _INTEGER.fullmatch(client_cursor):
+        return str(current)
+    previous = int(client_cursor)
+    if previous < current:
+        return str(current)
+    jitter_s = random.randint(1, 3600)
+    return str(previous + max(1, -(-jitter_s // CURSOR_INTERVAL_S)))
+
+
+def _answer(
+    status: int,
+    headers: Mapping[str, str] | None = None,
+    body: bytes | str = b"",
+    media: str | None = None,
+) -> Response:
+    merged = {**SECURITY, **(headers or {})}
+    if isinstance(body, str):
+        body = body.encode()
+        media = media or "text/plain; charset=utf-8"
+    response = Response(body, status_code=status, headers=merged, media_type=media)
+    given = {k.lower() for k in headers or ()}
+    if media is None and "content-type" not in given and "content-type" in response.headers:
+        del response.headers["content-type"]  # no body: no Content-Type invented for it
+    return response
+
+
+def _refused(error: StreamError) -> Response:
+    return _answer(error.status, error.headers, error.reason)
+
+
+def _registry(request: Request) -> Registry:
+    registry: Registry = request.app.state.streams
+    return registry
+
+
+def _settings(request: Request) -> StreamSettings:
+    settings: StreamSettings = request.app.state.stream_settings
+    return settings
+
+
+def _closed_header(value: str | None) -> bool:
+    return value is not None and value.strip().lower() == "true"
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise StreamError(413, f"the body is over {limit} bytes (max_http_body_bytes)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def endpoint(request: Request) -> Response:
+    """Every method on ``/v1/stream/{path}``."""
+    path = request.url.path
+    try:
+        match request.method:
+            case "PUT":
+                return await _create(request, path)
+            case "POST":
+                return await _append(request, path)
+            case "GET":
+                return await _read(request, path)
+            case "HEAD":
+                return _head(request, path)
+            case "DELETE":
+                _registry(request).delete(path)
+                return _answer(204)
+            case "OPTIONS":
+                return _preflight(request)
+        return _answer(
+            405, {"allow": "GET, HEAD, PUT, POST, DELETE, OPTIONS"}, "Method not allowed"
+        )
+    except StreamError as error:
+        return _refused(error)
+
+
+def _preflight(request: Request) -> Response:
+    """A CORS preflight: which methods and headers a page may use. Whether
+    its origin may is the server's CORS setting (``cors_origins``), whose
+    middleware answers preflights from allowed origins before this does."""
+    return _answer(
+        204,
+        {
+            "access-control-allow-methods": "GET, HEAD, PUT, POST, DELETE, OPTIONS",
+            "access-control-allow-headers": REQUEST_HEADERS,
+            "access-control-max-age": "600",
+        },
+    )
+
+
+# --- create -------------------------------------------------------------------------------
+
+
+async def _create(request: Request, path: str) -> Response:
+    headers = request.headers
+    forked_from = headers.get(FORKED_FROM)
+    content_type = headers.get("content-type")
+    if not content_type or not _CONTENT_TYPE.match(content_type.strip()):
+        content_type = None if forked_from else "application/octet-stream"
+    ttl = headers.get(TTL)
+    expires = headers.get(EXPIRES_AT)
+    if ttl is not None and expires is not None:
+        raise StreamError(400, "Cannot specify both Stream-TTL and Stream-Expires-At")
+    ttl_s: int | None = None
+    if ttl is not None:
+        if not _DECIMAL.fullmatch(ttl):
+            raise StreamError(400, "Invalid Stream-TTL value")
+        ttl_s = int(ttl)
+    expires_ts: float | None = None
+    if expires is not None:
+        try:
+            expires_ts = parse_expires_at(expires)
+        except ValueError:
+            raise StreamError(400, "Invalid Stream-Expires-At timestamp") from None
+    fork_offset = headers.get(FORK_OFFSET)
+    sub_header = headers.get(FORK_SUB_OFFSET)
+    sub = 0
+    if forked_from is None and (fork_offset is not None or sub_header is not None):
+        raise StreamError(400, f"{FORK_OFFSET} and {FORK_SUB_OFFSET} need {FORKED_FROM}")
+    if fork_offset is not None and not valid_offset(fork_offset):
+        raise StreamError(400, "Invalid Stream-Fork-Offset format")
+    if sub_header is not None:
+        if not _DECIMAL.fullmatch(sub_header):
+            raise StreamError(400, "Invalid Stream-Fork-Sub-Offset format")
+        sub = int(sub_header)
+        if sub > 0 and fork_offset is None:
+            raise StreamError(400, f"a {FORK_SUB_OFFSET} above 0 needs a {FORK_OFFSET}")
+    body = await _body(request, _settings(request).max_body_bytes)
+    stream, created = _registry(request).create(
+        path,
+        content_type=content_type,
+        ttl_s=ttl_s,
+        expires_at=expires,
+        expires_at_ts=expires_ts,
+        body=body,
+        closed=_closed_header(headers.get(CLOSED)),
+        forked_from=forked_from,
+        fork_offset=fork_offset,
+        fork_sub_offset=sub,
+    )
+    answer = {
+        "content-type": stream.content_type or "application/octet-stream",
+        NEXT_OFFSET: stream.tail,
+    }
+    if created:
+        answer["location"] = str(request.url.replace(query=""))
+    if stream.closed:
+        answer[CLOSED] = "true"
+    return _answer(201 if created else 200, answer)
+
+
+# --- append and close ------------------------------------------------------------------------
+
+
+def _producer(request: Request) -> tuple[str, int, int] | None:
+    producer_id = request.headers.get(PRODUCER_ID)
+    epoch = request.headers.get(PRODUCER_EPOCH)
+    seq = request.headers.get(PRODUCER_SEQ)
+    given = [h is not None for h in (producer_id, epoch, seq)]
+    if not any(given):
+        return None
+    if not all(given):
+        raise StreamError(
+            400,
+            "All producer headers (Producer-Id, Producer-Epoch, Producer-Seq) must be provided"
+            " together",
+        )
+    assert producer_id is not None and epoch is not None and seq is not None
+    if producer_id == "":
+        raise StreamError(400, "Invalid Producer-Id: must not be empty")
+    values: list[int] = []
+    for name, text in ((PRODUCER_EPOCH, epoch), (PRODUCER_SEQ, seq)):
+        if not _INTEGER.fullmatch(text) or int(text) > MAX_SAFE_INTEGER:
+            raise StreamError(400, f"Invalid {name}: must be a non-negative integer")
+        values.append(int(text))
+    return producer_id, values[0], values[1]
+
+
+async def _append(request: Request, path: str) -> Response:
+    producer = _producer(request)
+    close = _closed_header(request.headers.get(CLOSED))
+    body = await _body(request, _settings(request).max_body_bytes)
+    registry = _registry(request)
+    if not body:
+        if not close:
+            raise StreamError(400, "Empty body")
+        return _appended(registry.close(path, producer), producer, body=False)
+    content_type = request.headers.get("content-type")
+    if not content_type:
+        raise StreamError(400, "Content-Type header is required")
+    result = registry.append(
+        path,
+        body,
+        content_type=content_type,
+        stream_seq=request.headers.get(SEQ),
+        producer=producer,
+        close=close,
+    )
+    return _appended(result, producer, body=True)
+
+
+def _appended(
+    result: AppendResult, producer: tuple[str, int, int] | None, *, body: bool
+) -> Response:
+    stream = result.stream
+    outcome = result.producer
+    if result.refused_closed:
+        return _answer(409, {CLOSED: "true", NEXT_OFFSET: stream.tail}, "Stream is closed")
+    if outcome is not None and outcome.status != "accepted":
+        assert producer is not None
+        match outcome.status:
+            case "duplicate":
+                headers = {
+                    PRODUCER_EPOCH: str(producer[1]),
+                    PRODUCER_SEQ: str(outcome.seq),
+                }
+                if stream.closed:
+                    headers[CLOSED] = "true"
+                    headers[NEXT_OFFSET] = stream.tail
+                return _answer(204, headers)
+            case "stale_epoch":
+                return _answer(403, {PRODUCER_EPOCH: str(outcome.epoch)}, "Stale producer epoch")
+            case "invalid_epoch_seq":
+                return _answer(400, None, "New epoch must start with sequence 0")
+            case _:
+                return _answer(
+                    409,
+                    {EXPECTED_SEQ: str(outcome.expected), RECEIVED_SEQ: str(outcome.seq)},
+                    "Producer sequence gap",
+                )
+    headers = {NEXT_OFFSET: result.message.offset if result.message else stream.tail}
+    if producer is not None:
+        headers[PRODUCER_EPOCH] = str(producer[1])
+        headers[PRODUCER_SEQ] = str(producer[2])
+    if stream.closed:
+        headers[CLOSED] = "true"
+    # New data from a producer is 200 (its duplicates are 204); everything else 204.
+    return _answer(200 if producer is not None and body else 204, headers)
+
+
+# --- metadata ----------------------------------------------------------------------------------
+
+
+def _head(request: Request, path: str) -> Response:
+    stream = _registry(request).live(path)
+    headers = {NEXT_OFFSET: stream.tail, "cache-control": "no-store"}
+    if stream.content_type:
+        headers["content-type"] = stream.content_type
+    if stream.closed:
+        headers[CLOSED] = "true"
+    if stream.ttl_s is not None:
+        headers[TTL] = str(stream.ttl_s)
+    if stream.expires_at is not None:
+        headers[EXPIRES_AT] = stream.expires_at
+    headers["etag"] = _etag(stream, "-1", stream.tail, stream.closed)
+    return _answer(200, headers)
+
+
+def _etag(stream: Stream, start: str, end: str, closed: bool) -> str:
+    name = base64.b64encode(stream.path.encode()).decode()
+    return f'"{name}:{start}:{end}{":c" if closed else ""}"'
+
+
+# --- reads -------------------------------------------------------------------------------------
+
+
+async def _read(request: Request, path: str) -> Response:
+    registry = _registry(request)
+    stream = registry.live(path)
+    offsets = request.query_params.getlist("offset")
+    offset: str | None = None
+    if offsets:
+        if len(offsets) > 1:
+            raise StreamError(400, "Multiple offset parameters not allowed")
+        offset = offsets[0]
+        if offset == "":
+            raise StreamError(400, "Empty offset parameter")
+        if offset not in ("-1", "now") and not valid_offset(offset):
+            raise StreamError(400, "Invalid offset format")
+    live = request.query_params.get("live")
+    cursor = request.query_params.get("cursor")
+    if live in ("long-poll", "sse") and offset is None:
+        raise StreamError(
+            400, f"{'SSE' if live == 'sse' else 'Long-poll'} requires offset parameter"
+        )
+    registry.touch(stream)
+    if live == "sse":
+        start = stream.tail if offset == "now" else offset
+        assert start is not None
+        return _sse(request, registry, stream, start, cursor)
+    if offset == "now" and live != "long-poll":
+        headers = {NEXT_OFFSET: stream.tail, UP_TO_DATE: "true", "cache-control": "no-store"}
+        if stream.closed:
+            headers[CLOSED] = "true"
+        return _answer(200, headers, b"[]" if stream.json else b"", stream.content_type)
+    position = stream.tail if offset == "now" else (None if offset in (None, "-1") else offset)
+    messages = registry.read(stream, position)
+    up_to_date = True
+    if live == "long-poll" and not messages and (position == stream.tail or offset == "now"):
+        if stream.closed:
+            return _answer(204, {NEXT_OFFSET: stream.tail, UP_TO_DATE: "true", CLOSED: "true"})
+        assert position is not None
+        waited = await registry.wait(stream, position, _settings(request).long_poll_s)
+        registry.touch(stream)
+        if not waited.messages:
+            headers = {NEXT_OFFSET: position, UP_TO_DATE: "true", CURSOR: response_cursor(cursor)}
+            if waited.closed or stream.closed:
+                headers[CLOSED] = "true"
+            return _answer(204, headers)
+        messages = waited.messages
+    messages, up_to_date = _page(messages, _settings(request).read_chunk_bytes)
+    end = messages[-1].offset if messages else (position or stream.tail)
+    if not messages and position is None:
+        end = stream.tail
+    headers = {NEXT_OFFSET: end}
+    if stream.content_type:
+        headers["content-type"] = stream.content_type
+    if live == "long-poll":
+        headers[CURSOR] = response_cursor(cursor)
+    else:
+        headers["cache-control"] = CATCH_UP_CACHE
+    if up_to_date:
+        headers[UP_TO_DATE] = "true"
+    at_end = stream.closed and up_to_date and end == stream.tail
+    if at_end:
+        headers[CLOSED] = "true"
+    etag = _etag(stream, offset or "-1", end, at_end)
+    headers["etag"] = etag
+    if request.headers.get("if-none-match") == etag:
+        return _answer(304, {"etag": etag, **SECURITY})
+    body = json_body(messages) if stream.json else b"".join(m.data for m in messages)
+    return _answer(200, headers, body, stream.content_type)
+
+
+def _page(messages: list[Message], limit: int) -> tuple[list[Message], bool]:
+    """At most ``limit`` bytes of whole messages (at least one); whether that
+    was all of them (``Stream-Up-To-Date``)."""
+    size = 0
+    for index, message in enumerate(messages):
+        size += len(message.data)
+        if size > limit and index > 0:
+            return messages[:index], False
+    return messages, True
+
+
+def _sse(
+    request: Request, registry: Registry, stream: Stream, start: str, cursor: str | None
+) -> Response:
+    kind = media_type(stream.content_type)
+    encode64 = not (kind.startswith("text/") or kind == "application/json")
+    headers = {
+        **SECURITY,
+        # Exactly this, no charset parameter: what EventSource and the protocol expect.
+        "content-type": "text/event-stream",
+        "cache-control": "no-cache",
+        "x-accel-buffering": "no",
+    }
+    if encode64:
+        headers[SSE_ENCODING] = "base64"
+    settings = _settings(request)
+
+    async def events() -> AsyncIterator[bytes]:
+        offset = None if start == "-1" else start
+        deadline = time.monotonic() + settings.sse_max_s
+        while True:
+            current = registry.get(stream.path)
+            if current is not stream or stream.soft_deleted:
+                return
+            messages = registry.read(stream, offset)
+            for message in messages:
+                if stream.json:
+                    payload = json_body([message]).decode()
+                elif encode64:
+                    payload = base64.b64encode(message.data).decode()
+                else:
+                    payload = message.data.decode("utf-8", errors="replace")
+                yield b"event: data\n" + _sse_data(payload)
+                offset = message.offset
+                yield b"event: control\n" + _sse_data(_control(stream, offset, cursor))
+            if not messages:
+                yield b"event: control\n" + _sse_data(
+                    _control(stream, offset or stream.tail, cursor)
+                )
+            tail = offset or stream.tail
+            if stream.closed and tail == stream.tail:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            waited = await registry.wait(stream, tail, min(remaining, settings.long_poll_s))
+            registry.touch(stream)
+            offset = tail
+            if not waited.messages and not waited.closed and waited.timed_out:
+                if time.monotonic() >= deadline:
+                    return
+                yield b"event: control\n" + _sse_data(_control(stream, tail, cursor))
+                if stream.closed:
+                    return
+
+    return StreamingResponse(events(), headers=headers)
+
+
+def _control(stream: Stream, offset: str, cursor: str | None) -> str:
+    control: dict[str, object] = {"streamNextOffset": offset}
+    if stream.closed and offset == stream.tail:
+        control["streamClosed"] = True
+        control["upToDate"] = True
+    else:
+        control["streamCursor"] = response_cursor(cursor)
+        if offset == stream.tail:
+            control["upToDate"] = True
+    return json.dumps(control, separators=(",", ":"))
+
+
+def _sse_data(payload: str) -> bytes:
+    """Every line of ``payload`` as its own ``data:`` line (CR, LF and CRLF
+    all end a line in SSE: none can smuggle an event boundary in)."""
+    lines = re.split(r"\r\n|\r|\n", payload)
+    return ("\n".join(f"data:{line}" for line in lines) + "\n\n").encode()
+
+
+routes: Final = [
+    Route(
+        "/v1/stream/{stream_path:path}",
+        endpoint,
+        methods=["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"],
+    )
+]

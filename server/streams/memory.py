@@ -1,0 +1,407 @@
+"""The Durable Streams of one process, and the readers waiting on them.
+
+Every operation runs on the event loop with no await inside, so each is
+atomic: producer validation and the append it allows happen in one step (the
+protocol's per-producer serialization), and a reader woken by an append sees
+it. Readers of a live mode wait on their stream's own appends: a fork's
+waiters are never woken by its source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from server.streams.model import (
+    ZERO_OFFSET,
+    Message,
+    ProducerOutcome,
+    Stream,
+    StreamError,
+    media_type,
+)
+
+__all__ = ["AppendResult", "Limits", "Registry", "Wait"]
+
+#: How often expired streams nobody touches are looked for, in seconds.
+SWEEP_EVERY_S: Final = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the streams of one process may hold (settings ``max_streams`` and
+    ``max_stream_bytes``)."""
+
+    max_streams: int = 10_000
+    max_bytes: int = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What an append (or close) did: ``message`` is ``None`` when nothing
+    was appended (a close, a duplicate, a refusal of a closed stream)."""
+
+    stream: Stream
+    message: Message | None = None
+    producer: ProducerOutcome | None = None
+    closed_now: bool = False
+    refused_closed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """What a live read waited for: messages, or none (``timed_out``, or the
+    stream closed at the reader's offset)."""
+
+    messages: list[Message]
+    timed_out: bool = False
+    closed: bool = False
+
+
+class Registry:
+    """Every stream of the process by path, with expiry, forks and waiters."""
+
+    def __init__(self, limits: Limits | None = None, clock: Callable[[], float] | None = None):
+        import time
+
+        self.limits = limits or Limits()
+        self.clock = clock or time.time
+        self._streams: dict[str, Stream] = {}
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._bytes = 0
+        self._swept = self.clock()
+
+    # --- looking up ------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    @property
+    def size(self) -> int:
+        """The bytes every stream holds together."""
+        return self._bytes
+
+    def get(self, path: str) -> Stream | None:
+        """The stream at ``path`` (soft-deleted ones too; the caller answers
+        410), or ``None``; an expired one is deleted (soft-deleted while
+        forks read through it)."""
+        now = self.clock()
+        self._sweep(now)
+        stream = self._streams.get(path)
+        if stream is None or not stream.expired(now):
+            return stream
+        if stream.refs > 0:
+            stream.soft_deleted = True
+            return stream
+        self._remove(path)
+        return None
+
+    def live(self, path: str) -> Stream:
+        """The stream a client may use: ``StreamError`` 404 or 410 otherwise."""
+        stream = self.get(path)
+        if stream is None:
+            raise StreamError(404, "Stream not found")
+        if stream.soft_deleted:
+            raise StreamError(410, "Stream is gone")
+        return stream
+
+    # --- creating ----------------------------------------------------------------------
+
+    def create(
+        self,
+        path: str,
+        *,
+        content_type: str | None,
+        ttl_s: int | None,
+        expires_at: str | None,
+        expires_at_ts: float | None,
+        body: bytes,
+        closed: bool,
+        forked_from: str | None,
+        fork_offset: str | None,
+        fork_sub_offset: int,
+    ) -> tuple[Stream, bool]:
+        """The stream at ``path``, made now (``True``) or already there with
+        this configuration (``False``); ``StreamError`` 409 for another one."""
+        now = self.clock()
+        existing = self._streams.get(path)
+        if existing is not None:
+            if existing.expired(now) and existing.refs == 0:
+                self._remove(path)
+            elif existing.soft_deleted or existing.expired(now):
+                existing.soft_deleted = True
+                raise StreamError(
+                    409,
+                    "stream was deleted but still has active forks: the path cannot be "
+                    "reused until all forks are removed",
+                )
+            else:
+                same = (
+                    (media_type(content_type) or "application/octet-stream")
+                    == (media_type(existing.content_type) or "application/octet-stream")
+                    if forked_from is None or content_type
+                    else True
+                )
+                same = (
+                    same
+                    and ttl_s == existing.ttl_s
+                    and expires_at == existing.expires_at
+                    and closed == existing.closed
+                    and forked_from == existing.forked_from
+                    and (fork_offset is None or fork_offset == existing.fork_offset)
+                    and fork_sub_offset == existing.fork_sub_offset
+                )
+                if not same:
+                    raise StreamError(409, "Stream already exists with different configuration")
+                return existing, False
+        if len(self._streams) >= self.limits.max_streams:
+            raise StreamError(
+                429,
+                f"this server holds {self.limits.max_streams} streams (max_streams)",
+                {"retry-after": "1"},
+            )
+        source: Stream | None = None
+        prefix: Message | None = None
+        if forked_from is not None:
+            source = self._streams.get(forked_from)
+            if source is None or (source.expired(now) and source.refs == 0):
+                raise StreamError(404, "Source stream not found")
+            if source.soft_deleted:
+                raise StreamError(409, "source stream was deleted but still has active forks")
+            if content_type and media_type(content_type) != media_type(source.content_type):
+                raise StreamError(409, "Content type mismatch with source stream")
+            fork_offset = fork_offset or source.tail
+            if not (ZERO_OFFSET <= fork_offset <= source.tail):
+                raise StreamError(400, "Fork offset beyond source stream length")
+            if fork_sub_offset:
+                prefix = self._sub_offset_prefix(source, fork_offset, fork_sub_offset)
+            content_type = content_type or source.content_type
+            if ttl_s is None and expires_at is None:
+                ttl_s, expires_at, expires_at_ts = (
+                    source.ttl_s,
+                    source.expires_at,
+                    source.expires_at_ts,
+                )
+        stream = Stream(
+            path=path,
+            content_type=content_type,
+            created_at=now,
+            last_access=now,
+            ttl_s=ttl_s,
+            expires_at=expires_at,
+            expires_at_ts=expires_at_ts,
+            forked_from=forked_from,
+            fork_offset=fork_offset if forked_from is not None else None,
+            tail=fork_offset if forked_from is not None and fork_offset else ZERO_OFFSET,
+        )
+        if prefix is not None:
+            stream.add_raw(prefix.data, prefix.values)
+            stream.fork_sub_offset = fork_sub_offset
+        if body:
+            self._check_room(len(body))
+            stream.add(body, create=True)
+        stream.closed = closed
+        if source is not None:
+            source.refs += 1
+        self._streams[path] = stream
+        self._bytes += stream.size
+        return stream, True
+
+    def _sub_offset_prefix(self, source: Stream, offset: str, sub: int) -> Message:
+        after = self.read(source, offset)
+        if not after:
+            raise StreamError(400, "Invalid fork sub-offset: no data past the fork offset")
+        first = after[0]
+        if source.json:
+            if sub > len(first.values):
+                raise StreamError(400, "Invalid fork sub-offset: past the message's values")
+            values = first.values[:sub]
+            return Message((",".join(values) + ",").encode(), "", values)
+        if sub > len(first.data):
+            raise StreamError(400, "Invalid fork sub-offset: past the message's bytes")
+        return Message(first.data[:sub], "")
+
+    # --- writing -----------------------------------------------------------------------
+
+    def append(
+        self,
+        path: str,
+        body: bytes,
+        *,
+        content_type: str | None,
+        stream_seq: str | None,
+        producer: tuple[str, int, int] | None,
+        close: bool,
+    ) -> AppendResult:
+        now = self.clock()
+        stream = self.live(path)
+        if stream.closed:
+            if producer is not None and stream.closed_by == producer:
+                repeat = ProducerOutcome("duplicate", producer[1], producer[2])
+                return AppendResult(stream, producer=repeat)
+            return AppendResult(stream, refused_closed=True)
+        if body and media_type(content_type) != media_type(stream.content_type):
+            raise StreamError(409, "Content-type mismatch")
+        outcome: ProducerOutcome | None = None
+        if producer is not None:
+            outcome = stream.check_producer(producer[0], producer[1], producer[2], now)
+            if outcome.status != "accepted":
+                return AppendResult(stream, producer=outcome)
+        if (
+            stream_seq is not None
+            and stream.stream_seq is not None
+            and (stream_seq <= stream.stream_seq)
+        ):
+            raise StreamError(409, "Sequence conflict")
+        message: Message | None = None
+        if body:
+            self._check_room(len(body))
+            before = stream.size
+            message = stream.add(body)
+            self._bytes += stream.size - before
+        if outcome is not None and producer is not None:
+            stream.commit_producer(producer[0], outcome, now)
+        if stream_seq is not None:
+            stream.stream_seq = stream_seq
+        if close:
+            stream.closed = True
+            if producer is not None:
+                stream.closed_by = producer
+        stream.touch(now)
+        self._wake(path)
+        return AppendResult(stream, message=message, producer=outcome, closed_now=close)
+
+    def close(self, path: str, producer: tuple[str, int, int] | None) -> AppendResult:
+        """A close-only request: idempotent; with producer headers, part of
+        the producer's sequence."""
+        now = self.clock()
+        stream = self.live(path)
+        if producer is None:
+            stream.closed = True
+            stream.touch(now)
+            self._wake(path)
+            return AppendResult(stream, closed_now=True)
+        if stream.closed:
+            if stream.closed_by == producer:
+                return AppendResult(stream, producer=ProducerOutcome("duplicate", *producer[1:]))
+            return AppendResult(stream, refused_closed=True)
+        outcome = stream.check_producer(producer[0], producer[1], producer[2], now)
+        if outcome.status != "accepted":
+            return AppendResult(stream, producer=outcome)
+        stream.commit_producer(producer[0], outcome, now)
+        stream.closed = True
+        stream.closed_by = producer
+        stream.touch(now)
+        self._wake(path)
+        return AppendResult(stream, producer=outcome, closed_now=True)
+
+    def delete(self, path: str) -> None:
+        stream = self.live(path)
+        if stream.refs > 0:
+            stream.soft_deleted = True
+            self._wake(path)
+            return
+        self._remove(path)
+
+    def _remove(self, path: str) -> None:
+        """Delete for good, and the soft-deleted sources only this one kept."""
+        stream = self._streams.pop(path, None)
+        if stream is None:
+            return
+        self._bytes -= stream.size
+        self._wake(path)
+        if stream.forked_from is not None:
+            source = self._streams.get(stream.forked_from)
+            if source is not None:
+                source.refs = max(0, source.refs - 1)
+                if source.refs == 0 and (source.soft_deleted or source.expired(self.clock())):
+                    self._remove(source.path)
+
+    def _check_room(self, size: int) -> None:
+        if self._bytes + size > self.limits.max_bytes:
+            raise StreamError(
+                507, f"the streams of this server hold {self._bytes} bytes (max_stream_bytes)"
+            )
+
+    def _sweep(self, now: float) -> None:
+        if now - self._swept < SWEEP_EVERY_S:
+            return
+        self._swept = now
+        for path in [p for p, s in self._streams.items() if s.expired(now) and s.refs == 0]:
+            self._remove(path)
+
+    # --- reading -----------------------------------------------------------------------
+
+    def read(self, stream: Stream, offset: str | None) -> list[Message]:
+        """The messages after ``offset`` (``None``: from the start), the
+        inherited ones of a fork first."""
+        if stream.forked_from is None or stream.fork_offset is None:
+            return stream.own_after(offset)
+        found: list[Message] = []
+        if offset is None or offset < stream.fork_offset:
+            found += self._inherited(stream.forked_from, offset, stream.fork_offset)
+        found += stream.own_after(offset)
+        return found
+
+    def _inherited(self, path: str, offset: str | None, cap: str) -> list[Message]:
+        source = self._streams.get(path)
+        if source is None:
+            return []
+        found: list[Message] = []
+        fork_offset = source.fork_offset
+        if (
+            source.forked_from is not None
+            and fork_offset is not None
+            and (offset is None or offset < fork_offset)
+        ):
+            found += self._inherited(source.forked_from, offset, min(fork_offset, cap))
+        found += source.own_after(offset, cap)
+        return found
+
+    def touch(self, stream: Stream) -> None:
+        stream.touch(self.clock())
+
+    async def wait(self, stream: Stream, offset: str, timeout: float) -> Wait:
+        """Messages after ``offset``, waiting up to ``timeout`` seconds for
+        this stream's own next append (or its close)."""
+        if stream.fork_offset is not None and offset < stream.fork_offset:
+            return Wait(self.read(stream, offset))
+        found = self.read(stream, offset)
+        if found:
+            return Wait(found)
+        if stream.closed and offset == stream.tail:
+            return Wait([], closed=True)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters = self._waiters.setdefault(stream.path, set())
+        waiters.add(future)
+        try:
+            async with asyncio.timeout(timeout):
+                await future
+        except TimeoutError:
+            current = self._streams.get(stream.path)
+            return Wait([], timed_out=True, closed=current is not None and current.closed)
+        finally:
+            waiters.discard(future)
+            if not waiters:
+                self._waiters.pop(stream.path, None)
+        current = self._streams.get(stream.path)
+        if current is not stream or stream.soft_deleted:
+            return Wait([], timed_out=True)
+        found = self.read(stream, offset)
+        return Wait(
+            found, timed_out=not found and not stream.closed, closed=not found and stream.closed
+        )
+
+    def _wake(self, path: str) -> None:
+        for future in self._waiters.get(path, ()):
+            if not future.done():
+                future.set_result(None)
+
+    def cancel_waits(self) -> None:
+        """Wake every waiting reader (shutdown): each answers as on a timeout."""
+        for waiters in self._waiters.values():
+            for future in waiters:
+                if not future.done():
+                    future.set_result(None)

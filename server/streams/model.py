@@ -1,0 +1,231 @@
+"""One Durable Stream and the rules of the protocol that do not wait.
+
+A stream is a list of messages, each the bytes of one append (in JSON mode, one
+or more JSON values, each kept as its compact text) and the offset after it.
+Offsets are ``<16 digits>_<16 digits>``: a read sequence (0) and the byte
+position after the message, counting a 5-byte frame per message as the
+reference server does, so that offsets of the same history are the same here
+and there. They sort as strings, as the protocol requires, and a fork shares
+its source's offsets up to its fork offset.
+
+Nothing here does I/O or knows the clock: ``now`` (seconds) is passed in.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final, Literal
+
+__all__ = [
+    "ZERO_OFFSET",
+    "Message",
+    "ProducerOutcome",
+    "Stream",
+    "StreamError",
+    "format_offset",
+    "is_json",
+    "json_body",
+    "json_values",
+    "media_type",
+    "parse_expires_at",
+]
+
+ZERO_OFFSET: Final = "0000000000000000_0000000000000000"
+FRAME_BYTES: Final = 5  # the reference server's 4-byte length and newline per message
+OFFSET_RE: Final = re.compile(r"\d+_\d+")
+#: 7 days, as the protocol recommends for a store that forgets producers.
+PRODUCER_TTL_S: Final = 7 * 24 * 3600.0
+
+
+class StreamError(Exception):
+    """A request the protocol refuses: ``status`` and a plain-text reason."""
+
+    def __init__(self, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.headers = headers or {}
+
+
+def format_offset(read_seq: int, position: int) -> str:
+    return f"{read_seq:016d}_{position:016d}"
+
+
+def _parse_offset(offset: str) -> tuple[int, int]:
+    seq, _, position = offset.partition("_")
+    return int(seq), int(position)
+
+
+def media_type(content_type: str | None) -> str:
+    """``application/json; charset=utf-8`` -> ``application/json``."""
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def is_json(content_type: str | None) -> bool:
+    return media_type(content_type) == "application/json"
+
+
+def parse_expires_at(value: str) -> float:
+    """An RFC 3339 time as epoch seconds; ``ValueError`` when it is not one."""
+    text = value.strip()
+    if not text:
+        raise ValueError("empty")
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    if moment.tzinfo is None:
+        raise ValueError("no time zone")
+    return moment.timestamp()
+
+
+def json_values(body: bytes, *, allow_empty: bool) -> list[str]:
+    """The messages a JSON-mode body holds: one level of an array flattened,
+    each value as compact JSON text. ``StreamError`` 400 for invalid JSON
+    or an empty array (unless ``allow_empty``: a create may be empty)."""
+    try:
+        parsed = json.loads(body)
+    except (ValueError, RecursionError):
+        raise StreamError(400, "Invalid JSON") from None
+    if isinstance(parsed, list):
+        if not parsed and not allow_empty:
+            raise StreamError(400, "Empty arrays are not allowed")
+        return [_compact(v) for v in parsed]
+    return [_compact(parsed)]
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def json_body(messages: list[Message]) -> bytes:
+    """The JSON array of every value the messages hold."""
+    return ("[" + ",".join(v for m in messages for v in m.values) + "]").encode()
+
+
+@dataclass(slots=True, frozen=True)
+class Message:
+    """One append: its bytes (``values``: its JSON values in JSON mode) and
+    the offset after it."""
+
+    data: bytes
+    offset: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class Producer:
+    epoch: int
+    last_seq: int
+    updated: float
+
+
+@dataclass(slots=True, frozen=True)
+class ProducerOutcome:
+    """What producer validation decided (nothing is changed by deciding)."""
+
+    status: Literal["accepted", "duplicate", "stale_epoch", "invalid_epoch_seq", "gap"]
+    epoch: int = 0
+    seq: int = 0
+    expected: int = 0
+
+
+@dataclass(slots=True)
+class Stream:
+    """One stream's state. Its messages are its own (a fork's inherited
+    messages stay in its source, read through ``Registry.read``)."""
+
+    path: str
+    content_type: str | None
+    created_at: float
+    last_access: float
+    ttl_s: int | None = None
+    expires_at: str | None = None
+    expires_at_ts: float | None = None
+    messages: list[Message] = field(default_factory=list)
+    offsets: list[str] = field(default_factory=list)
+    tail: str = ZERO_OFFSET
+    size: int = 0
+    closed: bool = False
+    closed_by: tuple[str, int, int] | None = None
+    refs: int = 0
+    soft_deleted: bool = False
+    forked_from: str | None = None
+    fork_offset: str | None = None
+    fork_sub_offset: int = 0
+    stream_seq: str | None = None
+    producers: dict[str, Producer] = field(default_factory=dict)
+
+    @property
+    def json(self) -> bool:
+        return is_json(self.content_type)
+
+    def expired(self, now: float) -> bool:
+        if self.expires_at_ts is not None and now >= self.expires_at_ts:
+            return True
+        return self.ttl_s is not None and now >= self.last_access + self.ttl_s
+
+    def touch(self, now: float) -> None:
+        self.last_access = now
+
+    # --- writing ---------------------------------------------------------------------
+
+    def add(self, body: bytes, *, create: bool = False) -> Message | None:
+        """Append the bytes of one request (``StreamError`` 400 for bad JSON);
+        ``None`` for an empty JSON array at creation (nothing to add)."""
+        values: tuple[str, ...] = ()
+        data = body
+        if self.json:
+            values = tuple(json_values(body, allow_empty=create))
+            if not values:
+                return None
+            data = (",".join(values) + ",").encode()
+        return self.add_raw(data, values)
+
+    def add_raw(self, data: bytes, values: tuple[str, ...] = ()) -> Message:
+        read_seq, position = _parse_offset(self.tail)
+        offset = format_offset(read_seq, position + FRAME_BYTES + len(data))
+        message = Message(data, offset, values)
+        self.messages.append(message)
+        self.offsets.append(offset)
+        self.tail = offset
+        self.size += len(data)
+        return message
+
+    def check_producer(self, producer_id: str, epoch: int, seq: int, now: float) -> ProducerOutcome:
+        """Kafka-style validation of one producer request (changes nothing)."""
+        for key in [k for k, p in self.producers.items() if now - p.updated > PRODUCER_TTL_S]:
+            del self.producers[key]
+        state = self.producers.get(producer_id)
+        if state is None:
+            if seq != 0:
+                return ProducerOutcome("gap", epoch, seq, expected=0)
+            return ProducerOutcome("accepted", epoch, seq)
+        if epoch < state.epoch:
+            return ProducerOutcome("stale_epoch", state.epoch, seq)
+        if epoch > state.epoch:
+            if seq != 0:
+                return ProducerOutcome("invalid_epoch_seq", epoch, seq)
+            return ProducerOutcome("accepted", epoch, seq)
+        if seq <= state.last_seq:
+            return ProducerOutcome("duplicate", epoch, state.last_seq)
+        if seq == state.last_seq + 1:
+            return ProducerOutcome("accepted", epoch, seq)
+        return ProducerOutcome("gap", epoch, seq, expected=state.last_seq + 1)
+
+    def commit_producer(self, producer_id: str, outcome: ProducerOutcome, now: float) -> None:
+        self.producers[producer_id] = Producer(outcome.epoch, outcome.seq, now)
+
+    # --- reading ---------------------------------------------------------------------
+
+    def own_after(self, offset: str | None, cap: str | None = None) -> list[Message]:
+        """This stream's own messages after ``offset`` (all for ``None``), up
+        to and including the one at ``cap``."""
+        start = 0 if offset is None else bisect.bisect_right(self.offsets, offset)
+        end = len(self.offsets) if cap is None else bisect.bisect_right(self.offsets, cap)
+        return self.messages[start:end] if start < end else []
+
+
+def valid_offset(offset: str) -> bool:
+    return OFFSET_RE.fullmatch(offset) is not None
