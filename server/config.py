@@ -205,6 +205,22 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         _d("ops a connection may send at once before the rate applies"),
     ] = 1000.0
 
+    # --- what one request may make the server compute (issue 24) ---
+    max_views_per_transcript: Annotated[
+        PosInt,
+        _d(
+            "Views a transcript may have at once; setting one more gets `invalid-view` "
+            "(leave one first). Every usage query, window and snapshot lists them"
+        ),
+    ] = 256
+    max_usage_ranges: Annotated[
+        PosInt,
+        _d(
+            "segments and Views one `GET .../usage` may count together (`segments=all` "
+            "included); more, or the same segment or View asked twice, get `invalid-query`"
+        ),
+    ] = 1024
+
     # --- HTTP connections (tsync serve; server.http_guard) ---
     http_header_timeout_s: Annotated[
         Annotated[float, Meta(gt=0)],
