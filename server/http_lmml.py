@@ -19,8 +19,7 @@ from starlette.responses import Response
 
 from protocol import api, codes, lmml
 from protocol.types import Message
-from protocol.views import Window
-from server import jobs
+from server import http_reads, jobs
 from server.errors import Refused
 from server.http_api import (
     _hub,
@@ -145,13 +144,14 @@ async def chat(request: Request) -> Response:
     context: Literal["omit", "system"] = (
         "system" if _choice(request, "context", ("omit", "system")) == "system" else "omit"
     )
-    # The active segment only is read (a long transcript's history stays in the store).
-    window = Window(segment="active") if segment == "active" else None
-    snapshot = await _hub(request).snapshot(tid, window=window)
-    messages: tuple[Message, ...] = snapshot.messages
-    response = json_response(api.ChatBody(messages=lmml.chat_messages(messages, context=context)))
-    response.headers["x-transcript-revision"] = str(snapshot.revision)
-    return response
+    # The active segment only is read (a long transcript's history stays in
+    # the store), and a long answer is streamed (server.http_reads).
+    return await http_reads.chat_response(
+        _hub(request),
+        tid,
+        active_only=segment == "active",
+        render=lambda messages: lmml.chat_messages(messages, context=context),
+    )
 
 
 def _bundle_name(transcript_id: str) -> str:

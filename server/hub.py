@@ -720,6 +720,13 @@ class Hub:
                 return live.transcript.state.snapshot_of(start, messages)
             live = current  # reloaded: another history, measure again
 
+    async def head(self, transcript_id: str) -> TranscriptSnapshot:
+        """The transcript now without its messages (revision, segments, Views,
+        length): what a streamed read starts with (``server.http_reads``)."""
+        live = await self.load(transcript_id)
+        state = live.transcript.state
+        return state.snapshot_of(state.length, ())
+
     async def read_messages(
         self, transcript_id: str, start: int, end: int, *, epoch: str | None = None
     ) -> tuple[StoredRange, int]:
@@ -887,9 +894,11 @@ class Hub:
         # on a thread so that the loop gets the GIL back every switch interval.
         return state.revision, await asyncio.to_thread(message_usage, ranges, messages, low)
 
-    async def events_after(self, transcript_id: str, revision: int) -> list[TranscriptEvent] | None:
-        """Events after ``revision`` from the window or the store; ``None`` when
-        they are no longer held."""
+    async def events_after(
+        self, transcript_id: str, revision: int, *, limit: int | None = None
+    ) -> list[TranscriptEvent] | None:
+        """Events after ``revision`` (at most ``limit``) from the window or the
+        store; ``None`` when they are no longer held."""
         live = await self.load(transcript_id)
         current = live.transcript.revision
         if revision > current:
@@ -899,8 +908,9 @@ class Hub:
         live.deliver_pending()
         start = live.window_start()
         if start is not None and start <= revision + 1:
-            return [item.event for item in live.window if item.revision > revision]
-        return await self.store.events_after(transcript_id, revision)
+            found = [item.event for item in live.window if item.revision > revision]
+            return found if limit is None else found[:limit]
+        return await self.store.events_after(transcript_id, revision, limit=limit)
 
     # --- connections and subscriptions --------------------------------------------------
 
