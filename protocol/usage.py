@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 import msgspec
@@ -36,6 +36,7 @@ __all__ = [
     "UseRun",
     "message_usage",
     "named_ranges",
+    "sized_usage",
 ]
 
 _encode: Final = msgspec.json.Encoder().encode
@@ -105,13 +106,7 @@ def message_usage(
     looked at only when two indices hold one object (a range appended again
     from itself with ``append_from``): then only those objects are counted
     again, per range."""
-    stop = start + len(messages)
-    for span in ranges:
-        if not start <= span.start <= span.end <= stop:
-            raise ValueError(
-                f"range {span.name!r} [{span.start}, {span.end}) is not within the messages "
-                f"[{start}, {stop}) given"
-            )
+    _check_within(ranges, start, start + len(messages))
     covered = _union(ranges)
     # Prefix sums of the encoded sizes, per covered run: run k covers
     # [lo, hi) and sums[k][i - lo] is the bytes of [lo, i).
@@ -129,10 +124,42 @@ def message_usage(
         lo = lows[k]
         return run[b - lo] - run[a - lo]
 
+    return _count(ranges, covered, size_of, _shared(messages, start, covered))
+
+
+def sized_usage(ranges: Sequence[UsageRange], sums: Sequence[int], start: int = 0) -> MessageUsage:
+    """``message_usage`` from the sizes alone: ``sums[i]`` is the bytes of
+    messages ``[start, start + i)`` (prefix sums of their compact JSON), and
+    every index holds a message of its own (as a server's do: each append
+    and each read from its store decodes its own objects). Costs ``R log R``
+    for ``R`` ranges, whatever their length. ``ValueError`` for a range not
+    within ``[start, start + len(sums) - 1)``."""
+    _check_within(ranges, start, start + len(sums) - 1)
+    return _count(ranges, _union(ranges), lambda a, b: sums[b - start] - sums[a - start], [])
+
+
+def _check_within(ranges: Iterable[UsageRange], start: int, stop: int) -> None:
+    for span in ranges:
+        if not start <= span.start <= span.end <= stop:
+            raise ValueError(
+                f"range {span.name!r} [{span.start}, {span.end}) is not within the messages "
+                f"[{start}, {stop}) given"
+            )
+
+
+def _count(
+    ranges: Sequence[UsageRange],
+    covered: list[tuple[int, int]],
+    size_of: Callable[[int, int], int],
+    shared: list[tuple[list[int], int]],
+) -> MessageUsage:
+    """The usage of ``ranges`` covering the runs ``covered``, the bytes of
+    any ``[a, b)`` within a run being ``size_of(a, b)``; ``shared`` the
+    objects found at several indices (their indices and size)."""
     total_messages = sum(hi - lo for lo, hi in covered)
-    total_bytes = sum(run[-1] for run in sums)
+    total_bytes = sum(size_of(lo, hi) for lo, hi in covered)
     per_range = [[span.end - span.start, size_of(span.start, span.end)] for span in ranges]
-    for indices, size in _shared(messages, start, covered):
+    for indices, size in shared:
         # One object at several indices: counted once overall and once per range.
         total_messages -= len(indices) - 1
         total_bytes -= (len(indices) - 1) * size

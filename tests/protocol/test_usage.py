@@ -22,6 +22,7 @@ from protocol.usage import (
     UseRun,
     message_usage,
     named_ranges,
+    sized_usage,
 )
 from protocol.views import InvalidView
 
@@ -151,6 +152,21 @@ def test_identity_not_equality_makes_one_message() -> None:
     assert usage.messages == 2  # shared once, equal (another object) once
     assert usage.ranges[0].messages == 1
     assert usage.uses == (UseRun(0, 3, 1),)
+
+
+@given(shared_messages())
+def test_from_sizes_alone_it_gives_what_the_walk_gave_for_distinct_messages(
+    case: tuple[int, tuple[Message, ...], list[UsageRange]],
+) -> None:
+    start, shared, ranges = case
+    messages = tuple(msgspec.structs.replace(m) for m in shared)  # each index its own object
+    assert len({id(m) for m in messages}) == len(messages)
+    sums = [0]
+    for m in messages:
+        sums.append(sums[-1] + len(msgspec.json.encode(m)))
+    assert sized_usage(ranges, sums, start) == walked(ranges, messages, start)
+    with pytest.raises(ValueError):
+        sized_usage([UsageRange("past", start, start + len(messages) + 1)], sums, start)
 
 
 def test_a_range_must_lie_within_the_messages() -> None:
