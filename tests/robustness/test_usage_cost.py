@@ -86,9 +86,11 @@ def test_usage_of_a_long_transcript_with_many_views(
     over = answers[-1]
     assert over.status_code == 422 and over.json()["code"] == "invalid-view"
     assert "max_views_per_transcript" in over.json()["detail"]
-    # The walk took 6 s per query with 100 Views; what is left is reading the
-    # messages (most of them from the store) and encoding each once.
+    # The walk took 6 s per query with 100 Views. The first query after the
+    # load measures every message's size once (most are read back from the
+    # store); the others count from those sizes: milliseconds.
     assert max(took) < 3, [round(t, 3) for t in took]
+    assert sorted(took)[len(took) // 2] < 0.5, [round(t, 3) for t in took]
     assert_responsive(probe)
     assert target.rss() - rss_before < 100 << 20
     writer.assert_nothing_lost()
