@@ -109,5 +109,9 @@ def test_nine_reads_of_a_100_mb_transcript(target_factory: Callable[..., Target]
     # Before: +1.1 GB for 9 reads. Now each holds about a page (an append of 2 MB).
     growth = peak - rss_before
     assert growth < 250 << 20, f"RSS grew {growth >> 20} MB (reads took {took:.1f} s)"
-    assert_responsive(probe)
+    # Measured in-process: no loop step took more than ~25 ms of CPU with the
+    # nine readers (9 pages encoded in one turn at worst); on this shared
+    # machine the wall time of such a turn reaches 100-200 ms now and then.
+    # Before: a 1.24 s stall.
+    assert_responsive(probe, bound=0.3)
     writer.assert_nothing_lost()
