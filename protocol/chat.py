@@ -31,6 +31,7 @@ from protocol.types import AttachmentPart, ContentPart, ImageUrlPart, Message, T
 __all__ = [
     "ANTHROPIC_IMAGE_TYPES",
     "OPENAI_IMAGE_DETAILS",
+    "AnthropicRenderer",
     "ContextMode",
     "anthropic_messages",
     "attachment_bytes",
@@ -257,8 +258,9 @@ def anthropic_messages(
     ``client.messages.create(model=..., max_tokens=..., **body)``.
 
     - System messages (and ``context`` ones with ``context="system"``) are
-      joined, in order, by a blank line into ``system`` wherever they stand; the Messages API has
-      no system role in ``messages``. Their non-text parts become placeholders.
+      joined, in order and wherever they stand, by a blank line into
+      ``system``; the Messages API has no system role in ``messages``. Their
+      non-text parts become placeholders.
     - User and assistant messages keep their role; a ``tool`` message becomes
       a user message holding one ``tool_result`` block (``tool_use_id`` its
       ``tool_call_id``; without one, a text saying it is an unattributed tool
@@ -275,29 +277,60 @@ def anthropic_messages(
       ``document`` block in user messages; other binary files become
       placeholders. ``name`` and ``metadata`` are left out.
     """
-    system: list[str] = []
-    out: list[dict[str, Any]] = []
-    for message in _context(messages, context):
-        if message.role == "system":
-            system.append(_system_text(message))
-            continue
-        role, blocks = _anthropic_message(message)
-        if out and out[-1]["role"] == role:
-            if blocks:
-                out[-1]["content"] = _as_blocks(out[-1]["content"]) + blocks
-        elif (
-            len(blocks) == 1
-            and blocks[0]["type"] == "text"
-            and isinstance(message.content, str)
-            and not message.tool_calls
-        ):
-            out.append({"role": role, "content": blocks[0]["text"]})
-        else:
-            out.append({"role": role, "content": blocks or ""})
+    renderer = AnthropicRenderer(context)
+    out = renderer.feed(messages)
+    out += renderer.finish()
     body: dict[str, Any] = {"messages": out}
-    if system:
-        body["system"] = "\n\n".join(system)
+    if renderer.system is not None:
+        body["system"] = renderer.system
     return body
+
+
+class AnthropicRenderer:
+    """``anthropic_messages`` a page of messages at a time (a long transcript
+    is streamed): ``feed`` returns the messages that are complete (the last
+    one may still merge with the next page's first), ``finish`` the rest;
+    ``system`` is known once every page was fed."""
+
+    def __init__(self, context: ContextMode = "omit") -> None:
+        if context not in ("omit", "system"):
+            raise ValueError(f"context must be 'omit' or 'system', not {context!r}")
+        self.context: ContextMode = context
+        self._system: list[str] = []
+        self._pending: dict[str, Any] | None = None
+
+    @property
+    def system(self) -> str | None:
+        return "\n\n".join(self._system) if self._system else None
+
+    def feed(self, messages: Iterable[Message]) -> list[dict[str, Any]]:
+        done: list[dict[str, Any]] = []
+        for message in _context(messages, self.context):
+            if message.role == "system":
+                self._system.append(_system_text(message))
+                continue
+            role, blocks = _anthropic_message(message)
+            pending = self._pending
+            if pending is not None and pending["role"] == role:
+                if blocks:
+                    pending["content"] = _as_blocks(pending["content"]) + blocks
+                continue
+            if pending is not None:
+                done.append(pending)
+            if (
+                len(blocks) == 1
+                and blocks[0]["type"] == "text"
+                and isinstance(message.content, str)
+                and not message.tool_calls
+            ):
+                self._pending = {"role": role, "content": blocks[0]["text"]}
+            else:
+                self._pending = {"role": role, "content": blocks or ""}
+        return done
+
+    def finish(self) -> list[dict[str, Any]]:
+        pending, self._pending = self._pending, None
+        return [] if pending is None else [pending]
 
 
 def _as_blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:

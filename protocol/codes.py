@@ -11,7 +11,8 @@ Close codes have one meaning each and say how to reconnect::
     1001  going-away        the server is shutting down       reconnect with backoff
     1007  invalid-data     a text message that is not UTF-8   fix the client first
     1008  policy           an Origin or Host not allowed      fix the page or the settings
-    1009  message-too-big  a message over the hard cap        fix the client first
+    1009  message-too-big  a message over the hard cap (bytes  fix the client first
+                           or fragments), or a fragment flood
     1011  keepalive        no pong in time (or a server bug)  reconnect with backoff
     1012  service-restart  the ASGI server itself stopped     reconnect with backoff
     1013  server-full      max_connections reached            reconnect with backoff
@@ -333,7 +334,8 @@ _CLOSES: Final = (
         reason="message too big",
         reconnect="no",
         meaning="an inbound message over the hard cap `ws_hard_max_bytes` (sent by the "
-        "WebSocket layer, which does not read it)",
+        "WebSocket layer, which does not read it), in more than `ws_max_fragments` fragments, "
+        "or fragments faster than `ws_max_fragments_per_s`",
     ),
     CloseCode(
         code=CLOSE_KEEPALIVE,

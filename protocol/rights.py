@@ -45,7 +45,12 @@ ADMIN: Final = "admin"
 
 def pattern_regex(patterns: Iterable[str]) -> re.Pattern[str] | None:
     """One compiled regular expression matching any of ``patterns`` whole
-    (``*``: any run, ``?``: one character), or ``None`` when there are none."""
+    (``*``: any run, ``?``: one character), or ``None`` when there are none.
+
+    For patterns an operator configured (``server.origins``): Python's
+    regular expressions backtrack, so ``*a*a*a*ab`` against a long run of
+    ``a`` takes exponential time. Patterns a client brings (a token's
+    rights) go through ``GlobSet``, which does not."""
     parts = [
         "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
         for pattern in patterns
@@ -53,6 +58,66 @@ def pattern_regex(patterns: Iterable[str]) -> re.Pattern[str] | None:
     if not parts:
         return None
     return re.compile("|".join(f"(?:{p})" for p in sorted(set(parts))), re.DOTALL)
+
+
+class GlobSet:
+    """Whether a text matches any of several patterns whole (``*``: any run,
+    none included; ``?``: exactly one character; everything else itself), in
+    time linear in the text's length, whatever the patterns.
+
+    The patterns are one nondeterministic automaton whose states are the bits
+    of an integer (bit ``i``: the first ``i - offset`` characters of some
+    pattern matched), stepped once per character of the text: a
+    backtracking matcher explores every way of splitting the text among the
+    stars (exponential for ``*a*a*a*ab`` against ``aaa...a``); this one keeps
+    the set of places it could be, all at once. A step is a few operations
+    on an integer of ``sum(len(pattern) + 1)`` bits.
+    """
+
+    __slots__ = ("_accept", "_any", "_chars", "_stars", "_start")
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        chars: dict[str, int] = {}
+        any_char = stars = start = accept = 0
+        offset = 0
+        for pattern in sorted(set(patterns)):
+            # A run of stars is one star; then a star's state closes over
+            # the next one in a single shift (see ``_close``).
+            pattern = re.sub(r"\*+", "*", pattern)
+            start |= 1 << offset
+            for i, c in enumerate(pattern, offset):
+                if c == "*":
+                    stars |= 1 << i
+                elif c == "?":
+                    any_char |= 1 << i
+                else:
+                    chars[c] = chars.get(c, 0) | 1 << i
+            offset += len(pattern)
+            accept |= 1 << offset
+            offset += 1  # a bit of its own: the end of one pattern never steps into the next
+        self._chars = {c: bits | any_char for c, bits in chars.items()}
+        self._any = any_char
+        self._stars = stars
+        self._start = self._close(start)
+        self._accept = accept
+
+    def _close(self, state: int) -> int:
+        # A star may match nothing: being before it is also being after it.
+        return state | (state & self._stars) << 1
+
+    def __bool__(self) -> bool:
+        return self._accept != 0
+
+    def fullmatch(self, text: str) -> bool:
+        """Whether ``text`` is matched whole by one of the patterns."""
+        state = self._start
+        chars, any_char, stars = self._chars, self._any, self._stars
+        for c in text:
+            if not state:
+                return False
+            state = (state & chars.get(c, any_char)) << 1 | (state & stars)
+            state |= (state & stars) << 1
+        return state & self._accept != 0
 
 
 class Grant:
@@ -79,8 +144,8 @@ class Grant:
         self.admin = admin
         self.read: tuple[str, ...] = tuple(read)
         self.write: tuple[str, ...] = tuple(write)
-        self._read = pattern_regex(self.read)
-        self._write = pattern_regex(self.write)
+        self._read = GlobSet(self.read)
+        self._write = GlobSet(self.write)
 
     def allows(self, right: Right, transcript_id: str | None = None) -> bool:
         """Whether this credential holds ``right`` on ``transcript_id``
@@ -89,8 +154,7 @@ class Grant:
             return True
         if right == ADMIN or transcript_id is None:
             return False
-        pattern = self._read if right == READ else self._write
-        return pattern is not None and pattern.fullmatch(transcript_id) is not None
+        return (self._read if right == READ else self._write).fullmatch(transcript_id)
 
     def satisfies(self, need: Need, transcript_id: str | None = None) -> bool:
         """Whether this (valid) credential is enough for ``need``."""

@@ -179,6 +179,24 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             "through at about 1 Mbit/s"
         ),
     ] = 30.0
+    ws_max_fragments: Annotated[
+        NonNegInt,
+        _d(
+            "fragments an inbound WebSocket message may come in; a message in more closes "
+            "the connection with 1009 (0: no limit; applied by `tsync serve`'s WebSocket "
+            "protocol). Browsers and the clients here never fragment; a fragment costs the "
+            "server the same whatever its size, an empty one included"
+        ),
+    ] = 1024
+    ws_max_fragments_per_s: Annotated[
+        NonNegFloat,
+        _d(
+            "fragments (parts of fragmented messages) a WebSocket connection may send per "
+            "second, a second's worth at once; more close it with 1009 (0: no limit; `tsync "
+            "serve`). 4 million one-byte fragments once held 192 MB and slowed every other "
+            "connection's pings to 455 ms"
+        ),
+    ] = 4096.0
     max_message_bytes: Annotated[PosInt, _d("largest message (its compact JSON)")] = (
         limits.MAX_MESSAGE_BYTES
     )
@@ -217,6 +235,22 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         Annotated[float, Meta(ge=1)],
         _d("ops a connection may send at once before the rate applies"),
     ] = 1000.0
+
+    # --- what one request may make the server compute (issue 24) ---
+    max_views_per_transcript: Annotated[
+        PosInt,
+        _d(
+            "Views a transcript may have at once; setting one more gets `invalid-view` "
+            "(leave one first). Every usage query, window and snapshot lists them"
+        ),
+    ] = 256
+    max_usage_ranges: Annotated[
+        PosInt,
+        _d(
+            "segments and Views one `GET .../usage` may count together (`segments=all` "
+            "included); more, or the same segment or View asked twice, get `invalid-query`"
+        ),
+    ] = 1024
 
     # --- HTTP connections (tsync serve; server.http_guard) ---
     http_header_timeout_s: Annotated[

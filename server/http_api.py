@@ -18,7 +18,7 @@ from protocol.errors import ProtocolError
 from protocol.limits import MAX_ORIGIN_LENGTH
 from protocol.types import Origin
 from protocol.validation import validate_id, validate_idempotency_key
-from server import access
+from server import access, http_reads
 from server.errors import Refused
 from server.hub import Hub
 from server.problems import json_response
@@ -180,23 +180,24 @@ async def get_transcript(request: Request) -> Response:
     start = _int_param(request, "start", 0) or 0
     end = _int_param(request, "end")
     try:
-        snapshot = await _hub(request).snapshot(tid, start, end)
+        # Streamed past a few messages (server.http_reads): a long transcript
+        # is never whole in memory, nor encoded in one call on the loop.
+        return await http_reads.snapshot_response(_hub(request), tid, start, end)
     except ProtocolError:
         raise
     except ValueError as exc:  # the range is not within the transcript
         raise Refused(codes.INVALID_QUERY, str(exc)) from None
-    return json_response(snapshot)
 
 
 async def get_events(request: Request) -> Response:
     tid = _transcript_id(request)
     after = _int_param(request, "after", 0) or 0
-    events = await _hub(request).events_after(tid, after)
-    if events is None:
+    response = await http_reads.events_response(_hub(request), tid, after)
+    if response is None:
         raise Refused(
             codes.GONE, f"events after revision {after} are no longer held; load a snapshot"
         )
-    return json_response(api.EventsBody(transcript_id=tid, events=list(events)))
+    return response
 
 
 async def append_messages(request: Request) -> Response:

@@ -15,15 +15,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import msgspec
-from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
 from protocol import api, codes, lmml
 from protocol import chat as chat_api
 from protocol.types import Message
-from protocol.views import Window
-from server import jobs
+from server import http_reads, jobs
 from server.errors import Refused
 from server.http_api import (
     _hub,
@@ -152,18 +150,23 @@ async def chat(request: Request) -> Response:
     context: Literal["omit", "system"] = (
         "system" if _choice(request, "context", ("omit", "system")) == "system" else "omit"
     )
-    # The active segment only is read (a long transcript's history stays in the store).
-    window = Window(segment="active") if segment == "active" else None
-    snapshot = await _hub(request).snapshot(tid, window=window)
-    messages: tuple[Message, ...] = snapshot.messages
+    # The active segment only is read (a long transcript's history stays in
+    # the store), and a long answer is streamed (server.http_reads).
     if chat_format == "anthropic":
-        rendered = chat_api.anthropic_messages(messages, context=context)
-        body = api.ChatBody(messages=rendered["messages"], system=rendered.get("system", UNSET))
-    else:
-        body = api.ChatBody(messages=chat_api.openai_messages(messages, context=context))
-    response = json_response(body)
-    response.headers["x-transcript-revision"] = str(snapshot.revision)
-    return response
+        renderer = chat_api.AnthropicRenderer(context)
+        return await http_reads.chat_response(
+            _hub(request),
+            tid,
+            active_only=segment == "active",
+            render=lambda messages: renderer.feed(messages),
+            finish=lambda: (renderer.finish(), renderer.system),
+        )
+    return await http_reads.chat_response(
+        _hub(request),
+        tid,
+        active_only=segment == "active",
+        render=lambda messages: chat_api.openai_messages(messages, context=context),
+    )
 
 
 def _bundle_name(transcript_id: str) -> str:

@@ -49,7 +49,7 @@ from typing import Any, Protocol
 from protocol import codes, wire
 from protocol.state import TranscriptState
 from protocol.types import Message, Origin, TranscriptEvent, TranscriptSnapshot, View
-from protocol.usage import MessageUsage, message_usage, named_ranges
+from protocol.usage import MessageUsage, message_usage, named_ranges, sized_usage
 from protocol.validation import parse_messages, validate_id
 from protocol.views import InvalidView, Window, window_start
 from server.appends import AppendCommitter, PendingAppend
@@ -91,12 +91,16 @@ from server.tuning import (
     MIN_IDLE_SWEEP_S,
     RESUME_FETCHES_AT_ONCE,
 )
+from server.usage_sizes import MessageSizes
 
 log = logging.getLogger("tsync.hub")
 
 #: Reads of older messages one baseline or range may need: each retry means
 #: the transcript let more messages go while the store answered.
 _READ_ATTEMPTS = 5
+#: Messages whose sizes a usage query measures at once (a few milliseconds),
+#: the loop running between chunks (``Hub.usage``).
+USAGE_MEASURE_MESSAGES = 5000
 
 
 def _start_of(window: Window | None, state: TranscriptState) -> int:
@@ -158,6 +162,8 @@ class Hub:
         #: Bounds on the heavy parts of subscribing, server-wide.
         self.baseline_encodes = asyncio.Semaphore(BASELINE_ENCODES_AT_ONCE)
         self.resume_fetches = asyncio.Semaphore(RESUME_FETCHES_AT_ONCE)
+        #: The encoded sizes of messages, kept between usage queries.
+        self.message_sizes = MessageSizes()
         #: Told every local draft update and close (the Redis backplane
         #: publishes them; ``None`` when standalone). See ``server.drafts``.
         self.draft_publisher: Callable[[wire.DraftFrame], None] | None = None
@@ -762,6 +768,13 @@ class Hub:
                 return live.transcript.state.snapshot_of(start, messages)
             live = current  # reloaded: another history, measure again
 
+    async def head(self, transcript_id: str) -> TranscriptSnapshot:
+        """The transcript now without its messages (revision, segments, Views,
+        length): what a streamed read starts with (``server.http_reads``)."""
+        live = await self.load(transcript_id)
+        state = live.transcript.state
+        return state.snapshot_of(state.length, ())
+
     async def read_messages(
         self, transcript_id: str, start: int, end: int, *, epoch: str | None = None
     ) -> tuple[StoredRange, int]:
@@ -851,9 +864,21 @@ class Hub:
         (nothing changed). Raises ``InvalidView`` and the errors of ``append``."""
         return await self._change(
             transcript_id,
-            lambda transcript: transcript.prepare_view(name, start, end, origin=origin),
+            lambda transcript: self._prepare_view(transcript, name, start, end, origin),
             transport,
         )
+
+    def _prepare_view(
+        self, transcript: Transcript, name: str, start: int, end: int | None, origin: Origin | None
+    ) -> TranscriptEvent | None:
+        limit = self.config.max_views_per_transcript
+        views = transcript.state.views
+        if name not in views and len(views) >= limit:
+            raise InvalidView(
+                f"transcript {transcript.id!r} has {limit} Views, its max_views_per_transcript: "
+                "leave one before setting another"
+            )
+        return transcript.prepare_view(name, start, end, origin=origin)
 
     async def leave_view(
         self, transcript_id: str, name: str, *, origin: Origin | None = None, transport: str = "ws"
@@ -890,25 +915,63 @@ class Hub:
         views: list[str] | None = None,
     ) -> tuple[int, MessageUsage]:
         """The revision, and how the chosen segments and Views use the
-        messages (``protocol.usage``). The messages of every range come from
-        one read, so a message several ranges share is one object, counted
-        once. Raises ``InvalidView``, ``ValueError`` (no such segment)."""
+        messages (``protocol.usage``): from the sizes of the messages, kept
+        between queries (``message_sizes``; each index holds a message of its
+        own here, so sizes are all it takes), a query then costing its
+        ranges' bounds; only the messages never measured are read. Raises
+        ``InvalidView``, ``ValueError`` (no such segment, one asked twice),
+        ``Refused`` (more than ``max_usage_ranges``)."""
         live = await self.load(transcript_id)
+        limit = self.config.max_usage_ranges
         while True:
             state = live.transcript.state
             ranges = named_ranges(state, segments=segments, views=views)
-            low = min((r.start for r in ranges), default=0)
+            if len(ranges) > limit:
+                raise Refused(
+                    codes.INVALID_QUERY,
+                    f"{len(ranges)} segments and Views asked, more than max_usage_ranges "
+                    f"({limit}): ask for fewer (segments=0,2,...&views=a,b)",
+                )
             high = max((r.end for r in ranges), default=0)
-            current, messages = await self._messages(live, low, high)
+            current = await self._measure(live, high)
             if current is live:
                 break
             live = current  # reloaded: another history, choose again
-        spans = ((r, messages[r.start - low : r.end - low]) for r in ranges)
-        return state.revision, message_usage(spans)
+        sums = self.message_sizes.sums(live.id, state.epoch)
+        if sums is not None and len(sums) > high:
+            return state.revision, sized_usage(ranges, sums)
+        # Longer than the sizes kept: measured for this query alone.
+        low = min((r.start for r in ranges), default=0)
+        current, messages = await self._messages(live, low, high)
+        if current is not live:  # reloaded: another history, count again
+            return await self.usage(transcript_id, segments=segments, views=views)
+        return state.revision, await asyncio.to_thread(message_usage, ranges, messages, low)
 
-    async def events_after(self, transcript_id: str, revision: int) -> list[TranscriptEvent] | None:
-        """Events after ``revision`` from the window or the store; ``None`` when
-        they are no longer held."""
+    async def _measure(self, live: LiveTranscript, high: int) -> LiveTranscript:
+        """Measure the sizes of messages ``[0, high)`` not measured yet, a
+        chunk at a time (the loop runs between chunks), into
+        ``message_sizes``; the copy the messages came from (another one
+        when ``live`` was reloaded: the caller measures again)."""
+        sizes = self.message_sizes
+        epoch = live.transcript.epoch
+        known = sizes.known(live.id, epoch)
+        while known < high:
+            stop = min(high, known + USAGE_MEASURE_MESSAGES)
+            current, messages = await self._messages(live, known, stop)
+            if current is not live:
+                return current
+            sizes.extend(live.id, epoch, known, messages)
+            now = sizes.known(live.id, epoch)
+            if now <= known:
+                break  # not kept (over the budget): the caller measures its own
+            known = now
+        return live
+
+    async def events_after(
+        self, transcript_id: str, revision: int, *, limit: int | None = None
+    ) -> list[TranscriptEvent] | None:
+        """Events after ``revision`` (at most ``limit``) from the window or the
+        store; ``None`` when they are no longer held."""
         live = await self.load(transcript_id)
         current = live.transcript.revision
         if revision > current:
@@ -918,8 +981,9 @@ class Hub:
         live.deliver_pending()
         start = live.window_start()
         if start is not None and start <= revision + 1:
-            return [item.event for item in live.window if item.revision > revision]
-        return await self.store.events_after(transcript_id, revision)
+            found = [item.event for item in live.window if item.revision > revision]
+            return found if limit is None else found[:limit]
+        return await self.store.events_after(transcript_id, revision, limit=limit)
 
     # --- connections and subscriptions --------------------------------------------------
 

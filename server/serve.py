@@ -72,7 +72,12 @@ def uvicorn_config(config: ServerConfig, app: Any | None = None, **kwargs: Any) 
         # uvicorn's sans-I/O protocol plus the raw frame write, a time limit
         # per inbound message and quiet invalid UTF-8 (server.ws_protocol);
         # a test may pass uvicorn's own.
-        ws=kwargs.pop("ws", None) or protocol_class(message_timeout_s=config.ws_message_timeout_s),
+        ws=kwargs.pop("ws", None)
+        or protocol_class(
+            message_timeout_s=config.ws_message_timeout_s,
+            max_fragments=config.ws_max_fragments,
+            max_fragments_per_s=config.ws_max_fragments_per_s,
+        ),
         ws_max_size=config.ws_max_bytes(),
         ws_ping_interval=config.ping_interval_s or None,
         ws_ping_timeout=config.ping_timeout_s or None,

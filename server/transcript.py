@@ -254,7 +254,9 @@ class Transcript:
             else named_ranges(self._state, segments=segments, views=views)
         )
         state = self._state
-        return message_usage((r, state.slice(r.start, r.end)) for r in chosen)
+        low = min((r.start for r in chosen), default=state.start)
+        high = max((r.end for r in chosen), default=low)
+        return message_usage(chosen, state.slice(low, high), low)
 
     def snapshot(self, end: int | None = None, *, start: int = 0) -> TranscriptSnapshot:
         """The transcript now, with messages ``[start, end)``.

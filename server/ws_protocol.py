@@ -22,6 +22,16 @@ four things to uvicorn's ``WebSocketsSansIOProtocol``:
   has not taken the previous message: that wait is the server's), else the
   connection is closed with 4010. The size limit is uvicorn's ``ws_max_size``
   (``ServerConfig.ws_hard_max_bytes``), counted in bytes across fragments.
+  Fragments are counted too, since a fragment costs the parser and the
+  message's list of parts the same whatever its size (an empty one
+  included): a message in more than ``ws_max_fragments`` of them, or
+  fragments arriving faster than ``ws_max_fragments_per_s``, close the
+  connection with 1009. (4 million one-byte fragments once held 192 MB and
+  slowed every other connection's pings to 455 ms for 25 s.)
+- **Parsing in slices.** A socket read is parsed ``INBOUND_PARSE_SLICE_BYTES``
+  at a time, and the loop runs once a turn took ``INBOUND_PARSE_TURN_S``
+  (reading paused meanwhile), so that a read full of tiny frames never holds
+  the loop for long.
 - **Quiet invalid UTF-8.** A text message that is not UTF-8 closes the
   connection with 1007 and one log line (uvicorn logs a traceback each time).
 - **Fewer read pauses.** uvicorn stops reading the socket after each message
@@ -39,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from uvicorn.config import Config
@@ -47,7 +58,12 @@ from uvicorn.server import ServerState
 
 from protocol import codes
 from server.outbound import RAW_FRAMES
-from server.tuning import INBOUND_PAUSE_BYTES, INBOUND_QUEUED_MESSAGES
+from server.tuning import (
+    INBOUND_PARSE_SLICE_BYTES,
+    INBOUND_PARSE_TURN_S,
+    INBOUND_PAUSE_BYTES,
+    INBOUND_QUEUED_MESSAGES,
+)
 
 __all__ = ["RAW_FRAMES", "TsyncWebSocketProtocol", "protocol_class"]
 
@@ -61,6 +77,11 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
     #: Seconds a message may take from its first byte to its last; set by
     #: ``tsync serve`` (``ServerConfig.ws_message_timeout_s``; 0: no limit).
     message_timeout_s: float = 30.0
+    #: Fragments one message may come in, and fragments per second a
+    #: connection may send (``ServerConfig.ws_max_fragments`` and
+    #: ``ws_max_fragments_per_s``; 0: no limit).
+    max_fragments: int = 1024
+    max_fragments_per_s: float = 4096.0
 
     def __init__(
         self,
@@ -76,6 +97,15 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
         self._resumed: asyncio.Future[None] | None = None
         self._message_timer: asyncio.TimerHandle | None = None
         self._completed = False  # a message completed in this data_received
+        #: What a socket read brought beyond the slice parsed so far.
+        self._backlog = bytearray()
+        self._parsed = 0  # bytes of the backlog parsed so far
+        self._holding = False  # reading paused while the backlog is parsed
+        #: Fragments of the message being received, and the fragment budget
+        #: (a token bucket holding one second's worth).
+        self._fragments = 0
+        self._fragment_tokens = self.max_fragments_per_s
+        self._fragment_time = self.loop.time()
 
     # --- the raw frame write (used by server.outbound) -------------------------------
 
@@ -158,6 +188,36 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
     # --- inbound: a time limit per message, quiet invalid UTF-8 ------------------------
 
     def data_received(self, data: bytes) -> None:
+        if self._holding:
+            # Still parsing an earlier read: this one waits behind it.
+            self._backlog += data
+            self.transport.pause_reading()
+            return
+        if len(data) <= INBOUND_PARSE_SLICE_BYTES or not self.handshake_complete:
+            self._parse(data)
+            return
+        self._backlog += data
+        self._holding = True
+        self.transport.pause_reading()
+        self._parse_backlog()
+
+    def _parse_backlog(self) -> None:
+        backlog = self._backlog
+        turn_ends = time.perf_counter() + INBOUND_PARSE_TURN_S
+        while self._parsed < len(backlog) and not self.transport.is_closing():
+            start = self._parsed
+            self._parsed = min(start + INBOUND_PARSE_SLICE_BYTES, len(backlog))
+            self._parse(bytes(backlog[start : self._parsed]))
+            if self._parsed < len(backlog) and time.perf_counter() > turn_ends:
+                self.loop.call_soon(self._parse_backlog)
+                return
+        backlog.clear()
+        self._parsed = 0
+        self._holding = False
+        if not self.read_paused and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def _parse(self, data: bytes) -> None:
         self._completed = False
         super().data_received(data)
         if self.handshake_complete and not self.close_sent and self.message_timeout_s > 0:
@@ -171,6 +231,52 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
                 self._message_timer = self.loop.call_later(
                     self.message_timeout_s, self._message_timed_out
                 )
+
+    # --- inbound: fragments ---------------------------------------------------------------
+
+    def handle_text(self, event: Any) -> None:
+        if not self.close_sent:
+            self._fragments = 0
+            if event.fin or self._fragment_allowed():
+                super().handle_text(event)
+
+    def handle_bytes(self, event: Any) -> None:
+        if not self.close_sent:
+            self._fragments = 0
+            if event.fin or self._fragment_allowed():
+                super().handle_bytes(event)
+
+    def handle_cont(self, event: Any) -> None:
+        if not self.close_sent and self._fragment_allowed():
+            super().handle_cont(event)
+
+    def _fragment_allowed(self) -> bool:
+        """Count one fragment; False (and the connection closed with 1009)
+        when the message or the second has too many."""
+        self._fragments += 1
+        if self.max_fragments and self._fragments > self.max_fragments:
+            return self._too_many(f"a message in more than {self.max_fragments} fragments")
+        rate = self.max_fragments_per_s
+        if rate:
+            now = self.loop.time()
+            tokens = min(rate, self._fragment_tokens + (now - self._fragment_time) * rate)
+            self._fragment_time = now
+            if tokens < 1:
+                return self._too_many(f"fragments faster than {rate:g} per second")
+            self._fragment_tokens = tokens - 1
+        return True
+
+    def _too_many(self, what: str) -> bool:
+        setting = "ws_max_fragments" if what.startswith("a message") else "ws_max_fragments_per_s"
+        log.info(
+            "closing a connection that sent %s (%s)",
+            what,
+            setting,
+            extra={"peer": _peer(self.client), "code": codes.CLOSE_MESSAGE_TOO_BIG},
+        )
+        self.frames = []
+        self._fail(codes.CLOSE_MESSAGE_TOO_BIG)
+        return False
 
     def _stop_message_timer(self) -> None:
         if self._message_timer is not None:
@@ -232,13 +338,20 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
             self.transport.pause_reading()
 
 
-def protocol_class(*, message_timeout_s: float) -> type[TsyncWebSocketProtocol]:
+def protocol_class(
+    *, message_timeout_s: float, max_fragments: int = 1024, max_fragments_per_s: float = 4096.0
+) -> type[TsyncWebSocketProtocol]:
     """The protocol class for uvicorn's ``ws=``, with this server's settings
     (uvicorn builds one instance per connection from the class alone)."""
     return type(
         "TsyncWebSocketProtocol",
         (TsyncWebSocketProtocol,),
-        {"message_timeout_s": message_timeout_s, "__module__": __name__},
+        {
+            "message_timeout_s": message_timeout_s,
+            "max_fragments": max_fragments,
+            "max_fragments_per_s": max_fragments_per_s,
+            "__module__": __name__,
+        },
     )
 
 
