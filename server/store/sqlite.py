@@ -53,6 +53,7 @@ the new columns and tables).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import sqlite3
 import time
@@ -94,6 +95,7 @@ from server.store.base import (
     check_list_args,
     check_range_args,
     messages_in,
+    position_of,
     recent_start,
 )
 from server.store.options import SQLiteOptions, validated
@@ -370,9 +372,18 @@ class _Writer:
             receipt = self._recorded(tid, key, now)
             if receipt is not None:
                 return AppendResult(receipt, duplicate=True)
-        if event.revision != revision + 1:
+        if event.revision != revision + 1 or position_of(event) not in (None, length):
             raise RevisionMismatch(tid, event.revision - 1, revision)
         return AppendResult(self._accept(event, length, key, now))
+
+    def not_attempted(self, event: TranscriptEvent) -> StoreError:
+        """The refusal of an item of ``append_many`` planned on top of one
+        that was not stored."""
+        tid = event.transcript_id
+        row = self.conn.execute("SELECT revision FROM transcripts WHERE id = ?", (tid,)).fetchone()
+        if row is None:
+            return TranscriptNotFound(tid)
+        return RevisionMismatch(tid, event.revision - 1, row[0])
 
     def _recorded(self, transcript_id: str, key: str, now: int) -> Receipt | None:
         return _recorded(self.conn, transcript_id, key, now - self.ttl_ms)
@@ -625,8 +636,28 @@ class _Reader:
         return [TranscriptInfo(*row) for row in rows]
 
 
-def _append_write(writer: _Writer, event: TranscriptEvent, key: str | None) -> _Write:
-    return lambda now: writer.append(event, key, now)
+def _append_writes(
+    writer: _Writer, items: Sequence[tuple[TranscriptEvent, str | None]]
+) -> list[_Write]:
+    """The writes of ``append_many``: they run in order in one transaction;
+    once one of a transcript is not stored, the later ones of that
+    transcript are refused without being tried (``Store.append_many``)."""
+    broken: set[str] = set()
+
+    def write(event: TranscriptEvent, key: str | None, now: int) -> AppendResult:
+        tid = event.transcript_id
+        if tid in broken:
+            raise writer.not_attempted(event)
+        try:
+            result = writer.append(event, key, now)
+        except Exception:
+            broken.add(tid)
+            raise
+        if result.duplicate:
+            broken.add(tid)
+        return result
+
+    return [functools.partial(write, event, key) for event, key in items]
 
 
 class _Queued:
@@ -840,7 +871,7 @@ class SQLiteStore:
         writer = self._writer
         if writer is None:
             raise StoreUnavailable(f"sqlite store {self.path} is not open")
-        writes = [_append_write(writer, event, key) for event, key in items]
+        writes = _append_writes(writer, items)
         outcomes: list[AppendResult | Exception] = await self._submit(writes)
         return outcomes
 
