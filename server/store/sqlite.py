@@ -11,7 +11,9 @@ Two connections, one per thread, neither ever shared:
   far as one transaction on the write connection (group commit: one WAL
   fsync for the batch under ``full``, not one per append). Each write runs in
   its own SAVEPOINT, so one refused write (revision mismatch, unknown
-  transcript) never takes the others of its batch down with it. A commit
+  transcript) never takes the others of its batch down with it (but the
+  later appends of the same ``append_many`` run to that transcript are
+  refused too: they were planned on top of it). A commit
   takes tens of microseconds with ``normal`` (measured: less than handing it
   to a thread, which costs two trips through the loop and the GIL), about a
   millisecond with ``full``; the loop pays it once per batch.
