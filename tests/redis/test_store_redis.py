@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
 
 from protocol.types import ViewChanged
 from server.store import (
@@ -33,6 +34,7 @@ from tests.server.store_contract import (
     segment_started,
     view_event,
 )
+from tests.server.test_store_runs import Step, play, steps
 from tests.support.redis_server import RedisServer
 from tests.support.servers import free_port
 
@@ -390,3 +392,13 @@ async def test_a_repeated_run_script_answers_what_the_first_did(
     assert await redis_store.append_many(run) == first
     assert not any(isinstance(o, Exception) or o.duplicate for o in first)
     assert await redis_store.events_after("t1", 0) == [event for event, _ in run]
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps)
+def test_runs_from_stale_copies_never_corrupt_the_redis_store(
+    shared_redis: RedisServer, plan: list[Step]
+) -> None:
+    """``tests/server/test_store_runs.py`` on Redis, where replicas race for real."""
+    prefix = f"runs{next(_prefixes)}:"
+    asyncio.run(play(RedisStore(shared_redis.url, RedisOptions(prefix=prefix)), plan))

@@ -51,7 +51,9 @@ def _event(replica: int, step: int, revision: int, start: int, size: int) -> Tra
     )  # fmt: skip
 
 
-async def _play(store: Store, plan: list[Step]) -> None:
+async def play(store: Store, plan: list[Step]) -> None:
+    """Open ``store``, play ``plan`` on a new transcript checking after every
+    step (see the module docstring), close it."""
     await store.open()
     try:
         await store.create("t1", EPOCH, CREATED_AT)
@@ -112,7 +114,7 @@ def _check_continuous(events: tuple[TranscriptEvent, ...]) -> None:
 
 
 def _run(make: Callable[[], Store], plan: list[Step]) -> None:
-    asyncio.run(_play(make(), plan))
+    asyncio.run(play(make(), plan))
 
 
 @settings(max_examples=150, deadline=None)
