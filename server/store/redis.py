@@ -218,7 +218,9 @@ _PER_APPEND: Final = 22
 # a key (generated when the caller gave none) and the ack to record with it,
 # which holds a token of the call: a key recorded with this very ack was
 # stored by this call's first attempt (redis-py retried the call after a
-# connection error or a timeout), so it answers 'ok' again, not 'dup'.
+# connection error or a timeout), so it answers 'ok' again, not 'dup'; so
+# does an append whose key is no longer kept and whose very event (the same
+# bytes) is stored at its revision.
 _APPEND_SCRIPT = (
     _ACCEPT
     + f"local per = {_PER_APPEND}\n"
@@ -248,6 +250,11 @@ for i = 1, n do
       -- The very ack this call records (its token in it): its first attempt ran.
       if ack == a[4] then answer = {'ok'}
       elseif ack then answer = {'dup', ack} end
+    end
+    if not answer and rev <= current and redis.call('LINDEX', KEYS[2], rev - 1) == a[1] then
+      -- Stored as this very event, its key pruned since (a resent run longer
+      -- than the generated keys kept): the first attempt stored it.
+      answer = {'ok'}
     end
     if not answer then
       if rev ~= current + 1 or (pos ~= '' and tonumber(pos) ~= len) then

@@ -402,3 +402,19 @@ def test_runs_from_stale_copies_never_corrupt_the_redis_store(
     """``tests/server/test_store_runs.py`` on Redis, where replicas race for real."""
     prefix = f"runs{next(_prefixes)}:"
     asyncio.run(play(RedisStore(shared_redis.url, RedisOptions(prefix=prefix)), plan))
+
+
+async def test_a_resent_run_longer_than_the_generated_keys_kept_lands_once(
+    redis_store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run's own later appends pruned its first generated keys: the
+    # second send still recognises those appends, stored as these very events.
+    await redis_store.create("t1", EPOCH, CREATED_AT)
+    numbers = itertools.count()
+    monkeypatch.setattr("server.store.redis.uuid.uuid4", lambda: uuid.UUID(int=next(numbers)))
+    run = [(appended(r, r - 1), None) for r in range(1, INTERNAL_KEY_RETENTION + 11)]
+    first = await redis_store.append_many(run)
+    numbers = itertools.count()
+    assert await redis_store.append_many(run) == first
+    assert all(isinstance(o, AppendResult) and not o.duplicate for o in first)
+    assert await redis_store.events_after("t1", 0) == [event for event, _ in run]
