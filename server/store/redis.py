@@ -728,9 +728,9 @@ class RedisStore:
 
         Without ``idempotency_key`` a generated one is sent, kept apart from
         the callers' keys. If redis-py retries the script after a timeout and
-        the first attempt had run, the retry finds this very event stored at
-        its revision and answers it as stored (not as a duplicate: for this
-        caller it is the one append it asked for).
+        the first attempt had run, the retry finds the key recorded with its
+        own call's token and answers it as stored (not as a duplicate: for
+        this caller it is the one append it asked for).
         """
         (outcome,) = await self.append_many([(event, idempotency_key)])
         if isinstance(outcome, Exception):
