@@ -5,8 +5,16 @@ committer task per live transcript (holding its lock) takes everything queued
 and commits it: simple appends in runs through ``Store.append_many`` (one
 transaction or one round trip, so the store's latency is paid once per run,
 not once per append), and an append that needs more care (a key seen before,
-an expected revision that differs, an empty batch, a store that moved on)
-alone. Which queued appends go into one run is ``plan_run``, a pure function.
+an expected revision that differs, an empty batch) alone. Which queued
+appends go into one run is ``plan_run``, a pure function.
+
+Each append of a run is planned on top of the ones before it (its revision
+and its start); the store stores only a prefix of the run (each append at
+the revision and position it was planned for, nothing after one that was
+not), so a run overtaken by another replica's append is acknowledged up to
+where it landed, and the rest is planned again after catching up with the
+store: an ack always names where its messages are stored, and the acks of a
+run come in the order they were stored.
 
 The commit runs in the committer task, not in the caller's: a caller that goes
 away (its connection closed) cannot cut a store write in half.
@@ -226,7 +234,7 @@ class AppendCommitter:
                             live.deliver_pending()
                     i += 1
                     continue
-                run = batch[i : i + count]
+                run, start = batch[i : i + count], i
                 try:
                     events = live.transcript.prepare_appends([(p.messages, p.origin) for p in run])
                 except Exception:
@@ -244,9 +252,12 @@ class AppendCommitter:
                         p.fail(exc)
                     i += len(run)
                     continue
+                # The store stored a prefix of the run (``Store.append_many``):
+                # each one up to the first that was not stored, none after it.
+                overtaken = False
                 for p, event, result in zip(run, events, results, strict=True):
                     if isinstance(result, RevisionMismatch):
-                        alone = True  # another replica moved on: catch up first
+                        overtaken = True  # another replica's change landed first
                         break
                     if isinstance(result, Exception):
                         p.fail(result)
@@ -260,6 +271,18 @@ class AppendCommitter:
                 # (before the acks, whose callers wake up next): the pump
                 # need not wake for them.
                 live.deliver_pending()
+                if overtaken:
+                    self.metrics.replans.inc(len(run) - (i - start))
+                    # Plan the rest again on the stored state: apply what the
+                    # other replicas stored (a copy that cannot catch up is
+                    # replaced, and the rest goes to the new one above).
+                    try:
+                        await self.port.caught_up(live, mismatch=True)
+                    except Exception:
+                        # The store failed meanwhile (or the transcript is
+                        # gone): the next append goes alone, which catches up
+                        # again and fails only that one if it cannot.
+                        alone = True
         finally:
             # Cancelled (shutdown) half-way: what is left goes back in the queue.
             rest = [p for p in batch[i:] if not p.future.done()]
@@ -318,6 +341,7 @@ class AppendCommitter:
                 result = await self.store.append(event, idempotency_key=p.key)
             except RevisionMismatch:
                 # Another replica moved the transcript on: catch up and retry.
+                self.metrics.replans.inc()
                 await self.port.caught_up(live, mismatch=True)
                 continue
             if not result.duplicate:

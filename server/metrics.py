@@ -107,6 +107,11 @@ class Metrics:
         self.backplane_events = Counter(
             "tsync_backplane_events", "Changes learnt from other replicas", registry=r
         )
+        self.replans = Counter(
+            "tsync_append_replans",
+            "Appends planned again after catching up: another replica's change landed first",
+            registry=r,
+        )
 
         self.http_requests = Counter(
             "tsync_http_requests",

@@ -24,7 +24,8 @@ Errors::
     StoreError
     ├── TranscriptNotFound   no transcript with that id
     ├── TranscriptExists     create() of an id that exists
-    ├── RevisionMismatch     append() of an event whose revision is not stored+1;
+    ├── RevisionMismatch     append() of an event whose revision is not stored+1,
+    │                        or whose position is not the stored length;
     │                        ``current`` is the stored revision
     └── StoreUnavailable     the backend cannot be reached now; nothing was
                              applied, the caller may retry (same idempotency key)
@@ -43,6 +44,7 @@ from protocol.types import (
     MessagesAppended,
     NonNegative,
     Role,
+    SegmentStarted,
     TranscriptEvent,
     TranscriptId,
     TranscriptSnapshot,
@@ -356,8 +358,10 @@ class Store(Protocol):
     ) -> AppendResult:
         """Atomically: if ``idempotency_key`` is recorded for this transcript,
         return its ack with ``duplicate=True`` and store nothing; else require
-        ``event.revision == stored revision + 1`` (else ``RevisionMismatch``),
-        store the event and the key with its ack. Raises ``TranscriptNotFound``.
+        ``event.revision == stored revision + 1`` and the event's position
+        (``position_of``) to be the stored length (else ``RevisionMismatch``:
+        it was planned on a history that is not the stored one), store the
+        event and the key with its ack. Raises ``TranscriptNotFound``.
         An event of another ``epoch`` (a stale copy of a transcript that was
         deleted and created again) is refused with ``RevisionMismatch`` too.
         """
@@ -368,8 +372,18 @@ class Store(Protocol):
         """Several appends ``(event, idempotency_key)`` in order, each one as
         ``append`` would do it, committed together where the backend can (one
         transaction, one round trip). One outcome per item: ``append``'s result
-        or the exception it would raise (a refused item does not undo the
-        others). Raises ``StoreUnavailable`` when nothing could be committed."""
+        or the exception it would raise. Raises ``StoreUnavailable`` when
+        nothing could be committed.
+
+        A run of one transcript is stored as a prefix: each item was planned
+        on top of the ones before it, so once an item of a transcript is not
+        stored now (a mismatch, a duplicate, an error), no later item of that
+        transcript is stored in this call, whatever its revision and position
+        (it answers ``RevisionMismatch``, or ``TranscriptNotFound``). What was
+        stored before it stays (a refused item does not undo the others).
+        Without this, another replica's append landing inside the run would
+        let a later item land at a place computed for a history that did not
+        happen."""
 
     async def recorded(self, transcript_id: str, key: str) -> Receipt | None:
         """The receipt recorded for ``key`` (an append's idempotency key) if
@@ -452,8 +466,21 @@ def check_first_event(transcript_id: str, epoch: str, first: TranscriptEvent | N
             f"first event belongs to {first.transcript_id!r}/{first.epoch!r}, "
             f"not {transcript_id!r}/{epoch!r}"
         )
-    if first.revision != 1:
+    if first.revision != 1 or position_of(first) not in (None, 0):
         raise RevisionMismatch(transcript_id, first.revision - 1, 0)
+
+
+def position_of(event: TranscriptEvent) -> int | None:
+    """The stored length an event was planned for: an append's ``start``, a
+    segment start's ``end``; ``None`` for a View change (it depends on no
+    position). ``append`` refuses an event whose position is not the stored
+    length, as it refuses one whose revision is not the next."""
+    change = event.change
+    if isinstance(change, MessagesAppended):
+        return change.start
+    if isinstance(change, SegmentStarted):
+        return change.end
+    return None
 
 
 def check_events_after_args(revision: int, limit: int | None) -> None:

@@ -54,6 +54,7 @@ from server.store.base import (
     check_list_args,
     check_range_args,
     messages_in,
+    position_of,
     recent_start,
 )
 from server.store.options import MemoryOptions, validated
@@ -209,15 +210,32 @@ class MemoryStore:
     async def append_many(
         self, items: Sequence[tuple[TranscriptEvent, str | None]]
     ) -> list[AppendResult | Exception]:
-        """Each append in order (all in one step of the event loop)."""
+        """Each append in order (all in one step of the event loop); once
+        one of a transcript is not stored, no later one of it is."""
         self._check_open()
         outcomes: list[AppendResult | Exception] = []
+        broken: set[str] = set()
         for event, key in items:
+            tid = event.transcript_id
             try:
-                outcomes.append(self._append(event, key))
+                if tid in broken:
+                    raise self._not_attempted(event)
+                result = self._append(event, key)
             except StoreError as exc:
                 outcomes.append(exc)
+                broken.add(tid)
+            else:
+                outcomes.append(result)
+                if result.duplicate:
+                    broken.add(tid)
         return outcomes
+
+    def _not_attempted(self, event: TranscriptEvent) -> StoreError:
+        """The refusal of an item planned on top of one that was not stored."""
+        entry = self._transcripts.get(event.transcript_id)
+        if entry is None:
+            return TranscriptNotFound(event.transcript_id)
+        return RevisionMismatch(event.transcript_id, event.revision - 1, entry.revision)
 
     def _append(self, event: TranscriptEvent, idempotency_key: str | None) -> AppendResult:
         entry = self._transcripts.get(event.transcript_id)
@@ -229,7 +247,8 @@ class MemoryStore:
             ack = self._receipt(entry, idempotency_key)
             if ack is not None:
                 return AppendResult(ack, duplicate=True)
-        if event.revision != entry.revision + 1:
+        position = position_of(event)
+        if event.revision != entry.revision + 1 or position not in (None, entry.length):
             raise RevisionMismatch(event.transcript_id, event.revision - 1, entry.revision)
         receipt = self._accept(entry, event, idempotency_key)
         self._changed(Notice(event.transcript_id, event.epoch, event.revision))

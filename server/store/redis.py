@@ -10,7 +10,7 @@ one Redis Cluster slot and one Lua script can change them atomically::
                             the authoritative history, never trimmed
     <prefix>{<id>}:stream   stream: the same events with ids ``0-<revision>``,
                             trimmed to about ``stream_maxlen``; catch-up reads it
-    <prefix>{<id>}:keys     hash: caller's idempotency key -> ack ("rev:start:count")
+    <prefix>{<id>}:keys     hash: caller's idempotency key -> ack ("rev:start:count:call")
     <prefix>{<id>}:korder   zset: those keys by the time they were recorded (ms;
                             pruned after ``idempotency_ttl_s`` and past
                             ``idempotency_retention``, oldest first)
@@ -32,11 +32,17 @@ one Redis Cluster slot and one Lua script can change them atomically::
     <prefix>{<id>}:draft:*  texts (``server.store.redis_drafts``)
 
 Every change is one script (``create``, ``append``, ``delete``): it checks the
-idempotency key, the epoch and the revision, stores the event in the log and
-the stream, records the key with its ack, and publishes a notice, all or
-nothing. redis-py retries a command after a connection error or a timeout, so
-an append always carries an idempotency key (a generated one when the caller
-gave none): a retried script that had already run answers the first ack.
+idempotency key, the epoch, the revision and the position (an append's start
+must be the stored length), stores the event in the log and the stream,
+records the key with its ack, and publishes a notice, all or nothing. The
+appends of one transcript that ``append_many`` gets (the committer's run) are
+ONE script: each is stored only where it was planned, and once one is not,
+none after it is, so another replica's append landing in between can never
+put a later one at a place computed for a history that did not happen.
+redis-py retries a command after a connection error or a timeout, so an
+append always carries an idempotency key (a generated one when the caller
+gave none) and records it with an ack holding a token of the call: a retried
+script that had already run finds its own token and answers as it did.
 
 ``events_after`` reads the stream: when it no longer holds the range (trimmed)
 it returns ``None`` and the caller loads the whole transcript from the log.
@@ -125,6 +131,7 @@ from server.store.base import (
     check_list_args,
     check_range_args,
     messages_in,
+    position_of,
 )
 from server.store.options import RedisOptions, parse_query, redis_address, validated
 from server.store.redis_drafts import RedisDrafts
@@ -198,27 +205,72 @@ local function accept(rev, a)
 end
 """
 
-# ARGV: epoch, revision, _, then the accept arguments.
-# -> {'ok'} | {'dup', ack} | {'mismatch', current} | {'missing'}
+#: ARGV per append of a run: epoch, revision, position ('' for none), then
+#: the 19 accept arguments (``_event_args``).
+_PER_APPEND: Final = 22
+
+# A run of appends of one transcript, in order, in one atomic step: ARGV is
+# ``_PER_APPEND`` arguments per append. -> one answer per append:
+# {'ok'} | {'dup', ack} | {'mismatch', current} | {'missing'}
+# An append is stored only at the revision AND the position (the length) it
+# was planned for; once one is not stored, none after it is (each was planned
+# on top of the ones before it): they answer 'mismatch'. Every append carries
+# a key (generated when the caller gave none) and the ack to record with it,
+# which holds a token of the call: a key recorded with this very ack was
+# stored by this call's first attempt (redis-py retried the call after a
+# connection error or a timeout), so it answers 'ok' again, not 'dup'; so
+# does an append whose key is no longer kept and whose very event (the same
+# bytes) is stored at its revision.
 _APPEND_SCRIPT = (
     _ACCEPT
+    + f"local per = {_PER_APPEND}\n"
     + """
-local m = redis.call('HMGET', KEYS[1], 'epoch', 'rev')
-if not m[1] then return {'missing'} end
-local current = tonumber(m[2])
-if m[1] ~= ARGV[1] then return {'mismatch', current} end
-local a = {unpack(ARGV, 4)}
-local key, internal = a[2], a[3]
-if key ~= '' then
-  local h = KEYS[4]
-  if internal == '1' then h = KEYS[6] end
-  local ack = redis.call('HGET', h, key)
-  if ack then return {'dup', ack} end
+local n = #ARGV / per
+local answers = {}
+local m = redis.call('HMGET', KEYS[1], 'epoch', 'rev', 'len')
+if not m[1] then
+  for i = 1, n do answers[i] = {'missing'} end
+  return answers
 end
-local rev = tonumber(ARGV[2])
-if rev ~= current + 1 then return {'mismatch', current} end
-accept(rev, a)
-return {'ok'}
+local current, len = tonumber(m[2]), tonumber(m[3])
+local broken = false
+for i = 1, n do
+  local o = (i - 1) * per
+  local rev, pos = tonumber(ARGV[o + 2]), ARGV[o + 3]
+  local a = {unpack(ARGV, o + 4, o + per)}
+  local key, internal = a[2], a[3]
+  local answer = nil
+  if broken or ARGV[o + 1] ~= m[1] then
+    answer = {'mismatch', current}
+  else
+    if key ~= '' then
+      local h = KEYS[4]
+      if internal == '1' then h = KEYS[6] end
+      local ack = redis.call('HGET', h, key)
+      -- The very ack this call records (its token in it): its first attempt ran.
+      if ack == a[4] then answer = {'ok'}
+      elseif ack then answer = {'dup', ack} end
+    end
+    if not answer and rev <= current and redis.call('LINDEX', KEYS[2], rev - 1) == a[1] then
+      -- Stored as this very event, its key pruned since (a resent run longer
+      -- than the generated keys kept): the first attempt stored it.
+      answer = {'ok'}
+    end
+    if not answer then
+      if rev ~= current + 1 or (pos ~= '' and tonumber(pos) ~= len) then
+        answer = {'mismatch', current}
+      else
+        accept(rev, a)
+        current = rev
+        if a[6] ~= '' then len = tonumber(a[6]) end
+        answer = {'ok'}
+      end
+    end
+  end
+  if answer[1] ~= 'ok' then broken = true end
+  answers[i] = answer
+end
+return answers
 """
 )
 
@@ -376,7 +428,9 @@ def _receipt_text(receipt: Receipt) -> str:
 
 
 def _receipt_from(raw: bytes | str) -> Receipt:
-    revision, start, count = (raw.encode() if isinstance(raw, str) else raw).split(b":")
+    """The receipt of a recorded ack, ``rev:start:count`` (then, for an
+    append, ``:token`` of the call that stored it)."""
+    revision, start, count = (raw.encode() if isinstance(raw, str) else raw).split(b":")[:3]
     return Receipt(int(revision), int(start), int(count))
 
 
@@ -583,8 +637,11 @@ class RedisStore:
         tag = f"{self.prefix}{{{transcript_id}}}:"
         return [tag + name for name in _KEY_NAMES]
 
-    def _event_args(self, event: TranscriptEvent | None, key: str, internal: bool) -> list[Any]:
-        """The ``accept`` arguments of the scripts for ``event``."""
+    def _event_args(
+        self, event: TranscriptEvent | None, key: str, internal: bool, *, token: str = ""
+    ) -> list[Any]:
+        """The ``accept`` arguments of the scripts for ``event``; ``token``
+        (an append's call) goes into the ack recorded with the key."""
         kind, item, name, title, preview = "", "", "", "", ""
         if event is None:
             blob: bytes | str = ""
@@ -592,6 +649,8 @@ class RedisStore:
         else:
             blob = self._encoder.encode(event)
             ack = _receipt_text(Receipt.for_event(event))
+            if token:
+                ack += ":" + token
             change = event.change
             updated = event.occurred_at
             length, active = "", ""
@@ -665,61 +724,69 @@ class RedisStore:
     async def append(
         self, event: TranscriptEvent, *, idempotency_key: str | None = None
     ) -> AppendResult:
-        """Append atomically (see ``Store.append``).
+        """Append atomically (see ``Store.append``): a run of one.
 
         Without ``idempotency_key`` a generated one is sent, kept apart from
-        the callers' keys: if redis-py retries the script after a timeout and
-        the first attempt had run, the retry answers that attempt's ack (not
-        as a duplicate: for this caller it is the one append it asked for).
+        the callers' keys. If redis-py retries the script after a timeout and
+        the first attempt had run, the retry finds the key recorded with its
+        own call's token and answers it as stored (not as a duplicate: for
+        this caller it is the one append it asked for).
         """
-        client = self._client()
-        internal = idempotency_key is None
-        key = uuid.uuid4().hex if idempotency_key is None else idempotency_key
-        args = self._event_args(event, key, internal)
-        try:
-            answer = await self._append(
-                client, self._keys(event.transcript_id), [event.epoch, event.revision, "", *args]
-            )
-        except _FAILURES as err:
-            raise self._unavailable(err) from err
-        status = answer[0]
-        if status == b"ok":
-            return AppendResult(Receipt.for_event(event))
-        if status == b"dup":
-            return AppendResult(_receipt_from(answer[1]), duplicate=not internal)
-        if status == b"mismatch":
-            raise RevisionMismatch(event.transcript_id, event.revision - 1, int(answer[1]))
-        raise TranscriptNotFound(event.transcript_id)
+        (outcome,) = await self.append_many([(event, idempotency_key)])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
     async def append_many(
         self, items: Sequence[tuple[TranscriptEvent, str | None]]
     ) -> list[AppendResult | Exception]:
-        """Several appends in one round trip: the scripts are pipelined on one
-        connection, so Redis runs them in order, each atomic on its own. One
-        outcome per item; ``StoreUnavailable`` when the round trip failed."""
+        """Several appends in one round trip: the appends of one transcript
+        are one script (one atomic step: stored only at the revision and the
+        position each was planned for, nothing after one that is not, see
+        ``Store.append_many``); the scripts of several transcripts are
+        pipelined. One outcome per item; ``StoreUnavailable`` when the round
+        trip failed (then nothing or everything of each script ran: a retry
+        with the same events or keys is recognised)."""
         client = self._client()
+        token = uuid.uuid4().hex[:16]
+        runs: dict[str, list[int]] = {}
         internal: list[bool] = []
-        calls: list[tuple[Sequence[str], Sequence[Any]]] = []
-        for event, idempotency_key in items:
-            internal.append(idempotency_key is None)
-            key = uuid.uuid4().hex if idempotency_key is None else idempotency_key
-            args = self._event_args(event, key, idempotency_key is None)
-            calls.append(
-                (self._keys(event.transcript_id), [event.epoch, event.revision, "", *args])
+        args: list[list[Any]] = []
+        for i, (event, idempotency_key) in enumerate(items):
+            runs.setdefault(event.transcript_id, []).append(i)
+            # No key kept (retention 0): a generated one still recognises a retry.
+            own = idempotency_key is None or self.idempotency_retention == 0
+            internal.append(own)
+            key = uuid.uuid4().hex if own or idempotency_key is None else idempotency_key
+            position = position_of(event)
+            args.append(
+                [
+                    event.epoch,
+                    event.revision,
+                    "" if position is None else position,
+                    *self._event_args(event, key, own, token=token),
+                ]
             )
+        calls: list[tuple[Sequence[str], Sequence[Any]]] = [
+            (self._keys(tid), [arg for i in indices for arg in args[i]])
+            for tid, indices in runs.items()
+        ]
         try:
-            answers = await self._append.many(client, calls)
+            if len(calls) == 1:
+                replies: list[Any] = [await self._append(client, *calls[0])]
+            else:
+                replies = await self._append.many(client, calls)
         except _FAILURES as err:
             raise self._unavailable(err) from err
-        outcomes: list[AppendResult | Exception] = []
-        for (event, _), was_internal, answer in zip(items, internal, answers, strict=True):
-            if isinstance(answer, _FAILURES):
-                outcomes.append(self._unavailable(answer))
-                continue
-            if isinstance(answer, Exception):
-                outcomes.append(StoreError(f"{self.where}: {answer}"))
-                continue
-            outcomes.append(self._outcome(event, answer, was_internal))
+        outcomes: list[AppendResult | Exception] = [StoreError("no answer")] * len(items)
+        for indices, reply in zip(runs.values(), replies, strict=True):
+            for n, i in enumerate(indices):
+                if isinstance(reply, _FAILURES):
+                    outcomes[i] = self._unavailable(reply)
+                elif isinstance(reply, Exception):
+                    outcomes[i] = StoreError(f"{self.where}: {reply}")
+                else:
+                    outcomes[i] = self._outcome(items[i][0], reply[n], internal[i])
         return outcomes
 
     def _outcome(

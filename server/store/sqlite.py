@@ -11,7 +11,9 @@ Two connections, one per thread, neither ever shared:
   far as one transaction on the write connection (group commit: one WAL
   fsync for the batch under ``full``, not one per append). Each write runs in
   its own SAVEPOINT, so one refused write (revision mismatch, unknown
-  transcript) never takes the others of its batch down with it. A commit
+  transcript) never takes the others of its batch down with it (but the
+  later appends of the same ``append_many`` run to that transcript are
+  refused too: they were planned on top of it). A commit
   takes tens of microseconds with ``normal`` (measured: less than handing it
   to a thread, which costs two trips through the loop and the GIL), about a
   millisecond with ``full``; the loop pays it once per batch.
@@ -53,6 +55,7 @@ the new columns and tables).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import sqlite3
 import time
@@ -94,6 +97,7 @@ from server.store.base import (
     check_list_args,
     check_range_args,
     messages_in,
+    position_of,
     recent_start,
 )
 from server.store.options import SQLiteOptions, validated
@@ -370,9 +374,18 @@ class _Writer:
             receipt = self._recorded(tid, key, now)
             if receipt is not None:
                 return AppendResult(receipt, duplicate=True)
-        if event.revision != revision + 1:
+        if event.revision != revision + 1 or position_of(event) not in (None, length):
             raise RevisionMismatch(tid, event.revision - 1, revision)
         return AppendResult(self._accept(event, length, key, now))
+
+    def not_attempted(self, event: TranscriptEvent) -> StoreError:
+        """The refusal of an item of ``append_many`` planned on top of one
+        that was not stored."""
+        tid = event.transcript_id
+        row = self.conn.execute("SELECT revision FROM transcripts WHERE id = ?", (tid,)).fetchone()
+        if row is None:
+            return TranscriptNotFound(tid)
+        return RevisionMismatch(tid, event.revision - 1, row[0])
 
     def _recorded(self, transcript_id: str, key: str, now: int) -> Receipt | None:
         return _recorded(self.conn, transcript_id, key, now - self.ttl_ms)
@@ -625,8 +638,28 @@ class _Reader:
         return [TranscriptInfo(*row) for row in rows]
 
 
-def _append_write(writer: _Writer, event: TranscriptEvent, key: str | None) -> _Write:
-    return lambda now: writer.append(event, key, now)
+def _append_writes(
+    writer: _Writer, items: Sequence[tuple[TranscriptEvent, str | None]]
+) -> list[_Write]:
+    """The writes of ``append_many``: they run in order in one transaction;
+    once one of a transcript is not stored, the later ones of that
+    transcript are refused without being tried (``Store.append_many``)."""
+    broken: set[str] = set()
+
+    def write(event: TranscriptEvent, key: str | None, now: int) -> AppendResult:
+        tid = event.transcript_id
+        if tid in broken:
+            raise writer.not_attempted(event)
+        try:
+            result = writer.append(event, key, now)
+        except Exception:
+            broken.add(tid)
+            raise
+        if result.duplicate:
+            broken.add(tid)
+        return result
+
+    return [functools.partial(write, event, key) for event, key in items]
 
 
 class _Queued:
@@ -840,7 +873,7 @@ class SQLiteStore:
         writer = self._writer
         if writer is None:
             raise StoreUnavailable(f"sqlite store {self.path} is not open")
-        writes = [_append_write(writer, event, key) for event, key in items]
+        writes = _append_writes(writer, items)
         outcomes: list[AppendResult | Exception] = await self._submit(writes)
         return outcomes
 

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
 
 from protocol.types import ViewChanged
 from server.store import (
@@ -33,6 +34,7 @@ from tests.server.store_contract import (
     segment_started,
     view_event,
 )
+from tests.server.test_store_runs import Step, play, steps
 from tests.support.redis_server import RedisServer
 from tests.support.servers import free_port
 
@@ -291,3 +293,128 @@ async def test_a_transcript_stored_before_the_index_is_indexed_on_first_read(
     assert await client.hget(meta, "ix") == b"1"
     [info] = await redis_store.list()
     assert (info.title, info.preview) == ("message 0", "message 9")
+
+
+class CuttingRelay:
+    """A TCP relay to Redis on 127.0.0.1 that, once armed, cuts the
+    connection that carries the next reply instead of passing it on: the
+    command ran in Redis and the client never hears its answer, so redis-py
+    reconnects and sends it again."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.armed = False
+        self.cuts = 0
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> CuttingRelay:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"redis://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/0"
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, replies: bool) -> None:
+            try:
+                while data := await src.read(65536):
+                    if replies and self.armed:
+                        self.armed = False
+                        self.cuts += 1
+                        break
+                    dst.write(data)
+                    await dst.drain()
+            except ConnectionError:
+                pass
+            finally:
+                writer.close()
+                up_writer.close()
+
+        await asyncio.gather(pipe(reader, up_writer, False), pipe(up_reader, writer, True))
+
+
+async def test_a_run_resent_after_a_cut_connection_lands_once_and_is_no_duplicate(
+    shared_redis: RedisServer,
+) -> None:
+    """redis-py sends a command again after a connection error: the run's
+    script had run, and the second send finds its own call's token in every
+    key's ack. It answers as the first would have: stored, not duplicate,
+    and nothing is stored twice (with or without a caller's key)."""
+    async with CuttingRelay(shared_redis.port) as relay:
+        store = RedisStore(relay.url, RedisOptions(prefix=f"t{next(_prefixes)}:", retries=2))
+        await store.open()
+        try:
+            await store.create("t1", EPOCH, CREATED_AT)
+            run = [(appended(1, 0, 2), "k1"), (appended(2, 2), None), (appended(3, 3), "k3")]
+            relay.armed = True
+            outcomes = await store.append_many(run)
+            assert relay.cuts == 1
+            assert outcomes == [
+                AppendResult(Receipt(1, 0, 2)),
+                AppendResult(Receipt(2, 2, 1)),
+                AppendResult(Receipt(3, 3, 1)),
+            ]
+            relay.armed = True
+            assert await store.append(appended(4, 4), idempotency_key="k4") == AppendResult(
+                Receipt(4, 4, 1)
+            )
+            assert relay.cuts == 2
+            assert await store.events_after("t1", 0) == [event for event, _ in run] + [
+                appended(4, 4)
+            ]
+            # A client's own retry (another call) is still a duplicate.
+            again = await store.append(appended(5, 5), idempotency_key="k3")
+            assert again == AppendResult(Receipt(3, 3, 1), duplicate=True)
+            assert await store.recorded("t1", "k1") == Receipt(1, 0, 2)
+        finally:
+            await store.close()
+
+
+async def test_a_repeated_run_script_answers_what_the_first_did(
+    redis_store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same two sends, on one connection: the second finds the run stored
+    # by the first (one token, the same generated keys).
+    await redis_store.create("t1", EPOCH, CREATED_AT)
+    numbers = itertools.count()
+    monkeypatch.setattr("server.store.redis.uuid.uuid4", lambda: uuid.UUID(int=next(numbers)))
+    run = [(appended(1, 0), None), (appended(2, 1), "k"), (appended(3, 2, 2), None)]
+    first = await redis_store.append_many(run)
+    numbers = itertools.count()  # the second send carries what the first did
+    assert await redis_store.append_many(run) == first
+    assert not any(isinstance(o, Exception) or o.duplicate for o in first)
+    assert await redis_store.events_after("t1", 0) == [event for event, _ in run]
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps)
+def test_runs_from_stale_copies_never_corrupt_the_redis_store(
+    shared_redis: RedisServer, plan: list[Step]
+) -> None:
+    """``tests/server/test_store_runs.py`` on Redis, where replicas race for real."""
+    prefix = f"runs{next(_prefixes)}:"
+    asyncio.run(play(RedisStore(shared_redis.url, RedisOptions(prefix=prefix)), plan))
+
+
+async def test_a_resent_run_longer_than_the_generated_keys_kept_lands_once(
+    redis_store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run's own later appends pruned its first generated keys: the
+    # second send still recognises those appends, stored as these very events.
+    await redis_store.create("t1", EPOCH, CREATED_AT)
+    numbers = itertools.count()
+    monkeypatch.setattr("server.store.redis.uuid.uuid4", lambda: uuid.UUID(int=next(numbers)))
+    run = [(appended(r, r - 1), None) for r in range(1, INTERNAL_KEY_RETENTION + 11)]
+    first = await redis_store.append_many(run)
+    numbers = itertools.count()
+    assert await redis_store.append_many(run) == first
+    assert all(isinstance(o, AppendResult) and not o.duplicate for o in first)
+    assert await redis_store.events_after("t1", 0) == [event for event, _ in run]

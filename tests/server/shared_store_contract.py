@@ -18,7 +18,7 @@ from typing import Protocol
 
 import pytest
 
-from server.store import Head, Notice, Recheck, SharedStore, StoreUnavailable
+from server.store import Head, Notice, Recheck, RevisionMismatch, SharedStore, StoreUnavailable
 from tests.server.store_contract import CREATED_AT, EPOCH, appended
 
 
@@ -100,10 +100,13 @@ class SharedStoreContract:
         try:
             assert await _next(notices) is None
             await _watching(b, notices, "t1")
-            outcomes = await a.append_many([(appended(5, 4), None), (appended(1, 0), None)])
-            assert not isinstance(outcomes[1], Exception)
-            # Only the append that landed is announced.
+            outcomes = await a.append_many([(appended(1, 0), None), (appended(5, 4), None)])
+            assert not isinstance(outcomes[0], Exception)
+            assert isinstance(outcomes[1], RevisionMismatch)
+            await a.append(appended(2, 1))
+            # Only the appends that landed are announced.
             assert await _next(notices) == Notice("t1", EPOCH, 1)
+            assert await _next(notices) == Notice("t1", EPOCH, 2)
         finally:
             await notices.aclose()  # type: ignore[attr-defined]
 

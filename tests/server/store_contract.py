@@ -249,6 +249,97 @@ class StoreContract:
         assert loaded is not None and loaded.revision == 4
         assert [e.revision for e in loaded.events] == [1, 2, 3, 4]
 
+    async def test_an_append_not_at_the_stored_position_is_refused(self, store: Store) -> None:
+        # The next revision, but planned on another history (a length of 1,
+        # not 2): storing it would put message 1 at index 1 a second time.
+        await store.create("t1", EPOCH, CREATED_AT, appended(1, 0, 2))
+        for wrong in (appended(2, 1), appended(2, 3), segment_started(2, 0, 1, 1)):
+            with pytest.raises(RevisionMismatch) as caught:
+                await store.append(wrong, idempotency_key="k")
+            assert caught.value.current == 1
+            [outcome] = await store.append_many([(wrong, None)])
+            assert isinstance(outcome, RevisionMismatch) and outcome.current == 1
+        with pytest.raises(RevisionMismatch):
+            await store.create("t2", EPOCH, CREATED_AT, appended(1, 1, transcript_id="t2"))
+        assert await store.load("t2") is None
+        loaded = await store.load("t1")
+        assert loaded is not None and [e.revision for e in loaded.events] == [1]
+        # The key of a refused append was not recorded; a View change has no position.
+        assert await store.recorded("t1", "k") is None
+        assert (await store.append(appended(2, 2), idempotency_key="k")).receipt == Receipt(2, 2, 1)
+        assert (await store.append(view_event(3, ViewChanged("v", 0)))).receipt.revision == 3
+
+    @pytest.mark.parametrize("overtaking", [1, 2], ids=["same-size", "other-size"])
+    async def test_append_many_stores_nothing_past_an_append_that_was_overtaken(
+        self, store: Store, overtaking: int
+    ) -> None:
+        """Another replica's append lands before a run planned without it:
+        the run's first append no longer fits, and nothing after it may land,
+        even one whose revision and position happen to fit again (equal sizes)."""
+        await store.create("t1", EPOCH, CREATED_AT, appended(1, 0))
+        other = Origin(context_id="the other replica")
+        await store.append(appended(2, 1, overtaking, origin=other))
+        run = [(appended(2, 1), "a"), (appended(3, 2), None), (appended(4, 3), "c")]
+        outcomes = await store.append_many(run)
+        assert all(isinstance(o, RevisionMismatch) and o.current == 2 for o in outcomes), outcomes
+        # Inside a run: once an append is not stored (here one planned at
+        # a wrong position, then one whose key is recorded already), no later
+        # one is, even one that would fit where the store is now.
+        await store.append(
+            appended(3, 1 + overtaking, overtaking, origin=other), idempotency_key="seen"
+        )
+        end = 1 + 2 * overtaking
+        run = [
+            (appended(4, end), "d"),
+            (appended(5, end + 5), "e"),
+            (appended(5, end + 1), "f"),
+            (appended(6, end + 2), "g"),
+        ]
+        outcomes = await store.append_many(run)
+        assert outcomes[0] == AppendResult(Receipt(4, end, 1))
+        assert all(isinstance(o, RevisionMismatch) for o in outcomes[1:]), outcomes
+        outcomes = await store.append_many(
+            [
+                (appended(5, end + 1), "h"),
+                (appended(6, end + 2), "seen"),
+                (appended(6, end + 2), "i"),
+            ]
+        )
+        assert outcomes[0] == AppendResult(Receipt(5, end + 1, 1))
+        assert outcomes[1] == AppendResult(Receipt(3, 1 + overtaking, overtaking), duplicate=True)
+        assert isinstance(outcomes[2], RevisionMismatch), outcomes
+        # Nothing past a refused append was stored, nor its key recorded.
+        loaded = await store.load("t1")
+        assert loaded is not None
+        assert [e.revision for e in loaded.events] == [1, 2, 3, 4, 5]
+        assert loaded.events[-2:] == (run[0][0], appended(5, end + 1))
+        for key in ("a", "c", "e", "f", "g", "i"):
+            assert await store.recorded("t1", key) is None
+        state = await store.load_recent("t1")
+        assert state is not None and state.snapshot.length == end + 2
+        Transcript.restore(loaded.events)  # a consistent history: it loads
+
+    async def test_append_many_stops_only_the_transcript_of_a_refused_append(
+        self, store: Store
+    ) -> None:
+        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create("t2", EPOCH, CREATED_AT)
+        outcomes = await store.append_many(
+            [
+                (appended(2, 0), None),  # t1 is at 0: refused
+                (appended(1, 0, transcript_id="t2"), None),
+                (appended(1, 0), None),  # planned after the refused one: not stored
+                (appended(2, 1, transcript_id="t2"), None),
+            ]
+        )
+        assert isinstance(outcomes[0], RevisionMismatch)
+        assert isinstance(outcomes[2], RevisionMismatch)
+        assert outcomes[1] == AppendResult(Receipt(1, 0, 1))
+        assert outcomes[3] == AppendResult(Receipt(2, 1, 1))
+        assert await store.events_after("t1", 0) == []
+        outcomes = await store.append_many([(appended(1, 0, transcript_id="gone"), None)] * 2)
+        assert all(isinstance(o, TranscriptNotFound) for o in outcomes)
+
     async def test_revision_mismatch_carries_current(self, store: Store) -> None:
         await store.create("t1", EPOCH, CREATED_AT, appended(1, 0))
         for wrong in (appended(3, 1), appended(1, 1)):
@@ -498,8 +589,10 @@ class StoreContract:
         await store.open()
         await store.create("t1", EPOCH, CREATED_AT, appended(1, 0, 2), idempotency_key="k1")
         await store.create("t2", "e2", CREATED_AT + 1)
+        length = 2
         for r in range(2, 6):
-            await store.append(appended(r, r, r % 3 + 1), idempotency_key=f"k{r}")
+            await store.append(appended(r, length, r % 3 + 1), idempotency_key=f"k{r}")
+            length += r % 3 + 1
         before = (await store.load("t1"), await store.load("t2"), await store.list())
         await store.close()
 
@@ -509,7 +602,7 @@ class StoreContract:
             after = (await reopened.load("t1"), await reopened.load("t2"), await reopened.list())
             assert after == before
             assert (await reopened.append(appended(1, 0, 2), idempotency_key="k1")).duplicate
-            result = await reopened.append(appended(6, 6))
+            result = await reopened.append(appended(6, length))
             assert result.receipt.revision == 6
         finally:
             await reopened.close()
