@@ -90,6 +90,11 @@ class RawFrames(Protocol):
         """Write whole frames (or whole fragments), already framed."""
         ...
 
+    def raw_writelines(self, parts: Sequence[bytes | memoryview]) -> None:
+        """Write one frame given as its header and payload pieces (shared
+        buffers the transport keeps by reference, not copied)."""
+        ...
+
     async def raw_writable(self) -> bool:
         """Wait until writes may go out; False once they never will."""
         ...
@@ -626,8 +631,8 @@ class OutboundQueue:
         if index is None:
             index = 0
             self.seq += 1
-        fragment, last = head.fragment(index, self.seq)
-        raw.raw_write(fragment)
+        parts, size, last = head.fragment(index, self.seq)
+        raw.raw_writelines(parts)
         if last:
             self._stream = None
             self._queue.pop(0)
@@ -635,7 +640,7 @@ class OutboundQueue:
             self._count_sent(1, 1, head.size)
         else:
             self._stream = index + 1
-        return len(fragment)
+        return size
 
     # --- writing (the queue's own task) ---------------------------------------------
 

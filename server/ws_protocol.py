@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from uvicorn.config import Config
@@ -86,6 +87,12 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
     def raw_write(self, data: bytes) -> None:
         """Write whole, already framed WebSocket frames (call only when ready)."""
         self.transport.write(data)
+
+    def raw_writelines(self, parts: Sequence[bytes | memoryview]) -> None:
+        """Write one frame as its pieces: the transport keeps the buffers by
+        reference (uvloop), so a baseline's shared chunk is never copied per
+        connection (call only when ready)."""
+        self.transport.writelines(parts)
 
     async def raw_writable(self) -> bool:
         """Wait until raw writes may go out; False once they never will."""

@@ -5,6 +5,7 @@ paused, count their real size, and baselines keep to the byte budget."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -37,6 +38,9 @@ class FakeRaw:
         assert self.raw_ready(), "written while not ready"
         self.written += data
         self.writes += 1
+
+    def raw_writelines(self, parts: Sequence[bytes | memoryview]) -> None:
+        self.raw_write(b"".join(parts))
 
     async def raw_writable(self) -> bool:
         while self.open and self.paused:
