@@ -136,15 +136,11 @@ class LiveTranscript:
         self._finals: dict[int, list[EncodedDraft]] = {}
         #: The revision of the last event pushed to the subscribers.
         self._delivered = stored.snapshot.revision
-        self.pump = asyncio.create_task(self._pump(), name=f"pump-{self.id}")
+        self.pump = asyncio.create_task(
+            _pump(self.buffer, weakref.ref(self)), name=f"pump-{self.id}"
+        )
 
     # --- fan-out ------------------------------------------------------------------
-
-    async def _pump(self) -> None:
-        buffer = self.buffer
-        while True:
-            await buffer.wait()
-            self._deliver(buffer.take())
 
     def deliver_pending(self) -> None:
         """Deliver now whatever the buffer holds (before reading the window or
@@ -403,6 +399,24 @@ class LiveTranscript:
         self.pump.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.pump
+
+
+async def _pump(buffer: ChangeBuffer, owner: weakref.ref[LiveTranscript]) -> None:
+    """A live transcript's pump: each batch its buffer captures, delivered.
+
+    It holds its transcript only by a weak reference and never across an
+    await: a cancelled task keeps its ``CancelledError``, whose traceback
+    holds this frame, and the transcript holds the task; a strong ``self``
+    here made that a cycle, which kept every evicted transcript (its
+    messages) in memory until a full garbage collection. 2,000 reads of 150
+    KB transcripts under a 32 MB ``max_live_bytes`` grew RSS by 475 MB."""
+    while True:
+        await buffer.wait()
+        live = owner()
+        if live is None:
+            return
+        live._deliver(buffer.take())
+        del live
 
 
 # --- what a subscribe gets ------------------------------------------------------------
