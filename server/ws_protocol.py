@@ -102,6 +102,14 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
             await asyncio.shield(self._resumed)
         return self._raw_open
 
+    def raw_fail(self, code: int) -> None:
+        """Close now with ``code`` (the outbound queue's 4008 for a client
+        that does not read): the close frame goes behind what is written,
+        and the app's ``receive`` returns the disconnect at once."""
+        if self.close_sent or self.transport.is_closing() or not self.handshake_complete:
+            return
+        self._fail(code)
+
     def _raw_close(self) -> None:
         self._raw_open = False
         self._wake_writer()
