@@ -301,7 +301,7 @@ class Hub:
         for live in list(self.live.values()):
             if live.evictable() and not self.committer.busy(live):
                 self._evict(live)
-                held -= live.size
+                held -= live.size + live.shared_bytes()
                 if fits():
                     return
         raise Refused(
