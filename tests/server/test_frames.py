@@ -222,3 +222,36 @@ def test_a_baseline_from_start_joins_older_messages_and_held_ones(binary: bool) 
     expected = wire.encode(wire.Baseline(seq=6, snapshot=later), binary=binary)
     assert encoded.snapshot(held.state).render(6, binary) == expected
     assert len(encoded.chunks) <= chunks + 1
+
+
+@given(
+    all_messages=st.lists(messages(), min_size=1, max_size=40),
+    data=st.data(),
+    binary=st.booleans(),
+)
+@settings(max_examples=60, deadline=None)
+def test_an_encoding_from_any_start_in_any_pieces_is_the_snapshot_encoded(
+    all_messages: list[Message], data: st.DataObject, binary: bool
+) -> None:
+    """However the older messages arrive (pieces of any size read from the
+    store) and wherever the held ones begin, the baseline from ``start`` is
+    byte for byte the snapshot's encoding."""
+    whole = Transcript(id="t", epoch="e")
+    whole.append(all_messages)
+    length = len(all_messages)
+    held_start = data.draw(st.integers(0, length), label="held_start")
+    start = data.draw(st.integers(0, held_start), label="start")
+    held = Transcript.restore_window(whole.snapshot(start=held_start))
+    encoded = EncodedMessages(binary=binary, start=start)
+    while encoded.count < held_start:
+        end = data.draw(st.integers(encoded.count + 1, held_start), label="piece end")
+        first = data.draw(st.integers(start, encoded.count), label="piece start")
+        piece = whole.state.slice(first, end)
+        while encoded.encode_from(first, piece):
+            pass
+        assert encoded.count == end
+    encoded.encode_all(held.state)
+    expected = wire.encode(
+        wire.Baseline(seq=9, snapshot=whole.snapshot(start=start)), binary=binary
+    )
+    assert encoded.snapshot(held.state).render(9, binary) == expected
