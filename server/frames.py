@@ -175,7 +175,7 @@ class EncodedSnapshot:
         """The baseline of any snapshot (a range of a transcript, say),
         encoded in one call and cut into chunks of ``BASELINE_CHUNK_BYTES`` so
         that it streams like the others. Nothing is shared with other
-        revisions: ``server.baselines`` does that for whole transcripts."""
+        revisions: ``server.baselines`` does that for a live transcript's baselines."""
         encoded = memoryview(wire.encode(snapshot, binary=binary))
         step = BASELINE_CHUNK_BYTES
         return cls(
