@@ -370,7 +370,8 @@ _CLOSES: Final = (
         code=CLOSE_OVERFLOW,
         reason="outbound queue overflow",
         reconnect="resume",
-        meaning="the client did not read even its acks and errors while its queue was full",
+        meaning="the client did not read even its acks and errors while its queue was full, "
+        "or let its increments pass `queue_max_bytes` behind a baseline it had not read",
     ),
     CloseCode(
         code=CLOSE_MESSAGE_TIMEOUT,

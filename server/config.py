@@ -300,7 +300,12 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         PosInt, _d("outbound frames queued per connection before it is `lagged`")
     ] = 10_000
     queue_max_bytes: Annotated[
-        PosInt, _d("outbound bytes queued per connection before it is `lagged`")
+        PosInt,
+        _d(
+            "outbound bytes queued per connection before it is `lagged`; a baseline's bytes not "
+            "sent yet count on top of it, and a client that passes it while it holds a baseline "
+            "it has not read is closed with 4008 instead"
+        ),
     ] = 8 << 20
     write_batch_bytes: Annotated[
         PosInt, _d('most bytes coalesced into one WebSocket message (frames joined by "\\n")')

@@ -179,6 +179,7 @@ class EncodedSnapshot:
         "revision",
         "separator",
         "size",
+        "source",
         "tail",
         "transcript_id",
     )
@@ -196,8 +197,12 @@ class EncodedSnapshot:
         chunks: Sequence[bytes | memoryview],
         tail: bytes,
         separator: bytes | None = None,
+        source: object = None,
     ) -> None:
         self.transcript_id = transcript_id
+        #: The shared encoding the chunks belong to (``server.baselines``): a
+        #: queued baseline keeps it alive, and the next baseline finds it.
+        self.source = source
         self.revision = revision
         self.binary = binary
         #: The frame up to ``seq`` is _BASELINE_HEAD; ``head`` follows ``seq``.
@@ -221,7 +226,7 @@ class EncodedSnapshot:
         """The baseline of any snapshot (a range of a transcript, say),
         encoded in one call and cut into chunks of ``BASELINE_CHUNK_BYTES`` so
         that it streams like the others. Nothing is shared with other
-        revisions: ``server.baselines`` does that for whole transcripts."""
+        revisions: ``server.baselines`` does that for a live transcript's baselines."""
         encoded = memoryview(wire.encode(snapshot, binary=binary))
         step = BASELINE_CHUNK_BYTES
         return cls(
@@ -249,11 +254,14 @@ class EncodedSnapshot:
         assert binary == self.binary, "a baseline is encoded for one format"
         return b"".join(self.parts(seq))
 
-    def fragment(self, index: int, seq: int) -> tuple[bytes, bool]:
+    def fragment(self, index: int, seq: int) -> tuple[list[bytes | memoryview], int, bool]:
         """Fragment ``index`` of this baseline sent as a fragmented message,
-        framed, and whether it is the last: the envelope and head first, then
-        one chunk per fragment, then the tail. Each fragment is a whole frame,
-        so the WebSocket layer's own control frames may go between them."""
+        framed: its buffers (a header, then the payload's pieces), its size,
+        and whether it is the last. The envelope and head first, then one
+        chunk per fragment, then the tail. A chunk is the shared encoding
+        itself, never copied: the buffers go to ``transport.writelines``.
+        Each fragment is a whole frame, so the WebSocket layer's own control
+        frames may go between them."""
         chunks = self.chunks
         last = index == len(chunks) + 1
         if index == 0:
@@ -261,13 +269,18 @@ class EncodedSnapshot:
                 (_BASELINE_HEAD[self.binary], wire.seq_bytes(seq, binary=self.binary), self.head)
             )
             first = BINARY_START if self.binary else TEXT_START
-            return ws_header(first, len(payload)) + payload, False
+            header = ws_header(first, len(payload))
+            return [header, payload], len(header) + len(payload), False
         if last:
-            return ws_header(CONTINUATION_FIN, len(self.tail)) + self.tail, True
+            header = ws_header(CONTINUATION_FIN, len(self.tail))
+            return [header, self.tail], len(header) + len(self.tail), True
         chunk = chunks[index - 1]
         separator = self.separator if index > 1 else b""
         header = ws_header(CONTINUATION, len(separator) + len(chunk))
-        return b"".join((header, separator, chunk)), False
+        parts: list[bytes | memoryview] = (
+            [header, separator, chunk] if separator else [header, chunk]
+        )
+        return parts, len(header) + len(separator) + len(chunk), False
 
 
 _BASELINE_JSON_HEAD: Final = b'{"type":"baseline","seq":'

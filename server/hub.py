@@ -324,7 +324,7 @@ class Hub:
             # cannot pin transcripts in memory with drafts.
             if not live.subscribers and not live.lock.locked() and not self.committer.busy(live):
                 self._evict(live)
-                held -= live.size
+                held -= live.size + live.shared_bytes()
                 if fits():
                     return
         raise Refused(
@@ -348,9 +348,11 @@ class Hub:
         self.metrics.live_transcripts.set(len(self.live))
 
     def live_bytes(self) -> int:
-        """About the bytes the transcripts in memory and their drafts hold
-        (``max_live_bytes``)."""
-        return sum(live.size for live in self.live.values()) + self.draft_budget.total
+        """About the bytes the transcripts in memory hold (``max_live_bytes``):
+        their messages, the encodings their queued baselines share, and their
+        drafts."""
+        held = sum(live.size + live.shared_bytes() for live in self.live.values())
+        return held + self.draft_budget.total
 
     def is_loaded(self, transcript_id: str) -> bool:
         """Whether the transcript is in memory now (no load needed)."""
@@ -1135,11 +1137,12 @@ class Hub:
         self, live: LiveTranscript, window: Window | None, binary: bool
     ) -> EncodedSnapshot | None:
         """The encoded baseline of ``window`` at the current revision in one
-        format, made in one synchronous step after any read of older messages
-        from the store or encoding of a big transcript a chunk at a time
-        (``LiveTranscript.prepare_baseline``); ``None`` when ``live`` is no
-        longer the current copy."""
-        older: StoredRange | None = None
+        format, made in one synchronous step after any encoding a chunk at a
+        time of a big transcript (``LiveTranscript.prepare_baseline``) or of
+        the older messages the store gives (``LiveTranscript.encode_older``):
+        each message once per window start and format, shared by every
+        connection. ``None`` when ``live`` is no longer the current copy."""
+        prepared = None  # holds the shared encoding alive until it is used
         for _ in range(_READ_ATTEMPTS):
             if not self.is_current(live):
                 return None
@@ -1154,15 +1157,19 @@ class Hub:
                 # left for the synchronous step (the next time round).
                 await live.prepare_baseline(binary, self.baseline_encodes)
                 continue
-            if start >= state.start:
+            if not live.older_missing(start, binary):
                 return live.encoded_snapshot(start, binary)
-            if older is not None and older.start <= start and older.end >= state.start:
-                return live.encoded_snapshot(start, binary, older.messages[start - older.start :])
             try:
-                older = await self._read_older(live, start, state.start)
+                prepared = await live.encode_older(
+                    start,
+                    binary,
+                    lambda first, end: self._read_older(live, first, end),
+                    self.baseline_encodes,
+                )
             except _Stale:
                 await self._refresh(live)
                 return None
+        del prepared
         raise StoreError(f"transcript {live.id!r}: the store did not give its older messages")
 
     def _resume(

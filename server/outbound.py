@@ -23,16 +23,22 @@ Bounds (every frame counts its real size): when an increment would take the
 queue over ``queue_max_frames`` or ``queue_max_bytes`` the queued data frames
 are dropped and each affected subscription gets a ``lagged`` error and is
 unsubscribed, so the server's memory stays bounded and nobody else waits.
-Baselines count too, by their own rule: a new baseline of a transcript
-replaces that transcript's frames still waiting (a re-subscribe drops the
-superseded one), it must fit the budget behind queued increments, and it is
-let in whatever its size behind nothing but answers and other baselines (a
-transcript bigger than the budget can always be sent; its bytes are shared
-with every other subscriber's, not copied). Increments are not refused for
-the baselines ahead of them. Acks, pongs and errors are never dropped; when
-they too pass the limits (by ``CONTROL_FRAME_SLACK`` frames or
-``CONTROL_BYTES_SLACK`` bytes) the client reads nothing at all and is closed
-with 4008.
+Baselines count too, by what is left of them to send, with their own rule: a
+new baseline of a transcript replaces that transcript's frames still waiting
+(a re-subscribe drops the superseded one), it must fit the budget behind
+queued increments, and it is let in whatever its size behind nothing but
+answers and other baselines (a transcript bigger than the budget can always
+be sent; its bytes are shared with every other subscriber's, not copied).
+The bytes of baselines not sent yet count on top of the budget, so that they
+never crowd out the increments behind them. A client that lets increments
+pass the budget while it still holds a baseline it has not read is cut with
+4008 rather than lagged: lagging would keep that baseline (and the shared
+encoding it holds alive) queued for a client that does not read it (issue
+24: 15 of them held 15 encodings of a 60 MB transcript), and a resubscribe
+could only start the same baseline again. Acks, pongs and errors
+are never dropped; when they too pass the limits (by ``CONTROL_FRAME_SLACK``
+frames or ``CONTROL_BYTES_SLACK`` bytes) the client reads nothing at all and
+is closed with 4008.
 
 A shared frame that cannot be built in this connection's format
 (``server.frames.Unencodable``: a fault, logged once where the encoding
@@ -55,7 +61,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from protocol import wire
+from protocol import codes, wire
 from server.frames import (
     BINARY,
     TEXT,
@@ -98,8 +104,18 @@ class RawFrames(Protocol):
         """Write whole frames (or whole fragments), already framed."""
         ...
 
+    def raw_writelines(self, parts: Sequence[bytes | memoryview]) -> None:
+        """Write one frame given as its header and payload pieces (shared
+        buffers the transport keeps by reference, not copied)."""
+        ...
+
     async def raw_writable(self) -> bool:
         """Wait until writes may go out; False once they never will."""
+        ...
+
+    def raw_fail(self, code: int) -> None:
+        """Close the connection now with ``code`` (the app's ``receive``
+        then returns the disconnect, even from a client that sends nothing)."""
         ...
 
 
@@ -165,6 +181,7 @@ class OutboundQueue:
         "_send",
         "_sent",
         "_stream",
+        "_stream_sent",
         "_waiter",
         "_write_delay",
         "_writer",
@@ -201,7 +218,8 @@ class OutboundQueue:
         # A list, not a deque: an empty deque costs ~600 bytes per connection
         # and the writer takes whole batches off the front anyway.
         self._queue: list[Outbound] = []
-        #: Bytes of the queued increments and answers, and of the queued baselines.
+        #: Bytes of the queued increments and answers, and of the queued
+        #: baselines not sent yet.
         self._queued_bytes = 0
         self._baseline_bytes = 0
         #: Draft frames queued (they count against no bound), and the slot
@@ -211,6 +229,8 @@ class OutboundQueue:
         self._draft_slots: dict[tuple[str, str], DraftSlot] | None = None
         #: The next fragment of the baseline at the head being streamed, or None.
         self._stream: int | None = None
+        #: Bytes of that baseline written so far.
+        self._stream_sent = 0
         self._max_frames = queue_max_frames
         self._max_bytes = queue_max_bytes
         self._batch_bytes = write_batch_bytes
@@ -387,12 +407,26 @@ class OutboundQueue:
     def _enqueue_data(self, item: EncodedEvent | EncodedSnapshot) -> bool:
         q = self._queue
         if q and not self._fits(item):
-            self._lag({item.transcript_id})
+            if q[0].baseline:
+                # Over the budget behind a baseline it has not read: lagging
+                # would keep that baseline (and its shared encoding) queued
+                # for a client that does not read it.
+                self._cut("outbound queue over its budget behind a baseline it does not read")
+            else:
+                self._lag({item.transcript_id})
             return False
         q.append(item)
         self._count(item, 1)
         self._have_written()
         return True
+
+    def _cut(self, why: str) -> None:
+        """Close the connection with 4008: it does not read what it was sent."""
+        log.warning("closing %s: %s", self.id, why)
+        self.closed = True
+        self._wake_up()
+        if self._raw is not None:
+            self._raw.raw_fail(codes.CLOSE_OVERFLOW)
 
     def _have_written(self) -> None:
         """Have the frame just queued written: at once when it is alone and
@@ -451,7 +485,7 @@ class OutboundQueue:
         item = ControlFrame(frame, binary=self.binary)
         if (
             len(q) - self._draft_items >= self._max_frames + CONTROL_FRAME_SLACK
-            or self._counted_bytes() + item.size > self._max_bytes + CONTROL_BYTES_SLACK
+            or self._counted_bytes() + item.size > self._limit() + CONTROL_BYTES_SLACK
         ):
             # Only answers are left and the client still reads none of them:
             # it is not a slow consumer but a dead or abusive one.
@@ -522,9 +556,13 @@ class OutboundQueue:
         )
 
     def _counted_bytes(self) -> int:
-        """Queued bytes that count against the room for increments: all but
-        the baselines'."""
-        return self._queued_bytes
+        """Queued bytes not sent yet (a streaming baseline's rest included)."""
+        return self._queued_bytes + self._baseline_bytes
+
+    def _limit(self) -> int:
+        """The byte budget now: ``queue_max_bytes`` on top of what is left
+        to send of the baselines queued."""
+        return self._max_bytes + self._baseline_bytes
 
     def _count(self, item: Outbound, sign: int) -> None:
         if item.draft:
@@ -543,6 +581,8 @@ class OutboundQueue:
         q = self._queue
         self._queued_bytes = sum(item.size for item in q if not (item.baseline or item.draft))
         self._baseline_bytes = sum(item.size for item in q if item.baseline)
+        if self._stream is not None:
+            self._baseline_bytes -= self._stream_sent
         self._draft_items = sum(1 for item in q if item.draft)
         if self._draft_slots:
             kept = {id(item) for item in q if isinstance(item, DraftSlot)}
@@ -559,7 +599,7 @@ class OutboundQueue:
         if len(self._queue) - self._draft_items >= self._max_frames:
             return False
         counted = self._counted_bytes()
-        if counted + item.size <= self._max_bytes:
+        if counted + item.size <= self._limit():
             return True
         return not any(queued.data and not queued.baseline for queued in self._queue)
 
@@ -567,13 +607,13 @@ class OutboundQueue:
         """Whether ``frames`` more data frames of ``size`` bytes fit the queue."""
         return (
             len(self._queue) - self._draft_items + frames <= self._max_frames
-            and self._counted_bytes() + size <= self._max_bytes
+            and self._counted_bytes() + size <= self._limit()
         )
 
     def room(self, frame_bytes: float) -> int:
         """How many more data frames of ``frame_bytes`` each fit the queue."""
         frames = self._max_frames - (len(self._queue) - self._draft_items)
-        space = self._max_bytes - self._counted_bytes()
+        space = self._limit() - self._counted_bytes()
         return max(0, min(frames, int(space // max(frame_bytes, 1.0))))
 
     @property
@@ -685,16 +725,22 @@ class OutboundQueue:
         if index is None:
             index = 0
             self.seq += 1
-        fragment, last = head.fragment(index, self.seq)
-        raw.raw_write(fragment)
+        parts, size, last = head.fragment(index, self.seq)
+        raw.raw_writelines(parts)
         if last:
             self._stream = None
             self._queue.pop(0)
-            self._baseline_bytes -= head.size
+            self._count(head, -1)
+            self._baseline_bytes += self._stream_sent
+            self._stream_sent = 0
             self._count_sent(1, 1, head.size)
         else:
             self._stream = index + 1
-        return len(fragment)
+            # What is left of it counts; the rest went to the transport.
+            sent = min(size, head.size - self._stream_sent)
+            self._stream_sent += sent
+            self._baseline_bytes -= sent
+        return size
 
     # --- writing (the queue's own task) ---------------------------------------------
 

@@ -45,6 +45,14 @@ BASELINE_CHUNK_BYTES: Final = 64 << 10
 #: at once, and gives the queued ones the encoded messages when their turn comes.
 BASELINE_ENCODES_AT_ONCE: Final = 2
 
+#: A baseline that starts before the messages a live transcript holds reads
+#: the older ones from the store in pieces of about this many bytes (by the
+#: average message size encoded so far; ``BASELINE_READ_FIRST`` messages
+#: first), and encodes each before reading the next: a 60 MB transcript is
+#: never all in memory as objects for one baseline, only its encoding.
+BASELINE_READ_BYTES: Final = 4 << 20
+BASELINE_READ_FIRST: Final = 256
+
 #: Resumes from beyond the event window that read their events from the store
 #: at once, server-wide (each read holds up to ``max_resume_events`` events in
 #: memory until they are queued: 50 at once held gigabytes, issue 14 item 4).

@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from uvicorn.config import Config
@@ -117,6 +118,12 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
         """Write whole, already framed WebSocket frames (call only when ready)."""
         self.transport.write(data)
 
+    def raw_writelines(self, parts: Sequence[bytes | memoryview]) -> None:
+        """Write one frame as its pieces: the transport keeps the buffers by
+        reference (uvloop), so a baseline's shared chunk is never copied per
+        connection (call only when ready)."""
+        self.transport.writelines(parts)
+
     async def raw_writable(self) -> bool:
         """Wait until raw writes may go out; False once they never will."""
         while self._raw_open and self._paused:
@@ -124,6 +131,14 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
                 self._resumed = self.loop.create_future()
             await asyncio.shield(self._resumed)
         return self._raw_open
+
+    def raw_fail(self, code: int) -> None:
+        """Close now with ``code`` (the outbound queue's 4008 for a client
+        that does not read): the close frame goes behind what is written,
+        and the app's ``receive`` returns the disconnect at once."""
+        if self.close_sent or self.transport.is_closing() or not self.handshake_complete:
+            return
+        self._fail(code)
 
     def _raw_close(self) -> None:
         self._raw_open = False

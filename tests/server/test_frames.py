@@ -136,8 +136,9 @@ def test_a_big_baseline_is_fragments_of_whole_frames_that_join_to_the_render(
     raw = b""
     index = 0
     while True:
-        fragment, last = item.fragment(index, 7)
-        raw += fragment
+        parts, size, last = item.fragment(index, 7)
+        assert size == sum(len(part) for part in parts)
+        raw += b"".join(parts)
         index += 1
         if last:
             break
@@ -172,9 +173,85 @@ def test_a_baseline_of_any_snapshot_renders_and_streams_as_encoded(binary: bool)
     raw = b""
     index = 0
     while True:
-        fragment, last = item.fragment(index, 42)
-        raw += fragment
+        parts, size, last = item.fragment(index, 42)
+        assert size == sum(len(part) for part in parts)
+        raw += b"".join(parts)
         index += 1
         if last:
             break
     assert b"".join(payload for _, payload in parse_frames(raw)) == expected
+
+
+@both
+def test_a_streamed_fragment_writes_the_shared_chunk_itself(binary: bool) -> None:
+    """Each connection's fragments are a header and the shared chunk, not a
+    copy of it (25 connections that did not read an 8 MB baseline held a
+    copy each)."""
+    transcript = Transcript(id="t", epoch="e")
+    transcript.append([Message(role="user", content="x" * 40_000) for _ in range(10)])
+    encoded = EncodedMessages(binary=binary)
+    encoded.encode_all(transcript.state)
+    item = encoded.snapshot(transcript.state)
+    for index in range(1, len(item.chunks) + 1):
+        parts, _, _ = item.fragment(index, 3)
+        assert any(part is item.chunks[index - 1] for part in parts)
+
+
+@both
+def test_a_baseline_from_start_joins_older_messages_and_held_ones(binary: bool) -> None:
+    """A baseline of a transcript no longer held whole: the older messages
+    come from the store's read (``encode_from``), the rest from memory, and
+    the whole is exactly the snapshot's encoding, at every later revision."""
+    whole = Transcript(id="t", epoch="e")
+    for i in range(4):
+        whole.append([Message(role="user", content=f"{i}-{j}{'ü' * 300}") for j in range(100)])
+    older = whole.state.slice(20, 300)
+    held = Transcript.restore_window(whole.snapshot(start=300))
+    encoded = EncodedMessages(binary=binary, start=20)
+    left = 1
+    while left:
+        left = encoded.encode_from(20, older)
+    assert encoded.count == 300
+    encoded.encode_all(held.state)
+    expected = wire.encode(wire.Baseline(seq=5, snapshot=whole.snapshot(start=20)), binary=binary)
+    assert encoded.snapshot(held.state).render(5, binary) == expected
+    chunks = len(encoded.chunks)
+    held.append([Message(role="assistant", content="more")])
+    encoded.encode_all(held.state)
+    later = held.state.snapshot_of(20, older + held.state.slice(300))
+    expected = wire.encode(wire.Baseline(seq=6, snapshot=later), binary=binary)
+    assert encoded.snapshot(held.state).render(6, binary) == expected
+    assert len(encoded.chunks) <= chunks + 1
+
+
+@given(
+    all_messages=st.lists(messages(), min_size=1, max_size=40),
+    data=st.data(),
+    binary=st.booleans(),
+)
+@settings(max_examples=60, deadline=None)
+def test_an_encoding_from_any_start_in_any_pieces_is_the_snapshot_encoded(
+    all_messages: list[Message], data: st.DataObject, binary: bool
+) -> None:
+    """However the older messages arrive (pieces of any size read from the
+    store) and wherever the held ones begin, the baseline from ``start`` is
+    byte for byte the snapshot's encoding."""
+    whole = Transcript(id="t", epoch="e")
+    whole.append(all_messages)
+    length = len(all_messages)
+    held_start = data.draw(st.integers(0, length), label="held_start")
+    start = data.draw(st.integers(0, held_start), label="start")
+    held = Transcript.restore_window(whole.snapshot(start=held_start))
+    encoded = EncodedMessages(binary=binary, start=start)
+    while encoded.count < held_start:
+        end = data.draw(st.integers(encoded.count + 1, held_start), label="piece end")
+        first = data.draw(st.integers(start, encoded.count), label="piece start")
+        piece = whole.state.slice(first, end)
+        while encoded.encode_from(first, piece):
+            pass
+        assert encoded.count == end
+    encoded.encode_all(held.state)
+    expected = wire.encode(
+        wire.Baseline(seq=9, snapshot=whole.snapshot(start=start)), binary=binary
+    )
+    assert encoded.snapshot(held.state).render(9, binary) == expected

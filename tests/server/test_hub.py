@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from typing import Any
 
 import msgspec
@@ -264,3 +266,28 @@ async def test_the_hub_remembers_as_many_keys_as_its_store() -> None:
         assert not result.duplicate and result.receipt.revision == 4
     finally:
         await h.stop()
+
+
+async def test_an_evicted_transcript_is_freed_without_waiting_for_the_garbage_collector(
+    hub: Hub,
+) -> None:
+    """Issue 24 item 4: the pump's cancelled task kept its traceback, whose
+    frame held the transcript, which held the task: every evicted copy (its
+    messages) waited for a full collection, and RSS grew with every load
+    under the ``max_live_bytes`` cap. Reference counting alone frees it now."""
+    await hub.create("gone", [{"role": "user", "content": "x" * 1000}])
+    await hub.snapshot("gone", 0, 0)
+    live = hub.live["gone"]
+    await settle()  # the pump waits for events
+    freed = weakref.ref(live)
+    pump = live.pump
+    gc.disable()
+    try:
+        hub._evict(live)
+        del live
+        await settle()
+        assert pump.cancelled()
+        del pump
+        assert freed() is None
+    finally:
+        gc.enable()

@@ -18,6 +18,7 @@ from server.config import ServerConfig
 from server.hub import Hub
 from server.store.base import StoredRange
 from server.store.memory import MemoryStore
+from server.tuning import BASELINE_READ_FIRST
 from tests.server.test_hub import connect, settle
 
 
@@ -113,7 +114,8 @@ async def test_a_whole_baseline_joins_the_store_and_memory_exactly(store: Counti
         assert isinstance(frame, Baseline)
         assert frame.snapshot.whole
         assert list(frame.snapshot.messages) == [message(i) for i in range(3_000)]
-        assert store.reads == [(0, 2_900)]
+        # Read once, in pieces (the first small, the next by the average size).
+        assert store.reads == [(0, BASELINE_READ_FIRST), (BASELINE_READ_FIRST, 2_900)]
         # Ranges and snapshots read the same way.
         assert (await hub.snapshot("t", 2_850, 2_950)).messages == tuple(
             message(i) for i in range(2_850, 2_950)
@@ -161,7 +163,7 @@ async def test_windowed_and_partly_stored_baselines_are_encoded_once_per_format(
             spans = {(f.snapshot.start, len(f.snapshot.messages)) for f in frames}
             assert spans == {(2_950, 50), (0, 3_000)}
         # The older messages were read once per format, not per subscriber.
-        assert store.reads == [(0, 2_900), (0, 2_900)]
+        assert store.reads == [(0, BASELINE_READ_FIRST), (BASELINE_READ_FIRST, 2_900)] * 2
     finally:
         await hub.stop()
 
@@ -299,3 +301,36 @@ def test_window_json_is_exactly_one_of_its_forms() -> None:
         with pytest.raises(msgspec.ValidationError):
             msgspec.json.decode(msgspec.json.encode(bad), type=Window)
     assert asyncio.iscoroutinefunction(Hub.subscribe)
+
+
+async def test_baselines_of_a_long_transcript_share_one_encoding_across_revisions(
+    store: CountingStore,
+) -> None:
+    """Issue 24 item 3: each baseline of a transcript longer than
+    ``live_messages`` was its own encoding of the whole (15 that were not
+    read held 15 of a 60 MB transcript). Now the older messages are read and
+    encoded once, and every later baseline, at any revision, shares those
+    chunks and encodes only what was appended."""
+    await long_transcript(store, "t", 3_000, batch=7)
+    hub = await make_hub(store, live_messages=100)
+    try:
+        first, _ = connect(hub, "c1")
+        await hub.subscribe(first, "t")
+        reads = list(store.reads)
+        chunks = hub.live["t"].cached_snapshot(0, False)
+        assert chunks is not None
+        for i in range(5):
+            await hub.append("t", [{"role": "user", "content": f"new {i}"}])
+            queue, sock = connect(hub, f"c{i + 2}")
+            await hub.subscribe(queue, "t")
+            await settle()
+            later = hub.live["t"].cached_snapshot(0, False)
+            assert later is not None and later is not chunks
+            # The same encoded chunks (the last may have grown).
+            assert all(a is b for a, b in zip(later.chunks[:-1], chunks.chunks[:-1], strict=False))
+            frames = sock.frames()
+            assert isinstance(frames[0], Baseline) and frames[0].snapshot.length == 3_001 + i
+        assert store.reads == reads
+        assert hub.live_bytes() >= hub.live["t"].shared_bytes() > 3_000 * 10
+    finally:
+        await hub.stop()

@@ -5,6 +5,7 @@ paused, count their real size, and baselines keep to the byte budget."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ class FakeRaw:
         self.writes = 0
         self.paused = False
         self.open = True
+        self.failed: int | None = None
         self._resumed: asyncio.Future[None] | None = None
 
     def raw_ready(self) -> bool:
@@ -37,6 +39,13 @@ class FakeRaw:
         assert self.raw_ready(), "written while not ready"
         self.written += data
         self.writes += 1
+
+    def raw_writelines(self, parts: Sequence[bytes | memoryview]) -> None:
+        self.raw_write(b"".join(parts))
+
+    def raw_fail(self, code: int) -> None:
+        self.failed = code
+        self.open = False
 
     async def raw_writable(self) -> bool:
         while self.open and self.paused:
@@ -312,4 +321,48 @@ async def test_a_closed_raw_connection_stops_the_writer() -> None:
     raw.resume()
     await settle()
     assert queue.closed
+    await queue.stop()
+
+
+async def test_a_client_not_reading_its_baseline_is_cut_when_increments_pass_the_budget() -> None:
+    """Issue 24 item 3: lagging such a client kept its baseline (and the
+    encoding shared with every other subscriber) queued for a reader that
+    never comes; the budget now closes it with 4008."""
+    raw = FakeRaw()
+    lagged: list[set[str]] = []
+    queue = make_queue(raw, size=20_000, lagged=lagged)
+    raw.paused = True
+    big = baseline(40, size=400_000)
+    queue.push_baseline(big)
+    assert queue.queued == (1, big.size)
+    revision = 40
+    while not queue.closed and revision < 1000:
+        revision += 1
+        queue.push_increments([event(revision)])
+    assert queue.closed and raw.failed == 4008
+    assert not lagged
+    assert revision < 40 + 20_000 // 50  # cut once the increments passed the budget
+    await queue.stop()
+
+
+async def test_a_streaming_baseline_counts_what_is_left_of_it_to_send() -> None:
+    raw = FakeRaw()
+    queue = make_queue(raw, size=20_000)
+    original = raw.raw_write
+
+    def write_then_pause(data: bytes) -> None:
+        original(data)
+        raw.paused = True
+
+    raw.raw_write = write_then_pause  # type: ignore[method-assign]
+    big = baseline(40, size=400_000)
+    queue.push_baseline(big)
+    left = [queue.queued[1]]
+    while queue.queued[0]:
+        raw.resume()
+        await settle()
+        left.append(queue.queued[1])
+    assert left[0] <= big.size and left[-1] == 0
+    assert left == sorted(left, reverse=True) and len(set(left)) > 3
+    assert isinstance(raw.frames()[0], Baseline) and raw.failed is None
     await queue.stop()
