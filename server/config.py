@@ -117,9 +117,11 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         Annotated[str, Meta(min_length=1)] | None,
         _d(
             "comma-separated host names a request's `Host` may name (`tsync.example.com`, "
-            "`*.example.com`, `*` for any); unset: requests that arrive on a loopback address "
-            "must name `localhost` or a loopback address (against DNS rebinding), others are "
-            "not checked"
+            "`*.example.com`, `*` for any), besides `localhost` and loopback addresses on a "
+            "request that arrives on a loopback address (the local CLI); unset: requests that "
+            "arrive on a loopback address must name `localhost` or a loopback address (against "
+            "DNS rebinding), others are not checked. `/healthz`, `/readyz` and `/metrics` are "
+            "never checked (probes call them by IP)"
         ),
     ] = None
     cors_origins: Annotated[

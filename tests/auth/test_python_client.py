@@ -5,7 +5,11 @@ a 4001."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import re
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -50,12 +54,41 @@ async def test_refused_credentials_stop_the_client_at_once(token: str | None) ->
         await until(lambda: not srv.hub.connections)
 
 
-async def test_a_page_origin_the_server_refuses_stops_the_client() -> None:
+@contextlib.asynccontextmanager
+async def _host_rewriting_relay(port: int, host: bytes) -> AsyncIterator[str]:
+    """A TCP relay on 127.0.0.1 to ``port`` that puts ``Host: <host>`` in each
+    request head: what the server sees when a name was made to resolve to
+    127.0.0.1 (DNS rebinding). Yields the relay's URL."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        head = re.sub(rb"(?im)^host:[^\r]*", b"Host: " + host, head)
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
+        up_writer.write(head)
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+
+
+async def test_a_host_the_server_refuses_stops_the_client() -> None:
     """1008 says "not before fixing the cause": no reconnecting."""
     async with running_server(allowed_hosts="only.example") as srv:
-        with pytest.raises(ServerError) as refused:
-            async with client_py.connect(srv.url, connect_timeout=10):
-                pass
+        port = int(srv.url.rsplit(":", 1)[1])
+        async with _host_rewriting_relay(port, b"rebound.example") as url:
+            with pytest.raises(ServerError) as refused:
+                async with client_py.connect(url, connect_timeout=10):
+                    pass
         assert refused.value.code == "forbidden"
 
 
