@@ -111,8 +111,8 @@ async function loadList() {
   const list = $("transcripts");
   state.textContent = "Loading…";
   try {
-    const { transcripts } = await api("/v1/transcripts?limit=1000");
-    transcripts.sort((a, b) => (b.updatedAt ?? 0) - (a.updatedAt ?? 0));
+    // The newest 1000, newest first: the server orders (?order=updated).
+    const { transcripts } = await api("/v1/transcripts?order=updated&limit=1000");
     list.replaceChildren(...transcripts.map(conversationItem));
     state.textContent = transcripts.length
       ? `${transcripts.length} conversation${transcripts.length === 1 ? "" : "s"}, newest first`
