@@ -36,6 +36,8 @@ from client_py.mirror import DraftEvent, Mirror, MirrorUpdate
 from protocol.api import TranscriptSummary
 from protocol.drafts import DraftClosed, DraftUpdated
 from protocol.errors import InvalidId
+from protocol.lmml.bundle import renamed_bundle
+from protocol.lmml.errors import LmmlError
 from protocol.types import (
     AttachmentPart,
     ContentPart,
@@ -880,6 +882,12 @@ async def _export(args: argparse.Namespace) -> int:
     bundle = args.bundle or bool(args.output and args.output.lower().endswith(".lmmlz"))
     async with _api(args) as api:
         data = await api.export(args.id, bundle=bundle)
+    if bundle and args.output and args.output != "-":
+        # The narrative inside is named after the file, as an import looks for it.
+        try:
+            data = renamed_bundle(data, args.output)
+        except LmmlError as exc:
+            raise UsageError(f"-o {args.output}: {exc}") from None
     if args.output and args.output != "-":
         await asyncio.to_thread(Path(args.output).write_bytes, data)
     else:

@@ -35,6 +35,7 @@ __all__ = [
     "import_messages",
     "imported_turns",
     "read_bundle",
+    "renamed_bundle",
     "write_bundle",
 ]
 
@@ -291,6 +292,28 @@ def write_bundle(text: str, assets: Mapping[str, bytes], *, name: str = "transcr
             info.external_attr = 0o644 << 16
             archive.writestr(info, data)
     return buffer.getvalue()
+
+
+def renamed_bundle(data: bytes, filename: str, limits: BundleLimits = BundleLimits()) -> bytes:
+    """The ``.lmmlz`` ``data`` with its primary entry named after ``filename``
+    (``out.lmmlz`` holds ``out.lmml``), as a reader finds the narrative of a
+    file of that name; the other entries as they are. ``data`` itself when
+    the name already fits."""
+    stem = filename.replace("\\", "/").rpartition("/")[2]
+    stem = stem[: -len(".lmmlz")] if stem.lower().endswith(".lmmlz") else stem
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            infos = _checked_entries(archive, limits)
+            primary, _ = _primary_entry([i.filename for i in infos], None)
+            if primary == f"{stem}.lmml":
+                return data
+            entries = {i.filename: _read(archive, i) for i in infos if not i.is_dir()}
+    except LmmlError:
+        raise
+    except _ZIP_ERRORS as exc:
+        raise LmmlError(f"not a readable .lmmlz archive: {exc}") from None
+    text = entries.pop(primary).decode("utf-8")
+    return write_bundle(text, entries, name=stem)
 
 
 def import_messages(

@@ -275,3 +275,25 @@ def test_control_characters_cannot_drive_the_terminal(
     assert run(capsys, "append", "cli-ctl", "red\x1b[31m\r\nnext\ttab", *url)[0] == 0
     code, out, _ = run(capsys, "get", "cli-ctl", *url)
     assert (code, out) == (0, "[0] user: red\\x1b[31m\n    next\ttab\n")
+
+
+def test_an_exported_bundle_is_named_after_its_file(
+    server: ServerProcess, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``-o out.lmmlz`` holds ``out.lmml``: importing it again says nothing."""
+    import zipfile
+
+    url = ("--url", server.url)
+    assert run(capsys, "create", "cli-bundle", *url)[0] == 0
+    assert run(capsys, "append", "cli-bundle", "hello", *url)[0] == 0
+    target = tmp_path / "out.lmmlz"
+    assert run(capsys, "export", "cli-bundle", "-o", str(target), *url)[:2] == (0, "")
+    assert zipfile.ZipFile(target).namelist() == ["out.lmml"]
+    assert run(capsys, "import", str(target), "--id", "cli-bundle-2", *url) == (
+        0,
+        "cli-bundle-2\n",
+        "",
+    )
+    assert run(capsys, "get", "cli-bundle-2", *url)[:2] == (0, "[0] user: hello\n")
+    code, _, err = run(capsys, "export", "cli-bundle", "-o", str(tmp_path / ".lmmlz"), *url)
+    assert code == 2 and "not a plain file name" in err
