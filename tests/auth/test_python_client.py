@@ -8,15 +8,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import sys
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 import client_py
 from client_py.errors import ServerError
 from client_py.tokens import TokenSource, expiry_of
-from tests.auth.conftest import SECRET, mint
+from tests.auth.conftest import OTHER_SECRET, SECRET, mint
 from tests.support.servers import running_server
 from tests.support.waiting import until
 
@@ -159,3 +161,26 @@ async def test_the_http_api_takes_a_provider_and_retries_a_401_once() -> None:
             created = await http.create("made")
         assert created.transcript_id == "made"
         assert [i.transcript_id for i in await srv.hub.store.list()] == ["made"]
+
+
+@pytest.mark.parametrize(
+    ("token", "says"),
+    [
+        (lambda: mint(audience=None, ttl=-60, admin=True), "expired"),
+        (lambda: mint(audience=None, secret=OTHER_SECRET, admin=True), "signature"),
+        (lambda: mint(audience=None, read=["other-*"]), "may not read"),
+    ],
+)
+async def test_tail_refused_for_its_token_says_why(token: Any, says: str) -> None:
+    """As the HTTP answer's detail does: expired, a bad signature, no right."""
+    async with running_server(jwt_secret=SECRET) as srv:
+        await srv.hub.create("t")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "server.cli", "tail", "t", "--url", srv.url, "--token", token(),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 1 and out == b""
+        lines = err.decode().strip().splitlines()
+        assert len(lines) == 1 and says in lines[0], lines
