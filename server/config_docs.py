@@ -160,7 +160,8 @@ def render_readme(readme: str) -> str:
     _, end, tail = rest.partition(SYNOPSIS_END)
     if not begin or not end:
         raise ValueError(f"README.md has no {SYNOPSIS_BEGIN} ... {SYNOPSIS_END}")
-    return f"{head}{begin}\n```sh\n{serve_synopsis()}\n```\n{end}{tail}"
+    fence = "```sh not-run: a synopsis, generated from tsync serve's flags"
+    return f"{head}{begin}\n{fence}\n{serve_synopsis()}\n```\n{end}{tail}"
 
 
 def main(argv: list[str]) -> int:
