@@ -148,7 +148,11 @@ def fit_open_file_limit(config: ServerConfig) -> ServerConfig:
         ws,
         http,
         FD_RESERVE,
-        extra={"max_connections": ws, "max_http_connections": http},
+        extra={
+            "max_connections": ws,
+            "max_http_connections": http,
+            logs.SAID: ("max_connections", "max_http_connections"),
+        },
     )
     return msgspec.structs.replace(config, max_connections=ws, max_http_connections=http)
 
@@ -180,9 +184,10 @@ def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socke
     that a port in use is one line and exit status 2, not a started app's
     log); raises ``CannotListen``."""
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        # "localhost" may resolve to ::1 first: IPv4, what clients try first, wins.
+        found.sort(key=lambda info: info[0] != socket.AF_INET)
+        family, kind, proto, _, address = found[0]
         sock = socket.socket(family, kind, proto)
     except OSError as exc:
         raise listen_failure(exc, host, port) from None
