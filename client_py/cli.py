@@ -18,12 +18,14 @@ import codecs
 import contextlib
 import io
 import os
+import re
 import shutil
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import msgspec
 
@@ -34,6 +36,8 @@ from client_py.mirror import DraftEvent, Mirror, MirrorUpdate
 from protocol.api import TranscriptSummary
 from protocol.drafts import DraftClosed, DraftUpdated
 from protocol.errors import InvalidId
+from protocol.lmml.bundle import renamed_bundle
+from protocol.lmml.errors import LmmlError
 from protocol.types import (
     AttachmentPart,
     ContentPart,
@@ -71,8 +75,8 @@ def _add_commands(subparsers: Any) -> None:
     common.add_argument(
         "--url",
         default=os.environ.get("TSYNC_URL") or DEFAULT_URL,
-        help="server URL, http(s)://host:port or ws(s)://host:port/v1/ws "
-        "(default $TSYNC_URL, else %(default)s)",
+        help="server URL, http(s)://host:port or ws(s)://host:port/v1/ws; a chat page's "
+        "link (http://host:port/t/ID) works too (default $TSYNC_URL, else %(default)s)",
     )
     common.add_argument(
         "--token",
@@ -168,9 +172,12 @@ def _add_commands(subparsers: Any) -> None:
         "list",
         parents=[common],
         help="list transcripts",
-        description="List transcripts ordered by id: id, revision, messages, last change.",
+        description="List transcripts, the most recently updated first (as the chat page), "
+        "in aligned columns: id, revision, messages, last change.",
     )
-    listing.add_argument("--after", metavar="ID", help="start after this id (default: the first)")
+    listing.add_argument(
+        "--after", metavar="ID", help="start after this transcript (default: the newest)"
+    )
     listing.add_argument(
         "--limit", type=int, default=None, help="list at most this many (default: all)"
     )
@@ -286,10 +293,13 @@ def _command(
     def run(args: argparse.Namespace) -> int:
         hint = f" (see 'tsync {args.command} --help')"
         try:
+            args.url, token = server_url(args.url)
+            if args.token is None and token is not None:
+                args.token = token
             try:
                 endpoints(args.url)
             except ValueError as exc:
-                raise UsageError(str(exc)) from None
+                raise UsageError(f"--url: {exc}; expected http(s)://host:port") from None
             if getattr(args, "id", None) is not None:
                 validate_id(args.id)
             if getattr(args, "transcript_id", None) is not None:
@@ -313,6 +323,24 @@ def _command(
     return run
 
 
+#: A path of the server's own pages or API, after the server's base path.
+_PAGE_OR_API = re.compile(r"(?P<base>.*?)/(?:t/[^/]*|v1(?:/.*)?)/?")
+
+
+def server_url(url: str) -> tuple[str, str | None]:
+    """The server's URL from what a person pasted: a chat page's link
+    (``http://h:8765/t/demo-1#token=...``) or an API URL gives its origin
+    (and base path, behind a proxy), and the token in its fragment if there
+    is one; a ``ws(s)://`` URL and anything else are left as they are."""
+    parts = urlsplit(url.strip())
+    if parts.scheme.lower() not in ("http", "https"):
+        return url, None
+    match = _PAGE_OR_API.fullmatch(parts.path)
+    path = match["base"] if match else parts.path.rstrip("/")
+    token = parse_qs(parts.fragment).get("token", [None])[0]
+    return urlunsplit((parts.scheme, parts.netloc, path, "", "")), token
+
+
 def _fail(message: str, code: int, error_code: str | None = None) -> int:
     suffix = f" ({error_code})" if error_code and error_code not in message else ""
     print(f"tsync: {message}{suffix}", file=sys.stderr)
@@ -327,11 +355,29 @@ def _api(args: argparse.Namespace) -> HttpApi:
 
 
 def _line(transcript_id: str, index: int, message: Message, *, as_json: bool) -> str:
+    """``[index] role: text``; a text of several lines goes on under the
+    role, indented (``--json``: one JSON object, one line)."""
     if as_json:
         return _json.encode(
             {"transcriptId": transcript_id, "index": index, "message": message}
         ).decode()
-    return f"[{index}] {message.role}: {_escape(_content_text(message))}"
+    head = f"[{index}] "
+    first, *rest = _printable(_content_text(message)).split("\n")
+    indent = " " * len(head)
+    return "\n".join(
+        [f"{head}{message.role}: {first}", *(f"{indent}{line}".rstrip() for line in rest)]
+    )
+
+
+#: Control characters but newline and tab, which a message may not move
+#: the terminal's cursor or colours with.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F) if chr(c) not in "\n\t"}
+
+
+def _printable(text: str) -> str:
+    """``text`` for a terminal: line breaks as they are (CRLF and CR as LF),
+    other control characters escaped (``\\x1b``)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").translate(_CONTROLS)
 
 
 def _escape(text: str) -> str:
@@ -685,23 +731,43 @@ async def _list(args: argparse.Namespace) -> int:
         raise UsageError("--limit must be at least 1")
     after = args.after
     shown = 0
+    found: list[TranscriptSummary] = []
     async with _api(args) as api:
         while args.limit is None or shown < args.limit:
             page = 1000 if args.limit is None else min(1000, args.limit - shown)
-            summaries = await api.list(after=after, limit=page)
-            for summary in summaries:
-                print(_json.encode(summary).decode() if args.json else _summary_line(summary))
+            summaries = await api.list(after=after, limit=page, order="updated")
+            if args.json:
+                for summary in summaries:
+                    print(_json.encode(summary).decode())
+            else:
+                found += summaries  # printed together, in aligned columns
             shown += len(summaries)
             if len(summaries) < page:
                 break
             after = summaries[-1].transcript_id
+    if not args.json:
+        if found:
+            _table(("ID", "REVISION", "MESSAGES", "UPDATED"), [_summary_row(t) for t in found])
+        else:
+            print("no transcripts")
     return EXIT_OK
 
 
-def _summary_line(t: TranscriptSummary) -> str:
+def _summary_row(t: TranscriptSummary) -> tuple[str, ...]:
     updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t.updated_at / 1000))
-    messages = f"{t.length} message{'s' if t.length != 1 else ''}"
-    return f"{t.transcript_id}  revision {t.revision}  {messages}  updated {updated}"
+    return (t.transcript_id, str(t.revision), str(t.length), updated)
+
+
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
+    """Columns aligned under ``header``, numbers right-aligned."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
+    numeric = [all(row[i].isdigit() for row in rows) for i in range(len(header))]
+    for row in (header, *rows):
+        cells = [
+            cell.rjust(width) if right else cell.ljust(width)
+            for cell, width, right in zip(row, widths, numeric, strict=True)
+        ]
+        print("  ".join(cells).rstrip())
 
 
 async def _delete(args: argparse.Namespace) -> int:
@@ -726,12 +792,15 @@ async def _segment(args: argparse.Namespace) -> int:
 async def _views(args: argparse.Namespace) -> int:
     async with _api(args) as api:
         found = await api.views(args.id)
-    for view in found:
-        if args.json:
+    if args.json:
+        for view in found:
             print(_json.encode(view).decode())
-        else:
-            end = "open" if view.end is None else str(view.end)
-            print(f"{view.name}  start {view.start}  end {end}")
+        return EXIT_OK
+    if not found:
+        print("no views")
+        return EXIT_OK
+    rows = [(v.name, str(v.start), "open" if v.end is None else str(v.end)) for v in found]
+    _table(("NAME", "START", "END"), rows)
     return EXIT_OK
 
 
@@ -813,6 +882,12 @@ async def _export(args: argparse.Namespace) -> int:
     bundle = args.bundle or bool(args.output and args.output.lower().endswith(".lmmlz"))
     async with _api(args) as api:
         data = await api.export(args.id, bundle=bundle)
+    if bundle and args.output and args.output != "-":
+        # The narrative inside is named after the file, as an import looks for it.
+        try:
+            data = renamed_bundle(data, args.output)
+        except LmmlError as exc:
+            raise UsageError(f"-o {args.output}: {exc}") from None
     if args.output and args.output != "-":
         await asyncio.to_thread(Path(args.output).write_bytes, data)
     else:

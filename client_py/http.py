@@ -222,11 +222,14 @@ class HttpApi:
         return _usage_decoder.decode(response.content)
 
     async def list(
-        self, *, after: str | None = None, limit: int | None = None
+        self, *, after: str | None = None, limit: int | None = None, order: str | None = None
     ) -> list[TranscriptSummary]:
-        """``GET /v1/transcripts``: one page of transcripts ordered by id, after
+        """``GET /v1/transcripts``: one page of transcripts ordered by id (or,
+        with ``order="updated"``, the most recently updated first), after
         ``after`` (the server caps ``limit`` at 1000; default 100)."""
         params: dict[str, Any] = {}
+        if order is not None:
+            params["order"] = order
         if after is not None:
             params["after"] = after
         if limit is not None:

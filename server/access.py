@@ -104,7 +104,7 @@ class ConnectionAccess:
         self.authenticator = authenticator
         self.grant = grant
         self._timer: asyncio.TimerHandle | None = None
-        self._close: Callable[[], Awaitable[None]] | None = None
+        self._close: Callable[[str], Awaitable[None]] | None = None
         self._closing: asyncio.Task[None] | None = None
 
     @classmethod
@@ -166,9 +166,10 @@ class ConnectionAccess:
         grant = self.grant
         return [t for t in transcript_ids if grant is None or not grant.allows(rights.READ, t)]
 
-    def arm(self, close: Callable[[], Awaitable[None]]) -> None:
-        """Call ``close`` (it closes the connection with 4001) when the
-        credentials expire, or when none came in time."""
+    def arm(self, close: Callable[[str], Awaitable[None]]) -> None:
+        """Call ``close(why)`` (it closes the connection with 4001, ``why``
+        as the reason) when the credentials expire, or when none came in
+        time."""
         if self.authenticator is None:
             return  # OPEN is shared, and never expires
         self._close = close
@@ -200,7 +201,14 @@ class ConnectionAccess:
     def _expire(self) -> None:
         self._timer = None
         if self._close is not None and self._closing is None:
-            self._closing = asyncio.ensure_future(self._close())
+            grant = self.grant
+            if grant is None:
+                why = "no valid credentials came in time: send an `auth` op first"
+            elif grant.expires_at is not None and grant.expired(time.time()):
+                why = "the token has expired: connect with a new one"
+            else:
+                why = "the credentials were refused"
+            self._closing = asyncio.ensure_future(self._close(why))
 
 
 #: The access of every connection to a server that asks for no credentials.

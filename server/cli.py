@@ -89,7 +89,10 @@ def _settings_epilog() -> str:
     return (
         "other settings (--set NAME=VALUE or env TSYNC_<NAME>; defaults shown;\n"
         "every one is explained in docs/configuration.md):\n" + "\n".join(lines) + "\n\n"
-        "precedence: a flag or --set, then TSYNC_<NAME>, then the default."
+        "precedence: a flag or --set, then TSYNC_<NAME>, then the default; a setting\n"
+        "given both as a flag and with --set (or twice with --set) is an error.\n"
+        "sizes take units (--set max_frame_bytes=4MiB: KiB, MiB, GiB, KB, MB, GB),\n"
+        "durations too (--set idle_ttl_s=5m: ms, s, m, h)."
     )
 
 
@@ -106,13 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
         "at /). Every setting also reads TSYNC_<NAME> from the environment.",
         epilog=_settings_epilog(),
     )
-    serve.add_argument("--host", help=_flag_help("host", "address to bind"))
-    serve.add_argument("--port", help=_flag_help("port", "port to bind, 0 for any free one"))
+    serve.add_argument("--host", metavar="ADDRESS", help=_flag_help("host", "address to bind"))
+    serve.add_argument(
+        "--port", metavar="PORT", help=_flag_help("port", "port to bind, 0 for any free one")
+    )
     serve.add_argument(
         "--store",
+        metavar="URL",
         help=_flag_help("store", "where data goes: sqlite:PATH, memory, or redis://host:port/db"),
     )
-    serve.add_argument("--token", help=_flag_help("token", "a static admin token clients may send"))
+    serve.add_argument(
+        "--token",
+        metavar="SECRET",
+        help=_flag_help("token", "a static admin token clients may send"),
+    )
     for name, metavar, text in (
         ("jwt_secret", "SECRET", "accept HS256 JWTs signed with this (32+ bytes)"),
         ("jwt_key", "FILE", "accept RS256/ES256 JWTs: a PEM public key or JWKS file"),
@@ -234,14 +244,49 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """The server's settings from ``tsync serve``'s flags over ``TSYNC_*``."""
     overrides: dict[str, Any] = {name: getattr(args, name) for name in FLAGS}
     given_as = dict(FLAGS)
+    said = {
+        name: f"{flag}" if overrides[name] is True else f"{flag} {overrides[name]}"
+        for name, flag in FLAGS.items()
+        if overrides[name] is not None
+    }
     for item in args.set:
         name, sep, value = item.partition("=")
         name = name.strip().replace("-", "_")
         if not sep:
             raise ConfigError(f"--set {item!r}: expected NAME=VALUE")
+        if name in said:
+            # Which one wins would be a guess: a flag, a --set, or the last.
+            raise ConfigError(
+                f"{said[name]} and --set {name}={value} both set {name}: give it once", name
+            )
+        said[name] = f"--set {name}={value}"
         given_as[name] = f"--set {name}"
         overrides[name] = value
     return load_config(None, overrides, given_as=given_as)
+
+
+def serve_synopsis(width: int = 100) -> str:
+    """``tsync serve [--host HOST] ...``: every flag of ``FLAGS``, as the
+    README's synopsis prints it (``server.config_docs`` writes it there)."""
+    parser = _command_parser(build_parser(), "serve")
+    words = []
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        flag = action.option_strings[0]
+        if action.nargs == 0:
+            words.append(f"[{flag}]")
+        elif action.dest == "set":
+            words.append(f"[{flag} {action.metavar} ...]")
+        else:
+            words.append(f"[{flag} {action.metavar or action.dest.upper()}]")
+    lines, line = [], "tsync serve"
+    for word in words:
+        if len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = " " * len("tsync serve")
+        line += " " + word
+    return "\n".join([*lines, line])
 
 
 def _serve(args: argparse.Namespace) -> int:

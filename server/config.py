@@ -16,7 +16,9 @@ before anything is opened.
 from __future__ import annotations
 
 import difflib
+import math
 import os
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal, get_args, get_origin
 
@@ -118,9 +120,11 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         Annotated[str, Meta(min_length=1)] | None,
         _d(
             "comma-separated host names a request's `Host` may name (`tsync.example.com`, "
-            "`*.example.com`, `*` for any); unset: requests that arrive on a loopback address "
-            "must name `localhost` or a loopback address (against DNS rebinding), others are "
-            "not checked"
+            "`*.example.com`, `*` for any), besides `localhost` and loopback addresses on a "
+            "request that arrives on a loopback address (the local CLI); unset: requests that "
+            "arrive on a loopback address must name `localhost` or a loopback address (against "
+            "DNS rebinding), others are not checked. `/healthz`, `/readyz` and `/metrics` are "
+            "never checked (probes call them by IP)"
         ),
     ] = None
     cors_origins: Annotated[
@@ -564,6 +568,11 @@ def load_config(
                 raise ConfigError(f"{origin[name]} is empty (unset it {hint})", name)
             if name in _CHOICES:
                 value = values[name] = value.strip().lower()
+            else:
+                try:
+                    value = values[name] = with_unit(name, value)
+                except ValueError as exc:
+                    raise ConfigError(f"{origin[name]}={value!r}: {exc}", name) from None
         try:
             msgspec.convert({name: value}, ServerConfig, strict=False)
         except msgspec.ValidationError as exc:
@@ -604,6 +613,48 @@ def load_config(
                 "workers",
             )
     return config
+
+
+#: Sizes as the docs print them (``4 MiB``): binary and decimal units.
+SIZE_UNITS: Final = {
+    "b": 1,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+}
+#: Durations (``30s``, ``5m``), in seconds.
+TIME_UNITS: Final = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_NUMBER_AND_UNIT: Final = re.compile(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]+)\s*")
+
+
+def with_unit(name: str, text: str) -> str | int | float:
+    """``text`` of the setting ``name`` with its unit applied: a ``*_bytes``
+    setting takes ``4MiB``, ``512 KiB``, ``1GB``; a ``*_s`` one ``30s``,
+    ``5m``, ``500ms``; a ``*_ms`` one ``2s``, ``500ms``. A plain number is
+    returned as it is (its unit is the setting's). Raises ``ValueError``
+    for a unit the setting does not take."""
+    sized = name.endswith("_bytes")
+    per = 1.0 if name.endswith("_s") else 0.001 if name.endswith("_ms") else None
+    match = _NUMBER_AND_UNIT.fullmatch(text.lower())
+    if match is None or (not sized and per is None):
+        return text  # not a number with a unit, or a setting without units
+    number, unit = float(match[1]), match[2]
+    if not math.isfinite(number):
+        raise ValueError("expected a finite number")
+    if sized:
+        if unit not in SIZE_UNITS:
+            raise ValueError("expected a size such as 4MiB, 512KiB, 1GB or a number of bytes")
+        size = number * SIZE_UNITS[unit]
+        if size != int(size):
+            raise ValueError("not a whole number of bytes")
+        return int(size)
+    assert per is not None
+    if unit not in TIME_UNITS:
+        raise ValueError("expected a duration such as 30s, 5m, 500ms or a plain number")
+    return number * TIME_UNITS[unit] / per
 
 
 def unknown_setting(name: str) -> str:

@@ -4,6 +4,7 @@ the WebSocket error codes."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import uuid
@@ -18,7 +19,7 @@ from protocol.errors import ProtocolError
 from protocol.limits import MAX_ORIGIN_LENGTH
 from protocol.types import Origin
 from protocol.validation import validate_id, validate_idempotency_key
-from server import access, http_reads
+from server import access, http_reads, listing
 from server.errors import Refused
 from server.hub import Hub
 from server.problems import json_response
@@ -150,8 +151,12 @@ async def create_transcript(request: Request) -> Response:
 
 async def list_transcripts(request: Request) -> Response:
     limit = _int_param(request, "limit", 100) or 100
+    order = request.query_params.get("order") or "id"
+    if order not in listing.ORDERS:
+        raise Refused(codes.INVALID_QUERY, "query parameter 'order' must be 'id' or 'updated'")
+    by_id = _hub(request).list
     infos = await access.list_readable(
-        _hub(request).list,
+        by_id if order == "id" else functools.partial(listing.newest_first, by_id),
         access.grant_of(request),
         after=request.query_params.get("after"),
         limit=min(limit, 1000),

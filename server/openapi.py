@@ -148,9 +148,15 @@ OPERATIONS: Final = (
     Operation(
         "get",
         "/v1/transcripts",
-        "List transcripts ordered by id",
+        "List transcripts ordered by id, or the most recently updated first",
         {200: api.TranscriptList, 400: _PROBLEM},
         params=(
+            Param(
+                "order",
+                "query",
+                "`id` (default) or `updated`: the most recently updated first",
+                {"type": "string", "enum": ["id", "updated"]},
+            ),
             Param("after", "query", "only ids after this one (the last id of the previous page)"),
             Param("limit", "query", "most transcripts (default 100, at most 1000)", _INT),
         ),

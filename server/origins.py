@@ -3,9 +3,12 @@ from driving this server through the user's browser.
 
 - **Host** (DNS rebinding: a page on ``evil.example`` whose name now resolves
   to 127.0.0.1). A request that arrives on a loopback address must name
-  ``localhost`` (or ``*.localhost``) or a loopback address in its ``Host``,
-  unless ``allowed_hosts`` says otherwise; with ``allowed_hosts`` set, every
-  request is checked against it.
+  ``localhost`` (or ``*.localhost``) or a loopback address in its ``Host``;
+  with ``allowed_hosts`` set, a request must name one of those, or arrive on
+  a loopback address naming a loopback name (the local CLI, a probe on the
+  machine: no page of another site can send that ``Host``). The probes
+  (``/healthz``, ``/readyz``, ``/metrics``: ``PROBE_PATHS``) are never
+  Host-checked, so a load balancer or a liveness probe may call them by IP.
 - **Origin**. A browser names the page's origin on every WebSocket handshake
   and every state-changing request; one that is not allowed is refused.
   Allowed: the server's own origin (the ``Origin``'s host is the request's
@@ -53,6 +56,9 @@ LOOPBACK_ORIGINS: Final = (
     "http://[::1]",
     "http://[::1]:*",
 )
+#: The operational endpoints: read-only, no transcript data, called by load
+#: balancers and liveness probes by IP address, so never refused for their Host.
+PROBE_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics"})
 #: Methods that never change anything (the Origin of these is not checked).
 SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 #: What a cross-origin page may send and read (CORS).
@@ -124,12 +130,17 @@ class OriginPolicy:
         host = _header(scope, b"host")
         if host is None:
             return None
+        if scope["type"] == "http" and scope["path"] in PROBE_PATHS:
+            return None
         name = host_name(host)
+        loopback = arrived_on_loopback(scope)
+        if loopback and is_loopback_name(name):
+            return None
         if self.hosts is not None:
             if self.hosts.fullmatch(name):
                 return None
             return f"Host {name!r} is not one of allowed_hosts"
-        if not arrived_on_loopback(scope) or is_loopback_name(name):
+        if not loopback:
             return None
         return (
             f"Host {name!r} is not a loopback name, and this request arrived on a loopback "

@@ -10,14 +10,18 @@ closed with 1001), all of it within ``graceful_shutdown_s``.
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
+import sys
 import time
 from typing import Any
 
+import msgspec
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 
+from server import logs
 from server.application import TsyncApp, create_app
 from server.config import ServerConfig
 from server.http_guard import guarded_protocol
@@ -38,6 +42,14 @@ class TsyncServer(uvicorn.Server):
         super().__init__(config)
         #: The whole shutdown's budget (default: uvicorn's own setting).
         self.grace_s = grace_s if grace_s is not None else config.timeout_graceful_shutdown or 10
+        #: Log "Uvicorn running on ..." for sockets passed in (uvicorn does
+        #: only for the ones it binds itself): ``tsync serve`` binds its own.
+        self.announce = False
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.announce and sockets and self.started:
+            self._log_started_message(sockets)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         began = time.monotonic()
@@ -96,7 +108,7 @@ def server_for(config: ServerConfig, app: Any | None = None, **kwargs: Any) -> T
 
 
 #: The exit status of a server that could not start (its store could not be
-#: opened; the log says why in one line), as for any other bad setting.
+#: opened, its port is taken; one line says why), as for any other bad setting.
 EXIT_STARTUP_FAILED = 2
 
 
@@ -105,34 +117,101 @@ EXIT_STARTUP_FAILED = 2
 FD_RESERVE = 128
 
 
-def raise_fd_limit(config: ServerConfig) -> int:
-    """Raise this process's open-file limit to its hard limit (a socket is
-    a file descriptor; the usual soft limit of 1024 is far below what the
-    connection settings allow) and warn when even that cannot hold
-    ``max_connections + max_http_connections`` plus ``FD_RESERVE``: past it,
-    ``accept()`` fails and the server is unreachable. Returns the limit."""
+def fit_open_file_limit(config: ServerConfig) -> ServerConfig:
+    """Raise this process's open-file limit as far as the hard limit allows
+    (a socket is a file descriptor; the usual soft limit of 1024 is far below
+    what the connection settings allow) so that ``max_connections +
+    max_http_connections`` plus ``FD_RESERVE`` fit; past the limit ``accept()``
+    fails and the server is unreachable. When even the hard limit is too low,
+    the two caps are lowered in proportion to fit, and one warning says so
+    and names the settings. Returns the settings to serve with (``config``
+    itself when they fit)."""
     try:
         import resource
     except ImportError:  # not on this platform
-        return 0
+        return config
+    needed = config.max_connections + config.max_http_connections + FD_RESERVE
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard > soft:
-        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = max(needed, 1 << 20) if hard == resource.RLIM_INFINITY else hard
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             soft = target
         except (ValueError, OSError):
             pass
-    needed = config.max_connections + config.max_http_connections + FD_RESERVE
-    if soft < needed:
-        log.warning(
-            "the open-file limit (%d) is below max_connections + max_http_connections + %d "
-            "(%d): lower those settings or raise the limit (see docs/deploy.md)",
-            soft,
-            FD_RESERVE,
-            needed,
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return config
+    room = max(2, soft - FD_RESERVE)
+    caps = config.max_connections + config.max_http_connections
+    http = max(1, min(config.max_http_connections, room * config.max_http_connections // caps))
+    ws = max(1, min(config.max_connections, room - http))
+    log.warning(
+        "the open-file limit is %d and cannot be raised: serving at most %d WebSockets and "
+        "%d HTTP connections; set max_connections and max_http_connections to fit (their sum "
+        "plus %d), or raise the hard limit (see docs/deploy.md, File descriptors)",
+        soft,
+        ws,
+        http,
+        FD_RESERVE,
+        extra={
+            "max_connections": ws,
+            "max_http_connections": http,
+            logs.SAID: ("max_connections", "max_http_connections"),
+        },
+    )
+    return msgspec.structs.replace(config, max_connections=ws, max_http_connections=http)
+
+
+class CannotListen(Exception):
+    """The port could not be bound; ``str()`` is the one line to print."""
+
+
+def listen_failure(exc: OSError, host: str, port: int) -> CannotListen:
+    """``exc`` of binding ``host:port`` as one line a person can act on."""
+    if exc.errno == errno.EADDRINUSE:
+        return CannotListen(
+            f"tsync: port {port} on {host} is in use (another tsync?); pick another with --port"
         )
-    return soft
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return CannotListen(
+            f"tsync: may not listen on port {port} (ports below 1024 need privileges); "
+            "pick another with --port"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        return CannotListen(
+            f"tsync: {host} is no address of this machine; pick another with --host"
+        )
+    return CannotListen(f"tsync: cannot listen on {host}:{port}: {exc.strerror or exc}")
+
+
+def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A socket listening on ``host:port`` (bound before uvicorn starts, so
+    that a port in use is one line and exit status 2, not a started app's
+    log); raises ``CannotListen``."""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        # "localhost" may resolve to ::1 first: IPv4, what clients try first, wins.
+        found.sort(key=lambda info: info[0] != socket.AF_INET)
+        family, kind, proto, _, address = found[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise listen_failure(exc, host, port) from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        sock.close()
+        raise listen_failure(exc, host, port) from None
+    return sock
+
+
+#: The listening socket's backlog (uvicorn's default).
+BACKLOG = 2048
 
 
 def run(config: ServerConfig) -> int:
@@ -140,12 +219,20 @@ def run(config: ServerConfig) -> int:
     signal again once it has shut down (so that a supervisor sees how the
     process ended): the caller turns Ctrl-C's ``KeyboardInterrupt`` into a
     quiet exit."""
-    server = server_for(config)  # configures logging
-    raise_fd_limit(config)
+    logs.configure(config.log_level, config.log_format)
     try:
-        server.run()
-    except SystemExit as exc:
-        if exc.code == STARTUP_FAILURE:
-            return EXIT_STARTUP_FAILED
-        raise
+        sock = listening_socket(config.host, config.port)
+    except CannotListen as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_STARTUP_FAILED
+    config = fit_open_file_limit(config)
+    with sock:
+        server = server_for(config)
+        server.announce = True
+        try:
+            server.run(sockets=[sock])
+        except SystemExit as exc:
+            if exc.code == STARTUP_FAILURE:
+                return EXIT_STARTUP_FAILED
+            raise
     return 0

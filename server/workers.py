@@ -54,38 +54,30 @@ KILL_MARGIN_S: Final = 5.0
 #: The first and the longest pause before a dead worker is started again.
 FIRST_RESTART_DELAY_S: Final = 0.5
 MAX_RESTART_DELAY_S: Final = 10.0
-#: The listening sockets' backlog (uvicorn's default).
-BACKLOG: Final = 2048
 #: The parent's exit status after Ctrl-C, as ``tsync serve``'s.
 EXIT_INTERRUPTED: Final = 130
 
 
 def run(config: ServerConfig) -> int:
     """Serve with ``config.workers`` processes until a signal; the exit status."""
+    from server import serve
+
     logs.configure(config.log_level, config.log_format)
     try:
         return Supervisor(config).run()
-    except OSError as exc:
-        print(f"tsync serve: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr)
-        return 1
+    except serve.CannotListen as exc:
+        print(exc, file=sys.stderr)
+        return serve.EXIT_STARTUP_FAILED
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
-    """A socket listening on ``host:port`` in the port's ``SO_REUSEPORT`` group."""
+    """A socket listening on ``host:port`` in the port's ``SO_REUSEPORT``
+    group; raises ``server.serve.CannotListen``."""
+    from server import serve
+
     if not hasattr(socket, "SO_REUSEPORT"):
-        raise OSError("this platform has no SO_REUSEPORT (--workers needs it)")
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(address)
-        sock.listen(BACKLOG)
-    except OSError:
-        sock.close()
-        raise
+        raise serve.CannotListen("tsync: this platform has no SO_REUSEPORT (--workers needs it)")
+    sock = serve.listening_socket(host, port, reuse_port=True)
     sock.set_inheritable(True)
     return sock
 
@@ -149,6 +141,10 @@ class Supervisor:
         socks = [first] + [
             listening_socket(self.config.host, self.port) for _ in range(self.count - 1)
         ]
+        # Raised (or the caps fitted, said once) here: the workers inherit it.
+        from server import serve
+
+        self.config = serve.fit_open_file_limit(self.config)
         for index, sock in enumerate(socks):
             self._start(index, sock)
         log.info(

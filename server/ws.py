@@ -89,7 +89,7 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
         # After the handshake: a close code says what to do to every client,
         # browsers included (they never learn why a handshake failed).
         await send({"type": "websocket.accept", "subprotocol": chosen})
-        await _close(send, away.close_code)
+        await _close(send, away.close_code, away.why)
         _log_refused(away.close_code, scope, away.why)
         return
     await send({"type": "websocket.accept", "subprotocol": chosen})
@@ -166,20 +166,38 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
         )
 
 
-async def _close(send: Send, code: int) -> None:
-    """Close with ``code`` and the reason the error table gives it."""
+#: The most bytes a close frame's reason may hold (RFC 6455: 125 - the code).
+MAX_CLOSE_REASON_BYTES = 123
+
+
+def close_reason(code: int, why: str | None = None) -> str:
+    """The reason a close with ``code`` gives: the error table's, then why
+    this connection got it (``unauthorized: the token has expired``, as the
+    HTTP answer's detail says), cut to what a close frame holds."""
     row = codes.close(code)
-    await send({"type": "websocket.close", "code": code, "reason": row.reason if row else ""})
+    reason = row.reason if row else ""
+    if why:
+        reason = f"{reason}: {why}" if reason else why
+    data = reason.encode()
+    if len(data) > MAX_CLOSE_REASON_BYTES:
+        reason = data[: MAX_CLOSE_REASON_BYTES - 3].decode(errors="ignore") + "..."
+    return reason
 
 
-async def _close_unauthorized(queue: OutboundQueue) -> None:
+async def _close(send: Send, code: int, why: str | None = None) -> None:
+    """Close with ``code`` and its reason (``close_reason``)."""
+    await send({"type": "websocket.close", "code": code, "reason": close_reason(code, why)})
+
+
+async def _close_unauthorized(queue: OutboundQueue, why: str) -> None:
     """The connection's credentials expired (or never came): let what is
-    queued leave for a moment (the ``unauthorized`` error, say), then 4001."""
+    queued leave for a moment (the ``unauthorized`` error, say), then 4001
+    with ``why``."""
     with contextlib.suppress(Exception):
         await asyncio.wait_for(queue.drain(), 1.0)
-    row = codes.CLOSES[codes.CLOSE_UNAUTHORIZED]
+    code = codes.CLOSE_UNAUTHORIZED
     with contextlib.suppress(Exception):  # already gone
-        await queue.send_close(row.code, row.reason)
+        await queue.send_close(code, close_reason(code, why))
 
 
 class OpHandler:

@@ -14,10 +14,12 @@ archive that lies about them fails its CRC check instead of inflating.
 from __future__ import annotations
 
 import io
+import json
+import re
 import zipfile
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from protocol.limits import MAX_MESSAGES_PER_BATCH
@@ -32,9 +34,12 @@ __all__ = [
     "BundleLimits",
     "ImportResult",
     "decode_narrative",
+    "defaults_line",
     "import_messages",
     "imported_turns",
     "read_bundle",
+    "renamed_bundle",
+    "with_defaults",
     "write_bundle",
 ]
 
@@ -266,11 +271,59 @@ def _check_narrative_size(size: int, what: str, limits: BundleLimits) -> None:
 
 def imported_turns(narrative: Narrative) -> tuple[Turn, ...]:
     """The turns an import makes messages of: ``segment``'s, except an empty
-    narrative's one empty ``context`` turn (an empty file is no message)."""
-    turns = segment(narrative)
+    narrative's one empty ``context`` turn (an empty file is no message),
+    with the document's defaults line (``with_defaults``) applied."""
+    turns = with_defaults(segment(narrative))
     if len(turns) == 1 and not turns[0].delimiter and not turns[0].text:
         return ()
     return turns
+
+
+#: The first line of a document that sets what its delimiters' attributes
+#: default to: ``<!-- lmml {"string": true, "chomp": true} -->``.
+DEFAULTS_LINE: Final = re.compile(r"<!-- lmml (\{[^\r\n]*\}) -->(?:\r?\n|$)")
+#: The attributes a defaults line may set.
+DEFAULTABLE: Final = ("chomp", "string")
+
+
+def defaults_line(defaults: Mapping[str, bool]) -> str:
+    """The line that makes ``defaults`` the document's (``""`` for none)."""
+    if not defaults:
+        return ""
+    return f"<!-- lmml {json.dumps(dict(sorted(defaults.items())), separators=(',', ':'))} -->\n"
+
+
+def with_defaults(turns: tuple[Turn, ...]) -> tuple[Turn, ...]:
+    """``turns`` with the defaults of a first line ``<!-- lmml {...} -->``
+    (in the preamble, before any delimiter) under each turn's own
+    attributes; the line itself is no text of the preamble (a preamble of
+    only that line is no turn). Raises ``LmmlError`` for a line that sets
+    anything but ``string`` and ``chomp`` to true or false."""
+    if not turns or turns[0].delimiter:
+        return turns
+    first = turns[0]
+    match = DEFAULTS_LINE.match(first.text)
+    if match is None:
+        return turns
+    try:
+        defaults = json.loads(match[1])
+    except ValueError:
+        raise LmmlError(f"the defaults line {match[0].strip()!r} is not JSON") from None
+    if not isinstance(defaults, dict) or not all(
+        key in DEFAULTABLE and isinstance(value, bool) for key, value in defaults.items()
+    ):
+        raise LmmlError(
+            f"the defaults line {match[0].strip()!r} may only set "
+            f"{' and '.join(DEFAULTABLE)} to true or false"
+        )
+    rest = first.text[match.end() :]
+    preamble = (
+        [replace(first, text=rest, start=first.start + len(match[0].encode()))] if rest else []
+    )
+    return tuple(
+        replace(turn, attributes={**defaults, **turn.attributes})
+        for turn in [*preamble, *turns[1:]]
+    )
 
 
 def write_bundle(text: str, assets: Mapping[str, bytes], *, name: str = "transcript") -> bytes:
@@ -291,6 +344,28 @@ def write_bundle(text: str, assets: Mapping[str, bytes], *, name: str = "transcr
             info.external_attr = 0o644 << 16
             archive.writestr(info, data)
     return buffer.getvalue()
+
+
+def renamed_bundle(data: bytes, filename: str, limits: BundleLimits = BundleLimits()) -> bytes:
+    """The ``.lmmlz`` ``data`` with its primary entry named after ``filename``
+    (``out.lmmlz`` holds ``out.lmml``), as a reader finds the narrative of a
+    file of that name; the other entries as they are. ``data`` itself when
+    the name already fits."""
+    stem = filename.replace("\\", "/").rpartition("/")[2]
+    stem = stem[: -len(".lmmlz")] if stem.lower().endswith(".lmmlz") else stem
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            infos = _checked_entries(archive, limits)
+            primary, _ = _primary_entry([i.filename for i in infos], None)
+            if primary == f"{stem}.lmml":
+                return data
+            entries = {i.filename: _read(archive, i) for i in infos if not i.is_dir()}
+    except LmmlError:
+        raise
+    except _ZIP_ERRORS as exc:
+        raise LmmlError(f"not a readable .lmmlz archive: {exc}") from None
+    text = entries.pop(primary).decode("utf-8")
+    return write_bundle(text, entries, name=stem)
 
 
 def import_messages(

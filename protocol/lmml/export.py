@@ -37,7 +37,7 @@ from typing import Any, Final
 
 import msgspec
 
-from protocol.lmml.bundle import decode_narrative, imported_turns, write_bundle
+from protocol.lmml.bundle import decode_narrative, defaults_line, imported_turns, write_bundle
 from protocol.lmml.errors import LmmlError
 from protocol.lmml.narrative import has_closing_line, parse
 from protocol.lmml.render import embed_bytes, render_turn, resolver
@@ -94,7 +94,8 @@ def _write(
     messages: tuple[Message, ...], forced: set[int], *, with_assets: bool
 ) -> tuple[str, dict[str, bytes], list[int]]:
     """The document, its assets and which messages went in as narrative."""
-    chunks: list[str] = []
+    defaults = _defaults(messages)
+    chunks: list[str] = [defaults_line(defaults)]
     assets: dict[str, bytes] = {}
     # Embed names an earlier message owns: their bytes while only a bundle
     # entry holds them, ``None`` once a fence of that name is written.
@@ -110,7 +111,7 @@ def _write(
         chunk = None
         if i not in forced:
             chunk = _narrative(
-                message, i == 0, i == last, closes_later[i], claimed, assets, with_assets
+                message, i == 0, i == last, closes_later[i], claimed, assets, with_assets, defaults
             )
         if chunk is None:
             attributes = _fields(message)
@@ -130,6 +131,7 @@ def _narrative(
     claimed: dict[str, bytes | None],
     assets: dict[str, bytes],
     with_assets: bool,
+    defaults: dict[str, bool],
 ) -> str | None:
     """The message as delimiter and narrative text, or ``None`` if it cannot be.
 
@@ -149,15 +151,28 @@ def _narrative(
         text, parts, string = content[0].text, content[1:], False
     else:
         return None
-    chomp = bool(text) and not last and not text.endswith("\n")
-    written = text + "\n" if chomp else text
+    if defaults.get("chomp"):
+        # Every text gets a line break that import takes off again.
+        chomp, written = bool(text), text + "\n" if text else text
+    else:
+        chomp = bool(text) and not last and not text.endswith("\n")
+        written = text + "\n" if chomp else text
     attributes = _fields(message)
-    if string:
-        attributes["string"] = True
-    if chomp:
+    # Only what differs from the document's defaults (its first line).
+    if string != defaults.get("string", False):
+        attributes["string"] = string
+    if chomp and not defaults.get("chomp"):
         attributes["chomp"] = True
-    # A byte order mark would be taken off the start of the file on import.
-    if first and message.role == "context" and not attributes and text and text[0] != _BOM:
+    # A byte order mark would be taken off the start of the file on import;
+    # after a defaults line the preamble is the context turn's own.
+    if (
+        first
+        and message.role == "context"
+        and not attributes
+        and not defaults
+        and text
+        and text[0] != _BOM
+    ):
         chunk = written
     else:
         chunk = _delimiter(message.role, attributes) + written
@@ -170,6 +185,7 @@ def _narrative(
     turns = segment(narrative)
     if len(turns) != 1:
         return None  # a line of the text is a delimiter
+    turns = (replace(turns[0], attributes={**defaults, **turns[0].attributes}),)
     for embed in turns[0].embeds:
         entry = claimed.get(embed.name)
         if entry is not None and embed.content is not None and embed.content != entry:
@@ -202,6 +218,14 @@ def _narrative(
     claimed.update((e.name, entries.get(e.name)) for e in own)
     assets.update(entries)
     return chunk
+
+
+def _defaults(messages: tuple[Message, ...]) -> dict[str, bool]:
+    """What the document's delimiters default to: a plain string without a
+    final line break (what ``tsync append`` writes) when most messages are
+    strings, so that their delimiters say nothing; else nothing."""
+    strings = sum(isinstance(m.content, str) for m in messages)
+    return {"string": True, "chomp": True} if strings * 2 > len(messages) else {}
 
 
 def _text(message: Message) -> str:

@@ -5,7 +5,8 @@
 // timeline.js (the scrolling list), messages.js (one message) and markdown.js (safe Markdown).
 
 import { TsyncClient } from "/v1/client.js";
-import { el, oneLine, textOf } from "./messages.js";
+import { markdownFragment } from "./markdown.js";
+import { el, fileNames, oneLine, readableText, textOf, withoutFences } from "./messages.js";
 import { Timeline } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
@@ -68,6 +69,12 @@ async function api(path, init = {}) {
   return body;
 }
 
+/** What the server said of a refused request (problem+json's detail), as a sentence. */
+function detailOf(err) {
+  const detail = String(err?.message ?? "").replace(/^\d+: /, "");
+  return /[.!?]$/.test(detail) ? detail : `${detail}.`;
+}
+
 function showView(id, mainId) {
   for (const view of document.querySelectorAll(".view")) view.hidden = view.id !== id;
   document.querySelector("a.skip").href = `#${mainId}`;
@@ -111,8 +118,8 @@ async function loadList() {
   const list = $("transcripts");
   state.textContent = "Loading…";
   try {
-    const { transcripts } = await api("/v1/transcripts?limit=1000");
-    transcripts.sort((a, b) => (b.updatedAt ?? 0) - (a.updatedAt ?? 0));
+    // The newest 1000, newest first: the server orders (?order=updated).
+    const { transcripts } = await api("/v1/transcripts?order=updated&limit=1000");
     list.replaceChildren(...transcripts.map(conversationItem));
     state.textContent = transcripts.length
       ? `${transcripts.length} conversation${transcripts.length === 1 ? "" : "s"}, newest first`
@@ -120,8 +127,9 @@ async function loadList() {
   } catch (err) {
     list.replaceChildren();
     if (err.status === 401) {
-      state.textContent = currentToken() ? "The server refused this token." : "This server needs a token.";
-      askForToken(state.textContent);
+      // Said once, in the token form.
+      state.textContent = "";
+      askForToken(currentToken() ? `The server refused this token: ${detailOf(err)}` : "This server needs a token.");
     } else {
       state.textContent = `Could not load the conversations: ${err.message}`;
     }
@@ -184,10 +192,16 @@ const TITLE_CHARS = 80;
 /** The page holds the newest messages only, and fetches older ones as the reader scrolls up. */
 const OPEN_WITH = { tail: 100 };
 
-/** The conversation's title: its first user message, on one line, trimmed. */
+/**
+ * The conversation's title: its first user message as plain text (what its Markdown reads as,
+ * without an imported file's @@@ fence), on one line, trimmed; as the server's list says it.
+ */
 function titleOf(messages) {
   const first = messages.find((m) => m?.role === "user" && textOf(m).trim());
-  return first ? oneLine(textOf(first).replace(/^#+\s*/, ""), TITLE_CHARS) : null;
+  if (!first) return null;
+  const parts = Array.isArray(first.content) ? first.content : [];
+  const text = withoutFences(textOf(first), fileNames(parts)).slice(0, TITLE_CHARS * 8 + 256);
+  return readableText(markdownFragment(text), TITLE_CHARS) || null;
 }
 
 function renderTranscript(transcriptId) {
@@ -226,16 +240,23 @@ function renderTranscript(transcriptId) {
     if (ended) return;
     if (state === "unauthorized" || state === "refused") {
       ended = true;
-      const why =
-        state === "refused"
-          ? `The server does not serve this page here (${reason}).`
-          : currentToken()
-            ? "The server refused this token (it may have expired)."
-            : "This server needs a token.";
       setStatus(state);
-      $("transcript-error").textContent = why;
-      refuseWrites(why);
-      if (state === "unauthorized") askForToken(why);
+      if (state === "refused") {
+        const why = `The server does not serve this page here (${reason}).`;
+        $("transcript-error").textContent = why;
+        refuseWrites(why);
+      } else {
+        // Why the server refused it, as its close reason says ("the token has expired").
+        const said = /unauthorized: (.+)\)$/.exec(String(reason ?? ""))?.[1];
+        askForToken(
+          !currentToken()
+            ? "This server needs a token."
+            : said
+              ? `The server refused this token: ${said}.`
+              : "The server refused this token (it may have expired).",
+        );
+        refuseWrites("a token is needed first.");
+      }
       return;
     }
     if (!loaded && (state === "live" || state === "resynced")) {
@@ -335,6 +356,13 @@ function renderTranscript(transcriptId) {
       showMissing();
       return;
     }
+    if (code === "unauthorized") {
+      // Said once, in the token form (the connection's close says it too).
+      askForToken(currentToken() ? `The server refused this token: ${message}` : "This server needs a token.");
+      refuseWrites("a token is needed first.");
+      setStatus("unauthorized");
+      return;
+    }
     refuseWrites(code === "forbidden" ? "You may not read this conversation." : message);
     setStatus("closed", "Not allowed");
     $("transcript-error").textContent = `${code}: ${message}`;
@@ -362,15 +390,14 @@ function renderTranscript(transcriptId) {
         ended = true;
         client.close();
         setStatus("unauthorized");
-        const why =
-          err.status === 403
-            ? "This token may not read this conversation."
-            : currentToken()
-              ? "The server refused this token."
-              : "This server needs a token.";
-        $("transcript-error").textContent = why;
-        refuseWrites(why);
-        if (err.status === 401) askForToken(why);
+        if (err.status === 403) {
+          const why = "This token may not read this conversation.";
+          $("transcript-error").textContent = why;
+          refuseWrites(why);
+        } else {
+          askForToken(currentToken() ? `The server refused this token: ${detailOf(err)}` : "This server needs a token.");
+          refuseWrites("a token is needed first.");
+        }
       }
       // Anything else: the server is away; the client keeps trying.
     }

@@ -161,13 +161,56 @@ function body(message, index, context) {
   if (typeof content === "string") {
     if (content) node.append(el("div", { class: "text md" }, markdownFragment(content)));
   } else if (Array.isArray(content)) {
-    content.forEach((part, n) => node.append(partNode(part, index, n, context)));
+    const files = fileNames(content);
+    content.forEach((part, n) => {
+      // An imported file is shown once, as its part: not also as the text's @@@ fence.
+      const shown = files.size && part?.type === "text" ? { ...part, text: withoutFences(part.text, files) } : part;
+      node.append(partNode(shown, index, n, context));
+    });
   }
   const calls = toolCallsOf(message);
   if (calls.length) {
     node.append(el("ul", { class: "tool-calls" }, ...calls.map((call) => toolCall(call, context))));
   }
   return node;
+}
+
+/** The names of the files a message carries as parts ("*image*": it has an image). */
+export function fileNames(parts) {
+  const names = new Set();
+  for (const part of parts) {
+    if (part?.type === "attachment" && typeof part.name === "string") names.add(part.name);
+    if (part?.type === "image_url") names.add("*image*");
+  }
+  return names;
+}
+
+const FENCE_OPEN = /^@@@([A-Za-z0-9][A-Za-z0-9_.\-/]*)[ \t]*$/;
+const FENCE_CLOSE = /^@@@[ \t]*$/;
+const IMAGE_NAME = /\.(png|jpe?g|gif|webp|avif|svg|bmp)$/i;
+
+/**
+ * `text` without the complete LMML inline fences (`@@@name`, its lines, `@@@`) of the files in
+ * `files` (an import keeps the fence in the text, so that an export gives it back, and the file
+ * as a part of its own). Linear in the text.
+ */
+export function withoutFences(text, files) {
+  if (typeof text !== "string" || !text.includes("@@@")) return text;
+  const lines = text.split("\n");
+  const bare = (line) => line.replace(/\r$/, "");
+  const closer = new Array(lines.length + 1).fill(lines.length);
+  for (let i = lines.length - 1; i >= 0; i--) closer[i] = FENCE_CLOSE.test(bare(lines[i])) ? i : closer[i + 1];
+  const kept = [];
+  for (let i = 0; i < lines.length; i++) {
+    const name = FENCE_OPEN.exec(bare(lines[i]))?.[1];
+    const ours = name && (files.has(name) || (files.has("*image*") && IMAGE_NAME.test(name)));
+    if (ours && closer[i + 1] < lines.length) {
+      i = closer[i + 1];
+      continue;
+    }
+    kept.push(lines[i]);
+  }
+  return kept.join("\n");
 }
 
 function toolCall(call, context) {

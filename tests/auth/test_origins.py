@@ -9,7 +9,9 @@ import httpx
 import pytest
 import websockets
 
+from server.config import ServerConfig
 from server.errors import Refused
+from server.origins import OriginPolicy
 from server.problems import problem_response
 from tests.support.servers import RunningServer, running_server
 
@@ -50,18 +52,59 @@ async def test_a_loopback_server_serves_only_loopback_host_names() -> None:
         assert await _ws_close(srv, host=f"evil.example:{port}") == 1008
 
 
-async def test_allowed_hosts_replaces_the_loopback_rule() -> None:
+async def test_allowed_hosts_adds_names_and_keeps_probes_and_loopback_working() -> None:
+    """Behind ``--allowed-hosts tsync.example.com`` (docs/deploy.md): the
+    named hosts pass, other names are refused, and a probe or the local CLI
+    calling by IP (``Host: 127.0.0.1``) still gets its answer."""
     async with (
         running_server(allowed_hosts="tsync.example.com, *.tsync.example.com") as srv,
         httpx.AsyncClient(base_url=srv.url) as http,
     ):
+        port = srv.url.rsplit(":", 1)[1]
         for host, status in (
             ("tsync.example.com", 200),
             ("eu.tsync.example.com:8443", 200),
-            ("localhost", 403),
+            (f"127.0.0.1:{port}", 200),  # the local CLI, a probe on the machine
+            ("localhost", 200),
             ("example.com", 403),
         ):
-            assert (await http.get("/healthz", headers={"host": host})).status_code == status
+            r = await http.get("/v1/transcripts", headers={"host": host})
+            assert r.status_code == status, host
+        for path in ("/healthz", "/readyz", "/metrics", "/"):
+            r = await http.get(path, headers={"host": f"127.0.0.1:{port}"})
+            assert r.status_code == 200, path
+        # The probes answer whatever the Host (a load balancer asks by its own IP).
+        for path in ("/healthz", "/readyz", "/metrics"):
+            assert (await http.get(path, headers={"host": "10.0.0.7"})).status_code == 200
+        assert (await http.get("/", headers={"host": "10.0.0.7"})).status_code == 403
+        assert await _ws_close(srv, host=f"evil.example:{port}") == 1008
+        assert await _ws_close(srv, host=f"127.0.0.1:{port}") is None
+
+
+def _scope(path: str, host: str, arrived_on: str, kind: str = "http") -> dict[str, Any]:
+    return {
+        "type": kind,
+        "path": path,
+        "headers": [(b"host", host.encode())],
+        "server": (arrived_on, 8765),
+        "method": "GET",
+    }
+
+
+def test_the_host_rule_for_requests_that_arrive_on_another_address() -> None:
+    """Through a load balancer (the request arrives on the machine's own
+    address): a loopback name in ``Host`` is no pass there, probes are."""
+    policy = OriginPolicy(ServerConfig(allowed_hosts="tsync.example.com"))
+    assert policy.host_refusal(_scope("/v1/transcripts", "tsync.example.com", "10.0.0.7")) is None
+    assert policy.host_refusal(_scope("/v1/transcripts", "127.0.0.1", "10.0.0.7")) is not None
+    assert policy.host_refusal(_scope("/", "10.0.0.7:8765", "10.0.0.7")) is not None
+    assert policy.host_refusal(_scope("/healthz", "10.0.0.7:8765", "10.0.0.7")) is None
+    assert policy.host_refusal(_scope("/readyz", "10.0.0.7:8765", "10.0.0.7")) is None
+    assert policy.host_refusal(_scope("/healthz", "evil", "10.0.0.7", "websocket")) is not None
+    # Without allowed_hosts, only loopback arrivals are checked.
+    default = OriginPolicy(ServerConfig())
+    assert default.host_refusal(_scope("/v1/transcripts", "anything", "10.0.0.7")) is None
+    assert default.host_refusal(_scope("/v1/transcripts", "evil.example", "127.0.0.1")) is not None
 
 
 async def test_pages_of_other_origins_cannot_connect_or_change_anything() -> None:

@@ -5,14 +5,20 @@ a 4001."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import re
+import sys
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 import client_py
 from client_py.errors import ServerError
 from client_py.tokens import TokenSource, expiry_of
-from tests.auth.conftest import SECRET, mint
+from tests.auth.conftest import OTHER_SECRET, SECRET, mint
 from tests.support.servers import running_server
 from tests.support.waiting import until
 
@@ -50,12 +56,41 @@ async def test_refused_credentials_stop_the_client_at_once(token: str | None) ->
         await until(lambda: not srv.hub.connections)
 
 
-async def test_a_page_origin_the_server_refuses_stops_the_client() -> None:
+@contextlib.asynccontextmanager
+async def _host_rewriting_relay(port: int, host: bytes) -> AsyncIterator[str]:
+    """A TCP relay on 127.0.0.1 to ``port`` that puts ``Host: <host>`` in each
+    request head: what the server sees when a name was made to resolve to
+    127.0.0.1 (DNS rebinding). Yields the relay's URL."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        head = re.sub(rb"(?im)^host:[^\r]*", b"Host: " + host, head)
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
+        up_writer.write(head)
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+
+
+async def test_a_host_the_server_refuses_stops_the_client() -> None:
     """1008 says "not before fixing the cause": no reconnecting."""
     async with running_server(allowed_hosts="only.example") as srv:
-        with pytest.raises(ServerError) as refused:
-            async with client_py.connect(srv.url, connect_timeout=10):
-                pass
+        port = int(srv.url.rsplit(":", 1)[1])
+        async with _host_rewriting_relay(port, b"rebound.example") as url:
+            with pytest.raises(ServerError) as refused:
+                async with client_py.connect(url, connect_timeout=10):
+                    pass
         assert refused.value.code == "forbidden"
 
 
@@ -126,3 +161,26 @@ async def test_the_http_api_takes_a_provider_and_retries_a_401_once() -> None:
             created = await http.create("made")
         assert created.transcript_id == "made"
         assert [i.transcript_id for i in await srv.hub.store.list()] == ["made"]
+
+
+@pytest.mark.parametrize(
+    ("token", "says"),
+    [
+        (lambda: mint(audience=None, ttl=-60, admin=True), "expired"),
+        (lambda: mint(audience=None, secret=OTHER_SECRET, admin=True), "signature"),
+        (lambda: mint(audience=None, read=["other-*"]), "may not read"),
+    ],
+)
+async def test_tail_refused_for_its_token_says_why(token: Any, says: str) -> None:
+    """As the HTTP answer's detail does: expired, a bad signature, no right."""
+    async with running_server(jwt_secret=SECRET) as srv:
+        await srv.hub.create("t")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "server.cli", "tail", "t", "--url", srv.url, "--token", token(),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 1 and out == b""
+        lines = err.decode().strip().splitlines()
+        assert len(lines) == 1 and says in lines[0], lines

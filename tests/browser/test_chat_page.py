@@ -214,7 +214,7 @@ async def test_with_a_token_the_list_creates_and_opens_transcripts(
         await expect(stranger.page.locator("#status")).to_have_attribute(
             "data-state", "unauthorized"
         )
-        await expect(stranger.page.locator("#transcript-error")).to_contain_text("token")
+        await expect(stranger.page.locator("#token-why")).to_have_text("This server needs a token.")
         # ... and the composer says that it cannot send, instead of queueing forever.
         await expect(stranger.page.get_by_label("Message", exact=True)).to_be_disabled()
         await expect(stranger.page.locator("#compose-disabled")).to_contain_text("token")

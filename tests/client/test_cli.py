@@ -37,7 +37,8 @@ def test_create_append_get(server: ServerProcess, capsys: pytest.CaptureFixture[
     code, out, _ = run(capsys, "append", "cli-1", "--role", "assistant", "hi", "--json", *url)
     assert code == 0 and '"revision":2' in out and '"start":1' in out
     code, out, _ = run(capsys, "get", "cli-1", *url)
-    assert (code, out) == (0, "[0] user: hello\\nthere\n[1] assistant: hi\n")
+    # Several lines go on under the role, indented; --json keeps "\n" for machines.
+    assert (code, out) == (0, "[0] user: hello\n    there\n[1] assistant: hi\n")
     code, out, _ = run(capsys, "get", "cli-1", "--json", *url)
     assert code == 0 and '"messages":[{"role":"user","content":"hello\\nthere"}' in out
     code, out, _ = run(capsys, "create", *url)
@@ -182,14 +183,17 @@ def test_list_segment_and_delete(server: ServerProcess, capsys: pytest.CaptureFi
     assert run(capsys, "append", "ls-a", "two", *url)[0] == 0
 
     code, out, _ = run(capsys, "list", *url)
-    mine = [line for line in out.splitlines() if line.startswith("ls-")]
-    assert code == 0 and [line.split()[0] for line in mine] == ["ls-a", "ls-b", "ls-c"]
-    assert "revision 2  2 messages  updated " in mine[0]
-    assert "revision 0  0 messages" in mine[1]
+    lines = out.splitlines()
+    # Newest first (ls-a was written last), in columns under a header.
+    assert code == 0 and lines[0].split() == ["ID", "REVISION", "MESSAGES", "UPDATED"]
+    assert [line.split()[0] for line in lines[1:4]] == ["ls-a", "ls-c", "ls-b"]
+    assert lines[1].split()[1:3] == ["2", "2"] and lines[2].split()[1:3] == ["0", "0"]
+    columns = {line.index(line.split()[3]) for line in lines[1:]}  # where UPDATED starts
+    assert len(columns) == 1 and len({len(line) for line in lines[1:]}) == 1, out
     code, out, _ = run(capsys, "list", "--after", "ls-a", "--limit", "1", *url)
-    assert (code, out.split()[0]) == (0, "ls-b") and len(out.splitlines()) == 1
-    code, out, _ = run(capsys, "list", "--after", "ls-b", "--limit", "1", "--json", *url)
-    assert code == 0 and '"transcriptId":"ls-c"' in out and '"length":0' in out
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["ID", "ls-c"]
+    code, out, _ = run(capsys, "list", "--after", "ls-c", "--limit", "1", "--json", *url)
+    assert code == 0 and '"transcriptId":"ls-b"' in out and '"length":0' in out
     assert run(capsys, "list", "--limit", "0", *url)[0] == 2
 
     code, out, _ = run(capsys, "segment", "ls-a", "--start", "1", *url)
@@ -230,3 +234,66 @@ async def test_get_shows_images_and_attachments(server: ServerProcess) -> None:
         "[attachment: notes.txt, text/plain, 6 bytes] "
         "[attachment: a.bin, application/pdf, 6 bytes] and more\n"
     )
+
+
+def test_views_says_when_there_are_none(
+    server: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ("--url", server.url)
+    assert run(capsys, "create", "cli-views", *url)[0] == 0
+    assert run(capsys, "views", "cli-views", *url) == (0, "no views\n", "")
+    assert run(capsys, "views", "cli-views", "--json", *url) == (0, "", "")
+    assert run(capsys, "append", "cli-views", "one", *url)[0] == 0
+    assert run(capsys, "view", "cli-views", "draft", "--start", "0", *url)[0] == 0
+    assert (
+        run(capsys, "view", "cli-views", "longer-name", "--start", "0", "--end", "1", *url)[0] == 0
+    )
+    code, out, _ = run(capsys, "views", "cli-views", *url)
+    assert (code, out.splitlines()) == (
+        0,
+        ["NAME         START  END", "draft            0  open", "longer-name      0  1"],
+    )
+
+
+def test_a_page_link_in_url_means_its_server(
+    server: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a person copies from the browser: the chat page's address."""
+    assert run(capsys, "create", "cli-link", "--url", server.url)[0] == 0
+    for pasted in (f"{server.url}/t/cli-link", f"{server.url}/", f"{server.url}/v1/transcripts"):
+        code, out, err = run(capsys, "get", "cli-link", "--url", pasted)
+        assert (code, out, err) == (0, "", ""), pasted
+    code, _, err = run(capsys, "get", "cli-link", "--url", "ftp://h:8765/t/x")
+    assert code == 2 and "expected http(s)://host:port" in err
+
+
+def test_control_characters_cannot_drive_the_terminal(
+    server: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ("--url", server.url)
+    assert run(capsys, "create", "cli-ctl", *url)[0] == 0
+    assert run(capsys, "append", "cli-ctl", "red\x1b[31m\r\nnext\ttab", *url)[0] == 0
+    code, out, _ = run(capsys, "get", "cli-ctl", *url)
+    assert (code, out) == (0, "[0] user: red\\x1b[31m\n    next\ttab\n")
+
+
+def test_an_exported_bundle_is_named_after_its_file(
+    server: ServerProcess, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``-o out.lmmlz`` holds ``out.lmml``: importing it again says nothing."""
+    import zipfile
+
+    url = ("--url", server.url)
+    assert run(capsys, "create", "cli-bundle", *url)[0] == 0
+    assert run(capsys, "append", "cli-bundle", "hello", *url)[0] == 0
+    target = tmp_path / "out.lmmlz"
+    assert run(capsys, "export", "cli-bundle", "-o", str(target), *url)[:2] == (0, "")
+    assert zipfile.ZipFile(target).namelist() == ["out.lmml"]
+    assert run(capsys, "import", str(target), "--id", "cli-bundle-2", *url) == (
+        0,
+        "cli-bundle-2\n",
+        "",
+    )
+    assert run(capsys, "get", "cli-bundle-2", *url)[:2] == (0, "[0] user: hello\n")
+    code, _, err = run(capsys, "export", "cli-bundle", "-o", str(tmp_path / ".lmmlz"), *url)
+    assert code == 2 and "not a plain file name" in err

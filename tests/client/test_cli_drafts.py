@@ -141,7 +141,8 @@ async def test_tail_prints_a_line_per_draft_update_then_the_message(
                 await d.write("\ntwo")
                 assert await line() == "~ assistant a1: one\\ntwo"
                 await d.commit()
-            assert await line() == "[1] assistant: one\\ntwo"
+            # The message itself: its lines under the role (a draft's update stays one line).
+            assert [await line(), await line()] == ["[1] assistant: one", "    two"]
             async with writer.draft("cli-tail-d", draft_id="a2", role="tool") as d:
                 await d.replace("dropped")
                 assert await line() == "~ tool a2: dropped"

@@ -8,6 +8,7 @@ import zipfile
 from collections.abc import Sequence
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,15 +45,18 @@ def test_plain_chat_messages_are_readable_and_exact() -> None:
         Message(role="assistant", content="Hi!\n"),
         Message(role="user", content="Bye"),
     ]
+    # Strings without a final line break are the document's defaults (its
+    # first line): the delimiters say nothing (issue 25).
     assert export_lmml(transcript) == (
-        '<!-- system {"string":true,"chomp":true} -->\n'
+        '<!-- lmml {"chomp":true,"string":true} -->\n'
+        "<!-- system -->\n"
         "Be brief.\n"
-        '<!-- user {"string":true,"chomp":true} -->\n'
+        "<!-- user -->\n"
         "Hello\n"
-        '<!-- assistant {"string":true} -->\n'
-        "Hi!\n"
-        '<!-- user {"string":true} -->\n'
-        "Bye"
+        "<!-- assistant -->\n"
+        "Hi!\n\n"
+        "<!-- user -->\n"
+        "Bye\n"
     )
     assert _via_lmml(transcript) == tuple(transcript)
     assert _via_lmmlz(transcript) == tuple(transcript)
@@ -78,9 +82,8 @@ def test_message_fields_travel_in_the_delimiter() -> None:
         Message(role="user", content=(TextPart(text="ok\n"),), metadata={"k": [1, 2.5, None]}),
     ]
     exported = export_lmml(transcript)
-    assert (
-        '<!-- tool {"name":"f","tool_call_id":"call_1","string":true,"chomp":true} -->' in exported
-    )
+    assert '<!-- tool {"name":"f","tool_call_id":"call_1"} -->\n42\n' in exported
+    assert '<!-- user {"metadata":{"k":[1,2.5,null]},"string":false} -->\nok\n\n' in exported
     assert _via_lmml(transcript) == tuple(transcript)
 
 
@@ -262,3 +265,27 @@ def test_a_later_fence_may_not_override_an_earlier_entry() -> None:
     _, assets, natural = _write(transcript, set(), with_assets=True)
     assert natural == [0] and assets == {"a.txt": b"entry"}
     assert _via_lmmlz(transcript) == transcript
+
+
+def test_a_defaults_line_sets_what_the_delimiters_leave_out() -> None:
+    """A document of strings starts with one line that makes them the
+    default; without it (most messages lists of parts) nothing changes; an
+    import of any other document is as before."""
+    strings = [Message(role="user", content="a"), Message(role="assistant", content="b")]
+    exported = export_lmml(strings)
+    assert (
+        exported
+        == '<!-- lmml {"chomp":true,"string":true} -->\n<!-- user -->\na\n<!-- assistant -->\nb\n'
+    )
+    assert _via_lmml(strings) == tuple(strings)
+    parts = [Message(role="user", content=(TextPart(text="a\n"),))] * 2
+    assert export_lmml(parts) == "<!-- user -->\na\n<!-- user -->\na\n"
+    # Written by hand: the line is no text, the defaults apply, a delimiter overrides them.
+    text = '<!-- lmml {"string": true} -->\n## user\nhi\n<!-- assistant {"string":false} -->\nyo\n'
+    assert import_messages(text.encode()).messages == (
+        Message(role="user", content="hi\n"),
+        Message(role="assistant", content=(TextPart(text="yo\n"),)),
+    )
+    for bad in ('{"content": "x"}', '{"string": 1}', "{nope}"):
+        with pytest.raises(LmmlError, match="defaults line"):
+            import_messages(f"<!-- lmml {bad} -->\n## user\nhi\n".encode())

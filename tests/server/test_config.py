@@ -86,3 +86,91 @@ def test_docs_configuration_md_is_generated_from_the_settings() -> None:
     text = config_docs.render()
     for name in FIELDS:
         assert f"| `{name}` | `TSYNC_{name.upper()}` |" in text
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "value"),
+    [
+        ("max_frame_bytes", "4MiB", 4 << 20),
+        ("max_frame_bytes", "4 MiB", 4 << 20),  # as the docs print it
+        ("queue_max_bytes", "512KiB", 512 << 10),
+        ("max_live_bytes", "1GiB", 1 << 30),
+        ("max_http_body_bytes", "2MB", 2_000_000),
+        ("max_http_body_bytes", "64KB", 64_000),
+        ("max_http_body_bytes", "1.5MiB", 3 << 19),
+        ("max_frame_bytes", "1000", 1000),
+        ("idle_ttl_s", "5m", 300.0),
+        ("graceful_shutdown_s", "30s", 30.0),
+        ("draft_ttl_s", "1h", 3600.0),
+        ("ping_interval_s", "500ms", 0.5),
+        ("write_delay_ms", "2s", 2000.0),
+        ("write_delay_ms", "3", 3.0),
+    ],
+)
+def test_sizes_and_durations_take_units(name: str, raw: str, value: float) -> None:
+    assert getattr(load_config({f"TSYNC_{name.upper()}": raw}), name) == value
+    assert getattr(load_config({}, {name: raw}), name) == value
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "says"),
+    [
+        ("max_frame_bytes", "4Mx", "expected a size such as 4MiB"),
+        ("max_frame_bytes", "5m", "expected a size"),
+        ("idle_ttl_s", "5MiB", "expected a duration such as 30s"),
+        ("max_frame_bytes", "0.5B", "not a whole number of bytes"),
+        ("port", "80s", "expected int"),
+    ],
+)
+def test_a_wrong_unit_is_one_line_naming_the_setting(name: str, raw: str, says: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config({f"TSYNC_{name.upper()}": raw})
+    assert says in str(raised.value) and f"TSYNC_{name.upper()}='{raw}'" in str(raised.value)
+
+
+def _serve_config(argv: list[str]) -> ServerConfig:
+    from server.cli import build_parser, config_from_args
+
+    args, _ = build_parser().parse_known_args(["serve", *argv])
+    return config_from_args(args)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--port", "9011", "--set", "port=9012"], "--port 9011 and --set port=9012 both set port"),
+        (["--set", "port=1", "--set", "port=2"], "--set port=1 and --set port=2 both set port"),
+        (
+            ["--page-remote-images", "--set", "page_remote_images=false"],
+            "--page-remote-images and --set page_remote_images=false",
+        ),
+    ],
+)
+def test_a_setting_given_twice_is_an_error_naming_both(argv: list[str], says: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        _serve_config(["--store", "memory", *argv])
+    assert says in str(raised.value)
+
+
+def test_a_flag_over_a_variable_is_the_documented_precedence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TSYNC_PORT", "9012")
+    assert _serve_config(["--store", "memory", "--port", "9011"]).port == 9011
+    assert _serve_config(
+        ["--store", "memory", "--set", "max_frame_bytes=4MiB"]
+    ).max_frame_bytes == (4 << 20)
+
+
+def test_every_flag_is_in_the_readme_synopsis_and_the_precedence_paragraph() -> None:
+    from server.cli import FLAGS
+
+    readme = config_docs.README.read_text()
+    assert readme == config_docs.render_readme(readme), (
+        "README.md's tsync serve synopsis is out of date: run python -m server.config_docs"
+    )
+    synopsis = readme.split(config_docs.SYNOPSIS_BEGIN)[1].split(config_docs.SYNOPSIS_END)[0]
+    precedence = config_docs.render().split("A setting given both")[0]
+    for flag in FLAGS.values():
+        assert f"[{flag}" in synopsis, flag
+        assert f"`{flag}`" in precedence, flag

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -214,3 +214,85 @@ def test_version_and_help_show_what_a_user_needs(capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert bad.value.code == 2 and err.rstrip().endswith("(see 'tsync serve --help')")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("workers", [[], ["--workers", "2", "--store", "redis://127.0.0.1:1/0"]])
+def test_a_port_in_use_is_one_line_and_exit_2(
+    spawn: object, tmp_path: Path, workers: list[str]
+) -> None:
+    """``./scripts/serve`` twice: the second says so in one line, before
+    the app starts (no "Application startup complete", no store opened)."""
+    data = tmp_path / "data"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [a if a != "{port}" else str(port) for a in TSYNC]
+        server = spawn([*argv, *workers], {"TSYNC_STORE": f"sqlite:{data}"})  # type: ignore[operator]
+        assert server.proc.wait(30) == 2
+    lines = server.output().strip().splitlines()
+    assert lines == [
+        f"tsync: port {port} on 127.0.0.1 is in use (another tsync?); pick another with --port"
+    ]
+    assert not data.exists()
+
+
+def test_an_address_of_another_machine_is_one_line_and_exit_2(spawn: object) -> None:
+    server = spawn([*TSYNC, "--store", "memory", "--host", "192.0.2.1"])  # type: ignore[operator]
+    assert server.proc.wait(30) == 2
+    lines = server.output().strip().splitlines()
+    assert lines == ["tsync: 192.0.2.1 is no address of this machine; pick another with --host"]
+
+
+def _open_files(soft: int, hard: int) -> Callable[[], None]:
+    def limit() -> None:
+        import resource
+
+        ctrl_c_works()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    return limit
+
+
+def _fd_limit_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise AssertionError("no open-file limit in /proc")
+
+
+@pytest.mark.skipif(not Path("/proc/self/limits").exists(), reason="reads /proc/PID/limits")
+def test_the_open_file_limit_is_raised_silently_or_the_caps_fit_it(tmp_path: Path) -> None:
+    """Room under the hard limit: raised, nothing said. None: the caps are
+    lowered to fit and one warning names the settings to change."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TSYNC_")}
+    for (soft, hard), caps, warned in (
+        ((256, 4096), ["--set", "max_connections=2000"], False),
+        ((1000, 1000), [], True),
+    ):
+        port = free_port()
+        log = tmp_path / f"fd-{soft}.log"
+        argv = [a if a != "{port}" else str(port) for a in TSYNC]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [*argv, "--store", "memory", *caps],
+                stdout=out,
+                stderr=out,
+                env=clean,
+                preexec_fn=_open_files(soft, hard),
+            )
+        try:
+            assert wait_healthy(proc, f"http://127.0.0.1:{port}", 20), log.read_text()
+            said = [line for line in log.read_text().splitlines() if "open-file" in line]
+            if warned:
+                assert _fd_limit_of(proc.pid) == 1000
+                assert len(said) == 1, said
+                assert "max_connections" in said[0] and "max_http_connections" in said[0]
+                # 1000 - 128 in the proportion of 20,000 to 1,000.
+                assert "at most 831 WebSockets and 41 HTTP connections" in said[0], said
+            else:
+                assert _fd_limit_of(proc.pid) == 4096
+                assert said == []
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(20)
