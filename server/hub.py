@@ -985,6 +985,18 @@ class Hub:
             return found if limit is None else found[:limit]
         return await self.store.events_after(transcript_id, revision, limit=limit)
 
+    async def wait_change(self, transcript_id: str, revision: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the transcript to move past
+        ``revision`` (here or, through the backplane, on another replica);
+        whether it did. The copy stays in memory while someone waits."""
+        live = await self.load(transcript_id)
+        if live.transcript.revision > revision:
+            return True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await live.watch()
+        return self.is_current(live) and live.transcript.revision > revision
+
     # --- connections and subscriptions --------------------------------------------------
 
     def connect(
