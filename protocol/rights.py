@@ -232,6 +232,13 @@ ROUTES: Final[Mapping[tuple[str, str], Rule]] = {
     ("OPTIONS", "/v1/stream/{stream_path}"): Rule(
         need=PUBLIC, note="a CORS preflight carries no credentials"
     ),
+    ("GET", "/v1/stream/transcripts/{transcript_id}"): Rule(
+        need=READ, note="a transcript's events as a read-only Durable Stream"
+    ),
+    ("PUT", "/v1/stream/transcripts/{transcript_id}"): Rule(need=WRITE, note="always 405"),
+    ("POST", "/v1/stream/transcripts/{transcript_id}"): Rule(need=WRITE, note="always 405"),
+    ("DELETE", "/v1/stream/transcripts/{transcript_id}"): Rule(need=WRITE, note="always 405"),
+    ("OPTIONS", "/v1/stream/transcripts/{transcript_id}"): Rule(need=PUBLIC),
     ("GET", "/v1/openapi.json"): Rule(need=PUBLIC),
     ("GET", "/v1/schema.json"): Rule(need=PUBLIC),
     ("GET", "/v1/client.js"): Rule(need=PUBLIC),

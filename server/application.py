@@ -51,6 +51,7 @@ from server.origins import BrowserGuard, CORSMiddleware, OriginPolicy, cors_opti
 from server.store.base import Store, StoreError
 from server.store.open import open_store
 from server.streams import http as streams_http
+from server.streams import transcripts as streams_transcripts
 from server.streams.memory import Limits, Registry
 from server.ws import refuse, websocket_endpoint
 
@@ -266,6 +267,7 @@ def create_app(
         _route("/healthz", get=http_ops.healthz),
         _route("/readyz", get=http_ops.readyz),
         _route("/metrics", get=http_ops.metrics),
+        *streams_transcripts.routes,
         *streams_http.routes,
         *pages.routes,
     ]

@@ -322,7 +322,12 @@ class Hub:
         for live in list(self.live.values()):
             # Open drafts do not keep it (``_evict`` parks them): a writer
             # cannot pin transcripts in memory with drafts.
-            if not live.subscribers and not live.lock.locked() and not self.committer.busy(live):
+            if (
+                not live.subscribers
+                and not live.watchers
+                and not live.lock.locked()
+                and not self.committer.busy(live)
+            ):
                 self._evict(live)
                 held -= live.size + live.shared_bytes()
                 if fits():
@@ -986,6 +991,18 @@ class Hub:
             found = [item.event for item in live.window if item.revision > revision]
             return found if limit is None else found[:limit]
         return await self.store.events_after(transcript_id, revision, limit=limit)
+
+    async def wait_change(self, transcript_id: str, revision: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the transcript to move past
+        ``revision`` (here or, through the backplane, on another replica);
+        whether it did. The copy stays in memory while someone waits."""
+        live = await self.load(transcript_id)
+        if live.transcript.revision > revision:
+            return True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await live.watch()
+        return self.is_current(live) and live.transcript.revision > revision
 
     # --- connections and subscriptions --------------------------------------------------
 

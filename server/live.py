@@ -139,6 +139,9 @@ class LiveTranscript:
         self._finals: dict[int, list[EncodedDraft]] = {}
         #: The revision of the last event pushed to the subscribers.
         self._delivered = stored.snapshot.revision
+        #: HTTP readers waiting for the next delivery (Durable Streams'
+        #: long-poll and SSE on a transcript), woken once it went out.
+        self.watchers: set[asyncio.Future[None]] = set()
         self.pump = asyncio.create_task(
             _pump(self.buffer, weakref.ref(self)), name=f"pump-{self.id}"
         )
@@ -175,7 +178,20 @@ class LiveTranscript:
                 with contextlib.suppress(Exception):
                     queue.end_subscription(self.id)
                 self.leave(queue)
+        self._wake_watchers()
         self._trim()
+
+    def watch(self) -> asyncio.Future[None]:
+        """A future done after the next delivery (or when this copy closes)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.watchers.add(future)
+        future.add_done_callback(self.watchers.discard)
+        return future
+
+    def _wake_watchers(self) -> None:
+        for future in list(self.watchers):
+            if not future.done():
+                future.set_result(None)
 
     def commit_draft(self, draft_id: str, revision: int, now: float) -> EncodedDraft | None:
         """The change of ``revision`` (applied, not delivered yet) commits
@@ -398,7 +414,12 @@ class LiveTranscript:
     def evictable(self) -> bool:
         """Nobody subscribes to it, changes it or writes a draft of it now:
         it may leave memory."""
-        return not self.subscribers and not self.lock.locked() and not self.drafts.open
+        return (
+            not self.subscribers
+            and not self.watchers
+            and not self.lock.locked()
+            and not self.drafts.open
+        )
 
     def idle_since(self, cutoff: float) -> bool:
         """Unused since ``cutoff`` (a ``time.monotonic()``), with no subscriber,
@@ -407,6 +428,7 @@ class LiveTranscript:
 
     async def close(self) -> None:
         """Stop the pump (deliver what is pending first if it matters)."""
+        self._wake_watchers()
         self.pump.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.pump

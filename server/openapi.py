@@ -135,6 +135,40 @@ STREAM_OPERATIONS: Final = (
         {204: None},
         params=(_STREAM,),
     ),
+    Operation(
+        "get",
+        "/v1/stream/transcripts/{transcript_id}",
+        "A transcript's events as a read-only Durable Stream (JSON mode; offsets are revisions)",
+        {
+            200: ("application/json", {"type": "array"}),
+            204: None,
+            304: None,
+            **_plain(400, 404, 410),
+        },
+        params=(
+            _ID,
+            Param("offset", "query", "-1 (the start), now (the tail) or an offset"),
+            Param("live", "query", "long-poll or sse"),
+            Param("cursor", "query", "the last Stream-Cursor"),
+        ),
+    ),
+    *(
+        Operation(
+            method,
+            "/v1/stream/transcripts/{transcript_id}",
+            "Always 405: a transcript is written through /v1/transcripts/{id}/messages",
+            {405: _TEXT},
+            params=(_ID,),
+        )
+        for method in ("put", "post", "delete")
+    ),
+    Operation(
+        "options",
+        "/v1/stream/transcripts/{transcript_id}",
+        "A CORS preflight",
+        {204: None},
+        params=(_ID,),
+    ),
 )
 
 OPERATIONS: Final = (

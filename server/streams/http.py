@@ -36,6 +36,7 @@ from server.streams.model import (
 __all__ = ["PREFIX", "StreamSettings", "routes"]
 
 PREFIX: Final = "/v1/stream/"
+TRANSCRIPTS: Final = PREFIX + "transcripts/"
 
 NEXT_OFFSET: Final = "Stream-Next-Offset"
 UP_TO_DATE: Final = "Stream-Up-To-Date"
@@ -162,6 +163,12 @@ async def endpoint(request: Request) -> Response:
     """Every method on ``/v1/stream/{path}``."""
     path = request.url.path
     try:
+        if path.startswith(TRANSCRIPTS):
+            # Reserved for transcripts (server.streams.transcripts), whose ids
+            # have no slash: nothing else is made or found under it.
+            if request.method in ("GET", "HEAD"):
+                raise StreamError(404, "Stream not found")
+            raise StreamError(405, "reserved for transcripts", {"allow": "GET, HEAD, OPTIONS"})
         match request.method:
             case "PUT":
                 return await _create(request, path)
