@@ -15,6 +15,9 @@ did not run as written).
 - A block that cannot run here says so in its info string, with the reason:
   ```` ```sh not-run: needs a TLS Redis ````. ``NOT_RUN_MAX`` caps how many
   may.
+- A block another test runs as written (a program that serves until it is
+  stopped, say) names it: ```` ```python tested-by: tests/redis/test_readme_agent.py ````;
+  that test must exist and read the block from this very file.
 
 Other languages (``js``, ``nginx``, plain ```` ``` ````) are not examples
 this test runs.
@@ -69,6 +72,12 @@ class Example:
         _, marked, reason = self.info.partition("not-run:")
         return reason.strip() if marked else None
 
+    @property
+    def tested_by(self) -> str | None:
+        """The test that runs this block as written, or ``None``."""
+        _, marked, test = self.info.partition("tested-by:")
+        return test.strip() if marked else None
+
 
 def examples() -> list[Example]:
     found = []
@@ -99,8 +108,19 @@ def test_the_examples_are_found_and_few_are_not_run() -> None:
     names = {e.name for e in EXAMPLES}
     assert any(n.startswith("README.md") for n in names)
     assert sum(e.language == "python" for e in EXAMPLES) >= 3
-    skipped = [e for e in EXAMPLES if e.info.partition(" ")[2] and e.not_run is None]
+    skipped = [
+        e
+        for e in EXAMPLES
+        if e.info.partition(" ")[2] and e.not_run is None and e.tested_by is None
+    ]
     assert skipped == [], "an info string after the language must be 'not-run: <reason>'"
+    for example in EXAMPLES:
+        if example.tested_by is not None:
+            test = ROOT / example.tested_by
+            assert test.is_file(), f"{example.name}: no test {example.tested_by}"
+            assert example.path.name in test.read_text(), (
+                f"{example.tested_by} does not read its block from {example.path.name}"
+            )
     marked = [e for e in EXAMPLES if e.not_run is not None]
     assert all(e.not_run for e in marked), "not-run needs a reason"
     assert len(marked) <= NOT_RUN_MAX, [f"{e.name}: {e.not_run}" for e in marked]
@@ -140,7 +160,11 @@ def _cases(language: str) -> list[object]:
         pytest.param(
             e,
             id=e.name,
-            marks=[pytest.mark.skip(reason=f"not-run: {e.not_run}")] if e.not_run else [],
+            marks=[pytest.mark.skip(reason=f"not-run: {e.not_run}")]
+            if e.not_run
+            else [pytest.mark.skip(reason=f"run by {e.tested_by}")]
+            if e.tested_by
+            else [],
         )
         for e in EXAMPLES
         if e.language == language

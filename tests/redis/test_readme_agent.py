@@ -34,7 +34,7 @@ def readme_block(heading: str) -> str:
     """The first ```python block after ``heading`` in README.md."""
     text = (ROOT / "README.md").read_text()
     after = text[text.index(heading) :]
-    match = re.search(r"```python\n(.*?)```", after, re.S)
+    match = re.search(r"```python[^\n]*\n(.*?)```", after, re.S)
     assert match is not None, f"no python block under {heading!r}"
     return match.group(1)
 
