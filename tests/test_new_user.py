@@ -29,7 +29,7 @@ import pytest
 
 from tests.support.servers import free_port, wait_healthy
 
-pytestmark = [pytest.mark.newuser, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.newuser, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -178,4 +178,6 @@ def test_pip_install_and_the_readme_quick_start_work_from_a_clean_copy(
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-3000:]
     assert "passed" in tested.stdout
     assert "installing the dev extras" in tested.stderr
-    assert time.monotonic() - began < 240
+    # Generous: CI runs this beside the whole suite on 2 cores, and the dev extras
+    # (test SDKs, Locust, Playwright) are most of what it waits for.
+    assert time.monotonic() - began < 480

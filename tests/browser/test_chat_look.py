@@ -165,7 +165,7 @@ async def test_the_list_fits_a_phone_and_shows_the_newest_first(
                     t["preview"] = "the last words"
                 await route.fulfill(response=response, json=data)
 
-            await page.route(re.compile(r".*/v1/transcripts\?limit=.*"), with_titles)
+            await page.route(re.compile(r".*/v1/transcripts\?.*limit=.*"), with_titles)
             await page.get_by_role("button", name="Refresh").click()
             await expect(items.first.locator(".conversation-title")).to_have_text("Talk alpha")
             await expect(items.first.locator(".conversation-preview")).to_have_text(
