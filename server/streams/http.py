@@ -490,9 +490,15 @@ def _sse(
                     payload = base64.b64encode(message.data).decode()
                 else:
                     payload = message.data.decode("utf-8", errors="replace")
-                yield b"event: data\n" + _sse_data(payload)
                 offset = message.offset
-                yield b"event: control\n" + _sse_data(_control(stream, offset, cursor))
+                # A data event and its control leave in one write: a reader
+                # never sees one without the other in a read.
+                yield (
+                    b"event: data\n"
+                    + _sse_data(payload)
+                    + b"event: control\n"
+                    + _sse_data(_control(stream, offset, cursor))
+                )
             if not messages:
                 yield b"event: control\n" + _sse_data(
                     _control(stream, offset or stream.tail, cursor)

@@ -180,16 +180,18 @@ def _sse(
                 current = (await hub.head(transcript_id)).revision
             except (StreamError, Refused):
                 return  # deleted or no longer held: the reader reconnects and is told
+            data = b""
             if found:
                 revision = found[-1].revision
-                yield b"event: data\n" + _sse_data(_ENCODER.encode(found).decode())
+                data = b"event: data\n" + _sse_data(_ENCODER.encode(found).decode())
             control: dict[str, object] = {
                 "streamNextOffset": offset_of(epoch, revision),
                 "streamCursor": response_cursor(cursor),
             }
             if revision >= current:
                 control["upToDate"] = True
-            yield b"event: control\n" + _sse_data(json.dumps(control, separators=(",", ":")))
+            # A data event and its control leave in one write.
+            yield data + b"event: control\n" + _sse_data(json.dumps(control, separators=(",", ":")))
             if revision < current:
                 continue
             remaining = deadline - time.monotonic()
