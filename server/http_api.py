@@ -113,9 +113,19 @@ def _transcript_id(request: Request) -> str:
     return validate_id(request.path_params["transcript_id"])  # InvalidId: invalid-frame
 
 
+def refuse_repeated_query(request: Request) -> None:
+    """A query parameter given more than once is ``invalid-query``: which of
+    its values counts would be a guess (every route, ``server.application``)."""
+    seen: set[str] = set()
+    for name, _ in request.query_params.multi_items():
+        if name in seen:
+            raise Refused(codes.INVALID_QUERY, f"query parameter {name!r} is given more than once")
+        seen.add(name)
+
+
 def _int_param(request: Request, name: str, default: int | None = None) -> int | None:
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
     try:
         value = int(raw)
