@@ -93,9 +93,10 @@ async def read_body_as(request: Request, allowed: tuple[str, ...]) -> bytes:
 async def read_json(request: Request, body_type: type[Body], *, allow_empty: bool = False) -> Body:
     """The request body decoded as ``body_type``: ``invalid-json`` when it is
     not JSON, ``invalid-body`` when it is JSON of the wrong shape (the
-    message says where), an empty body is ``body_type()`` if ``allow_empty``."""
+    message says where), an empty body is ``body_type()`` if ``allow_empty``
+    (empty: no bytes at all; whitespace is JSON that is not there)."""
     body = await read_body_as(request, JSON_TYPES)
-    if not body.strip():
+    if not body:
         if allow_empty:
             return body_type()
         raise Refused(codes.INVALID_JSON, "the body is empty; expected a JSON object")

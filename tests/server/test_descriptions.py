@@ -229,3 +229,15 @@ async def test_the_limits_the_server_enforces_are_in_the_document(server_and_htt
         url = path.replace("{transcript_id}", "t").replace("{name}", "v")
         r = await http.request(method, url)
         assert r.status_code == 400 and r.json()["code"] == "invalid-json", url
+
+
+async def test_a_body_of_whitespace_is_not_an_absent_body(server_and_http: Any) -> None:
+    """schemathesis sent `\\r` as a JSON body and got 201: only no bytes at
+    all is an absent (optional) body; whitespace is JSON that is not there."""
+    _, http = server_and_http
+    json_type = {"content-type": "application/json"}
+    for body in (b"\r", b" ", b"\n\t"):
+        r = await http.post("/v1/transcripts", content=body, headers=json_type)
+        assert (r.status_code, r.json()["code"]) == (400, "invalid-json"), body
+    assert (await http.post("/v1/transcripts", headers=json_type)).status_code == 201
+    assert (await http.get("/v1/transcripts")).json()["transcripts"][0]["length"] == 0
