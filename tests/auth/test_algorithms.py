@@ -8,6 +8,7 @@ one an outside issuer would make, not one PyJWT agrees with itself about.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -18,8 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jwt
 import pytest
+import websockets
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from joserfc import jwk as jose_jwk
@@ -29,6 +32,7 @@ from server.auth import Authenticator
 from server.config import ConfigError, ServerConfig, load_config
 from server.errors import Refused
 from tests.auth.conftest import SECRET, keep
+from tests.support.servers import running_server
 
 #: What docs/protocol.md (section 4) lists, by the key that verifies it.
 RSA_ALGS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
@@ -225,3 +229,24 @@ def test_a_jwks_entry_that_cannot_verify_what_it_says_is_a_setting_error(
     with pytest.raises(ConfigError) as raised:
         load_config({"TSYNC_JWT_KEY": str(path)}, check_store=False)
     assert says in str(raised.value) and "TSYNC_JWT_KEY" in str(raised.value)
+
+
+async def test_a_real_server_takes_a_ps384_token_on_both_transports(tmp_path: Path) -> None:
+    """The same keys through a running server: HTTP (Bearer) and the
+    WebSocket (``?token=``), an RSA key in a JWKS entry without ``alg``."""
+    private = private_key("rsa", "")
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps({"keys": [_jwk(private, kid="ps")]}))
+    good = mint_joserfc(private, "PS384", "ps")
+    wrong_alg = mint_pyjwt(private_key("ec", "ES256"), "ES256", "ps")
+    async with (
+        running_server(jwt_key=str(path)) as srv,
+        httpx.AsyncClient(base_url=srv.url) as http,
+    ):
+        me = await http.get("/v1/auth", headers={"authorization": f"Bearer {good}"})
+        assert me.status_code == 200 and me.json()["sub"] == "svc"
+        refused = await http.get("/v1/auth", headers={"authorization": f"Bearer {wrong_alg}"})
+        assert refused.status_code == 401 and "not allowed" in refused.json()["detail"]
+        async with asyncio.timeout(10), websockets.connect(f"{srv.ws_url}?token={good}") as ws:
+            await ws.send('{"op":"ping","ref":"p"}')
+            assert json.loads(await ws.recv())["type"] == "pong"
