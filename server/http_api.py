@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from protocol import api, codes
-from protocol.errors import ProtocolError
+from protocol.errors import InvalidMessage, ProtocolError
 from protocol.limits import MAX_ORIGIN_LENGTH
 from protocol.types import Origin
 from protocol.validation import validate_id, validate_idempotency_key
@@ -213,7 +213,15 @@ async def get_events(request: Request) -> Response:
 async def append_messages(request: Request) -> Response:
     tid = _transcript_id(request)
     body = await read_json(request, api.AppendBody)
-    key = validate_idempotency_key(body.idempotency_key or request.headers.get("idempotency-key"))
+    key = validate_idempotency_key(body.idempotency_key)
+    header = request.headers.get("idempotency-key")
+    if header is not None:
+        # A bad header is refused even beside a good body key, and two keys
+        # that differ are refused: which one counts would be a guess.
+        from_header = validate_idempotency_key(header)
+        if key is not None and key != from_header:
+            raise InvalidMessage("idempotencyKey", "differs from the Idempotency-Key header")
+        key = from_header
     result = await _hub(request).append(
         tid,
         body.messages,

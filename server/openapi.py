@@ -147,7 +147,7 @@ OPERATIONS: Final = (
             Param(
                 "Idempotency-Key",
                 "header",
-                "the same as the body's idempotencyKey (which wins when both are given)",
+                "the same as the body's idempotencyKey (both given: they must be the same)",
                 {"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY_LENGTH},
             ),
         ),

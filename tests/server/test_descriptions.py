@@ -225,6 +225,21 @@ async def test_the_limits_the_server_enforces_are_in_the_document(server_and_htt
             headers={"idempotency-key": bad_key},
         )
         assert r.status_code == status, (len(bad_key), r.text)
+    # The header is checked even beside a body key, and two keys must agree.
+    for body_key, header_key, status in (
+        ("b1", "", 422),
+        ("b2", "k" * 201, 422),
+        ("b3", "other", 422),
+        ("b4", "b4", 201),
+    ):
+        r = await http.post(
+            "/v1/transcripts/t/messages",
+            json={"messages": messages, "idempotencyKey": body_key},
+            headers={"idempotency-key": header_key},
+        )
+        assert r.status_code == status, (body_key, r.text)
+        if status == 422:
+            assert r.json()["code"] == "invalid-message", r.text
     for path, method in ((transcript + "/messages", "POST"), (view, "PUT")):
         url = path.replace("{transcript_id}", "t").replace("{name}", "v")
         r = await http.request(method, url)
