@@ -184,20 +184,35 @@ class SegmentStarted(
 
 
 class ViewChanged(
-    Struct, frozen=True, gc=False, rename="camel", tag_field="kind", tag="view-changed"
+    Struct,
+    frozen=True,
+    gc=False,
+    rename="camel",
+    omit_defaults=True,
+    tag_field="kind",
+    tag="view-changed",
 ):
     """The View ``name`` was created or moved to ``[start, end)``; ``end``
-    ``None`` means open (it follows the transcript). Changes no message and
-    no segment bound."""
+    ``None`` means open (it follows the transcript) and is left out on the
+    wire. Changes no message and no segment bound."""
 
     name: ViewName
     start: NonNegative
     end: NonNegative | None = None
 
 
-class ViewLeft(Struct, frozen=True, gc=False, rename="camel", tag_field="kind", tag="view-left"):
-    """The View ``name``, which covered ``[start, end)``, was left. Deletes
-    nothing: the messages stay, and so do the segments."""
+class ViewLeft(
+    Struct,
+    frozen=True,
+    gc=False,
+    rename="camel",
+    omit_defaults=True,
+    tag_field="kind",
+    tag="view-left",
+):
+    """The View ``name``, which covered ``[start, end)``, was left (``end``
+    left out for an open View). Deletes nothing: the messages stay, and so do
+    the segments."""
 
     name: ViewName
     start: NonNegative
@@ -225,9 +240,10 @@ class Segment(Struct, frozen=True):
     end: NonNegative | None
 
 
-class View(Struct, frozen=True, gc=False):
+class View(Struct, frozen=True, gc=False, omit_defaults=True):
     """A named range ``[start, end)`` over one transcript; ``end`` ``None``:
-    open, it follows the transcript (``docs/protocol.md``, Views)."""
+    open, it follows the transcript (``docs/protocol.md``, Views), and is left
+    out on the wire (``null`` is read as open too)."""
 
     name: ViewName
     start: NonNegative

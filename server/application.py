@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import sys
 import traceback
@@ -308,7 +309,9 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 def _route(path: str, **endpoints: Endpoint) -> Route:
     """One route per path, whatever its methods, so that a 405 names them all
-    in ``Allow`` (``post=``, ``get=``, ``delete=``; GET answers HEAD too)."""
+    in ``Allow`` (``post=``, ``get=``, ``delete=``; GET answers HEAD too).
+    Every endpoint refuses a query parameter given more than once."""
+    endpoints = {method: _single_valued(endpoint) for method, endpoint in endpoints.items()}
     if len(endpoints) == 1:
         ((method, endpoint),) = endpoints.items()
         return Route(path, endpoint, methods=[method.upper()])
@@ -318,6 +321,15 @@ def _route(path: str, **endpoints: Endpoint) -> Route:
         return await endpoints["get" if method == "head" else method](request)
 
     return Route(path, by_method, methods=[m.upper() for m in endpoints])
+
+
+def _single_valued(endpoint: Endpoint) -> Endpoint:
+    @functools.wraps(endpoint)
+    async def checked(request: Request) -> Response:
+        http_api.refuse_repeated_query(request)
+        return await endpoint(request)
+
+    return checked
 
 
 def _config_from_environment() -> ServerConfig:

@@ -5,14 +5,18 @@ Three kinds of credentials, any of them configured (``server.config``):
 
 - the static ``token``: an admin credential that never expires;
 - JWTs signed with HS256 and ``jwt_secret``;
-- JWTs signed with an asymmetric key (RS256/ES256 and siblings) whose public
-  half is ``jwt_key``: a PEM file or a JWKS file (keys chosen by ``kid``).
+- JWTs signed with an asymmetric key whose public half is ``jwt_key``: a PEM
+  file or a JWKS file (keys chosen by ``kid``). An RSA key verifies
+  RS256/384/512 and PS256/384/512, an EC key the ES256/384/512 of its curve,
+  an Ed25519 or Ed448 key EdDSA; a JWKS entry that names its ``alg`` that one
+  only.
 
 A JWT must carry ``sub`` and ``exp``; ``aud`` must name ``jwt_audience`` when
 one is configured (and a JWT with an ``aud`` is refused when none is);
 ``read``/``write`` are lists of transcript id patterns and ``admin`` a
 boolean (see ``protocol.rights``). PyJWT checks the signature, the algorithm
-(fixed per key, never taken from the token), ``exp``, ``nbf`` and ``aud``.
+(one the key allows: the token's ``alg`` only picks among them), ``exp``,
+``nbf`` and ``aud``.
 With nothing configured every request may do everything.
 
 ``Authenticator.verify`` turns a token into a ``protocol.rights.Grant`` or
@@ -30,6 +34,7 @@ import json
 import secrets
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 from urllib.parse import parse_qs
@@ -60,12 +65,12 @@ MIN_SECRET_BYTES: Final = 32
 HS_ALGORITHMS: Final = ("HS256",)
 #: A PEM key or a JWKS is a few KiB; anything much larger is not one.
 MAX_KEY_FILE_BYTES: Final = 1 << 20
-#: What each kind of public key may verify (fixed by the key, never by the token).
-_KEY_ALGORITHMS: Final = {
-    "RSA": ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"),
-    "EC": ("ES256", "ES384", "ES512"),
-    "OKP": ("EdDSA",),
-}
+#: What an RSA key may verify (any of these: the key does not say which).
+RSA_ALGORITHMS: Final = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
+#: What an EC key may verify: the one algorithm of its curve (RFC 7518 3.4).
+EC_ALGORITHMS: Final = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}
+#: What an Ed25519 or Ed448 key may verify (RFC 8037).
+OKP_ALGORITHMS: Final = ("EdDSA",)
 #: A WebSocket's ``?token=`` (browsers cannot set headers there).
 QUERY_TOKEN: Final = "token"
 UNAUTHORIZED_HINT: Final = (
@@ -109,6 +114,15 @@ def unauthorized(why: str) -> Refused:
     return Refused(codes.UNAUTHORIZED, why)
 
 
+@dataclass(frozen=True)
+class _Key:
+    """One public key of ``jwt_key`` and the algorithms it may verify (the
+    key decides them, never the token)."""
+
+    public: Any  # a cryptography public key
+    algorithms: tuple[str, ...]
+
+
 class _KeyVerifier:
     """The public keys of ``jwt_key``: one PEM key, or a JWKS (by ``kid``)."""
 
@@ -126,24 +140,23 @@ class _KeyVerifier:
             text = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise SettingError(f"cannot read {path!r}: {exc}", "jwt_key") from None
-        self.by_kid: dict[str | None, jwt.PyJWK] = {}
+        self.by_kid: dict[str | None, _Key] = {}
         try:
             if text.lstrip().startswith("{"):
                 data = json.loads(text)
                 keys = data["keys"] if isinstance(data, dict) and "keys" in data else [data]
                 for entry in keys:
-                    key = jwt.PyJWK(entry)
-                    self.by_kid[entry.get("kid")] = key
+                    self.by_kid[entry.get("kid")] = _jwk_key(entry)
             else:
                 self.by_kid[None] = _pem_key(text)
-        except (ValueError, KeyError, TypeError, jwt.PyJWKError) as exc:
+        except (ValueError, KeyError, TypeError, jwt.PyJWTError) as exc:
             raise SettingError(
                 f"{path!r} is neither a PEM public key nor a JWKS: {exc}", "jwt_key"
             ) from None
         if not self.by_kid:
             raise SettingError(f"{path!r} holds no key", "jwt_key")
 
-    def key_for(self, kid: Any) -> jwt.PyJWK:
+    def key_for(self, kid: Any) -> _Key:
         if kid is None and len(self.by_kid) == 1:
             return next(iter(self.by_kid.values()))
         key = self.by_kid.get(kid) if isinstance(kid, str) or kid is None else None
@@ -152,30 +165,64 @@ class _KeyVerifier:
         return key
 
 
-def _pem_key(text: str) -> jwt.PyJWK:
-    """A PEM public key as a ``PyJWK`` whose algorithms its type decides."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+def _family(public: Any) -> tuple[str, ...]:
+    """Every algorithm ``public`` (a cryptography public key) may verify:
+    RS*/PS* for RSA, the ES* of an EC key's curve, EdDSA for Ed25519/Ed448."""
+    from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
-    public = serialization.load_pem_public_key(text.encode())
     if isinstance(public, rsa.RSAPublicKey):
-        jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(public))
-        return jwt.PyJWK(jwk, "RS256")
+        return RSA_ALGORITHMS
     if isinstance(public, ec.EllipticCurvePublicKey):
-        jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(public))
-        alg = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}.get(jwk.get("crv"), "ES256")
-        return jwt.PyJWK(jwk, alg)
-    if isinstance(public, ed25519.Ed25519PublicKey):
-        jwk = json.loads(jwt.algorithms.OKPAlgorithm.to_jwk(public))
-        return jwt.PyJWK(jwk, "EdDSA")
+        alg = EC_ALGORITHMS.get(public.curve.name)
+        if alg is None:
+            raise ValueError(f"unsupported curve {public.curve.name}")
+        return (alg,)
+    if isinstance(public, ed25519.Ed25519PublicKey | ed448.Ed448PublicKey):
+        return OKP_ALGORITHMS
     raise ValueError(f"unsupported key type {type(public).__name__}")
 
 
-def _algorithms(key: jwt.PyJWK) -> list[str]:
-    family = _KEY_ALGORITHMS.get(key.key_type or "", ())
-    # A JWKS entry that names its "alg" allows that one only.
-    named = key._jwk_data.get("alg")
-    return [named] if isinstance(named, str) and named in family else list(family)
+def _pem_key(text: str) -> _Key:
+    """A PEM public key and the algorithms its type allows."""
+    from cryptography.hazmat.primitives import serialization
+
+    public = serialization.load_pem_public_key(text.encode())
+    return _Key(public, _family(public))
+
+
+#: How a JWK of each key type is read (not ``jwt.PyJWK``: it pins one
+#: algorithm per key, and reads no Ed448 key).
+_JWK_READERS: Final[dict[Any, Any]] = (
+    {
+        "RSA": jwt.algorithms.RSAAlgorithm,
+        "EC": jwt.algorithms.ECAlgorithm,
+        "OKP": jwt.algorithms.OKPAlgorithm,
+    }
+    if jwt.algorithms.has_crypto
+    else {}
+)
+
+
+def _jwk_key(entry: Any) -> _Key:
+    """A JWKS entry's public key and the algorithms it allows: its family's,
+    or only the one its ``alg`` names (which must be of that family)."""
+    if not isinstance(entry, dict):
+        raise TypeError("a JWKS key must be an object")
+    kid = entry.get("kid")
+    which = f"key {kid!r}" if kid is not None else "the key"
+    if entry.get("kty") == "oct" or "d" in entry:
+        raise ValueError(f"{which} is secret: jwt_key takes public keys (HS256: jwt_secret)")
+    reader = _JWK_READERS.get(entry.get("kty"))
+    if reader is None:
+        raise ValueError(f"{which} has kty {entry.get('kty')!r}, not RSA, EC or OKP")
+    public = reader.from_jwk(entry)
+    family = _family(public)
+    named = entry.get("alg")
+    if named is None:
+        return _Key(public, family)
+    if named not in family:
+        raise ValueError(f"{which} names alg {named!r}, which its key cannot verify")
+    return _Key(public, (named,))
 
 
 class Authenticator:
@@ -235,8 +282,8 @@ class Authenticator:
         else:
             if self.keys is None:
                 raise unauthorized(f"this server accepts no {alg} tokens")
-            key = self.keys.key_for(header.get("kid"))
-            algorithms = _algorithms(key)
+            known = self.keys.key_for(header.get("kid"))
+            key, algorithms = known.public, list(known.algorithms)
         try:
             payload = jwt.decode(
                 token,

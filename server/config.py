@@ -87,9 +87,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     jwt_key: Annotated[
         Annotated[str, Meta(min_length=1)] | None,
         _d(
-            "accept JWTs signed with RS256/ES256 (and their longer siblings): the path of a "
-            "PEM public key or a JWKS file (keys chosen by `kid`); needs the `cryptography` "
-            "package (`pip install 'transcript-sync[keys]'`)"
+            "accept JWTs signed with RS256-512/PS256-512 (RSA key), ES256-512 (EC key) or EdDSA: "
+            "the path of a PEM public key or a JWKS file (keys chosen by `kid`); needs the "
+            "`cryptography` package (`pip install 'transcript-sync[keys]'`)"
         ),
     ] = None
     jwt_audience: Annotated[

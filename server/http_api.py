@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from protocol import api, codes
-from protocol.errors import ProtocolError
+from protocol.errors import InvalidMessage, ProtocolError
 from protocol.limits import MAX_ORIGIN_LENGTH
 from protocol.types import Origin
 from protocol.validation import validate_id, validate_idempotency_key
@@ -94,9 +94,10 @@ async def read_body_as(request: Request, allowed: tuple[str, ...]) -> bytes:
 async def read_json(request: Request, body_type: type[Body], *, allow_empty: bool = False) -> Body:
     """The request body decoded as ``body_type``: ``invalid-json`` when it is
     not JSON, ``invalid-body`` when it is JSON of the wrong shape (the
-    message says where), an empty body is ``body_type()`` if ``allow_empty``."""
+    message says where), an empty body is ``body_type()`` if ``allow_empty``
+    (empty: no bytes at all; whitespace is JSON that is not there)."""
     body = await read_body_as(request, JSON_TYPES)
-    if not body.strip():
+    if not body:
         if allow_empty:
             return body_type()
         raise Refused(codes.INVALID_JSON, "the body is empty; expected a JSON object")
@@ -114,9 +115,19 @@ def _transcript_id(request: Request) -> str:
     return validate_id(request.path_params["transcript_id"])  # InvalidId: invalid-frame
 
 
+def refuse_repeated_query(request: Request) -> None:
+    """A query parameter given more than once is ``invalid-query``: which of
+    its values counts would be a guess (every route, ``server.application``)."""
+    seen: set[str] = set()
+    for name, _ in request.query_params.multi_items():
+        if name in seen:
+            raise Refused(codes.INVALID_QUERY, f"query parameter {name!r} is given more than once")
+        seen.add(name)
+
+
 def _int_param(request: Request, name: str, default: int | None = None) -> int | None:
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
     try:
         value = int(raw)
@@ -208,7 +219,15 @@ async def get_events(request: Request) -> Response:
 async def append_messages(request: Request) -> Response:
     tid = _transcript_id(request)
     body = await read_json(request, api.AppendBody)
-    key = validate_idempotency_key(body.idempotency_key or request.headers.get("idempotency-key"))
+    key = validate_idempotency_key(body.idempotency_key)
+    header = request.headers.get("idempotency-key")
+    if header is not None:
+        # A bad header is refused even beside a good body key, and two keys
+        # that differ are refused: which one counts would be a guess.
+        from_header = validate_idempotency_key(header)
+        if key is not None and key != from_header:
+            raise InvalidMessage("idempotencyKey", "differs from the Idempotency-Key header")
+        key = from_header
     result = await _hub(request).append(
         tid,
         body.messages,

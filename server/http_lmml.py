@@ -91,13 +91,20 @@ def _import_filename(request: Request, body: bytes) -> str | None:
 async def import_transcript(request: Request) -> Response:
     """Create a transcript from an LMML narrative or bundle; all or nothing.
 
-    Answers 201 ``{transcriptId, epoch, revision, count, warnings}``; 422
+    Answers 201 ``{transcriptId, epoch, revision, count, warnings}``; 400
+    ``invalid-body`` when there is no body; 422
     ``invalid-lmml`` when the file cannot be read (nothing is created), 422
     ``invalid-message`` when a turn is not a message this server accepts,
     409 when ``?id=`` exists, 413 for a body over ``max_http_body_bytes``.
     """
     hub = _hub(request)
     body = await read_body_as(request, LMML_TYPES)
+    if not body:
+        # No file at all is a client that forgot it (an empty transcript is
+        # POST /v1/transcripts), not an empty narrative.
+        raise Refused(
+            codes.INVALID_BODY, "the body is empty: send the .lmml narrative or .lmmlz bundle"
+        )
     filename = _import_filename(request, body)
     max_embed = _int_param(request, "maxEmbedBytes")
     args = (body, filename, max_embed, hub.config.message_limits)
@@ -129,7 +136,7 @@ async def import_transcript(request: Request) -> Response:
 
 
 def _choice(request: Request, name: str, allowed: tuple[str, ...]) -> str:
-    value = request.query_params.get(name) or allowed[0]
+    value = request.query_params.get(name, allowed[0])
     if value not in allowed:
         raise Refused(
             codes.INVALID_QUERY, f"query parameter {name!r} must be one of {', '.join(allowed)}"

@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from protocol import api, rights, wire
+from protocol.limits import ID_PATTERN, MAX_IDEMPOTENCY_KEY_LENGTH, VIEW_NAME_PATTERN
 from protocol.types import Message, TranscriptSnapshot
 from server import package_version
 
@@ -51,10 +52,15 @@ class Operation:
     responses: dict[int, Any]
     body: Any = None  # a msgspec type, or {media type: schema} for raw bodies
     params: tuple[Param, ...] = ()
+    #: Whether a request without a body is refused (a raw body always is).
+    body_required: bool = False
 
 
-_ID = Param("transcript_id", "path", "the transcript's id", required=True)
-_NAME = Param("name", "path", "the View's name", required=True)
+#: What the server checks ids and View names against (``protocol.types``).
+_ID_SCHEMA: Final = {"type": "string", "pattern": ID_PATTERN + r"(?!\n)"}
+_NAME_SCHEMA: Final = {"type": "string", "pattern": VIEW_NAME_PATTERN + r"(?!\n)"}
+_ID = Param("transcript_id", "path", "the transcript's id", _ID_SCHEMA, required=True)
+_NAME = Param("name", "path", "the View's name", _NAME_SCHEMA, required=True)
 _INT = {"type": "integer", "minimum": 0}
 _PROBLEM = api.Problem
 
@@ -206,7 +212,12 @@ OPERATIONS: Final = (
         },
         params=(
             Param("filename", "query", "the file's name (.lmml or .lmmlz)"),
-            Param("id", "query", "id of the new transcript (default: generated)"),
+            Param(
+                "id",
+                "query",
+                "id of the new transcript (absent or empty: generated)",
+                {"type": "string", "pattern": f"^(?:{ID_PATTERN[1:-1]})?$(?!\\n)"},
+            ),
             Param("maxEmbedBytes", "query", "largest embedded file kept inline", _INT),
         ),
     ),
@@ -225,7 +236,7 @@ OPERATIONS: Final = (
         "delete",
         "/v1/transcripts/{transcript_id}",
         "Delete a transcript; its subscribers get not-found",
-        {204: None, 404: _PROBLEM},
+        {204: None, 400: _PROBLEM, 404: _PROBLEM},
         params=(_ID,),
     ),
     Operation(
@@ -249,9 +260,15 @@ OPERATIONS: Final = (
             422: _PROBLEM,
         },
         body=api.AppendBody,
+        body_required=True,
         params=(
             _ID,
-            Param("Idempotency-Key", "header", "the same as the body's idempotencyKey"),
+            Param(
+                "Idempotency-Key",
+                "header",
+                "the same as the body's idempotencyKey (both given: they must be the same)",
+                {"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY_LENGTH},
+            ),
         ),
     ),
     Operation(
@@ -283,6 +300,7 @@ OPERATIONS: Final = (
         "Create the View or move it to [start, end) (201; 200 when it already was so)",
         {200: api.AckBody, 201: api.AckBody, 400: _PROBLEM, 404: _PROBLEM, 422: _PROBLEM},
         body=api.ViewBody,
+        body_required=True,
         params=(_ID, _NAME),
     ),
     Operation(
@@ -363,7 +381,11 @@ OPERATIONS: Final = (
         "Who the caller's credentials name and what they allow (on one transcript with "
         "?transcriptId=)",
         {200: api.AuthInfo, 400: _PROBLEM},
-        params=(Param("transcriptId", "query", "a transcript to say the caller's rights on"),),
+        params=(
+            Param(
+                "transcriptId", "query", "a transcript to say the caller's rights on", _ID_SCHEMA
+            ),
+        ),
     ),
     *STREAM_OPERATIONS,
     Operation("get", "/healthz", "Liveness: the process answers", {200: api.Health}),
@@ -415,6 +437,37 @@ def _messages_are_messages(schema: dict[str, Any], ref: str) -> None:
     schema["properties"]["messages"]["items"] = {"$ref": ref}
 
 
+#: The types whose ``end`` is left out for an open View (``omit_defaults``):
+#: the server never sends ``"end": null`` (``docs/protocol.md``, Views).
+_OPEN_END_TYPES: Final = ("View", "ViewChanged", "ViewLeft")
+_OPEN_END: Final = {
+    "type": "integer",
+    "minimum": 0,
+    "description": "the View's end; absent: the View is open (it follows the transcript)",
+}
+
+
+def _admits_null(schema: dict[str, Any]) -> bool:
+    kinds = schema.get("type")
+    if kinds == "null" or (isinstance(kinds, list) and "null" in kinds):
+        return True
+    return any(_admits_null(s) for s in schema.get("anyOf", ()) if isinstance(s, dict))
+
+
+def _say_what_is_sent(defs: dict[str, Any]) -> None:
+    """Fix what msgspec's schemas say that the server does not do: a
+    ``default: null`` on a field that is never null (``TranscriptSnapshot.length``
+    is filled in when absent; such a default is invalid OpenAPI), and an open
+    View's ``end``, which is left out, never ``null``."""
+    for schema in defs.values():
+        for prop in schema.get("properties", {}).values():
+            if "default" in prop and prop["default"] is None and not _admits_null(prop):
+                del prop["default"]
+    for name in _OPEN_END_TYPES:
+        if name in defs:
+            defs[name]["properties"]["end"] = dict(_OPEN_END)
+
+
 def _content(kind: Any) -> dict[str, Any]:
     if isinstance(kind, tuple):
         media, schema = kind
@@ -436,6 +489,7 @@ def openapi_document() -> dict[str, Any]:
     )
     for name in ("CreateBody", "AppendBody"):
         _messages_are_messages(components[name], _COMPONENTS.format(name="Message"))
+    _say_what_is_sent(components)
 
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS:
@@ -461,7 +515,7 @@ def openapi_document() -> dict[str, Any]:
                 for p in op.params
             ]
         if isinstance(op.body, type):
-            entry["requestBody"] = {"required": False, "content": _content(op.body)}
+            entry["requestBody"] = {"required": op.body_required, "content": _content(op.body)}
         elif op.body is not None:
             entry["requestBody"] = {
                 "required": True,
@@ -517,6 +571,7 @@ def schema_document() -> dict[str, Any]:
         [wire.ClientOp, wire.ServerFrame], ref_template=_DEFS
     )
     _messages_are_messages(defs["Append"], _DEFS.format(name="Message"))
+    _say_what_is_sent(defs)
     defs["ClientOp"] = {"title": "ClientOp", "description": "A client op."} | client_op
     defs["ServerFrame"] = {"title": "ServerFrame", "description": "A server frame."} | server_frame
     return {
