@@ -162,7 +162,7 @@ async def create_transcript(request: Request) -> Response:
 
 async def list_transcripts(request: Request) -> Response:
     limit = _int_param(request, "limit", 100) or 100
-    order = request.query_params.get("order") or "id"
+    order = request.query_params.get("order", "id")  # present but empty is refused
     if order not in listing.ORDERS:
         raise Refused(codes.INVALID_QUERY, "query parameter 'order' must be 'id' or 'updated'")
     by_id = _hub(request).list

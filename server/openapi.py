@@ -67,10 +67,14 @@ _PROBLEM = api.Problem
 # The Durable Streams face (server.streams): the protocol's own headers and
 # plain-text errors; its bodies are the stream's bytes, of its content type.
 _STREAM = Param(
-    "stream_path", "path", "the stream's path after /v1/stream/ (may hold slashes)", required=True
+    "stream_path",
+    "path",
+    "the stream's path after /v1/stream/ (may hold slashes)",
+    {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": "^[^\\x00-\\x1f\\x7f]+$"},
+    required=True,
 )
 _TEXT = ("text/plain", {"type": "string"})
-_ANY = ("*/*", {"type": "string"})
+_ANY: tuple[str, dict[str, Any]] = ("*/*", {})
 
 
 def _plain(*statuses: int) -> dict[int, Any]:
@@ -88,7 +92,7 @@ STREAM_OPERATIONS: Final = (
         "/v1/stream/{stream_path}",
         "Durable Streams: create a stream (200 when it exists with this configuration), "
         "or fork one",
-        {201: None, 200: None, **_plain(400, 404, 409, 413, 429, 507)},
+        {201: None, 200: None, **_plain(400, 404, 405, 409, 413, 429, 507)},
         body={"*/*": {"type": "string"}},
         params=(
             _STREAM,
@@ -104,7 +108,7 @@ STREAM_OPERATIONS: Final = (
         "post",
         "/v1/stream/{stream_path}",
         "Durable Streams: append (or close with Stream-Closed: true)",
-        {200: None, 204: None, **_plain(400, 403, 404, 409, 410, 413, 507)},
+        {200: None, 204: None, **_plain(400, 403, 404, 405, 409, 410, 413, 507)},
         body={"*/*": {"type": "string"}},
         params=(
             _STREAM,
@@ -131,14 +135,14 @@ STREAM_OPERATIONS: Final = (
         "delete",
         "/v1/stream/{stream_path}",
         "Durable Streams: delete a stream (soft while forks read it)",
-        {204: None, **_plain(404, 410)},
+        {204: None, **_plain(400, 404, 405, 410)},
         params=(_STREAM,),
     ),
     Operation(
         "options",
         "/v1/stream/{stream_path}",
         "Durable Streams: a CORS preflight",
-        {204: None},
+        {204: None, **_plain(400)},
         params=(_STREAM,),
     ),
     Operation(
@@ -163,7 +167,7 @@ STREAM_OPERATIONS: Final = (
             method,
             "/v1/stream/transcripts/{transcript_id}",
             "Always 405: a transcript is written through /v1/transcripts/{id}/messages",
-            {405: _TEXT},
+            {405: _TEXT, **_plain(400)},
             params=(_ID,),
         )
         for method in ("put", "post", "delete")
@@ -172,7 +176,7 @@ STREAM_OPERATIONS: Final = (
         "options",
         "/v1/stream/transcripts/{transcript_id}",
         "A CORS preflight",
-        {204: None},
+        {204: None, **_plain(400)},
         params=(_ID,),
     ),
 )

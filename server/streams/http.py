@@ -37,6 +37,9 @@ __all__ = ["PREFIX", "StreamSettings", "routes"]
 
 PREFIX: Final = "/v1/stream/"
 TRANSCRIPTS: Final = PREFIX + "transcripts/"
+#: The longest stream path (after the prefix), in characters.
+MAX_PATH: Final = 1024
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 
 NEXT_OFFSET: Final = "Stream-Next-Offset"
 UP_TO_DATE: Final = "Stream-Up-To-Date"
@@ -163,6 +166,9 @@ async def endpoint(request: Request) -> Response:
     """Every method on ``/v1/stream/{path}``."""
     path = request.url.path
     try:
+        name = path[len(PREFIX) :]
+        if not 0 < len(name) <= MAX_PATH or _CONTROL.search(name):
+            raise StreamError(400, f"a stream path is 1 to {MAX_PATH} characters, none a control")
         if path.startswith(TRANSCRIPTS):
             # Reserved for transcripts (server.streams.transcripts), whose ids
             # have no slash: nothing else is made or found under it.
@@ -259,7 +265,9 @@ async def _create(request: Request, path: str) -> Response:
         NEXT_OFFSET: stream.tail,
     }
     if created:
-        answer["location"] = str(request.url.replace(query=""))
+        # The path as it was sent (percent-encoded ASCII): a header holds no other text.
+        raw = request.scope.get("raw_path") or path.encode("ascii", "backslashreplace")
+        answer["location"] = f"{request.url.scheme}://{request.url.netloc}{raw.decode('ascii')}"
     if stream.closed:
         answer[CLOSED] = "true"
     return _answer(201 if created else 200, answer)

@@ -19,6 +19,7 @@ it and are not in this stream.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Final
@@ -29,8 +30,9 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from protocol import codes
+from protocol.limits import ID_PATTERN
 from protocol.types import TranscriptEvent
-from server.errors import Refused
+from server.errors import Refused, failure_for
 from server.hub import Hub
 from server.streams.http import (
     CURSOR,
@@ -47,6 +49,7 @@ from server.streams.model import StreamError
 
 __all__ = ["routes"]
 
+_ID: Final = re.compile(ID_PATTERN)
 #: Events per answer at most (a catch-up read pages through a long history).
 PAGE_EVENTS: Final = 1000
 _ENCODER: Final = msgspec.json.Encoder()
@@ -80,6 +83,8 @@ def _hub(request: Request) -> Hub:
 
 async def endpoint(request: Request) -> Response:
     try:
+        if not _ID.fullmatch(request.path_params["transcript_id"]):
+            raise StreamError(400, "not a transcript id")
         if request.method == "OPTIONS":
             return _preflight(request)
         if request.method not in ("GET", "HEAD"):
@@ -91,8 +96,11 @@ async def endpoint(request: Request) -> Response:
         return await _read(request, request.path_params["transcript_id"])
     except StreamError as error:
         return _answer(error.status, error.headers, error.reason)
-    except Refused as refused:
-        return _answer(codes.error(refused.code).http_status, None, refused.message)
+    except Exception as exc:  # the transcript API's errors, in this face's plain text
+        failure = failure_for(exc)
+        if failure is None:
+            raise
+        return _answer(codes.error(failure.code).http_status, None, failure.message)
 
 
 async def _read(request: Request, transcript_id: str) -> Response:
