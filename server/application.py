@@ -53,6 +53,7 @@ from server.store.base import Store, StoreError
 from server.store.open import open_store
 from server.streams import http as streams_http
 from server.streams import transcripts as streams_transcripts
+from server.streams.log import log_for_store
 from server.streams.memory import Limits, Registry
 from server.ws import refuse, websocket_endpoint
 
@@ -212,6 +213,14 @@ def create_app(
             # A read-only folder, a corrupt database, a schema from the future:
             # nothing a traceback would explain better than the error itself.
             raise StartupFailed(f"cannot open the {the_store.name} store: {exc}") from None
+        streams: Registry = app.state.streams
+        try:
+            streams.attach(log_for_store(the_store))
+        except (StoreError, OSError) as exc:
+            await the_store.close()
+            raise StartupFailed(
+                f"cannot open the streams of the {the_store.name} store: {exc}"
+            ) from None
         hub = Hub(the_store, config, metrics)
         await hub.start()
         offload = Offload(
@@ -234,6 +243,7 @@ def create_app(
                 await backplane.stop()
             await hub.stop()
             await offload.close()
+            streams.detach()
             await the_store.close()
             log.info("stopped: store closed", extra={"store": the_store.name})
 
@@ -285,6 +295,7 @@ def create_app(
     )
     app.state.config = config
     app.state.metrics = metrics
+    # Durable on the SQLite store (its log is attached at startup).
     app.state.streams = Registry(
         Limits(max_streams=config.max_streams, max_bytes=config.max_stream_bytes)
     )

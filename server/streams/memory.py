@@ -5,21 +5,32 @@ atomic: producer validation and the append it allows happen in one step (the
 protocol's per-producer serialization), and a reader woken by an append sees
 it. Readers of a live mode wait on their stream's own appends: a fork's
 waiters are never woken by its source.
+
+The registry is the index every request is answered from. Each change is
+first decided without touching memory, then written to the registry's
+``StreamLog`` (``server.streams.log``: nothing for the memory store, a SQLite
+file for the SQLite store), and only then made in memory and answered: a
+change the log cannot write is refused (503) and leaves the stream as it
+was, and a change answered is in the log. ``attach`` loads what a log holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from server.streams.log import NoLog, StreamLog
 from server.streams.model import (
     ZERO_OFFSET,
     Message,
+    Producer,
     ProducerOutcome,
     Stream,
     StreamError,
+    Update,
     media_type,
 )
 
@@ -27,6 +38,11 @@ __all__ = ["AppendResult", "Limits", "Registry", "Wait"]
 
 #: How often expired streams nobody touches are looked for, in seconds.
 SWEEP_EVERY_S: Final = 10.0
+#: A read moves a stream's sliding TTL along in memory at once, and in the
+#: log at most this often (seconds): reads do not each cost a write.
+TOUCH_LOG_EVERY_S: Final = 1.0
+
+log = logging.getLogger("tsync.streams")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,15 +79,45 @@ class Wait:
 class Registry:
     """Every stream of the process by path, with expiry, forks and waiters."""
 
-    def __init__(self, limits: Limits | None = None, clock: Callable[[], float] | None = None):
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        clock: Callable[[], float] | None = None,
+        log: StreamLog | None = None,
+    ):
         import time
 
         self.limits = limits or Limits()
         self.clock = clock or time.time
+        self._log: StreamLog = NoLog()
         self._streams: dict[str, Stream] = {}
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._bytes = 0
         self._swept = self.clock()
+        if log is not None:
+            self.attach(log)
+
+    def attach(self, log: StreamLog) -> None:
+        """Write every change to ``log`` from now on, and hold what it holds
+        (instead of anything held before). The log is the registry's from
+        now on: closed if it cannot be loaded (its error is raised)."""
+        try:
+            streams = log.load()
+        except BaseException:
+            log.close()
+            raise
+        self._streams = {stream.path: stream for stream in streams}
+        for stream in streams:
+            source = self._streams.get(stream.forked_from or "")
+            if source is not None:
+                source.refs += 1
+        self._bytes = sum(stream.size for stream in streams)
+        self._log = log
+
+    def detach(self) -> None:
+        """Close the log (shutdown); the registry writes nowhere after this."""
+        log, self._log = self._log, NoLog()
+        log.close()
 
     # --- looking up ------------------------------------------------------------------
 
@@ -95,7 +141,7 @@ class Registry:
         if stream.refs > 0:
             stream.soft_deleted = True
             return stream
-        self._remove(path)
+        self._remove(path, expired=True)
         return None
 
     def live(self, path: str) -> Stream:
@@ -129,7 +175,7 @@ class Registry:
         existing = self._streams.get(path)
         if existing is not None:
             if existing.expired(now) and existing.refs == 0:
-                self._remove(path)
+                self._remove(path, expired=True)
             elif existing.soft_deleted or existing.expired(now):
                 existing.soft_deleted = True
                 raise StreamError(
@@ -189,6 +235,7 @@ class Registry:
             content_type=content_type,
             created_at=now,
             last_access=now,
+            logged_access=now,
             ttl_s=ttl_s,
             expires_at=expires_at,
             expires_at_ts=expires_at_ts,
@@ -203,6 +250,7 @@ class Registry:
             self._check_room(len(body))
             stream.add(body, create=True)
         stream.closed = closed
+        self._log.create(stream)  # the new stream is in no index yet
         if source is not None:
             source.refs += 1
         self._streams[path] = stream
@@ -257,21 +305,29 @@ class Registry:
             raise StreamError(409, "Sequence conflict")
         message: Message | None = None
         if body:
-            self._check_room(len(body))
-            before = stream.size
-            message = stream.add(body)
-            self._bytes += stream.size - before
-        if outcome is not None and producer is not None:
-            stream.commit_producer(producer[0], outcome, now)
-        if stream_seq is not None:
-            stream.stream_seq = stream_seq
-        if close:
-            stream.closed = True
-            if producer is not None:
-                stream.closed_by = producer
-        stream.touch(now)
-        self._wake(path)
+            message = stream.encode(body)
+            if message is not None:
+                self._check_room(len(message.data))
+        update = Update(
+            tail=stream.tail if message is None else message.offset,
+            last_access=now,
+            closed=stream.closed or close,
+            closed_by=producer if close and producer is not None else stream.closed_by,
+            stream_seq=stream.stream_seq if stream_seq is None else stream_seq,
+            message=message,
+            producer=_producer_state(producer, outcome, now),
+        )
+        self._apply(stream, update)
         return AppendResult(stream, message=message, producer=outcome, closed_now=close)
+
+    def _apply(self, stream: Stream, update: Update) -> None:
+        """Write ``update`` to the log, then make it in memory and wake the
+        stream's readers."""
+        self._log.update(stream.path, update)
+        before = stream.size
+        stream.apply(update)
+        self._bytes += stream.size - before
+        self._wake(stream.path)
 
     def close(self, path: str, producer: tuple[str, int, int] | None) -> AppendResult:
         """A close-only request: idempotent; with producer headers, part of
@@ -279,9 +335,10 @@ class Registry:
         now = self.clock()
         stream = self.live(path)
         if producer is None:
-            stream.closed = True
-            stream.touch(now)
-            self._wake(path)
+            self._apply(
+                stream,
+                Update(stream.tail, now, True, stream.closed_by, stream.stream_seq),
+            )
             return AppendResult(stream, closed_now=True)
         if stream.closed:
             if stream.closed_by == producer:
@@ -290,34 +347,56 @@ class Registry:
         outcome = stream.check_producer(producer[0], producer[1], producer[2], now)
         if outcome.status != "accepted":
             return AppendResult(stream, producer=outcome)
-        stream.commit_producer(producer[0], outcome, now)
-        stream.closed = True
-        stream.closed_by = producer
-        stream.touch(now)
-        self._wake(path)
+        update = Update(
+            stream.tail,
+            now,
+            closed=True,
+            closed_by=producer,
+            stream_seq=stream.stream_seq,
+            producer=_producer_state(producer, outcome, now),
+        )
+        self._apply(stream, update)
         return AppendResult(stream, producer=outcome, closed_now=True)
 
     def delete(self, path: str) -> None:
         stream = self.live(path)
         if stream.refs > 0:
+            self._log.soft_delete(path)
             stream.soft_deleted = True
             self._wake(path)
             return
         self._remove(path)
 
-    def _remove(self, path: str) -> None:
-        """Delete for good, and the soft-deleted sources only this one kept."""
-        stream = self._streams.pop(path, None)
+    def _remove(self, path: str, *, expired: bool = False) -> None:
+        """Delete for good, and the soft-deleted (or expired) sources only
+        this one kept. A deletion the log cannot write is refused; a removal
+        of an ``expired`` stream is made in memory all the same (the log's
+        copy is expired too: it is removed when loaded again)."""
+        stream = self._streams.get(path)
         if stream is None:
             return
-        self._bytes -= stream.size
-        self._wake(path)
-        if stream.forked_from is not None:
-            source = self._streams.get(stream.forked_from)
-            if source is not None:
-                source.refs = max(0, source.refs - 1)
-                if source.refs == 0 and (source.soft_deleted or source.expired(self.clock())):
-                    self._remove(source.path)
+        now = self.clock()
+        doomed = [stream]
+        while doomed[-1].forked_from is not None:
+            source = self._streams.get(doomed[-1].forked_from or "")
+            if source is None or source.refs > 1:
+                break
+            if not (source.soft_deleted or source.expired(now)):
+                break
+            doomed.append(source)
+        try:
+            self._log.remove([s.path for s in doomed])
+        except StreamError:
+            if not expired:
+                raise
+        for gone in doomed:
+            del self._streams[gone.path]
+            self._bytes -= gone.size
+            self._wake(gone.path)
+            if gone.forked_from is not None:
+                source = self._streams.get(gone.forked_from)
+                if source is not None:
+                    source.refs = max(0, source.refs - 1)
 
     def _check_room(self, size: int) -> None:
         if self._bytes + size > self.limits.max_bytes:
@@ -330,7 +409,7 @@ class Registry:
             return
         self._swept = now
         for path in [p for p, s in self._streams.items() if s.expired(now) and s.refs == 0]:
-            self._remove(path)
+            self._remove(path, expired=True)
 
     # --- reading -----------------------------------------------------------------------
 
@@ -361,7 +440,21 @@ class Registry:
         return found
 
     def touch(self, stream: Stream) -> None:
-        stream.touch(self.clock())
+        """A read: the stream's sliding TTL starts again (written to the log
+        at most every ``TOUCH_LOG_EVERY_S``; a write that fails is logged,
+        and the read answered all the same)."""
+        now = self.clock()
+        stream.touch(now)
+        if stream.ttl_s is None or now - stream.logged_access < TOUCH_LOG_EVERY_S:
+            return
+        if self._streams.get(stream.path) is not stream:
+            return
+        try:
+            self._log.touch(stream.path, now)
+        except StreamError as error:
+            log.warning("a read of %s did not extend its TTL on disk: %s", stream.path, error)
+            return
+        stream.logged_access = now
 
     async def wait(self, stream: Stream, offset: str, timeout: float) -> Wait:
         """Messages after ``offset``, waiting up to ``timeout`` seconds for
@@ -405,3 +498,12 @@ class Registry:
             for future in waiters:
                 if not future.done():
                     future.set_result(None)
+
+
+def _producer_state(
+    producer: tuple[str, int, int] | None, outcome: ProducerOutcome | None, now: float
+) -> tuple[str, Producer] | None:
+    """The state an accepted producer request leaves its producer in."""
+    if producer is None or outcome is None:
+        return None
+    return producer[0], Producer(outcome.epoch, outcome.seq, now)

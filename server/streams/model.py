@@ -23,9 +23,11 @@ from typing import Final, Literal
 __all__ = [
     "ZERO_OFFSET",
     "Message",
+    "Producer",
     "ProducerOutcome",
     "Stream",
     "StreamError",
+    "Update",
     "format_offset",
     "is_json",
     "json_body",
@@ -122,6 +124,22 @@ class Producer:
 
 
 @dataclass(slots=True, frozen=True)
+class Update:
+    """What one accepted append or close changes in a stream: decided before
+    anything changes, so that it can be written down (``StreamLog``) before
+    it is applied in memory (``Stream.apply``)."""
+
+    tail: str
+    last_access: float
+    closed: bool
+    closed_by: tuple[str, int, int] | None
+    stream_seq: str | None
+    message: Message | None = None
+    #: The producer's state after this request, written with the message.
+    producer: tuple[str, Producer] | None = None
+
+
+@dataclass(slots=True, frozen=True)
 class ProducerOutcome:
     """What producer validation decided (nothing is changed by deciding)."""
 
@@ -156,6 +174,9 @@ class Stream:
     fork_sub_offset: int = 0
     stream_seq: str | None = None
     producers: dict[str, Producer] = field(default_factory=dict)
+    #: ``last_access`` as the stream log last wrote it (reads move
+    #: ``last_access`` without writing it every time: ``Registry.touch``).
+    logged_access: float = 0.0
 
     @property
     def json(self) -> bool:
@@ -171,9 +192,10 @@ class Stream:
 
     # --- writing ---------------------------------------------------------------------
 
-    def add(self, body: bytes, *, create: bool = False) -> Message | None:
-        """Append the bytes of one request (``StreamError`` 400 for bad JSON);
-        ``None`` for an empty JSON array at creation (nothing to add)."""
+    def encode(self, body: bytes, *, create: bool = False) -> Message | None:
+        """The next message the bytes of one request make, not added yet
+        (``StreamError`` 400 for bad JSON); ``None`` for an empty JSON array
+        at creation (nothing to add)."""
         values: tuple[str, ...] = ()
         data = body
         if self.json:
@@ -181,17 +203,44 @@ class Stream:
             if not values:
                 return None
             data = (",".join(values) + ",").encode()
-        return self.add_raw(data, values)
+        return self.next_message(data, values)
+
+    def next_message(self, data: bytes, values: tuple[str, ...] = ()) -> Message:
+        """The message ``data`` would be if appended now (nothing changes)."""
+        read_seq, position = _parse_offset(self.tail)
+        return Message(data, format_offset(read_seq, position + FRAME_BYTES + len(data)), values)
+
+    def add(self, body: bytes, *, create: bool = False) -> Message | None:
+        """Append the bytes of one request (see ``encode``)."""
+        message = self.encode(body, create=create)
+        if message is not None:
+            self.push(message)
+        return message
 
     def add_raw(self, data: bytes, values: tuple[str, ...] = ()) -> Message:
-        read_seq, position = _parse_offset(self.tail)
-        offset = format_offset(read_seq, position + FRAME_BYTES + len(data))
-        message = Message(data, offset, values)
-        self.messages.append(message)
-        self.offsets.append(offset)
-        self.tail = offset
-        self.size += len(data)
+        message = self.next_message(data, values)
+        self.push(message)
         return message
+
+    def push(self, message: Message) -> None:
+        """Add a message made by ``next_message`` (or read back from a log)."""
+        self.messages.append(message)
+        self.offsets.append(message.offset)
+        self.tail = message.offset
+        self.size += len(message.data)
+
+    def apply(self, update: Update) -> None:
+        """Make in memory the change ``update`` describes."""
+        if update.message is not None:
+            self.push(update.message)
+        if update.producer is not None:
+            producer_id, state = update.producer
+            self.producers[producer_id] = state
+        self.tail = update.tail
+        self.closed = update.closed
+        self.closed_by = update.closed_by
+        self.stream_seq = update.stream_seq
+        self.last_access = self.logged_access = update.last_access
 
     def check_producer(self, producer_id: str, epoch: int, seq: int, now: float) -> ProducerOutcome:
         """Kafka-style validation of one producer request (changes nothing)."""
@@ -213,9 +262,6 @@ class Stream:
         if seq == state.last_seq + 1:
             return ProducerOutcome("accepted", epoch, seq)
         return ProducerOutcome("gap", epoch, seq, expected=state.last_seq + 1)
-
-    def commit_producer(self, producer_id: str, outcome: ProducerOutcome, now: float) -> None:
-        self.producers[producer_id] = Producer(outcome.epoch, outcome.seq, now)
 
     # --- reading ---------------------------------------------------------------------
 
