@@ -42,7 +42,8 @@ Synchronous = Literal["off", "normal", "full", "extra"]
 
 
 class SQLiteOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``sqlite:PATH``: one SQLite file (WAL mode) in the data folder PATH."""
+    """``sqlite:PATH``: SQLite files (WAL mode) in the data folder PATH: transcripts.sqlite3
+    for transcripts, streams.sqlite3 for Durable Streams (same options)."""
 
     synchronous: Annotated[
         Synchronous,

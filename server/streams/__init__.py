@@ -5,6 +5,10 @@ offset-addressed streams over plain HTTP, served at ``/v1/stream/{path}``.
   that does not wait (offsets, JSON mode, producers, forks, expiry, reads).
 - ``server.streams.memory``: the streams of one process, and readers waiting
   for what comes next (long-poll and SSE).
+- ``server.streams.log``: the port the registry writes each change through
+  before answering (``StreamLog``; ``NoLog`` for the memory store).
+- ``server.streams.sqlite``: ``SQLiteStreamLog``, the streams of the SQLite
+  store in ``streams.sqlite3`` beside its database (durable across SIGKILL).
 - ``server.streams.http``: the HTTP face (create, append, close, read in the
   three modes, HEAD, DELETE), the headers, ETags and cursors of the protocol.
 

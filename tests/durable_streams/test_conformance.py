@@ -5,7 +5,8 @@ vitest as its README says) against ``tsync serve`` on 127.0.0.1: every test
 the suite does not skip itself must pass (332 of 332 in 0.3.6; it skips the 6
 subscription tests unless asked). The server's long-poll is set short
 (``stream_long_poll_s``) and the suite told so: a few of its tests wait for a
-long-poll's 204 within vitest's 5-second default.
+long-poll's 204 within vitest's 5-second default. It runs on the memory store
+and on SQLite, where every stream is written through to its file.
 """
 
 from __future__ import annotations
@@ -79,12 +80,13 @@ def failures(summary: dict[str, Any]) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("store", ["memory"])
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
 def test_the_official_conformance_suite_passes(store: str, tmp_path: Path) -> None:
     require_binary("node")
     npm_ci()
     server = ServerProcess(
-        store=store,
+        # On SQLite every stream is written through to streams.sqlite3.
+        store=f"sqlite:{tmp_path / 'data'}" if store == "sqlite" else store,
         args=["--set", f"stream_long_poll_s={LONG_POLL_S}"],
         log_path=tmp_path / "server.log",
     )
