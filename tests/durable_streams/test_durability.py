@@ -44,9 +44,9 @@ def producer(pid: str, epoch: int, seq: int) -> dict[str, str]:
     return {"producer-id": pid, "producer-epoch": str(epoch), "producer-seq": str(seq)}
 
 
-def seen(http: httpx.Client, path: str) -> dict[str, Any]:
-    """What a client can learn about a stream: HEAD, a read from the start
-    and a read from every offset it gave."""
+def seen(http: httpx.Client, path: str, offsets: list[str]) -> dict[str, Any]:
+    """What a client can learn about a stream: HEAD, and reads from the
+    start and from each of ``offsets``."""
     head = http.head(S + path)
     if head.status_code != 200:
         return {"status": head.status_code}
@@ -57,16 +57,15 @@ def seen(http: httpx.Client, path: str) -> dict[str, Any]:
             "stream-expires-at", "etag",
         )
     }  # fmt: skip
-    whole = http.get(S + path, params={"offset": "-1"})
-    reads = {"-1": (whole.status_code, whole.content, whole.headers.get("stream-next-offset"))}
-    offset = "-1"
-    while True:  # one message at a time is not what a read gives: walk the offsets it gives
+    reads = {}
+    for offset in ["-1", *offsets]:
         page = http.get(S + path, params={"offset": offset})
-        reads[offset] = (page.status_code, page.content, page.headers.get("stream-next-offset"))
-        following = page.headers["stream-next-offset"]
-        if following == offset or page.headers.get("stream-up-to-date") == "true":
-            break
-        offset = following
+        reads[offset] = (
+            page.status_code,
+            page.content,
+            page.headers.get("stream-next-offset"),
+            page.headers.get("stream-closed"),
+        )
     return {"status": 200, "meta": meta, "reads": reads}
 
 
@@ -75,9 +74,12 @@ def test_every_acknowledged_change_survives_sigkill(tmp_path: Path) -> None:
     server.start()
     try:
         with httpx.Client(base_url=server.url, timeout=10) as http:
+            given: list[str] = []  # every offset the server gave
 
             def ok(response: httpx.Response, status: int = 204) -> httpx.Response:
                 assert response.status_code == status, (response.status_code, response.text)
+                if "stream-next-offset" in response.headers:
+                    given.append(response.headers["stream-next-offset"])
                 return response
 
             # Bytes, not all of them UTF-8, each append one message.
@@ -154,17 +156,18 @@ def test_every_acknowledged_change_survives_sigkill(tmp_path: Path) -> None:
                 "producer-closed", "seq", "alive", "expired-read", "expired-unread",
                 "expires-at", "deleted", "source", "child",
             ]  # fmt: skip
-            before = {name: seen(http, name) for name in names}
+            before = {name: seen(http, name, sorted(set(given))) for name in names}
         assert before["expired-unread"] == {"status": 404}
         assert before["source"] == {"status": 410}
         assert before["child"]["reads"]["-1"][1] == b"inherited own"
+        assert len(given) > 20
 
         server.kill()
         assert server.proc is not None and server.proc.returncode == -9
         server.start()
 
         with httpx.Client(base_url=server.url, timeout=10) as http:
-            after = {name: seen(http, name) for name in names}
+            after = {name: seen(http, name, sorted(set(given))) for name in names}
             assert after == before
             # A producer's retries are duplicates; its epoch and sequence go on.
             again = http.post(S + "produced", headers={**TEXT, **producer("p", 1, 0)}, content="e1")
@@ -456,3 +459,21 @@ def test_the_log_is_a_file_of_its_own_in_the_data_folder(tmp_path: Path) -> None
     conn.close()
     with pytest.raises(Exception, match="newer"):
         SQLiteStreamLog(tmp_path / "data")
+
+
+async def test_a_stream_log_that_cannot_be_opened_stops_the_start_with_one_line(
+    tmp_path: Path,
+) -> None:
+    from server.application import StartupFailed, create_app
+    from server.config import ServerConfig
+
+    folder = tmp_path / "data"
+    SQLiteStreamLog(folder).close()
+    conn = sqlite3.connect(folder / STREAMS_FILE)
+    conn.execute("PRAGMA user_version=99")
+    conn.close()
+    config = ServerConfig.from_env({}, store=f"sqlite:{folder}")
+    app = create_app(config, configure_logging=False)
+    with pytest.raises(StartupFailed, match=r"streams\.sqlite3: schema version 99 is newer"):
+        async with app._lifespan_context(app.starlette):
+            pass
