@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
 
 from server.streams.log import StreamLog
 from server.streams.memory import Limits, Registry
