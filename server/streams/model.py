@@ -202,7 +202,10 @@ class Stream:
             values = tuple(json_values(body, allow_empty=create))
             if not values:
                 return None
-            data = (",".join(values) + ",").encode()
+            try:
+                data = (",".join(values) + ",").encode()
+            except UnicodeEncodeError:  # "\ud800": valid JSON, but no text to keep
+                raise StreamError(400, "Invalid JSON: a lone surrogate is not text") from None
         return self.next_message(data, values)
 
     def next_message(self, data: bytes, values: tuple[str, ...] = ()) -> Message:

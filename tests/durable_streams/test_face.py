@@ -152,3 +152,19 @@ def test_json_mode_flattens_one_level_and_refuses_empty_appends(values: list[str
     from server.streams.model import json_body
 
     assert json.loads(json_body(registry.read(stream, None))) == values
+
+
+def test_json_with_a_lone_surrogate_is_refused_not_a_500() -> None:
+    registry = Registry(Limits())
+    _create(registry, "/j", content_type="application/json")
+    for body in (b'["\\ud800"]', b'{"a": "x\\udfff"}'):
+        try:
+            registry.append(
+                "/j", body, content_type="application/json", stream_seq=None, producer=None,
+                close=False,
+            )  # fmt: skip
+        except StreamError as error:
+            assert error.status == 400 and "surrogate" in error.reason
+        else:
+            raise AssertionError(f"{body!r} was appended")
+    assert registry.live("/j").size == 0
