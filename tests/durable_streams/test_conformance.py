@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -97,3 +98,8 @@ def test_the_official_conformance_suite_passes(store: str, tmp_path: Path) -> No
     assert summary["numPassedTests"] == EXPECTED_PASSED, summary["numPassedTests"]
     log = (tmp_path / "server.log").read_text()
     assert "Traceback" not in log, log[-3000:]
+    if store == "sqlite":  # the suite's streams went through the file
+        db = sqlite3.connect(tmp_path / "data" / "streams.sqlite3")
+        (written,) = db.execute("SELECT count(*) FROM messages").fetchone()
+        db.close()
+        assert written > 100, written
