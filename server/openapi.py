@@ -74,6 +74,8 @@ _STREAM = Param(
     required=True,
 )
 _TEXT = ("text/plain", {"type": "string"})
+_DRAFT_PATH = "/v1/stream/transcripts/{transcript_id}/drafts/{draft_id}"
+_DRAFT_ID = Param("draft_id", "path", "the draft's id", _ID_SCHEMA, required=True)
 _ANY: tuple[str, dict[str, Any]] = ("*/*", {})
 
 
@@ -178,6 +180,41 @@ STREAM_OPERATIONS: Final = (
         "A CORS preflight",
         {204: None, **_plain(400)},
         params=(_ID,),
+    ),
+    Operation(
+        "get",
+        _DRAFT_PATH,
+        "A draft's text as it grows, a read-only Durable Stream (offsets are bytes of the text;"
+        " closed when the draft is committed, cancelled or expires, or its text is rewritten)",
+        {
+            200: ("text/plain; charset=utf-8", {"type": "string"}),
+            204: None,
+            **_plain(400, 404, 410),
+        },
+        params=(
+            _ID,
+            _DRAFT_ID,
+            Param("offset", "query", "-1 (the start), now (the tail) or an offset"),
+            Param("live", "query", "long-poll or sse"),
+            Param("cursor", "query", "the last Stream-Cursor"),
+        ),
+    ),
+    *(
+        Operation(
+            method,
+            _DRAFT_PATH,
+            "Always 405: a draft is written with the WebSocket protocol's draft op",
+            {405: _TEXT, **_plain(400)},
+            params=(_ID, _DRAFT_ID),
+        )
+        for method in ("put", "post", "delete")
+    ),
+    Operation(
+        "options",
+        _DRAFT_PATH,
+        "A CORS preflight",
+        {204: None, **_plain(400)},
+        params=(_ID, _DRAFT_ID),
     ),
 )
 
