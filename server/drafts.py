@@ -21,7 +21,11 @@ hub fans out what it returns and runs the expiry sweep):
 - ``DraftBudget`` counts the bytes drafts hold, server-wide
   (``max_draft_bytes``) and per writing connection
   (``max_connection_draft_bytes``); an update past either is refused.
-- ``Drafts.apply_remote`` takes an update another replica made.
+- ``Drafts.apply_remote`` takes an update another replica made;
+- ``Drafts.stream`` is a draft's Durable Stream (``server.streams.transcripts``):
+  its text in UTF-8 as it grows, closed when the draft closes or a ``text``
+  rewrites it (then frozen at what both texts share); a close keeps the
+  stream's bytes for ``ttl`` (counted in the budget) for readers behind.
 
 Every update is one ``server.frames.EncodedDraft``: encoded once, fanned out
 to every subscriber's queue like an increment. A draft's ``text`` frame of
@@ -81,7 +85,8 @@ class DraftBudget:
     """The bytes the drafts of this server hold: each open draft costs its
     text's UTF-8 bytes and ``OPEN_DRAFT_COST``, charged to the connection
     that wrote it last (``writer``) and to the total; each remembered close
-    costs ``CLOSED_DRAFT_COST``, charged to the total only. ``max_bytes``
+    costs ``CLOSED_DRAFT_COST`` and the bytes of the text it keeps (for its
+    Durable Stream), charged to the total only. ``max_bytes``
     (``max_draft_bytes``) bounds the total, ``max_per_writer``
     (``max_connection_draft_bytes``) each writer's share: an update past
     either is refused (``too-many-drafts``, naming the setting). What must be
