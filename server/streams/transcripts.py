@@ -378,8 +378,10 @@ def _draft_sse(
 
 
 def _text_data(text: str) -> bytes:
-    """``_sse_data`` for text: each line after ``data: ``, since a reader
-    drops one space after the colon (a chunk's own leading space stays)."""
+    """``_sse_data`` for a draft's text: each line after ``data: ``, since a
+    reader drops one space after the colon (a token's own leading space
+    stays). ``_sse_data`` writes ``data:`` with none, as the conformance
+    suite demands of every other stream."""
     lines = re.split(r"\r\n|\r|\n", text)
     return ("\n".join(f"data: {line}" for line in lines) + "\n\n").encode()
 
