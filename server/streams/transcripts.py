@@ -293,10 +293,10 @@ async def _read_draft(request: Request, transcript_id: str, draft_id: str) -> Re
     if live in ("long-poll", "sse") and not offsets:
         raise StreamError(400, f"{live} requires offset parameter")
     # An offset is a byte of the text: ``_revision``'s format and rules.
-    start = 0 if offset in ("-1", "now") else _revision(offset, epoch)
+    start = 0 if offset == "-1" else _END if offset == "now" else _revision(offset, epoch)
     data, end, closed = await _draft(hub, transcript_id, draft_id, start)
     if offset == "now":
-        start, data = end, b""
+        start = end
     if start > end:
         if not closed:
             raise StreamError(400, "an offset past the draft's end")

@@ -17,15 +17,24 @@ import pytest
 
 import client_py
 from server.streams.transcripts import offset_of
+from tests.auth.conftest import SECRET, mint
 from tests.conftest import require_binary
 from tests.durable_streams.test_conformance import HERE, npm_ci
-from tests.support.servers import running_server
+from tests.support.servers import RunningServer, running_server
+from tests.support.waiting import until
 
 TEXT = "text/plain; charset=utf-8"
 
 
 def url(draft_id: str, transcript_id: str = "t1") -> str:
     return f"/v1/stream/transcripts/{transcript_id}/drafts/{draft_id}"
+
+
+def waiting(srv: RunningServer, draft_id: str, transcript_id: str = "t1") -> bool:
+    """Whether a long-poll or SSE reader waits for the draft's next update."""
+    live = srv.hub.live.get(transcript_id)
+    watchers = () if live is None else live.draft_watchers.get(draft_id, ())
+    return any(not future.done() for future in watchers)  # a woken one is not waiting
 
 
 async def test_a_draft_reads_as_its_text_and_resumes_from_a_byte() -> None:
@@ -147,9 +156,8 @@ async def test_a_long_poll_wakes_on_the_next_delta() -> None:
             offset = first.headers["stream-next-offset"]
             params = {"offset": offset, "live": "long-poll"}
             poll = asyncio.create_task(http.get(url("d1"), params=params))
-            # The poll is waiting (it has not answered: it would with data or 204).
-            done, _ = await asyncio.wait({poll}, timeout=0.3)
-            assert not done
+            await until(lambda: waiting(srv, "d1"))  # the poll waits on the draft
+            assert not poll.done()
             started = time.monotonic()
             await d.write("bc")
             answer = await asyncio.wait_for(poll, 5)
@@ -160,8 +168,8 @@ async def test_a_long_poll_wakes_on_the_next_delta() -> None:
             # The next poll wakes on the commit: closed, with nothing more.
             params = {"offset": answer.headers["stream-next-offset"], "live": "long-poll"}
             poll = asyncio.create_task(http.get(url("d1"), params=params))
-            done, _ = await asyncio.wait({poll}, timeout=0.3)
-            assert not done
+            await until(lambda: waiting(srv, "d1"))
+            assert not poll.done()
             await d.commit()
             closed = await asyncio.wait_for(poll, 5)
             assert closed.headers["stream-closed"] == "true" and closed.content == b""
@@ -204,16 +212,17 @@ async def test_sse_sees_the_text_grow_and_closes_on_commit_or_cancel() -> None:
                 await d.sync()
                 follower = asyncio.create_task(follow_sse(http, url(f"d-{how}")))
                 for token in (" two", " three"):
-                    await asyncio.sleep(0.05)  # paced like tokens, not synchronisation
+                    # Each written once the reader waits: it sees the text grow.
+                    await until(lambda: waiting(srv, f"d-{how}"))  # noqa: B023
                     await d.write(token)
+                    await d.sync()
                 await d.sync()
                 if how == "commit":
                     await d.commit()
                 else:
                     await d.cancel()
             data, controls = await asyncio.wait_for(follower, 10)
-            assert "".join(data) == "one two three", data
-            assert len(data) >= 2, data  # it grew while read, not only at the end
+            assert data == ["one", " two", " three"]  # it grew while read
             assert controls[-1]["streamClosed"] is True
             assert controls[-1]["streamNextOffset"] == offset_of(created.epoch, 13)
             assert all("streamClosed" not in c for c in controls[:-1])
@@ -275,3 +284,30 @@ async def test_the_official_client_follows_a_draft_to_its_close() -> None:
     assert seen["text"] == "Once upon a time"
     assert seen["closed"] is True
     assert seen["contentType"] == TEXT
+
+
+async def test_reading_a_draft_needs_read_on_its_transcript() -> None:
+    async with (
+        running_server(jwt_secret=SECRET, draft_coalesce_s=0.0) as srv,
+        httpx.AsyncClient(base_url=srv.url) as http,
+        client_py.connect(srv.url, token=mint(audience=None, admin=True)) as client,
+    ):
+        await client.create("t1")
+        async with client.draft("t1", draft_id="d1") as d:
+            await d.write("secret plan")
+            await d.sync()
+
+            def bearer(**claims: Any) -> dict[str, str]:
+                return {"authorization": f"Bearer {mint(audience=None, **claims)}"}
+
+            assert (await http.get(url("d1"))).status_code == 401
+            other = await http.get(url("d1"), headers=bearer(read=["t2"]))
+            assert other.status_code == 403 and b"secret" not in other.content
+            assert (await http.head(url("d1"), headers=bearer(read=["t2"]))).status_code == 403
+            mine = await http.get(url("d1"), headers=bearer(read=["t*"]))
+            assert mine.status_code == 200 and mine.content == b"secret plan"
+            # Writing needs write (and is refused all the same).
+            assert (await http.post(url("d1"), headers=bearer(read=["t1"]))).status_code == 403
+            assert (await http.post(url("d1"), headers=bearer(write=["t1"]))).status_code == 405
+            # A preflight carries no credentials.
+            assert (await http.options(url("d1"))).status_code == 204
