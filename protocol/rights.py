@@ -239,6 +239,19 @@ ROUTES: Final[Mapping[tuple[str, str], Rule]] = {
     ("POST", "/v1/stream/transcripts/{transcript_id}"): Rule(need=WRITE, note="always 405"),
     ("DELETE", "/v1/stream/transcripts/{transcript_id}"): Rule(need=WRITE, note="always 405"),
     ("OPTIONS", "/v1/stream/transcripts/{transcript_id}"): Rule(need=PUBLIC),
+    ("GET", "/v1/stream/transcripts/{transcript_id}/drafts/{draft_id}"): Rule(
+        need=READ, note="a draft's text as it grows, a read-only Durable Stream"
+    ),
+    ("PUT", "/v1/stream/transcripts/{transcript_id}/drafts/{draft_id}"): Rule(
+        need=WRITE, note="always 405"
+    ),
+    ("POST", "/v1/stream/transcripts/{transcript_id}/drafts/{draft_id}"): Rule(
+        need=WRITE, note="always 405"
+    ),
+    ("DELETE", "/v1/stream/transcripts/{transcript_id}/drafts/{draft_id}"): Rule(
+        need=WRITE, note="always 405"
+    ),
+    ("OPTIONS", "/v1/stream/transcripts/{transcript_id}/drafts/{draft_id}"): Rule(need=PUBLIC),
     ("GET", "/v1/openapi.json"): Rule(need=PUBLIC),
     ("GET", "/v1/schema.json"): Rule(need=PUBLIC),
     ("GET", "/v1/client.js"): Rule(need=PUBLIC),

@@ -21,7 +21,11 @@ hub fans out what it returns and runs the expiry sweep):
 - ``DraftBudget`` counts the bytes drafts hold, server-wide
   (``max_draft_bytes``) and per writing connection
   (``max_connection_draft_bytes``); an update past either is refused.
-- ``Drafts.apply_remote`` takes an update another replica made.
+- ``Drafts.apply_remote`` takes an update another replica made;
+- ``Drafts.stream`` is a draft's Durable Stream (``server.streams.transcripts``):
+  its text in UTF-8 as it grows, closed when the draft closes or a ``text``
+  rewrites it (then frozen at what both texts share); a close keeps the
+  stream's bytes for ``ttl`` (counted in the budget) for readers behind.
 
 Every update is one ``server.frames.EncodedDraft``: encoded once, fanned out
 to every subscriber's queue like an increment. A draft's ``text`` frame of
@@ -81,7 +85,8 @@ class DraftBudget:
     """The bytes the drafts of this server hold: each open draft costs its
     text's UTF-8 bytes and ``OPEN_DRAFT_COST``, charged to the connection
     that wrote it last (``writer``) and to the total; each remembered close
-    costs ``CLOSED_DRAFT_COST``, charged to the total only. ``max_bytes``
+    costs ``CLOSED_DRAFT_COST`` and the bytes of the text it keeps (for its
+    Durable Stream), charged to the total only. ``max_bytes``
     (``max_draft_bytes``) bounds the total, ``max_per_writer``
     (``max_connection_draft_bytes``) each writer's share: an update past
     either is refused (``too-many-drafts``, naming the setting). What must be
@@ -155,6 +160,7 @@ class OpenDraft:
         "role",
         "sent_at",
         "size",
+        "stream_closed",
         "transcript_id",
         "updated",
         "writer",
@@ -184,6 +190,12 @@ class OpenDraft:
         #: ``size``, not in ``text``; UTF-8, and their bytes.
         self._held = bytearray()
         self._held_size = 0
+        #: Its Durable Stream (the text as it grows, UTF-8) once a ``text``
+        #: update did not extend it: closed, and frozen at the bytes the old
+        #: and the new text shared (a copy, at most the text's size, kept
+        #: while the draft is open: not counted in the ``DraftBudget``);
+        #: ``None`` while every update extended it.
+        self.stream_closed: bytes | None = None
 
     def __repr__(self) -> str:
         return f"<OpenDraft {self.transcript_id}/{self.draft_id} n={self.n} {self.size} bytes>"
@@ -201,6 +213,23 @@ class OpenDraft:
             assert self._buffer is not None  # one of them is always there
             text = self._text = self._buffer.decode(_UTF8, _ERRORS)
         return text
+
+    def utf8(self, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of the text as of update ``n``, in UTF-8
+        (only those are copied)."""
+        buffer = self._buffer
+        if buffer is not None:
+            return bytes(buffer[start:end])
+        return _encode(self.text)[start:end]
+
+    def stream(self, start: int) -> tuple[bytes, int, bool]:
+        """Its Durable Stream from byte ``start``: the bytes, the stream's
+        end, whether it is closed (``stream_closed``)."""
+        frozen = self.stream_closed
+        if frozen is not None:
+            return frozen[start:], len(frozen), True
+        end = self.size - self._held_size
+        return (self.utf8(start, end) if start < end else b""), end, False
 
     def text_frame(self) -> EncodedDraft:
         """The ``text`` frame of the current update, encoded once per update."""
@@ -241,12 +270,35 @@ class OpenDraft:
         self.updated = self.sent_at = now
 
     def _set(self, text: str, size: int, now: float) -> None:
+        self._close_stream(_encode(text))
         self._buffer = None  # made again by the next delta: a text costs one copy
         self._text = text
         self._text_frame = None
         self.size = size + self._held_size  # held deltas follow the new text
         self.n += 1
         self.updated = self.sent_at = now
+
+    def _close_stream(self, new: bytes) -> None:
+        """Close the stream where ``new`` (the next text) stops extending
+        what it holds: a stream is append-only, so a text that rewrites it
+        ends it, at the bytes both share (a whole character)."""
+        if self.stream_closed is not None:
+            return  # closed already: it stays as it closed
+        old = self.utf8(0, self.size - self._held_size)
+        if new.startswith(old):
+            return
+        # The longest common prefix, by halves (compared in C, not copied).
+        a, b = memoryview(old), memoryview(new)
+        same, high = 0, min(len(old), len(new))
+        while same < high:
+            middle = (same + high + 1) // 2
+            if a[:middle] == b[:middle]:
+                same = middle
+            else:
+                high = middle - 1
+        while same > 0 and same < len(new) and new[same] & 0xC0 == 0x80:
+            same -= 1  # not inside a character
+        self.stream_closed = old[:same]
 
     def hold(self, delta: str, size: int, now: float) -> None:
         """Keep ``delta`` (the text is then ``size`` bytes with it) for the
@@ -290,11 +342,19 @@ class ClosedDraft(NamedTuple):
     for ``draft_ttl_s`` (a late op on it is ``draft-closed``). ``final``: the
     close frame of a committed draft that was open (a consumer that resumes
     from before its revision gets it); ``None`` for every other close (a
-    consumer that holds such a draft closes it as ``gone``)."""
+    consumer that holds such a draft closes it as ``gone``). ``text``: its
+    Durable Stream's bytes when it closed (a reader behind gets the rest),
+    ``None`` when it was never open here."""
 
     state: str
     closed_at: float
     final: EncodedDraft | None = None
+    text: bytes | None = None
+
+    @property
+    def cost(self) -> int:
+        """What remembering it costs in the ``DraftBudget``."""
+        return CLOSED_DRAFT_COST + (len(self.text) if self.text is not None else 0)
 
 
 class Written(NamedTuple):
@@ -520,16 +580,37 @@ class Drafts:
         del self.open[draft.draft_id]
         self._charge(draft, None, 0)
         frame = draft.close_frame(state, revision)
-        self._remember(draft.draft_id, state, now, frame if state == "final" else None)
+        final = frame if state == "final" else None
+        self._remember(draft.draft_id, state, now, final, draft.stream(0)[0])
         return frame
 
     def _remember(
-        self, draft_id: str, state: str, now: float, final: EncodedDraft | None = None
+        self,
+        draft_id: str,
+        state: str,
+        now: float,
+        final: EncodedDraft | None = None,
+        text: bytes | None = None,
     ) -> None:
         closed = self.closed
-        if closed.pop(draft_id, None) is None and self.budget is not None:
-            self.budget.charge(None, CLOSED_DRAFT_COST)
-        closed[draft_id] = ClosedDraft(state, now, final)
+        before = closed.pop(draft_id, None)
+        entry = closed[draft_id] = ClosedDraft(state, now, final, text)
+        if self.budget is not None:
+            self.budget.charge(None, entry.cost - (0 if before is None else before.cost))
+
+    def stream(self, draft_id: str, start: int) -> tuple[bytes, int, bool] | None:
+        """The Durable Stream of a draft from byte ``start``: its bytes, its
+        end and whether it is closed (committed, cancelled, expired, or its
+        text rewritten); ``None`` when the draft is neither open nor closed
+        within ``ttl``. A start past a closed stream's end reads as its end."""
+        draft = self.open.get(draft_id)
+        if draft is not None:
+            return draft.stream(start)
+        closed = self.closed.get(draft_id)
+        if closed is None:
+            return None
+        text = closed.text or b""
+        return text[start:], len(text), True
 
     def drop(self) -> None:
         """Forget everything (the transcript is gone): release what the
@@ -537,7 +618,7 @@ class Drafts:
         for draft in self.open.values():
             self._charge(draft, None, 0)
         if self.budget is not None:
-            self.budget.charge(None, -CLOSED_DRAFT_COST * len(self.closed))
+            self.budget.charge(None, -sum(c.cost for c in self.closed.values()))
         self.open.clear()
         self.closed.clear()
 
@@ -572,10 +653,9 @@ class Drafts:
             first = next(iter(closed))
             if closed[first].closed_at >= cutoff:
                 break
-            del closed[first]
-            forgotten += 1
+            forgotten += closed.pop(first).cost
         if forgotten and self.budget is not None:
-            self.budget.charge(None, -CLOSED_DRAFT_COST * forgotten)
+            self.budget.charge(None, -forgotten)
         return local, remote
 
     def catch_up(self, now: float, resumed_from: int | None = None) -> list[EncodedDraft]:
@@ -623,7 +703,7 @@ class Drafts:
             del self.open[draft_id]
             self._charge(draft, None, 0)
             shared = final or EncodedDraft(frame)
-            self._remember(draft_id, frame.state, now, final)
+            self._remember(draft_id, frame.state, now, final, draft.stream(0)[0])
             return shared
         if draft is None:
             if draft_id in self.closed:

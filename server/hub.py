@@ -1004,6 +1004,28 @@ class Hub:
                 await live.watch()
         return self.is_current(live) and live.transcript.revision > revision
 
+    async def draft_stream(
+        self, transcript_id: str, draft_id: str, start: int
+    ) -> tuple[bytes, int, bool] | None:
+        """A draft's Durable Stream from byte ``start`` (``Drafts.stream``):
+        its bytes, its end, whether it is closed; ``None`` when the draft is
+        neither open nor closed within ``draft_ttl_s``."""
+        live = await self.load(transcript_id)
+        return live.drafts.stream(draft_id, start)
+
+    async def wait_draft(self, transcript_id: str, draft_id: str, end: int, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the draft's stream to move past
+        ``end`` bytes or close (its next update or close, here or, through
+        the backplane, from another replica). The copy stays in memory while
+        someone waits."""
+        live = await self.load(transcript_id)
+        now = live.drafts.stream(draft_id, end)
+        if now is None or now[1] != end or now[2]:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await live.watch_draft(draft_id)
+
     # --- connections and subscriptions --------------------------------------------------
 
     def connect(

@@ -142,6 +142,9 @@ class LiveTranscript:
         #: HTTP readers waiting for the next delivery (Durable Streams'
         #: long-poll and SSE on a transcript), woken once it went out.
         self.watchers: set[asyncio.Future[None]] = set()
+        #: HTTP readers of a draft's Durable Stream by draft id, woken by its
+        #: next update or close (the frame the subscribers get).
+        self.draft_watchers: dict[str, set[asyncio.Future[None]]] = {}
         self.pump = asyncio.create_task(
             _pump(self.buffer, weakref.ref(self)), name=f"pump-{self.id}"
         )
@@ -193,6 +196,35 @@ class LiveTranscript:
             if not future.done():
                 future.set_result(None)
 
+    def watch_draft(self, draft_id: str) -> asyncio.Future[None]:
+        """A future done after the draft's next update or close (or when
+        this copy closes)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        watchers = self.draft_watchers.setdefault(draft_id, set())
+        watchers.add(future)
+
+        def forget(done: asyncio.Future[None]) -> None:
+            watchers.discard(done)
+            if not watchers and self.draft_watchers.get(draft_id) is watchers:
+                del self.draft_watchers[draft_id]
+
+        future.add_done_callback(forget)
+        return future
+
+    def _wake_draft_watchers(self, draft_id: str | None = None) -> None:
+        """Wake the readers of ``draft_id`` (``None``: of every draft)."""
+        if not self.draft_watchers:
+            return
+        if draft_id is None:
+            groups = list(self.draft_watchers.values())
+        else:
+            group = self.draft_watchers.get(draft_id)
+            groups = [] if group is None else [group]
+        for group in groups:
+            for future in list(group):
+                if not future.done():
+                    future.set_result(None)
+
     def commit_draft(self, draft_id: str, revision: int, now: float) -> EncodedDraft | None:
         """The change of ``revision`` (applied, not delivered yet) commits
         the draft ``draft_id``: it closes now, and its ``final`` frame leaves
@@ -200,6 +232,7 @@ class LiveTranscript:
         was not open)."""
         frame = self.drafts.commit(draft_id, revision, now)
         if frame is not None:
+            self._wake_draft_watchers(draft_id)
             if revision > self._delivered:
                 self._finals.setdefault(revision, []).append(frame)
             else:
@@ -212,6 +245,7 @@ class LiveTranscript:
         """Fan one draft update or close out to every subscriber."""
         for queue in list(self.subscribers):
             queue.push_draft(frame)
+        self._wake_draft_watchers(frame.frame.draft_id)
 
     def _trim(self) -> None:
         """Let the oldest messages go once more than 1.5 times ``live_messages``
@@ -417,6 +451,7 @@ class LiveTranscript:
         return (
             not self.subscribers
             and not self.watchers
+            and not self.draft_watchers
             and not self.lock.locked()
             and not self.drafts.open
         )
@@ -429,6 +464,7 @@ class LiveTranscript:
     async def close(self) -> None:
         """Stop the pump (deliver what is pending first if it matters)."""
         self._wake_watchers()
+        self._wake_draft_watchers()
         self.pump.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.pump

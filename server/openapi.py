@@ -74,6 +74,8 @@ _STREAM = Param(
     required=True,
 )
 _TEXT = ("text/plain", {"type": "string"})
+_DRAFT_PATH = "/v1/stream/transcripts/{transcript_id}/drafts/{draft_id}"
+_DRAFT_ID = Param("draft_id", "path", "the draft's id", _ID_SCHEMA, required=True)
 _ANY: tuple[str, dict[str, Any]] = ("*/*", {})
 
 
@@ -93,7 +95,7 @@ STREAM_OPERATIONS: Final = (
         "Durable Streams: create a stream (200 when it exists with this configuration), "
         "or fork one",
         {201: None, 200: None, **_plain(400, 404, 405, 409, 413, 429, 507)},
-        body={"*/*": {"type": "string"}},
+        body={"*/*": {}},  # any bytes: schemathesis has no "wrong type" of them
         params=(
             _STREAM,
             _header("Stream-TTL", "seconds of a sliding expiry", "^(0|[1-9][0-9]*)$"),
@@ -109,7 +111,7 @@ STREAM_OPERATIONS: Final = (
         "/v1/stream/{stream_path}",
         "Durable Streams: append (or close with Stream-Closed: true)",
         {200: None, 204: None, **_plain(400, 403, 404, 405, 409, 410, 413, 507)},
-        body={"*/*": {"type": "string"}},
+        body={"*/*": {}},  # any bytes: schemathesis has no "wrong type" of them
         params=(
             _STREAM,
             _header("Stream-Seq", "a writer sequence that must grow"),
@@ -178,6 +180,41 @@ STREAM_OPERATIONS: Final = (
         "A CORS preflight",
         {204: None, **_plain(400)},
         params=(_ID,),
+    ),
+    Operation(
+        "get",
+        _DRAFT_PATH,
+        "A draft's text as it grows, a read-only Durable Stream (offsets are bytes of the text;"
+        " closed when the draft is committed, cancelled or expires, or its text is rewritten)",
+        {
+            200: ("text/plain; charset=utf-8", {"type": "string"}),
+            204: None,
+            **_plain(400, 404, 410),
+        },
+        params=(
+            _ID,
+            _DRAFT_ID,
+            Param("offset", "query", "-1 (the start), now (the tail) or an offset"),
+            Param("live", "query", "long-poll or sse"),
+            Param("cursor", "query", "the last Stream-Cursor"),
+        ),
+    ),
+    *(
+        Operation(
+            method,
+            _DRAFT_PATH,
+            "Always 405: a draft is written with the WebSocket protocol's draft op",
+            {405: _TEXT, **_plain(400)},
+            params=(_ID, _DRAFT_ID),
+        )
+        for method in ("put", "post", "delete")
+    ),
+    Operation(
+        "options",
+        _DRAFT_PATH,
+        "A CORS preflight",
+        {204: None, **_plain(400)},
+        params=(_ID, _DRAFT_ID),
     ),
 )
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Final
 
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -549,9 +550,25 @@ def _sse_data(payload: str) -> bytes:
     return ("\n".join(f"data:{line}" for line in lines) + "\n\n").encode()
 
 
+class _AnyPath(Convertor[str]):
+    """A stream path, newlines included: Starlette's ``path`` convertor stops
+    at one, and such a request would miss this face for the app's 404 (the
+    face itself refuses control characters with its own 400)."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("streampath", _AnyPath())
+
 routes: Final = [
     Route(
-        "/v1/stream/{stream_path:path}",
+        "/v1/stream/{stream_path:streampath}",
         endpoint,
         methods=["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"],
     )

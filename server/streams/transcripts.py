@@ -14,6 +14,16 @@ Writes go through the transcript API (``POST /v1/transcripts/{id}/messages``,
 with its validation, ``expectedRevision`` and idempotency keys): this face
 answers them ``405``. A transcript is never closed. Its drafts are not part of
 it and are not in this stream.
+
+Every draft of a transcript is a read-only text stream of its own:
+``/v1/stream/transcripts/{id}/drafts/{draftId}``, ``text/plain;
+charset=utf-8``, whose bytes are the draft's text (UTF-8) as it grows and
+whose offsets are byte positions in it (``<epoch number>_<bytes>``). It is
+closed when the draft is committed, cancelled or expires, and also when a
+``text`` update rewrites what it holds instead of extending it (a stream is
+append-only): then at the bytes the old and the new text share
+(``server.drafts.OpenDraft.stream_closed``). Long-poll and SSE readers wake on
+the draft's next update or close (``Hub.wait_draft``).
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from protocol.types import TranscriptEvent
 from server.errors import Refused, failure_for
 from server.hub import Hub
 from server.streams.http import (
+    CLOSED,
     CURSOR,
     NEXT_OFFSET,
     SECURITY,
@@ -216,10 +227,172 @@ def _sse(
     return StreamingResponse(events(), headers=headers)
 
 
+# --- drafts ------------------------------------------------------------------------
+
+TEXT: Final = "text/plain; charset=utf-8"
+
+
+async def draft_endpoint(request: Request) -> Response:
+    try:
+        transcript_id = request.path_params["transcript_id"]
+        draft_id = request.path_params["draft_id"]
+        if not _ID.fullmatch(transcript_id):
+            raise StreamError(400, "not a transcript id")
+        if not _ID.fullmatch(draft_id):
+            raise StreamError(400, "not a draft id")
+        if request.method == "OPTIONS":
+            return _preflight(request)
+        if request.method not in ("GET", "HEAD"):
+            return _answer(
+                405,
+                {"allow": "GET, HEAD, OPTIONS"},
+                "a draft is read-only here: write it with the WebSocket protocol's draft op",
+            )
+        return await _read_draft(request, transcript_id, draft_id)
+    except StreamError as error:
+        return _answer(error.status, error.headers, error.reason)
+    except Exception as exc:  # the transcript API's errors, in this face's plain text
+        failure = failure_for(exc)
+        if failure is None:
+            raise
+        return _answer(codes.error(failure.code).http_status, None, failure.message)
+
+
+async def _draft(
+    hub: Hub, transcript_id: str, draft_id: str, start: int
+) -> tuple[bytes, int, bool]:
+    found = await hub.draft_stream(transcript_id, draft_id, start)
+    if found is None:
+        raise StreamError(404, "no such draft: never opened, or closed more than draft_ttl_s ago")
+    return found
+
+
+#: A start past any draft's end: reads its end and no byte.
+_END: Final = 1 << 62
+
+
+async def _read_draft(request: Request, transcript_id: str, draft_id: str) -> Response:
+    hub = _hub(request)
+    settings: StreamSettings = request.app.state.stream_settings
+    epoch = (await hub.head(transcript_id)).epoch
+    if request.method == "HEAD":
+        _, end, closed = await _draft(hub, transcript_id, draft_id, _END)
+        headers = {NEXT_OFFSET: offset_of(epoch, end), "content-type": TEXT}
+        headers["cache-control"] = "no-store"
+        if closed:
+            headers[CLOSED] = "true"
+        return _answer(200, headers)
+    offsets = request.query_params.getlist("offset")
+    if len(offsets) > 1:
+        raise StreamError(400, "Multiple offset parameters not allowed")
+    offset = offsets[0] if offsets else "-1"
+    if offset == "":
+        raise StreamError(400, "Empty offset parameter")
+    live = request.query_params.get("live")
+    cursor = request.query_params.get("cursor")
+    if live in ("long-poll", "sse") and not offsets:
+        raise StreamError(400, f"{live} requires offset parameter")
+    # An offset is a byte of the text: ``_revision``'s format and rules.
+    start = 0 if offset == "-1" else _END if offset == "now" else _revision(offset, epoch)
+    data, end, closed = await _draft(hub, transcript_id, draft_id, start)
+    if offset == "now":
+        start = end
+    if start > end:
+        if not closed:
+            raise StreamError(400, "an offset past the draft's end")
+        start = end  # its text was rewritten past this reader: it ends here
+    if live == "sse":
+        return _draft_sse(hub, settings, transcript_id, draft_id, epoch, start, cursor)
+    if live == "long-poll" and not data:
+        if closed:
+            headers = {NEXT_OFFSET: offset_of(epoch, end), UP_TO_DATE: "true", CLOSED: "true"}
+            return _answer(204, headers)
+        await hub.wait_draft(transcript_id, draft_id, end, settings.long_poll_s)
+        data, end, closed = await _draft(hub, transcript_id, draft_id, start)
+        if start > end:  # rewritten meanwhile: it closed before this reader
+            start = end
+        if not data and not closed:
+            headers = {
+                NEXT_OFFSET: offset_of(epoch, start),
+                UP_TO_DATE: "true",
+                CURSOR: response_cursor(cursor),
+            }
+            return _answer(204, headers)
+    headers = {NEXT_OFFSET: offset_of(epoch, end), UP_TO_DATE: "true", "content-type": TEXT}
+    # Every answer reaches the text's end, which grows: nothing to cache.
+    headers["cache-control"] = "no-store"
+    if live == "long-poll":
+        headers[CURSOR] = response_cursor(cursor)
+    if closed:
+        headers[CLOSED] = "true"
+    return _answer(200, headers, data, TEXT)
+
+
+def _draft_sse(
+    hub: Hub,
+    settings: StreamSettings,
+    transcript_id: str,
+    draft_id: str,
+    epoch: str,
+    start: int,
+    cursor: str | None,
+) -> Response:
+    async def events() -> AsyncIterator[bytes]:
+        position = start
+        deadline = time.monotonic() + settings.sse_max_s
+        while True:
+            try:
+                data, end, closed = await _draft(hub, transcript_id, draft_id, position)
+            except (StreamError, Refused):
+                return  # forgotten or deleted: the reader reconnects and is told
+            position = min(position, end)
+            out = b""
+            if data:
+                position = end
+                text = data.decode("utf-8", errors="replace")
+                out = b"event: data\n" + _text_data(text)
+            control: dict[str, object] = {"streamNextOffset": offset_of(epoch, position)}
+            if closed:
+                control["streamClosed"] = True
+            else:
+                control["streamCursor"] = response_cursor(cursor)
+            control["upToDate"] = True
+            # A data event and its control leave in one write.
+            yield out + b"event: control\n" + _sse_data(json.dumps(control, separators=(",", ":")))
+            if closed:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            await hub.wait_draft(
+                transcript_id, draft_id, position, min(remaining, settings.long_poll_s)
+            )
+
+    headers = {
+        **SECURITY,
+        "content-type": "text/event-stream",
+        "cache-control": "no-cache",
+        "x-accel-buffering": "no",
+    }
+    return StreamingResponse(events(), headers=headers)
+
+
+def _text_data(text: str) -> bytes:
+    """``_sse_data`` for a draft's text: each line after ``data: ``, since a
+    reader drops one space after the colon (a token's own leading space
+    stays). ``_sse_data`` writes ``data:`` with none, as the conformance
+    suite demands of every other stream."""
+    lines = re.split(r"\r\n|\r|\n", text)
+    return ("\n".join(f"data: {line}" for line in lines) + "\n\n").encode()
+
+
+_METHODS: Final = ["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"]
+
 routes: Final = [
+    Route("/v1/stream/transcripts/{transcript_id}", endpoint, methods=_METHODS),
     Route(
-        "/v1/stream/transcripts/{transcript_id}",
-        endpoint,
-        methods=["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"],
-    )
+        "/v1/stream/transcripts/{transcript_id}/drafts/{draft_id}",
+        draft_endpoint,
+        methods=_METHODS,
+    ),
 ]

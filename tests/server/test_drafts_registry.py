@@ -183,10 +183,11 @@ def test_the_budget_counts_open_drafts_per_writer_and_in_all() -> None:
     assert "max_draft_bytes)" in error.message
     d.write("a", now=1, cancel=True, writer="c2")
     assert budget.by_writer == {"c2": OPEN_DRAFT_COST + 50, "c3": OPEN_DRAFT_COST + 1}
-    assert budget.total == 2 * OPEN_DRAFT_COST + 51 + CLOSED_DRAFT_COST
+    # A close keeps the draft's text for its Durable Stream's late readers.
+    assert budget.total == 2 * OPEN_DRAFT_COST + 51 + CLOSED_DRAFT_COST + 50
     d.commit("b", 3, now=1)
     d.expire(now=20)  # "c" expires; the closes older than the ttl are forgotten
-    assert budget.by_writer == {} and budget.total == CLOSED_DRAFT_COST
+    assert budget.by_writer == {} and budget.total == CLOSED_DRAFT_COST + 1
     d.expire(now=40)
     assert budget.total == 0
     d.write("e", now=41, text="t", writer="c1")
@@ -304,6 +305,88 @@ def test_a_consumer_fed_the_frames_shows_a_prefix_state_and_a_catch_up_repairs_i
     if "a" in d.open:
         copy.take(frame_of(d.catch_up(now=len(ops))[0]))
         assert (copy.text, copy.n) == (d.open["a"].text, d.open["a"].n)
+
+
+STREAM_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("delta"), st.text(max_size=6)),
+        st.tuples(st.just("text"), st.text(max_size=10)),
+        st.tuples(st.just("keep"), st.none()),
+        st.tuples(st.just("flush"), st.none()),
+        st.tuples(st.just("read"), st.integers(0, 3)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=STREAM_OPS, close=st.sampled_from(["commit", "cancel", "expire", None]))
+def test_a_drafts_stream_only_grows_and_every_reader_reads_the_same_bytes(
+    ops: list[tuple[str, object]], close: str | None
+) -> None:
+    """Issue 27.2: a draft's Durable Stream is its text (UTF-8) while every
+    update extends it; readers resuming from their offsets, at any time,
+    assemble the same bytes; a text that rewrites it closes it, frozen at
+    what both texts share; a close keeps what it held."""
+    d = drafts(max_bytes=10_000, coalesce=0.5)
+    readers = [b""] * 4
+    seen = b""  # the stream's longest content so far
+    closed_at: bytes | None = None
+    for i, (kind, value) in enumerate(ops):
+        now = i / 10
+        if kind == "delta":
+            assert isinstance(value, str)
+            d.write("a", now=now, delta=value)
+        elif kind == "text":
+            assert isinstance(value, str)
+            d.write("a", now=now, text=value)
+        elif kind == "keep":
+            d.write("a", now=now)
+        elif kind == "flush":
+            d.flush("a", now)
+        else:
+            assert isinstance(value, int)
+            found = d.stream("a", len(readers[value]))
+            if found is None:
+                assert not d.open  # not opened yet
+                continue
+            data, end, closed = found
+            readers[value] += data
+            assert len(readers[value]) == end or closed
+        found = d.stream("a", 0)
+        if found is None:
+            continue
+        whole, end, closed = found
+        assert len(whole) == end
+        if closed_at is not None:
+            assert closed and whole == closed_at  # a closed stream never changes
+        elif closed:
+            closed_at = whole
+            assert seen.startswith(whole)
+        else:
+            draft = d.open["a"]
+            assert whole == draft.text.encode("utf-8", "surrogatepass")
+            assert whole.startswith(seen)  # it only grows
+            seen = whole
+        for read in readers:
+            assert whole[: len(read)] == read[: len(whole)]
+    if "a" not in d.open:
+        return
+    text = d.stream("a", 0)
+    assert text is not None
+    if close == "commit":
+        d.flush("a", 100)
+        text = d.stream("a", 0)
+        d.commit("a", 1, now=100)
+    elif close == "cancel":
+        d.write("a", now=100, cancel=True)
+    elif close == "expire":
+        d.expire(now=100)
+    else:
+        return
+    after = d.stream("a", 0)
+    assert text is not None and after is not None
+    assert after == (text[0], text[1], True)
 
 
 def test_deltas_within_the_coalescing_interval_wait_and_go_out_as_one_update() -> None:
