@@ -545,9 +545,15 @@ def _control(stream: Stream, offset: str, cursor: str | None) -> str:
 
 def _sse_data(payload: str) -> bytes:
     """Every line of ``payload`` as its own ``data:`` line (CR, LF and CRLF
-    all end a line in SSE: none can smuggle an event boundary in)."""
+    all end a line in SSE: none can smuggle an event boundary in). A reader
+    drops one space after the colon, so a line that starts with one gets one
+    more (``data:  upon`` reads `` upon``); others are written ``data:line``
+    as the conformance suite expects."""
     lines = re.split(r"\r\n|\r|\n", payload)
-    return ("\n".join(f"data:{line}" for line in lines) + "\n\n").encode()
+    return (
+        "\n".join(f"data: {line}" if line.startswith(" ") else f"data:{line}" for line in lines)
+        + "\n\n"
+    ).encode()
 
 
 class _AnyPath(Convertor[str]):
