@@ -202,10 +202,12 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
         """The handshake is answered: uvicorn reads neither its request nor
         its response again, yet keeps both for the connection's life, and
         websockets' parser keeps the request (a local of its generator), so
-        its headers are emptied rather than just let go."""
+        its headers are emptied rather than just let go. Once: later sends
+        (the close) find nothing to do."""
         request = getattr(self, "request", None)
-        if request is not None:
-            request.headers.clear()
+        if request is None:
+            return
+        request.headers.clear()
         self.request = self.response = None  # type: ignore[assignment]
         # Past ~30 attributes CPython gives an instance a dict table sized for
         # growth (1.6 KiB here); a copy is sized for what it holds (0.8 KiB).
