@@ -7,7 +7,13 @@ compares tracemalloc snapshots taken before and while they are open, grouped
 by file. This is the evidence behind the "RSS per idle connection" note in
 docs/benchmarks.md.
 
-    PYTHONPATH=. python scripts/bench_conn_memory.py [--connections 500]
+    PYTHONPATH=. python scripts/bench_conn_memory.py [--connections 500] [--by lineno] [--top 30]
+
+``--by lineno`` attributes the bytes to the line that allocated them (what
+the table "Idle memory per connection" in docs/benchmarks.md was built
+from). The server runs on asyncio's own loop here, not uvloop as under
+``tsync serve``: uvloop's transports are C objects tracemalloc does not see,
+so compare totals with ``tsync bench idle``'s RSS figure, not line by line.
 """
 
 from __future__ import annotations
@@ -21,8 +27,16 @@ import tracemalloc
 
 from tests.support.servers import running_server
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/"
 
-async def main(connections: int) -> None:
+
+def _where(filename: str) -> str:
+    """A file's name without the site-packages or checkout prefix."""
+    name = filename.split("site-packages/")[-1].split(ROOT)[-1]
+    return name.split("/lib/python3.")[-1].split("/", 1)[-1] if "/lib/python3." in name else name
+
+
+async def main(connections: int, by: str, top: int) -> None:
     tracemalloc.start(1)
     async with running_server(log_level="warning") as srv:
         gc.collect()
@@ -42,12 +56,13 @@ async def main(connections: int) -> None:
         gc.collect()
         during = tracemalloc.take_snapshot()
         await proc.wait()
-    stats = during.compare_to(before, "filename")
+    stats = during.compare_to(before, by)
     total = sum(s.size_diff for s in stats)
     each = total / connections / 1024
-    print(f"{connections} subscribed connections: {each:.1f} KB each (Python heap)")
-    for stat in stats[:15]:
-        name = stat.traceback[0].filename.split("site-packages/")[-1].split("/work/main/")[-1]
+    print(f"{connections} subscribed connections: {each:.2f} KiB each (Python heap)")
+    for stat in stats[:top]:
+        frame = stat.traceback[0]
+        name = _where(frame.filename) + (f":{frame.lineno}" if by == "lineno" else "")
         print(
             f"  {stat.size_diff / connections:8.0f} B/conn  {stat.count_diff / connections:6.1f} "
             f"blocks/conn  {name}"
@@ -57,4 +72,7 @@ async def main(connections: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--connections", type=int, default=500)
-    asyncio.run(main(parser.parse_args().connections))
+    parser.add_argument("--by", choices=["filename", "lineno"], default="filename")
+    parser.add_argument("--top", type=int, default=15)
+    args = parser.parse_args()
+    asyncio.run(main(args.connections, args.by, args.top))

@@ -8,7 +8,9 @@ socket is taking data is numbered (``seq``), framed and written to the
 transport at once, in the pusher's own step: no ASGI ``send``, no task
 wake-up. Only when the transport is paused (its buffer is full: the client
 reads slower than we write) do frames wait in the queue, and the queue's
-writer task writes them, coalesced, when the transport drains.
+writer task writes them, coalesced, when the transport drains. That task is
+started the first time a frame has to wait: a raw connection that is idle,
+or whose client keeps up, holds none.
 
 Elsewhere (another ASGI server) every frame goes through the queue and the
 writer task's ASGI ``send``.
@@ -180,6 +182,7 @@ class OutboundQueue:
         "_raw",
         "_send",
         "_sent",
+        "_started",
         "_stream",
         "_stream_sent",
         "_waiter",
@@ -240,7 +243,8 @@ class OutboundQueue:
         self._drained: asyncio.Event | None = None  # made on the first drain()
         self._metrics = metrics
         self._on_lagged = on_lagged
-        self._writer: asyncio.Task[None] | None = None
+        self._writer: asyncio.Task[None] | None = None  # made when a frame first waits
+        self._started = False
         self._write_delay = write_delay
         self._marked = False
 
@@ -464,9 +468,15 @@ class OutboundQueue:
         self._wake_up()
 
     def _wake_up(self) -> None:
+        """Have the writer look at the queue: wake it, or start it on the
+        first frame that has to wait (most connections never need one: a
+        raw write goes out in the pusher's own step)."""
         waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if waiter is not None:
+            if not waiter.done():
+                waiter.set_result(None)
+        elif self._writer is None and self._started and self._queue and not self.closed:
+            self._writer = asyncio.create_task(self._write_loop(), name=f"writer-{self.id}")
 
     def push_control(self, frame: Any) -> None:
         """Send or queue an ack, pong or error (a wire struct with ``seq=0``)."""
@@ -744,9 +754,16 @@ class OutboundQueue:
 
     # --- writing (the queue's own task) ---------------------------------------------
 
-    def start(self) -> asyncio.Task[None]:
-        self._writer = asyncio.create_task(self._write_loop(), name=f"writer-{self.id}")
-        return self._writer
+    def start(self) -> None:
+        """Let the writer run. With a raw write it is started when a frame
+        first has to wait (an idle connection holds no task and no coroutine
+        for it), and then waits for the next; through ASGI every frame goes
+        through it, so it starts now."""
+        self._started = True
+        if self._raw is None and self._writer is None:
+            self._writer = asyncio.create_task(self._write_loop(), name=f"writer-{self.id}")
+        else:
+            self._wake_up()
 
     async def _write_loop(self) -> None:
         try:
