@@ -161,6 +161,7 @@ async def test_views_set_and_left_on_either_replica_reach_both(shared_redis: Red
         assert mirror_a.views == (View("draft", 3, None),)
         gone = await on_a.leave_view("t", "draft")
         await mirror_b.wait_for_revision(gone.revision, timeout=5)
+        await mirror_a.wait_for_revision(gone.revision, timeout=5)  # its increment is async too
         assert mirror_a.views == mirror_b.views == ()
         stored = await authoritative(url, "t")
         assert (stored.revision, len(stored.events)) == (gone.revision, 4)
