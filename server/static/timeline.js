@@ -209,6 +209,21 @@ export class Timeline {
     this.lo = from;
     if (anchor) this.scroller.scrollTop += anchor.getBoundingClientRect().top - before;
     this._updateLoader();
+    this._continueIfVisible();
+  }
+
+  /**
+   * The observer reports changes only: a loader still in view after a chunk was rendered
+   * (or fetched) would never be reported again, and a reader at the top would wait for
+   * ever. So look once more, on the next frame, when the layout has settled.
+   */
+  _continueIfVisible() {
+    requestAnimationFrame(() => {
+      if (this.fetching || this.lo <= 0 || this.loader.hidden) return;
+      const box = this.loader.getBoundingClientRect();
+      const view = this.scroller.getBoundingClientRect();
+      if (box.bottom >= view.top - PRELOAD_PX && box.top <= view.bottom) this.renderOlder();
+    });
   }
 
   _fetchEarlier() {
