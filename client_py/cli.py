@@ -1,7 +1,7 @@
 """The client commands of ``tsync``: tail, append, stream, get, list, create,
 delete, segment, views, view, usage, import, export.
 
-``server.cli`` calls ``register(subparsers)``. Every command takes ``--url``
+``server.run.cli`` calls ``register(subparsers)``. Every command takes ``--url``
 (default ``$TSYNC_URL`` or http://127.0.0.1:8765) and ``--token``
 (default ``$TSYNC_TOKEN``). Errors are one line on stderr; the exit code is 2
 for bad usage (the line ends with ``see 'tsync COMMAND --help'``), 1 when the
@@ -65,7 +65,7 @@ class UsageError(Exception):
 
 
 def register(subparsers: Any) -> None:
-    """Add the client commands to ``tsync``'s subparsers (``server.cli`` makes
+    """Add the client commands to ``tsync``'s subparsers (``server.run.cli`` makes
     each command's parser accept options between positionals)."""
     _add_commands(subparsers)
 

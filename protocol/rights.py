@@ -47,7 +47,7 @@ def pattern_regex(patterns: Iterable[str]) -> re.Pattern[str] | None:
     """One compiled regular expression matching any of ``patterns`` whole
     (``*``: any run, ``?``: one character), or ``None`` when there are none.
 
-    For patterns an operator configured (``server.origins``): Python's
+    For patterns an operator configured (``server.web.origins``): Python's
     regular expressions backtrack, so ``*a*a*a*ab`` against a long run of
     ``a`` takes exponential time. Patterns a client brings (a token's
     rights) go through ``GlobSet``, which does not."""

@@ -42,7 +42,7 @@ async def main(connections: int, by: str, top: int) -> None:
         gc.collect()
         before = tracemalloc.take_snapshot()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "server.cli", "bench", "idle", "--url", srv.ws_url,
+            sys.executable, "-m", "server.run.cli", "bench", "idle", "--url", srv.ws_url,
             "--subscribers", str(connections), "--no-progress",
             # With a pid the harness holds the connections open for a second
             # after subscribing (to read RSS): the snapshot is taken then.

@@ -3,7 +3,7 @@
 encoding the same messages (the issue's target: >= 0.8x msgspec's speed).
 
 Measured in-process on the server's own path: ``Transcript.snapshot()`` then
-``server.frames.EncodedSnapshot.of`` (which encodes the snapshot once per
+``server.live.frames.EncodedSnapshot.of`` (which encodes the snapshot once per
 revision and splices ``seq`` per subscriber), and the splice itself
 (``render``). msgspec is timed encoding the very same ``Message``
 structs as a JSON array, and encoding them as plain dicts.
@@ -22,8 +22,8 @@ from collections.abc import Callable
 import msgspec
 
 from protocol.types import Message, to_builtins
-from server.frames import EncodedSnapshot
-from server.transcript import Transcript
+from server.live.frames import EncodedSnapshot
+from server.model.transcript import Transcript
 
 
 def best_of(repeat: int, fn: Callable[[], object]) -> float:

@@ -117,7 +117,7 @@ def start_server(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]
     if args.broadcast:
         cmd = [sys.executable, str(tree / "scripts" / "broadcast_baseline.py"), "--port", str(port)]
     else:
-        cmd = [sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1",
+        cmd = [sys.executable, "-m", "server.run.cli", "serve", "--host", "127.0.0.1",
                "--port", str(port), "--store", args.store, "--log-level", "warning",
                *[word for s in args.set for word in ("--set", s)]]  # fmt: skip
     if args.server_cpu is not None:

@@ -88,7 +88,7 @@ class Server:
             self.port = s.getsockname()[1]
         env = {**os.environ, **{f"TSYNC_{k.upper()}": str(v) for k, v in settings.items()}}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1",
+            [sys.executable, "-m", "server.run.cli", "serve", "--host", "127.0.0.1",
              "--port", str(self.port), "--store", f"sqlite:{folder}", "--log-level", "warning"],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip

@@ -129,7 +129,7 @@ start_servers() {  # $1 = store name, $2... = extra `tsync serve` arguments
   shift
   local url
   url="$(store_url "$store")"
-  pinned "$server_cpus" "$py" -m server.cli serve --port "$PORT" --store "$url" \
+  pinned "$server_cpus" "$py" -m server.run.cli serve --port "$PORT" --store "$url" \
     --log-level warning "$@" >>"$OUT/server.log" 2>&1 &
   server_pid=$!
   pinned "$server_cpus" "$py" scripts/broadcast_baseline.py --port "$BASE_PORT" \
@@ -142,10 +142,10 @@ start_servers() {  # $1 = store name, $2... = extra `tsync serve` arguments
 start_replicas() {  # $1 = store name: replica A on REPLICA_PORT, B on PORT
   local url
   url="$(store_url "$1")"
-  pinned "$server_cpus" "$py" -m server.cli serve --port "$REPLICA_PORT" --store "$url" \
+  pinned "$server_cpus" "$py" -m server.run.cli serve --port "$REPLICA_PORT" --store "$url" \
     --log-level warning >>"$OUT/server.log" 2>&1 &
   replica_pid=$!
-  pinned "$server_cpus" "$py" -m server.cli serve --port "$PORT" --store "$url" \
+  pinned "$server_cpus" "$py" -m server.run.cli serve --port "$PORT" --store "$url" \
     --log-level warning >>"$OUT/server.log" 2>&1 &
   server_pid=$!
   wait_healthy "$REPLICA_PORT"
@@ -164,7 +164,7 @@ bench() {  # $1 = name, $2 = store, $3 = run, then `tsync bench` arguments
   local out="$OUT/$name-$store-$run.json"
   echo "== $name ($store) run $run: tsync bench $*" >&2
   # shellcheck disable=SC2046
-  "$py" -m server.cli bench "$@" --url "ws://127.0.0.1:$PORT/v1/ws" \
+  "$py" -m server.run.cli bench "$@" --url "ws://127.0.0.1:$PORT/v1/ws" \
     --compare "ws://127.0.0.1:$BASE_PORT/v1/ws" \
     --server-pid "$server_pid" --compare-pid "$baseline_pid" $(server_pin) \
     "${common[@]}" --label "tsync ($store)" --json "$out" >"$OUT/$name-$store-$run.md" \
@@ -177,7 +177,7 @@ bench_replicas() {  # $1 = name, $2 = store, $3 = run, then `tsync bench` argume
   local out="$OUT/$name-$store-$run.json"
   echo "== $name ($store, writer on A, subscribers on B) run $run: tsync bench $*" >&2
   # shellcheck disable=SC2046
-  "$py" -m server.cli bench "$@" --url "ws://127.0.0.1:$PORT/v1/ws" \
+  "$py" -m server.run.cli bench "$@" --url "ws://127.0.0.1:$PORT/v1/ws" \
     --writer-url "ws://127.0.0.1:$REPLICA_PORT/v1/ws" --server-pid "$server_pid" $(server_pin) \
     "${common[@]}" --label "tsync ($store, cross-replica)" --json "$out" \
     >"$OUT/$name-$store-$run.md" || echo "   (run reported failures: see $out)" >&2

@@ -10,12 +10,12 @@
 ``app`` is built when this module is imported, from the same ``TSYNC_*``
 variables as ``tsync serve``; a bad one is one line on stderr and exit
 status 2 before anything is opened. Code that builds its own app imports
-``create_app`` from ``server.application`` (importing this module builds one).
+``create_app`` from ``server.web.application`` (importing this module builds one).
 """
 
 from __future__ import annotations
 
-from server.application import TsyncApp, create_app
+from server.web.application import TsyncApp, create_app
 
 __all__ = ["TsyncApp", "app", "create_app"]
 

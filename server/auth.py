@@ -1,4 +1,4 @@
-"""Credentials: who a request or a connection is (``server.access`` decides
+"""Credentials: who a request or a connection is (``server.web.access`` decides
 what it may do, by the table of ``protocol.rights``).
 
 Three kinds of credentials, any of them configured (``server.config``):
@@ -20,7 +20,7 @@ boolean (see ``protocol.rights``). PyJWT checks the signature, the algorithm
 With nothing configured every request may do everything.
 
 ``Authenticator.verify`` turns a token into a ``protocol.rights.Grant`` or
-raises ``Refused(unauthorized)`` saying why; ``server.access`` applies grants
+raises ``Refused(unauthorized)`` saying why; ``server.web.access`` applies grants
 to connections and requests.
 
 Tokens are secrets: they are compared in constant time, never logged, never
@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import Annotated, Any, Final, Protocol
 from urllib.parse import parse_qs
 
 import jwt
@@ -48,8 +48,22 @@ from protocol.limits import MAX_TOKEN_LENGTH
 from protocol.rights import EVERYTHING, Grant
 from server.errors import Refused
 
-if TYPE_CHECKING:
-    from server.config import ServerConfig
+
+class CredentialSettings(Protocol):
+    """The settings an ``Authenticator`` reads (``server.config.ServerConfig``
+    has them; this module does not import the config, which imports it)."""
+
+    @property
+    def token(self) -> str | None: ...
+    @property
+    def jwt_secret(self) -> str | None: ...
+    @property
+    def jwt_key(self) -> str | None: ...
+    @property
+    def jwt_audience(self) -> str | None: ...
+    @property
+    def auth_timeout_s(self) -> float: ...
+
 
 __all__ = [
     "Authenticator",
@@ -227,9 +241,9 @@ def _jwk_key(entry: Any) -> _Key:
 
 class Authenticator:
     """Verifies credentials against the server's settings. Build one per app
-    (``for_config``); a bad setting raises ``ConfigError``."""
+    (``for_config``); a bad setting raises ``SettingError``."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: CredentialSettings) -> None:
         for name in ("token", "jwt_secret", "jwt_key", "jwt_audience"):
             value = getattr(config, name)
             if value is not None and not value.strip():
@@ -252,7 +266,7 @@ class Authenticator:
 
     @staticmethod
     @functools.lru_cache(maxsize=16)
-    def for_config(config: ServerConfig) -> Authenticator:
+    def for_config(config: CredentialSettings) -> Authenticator:
         """The authenticator of ``config`` (made once, shared by both transports)."""
         return Authenticator(config)
 
@@ -339,7 +353,7 @@ class Authenticator:
         return jwt.encode(claims, self.secret, algorithm="HS256")
 
 
-def check_settings(config: ServerConfig) -> None:
+def check_settings(config: CredentialSettings) -> None:
     """Raise ``SettingError`` (one line, naming the setting) for credentials
     settings that cannot work; called by ``load_config``."""
     Authenticator(config)

@@ -5,7 +5,7 @@
 serve``, the ASGI factory ``server.app:create_app`` and the module-level
 ``server.app:app`` all call it, so the same environment configures the server
 the same way however it is started. Every field carries its description
-(``Meta(description=...)``); ``server.config_docs`` renders
+(``Meta(description=...)``); ``server.run.config_docs`` renders
 ``docs/configuration.md`` from them.
 
 A bad setting raises ``ConfigError``: one line that names the setting the way
@@ -256,7 +256,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 1024
 
-    # --- HTTP connections (tsync serve; server.http_guard) ---
+    # --- HTTP connections (tsync serve; server.web.http_guard) ---
     http_header_timeout_s: Annotated[
         Annotated[float, Meta(gt=0)],
         _d(
@@ -433,7 +433,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 1.0
 
-    # --- CPU-heavy work (server.offload) ---
+    # --- CPU-heavy work (server.web.offload) ---
     offload_processes: Annotated[
         PosInt,
         _d(

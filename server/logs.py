@@ -1,7 +1,7 @@
 """Logging of the server process: one JSON object per line (``log_format=json``)
 or a readable text line, both carrying the record's ``extra`` fields.
 
-``configure`` is called by the app itself (``server.application.create_app``), so the
+``configure`` is called by the app itself (``server.web.application.create_app``), so the
 same lines come out under ``tsync serve``, ``uvicorn server.app:app`` or
 gunicorn. It takes uvicorn's loggers over:
 

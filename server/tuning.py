@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-# --- the outbound queue of a connection (server.outbound) -------------------------------
+# --- the outbound queue of a connection (server.live.outbound) -------------------------------
 
 #: Acks, pongs and errors a connection's queue may hold beyond
 #: ``queue_max_frames`` and ``queue_max_bytes`` (they are never dropped on lag).
@@ -30,7 +30,7 @@ MAX_ERROR_MESSAGE_CHARS: Final = 300
 #: WebSocket keepalive then ends the TCP connection.
 CLOSE_SEND_TIMEOUT_S: Final = 5.0
 
-# --- baselines (server.baselines, server.live, server.hub) ------------------------------
+# --- baselines (server.live: baselines, live_transcript, hub) -------------------------
 
 #: Bytes of encoded messages per chunk of a live transcript's encoded messages.
 #: A chunk is encoded in one call (about 0.1 ms per 64 KiB): the longest the event
@@ -63,7 +63,7 @@ RESUME_FETCHES_AT_ONCE: Final = 4
 #: 98 MiB baseline would otherwise have it written in one go).
 RAW_FLUSH_BYTES: Final = 1 << 20
 
-# --- the WebSocket reader (server.ws, server.ws_protocol) ---------------------------------
+# --- the WebSocket reader (server.web.ws, server.web.ws_protocol) ---------------------------------
 
 #: The WebSocket protocol stops reading a connection's socket once this many
 #: messages wait for the app, or as soon as one waiting message is this big
@@ -92,7 +92,7 @@ MAX_APPENDS_IN_FLIGHT: Final = 256
 #: deliveries.
 OPS_PER_YIELD: Final = 16
 
-# --- the hub (server.hub) ---------------------------------------------------------------
+# --- the hub (server.live.hub) ---------------------------------------------------------------
 
 #: The idle sweeper looks for unused live transcripts this many times per
 #: ``idle_ttl_s``, and at least every ``MIN_IDLE_SWEEP_S`` seconds apart.
@@ -107,12 +107,12 @@ MAX_CONCURRENT_LOADS: Final = 16
 #: What ``Retry-After`` says when the server holds as many transcripts as it may.
 LIVE_FULL_RETRY_AFTER_S: Final = 1
 
-# --- the backplane (server.backplane) ---------------------------------------------------
+# --- the backplane (server.replicas.backplane) ---------------------------------------------------
 
 #: Live copies the backplane brings up to date at once (each one a store read).
 BACKPLANE_CONCURRENCY: Final = 32
 
-# --- drafts (server.drafts, server.hub) -------------------------------------------------
+# --- drafts (server.live: drafts, hub) --------------------------------------------------
 
 #: What an open draft costs against ``max_draft_bytes`` and
 #: ``max_connection_draft_bytes`` besides its text's UTF-8 bytes (its

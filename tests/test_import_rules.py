@@ -80,14 +80,14 @@ def test_the_check_sees_every_kind_of_import(tmp_path: Path) -> None:
     source = tmp_path / "probe.py"
     source.write_text(
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from server.hub import Hub\n"
-        "def f():\n    import server.transcript\n"
+        "if TYPE_CHECKING:\n    from server.live.hub import Hub\n"
+        "def f():\n    import server.model.transcript\n"
         "from .. import server as s\n"
         "from .mirror import Mirror\n",
         encoding="utf-8",
     )
     names = imported_modules(source, "client_py.probe")
-    assert {"server.hub", "server.transcript", "server", "client_py.mirror"} <= names
+    assert {"server.live.hub", "server.model.transcript", "server", "client_py.mirror"} <= names
     assert [n for n in names if _breaks(n, RULES["client_py"])] != []
 
 

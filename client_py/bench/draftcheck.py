@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from client_py.bench.subscriber import GroupStats
+    from client_py.bench.stats import GroupStats
 
 __all__ = ["TOKEN_CHARS", "DraftCheck", "token"]
 

@@ -32,7 +32,7 @@ import msgspec
 
 if TYPE_CHECKING:
     from client_py.bench.draftcheck import DraftCheck
-    from client_py.bench.subscriber import GroupStats
+    from client_py.bench.stats import GroupStats
 
 __all__ = ["FastCheck"]
 

@@ -27,7 +27,8 @@ from client_py.bench import host, worker
 from client_py.bench.channel import Channel
 from client_py.bench.histogram import LatencyHistogram
 from client_py.bench.sampler import ServerSampler
-from client_py.bench.subscriber import GroupStats, Subscriber
+from client_py.bench.stats import GroupStats
+from client_py.bench.subscriber import Subscriber
 from client_py.bench.workload import Workload, filler, window_of
 from client_py.bench.writer import Writer, WriterStats
 from protocol import wire

@@ -30,7 +30,8 @@ from typing import Any
 from client_py.bench import host
 from client_py.bench.channel import Channel
 from client_py.bench.histogram import LatencyHistogram
-from client_py.bench.subscriber import GroupStats, Subscriber
+from client_py.bench.stats import GroupStats
+from client_py.bench.subscriber import Subscriber
 from client_py.bench.workload import Workload, window_of
 
 CONNECT_CONCURRENCY = 64

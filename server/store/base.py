@@ -1,10 +1,10 @@
 """The ``Store`` interface: where transcripts live when no process holds them.
 
 Every backend (``memory``, ``sqlite``, ``redis``) implements ``Store`` and
-passes the one shared contract suite in ``tests/server/store_contract.py``.
+passes the one shared contract suite in ``tests/server/store/store_contract.py``.
 A store several replicas share also implements ``SharedStore`` (the
 backplane's port: change notices and heads), with its own contract suite in
-``tests/server/shared_store_contract.py``. Backends share what they have in
+``tests/server/store/shared_store_contract.py``. Backends share what they have in
 common through this module only; none imports another.
 
 The unit of storage is the event: a transcript is its creation record (id,
@@ -279,7 +279,7 @@ class RelayedOutcome(NamedTuple):
 @runtime_checkable
 class SharedDrafts(Protocol):
     """Where a shared store keeps the open drafts of its transcripts for
-    every replica, and how it relays their updates (``server.backplane_drafts``).
+    every replica, and how it relays their updates (``server.replicas.draft_relay``).
 
     A store that implements it also yields, from ``notices()``, every
     ``RelayedDraft`` some replica relayed (this one's too), in the order

@@ -20,7 +20,7 @@ Two connections, one per thread, neither ever shared:
 - **Reads** (load, events_after, list) run on a worker thread on a read-only
   connection of their own. WAL lets them read while the loop writes, so a
   load of a long transcript never holds up an append to another one, nor
-  the event loop (``tests/server/test_store_sqlite.py`` measures the loop's
+  the event loop (``tests/server/store/test_store_sqlite.py`` measures the loop's
   lag during a 40,000-event load).
 
 Only another process can make a write wait (``busy_timeout_s``): run one

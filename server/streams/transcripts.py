@@ -22,7 +22,7 @@ whose offsets are byte positions in it (``<epoch number>_<bytes>``). It is
 closed when the draft is committed, cancelled or expires, and also when a
 ``text`` update rewrites what it holds instead of extending it (a stream is
 append-only): then at the bytes the old and the new text share
-(``server.drafts.OpenDraft.stream_closed``). Long-poll and SSE readers wake on
+(``server.live.drafts.OpenDraft.stream_closed``). Long-poll and SSE readers wake on
 the draft's next update or close (``Hub.wait_draft``).
 """
 
@@ -43,7 +43,7 @@ from protocol import codes
 from protocol.limits import ID_PATTERN
 from protocol.types import TranscriptEvent
 from server.errors import Refused, failure_for
-from server.hub import Hub
+from server.live.hub import Hub
 from server.streams.http import (
     CLOSED,
     CURSOR,

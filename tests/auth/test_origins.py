@@ -11,8 +11,8 @@ import websockets
 
 from server.config import ServerConfig
 from server.errors import Refused
-from server.origins import OriginPolicy
-from server.problems import problem_response
+from server.web.origins import OriginPolicy
+from server.web.problems import problem_response
 from tests.support.servers import RunningServer, running_server
 
 USER = {"role": "user", "content": "hi"}

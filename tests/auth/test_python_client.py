@@ -176,7 +176,8 @@ async def test_tail_refused_for_its_token_says_why(token: Any, says: str) -> Non
     async with running_server(jwt_secret=SECRET) as srv:
         await srv.hub.create("t")
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "server.cli", "tail", "t", "--url", srv.url, "--token", token(),
+            sys.executable, "-m", "server.run.cli", "tail", "t",
+            "--url", srv.url, "--token", token(),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip

@@ -193,7 +193,7 @@ def test_without_cryptography_a_key_is_a_one_line_error(
 def test_serve_with_an_empty_or_short_secret_exits_2_with_one_line(
     flag: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from server.cli import main
+    from server.run.cli import main
 
     assert main(["serve", "--store", "memory", flag]) == 2
     err = capsys.readouterr().err
@@ -203,7 +203,7 @@ def test_serve_with_an_empty_or_short_secret_exits_2_with_one_line(
 def test_tsync_token_mints_what_the_server_accepts(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from server.cli import main
+    from server.run.cli import main
 
     monkeypatch.setenv("TSYNC_JWT_SECRET", SECRET)
     monkeypatch.setenv("TSYNC_JWT_AUDIENCE", AUDIENCE)
@@ -248,7 +248,7 @@ def test_dots_in_patterns_are_dots() -> None:
 def test_every_op_and_every_route_is_in_the_table() -> None:
     from starlette.routing import Mount, Route
 
-    from server.application import create_app
+    from server.web.application import create_app
 
     assert set(rights.OPS) == set(wire.OP_NAMES)
     app = create_app(ServerConfig(store="memory"), configure_logging=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from client_py.bench.fastpath import FastCheck, sent_ns
-from client_py.bench.subscriber import GroupStats
+from client_py.bench.stats import GroupStats
 from protocol import wire
 from protocol.types import (
     Message,

@@ -28,7 +28,7 @@ def bench(
     *args: str, timeout: float = 90, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "server.cli", "bench", *args, "--no-progress"],
+        [sys.executable, "-m", "server.run.cli", "bench", *args, "--no-progress"],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -162,7 +162,7 @@ def test_a_fast_but_wrong_server_fails_the_run(tmp_path: Path, fault: str, check
 def test_bench_without_its_extra_says_which_to_install(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from server.cli import main
+    from server.run.cli import main
 
     for name in list(sys.modules):
         if name.startswith(("client_py.bench.run", "client_py.bench.report", "client_py.bench.h")):

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from client_py.bench.draftcheck import TOKEN_CHARS, DraftCheck, token
-from client_py.bench.subscriber import GroupStats
+from client_py.bench.stats import GroupStats
 from tests.bench.test_smoke import bench, broadcast_baseline
 from tests.support.servers import ServerProcess
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from client_py import HttpApi
-from server.cli import main
+from server.run.cli import main
 from tests.support.servers import ServerProcess
 
 
@@ -112,7 +112,7 @@ async def test_tail_prints_live_and_survives_a_restart(server: ServerProcess) ->
     async with HttpApi(server.url) as api:
         await api.create("cli-tail", [{"role": "user", "content": "one"}])
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "server.cli", "tail", "cli-tail", "--url", server.url,
+            sys.executable, "-m", "server.run.cli", "tail", "cli-tail", "--url", server.url,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
@@ -225,7 +225,7 @@ async def test_get_shows_images_and_attachments(server: ServerProcess) -> None:
     async with HttpApi(server.url) as api:
         await api.create("cli-parts", [{"role": "user", "content": content}])
     done = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "server.cli", "get", "cli-parts", "--url", server.url,
+        sys.executable, "-m", "server.run.cli", "get", "cli-parts", "--url", server.url,
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, _ = await asyncio.wait_for(done.communicate(), 30)

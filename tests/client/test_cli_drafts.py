@@ -30,7 +30,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 async def tsync(*argv: str, stdin: bool = False) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "server.cli", *argv,
+        sys.executable, "-m", "server.run.cli", *argv,
         stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -158,7 +158,7 @@ async def test_tail_on_a_terminal_rewrites_one_line_in_place(server: ServerProce
         # A real terminal (a pty): --drafts defaults to live there.
         main_fd, terminal = pty.openpty()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "server.cli", "tail", "cli-tail-live", "--url", server.url,
+            sys.executable, "-m", "server.run.cli", "tail", "cli-tail-live", "--url", server.url,
             stdin=asyncio.subprocess.DEVNULL, stdout=terminal, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
         os.close(terminal)

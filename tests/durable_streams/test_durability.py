@@ -464,8 +464,8 @@ def test_the_log_is_a_file_of_its_own_in_the_data_folder(tmp_path: Path) -> None
 async def test_a_stream_log_that_cannot_be_opened_stops_the_start_with_one_line(
     tmp_path: Path,
 ) -> None:
-    from server.application import StartupFailed, create_app
     from server.config import ServerConfig
+    from server.web.application import StartupFailed, create_app
 
     folder = tmp_path / "data"
     SQLiteStreamLog(folder).close()

@@ -2,7 +2,7 @@
 
 A model server holds one transcript and one or two drafts being written at
 once. It numbers each draft's updates and queues them for one connection the
-way ``server.outbound`` does: each update on its own, merged into one ``text``
+way ``server.live.outbound`` does: each update on its own, merged into one ``text``
 of the draft's state when the connection falls behind (rendered when it is
 sent), a commit's increment and ``final`` together, and after every answered
 subscribe one ``text`` per open draft and the close of every draft closed

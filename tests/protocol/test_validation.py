@@ -395,7 +395,7 @@ def test_the_edges_every_format_carries_are_accepted(value: Any) -> None:
 
 
 def test_a_message_built_in_python_is_held_to_the_same_values() -> None:
-    from server.transcript import Transcript
+    from server.model.transcript import Transcript
 
     transcript = Transcript()
     built = Message(role="user", content="x", metadata={"deep": [{"n": 2**64}]})

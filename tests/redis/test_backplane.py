@@ -14,7 +14,7 @@ import pytest
 import client_py
 from protocol import wire
 from protocol.types import View
-from server.backplane import Backplane
+from server.replicas.backplane import Backplane
 from server.store.redis import RedisStore
 from tests.redis.replicas import Follower, append, authoritative, check_converged, create
 from tests.support.redis_server import RedisServer

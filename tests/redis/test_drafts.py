@@ -21,8 +21,8 @@ import redis.asyncio as aioredis
 
 from protocol import wire
 from protocol.consumer import Applied, DraftClosed, DraftUpdated, Synced, Update
-from server.backplane import Backplane
-from server.backplane_drafts import DraftRelay
+from server.replicas.backplane import Backplane
+from server.replicas.draft_relay import DraftRelay
 from server.store.redis import RedisStore
 from server.tuning import REMOTE_DRAFT_GRACE_S
 from tests.redis.replicas import Follower, authoritative, create, replicas, texts_of

@@ -136,7 +136,7 @@ async def test_the_bench_measures_across_replicas_of_the_cluster(
     out = tmp_path / "result.json"
     async with replicas(2, url, tmp_path) as (a, b):
         cmd = [
-            sys.executable, "-m", "server.cli", "bench", "fanout",
+            sys.executable, "-m", "server.run.cli", "bench", "fanout",
             "--url", b.url, "--writer-url", a.url, "--subscribers", "10",
             "--rate", "20", "--duration", "2", "--fast", "--no-progress",
             "--json", str(out),

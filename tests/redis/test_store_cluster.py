@@ -23,8 +23,14 @@ from server.store import (
 )
 from server.store.options import RedisOptions
 from server.store.redis import RedisStore
-from tests.server.shared_store_contract import SharedBackend, SharedStoreContract
-from tests.server.store_contract import CREATED_AT, EPOCH, StoreBackend, StoreContract, appended
+from tests.server.store.shared_store_contract import SharedBackend, SharedStoreContract
+from tests.server.store.store_contract import (
+    CREATED_AT,
+    EPOCH,
+    StoreBackend,
+    StoreContract,
+    appended,
+)
 from tests.support.redis_cluster import RedisCluster
 
 pytestmark = pytest.mark.redis

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 
 from protocol.types import ViewChanged
+from server.model.transcript import Transcript
 from server.store import (
     AppendResult,
     Notice,
@@ -23,9 +24,8 @@ from server.store import (
 )
 from server.store.options import RedisOptions
 from server.store.redis import INTERNAL_KEY_RETENTION, RedisStore
-from server.transcript import Transcript
-from tests.server.shared_store_contract import SharedBackend, SharedStoreContract
-from tests.server.store_contract import (
+from tests.server.store.shared_store_contract import SharedBackend, SharedStoreContract
+from tests.server.store.store_contract import (
     CREATED_AT,
     EPOCH,
     StoreBackend,
@@ -34,7 +34,7 @@ from tests.server.store_contract import (
     segment_started,
     view_event,
 )
-from tests.server.test_store_runs import Step, play, steps
+from tests.server.store.test_store_runs import Step, play, steps
 from tests.support.redis_server import RedisServer
 from tests.support.servers import free_port
 
@@ -399,7 +399,7 @@ async def test_a_repeated_run_script_answers_what_the_first_did(
 def test_runs_from_stale_copies_never_corrupt_the_redis_store(
     shared_redis: RedisServer, plan: list[Step]
 ) -> None:
-    """``tests/server/test_store_runs.py`` on Redis, where replicas race for real."""
+    """``tests/server/store/test_store_runs.py`` on Redis, where replicas race for real."""
     prefix = f"runs{next(_prefixes)}:"
     asyncio.run(play(RedisStore(shared_redis.url, RedisOptions(prefix=prefix)), plan))
 

@@ -142,7 +142,7 @@ async def watching(pid: int, url: str) -> AsyncIterator[Probe]:
 
 def rtt_bound(idle: list[float]) -> float:
     """100 ms, or twice the worst idle round trip on a machine busy enough
-    that even idle pings take longer (as tests/server/test_store_sqlite.py's
+    that even idle pings take longer (as tests/server/store/test_store_sqlite.py's
     loop-lag test does). Compared with ``Probe.typical_rtt``: a stalled loop
     stalls every ping that waits on it, not one in ten."""
     return max(0.1, 2 * max(idle, default=0.0))

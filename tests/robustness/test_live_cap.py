@@ -106,7 +106,7 @@ def test_memory_follows_the_cap_as_transcripts_come_and_go(
     150 KB (1,000 messages each) read once with ``?end=0`` left ``live`` at
     the cap but grew RSS by 475 MB, the second thousand as much as the first:
     every evicted copy stayed in memory until a full garbage collection (its
-    pump's cancelled task held it in a cycle, see ``server.live._pump``).
+    pump's cancelled task held it in a cycle, see ``server.live.live_transcript._pump``).
     Here 600 under an 8 MiB cap; ``ROBUSTNESS_FULL_SIZE=1`` runs the issue's size
     (docs/benchmarks.md has the figures)."""
     full = os.environ.get("ROBUSTNESS_FULL_SIZE") == "1"

@@ -70,7 +70,7 @@ def test_sigterm_with_stuck_clients_ends_within_the_grace(
 
 def _serve(store: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "server.cli", "serve", "--port", "0", "--store", store],
+        [sys.executable, "-m", "server.run.cli", "serve", "--port", "0", "--store", store],
         capture_output=True,
         text=True,
         timeout=30,

@@ -1,5 +1,5 @@
 """Issue 24 item 8: the reads that answer with a whole transcript are
-written in pages, so that a request holds about one page (``server.http_reads``)
+written in pages, so that a request holds about one page (``server.web.http_reads``)
 and the loop runs between pages.
 
 Before: ``GET /v1/transcripts/{id}``, ``events?after=0`` and

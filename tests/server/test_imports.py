@@ -1,6 +1,14 @@
 """The server's import rules, read from the sources (no import needed).
 
-- No cycles between ``server`` modules: the parts of a split module never
+- The folders are floors, and imports only run down (``docs/architecture.md``
+  draws them): ``server.app`` and ``server.run`` over the two faces
+  (``server.web``, ``server.streams``; only ``server.web.application``, which
+  assembles both, imports the other face), over ``server.replicas``, over
+  ``server.live``, over the shared ground flat in ``server/`` (config, auth,
+  errors, metrics, tuning, logs), over ``server.model`` and ``server.store``,
+  over ``protocol``.
+- No cycles between ``server`` modules, not even through imports made only for
+  the type checker: the parts of a split module never
   import the whole (``hub`` imports ``live``, ``appends`` and ``outbound``,
   never the reverse).
 - Store backends share what they need through ``server.store.base`` (and
@@ -50,7 +58,7 @@ def _imports(path: Path, *, typing: bool = True) -> set[str]:
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
-            # "from server import http_api" imports server.http_api.
+            # "from server import http_api" imports server.web.http_api.
             found |= {f"{node.module}.{alias.name}" for alias in node.names}
     return found
 
@@ -91,27 +99,79 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_module_graph_is_found() -> None:
-    assert "server.live" in GRAPH["server.hub"]
-    assert "server.appends" in GRAPH["server.hub"]
+    assert "server.live.live_transcript" in GRAPH["server.live.hub"]
+    assert "server.live.appends" in GRAPH["server.live.hub"]
 
 
 def test_server_modules_import_each_other_without_a_cycle() -> None:
-    # Runtime imports; the entity's type-only pair (transcript <-> ranges) is
-    # no cycle Python ever runs into.
     assert _cycle(RUNTIME) is None, " -> ".join(_cycle(RUNTIME) or [])
+    # A cycle made only for the type checker is one the reader still has to
+    # untangle: none either.
+    assert _cycle(GRAPH) is None, " -> ".join(_cycle(GRAPH) or [])
+
+
+#: The floors, top down; a module imports only from its own folder or a floor
+#: below (the faces of one floor not from each other).
+FLOORS: list[tuple[str, ...]] = [
+    ("server.app", "server.run"),
+    ("server.web", "server.streams"),
+    ("server.replicas",),
+    ("server.live",),
+    ("server",),  # the shared ground: config, auth, errors, metrics, tuning, logs
+    ("server.model", "server.store"),
+]
+#: The one module of a face that may import the other face: it assembles both.
+ASSEMBLY = {("server.web.application", "server.streams")}
+
+
+def _room(module: str) -> tuple[int, str]:
+    """(floor, folder) of a server module."""
+    for level, rooms in enumerate(FLOORS):
+        for room in rooms:
+            if room != "server" and (module == room or module.startswith(room + ".")):
+                return level, room
+    return FLOORS.index(("server",)), "server"
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for name, deps in sorted(graph.items()):
+        level, room = _room(name)
+        for dep in sorted(deps):
+            dep_level, dep_room = _room(dep)
+            across = dep_level == level and dep_room != room
+            if dep_level < level or (across and (name, dep_room) not in ASSEMBLY):
+                found.append(f"{name} -> {dep}")
+    return found
+
+
+def test_imports_only_run_down_the_floors() -> None:
+    assert _upward(GRAPH) == []
+
+
+def test_the_floor_check_would_notice_an_import_running_up() -> None:
+    assert _upward({"server.model.transcript": {"server.live.hub"}}) == [
+        "server.model.transcript -> server.live.hub"
+    ]
+    assert _upward({"server.streams.http": {"server.web.ws"}}) == [
+        "server.streams.http -> server.web.ws"
+    ]
+    assert _upward({"server.live.hub": {"server.model.transcript", "server.config"}}) == []
 
 
 def test_the_cycle_check_would_notice_one() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
-@pytest.mark.parametrize("part", ["server.live", "server.appends", "server.outbound"])
+@pytest.mark.parametrize(
+    "part", ["server.live.live_transcript", "server.live.appends", "server.live.outbound"]
+)
 def test_the_parts_of_the_hub_never_import_the_hub(part: str) -> None:
-    assert "server.hub" not in GRAPH[part]
+    assert "server.live.hub" not in GRAPH[part]
 
 
 def test_a_live_transcript_knows_nothing_of_appends() -> None:
-    assert "server.appends" not in GRAPH["server.live"]
+    assert "server.live.appends" not in GRAPH["server.live.live_transcript"]
 
 
 BACKENDS = ["server.store.memory", "server.store.sqlite", "server.store.redis"]
@@ -130,9 +190,14 @@ def test_store_backends_never_import_each_other(backend: str) -> None:
         assert GRAPH[part] <= shared, part
 
 
-TRANSPORTS = ["server.ws", "server.http_api", "server.http_lmml"]
+TRANSPORTS = ["server.web.ws", "server.web.http_api", "server.web.http_lmml"]
 #: What the transports must leave to the hub.
-INTERNALS = {"server.live", "server.appends", "server.store.memory", "server.store.sqlite"}
+INTERNALS = {
+    "server.live.live_transcript",
+    "server.live.appends",
+    "server.store.memory",
+    "server.store.sqlite",
+}
 #: Attributes of the hub and of live transcripts that are theirs alone.
 PRIVATE_ATTRIBUTES = {
     "live",

@@ -21,11 +21,11 @@ from typing import Any
 
 import httpx
 
-from server.application import create_app
 from server.config import ServerConfig
-from server.hub import Hub
-from server.serve import TsyncServer, uvicorn_config
+from server.live.hub import Hub
+from server.run.serve import TsyncServer, uvicorn_config
 from server.store.base import Store
+from server.web.application import create_app
 
 
 def free_port() -> int:
@@ -131,7 +131,7 @@ class ServerProcess:
 
     def start(self, timeout: float = 15.0) -> None:
         cmd = [
-            sys.executable, "-m", "server.cli", "serve",
+            sys.executable, "-m", "server.run.cli", "serve",
             "--host", "127.0.0.1", "--port", str(self.port), "--store", self.store,
             "--log-level", "warning", *self.args,
         ]  # fmt: skip

@@ -1,0 +1,731 @@
+"""The drafts of one live transcript: messages being written, shared live.
+
+A draft (``docs/protocol.md``, Drafts) is never part of the transcript: it
+never changes the revision, the store never sees it, and it lives only here,
+beside the ``LiveTranscript`` that holds ``Drafts`` as ``live.drafts``. This
+module keeps the registry and decides; it does no I/O and never awaits (the
+hub fans out what it returns and runs the expiry sweep):
+
+- ``Drafts.write`` applies a ``draft`` op (open, ``delta``, ``text``,
+  ``cancel``, keep-alive) or refuses it with a ``Refused`` of the error
+  table (``too-many-drafts``, ``draft-too-large``, ``draft-closed``);
+- ``Drafts.commit`` closes a draft as ``final`` when an ``append`` with its
+  ``draftId`` landed as revision R (the hub sends that frame right behind
+  the increment, in the same flush);
+- ``Drafts.expire`` closes the drafts idle for ``draft_ttl_s`` and forgets
+  closes older than that;
+- ``Drafts.catch_up`` is what a subscriber gets after its baseline or resume:
+  one ``text`` frame per open draft and, after a resume from revision R only,
+  the ``final`` of each draft committed after R (at most one per increment
+  the resume brings: never a backlog a writer can grow);
+- ``DraftBudget`` counts the bytes drafts hold, server-wide
+  (``max_draft_bytes``) and per writing connection
+  (``max_connection_draft_bytes``); an update past either is refused.
+- ``Drafts.apply_remote`` takes an update another replica made;
+- ``Drafts.stream`` is a draft's Durable Stream (``server.streams.transcripts``):
+  its text in UTF-8 as it grows, closed when the draft closes or a ``text``
+  rewrites it (then frozen at what both texts share); a close keeps the
+  stream's bytes for ``ttl`` (counted in the budget) for readers behind.
+
+Every update is one ``server.live.frames.EncodedDraft``: encoded once, fanned out
+to every subscriber's queue like an increment. A draft's ``text`` frame of
+its current update is encoded at most once too (late joiners and merged
+slots of slow connections share it).
+
+The hooks of the Redis backplane (helper C), both on ``server.live.hub.Hub``:
+
+(a) ``Hub.draft_publisher: Callable[[wire.DraftFrame], None] | None``
+    (``None`` when standalone). Called, synchronously and after the local
+    fan-out, with the frame (``seq=0``) of every LOCAL update and close: a
+    ``draft`` op's update, a commit's ``final``, a ``cancelled``, and the
+    ``expired`` of a draft this replica's sweep closed. It must return at
+    once (queue the publish). ``Hub.draft_text(transcript_id, draft_id)``
+    gives the draft's whole text now as a ``text`` frame (for the key a
+    late joiner on another replica reads), ``None`` when it is not open.
+(b) ``Hub.apply_remote_draft(frame: wire.DraftFrame) -> bool``: an update or
+    close another replica published. Applied to the local copy and fanned
+    out to the local subscribers exactly like a local one, never passed to
+    ``draft_publisher``. Returns False on a gap (a ``delta`` whose ``n`` does
+    not follow the copy's, or that would open a draft at ``n`` > 1): the
+    caller then applies the draft's current text (a ``text`` frame read
+    from Redis). A transcript not held here ignores it (True): seed a copy
+    with ``text`` frames when the hub starts holding it
+    (``HoldListener.held``). Remote copies that hear nothing expire here on
+    their own, ``REMOTE_DRAFT_GRACE_S`` after ``draft_ttl_s`` (their
+    replica may have died), without being published.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, NamedTuple
+
+from protocol import codes, wire
+from server.errors import Refused
+from server.live.frames import EncodedDraft
+from server.tuning import CLOSED_DRAFT_COST, OPEN_DRAFT_COST, REMOTE_DRAFT_GRACE_S
+
+#: The role a draft is opened with when the op names none.
+DEFAULT_ROLE: Final = "assistant"
+
+_UTF8: Final = "utf-8"
+#: Lone surrogates (which JSON may carry) survive the round trip.
+_ERRORS: Final = "surrogatepass"
+
+
+def _utf8_length(text: str) -> int:
+    # Tokens are mostly ASCII: encoded only when they are not.
+    return len(text) if text.isascii() else len(text.encode(_UTF8, _ERRORS))
+
+
+def _encode(text: str) -> bytes:
+    return text.encode(_UTF8, _ERRORS)
+
+
+class DraftBudget:
+    """The bytes the drafts of this server hold: each open draft costs its
+    text's UTF-8 bytes and ``OPEN_DRAFT_COST``, charged to the connection
+    that wrote it last (``writer``) and to the total; each remembered close
+    costs ``CLOSED_DRAFT_COST`` and the bytes of the text it keeps (for its
+    Durable Stream), charged to the total only. ``max_bytes``
+    (``max_draft_bytes``) bounds the total, ``max_per_writer``
+    (``max_connection_draft_bytes``) each writer's share: an update past
+    either is refused (``too-many-drafts``, naming the setting). What must be
+    kept whatever it costs (a commit's close, another replica's update) is
+    charged without a check: it only makes later writes wait longer."""
+
+    __slots__ = ("by_writer", "max_bytes", "max_per_writer", "total")
+
+    def __init__(self, max_bytes: int, max_per_writer: int) -> None:
+        self.max_bytes = max_bytes
+        self.max_per_writer = max_per_writer
+        self.total = 0
+        self.by_writer: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"<DraftBudget {self.total}/{self.max_bytes} bytes, {len(self.by_writer)} writers>"
+
+    def check(
+        self, transcript_id: str, draft_id: str, more: int, writer: str | None, mine: int
+    ) -> None:
+        """Refuse ``more`` bytes for the total and ``mine`` more for
+        ``writer``'s share (``None``: no writer to charge) when either would
+        pass its bound; growth only is checked (what shrinks always fits)."""
+        if more > 0 and self.total + more > self.max_bytes:
+            raise Refused(
+                codes.TOO_MANY_DRAFTS,
+                f"draft {draft_id!r} of transcript {transcript_id!r}: the drafts on this "
+                f"server hold {self.total} bytes, the most they may (max_draft_bytes); "
+                "retry once drafts are committed, cancelled or expired",
+            )
+        if writer is not None and mine > 0:
+            held = self.by_writer.get(writer, 0)
+            if held + mine > self.max_per_writer:
+                raise Refused(
+                    codes.TOO_MANY_DRAFTS,
+                    f"draft {draft_id!r} of transcript {transcript_id!r}: the drafts this "
+                    f"connection wrote hold {held} bytes, the most they may "
+                    "(max_connection_draft_bytes); commit or cancel one first",
+                )
+
+    def charge(self, writer: str | None, amount: int) -> None:
+        """Add ``amount`` bytes (negative: release them) to the total and to
+        ``writer``'s share."""
+        self.total += amount
+        if writer is not None:
+            held = self.by_writer.get(writer, 0) + amount
+            if held > 0:
+                self.by_writer[writer] = held
+            else:
+                self.by_writer.pop(writer, None)
+
+
+class OpenDraft:
+    """One open draft: its text (UTF-8 in a growable buffer: a token costs
+    its bytes, not an object), the number ``n`` of its latest update, its
+    size in UTF-8 bytes, and when it was last updated (``time.monotonic``).
+    ``remote``: another replica writes it (its updates came through
+    ``apply_remote``). ``writer``: the connection charged for it
+    (``DraftBudget``), ``cost`` what it is charged."""
+
+    __slots__ = (
+        "_buffer",
+        "_held",
+        "_held_size",
+        "_text",
+        "_text_frame",
+        "cost",
+        "draft_id",
+        "n",
+        "remote",
+        "role",
+        "sent_at",
+        "size",
+        "stream_closed",
+        "transcript_id",
+        "updated",
+        "writer",
+    )
+
+    def __init__(
+        self, transcript_id: str, draft_id: str, role: str, now: float, *, remote: bool = False
+    ) -> None:
+        self.transcript_id = transcript_id
+        self.draft_id = draft_id
+        self.role = role
+        self.n = 0
+        self.size = 0
+        self.updated = now
+        self.remote = remote
+        self.writer: str | None = None
+        self.cost = 0
+        #: When its latest update was numbered (and went out).
+        self.sent_at = now
+        #: The text as of update ``n``: ``_text`` when it was set whole or
+        #: read since the last delta, and ``_buffer`` (UTF-8) once a delta was
+        #: added to it; one of them at least (``None``: not made).
+        self._buffer: bytearray | None = None
+        self._text: str | None = ""
+        self._text_frame: EncodedDraft | None = None
+        #: Deltas written since, not numbered yet (``Drafts.coalesce``): in
+        #: ``size``, not in ``text``; UTF-8, and their bytes.
+        self._held = bytearray()
+        self._held_size = 0
+        #: Its Durable Stream (the text as it grows, UTF-8) once a ``text``
+        #: update did not extend it: closed, and frozen at the bytes the old
+        #: and the new text shared (a copy, at most the text's size, kept
+        #: while the draft is open: not counted in the ``DraftBudget``);
+        #: ``None`` while every update extended it.
+        self.stream_closed: bytes | None = None
+
+    def __repr__(self) -> str:
+        return f"<OpenDraft {self.transcript_id}/{self.draft_id} n={self.n} {self.size} bytes>"
+
+    @property
+    def held(self) -> bool:
+        """Whether deltas wait to go out as the next update."""
+        return bool(self._held_size)
+
+    @property
+    def text(self) -> str:
+        """The whole text as of update ``n`` (held deltas are not in it yet)."""
+        text = self._text
+        if text is None:
+            assert self._buffer is not None  # one of them is always there
+            text = self._text = self._buffer.decode(_UTF8, _ERRORS)
+        return text
+
+    def utf8(self, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of the text as of update ``n``, in UTF-8
+        (only those are copied)."""
+        buffer = self._buffer
+        if buffer is not None:
+            return bytes(buffer[start:end])
+        return _encode(self.text)[start:end]
+
+    def stream(self, start: int) -> tuple[bytes, int, bool]:
+        """Its Durable Stream from byte ``start``: the bytes, the stream's
+        end, whether it is closed (``stream_closed``)."""
+        frozen = self.stream_closed
+        if frozen is not None:
+            return frozen[start:], len(frozen), True
+        end = self.size - self._held_size
+        return (self.utf8(start, end) if start < end else b""), end, False
+
+    def text_frame(self) -> EncodedDraft:
+        """The ``text`` frame of the current update, encoded once per update."""
+        cached = self._text_frame
+        if cached is None or cached.frame.n != self.n:
+            cached = self._text_frame = EncodedDraft(self._frame(text=self.text), self)
+        return cached
+
+    def _frame(
+        self,
+        *,
+        delta: str | None = None,
+        text: str | None = None,
+        state: wire.DraftState = "open",
+        revision: int | None = None,
+    ) -> wire.DraftFrame:
+        return wire.DraftFrame(
+            seq=0,
+            transcript_id=self.transcript_id,
+            draft_id=self.draft_id,
+            role=self.role,  # type: ignore[arg-type]  # a Role: checked when it was opened
+            n=self.n,
+            delta=delta,
+            text=text,
+            state=state,
+            revision=revision,
+        )
+
+    def _add(self, delta: str, size: int, now: float) -> None:
+        buffer = self._buffer
+        if buffer is None:
+            buffer = self._buffer = bytearray(_encode(self.text))
+        buffer += _encode(delta)
+        self._text = None
+        self._text_frame = None
+        self.size = size
+        self.n += 1
+        self.updated = self.sent_at = now
+
+    def _set(self, text: str, size: int, now: float) -> None:
+        self._close_stream(_encode(text))
+        self._buffer = None  # made again by the next delta: a text costs one copy
+        self._text = text
+        self._text_frame = None
+        self.size = size + self._held_size  # held deltas follow the new text
+        self.n += 1
+        self.updated = self.sent_at = now
+
+    def _close_stream(self, new: bytes) -> None:
+        """Close the stream where ``new`` (the next text) stops extending
+        what it holds: a stream is append-only, so a text that rewrites it
+        ends it, at the bytes both share (a whole character)."""
+        if self.stream_closed is not None:
+            return  # closed already: it stays as it closed
+        old = self.utf8(0, self.size - self._held_size)
+        if new.startswith(old):
+            return
+        # The longest common prefix, by halves (compared in C, not copied).
+        a, b = memoryview(old), memoryview(new)
+        same, high = 0, min(len(old), len(new))
+        while same < high:
+            middle = (same + high + 1) // 2
+            if a[:middle] == b[:middle]:
+                same = middle
+            else:
+                high = middle - 1
+        while same > 0 and same < len(new) and new[same] & 0xC0 == 0x80:
+            same -= 1  # not inside a character
+        self.stream_closed = old[:same]
+
+    def hold(self, delta: str, size: int, now: float) -> None:
+        """Keep ``delta`` (the text is then ``size`` bytes with it) for the
+        next update."""
+        self._held += _encode(delta)
+        self._held_size += size - self.size
+        self.size = size
+        self.updated = now
+
+    def release(self, now: float) -> EncodedDraft | None:
+        """The held deltas as one ``delta`` update (``None``: none held)."""
+        if not self._held_size:
+            return None
+        delta = self._held.decode(_UTF8, _ERRORS)
+        self._held = bytearray()
+        self._held_size = 0
+        return self.appended(delta, self.size, now)
+
+    def appended(self, delta: str, size: int, now: float) -> EncodedDraft:
+        """Append ``delta`` (the text is then ``size`` bytes): update ``n`` + 1."""
+        self._add(delta, size, now)
+        return EncodedDraft(self._frame(delta=delta), self)
+
+    def replaced(self, text: str, size: int, now: float) -> EncodedDraft:
+        """Replace the text with ``text`` (``size`` bytes): update ``n`` + 1
+        (held deltas are dropped: the text replaces them too)."""
+        self._held = bytearray()
+        self._held_size = 0
+        self._set(text, size, now)
+        # Not kept: a text nobody reads would be held twice (the frame's
+        # encoding); ``text_frame`` makes it once if a late joiner needs it.
+        return EncodedDraft(self._frame(text=text), self)
+
+    def close_frame(self, state: wire.DraftState, revision: int | None = None) -> EncodedDraft:
+        """Its close (no text; ``revision`` for ``final`` only)."""
+        return EncodedDraft(self._frame(state=state, revision=revision))
+
+
+class ClosedDraft(NamedTuple):
+    """A draft closed at ``closed_at`` (monotonic) as ``state``, remembered
+    for ``draft_ttl_s`` (a late op on it is ``draft-closed``). ``final``: the
+    close frame of a committed draft that was open (a consumer that resumes
+    from before its revision gets it); ``None`` for every other close (a
+    consumer that holds such a draft closes it as ``gone``). ``text``: its
+    Durable Stream's bytes when it closed (a reader behind gets the rest),
+    ``None`` when it was never open here."""
+
+    state: str
+    closed_at: float
+    final: EncodedDraft | None = None
+    text: bytes | None = None
+
+    @property
+    def cost(self) -> int:
+        """What remembering it costs in the ``DraftBudget``."""
+        return CLOSED_DRAFT_COST + (len(self.text) if self.text is not None else 0)
+
+
+class Written(NamedTuple):
+    """What a ``draft`` op did: ``n`` to acknowledge, and the frame to fan
+    out (``None``: it changed nothing, a keep-alive, or its delta is held).
+    ``flush_at``: the op began holding deltas; ``Drafts.flush`` them at this
+    (monotonic) time."""
+
+    n: int
+    update: EncodedDraft | None
+    flush_at: float | None = None
+
+
+class Drafts:
+    """The open and recently closed drafts of one transcript.
+
+    ``max_open``: open drafts at once (``max_drafts_per_transcript``);
+    ``max_bytes``: a draft's text in UTF-8 bytes (``max_message_bytes``);
+    ``ttl``: seconds an open draft lives without an update, and a closed one
+    is remembered (``draft_ttl_s``); ``coalesce``: a delta written less than
+    this many seconds after the draft's latest update is held and goes out
+    with the others held then as one update, ``coalesce`` after that update
+    (``draft_coalesce_s``; 0: every delta is its own update);
+    ``max_closed``: closes remembered at once (``max_closed_drafts``): every
+    close is remembered for the whole ``ttl``, and while this many are,
+    opening a draft or cancelling one that is not open is refused instead
+    (a commit and the close of an open draft are always remembered: a
+    writer cannot make the registry forget a close); ``budget``: the
+    server's ``DraftBudget`` (``None``: nothing is counted). Times are
+    ``time.monotonic()`` values passed in, so that tests drive the clock.
+    """
+
+    __slots__ = (
+        "budget",
+        "closed",
+        "coalesce",
+        "max_bytes",
+        "max_closed",
+        "max_open",
+        "open",
+        "transcript_id",
+        "ttl",
+    )
+
+    def __init__(
+        self,
+        transcript_id: str,
+        *,
+        max_open: int,
+        max_bytes: int,
+        ttl: float,
+        coalesce: float = 0.0,
+        max_closed: int = 1024,
+        budget: DraftBudget | None = None,
+    ) -> None:
+        self.transcript_id = transcript_id
+        self.max_open = max_open
+        self.max_bytes = max_bytes
+        self.ttl = ttl
+        self.coalesce = coalesce
+        self.max_closed = max_closed
+        self.budget = budget
+        self.open: dict[str, OpenDraft] = {}
+        #: Closed drafts by id, oldest close first.
+        self.closed: dict[str, ClosedDraft] = {}
+
+    def __bool__(self) -> bool:
+        """Whether there is anything to sweep or send (open or recently closed)."""
+        return bool(self.open or self.closed)
+
+    def text(self, draft_id: str) -> EncodedDraft | None:
+        """The ``text`` frame of an open draft now, ``None`` when not open."""
+        draft = self.open.get(draft_id)
+        return None if draft is None else draft.text_frame()
+
+    # --- local writes -----------------------------------------------------------------
+
+    def write(
+        self,
+        draft_id: str,
+        *,
+        now: float,
+        role: str | None = None,
+        delta: str | None = None,
+        text: str | None = None,
+        cancel: bool = False,
+        writer: str | None = None,
+    ) -> Written:
+        """Apply one ``draft`` op (at most one of ``delta``, ``text``,
+        ``cancel``: ``wire.check_draft_op`` refused the others) that the
+        connection ``writer`` sent. Raises ``Refused`` and then changes
+        nothing."""
+        draft = self.open.get(draft_id)
+        if draft is None:
+            closed = self.closed.get(draft_id)
+            if closed is not None:
+                raise Refused(
+                    codes.DRAFT_CLOSED,
+                    f"draft {draft_id!r} of transcript {self.transcript_id!r} was "
+                    f"{closed.state} already: write a new draft under another draftId",
+                )
+            self._check_closed_room(draft_id)
+            if cancel:
+                # Never opened here (its first token may still be on the way):
+                # remember it, so that a late token opens no ghost draft.
+                self._check_budget(draft_id, CLOSED_DRAFT_COST, None, 0)
+                self._remember(draft_id, "cancelled", now)
+                return Written(0, None)
+            if len(self.open) >= self.max_open:
+                raise Refused(
+                    codes.TOO_MANY_DRAFTS,
+                    f"transcript {self.transcript_id!r} has {len(self.open)} open drafts, the "
+                    f"most it may (max_drafts_per_transcript); commit, cancel or let one expire",
+                )
+            size = self._check_size(draft_id, 0, delta if delta is not None else text)
+            cost = OPEN_DRAFT_COST + size
+            self._check_budget(draft_id, cost, writer, cost)
+            draft = OpenDraft(self.transcript_id, draft_id, role or DEFAULT_ROLE, now)
+            self._charge(draft, writer, cost)
+            self.open[draft_id] = draft
+            if delta is not None:
+                return Written(1, draft.appended(delta, size, now))
+            return Written(1, draft.replaced(text or "", size, now))
+        if cancel:
+            return Written(draft.n, self._close(draft, "cancelled", None, now))
+        if delta is not None:
+            size = self._check_size(draft_id, draft.size, delta)
+            self._take_over(draft, writer, size)
+            if not delta:
+                draft.updated = now
+                return Written(draft.n, None)
+            if self.coalesce and (draft.held or now - draft.sent_at < self.coalesce):
+                first = not draft.held
+                draft.hold(delta, size, now)
+                return Written(draft.n, None, draft.sent_at + self.coalesce if first else None)
+            return Written(draft.n + 1, draft.appended(delta, size, now))
+        if text is not None:
+            size = self._check_size(draft_id, 0, text)
+            self._take_over(draft, writer, size)
+            return Written(draft.n + 1, draft.replaced(text, size, now))
+        self._take_over(draft, writer, draft.size)
+        draft.updated = now  # keep-alive
+        return Written(draft.n, None)
+
+    def _take_over(self, draft: OpenDraft, writer: str | None, size: int) -> None:
+        """``writer`` changes ``draft`` to ``size`` bytes: check and charge it
+        for the whole draft (a writer that reconnected goes on with its
+        draft). Written here (a writer that moved from another replica): from
+        now on this replica's to expire and to relay."""
+        cost = OPEN_DRAFT_COST + size
+        if writer is None:
+            writer = draft.writer
+        mine = cost - draft.cost if writer == draft.writer else cost
+        self._check_budget(draft.draft_id, cost - draft.cost, writer, mine)
+        self._charge(draft, writer, cost)
+        draft.remote = False
+
+    def _check_budget(self, draft_id: str, more: int, writer: str | None, mine: int) -> None:
+        if self.budget is not None:
+            self.budget.check(self.transcript_id, draft_id, more, writer, mine)
+
+    def _charge(self, draft: OpenDraft, writer: str | None, cost: int) -> None:
+        """Charge ``draft`` to ``writer`` at ``cost`` (0: release it)."""
+        budget = self.budget
+        if budget is not None:
+            if draft.cost:
+                budget.charge(draft.writer, -draft.cost)
+            if cost:
+                budget.charge(writer, cost)
+        draft.writer = writer
+        draft.cost = cost
+
+    def _check_closed_room(self, draft_id: str) -> None:
+        """Refuse to open or cancel one more draft while ``max_closed``
+        closes are remembered: no close is forgotten before ``ttl``."""
+        if len(self.closed) >= self.max_closed:
+            raise Refused(
+                codes.TOO_MANY_DRAFTS,
+                f"draft {draft_id!r}: transcript {self.transcript_id!r} remembers "
+                f"{len(self.closed)} drafts closed in the last draft_ttl_s, the most it may "
+                "(max_closed_drafts); retry once they are forgotten",
+            )
+
+    def flush(self, draft_id: str, now: float) -> EncodedDraft | None:
+        """The held deltas of an open draft as its next update (``None``:
+        none held, or it is not open)."""
+        draft = self.open.get(draft_id)
+        return None if draft is None else draft.release(now)
+
+    def flush_all(self, now: float) -> list[EncodedDraft]:
+        """``flush`` every open draft (before a catch-up or a commit, whose
+        frames must hold every delta written so far)."""
+        return [f for d in self.open.values() if d.held and (f := d.release(now)) is not None]
+
+    def _check_size(self, draft_id: str, size: int, more: str | None) -> int:
+        """The size after adding ``more`` to ``size`` bytes; ``draft-too-large``
+        past ``max_bytes``."""
+        if not more:
+            return size
+        total = size + _utf8_length(more)
+        if total > self.max_bytes:
+            raise Refused(
+                codes.DRAFT_TOO_LARGE,
+                f"draft {draft_id!r} would be {total} bytes of UTF-8, over the limit of "
+                f"{self.max_bytes} (max_message_bytes); the update was not applied",
+            )
+        return total
+
+    def commit(self, draft_id: str, revision: int, now: float) -> EncodedDraft | None:
+        """The append with this ``draftId`` landed as ``revision``: close the
+        draft ``final``; its frame (``None`` when it was not open: then it is
+        only remembered as committed, so that late tokens are refused)."""
+        draft = self.open.get(draft_id)
+        if draft is None:
+            if draft_id not in self.closed:
+                self._remember(draft_id, "final", now)
+            return None
+        return self._close(draft, "final", revision, now)
+
+    def _close(
+        self, draft: OpenDraft, state: wire.DraftState, revision: int | None, now: float
+    ) -> EncodedDraft:
+        del self.open[draft.draft_id]
+        self._charge(draft, None, 0)
+        frame = draft.close_frame(state, revision)
+        final = frame if state == "final" else None
+        self._remember(draft.draft_id, state, now, final, draft.stream(0)[0])
+        return frame
+
+    def _remember(
+        self,
+        draft_id: str,
+        state: str,
+        now: float,
+        final: EncodedDraft | None = None,
+        text: bytes | None = None,
+    ) -> None:
+        closed = self.closed
+        before = closed.pop(draft_id, None)
+        entry = closed[draft_id] = ClosedDraft(state, now, final, text)
+        if self.budget is not None:
+            self.budget.charge(None, entry.cost - (0 if before is None else before.cost))
+
+    def stream(self, draft_id: str, start: int) -> tuple[bytes, int, bool] | None:
+        """The Durable Stream of a draft from byte ``start``: its bytes, its
+        end and whether it is closed (committed, cancelled, expired, or its
+        text rewritten); ``None`` when the draft is neither open nor closed
+        within ``ttl``. A start past a closed stream's end reads as its end."""
+        draft = self.open.get(draft_id)
+        if draft is not None:
+            return draft.stream(start)
+        closed = self.closed.get(draft_id)
+        if closed is None:
+            return None
+        text = closed.text or b""
+        return text[start:], len(text), True
+
+    def drop(self) -> None:
+        """Forget everything (the transcript is gone): release what the
+        drafts were charged."""
+        for draft in self.open.values():
+            self._charge(draft, None, 0)
+        if self.budget is not None:
+            self.budget.charge(None, -sum(c.cost for c in self.closed.values()))
+        self.open.clear()
+        self.closed.clear()
+
+    def drop_remote(self) -> None:
+        """Forget the copies of other replicas' drafts (this replica stops
+        hearing about them; it copies them anew when it holds the transcript
+        again)."""
+        for draft_id, draft in list(self.open.items()):
+            if draft.remote:
+                self._charge(draft, None, 0)
+                del self.open[draft_id]
+
+    # --- time -------------------------------------------------------------------------
+
+    def expire(self, now: float) -> tuple[list[EncodedDraft], list[EncodedDraft]]:
+        """Close the drafts idle for ``ttl`` (remote copies: ``ttl`` +
+        ``REMOTE_DRAFT_GRACE_S``) as ``expired`` and forget the closes older
+        than ``ttl``. Returns the close frames of the local drafts and those
+        of the remote copies (only the first are published)."""
+        local: list[EncodedDraft] = []
+        remote: list[EncodedDraft] = []
+        if self.open:
+            cutoff = now - self.ttl
+            for draft in list(self.open.values()):
+                if draft.updated < (cutoff - REMOTE_DRAFT_GRACE_S if draft.remote else cutoff):
+                    frame = self._close(draft, "expired", None, now)
+                    (remote if draft.remote else local).append(frame)
+        closed = self.closed
+        cutoff = now - self.ttl
+        forgotten = 0
+        while closed:
+            first = next(iter(closed))
+            if closed[first].closed_at >= cutoff:
+                break
+            forgotten += closed.pop(first).cost
+        if forgotten and self.budget is not None:
+            self.budget.charge(None, -forgotten)
+        return local, remote
+
+    def catch_up(self, now: float, resumed_from: int | None = None) -> list[EncodedDraft]:
+        """What a subscriber gets right behind its baseline or resume: the
+        ``text`` of every open draft, and after a resume from revision
+        ``resumed_from`` (``None``: a baseline) the ``final`` of each draft
+        committed after it within ``ttl``: the consumer may hold such a draft
+        and gets its message in this resume (the final of revision R came
+        with increment R). No other close: nobody gets a close of a draft it
+        cannot hold, and a resume gets at most one per increment it brings."""
+        frames = [draft.text_frame() for draft in self.open.values()]
+        if resumed_from is not None and self.closed:
+            cutoff = now - self.ttl
+            for closed in self.closed.values():
+                final = closed.final
+                if (
+                    final is not None
+                    and closed.closed_at >= cutoff
+                    and (final.frame.revision or 0) > resumed_from
+                ):
+                    frames.append(final)
+        return frames
+
+    # --- other replicas -----------------------------------------------------------------
+
+    def apply_remote(
+        self, frame: wire.DraftFrame, now: float
+    ) -> EncodedDraft | Literal[False] | None:
+        """Apply an update or close another replica made. Returns the frame
+        to fan out locally, ``None`` when it changes nothing here (old, or a
+        close of a draft not open here, which is remembered as closed all the
+        same), ``False`` on a gap (a ``delta`` that does not follow the copy:
+        apply the current ``text`` instead). Never refused: its bytes are
+        charged to the total (the writing replica bounds them)."""
+        draft_id = frame.draft_id
+        draft = self.open.get(draft_id)
+        if frame.state != "open":
+            final = EncodedDraft(frame) if frame.state == "final" else None
+            if draft is None:
+                if draft_id not in self.closed:
+                    # Never open here: remembered all the same, so that a late
+                    # token written to this replica opens no ghost draft.
+                    self._remember(draft_id, frame.state, now, final)
+                return None
+            del self.open[draft_id]
+            self._charge(draft, None, 0)
+            shared = final or EncodedDraft(frame)
+            self._remember(draft_id, frame.state, now, final, draft.stream(0)[0])
+            return shared
+        if draft is None:
+            if draft_id in self.closed:
+                return None  # closed here already: a late update
+            if frame.text is None and frame.n != 1:
+                return False
+            draft = OpenDraft(self.transcript_id, draft_id, frame.role, now, remote=True)
+            self.open[draft_id] = draft
+        if frame.n <= draft.n:
+            draft.updated = now
+            return None
+        if frame.text is not None:
+            draft._set(frame.text, _utf8_length(frame.text), now)
+        elif frame.n == draft.n + 1:
+            assert frame.delta is not None  # the shape of an open draft's frame
+            draft._add(frame.delta, draft.size + _utf8_length(frame.delta), now)
+        else:
+            return False
+        draft.n = frame.n
+        draft.remote = True
+        self._charge(draft, None, OPEN_DRAFT_COST + draft.size)
+        shared = EncodedDraft(frame, draft)
+        if frame.text is not None:
+            draft._text_frame = shared
+        return shared

@@ -1,0 +1,1 @@
+"""The Transcript entity, change capture and fixed ranges."""

@@ -1,0 +1,1 @@
+"""Working with other replicas through Redis: the backplane and the draft relay."""

@@ -1,0 +1,1 @@
+"""The command line, `serve`, the worker supervisor and the generated config docs."""

@@ -1,0 +1,3 @@
+"""The transports and what only they need: WebSocket and HTTP faces, access and origin checks,
+problems, pages, OpenAPI, rate limits, the offload pool.
+"""
