@@ -1234,6 +1234,406 @@ export class ServerError extends Error {
   }
 }
 
+// --- the HTTP fallback: the Durable Streams face and the HTTP API ------------------------
+
+/** The transports a client can speak: the WebSocket, or SSE reads and HTTP appends. */
+export const TRANSPORTS = Object.freeze(["websocket", "sse"]);
+
+/**
+ * The 16 digits that stand for an epoch in a transcript stream's offsets (the
+ * port of server.streams.transcripts.epoch_number): each hex character of the
+ * epoch, in order, as its value modulo 10; the first 16 of them, zero-padded
+ * on the left to 16.
+ */
+export function epochNumber(epoch) {
+  let digits = "";
+  for (const c of String(epoch)) {
+    if (/[0-9a-fA-F]/.test(c)) digits += String(parseInt(c, 16) % 10);
+  }
+  return (digits || "0").slice(0, 16).padStart(16, "0");
+}
+
+/**
+ * The offset of a transcript's Durable Stream just after revision (docs/protocol.md
+ * section 5): `<epoch number>_<revision>`, 16 digits each.
+ */
+export function streamOffset(epoch, revision) {
+  return `${epochNumber(epoch)}_${String(revision).padStart(16, "0")}`;
+}
+
+/**
+ * A Server-Sent Events parser (the WHATWG rules): text in, in chunks cut
+ * anywhere; events out, {event, data} ("message" when the event has no name,
+ * data lines joined with "\n"). Comments, ids and retry fields are dropped.
+ */
+export class SseParser {
+  constructor() {
+    this._buffer = "";
+    this._event = "";
+    this._data = [];
+  }
+
+  /** Take a chunk of the text; returns the events it completed, in order. */
+  push(chunk) {
+    this._buffer += chunk;
+    const events = [];
+    for (;;) {
+      const match = /\r\n|\r|\n/.exec(this._buffer);
+      // A lone \r at the end may be the first half of \r\n: wait for more.
+      if (!match || (match[0] === "\r" && match.index === this._buffer.length - 1)) break;
+      const line = this._buffer.slice(0, match.index);
+      this._buffer = this._buffer.slice(match.index + match[0].length);
+      if (line === "") {
+        if (this._data.length) events.push({ event: this._event || "message", data: this._data.join("\n") });
+        this._event = "";
+        this._data = [];
+        continue;
+      }
+      if (line.startsWith(":")) continue;
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? "" : line.slice(colon + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+      if (field === "event") this._event = value;
+      else if (field === "data") this._data.push(value);
+    }
+    return events;
+  }
+}
+
+/** An HTTP answer that is not a success: status, and the problem's code and detail. */
+class HttpRefusal extends Error {
+  constructor(status, code, detail, body) {
+    super(`${status} ${code}: ${detail}`);
+    this.status = status;
+    this.code = code;
+    this.detail = detail;
+    this.body = body;
+  }
+}
+
+/** The wire code for an HTTP status without a problem+json body (the stream face's plain text). */
+const STATUS_CODES = { 400: "invalid-frame", 401: "unauthorized", 403: "forbidden", 404: "not-found", 410: "gone", 413: "too-large", 429: "rate-limited" };
+
+const CLOSED_BY_CLIENT = "closed by the client";
+
+/**
+ * A WebSocket-shaped connection that speaks the wire protocol's ops over plain
+ * HTTP, for networks that let no WebSocket through (docs/protocol.md, "The
+ * HTTP fallback"). The client hands it ops as it would a WebSocket and gets
+ * frames back, numbered 1, 2, 3, ... like a connection's, so the same consumer
+ * core checks them:
+ * - subscribe: a baseline from GET /v1/transcripts/{id} (a window resolved as
+ *   the server would: tail, from, the active segment, a View), then the
+ *   transcript's Durable Stream in SSE mode from the copy's revision
+ *   (/v1/stream/transcripts/{id}?offset=...&live=sse), each event an
+ *   increment; a resume (fromRevision and epoch) reads the stream from that
+ *   revision, and an offset the server no longer serves (410, or an answer
+ *   that ends with no control event) brings a fresh baseline. A response that
+ *   ends (the server ends SSE after a minute) is read on from its last offset.
+ * - append: POST /v1/transcripts/{id}/messages with the op's idempotency key
+ *   and expectedRevision; the answer becomes an ack or an error frame.
+ * - ping: a pong once every subscribe sent before it was answered (its baseline
+ *   sent, or its stream caught up): the barrier the core relies on.
+ * - auth: the token for the Authorization header of every request; a pong.
+ * It "opens" once GET /healthz answers, and "closes" (onclose, code 1006) when
+ * a request cannot reach the server, or with 4001 when one is refused 401, as a
+ * WebSocket would. Reads are fetch() streams, not EventSource: a fetch carries
+ * the Authorization header (the HTTP face takes credentials there only, never
+ * in the URL) and sees the status of a refusal. Drafts are not followed.
+ */
+export class StreamFaceSocket {
+  constructor(httpUrl, { fetch = (...args) => globalThis.fetch(...args), token = null } = {}) {
+    this.url = httpUrl;
+    this.readyState = 0;
+    this.onopen = this.onmessage = this.onclose = this.onerror = null;
+    this._fetch = fetch;
+    this._token = token;
+    this._seq = 0;
+    this._readers = new Map(); // transcriptId -> {abort, answered}
+    this._inflight = new Set(); // AbortControllers of appends
+    this._probe = new AbortController();
+    this._open();
+  }
+
+  async _open() {
+    try {
+      await this._fetch(`${this.url}/healthz`, { headers: { Accept: "application/json" }, signal: this._probe.signal });
+    } catch (err) {
+      this._lost(1006, `HTTP fallback: the server cannot be reached (${err?.message ?? err})`);
+      return;
+    }
+    if (this.readyState !== 0) return;
+    this.readyState = 1;
+    this.onopen?.({});
+  }
+
+  send(data) {
+    if (this.readyState !== 1) throw new Error("send on a connection that is not open");
+    for (const line of String(data).split("\n")) {
+      if (!line.trim()) continue;
+      let op;
+      try {
+        op = JSON.parse(line);
+      } catch {
+        this._frame({ type: "error", code: "invalid-frame", message: "malformed JSON" });
+        continue;
+      }
+      this._take(op);
+    }
+  }
+
+  /** Stop every request; no close event follows (the client let go of it). */
+  close(code = 1000, reason = CLOSED_BY_CLIENT) {
+    if (this.readyState >= 2) return;
+    this.readyState = 3;
+    this._stopAll();
+    this.closeCode = code;
+    this.closeReason = reason;
+  }
+
+  _stopAll() {
+    this._probe.abort();
+    for (const reader of this._readers.values()) reader.abort.abort();
+    this._readers.clear();
+    for (const controller of this._inflight) controller.abort();
+    this._inflight.clear();
+  }
+
+  /** The connection is gone: every request stops, and onclose says why (once). */
+  _lost(code, reason) {
+    if (this.readyState >= 2) return;
+    this.readyState = 3;
+    this._stopAll();
+    this.onclose?.({ code, reason });
+  }
+
+  /** Send a frame to the client: numbered now, delivered in a later task as a socket would. */
+  _frame(frame) {
+    if (this.readyState !== 1) return;
+    this._seq += 1;
+    const data = JSON.stringify({ ...frame, seq: this._seq });
+    queueMicrotask(() => {
+      if (this.readyState === 1) this.onmessage?.({ data });
+    });
+  }
+
+  _headers(extra = {}) {
+    const headers = { Accept: "application/json", ...extra };
+    if (this._token) headers.Authorization = `Bearer ${this._token}`;
+    return headers;
+  }
+
+  /** fetch, or HttpRefusal for an answer that is not 2xx. */
+  async _request(path, init, signal) {
+    const response = await this._fetch(`${this.url}${path}`, { ...init, signal });
+    if (response.ok) return response;
+    const text = await response.text().catch(() => "");
+    let body = null;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      // the stream face answers plain text
+    }
+    const code = body?.code ?? STATUS_CODES[response.status] ?? (response.status >= 500 ? "unavailable" : "invalid-frame");
+    throw new HttpRefusal(response.status, code, body?.detail ?? (text || `HTTP ${response.status}`), body);
+  }
+
+  async _json(path, signal) {
+    const response = await this._request(path, { headers: this._headers() }, signal);
+    return response.json();
+  }
+
+  /** A request failed in a way that ends the connection: true if it did. */
+  _endsConnection(err) {
+    if (this.readyState !== 1) return true;
+    if (err instanceof HttpRefusal) {
+      if (err.status === 401) {
+        this._lost(4001, `unauthorized: ${err.detail}`);
+        return true;
+      }
+      if (err.status >= 500) {
+        this._lost(1011, `HTTP fallback: ${err.status} ${err.detail}`.slice(0, 123));
+        return true;
+      }
+      return false;
+    }
+    this._lost(1006, `HTTP fallback: ${err?.message ?? err}`);
+    return true;
+  }
+
+  _take(op) {
+    switch (op?.op) {
+      case "auth":
+        this._token = op.token ?? null;
+        this._frame({ type: "pong", ref: op.ref ?? null });
+        break;
+      case "ping": {
+        const waits = [...this._readers.values()].map((r) => r.answered);
+        Promise.all(waits).then(() => this._frame({ type: "pong", ref: op.ref ?? null }));
+        break;
+      }
+      case "subscribe":
+        this._subscribe(op);
+        break;
+      case "unsubscribe": {
+        const reader = this._readers.get(op.transcriptId);
+        if (reader) {
+          reader.abort.abort();
+          reader.answer();
+          this._readers.delete(op.transcriptId);
+        }
+        break;
+      }
+      case "append":
+        this._append(op);
+        break;
+      default:
+        this._frame({
+          type: "error",
+          code: "invalid-frame",
+          message: `the HTTP fallback does not carry ${JSON.stringify(op?.op)} ops (it needs the WebSocket)`,
+          ref: op?.ref ?? null,
+        });
+    }
+  }
+
+  _subscribe(op) {
+    const id = op.transcriptId;
+    this._readers.get(id)?.abort.abort();
+    let answer;
+    const answered = new Promise((resolve) => {
+      answer = resolve;
+    });
+    const reader = { abort: new AbortController(), answered, answer };
+    this._readers.set(id, reader);
+    this._follow(id, op, reader).finally(() => {
+      reader.answer();
+      if (this._readers.get(id) === reader) this._readers.delete(id);
+    });
+  }
+
+  async _follow(id, op, reader) {
+    const signal = reader.abort.signal;
+    let epoch = op.epoch ?? null;
+    let revision = op.fromRevision ?? null;
+    let empty = 0; // answers in a row that ended with no control event
+    while (!signal.aborted && this.readyState === 1) {
+      try {
+        if (revision === null || epoch === null) {
+          const snapshot = await this._baseline(id, op.window ?? null, signal);
+          if (signal.aborted) return;
+          this._frame({ type: "baseline", snapshot });
+          epoch = snapshot.epoch;
+          revision = snapshot.revision;
+          reader.answer(); // a baseline answers a subscribe
+        }
+        const read = await this._read(id, epoch, revision, reader, signal);
+        revision = read.revision;
+        if (read.controls === 0) {
+          // Deleted meanwhile, or the events are no longer held: start over.
+          empty += 1;
+          if (empty > 1) throw new HttpRefusal(503, "unavailable", "the transcript's stream ends with nothing", null);
+          revision = null;
+        } else {
+          empty = 0;
+        }
+      } catch (err) {
+        if (signal.aborted) return;
+        if (err instanceof HttpRefusal && (err.status === 410 || (err.status === 400 && revision !== null))) {
+          // Another history, events no longer held, or a copy ahead of the
+          // server: a fresh baseline, as the WebSocket would send.
+          epoch = null;
+          revision = null;
+          continue;
+        }
+        if (this._endsConnection(err)) return;
+        if (STOP_CODES.includes(err.code)) {
+          // not-found, forbidden, invalid-view: the subscription is over.
+          this._frame({ type: "error", code: err.code, message: String(err.detail), transcriptId: id });
+          return;
+        }
+        // Anything else (rate-limited, a range that moved): the connection
+        // starts over after a backoff, and resubscribes.
+        this._lost(1013, `HTTP fallback: ${err.status} ${err.detail}`.slice(0, 123));
+        return;
+      }
+    }
+  }
+
+  /** The baseline of a subscribe: the whole snapshot, or the window's part. */
+  async _baseline(id, window, signal) {
+    const path = `/v1/transcripts/${encodeURIComponent(id)}`;
+    if (window === null) return this._json(path, signal);
+    const head = await this._json(`${path}?start=0&end=0`, signal);
+    let start;
+    if (window.tail !== undefined) start = Math.max(0, head.length - window.tail);
+    else if (window.from !== undefined) start = Math.min(window.from, head.length);
+    else if (window.segment !== undefined) start = head.activeStart;
+    else {
+      const view = (head.views ?? []).find((v) => v.name === window.view);
+      if (!view) throw new HttpRefusal(422, "invalid-view", `no View named ${JSON.stringify(window.view)}`, null);
+      start = view.start;
+    }
+    return this._json(`${path}?start=${start}`, signal);
+  }
+
+  /** Read the transcript's stream in SSE mode after revision until the answer ends. */
+  async _read(id, epoch, revision, reader, signal) {
+    const query = `offset=${streamOffset(epoch, revision)}&live=sse`;
+    const response = await this._request(
+      `/v1/stream/transcripts/${encodeURIComponent(id)}?${query}`,
+      { headers: this._headers({ Accept: "text/event-stream" }) },
+      signal,
+    );
+    const parser = new SseParser();
+    const decoder = new TextDecoder();
+    const body = response.body.getReader();
+    let controls = 0;
+    for (;;) {
+      const { value, done } = await body.read();
+      const events = parser.push(done ? decoder.decode() : decoder.decode(value, { stream: true }));
+      for (const { event, data } of events) {
+        if (signal.aborted) return { revision, controls };
+        if (event === "data") {
+          for (const item of JSON.parse(data)) {
+            this._frame({ type: "increment", event: item });
+            revision = Math.max(revision, item.revision);
+          }
+        } else if (event === "control") {
+          controls += 1;
+          if (JSON.parse(data).upToDate) reader.answer();
+        }
+      }
+      if (done) return { revision, controls };
+    }
+  }
+
+  async _append(op) {
+    const controller = new AbortController();
+    this._inflight.add(controller);
+    const body = { messages: op.messages, idempotencyKey: op.idempotencyKey };
+    if (op.expectedRevision !== undefined && op.expectedRevision !== null) body.expectedRevision = op.expectedRevision;
+    if (op.draftId !== undefined && op.draftId !== null) body.draftId = op.draftId;
+    try {
+      const response = await this._request(
+        `/v1/transcripts/${encodeURIComponent(op.transcriptId)}/messages`,
+        { method: "POST", headers: this._headers({ "Content-Type": "application/json" }), body: JSON.stringify(body) },
+        controller.signal,
+      );
+      const ack = await response.json();
+      this._frame({ ...ack, type: "ack", ref: op.ref ?? null });
+    } catch (err) {
+      if (controller.signal.aborted || this._endsConnection(err)) return;
+      const frame = { type: "error", code: err.code, message: String(err.detail), transcriptId: op.transcriptId, ref: op.ref ?? null };
+      if (Number.isInteger(err.body?.revision)) frame.revision = err.body.revision;
+      this._frame(frame);
+    } finally {
+      this._inflight.delete(controller);
+    }
+  }
+}
+
 /**
  * One logical connection to a transcript-sync server, kept open across
  * reconnects: a driver of the Consumer core, which decides everything about
@@ -1241,7 +1641,7 @@ export class ServerError extends Error {
  * moves text in and ops out, keeps appends until acknowledged, and reports.
  *
  * Events (client.on(type, listener) returns a function that removes it):
- * - "status"   {state, attempt, delayMs, reason}; state is one of
+ * - "status"   {state, transport, attempt, delayMs, reason}; state is one of
  *              "connecting" (first connect), "live" (subscribed and caught up),
  *              "reconnecting" (connection lost, waiting delayMs), "resyncing"
  *              (frames lost on a live connection), "resynced" (caught up again
@@ -1249,7 +1649,10 @@ export class ServerError extends Error {
  *              credentials were refused or expired and getToken gave no new
  *              ones: stopped), "refused" (closed with a code that says not to
  *              reconnect, e.g. 1008 for a page origin the server does not allow:
- *              stopped; reason says why).
+ *              stopped; reason says why). transport is "websocket", or "sse" on
+ *              the HTTP fallback (see the constructor's transport option), of the
+ *              connection this status is about (the one being dialled while
+ *              "connecting" or "reconnecting").
  * - "baseline" {transcriptId, mirror, snapshot, epochChanged}: render the mirror anew.
  * - "messages" {transcriptId, start, messages, revision, mirror}: appended at start.
  * - "segment"  {transcriptId, previousStart, start, end, revision, mirror}.
@@ -1291,7 +1694,15 @@ export class TsyncClient {
    *   httpUrl: the server's HTTP base for loadEarlier (default: from url);
    *   fetch: the fetch function (for tests; default globalThis.fetch);
    *   newKey: the idempotency key generator; timers: {setTimeout, clearTimeout,
-   *   setInterval, clearInterval, now} (for tests).
+   *   setInterval, clearInterval, now} (for tests);
+   *   transport: "auto" (the default: the WebSocket, and the HTTP fallback when
+   *   fallbackAfter WebSockets in a row could not be opened while the HTTP API
+   *   answers), "websocket" (never the fallback) or "sse" (only the fallback:
+   *   SSE reads of the Durable Streams face and HTTP appends, StreamFaceSocket);
+   *   fallbackAfter: how many WebSockets in a row must fail to open (closed
+   *   before their open event) before the fallback is tried (default 2);
+   *   webSocketRetryMs: on the fallback with transport "auto", try a WebSocket
+   *   this often (default 60000; 0: never) and move back to it once one opens.
    */
   constructor(url, options = {}) {
     this.url = url;
@@ -1304,6 +1715,16 @@ export class TsyncClient {
       heartbeatMs: options.heartbeatMs ?? 20000,
     };
     this._WebSocket = options.WebSocket ?? globalThis.WebSocket;
+    const transport = options.transport ?? "auto";
+    if (!["auto", ...TRANSPORTS].includes(transport)) throw new TypeError(`transport: expected auto, websocket or sse, not ${transport}`);
+    this.options.transport = transport;
+    this.options.fallbackAfter = options.fallbackAfter ?? 2;
+    this.options.webSocketRetryMs = options.webSocketRetryMs ?? 60000;
+    /** The transport of the current (or the next) connection: "websocket" or "sse". */
+    this.transport = transport === "sse" ? "sse" : "websocket";
+    this._wsFailures = 0; // WebSockets in a row that closed before they opened
+    this._probeTimer = null;
+    this._probe = null;
     this._fetch = options.fetch ?? ((...args) => globalThis.fetch(...args));
     this.httpUrl = options.httpUrl ?? httpBase(url);
     this._newKey = options.newKey ?? newIdempotencyKey;
@@ -1333,7 +1754,7 @@ export class TsyncClient {
     this._pingSentAt = null;
     this._awaiting = null; // the status to announce when the core is synced
     this.state = "idle";
-    this.stats = { connections: 0, reconnects: 0, resyncs: 0, duplicateAcks: 0 };
+    this.stats = { connections: 0, reconnects: 0, resyncs: 0, duplicateAcks: 0, fallbacks: 0 };
   }
 
   /** The connection's SeqTracker (the core's). */
@@ -1370,7 +1791,7 @@ export class TsyncClient {
 
   _status(state, extra = {}) {
     this.state = state;
-    this._emit("status", { state, attempt: this._attempt, ...extra });
+    this._emit("status", { state, transport: this.transport, attempt: this._attempt, ...extra });
   }
 
   // -- lifecycle ---------------------------------------------------------------------
@@ -1389,6 +1810,7 @@ export class TsyncClient {
     this._closed = true;
     this._timers.clearTimeout(this._retryTimer);
     this._timers.clearTimeout(this._renewTimer);
+    this._stopProbing();
     this._stopHeartbeat();
     const ws = this._ws;
     this._ws = null;
@@ -1440,7 +1862,23 @@ export class TsyncClient {
     );
   }
 
+  /** The fallback is next: forced, or too many WebSockets failed to open. */
+  _fallbackDue() {
+    const { transport, fallbackAfter } = this.options;
+    return transport === "sse" || (transport === "auto" && this._wsFailures >= fallbackAfter);
+  }
+
   _openSocket() {
+    if (this._fallbackDue()) {
+      this.transport = "sse";
+      const ws = new StreamFaceSocket(this.httpUrl, { fetch: this._fetch });
+      this._ws = ws;
+      ws.onopen = () => this._onOpen(ws);
+      ws.onmessage = (message) => this._onMessage(ws, message.data);
+      ws.onclose = (close) => this._onClose(ws, close);
+      return;
+    }
+    this.transport = "websocket";
     if (!this._WebSocket) {
       this._loadWebSocket();
       return;
@@ -1449,6 +1887,7 @@ export class TsyncClient {
     try {
       ws = new this._WebSocket(this.url, [SUBPROTOCOL_JSON]);
     } catch (err) {
+      this._wsFailures += 1;
       this._scheduleReconnect(String(err));
       return;
     }
@@ -1525,6 +1964,12 @@ export class TsyncClient {
   _onOpen(ws) {
     if (ws !== this._ws) return;
     this._open = true;
+    if (ws instanceof StreamFaceSocket) {
+      this.stats.fallbacks += 1;
+      this._scheduleProbe();
+    } else {
+      this._wsFailures = 0;
+    }
     this._connections += 1;
     this.stats.connections += 1;
     this._lastFrameAt = this._timers.now();
@@ -1544,8 +1989,18 @@ export class TsyncClient {
 
   _onClose(ws, close) {
     if (ws !== this._ws) return;
+    const opened = this._open;
     this._ws = null;
     this._open = false;
+    this._stopProbing();
+    if (ws instanceof StreamFaceSocket) {
+      // The HTTP API does not answer either: the server is away, not the
+      // WebSocket blocked; the WebSocket is tried first again. One that was
+      // open stays the way back (the probe returns to the WebSocket).
+      if (!opened) this._wsFailures = 0;
+    } else if (!opened) {
+      this._wsFailures += 1;
+    }
     this._stopHeartbeat();
     this._timers.clearTimeout(this._renewTimer);
     this.core.connectionLost();
@@ -1566,6 +2021,72 @@ export class TsyncClient {
     this._scheduleReconnect(reason);
   }
 
+  /** On the fallback: try a WebSocket now and then, and go back to it once one opens. */
+  _scheduleProbe() {
+    const every = this.options.webSocketRetryMs;
+    if (this.options.transport !== "auto" || !every || !this._WebSocket) return;
+    this._stopProbing();
+    this._probeTimer = this._timers.setTimeout(() => {
+      this._probeTimer = null;
+      let probe;
+      try {
+        probe = new this._WebSocket(this.url, [SUBPROTOCOL_JSON]);
+      } catch {
+        this._scheduleProbe();
+        return;
+      }
+      this._probe = probe;
+      probe.onerror = () => {};
+      probe.onclose = () => {
+        if (this._probe !== probe) return;
+        this._probe = null;
+        this._scheduleProbe();
+      };
+      probe.onopen = () => {
+        if (this._probe !== probe) return;
+        this._probe = null;
+        probe.onclose = null;
+        try {
+          probe.close(1000, "probe");
+        } catch {
+          // closing anyway
+        }
+        this._leaveFallback();
+      };
+    }, every);
+  }
+
+  _stopProbing() {
+    this._timers.clearTimeout(this._probeTimer);
+    this._probeTimer = null;
+    const probe = this._probe;
+    this._probe = null;
+    if (probe) {
+      probe.onopen = probe.onclose = null;
+      try {
+        probe.close(1000, "probe");
+      } catch {
+        // closing anyway
+      }
+    }
+  }
+
+  /** A WebSocket opened again: let go of the fallback and reconnect over it (a resume). */
+  _leaveFallback() {
+    const ws = this._ws;
+    if (this._closed || !(ws instanceof StreamFaceSocket)) return;
+    this._ws = null;
+    this._open = false;
+    ws.close(1000, "a WebSocket opens again");
+    this._stopHeartbeat();
+    this._timers.clearTimeout(this._renewTimer);
+    this.core.connectionLost();
+    this._wsFailures = 0;
+    this.transport = "websocket";
+    this._status("reconnecting", { reason: "a WebSocket opens again: leaving the HTTP fallback" });
+    this._dial();
+  }
+
   _scheduleReconnect(reason) {
     const delayMs = backoffDelay(this._attempt, {
       initialMs: this.options.initialBackoffMs,
@@ -1573,6 +2094,7 @@ export class TsyncClient {
       random: this.options.random,
     });
     this._attempt += 1;
+    this.transport = this._fallbackDue() ? "sse" : "websocket"; // what the next dial tries
     this._status(this._connections > 0 ? "reconnecting" : "connecting", { delayMs, reason });
     this._timers.clearTimeout(this._retryTimer);
     this._retryTimer = this._timers.setTimeout(() => {

@@ -181,9 +181,18 @@ const STATUS_TEXT = {
   refused: "Not allowed",
 };
 
+/** The connection's transport: "websocket", or "sse" on the HTTP fallback (SSE reads, HTTP appends). */
+let transport = "websocket";
+
 function setStatus(state, text) {
   $("status").dataset.state = state;
-  $("status-text").textContent = text ?? STATUS_TEXT[state] ?? state;
+  $("status").dataset.transport = transport;
+  let shown = text ?? STATUS_TEXT[state] ?? state;
+  // The WebSocket cannot be opened here: the client reads and writes over plain HTTP.
+  if (transport === "sse" && (state === "live" || state === "resynced") && text === undefined) {
+    shown = `${shown} (HTTP fallback)`;
+  }
+  $("status-text").textContent = shown;
 }
 
 // --- one conversation ---------------------------------------------------------------------
@@ -236,8 +245,9 @@ function renderTranscript(transcriptId) {
   showTitle();
 
   let probing = false;
-  client.on("status", ({ state, delayMs, reason }) => {
+  client.on("status", ({ state, delayMs, reason, transport: over }) => {
     if (ended) return;
+    transport = over ?? "websocket";
     if (state === "unauthorized" || state === "refused") {
       ended = true;
       setStatus(state);
@@ -265,7 +275,7 @@ function renderTranscript(transcriptId) {
     }
     let text = STATUS_TEXT[state];
     if ((state === "reconnecting" || state === "connecting") && delayMs !== undefined) {
-      text = `${state === "connecting" ? "Cannot connect" : "Reconnecting"}: retry in ${Math.ceil(delayMs / 1000)} s`;
+      text = `${state === "connecting" ? "Cannot connect" : "Reconnecting"}: retry in ${Math.ceil(delayMs / 1000)} s${transport === "sse" ? " over HTTP" : ""}`;
       // A refused WebSocket handshake does not say why; the HTTP API does.
       if (!probing) {
         probing = true;
