@@ -189,7 +189,7 @@ function setStatus(state, text) {
   $("status").dataset.transport = transport;
   let shown = text ?? STATUS_TEXT[state] ?? state;
   // The WebSocket cannot be opened here: the client reads and writes over plain HTTP.
-  if (transport === "sse" && (state === "live" || state === "resynced") && text === undefined) {
+  if (transport === "sse" && (state === "live" || state === "resynced")) {
     shown = `${shown} (HTTP fallback)`;
   }
   $("status-text").textContent = shown;
