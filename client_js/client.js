@@ -1333,8 +1333,8 @@ const CLOSED_BY_CLIENT = "closed by the client";
  *   ends (the server ends SSE after a minute) is read on from its last offset.
  * - append: POST /v1/transcripts/{id}/messages with the op's idempotency key
  *   and expectedRevision; the answer becomes an ack or an error frame.
- * - ping: a pong once every subscribe sent before it was answered (its baseline
- *   sent, or its stream caught up): the barrier the core relies on.
+ * - ping: a pong once every subscribe sent before it was answered (its stream
+ *   caught up: a control event says upToDate): the barrier the core relies on.
  * - auth: the token for the Authorization header of every request; a pong.
  * It "opens" once GET /healthz answers, and "closes" (onclose, code 1006) when
  * a request cannot reach the server, or with 4001 when one is refused 401, as a
@@ -1526,7 +1526,6 @@ export class StreamFaceSocket {
           this._frame({ type: "baseline", snapshot });
           epoch = snapshot.epoch;
           revision = snapshot.revision;
-          reader.answer(); // a baseline answers a subscribe
         }
         const read = await this._read(id, epoch, revision, reader, signal);
         revision = read.revision;
