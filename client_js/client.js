@@ -1722,6 +1722,7 @@ export class TsyncClient {
     /** The transport of the current (or the next) connection: "websocket" or "sse". */
     this.transport = transport === "sse" ? "sse" : "websocket";
     this._wsFailures = 0; // WebSockets in a row that closed before they opened
+    this._httpAnswered = false; // the HTTP API answered right before the WebSocket being dialled
     this._probeTimer = null;
     this._probe = null;
     this._fetch = options.fetch ?? ((...args) => globalThis.fetch(...args));
@@ -1861,22 +1862,56 @@ export class TsyncClient {
     );
   }
 
-  /** The fallback is next: forced, or too many WebSockets failed to open. */
-  _fallbackDue() {
-    const { transport, fallbackAfter } = this.options;
-    return transport === "sse" || (transport === "auto" && this._wsFailures >= fallbackAfter);
-  }
-
+  /**
+   * Dial: the WebSocket, or the fallback. With transport "auto", after
+   * fallbackAfter WebSockets in a row that never opened, the HTTP API is asked
+   * first (GET /healthz): no answer means the server is away (backoff, and the
+   * WebSocket again); an answer means it is there, and one more WebSocket is
+   * tried at once; if that one does not open either, something between here
+   * and the server lets no WebSocket through, and the fallback opens.
+   */
   _openSocket() {
-    if (this._fallbackDue()) {
-      this.transport = "sse";
-      const ws = new StreamFaceSocket(this.httpUrl, { fetch: this._fetch });
-      this._ws = ws;
-      ws.onopen = () => this._onOpen(ws);
-      ws.onmessage = (message) => this._onMessage(ws, message.data);
-      ws.onclose = (close) => this._onClose(ws, close);
+    const { transport, fallbackAfter } = this.options;
+    if (transport === "sse") {
+      this._openFallback();
       return;
     }
+    this._httpAnswered = false;
+    if (transport === "auto" && this._wsFailures >= fallbackAfter) {
+      this._checkHttp();
+      return;
+    }
+    this._openWebSocket();
+  }
+
+  _openFallback() {
+    this.transport = "sse";
+    const ws = new StreamFaceSocket(this.httpUrl, { fetch: this._fetch });
+    this._ws = ws;
+    ws.onopen = () => this._onOpen(ws);
+    ws.onmessage = (message) => this._onMessage(ws, message.data);
+    ws.onclose = (close) => this._onClose(ws, close);
+  }
+
+  _checkHttp() {
+    this.transport = "websocket";
+    Promise.resolve()
+      .then(() => this._fetch(`${this.httpUrl}/healthz`, { headers: { Accept: "application/json" } }))
+      .then(
+        () => {
+          if (this._closed || this._ws) return;
+          this._httpAnswered = true;
+          this._openWebSocket();
+        },
+        (err) => {
+          if (this._closed || this._ws) return;
+          this._wsFailures = 0; // the server is away, not the WebSocket blocked
+          this._scheduleReconnect(`the server cannot be reached (${err?.message ?? err})`);
+        },
+      );
+  }
+
+  _openWebSocket() {
     this.transport = "websocket";
     if (!this._WebSocket) {
       this._loadWebSocket();
@@ -1887,6 +1922,7 @@ export class TsyncClient {
       ws = new this._WebSocket(this.url, [SUBPROTOCOL_JSON]);
     } catch (err) {
       this._wsFailures += 1;
+      this._httpAnswered = false;
       this._scheduleReconnect(String(err));
       return;
     }
@@ -1964,7 +2000,6 @@ export class TsyncClient {
     if (ws !== this._ws) return;
     this._open = true;
     if (ws instanceof StreamFaceSocket) {
-      this.stats.fallbacks += 1;
       this._scheduleProbe();
     } else {
       this._wsFailures = 0;
@@ -1992,10 +2027,13 @@ export class TsyncClient {
     this._ws = null;
     this._open = false;
     this._stopProbing();
+    const blocked = !opened && !(ws instanceof StreamFaceSocket) && this._httpAnswered;
+    this._httpAnswered = false;
     if (ws instanceof StreamFaceSocket) {
-      // The HTTP API does not answer either: the server is away, not the
-      // WebSocket blocked; the WebSocket is tried first again. One that was
-      // open stays the way back (the probe returns to the WebSocket).
+      // Not even the HTTP API answers: the server is away, not the WebSocket
+      // blocked, and the WebSocket is tried again first. After a fallback that
+      // was open, the count stays: the next dial checks HTTP and tries one
+      // WebSocket before it falls back again.
       if (!opened) this._wsFailures = 0;
     } else if (!opened) {
       this._wsFailures += 1;
@@ -2004,6 +2042,16 @@ export class TsyncClient {
     this._timers.clearTimeout(this._renewTimer);
     this.core.connectionLost();
     if (this._closed) return;
+    if (blocked) {
+      // The HTTP API answered right before this WebSocket failed to open.
+      this.stats.fallbacks += 1;
+      this._status(this._connections > 0 ? "reconnecting" : "connecting", {
+        transport: "sse",
+        reason: "no WebSocket gets through: falling back to SSE and HTTP",
+      });
+      this._openFallback();
+      return;
+    }
     const code = close?.code;
     const reason = close ? `closed (${code}${close.reason ? ` ${close.reason}` : ""})` : "closed";
     const advice = CLOSE_ADVICE[code] ?? "backoff";
@@ -2093,7 +2141,7 @@ export class TsyncClient {
       random: this.options.random,
     });
     this._attempt += 1;
-    this.transport = this._fallbackDue() ? "sse" : "websocket"; // what the next dial tries
+    this.transport = this.options.transport === "sse" ? "sse" : "websocket"; // what the next dial tries
     this._status(this._connections > 0 ? "reconnecting" : "connecting", { delayMs, reason });
     this._timers.clearTimeout(this._retryTimer);
     this._retryTimer = this._timers.setTimeout(() => {

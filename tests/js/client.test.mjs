@@ -306,7 +306,8 @@ test("a lost connection reconnects after a jittered backoff and resumes from the
 });
 
 test("backoff grows while the server stays away, and resets once connected", () => {
-  const { ws, timers, events, socket } = live();
+  // WebSocket only: with "auto", every third dial would try the HTTP fallback (fallback.test.mjs).
+  const { ws, timers, events, socket } = live({ transport: "websocket" });
   ws.drop();
   const delays = [];
   for (let i = 0; i < 6; i += 1) {

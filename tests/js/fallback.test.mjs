@@ -206,16 +206,26 @@ function setup(options = {}) {
   return { client, timers, server, events, statuses };
 }
 
-/** Subscribe t1, connect, and let two WebSockets fail to open: the fallback comes up. */
+/**
+ * Refuse two WebSockets; the HTTP API answers, so a third is tried at once and
+ * refused too: the fallback comes up.
+ */
+async function refuseWebSockets(timers) {
+  for (let i = 0; i < 2; i += 1) {
+    FakeSocket.all.at(-1).refuse();
+    timers.advance(10_000);
+  }
+  await settle(); // GET /healthz answers: one more WebSocket
+  FakeSocket.all.at(-1).refuse();
+  await settle();
+}
+
+/** Subscribe t1, connect, and let the WebSockets fail to open: the fallback comes up. */
 async function fallenBack(options = {}) {
   const s = setup(options);
   s.client.subscribe("t1", options.window ? { window: options.window } : {});
   s.client.connect();
-  for (let i = 0; i < 2; i += 1) {
-    FakeSocket.all.at(-1).refuse();
-    s.timers.advance(10_000);
-  }
-  await settle();
+  await refuseWebSockets(s.timers);
   return s;
 }
 
@@ -244,18 +254,29 @@ test("SseParser: events cut anywhere, CRLF and CR line ends, comments, several d
 
 // --- the switch ---------------------------------------------------------------------------
 
-test("after two WebSockets fail to open, it follows the transcript over SSE and says so", async () => {
+test("when WebSockets fail to open while the HTTP API answers, it follows the transcript over SSE and says so", async () => {
   const { client, server, events, statuses } = await fallenBack();
-  assert.equal(FakeSocket.all.length, 2);
+  assert.equal(FakeSocket.all.length, 3);
   assert.equal(client.transport, "sse");
   const paths = server.requests.map((r) => r.path + r.query);
-  assert.deepEqual(paths.slice(0, 3), ["/healthz", "/v1/transcripts/t1", `/v1/stream/transcripts/t1?offset=${streamOffset(EPOCH, 2)}&live=sse`]);
+  assert.deepEqual(paths, [
+    "/healthz", // asked after two WebSockets failed: the server is there
+    "/healthz", // the fallback opens
+    "/v1/transcripts/t1",
+    `/v1/stream/transcripts/t1?offset=${streamOffset(EPOCH, 2)}&live=sse`,
+  ]);
   assert.equal(events.filter((e) => e.type === "baseline").length, 1);
   // Not live before the stream caught up (the barrier waits for its first control).
   assert.ok(!statuses().includes("live/sse"));
   server.stream().control({ streamNextOffset: streamOffset(EPOCH, 2), upToDate: true });
   await settle();
-  assert.deepEqual(statuses(), ["connecting/websocket", "connecting/websocket", "connecting/sse", "live/sse"]);
+  assert.deepEqual(statuses(), [
+    "connecting/websocket",
+    "connecting/websocket",
+    "connecting/websocket",
+    "connecting/sse",
+    "live/sse",
+  ]);
   // An increment arrives as a data event and is applied like a WebSocket's.
   server.stream().data([event(3, 2, 2)]);
   server.stream().control({ streamNextOffset: streamOffset(EPOCH, 3), upToDate: true });
@@ -294,7 +315,10 @@ test("a resume the stream no longer serves (410) takes a fresh baseline", async 
   server.revision = 5;
   server.length = 5;
   server.answerStream = (u) => (u.searchParams.get("offset") === streamOffset(EPOCH, 2) ? new Response("gone", { status: 410 }) : null);
+  // The next dial: the HTTP API answers, one more WebSocket is refused, the fallback again.
   client._timers.advance(10_000);
+  await settle();
+  FakeSocket.all.at(-1).refuse();
   await settle();
   const baselines = events.filter((e) => e.type === "baseline");
   assert.equal(baselines.length, 2);
@@ -341,7 +365,10 @@ test("appends are HTTP POSTs with the idempotency key; a refusal rejects, a lost
   assert.equal(resolved, null);
   server.down = false;
   server.answerAppend = (body) => json({ transcriptId: "t1", revision: 4, start: 3, count: body.messages.length, duplicate: true });
+  // The next dial: the HTTP API answers, one more WebSocket is refused, the fallback again.
   client._timers.advance(10_000);
+  await settle();
+  FakeSocket.all.at(-1).refuse();
   await settle();
   server.stream().control({ streamNextOffset: streamOffset(EPOCH, 2), upToDate: true });
   await pending;
@@ -369,11 +396,7 @@ test("not-found over the fallback ends the subscription", async () => {
   const s = setup();
   s.client.subscribe("gone");
   s.client.connect();
-  for (let i = 0; i < 2; i += 1) {
-    FakeSocket.all.at(-1).refuse();
-    s.timers.advance(10_000);
-  }
-  await settle();
+  await refuseWebSockets(s.timers);
   const stop = s.events.find((e) => e.type === "stop");
   assert.equal(stop.code, "not-found");
   assert.equal(stop.transcriptId, "gone");
@@ -416,11 +439,13 @@ test("a server that answers neither way is not a blocked WebSocket: the WebSocke
     FakeSocket.all.at(-1).refuse();
     timers.advance(10_000);
   }
-  await settle(); // the fallback's /healthz fails
+  await settle(); // GET /healthz fails
   assert.equal(client.state, "connecting");
   assert.equal(client.transport, "websocket");
+  assert.equal(FakeSocket.all.length, 2);
   timers.advance(10_000);
   assert.equal(FakeSocket.all.length, 3);
+  assert.ok(!server.requests.some((r) => r.path.startsWith("/v1/")));
   client.close();
 });
 
@@ -431,17 +456,17 @@ test("on the fallback a WebSocket is tried now and then; once one opens the clie
   await settle();
   timers.advance(30_000);
   const probe = FakeSocket.all.at(-1);
-  assert.equal(FakeSocket.all.length, 3);
+  assert.equal(FakeSocket.all.length, 4);
   probe.refuse(); // still blocked: try again later
   assert.equal(client.transport, "sse");
   timers.advance(30_000);
   const second = FakeSocket.all.at(-1);
-  assert.equal(FakeSocket.all.length, 4);
+  assert.equal(FakeSocket.all.length, 5);
   second.open();
   assert.deepEqual(second.closed, { code: 1000, reason: "probe" });
   assert.ok(server.stream().aborted);
   const ws = FakeSocket.all.at(-1);
-  assert.equal(FakeSocket.all.length, 5);
+  assert.equal(FakeSocket.all.length, 6);
   ws.open();
   const subscribe = ws.sent.find((op) => op.op === "subscribe");
   assert.deepEqual(subscribe, { op: "subscribe", transcriptId: "t1", fromRevision: 3, epoch: EPOCH });
