@@ -388,6 +388,52 @@ export class ServerError extends Error {
   frame: ErrorFrame;
 }
 
+// --- the HTTP fallback -----------------------------------------------------------------------
+
+/** How a client reaches the server: the WebSocket, or SSE reads and HTTP appends. */
+export type Transport = "websocket" | "sse";
+export const TRANSPORTS: readonly Transport[];
+
+/** The 16 digits that stand for an epoch in a transcript stream's offsets. */
+export function epochNumber(epoch: string): string;
+
+/** The offset of a transcript's Durable Stream right after revision: `<epoch number>_<revision>`. */
+export function streamOffset(epoch: string, revision: number): string;
+
+/** One Server-Sent Event ("message" when it had no event field; data lines joined by "\n"). */
+export interface SseEvent {
+  event: string;
+  data: string;
+}
+
+/** A Server-Sent Events parser: text in chunks cut anywhere, events out. */
+export class SseParser {
+  constructor();
+  /** Take a chunk; returns the events it completed, in order. */
+  push(chunk: string): SseEvent[];
+}
+
+/**
+ * A WebSocket-shaped connection over plain HTTP: subscribe ops read the transcript's Durable
+ * Stream in SSE mode (after a baseline from GET /v1/transcripts/{id}), append ops are POSTs
+ * to /v1/transcripts/{id}/messages; frames come back numbered like a connection's.
+ */
+export class StreamFaceSocket {
+  /** httpUrl: the server's HTTP base (http://host:port). */
+  constructor(httpUrl: string, options?: { fetch?: typeof globalThis.fetch; token?: string | null });
+  readonly url: string;
+  /** 0 opening, 1 open, 3 closed (as a WebSocket's). */
+  readonly readyState: number;
+  onopen: ((event: unknown) => void) | null;
+  onmessage: ((event: { data: string }) => void) | null;
+  onclose: ((event: { code: number; reason: string }) => void) | null;
+  onerror: ((event: unknown) => void) | null;
+  /** One or more ops as JSON text (newline-separated), as on a WebSocket. */
+  send(data: string): void;
+  /** Stop every request; no close event follows. */
+  close(code?: number, reason?: string): void;
+}
+
 // --- the client --------------------------------------------------------------------------
 
 export type ClientState =
@@ -439,10 +485,21 @@ export interface ClientOptions {
   fetch?: typeof globalThis.fetch;
   newKey?: () => string;
   timers?: Timers;
+  /**
+   * "auto" (the default): the WebSocket, and the HTTP fallback when WebSockets cannot be
+   * opened while the HTTP API answers; "websocket": never the fallback; "sse": only it.
+   */
+  transport?: "auto" | Transport;
+  /** WebSockets in a row that must fail to open before the fallback is considered (default 2). */
+  fallbackAfter?: number;
+  /** On the fallback ("auto"): try a WebSocket this often and move back once one opens (default 60000; 0: never). */
+  webSocketRetryMs?: number;
 }
 
 export interface StatusEvent {
   state: ClientState;
+  /** The transport of the connection this status is about ("sse": the HTTP fallback). */
+  transport: Transport;
   attempt: number;
   delayMs?: number;
   reason?: string;
@@ -540,6 +597,8 @@ export interface ClientStats {
   reconnects: number;
   resyncs: number;
   duplicateAcks: number;
+  /** How many times the client fell back to SSE and HTTP. */
+  fallbacks: number;
 }
 
 /** The ack of an append: where its messages landed. */
@@ -559,6 +618,8 @@ export class TsyncClient {
   token: string | null;
   httpUrl: string;
   state: ClientState;
+  /** The transport of the current (or the next) connection. */
+  transport: Transport;
   readonly stats: ClientStats;
   /** The consumer core: seq, continuity and every transcript's copy. */
   readonly core: Consumer;

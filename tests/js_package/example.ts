@@ -17,7 +17,10 @@ import {
   SeqTracker,
   SeqVerdict,
   ServerError,
+  SseParser,
+  StreamFaceSocket,
   Subscription,
+  TRANSPORTS,
   TranscriptCopy,
   TsyncClient,
   acceptFrame,
@@ -27,8 +30,10 @@ import {
   checkEvent,
   checkSnapshot,
   createTranscriptStore,
+  epochNumber,
   httpBase,
   newIdempotencyKey,
+  streamOffset,
   tokenExpiry,
 } from "@transcript-sync/client";
 import type {
@@ -44,6 +49,7 @@ import type {
   TranscriptSnapshot,
   TranscriptStore,
   TranscriptStoreSnapshot,
+  Transport,
   Window,
 } from "@transcript-sync/client";
 
@@ -53,12 +59,18 @@ const options: ClientOptions = {
   maxBackoffMs: 2000,
   heartbeatMs: 0,
   httpUrl: "http://127.0.0.1:8765",
+  transport: "auto",
+  fallbackAfter: 2,
+  webSocketRetryMs: 60000,
 };
 const client = new TsyncClient("ws://127.0.0.1:8765/v1/ws", options);
-const stopStatus: () => void = client.on("status", ({ state, attempt, reason }) => {
+const stopStatus: () => void = client.on("status", ({ state, transport, attempt, reason }) => {
   const s: ClientState = state;
-  console.log(s, attempt, reason?.length);
+  const over: Transport = transport;
+  console.log(s, over === "sse" ? "HTTP fallback" : "WebSocket", attempt, reason?.length);
 });
+const now: Transport = client.transport;
+console.log(now, client.stats.fallbacks, TRANSPORTS.length);
 client.on("baseline", ({ transcriptId, mirror, snapshot, epochChanged }) => {
   const messages: Message[] | null = mirror.messages;
   console.log(transcriptId, messages?.length, snapshot.revision, epochChanged);
@@ -159,3 +171,12 @@ console.log(draft.take({ n: 1, delta: "a" }), draft.text);
 const bytes: Uint8Array = attachmentBytes({ type: "attachment", name: "a.txt", mime: "text/plain", content: "x" });
 console.log(bytes.length, backoffDelay(2, { maxMs: 1000 }), httpBase("ws://h/v1/ws"), tokenExpiry(null));
 console.log(SUBPROTOCOL_JSON, CLOSE_ADVICE[4001], STOP_CODES.length, READ_MAX, BARRIER_PREFIX);
+
+// The HTTP fallback's parts: offsets of a transcript's stream, an SSE parser, the socket.
+console.log(streamOffset("e", 3), epochNumber("e").length);
+for (const { event, data } of new SseParser().push("event: data\ndata:[]\n\n")) console.log(event, data);
+const face = new StreamFaceSocket("http://127.0.0.1:8765", { token: "token" });
+face.onmessage = ({ data }) => console.log(data.length);
+face.onclose = ({ code, reason }) => console.log(code, reason);
+if (face.readyState === 1) face.send('{"op":"ping","ref":"p"}');
+face.close();
