@@ -1332,7 +1332,8 @@ const CLOSED_BY_CLIENT = "closed by the client";
  *   that ends with no control event) brings a fresh baseline. A response that
  *   ends (the server ends SSE after a minute) is read on from its last offset.
  * - append: POST /v1/transcripts/{id}/messages with the op's idempotency key
- *   and expectedRevision; the answer becomes an ack or an error frame.
+ *   and expectedRevision, one after another in the order sent; the answer
+ *   becomes an ack or an error frame.
  * - ping: a pong once every subscribe sent before it was answered (its stream
  *   caught up: a control event says upToDate): the barrier the core relies on.
  * - auth: the token for the Authorization header of every request; a pong.
@@ -1352,6 +1353,7 @@ export class StreamFaceSocket {
     this._seq = 0;
     this._readers = new Map(); // transcriptId -> {abort, answered}
     this._inflight = new Set(); // AbortControllers of appends
+    this._appends = Promise.resolve(); // the chain that sends appends one after another
     this._probe = new AbortController();
     this._open();
   }
@@ -1486,7 +1488,8 @@ export class StreamFaceSocket {
         break;
       }
       case "append":
-        this._append(op);
+        // One at a time, in the order sent: they land in that order, as on a WebSocket.
+        this._appends = this._appends.then(() => this._append(op));
         break;
       default:
         this._frame({
@@ -1609,6 +1612,7 @@ export class StreamFaceSocket {
   }
 
   async _append(op) {
+    if (this.readyState !== 1) return; // lost meanwhile: the client sends it again
     const controller = new AbortController();
     this._inflight.add(controller);
     const body = { messages: op.messages, idempotencyKey: op.idempotencyKey };

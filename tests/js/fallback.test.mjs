@@ -494,3 +494,24 @@ test("StreamFaceSocket answers an op it cannot carry with an error, and a ping a
   assert.deepEqual(frames.map((f) => [f.type, f.seq]), [["error", 1], ["baseline", 2], ["pong", 3]]);
   socket.close();
 });
+
+test("appends made together are POSTed one after another, in the order made", async () => {
+  const { client, server } = await fallenBack();
+  server.stream().control({ streamNextOffset: streamOffset(EPOCH, 2), upToDate: true });
+  await settle();
+  const answers = [];
+  const plain = server.answerAppend;
+  server.answerAppend = (body) => new Promise((resolve) => answers.push(() => resolve(plain(body))));
+  const first = client.append("t1", [msg(2)]);
+  const second = client.append("t1", [msg(3)]);
+  await settle();
+  assert.equal(server.appends.length, 1); // the second waits for the first's answer
+  answers.shift()();
+  assert.equal((await first).start, 2);
+  await settle();
+  assert.equal(server.appends.length, 2);
+  answers.shift()();
+  assert.equal((await second).start, 3);
+  assert.deepEqual(server.appends.map((b) => b.messages[0].content), ["message 2", "message 3"]);
+  client.close();
+});
