@@ -2049,8 +2049,8 @@ export class TsyncClient {
     if (blocked) {
       // The HTTP API answered right before this WebSocket failed to open.
       this.stats.fallbacks += 1;
+      this.transport = "sse";
       this._status(this._connections > 0 ? "reconnecting" : "connecting", {
-        transport: "sse",
         reason: "no WebSocket gets through: falling back to SSE and HTTP",
       });
       this._openFallback();
