@@ -140,3 +140,56 @@ async def test_chromium_eventsource_follows_a_transcript(
         assert await tab.page.evaluate("window.__errors") == 0
         await tab.page.evaluate("window.__source.close()")
         assert tab.errors == []
+
+
+# A page of the relay's origin that follows a transcript with /v1/client.js, trying the
+# WebSocket again every 300 ms while it is on the fallback.
+CLIENT = """async ([wsUrl, transcriptId]) => {
+    const { TsyncClient } = await import('/v1/client.js');
+    const client = new TsyncClient(wsUrl, { webSocketRetryMs: 300, initialBackoffMs: 50 });
+    window.client = client;
+    window.statuses = [];
+    client.on('status', ({ state, transport }) => window.statuses.push(`${state}/${transport}`));
+    client.subscribe(transcriptId);
+    client.connect();
+}"""
+
+
+async def test_the_client_goes_back_to_the_websocket_once_one_gets_through(
+    context: BrowserContext, http: httpx.AsyncClient
+) -> None:
+    async with running_server() as srv, UpgradeBlocker(_port(srv.url)) as proxy:
+        api = f"{srv.url}/v1/transcripts"
+        created = await http.post(api, json={"id": "back", "messages": [say(0)]})
+        assert created.status_code == 201, created.text
+        tab = await open_tab(context, f"{proxy.url}/")
+        ws_url = f"ws://127.0.0.1:{proxy.port}/v1/ws"
+        await tab.page.evaluate(CLIENT, [ws_url, "back"])
+        await tab.page.wait_for_function(
+            "() => client.state === 'live' && client.transport === 'sse'"
+        )
+        assert (await http.post(f"{api}/back/messages", json={"messages": [say(1)]})).is_success
+        await tab.page.wait_for_function("() => client.mirror('back')?.revision === 2")
+        # The network lets WebSockets through again: the next try opens one, and the client
+        # moves to it and resumes from its copy's revision (increments, not a new baseline).
+        proxy.blocking = False
+        await tab.page.wait_for_function(
+            "() => client.transport === 'websocket' && client.state === 'resynced'"
+        )
+        assert (await http.post(f"{api}/back/messages", json={"messages": [say(2)]})).is_success
+        await tab.page.wait_for_function("() => client.mirror('back')?.revision === 3")
+        seen = await tab.page.evaluate(
+            "() => ({statuses, stats: client.stats, resumes: "
+            "client.subscriptions.get('back').continuity.counters.resumes, "
+            "baselines: client.subscriptions.get('back').continuity.counters.baselines})"
+        )
+        assert seen["statuses"][-2:] == ["reconnecting/websocket", "resynced/websocket"]
+        assert "live/sse" in seen["statuses"]
+        assert seen["stats"]["fallbacks"] == 1
+        assert seen["baselines"] == 1
+        assert seen["resumes"] >= 1
+        ack = await tab.page.evaluate(
+            "async () => (await client.append('back', [{role: 'user', content: 'hi'}])).revision"
+        )
+        assert ack == 4
+        assert tab.errors_other_than(WS_REFUSED) == []

@@ -5,7 +5,8 @@ connection: one that asks for ``Upgrade: websocket`` is answered ``403`` and
 closed (what a proxy that drops WebSockets does); anything else is relayed to
 the server byte for byte, both ways, until either side closes. Browsers open a
 WebSocket on a connection of its own (never a kept-alive HTTP one), so reading
-the first head of a connection is enough.
+the first head of a connection is enough. ``proxy.blocking = False`` lets
+WebSockets through from then on (the network was fixed).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class UpgradeBlocker:
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
+        self.blocking = True
         self.port = 0
         self.refused = 0  #: WebSocket handshakes answered 403
         self.relayed = 0  #: connections relayed to the server
@@ -71,7 +73,7 @@ class UpgradeBlocker:
                 if not chunk or len(head) > MAX_HEAD:
                     return
                 head += chunk
-            if _UPGRADE.search(head.split(b"\r\n\r\n", 1)[0]):
+            if self.blocking and _UPGRADE.search(head.split(b"\r\n\r\n", 1)[0]):
                 self.refused += 1
                 writer.write(_REFUSAL)
                 await writer.drain()
