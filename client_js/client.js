@@ -1727,6 +1727,7 @@ export class TsyncClient {
     this.transport = transport === "sse" ? "sse" : "websocket";
     this._wsFailures = 0; // WebSockets in a row that closed before they opened
     this._httpAnswered = false; // the HTTP API answered right before the WebSocket being dialled
+    this._noWebSocket = false; // this runtime has no WebSocket class and ws could not be loaded
     this._probeTimer = null;
     this._probe = null;
     this._fetch = options.fetch ?? ((...args) => globalThis.fetch(...args));
@@ -1876,7 +1877,7 @@ export class TsyncClient {
    */
   _openSocket() {
     const { transport, fallbackAfter } = this.options;
-    if (transport === "sse") {
+    if (transport === "sse" || this._noWebSocket) {
       this._openFallback();
       return;
     }
@@ -1940,7 +1941,8 @@ export class TsyncClient {
   /**
    * A runtime with no WebSocket class (Node before 22): take the `ws`
    * package's, the same API, then dial. The name is in a variable so that a
-   * bundler for the browser does not try to resolve it.
+   * bundler for the browser does not try to resolve it. Without it, transport
+   * "auto" uses the HTTP fallback (fetch is enough); "websocket" stops.
    */
   _loadWebSocket() {
     const name = "ws";
@@ -1950,9 +1952,14 @@ export class TsyncClient {
         if (!this._closed) this._openSocket();
       },
       (err) => {
-        if (!this._closed) {
-          this._stop("refused", `this runtime has no WebSocket and the ws package could not be loaded: ${err}`);
+        if (this._closed) return;
+        if (this.options.transport === "auto") {
+          // No WebSocket can be opened here at all: the HTTP fallback, for good.
+          this._noWebSocket = true;
+          this._openSocket();
+          return;
         }
+        this._stop("refused", `this runtime has no WebSocket and the ws package could not be loaded: ${err}`);
       },
     );
   }
@@ -2145,7 +2152,7 @@ export class TsyncClient {
       random: this.options.random,
     });
     this._attempt += 1;
-    this.transport = this.options.transport === "sse" ? "sse" : "websocket"; // what the next dial tries
+    this.transport = this.options.transport === "sse" || this._noWebSocket ? "sse" : "websocket"; // what the next dial tries
     this._status(this._connections > 0 ? "reconnecting" : "connecting", { delayMs, reason });
     this._timers.clearTimeout(this._retryTimer);
     this._retryTimer = this._timers.setTimeout(() => {

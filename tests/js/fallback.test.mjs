@@ -515,3 +515,26 @@ test("appends made together are POSTed one after another, in the order made", as
   assert.deepEqual(server.appends.map((b) => b.messages[0].content), ["message 2", "message 3"]);
   client.close();
 });
+
+test("a runtime with no WebSocket at all (Node 20 without ws) uses the fallback with transport 'auto'", async (t) => {
+  if (globalThis.WebSocket) return t.skip("this runtime has a WebSocket");
+  const loadable = await import("ws").then(
+    () => true,
+    () => false,
+  );
+  if (loadable) return t.skip("the ws package is installed here");
+  const server = new FakeServer();
+  const statuses = [];
+  const client = new TsyncClient("ws://server/v1/ws", { fetch: server.fetch, heartbeatMs: 0 });
+  client.on("status", ({ state, transport }) => statuses.push(`${state}/${transport}`));
+  client.subscribe("t1");
+  client.connect();
+  await settle();
+  await settle();
+  server.stream().control({ streamNextOffset: streamOffset(EPOCH, 2), upToDate: true });
+  await settle();
+  assert.equal(client.state, "live");
+  assert.equal(client.transport, "sse");
+  assert.deepEqual(statuses, ["connecting/websocket", "live/sse"]);
+  client.close();
+});
