@@ -282,8 +282,6 @@ export class TranscriptCopy {
 }
 
 /** @deprecated The old name of TranscriptCopy. */
-export const Mirror: typeof TranscriptCopy;
-export type Mirror = TranscriptCopy;
 
 /** An event that cannot be applied to a copy: malformed, or not the next change. */
 export class InvalidChange extends Error {

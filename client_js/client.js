@@ -689,8 +689,6 @@ export class TranscriptCopy {
 
 const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
 
-/** The copy was the Mirror of earlier versions: the same class under its old name. */
-export const Mirror = TranscriptCopy;
 
 /** An event that cannot be applied to a copy: malformed, or not the next change. */
 export class InvalidChange extends Error {

@@ -6,6 +6,10 @@ delete, segment, views, view, usage, import, export.
 (default ``$TSYNC_TOKEN``). Errors are one line on stderr; the exit code is 2
 for bad usage (the line ends with ``see 'tsync COMMAND --help'``), 1 when the
 server says no or cannot be reached, 130 after Ctrl-C.
+
+Why one module of over 600 lines: the client's subcommands of ``tsync`` (get, tail,
+list, export, import, stream, views, ...) are many small functions over one argument
+parser and one way of printing and failing.
 """
 
 from __future__ import annotations

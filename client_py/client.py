@@ -19,6 +19,11 @@ lost frame lands it exactly once.
 Drafts (``client_py.drafts``): ``client.draft`` opens a writer, ``client.stream``
 writes one from chunks and commits it; on every new connection the client
 sends the whole text of each open writer before re-sending its calls.
+
+Why one module of over 600 lines: the client's public API is one class (connect,
+reconnect with backoff, calls matched by ``ref``, subscriptions and their mirrors) whose
+state is shared by every method; the mirror, drafts and HTTP halves are modules of their
+own.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The HTTP half of the client (contract section 4), over httpx.
+"""The HTTP half of the client (docs/protocol.md, section 3, HTTP API), over httpx.
 
 ``HttpApi`` makes one request per call and maps ``application/problem+json``
 answers to the typed errors of ``client_py.errors``. The WebSocket client uses

@@ -69,7 +69,7 @@ class CloseCode(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     meaning: str
 
 
-# --- error codes (contract section 3 names the first ten) -----------------------------
+# --- error codes (docs/protocol.md, Errors and close codes) ----------------------------
 
 INVALID_FRAME: Final = "invalid-frame"
 INVALID_MESSAGE: Final = "invalid-message"

@@ -55,6 +55,12 @@ each transcript resubscribed before it is answered: a resume from the
 current revision gets no frame at all, and from then on a revision gap is a
 gap again (``Continuity.on_resubscribe_answered``). Refs starting with
 ``sync:`` are the consumer's; a driver uses any other refs for its own ops.
+
+Why one module of over 600 lines: the consumer core is one sans-I/O state machine whose
+invariants (``seq``, each subscription's continuity and copy, the barrier pings) hold
+across all of its inputs; split by input, a reader would have to hold several files to
+check one rule. The continuity machine and the copy live in ``protocol.continuity`` and
+``protocol.state``.
 """
 
 from __future__ import annotations
@@ -160,8 +166,9 @@ class Resubscribed:
 
 @dataclass(frozen=True, slots=True)
 class Stopped:
-    """The subscription ended: the server said ``code`` (``not-found``,
-    ``forbidden``, ``unauthorized``, ``too-many-subscriptions``)."""
+    """The subscription ended: the server said ``code``, one of
+    ``protocol.continuity.STOP_CODES`` (``not-found``, ``forbidden``,
+    ``unauthorized``, ``too-many-subscriptions``, ``invalid-view``)."""
 
     kind: ClassVar[str] = "stopped"
     transcript_id: str

@@ -1,4 +1,4 @@
-"""The consumer's continuity check (contract section 3, "Guarantees a consumer can check").
+"""The consumer's continuity check (docs/protocol.md, "Guarantees a consumer can check").
 
 Frames in, decisions out. Nothing here touches a socket, a clock or a task:
 the Python client, the server's replica mirroring, the browser client's tests
@@ -369,8 +369,9 @@ class Continuity:
         return self._resubscribe("gap", fresh=False)
 
     def on_error(self, frame: ErrorFrame) -> Decision:
-        """``lagged`` resubscribes; ``not-found``, ``forbidden``, ``unauthorized``
-        and ``too-many-subscriptions`` stop."""
+        """``lagged`` resubscribes; the ``STOP_CODES`` (``not-found``,
+        ``forbidden``, ``unauthorized``, ``too-many-subscriptions``,
+        ``invalid-view``) stop."""
         if frame.transcript_id is not None and frame.transcript_id != self.transcript_id:
             return Reject(f"error about transcript {frame.transcript_id!r}")
         if frame.code == LAGGED:

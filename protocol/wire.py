@@ -1,4 +1,4 @@
-"""The wire protocol of ``/v1/ws`` (contract section 3) as tagged msgspec unions.
+"""The wire protocol of ``/v1/ws`` (docs/protocol.md, section 2) as tagged msgspec unions.
 
 Client ops are tagged by ``op``, server frames by ``type``. Two encodings carry
 the same objects: JSON text (subprotocol ``tsync.v1.json``, the default; the
@@ -61,8 +61,8 @@ DraftId: TypeAlias = Annotated[str, Meta(pattern=ID_PATTERN + r"(?!\n)")]
 #: ``expired`` (no update for ``draft_ttl_s``, or its replica went away).
 DraftState: TypeAlias = Literal["open", "final", "cancelled", "expired"]
 
-# Error codes (contract section 3), named here too for the code that knows them
-# as ``wire.LAGGED``; their meanings, statuses and close codes are in
+# Error codes (docs/protocol.md, Errors and close codes), named here too for code that knows
+# them as ``wire.LAGGED``; their meanings, statuses and close codes are in
 # ``protocol.codes``. Clients treat unknown codes like ``internal``.
 INVALID_FRAME: Final = codes.INVALID_FRAME
 INVALID_MESSAGE: Final = codes.INVALID_MESSAGE
@@ -457,26 +457,9 @@ def increment_json(seq: int, event_json: bytes) -> bytes:
     return b"".join((_INCREMENT_HEAD, str(seq).encode(), _INCREMENT_MID, event_json, b"}"))
 
 
-_MSGPACK_INCREMENT_HEAD: Final = _msgpack_encoder.encode({"type": "increment"})[1:]
-
-
 def encode_event_msgpack(event: TranscriptEvent) -> bytes:
     """The event's MessagePack, encoded once and shared by every subscriber."""
     return _msgpack_encoder.encode(event)
-
-
-def increment_msgpack(seq: int, event_msgpack: bytes) -> bytes:
-    """The bytes of ``Increment(seq, event)`` in MessagePack given the encoded event."""
-    return b"".join(
-        (
-            b"\x83",  # fixmap of 3 entries: type, seq, event
-            _MSGPACK_INCREMENT_HEAD,
-            _msgpack_encoder.encode("seq"),
-            _msgpack_encoder.encode(seq),
-            _msgpack_encoder.encode("event"),
-            event_msgpack,
-        )
-    )
 
 
 def seq_parts(frame: Any, *, binary: bool = False) -> tuple[bytes, bytes]:

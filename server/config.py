@@ -11,6 +11,10 @@ the same way however it is started. Every field carries its description
 A bad setting raises ``ConfigError``: one line that names the setting the way
 it was given (``--port``, ``--set queue_max_frames``, ``TSYNC_PORT``), raised
 before anything is opened.
+
+Why one module of over 600 lines: every setting with its type, default, bounds and
+description is declared once, here, and read by the CLI, the environment, ``server.app``
+and the generated docs; most of the lines are those declarations.
 """
 
 from __future__ import annotations
@@ -497,11 +501,6 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         if self.ws_hard_max_bytes is not None:
             return self.ws_hard_max_bytes
         return self.max_frame_bytes + self.max_frame_bytes // 4
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ServerConfig:
-        """``load_config(env, overrides)``: kept for callers that pass keywords."""
-        return load_config(env, overrides)
 
 
 class ConfigError(ValueError):

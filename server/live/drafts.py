@@ -34,7 +34,7 @@ slots of slow connections share it).
 
 The hooks of the Redis backplane (helper C), both on ``server.live.hub.Hub``:
 
-(a) ``Hub.draft_publisher: Callable[[wire.DraftFrame], None] | None``
+(a) ``ReplicaLink.publish_draft: Callable[[wire.DraftFrame], None] | None``
     (``None`` when standalone). Called, synchronously and after the local
     fan-out, with the frame (``seq=0``) of every LOCAL update and close: a
     ``draft`` op's update, a commit's ``final``, a ``cancelled``, and the
@@ -42,17 +42,22 @@ The hooks of the Redis backplane (helper C), both on ``server.live.hub.Hub``:
     once (queue the publish). ``Hub.draft_text(transcript_id, draft_id)``
     gives the draft's whole text now as a ``text`` frame (for the key a
     late joiner on another replica reads), ``None`` when it is not open.
-(b) ``Hub.apply_remote_draft(frame: wire.DraftFrame) -> bool``: an update or
+(b) ``DraftFanOut.apply_remote(frame: wire.DraftFrame) -> bool``: an update or
     close another replica published. Applied to the local copy and fanned
     out to the local subscribers exactly like a local one, never passed to
-    ``draft_publisher``. Returns False on a gap (a ``delta`` whose ``n`` does
+    ``publish_draft``. Returns False on a gap (a ``delta`` whose ``n`` does
     not follow the copy's, or that would open a draft at ``n`` > 1): the
     caller then applies the draft's current text (a ``text`` frame read
     from Redis). A transcript not held here ignores it (True): seed a copy
     with ``text`` frames when the hub starts holding it
-    (``HoldListener.held``). Remote copies that hear nothing expire here on
+    (``ReplicaLink.held``). Remote copies that hear nothing expire here on
     their own, ``REMOTE_DRAFT_GRACE_S`` after ``draft_ttl_s`` (their
     replica may have died), without being published.
+
+Why one module of over 600 lines: the rules of drafts (open, write, coalesce, commit,
+cancel, expire, catch-up, another replica's updates, the memory budget) are one state
+machine whose invariants hold across every op, pure and checked by one property test;
+its I/O lives in ``server.live.draft_fanout``.
 """
 
 from __future__ import annotations
@@ -424,6 +429,18 @@ class Drafts:
     def __bool__(self) -> bool:
         """Whether there is anything to sweep or send (open or recently closed)."""
         return bool(self.open or self.closed)
+
+    def open_count(self) -> int:
+        """How many drafts are open."""
+        return len(self.open)
+
+    def open_draft(self, draft_id: str) -> OpenDraft | None:
+        """The open draft ``draft_id``, ``None`` when it is not open."""
+        return self.open.get(draft_id)
+
+    def open_drafts(self) -> list[OpenDraft]:
+        """The open drafts, oldest first."""
+        return list(self.open.values())
 
     def text(self, draft_id: str) -> EncodedDraft | None:
         """The ``text`` frame of an open draft now, ``None`` when not open."""

@@ -93,11 +93,6 @@ def ws_header(first: int, length: int) -> bytes:
     return _pack64(first, 127, length)
 
 
-def ws_frame(payload: bytes, *, binary: bool = False) -> bytes:
-    """One whole, unfragmented frame."""
-    return ws_header(BINARY if binary else TEXT, len(payload)) + payload
-
-
 # --- queued items ----------------------------------------------------------------------
 
 # The bytes around ``seq`` and the encoded event or snapshot; the tests check

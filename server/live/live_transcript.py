@@ -109,7 +109,7 @@ class LiveTranscript:
         self.size = held_bytes(stored.snapshot)
         #: Each subscriber and the window it subscribed with (``None``: whole).
         self.subscribers: dict[OutboundQueue, Window | None] = {}
-        self.window: deque[EncodedEvent] = deque(maxlen=event_window)
+        self.recent_events: deque[EncodedEvent] = deque(maxlen=event_window)
         self._keep = live_messages
         self._receipts: OrderedDict[str, Receipt] = OrderedDict(stored.idempotency)
         self._remembered = remembered_keys
@@ -159,7 +159,7 @@ class LiveTranscript:
 
     def _deliver(self, events: Sequence[TranscriptEvent]) -> None:
         items = [EncodedEvent(event) for event in events]
-        self.window.extend(items)
+        self.recent_events.extend(items)
         self.size += sum(item.size for item in items)
         if items:
             self._delivered = items[-1].revision
@@ -409,12 +409,12 @@ class LiveTranscript:
     def average_event_bytes(self) -> float:
         """The mean size of the increments in the window (0 when empty): what
         a resume's increments are expected to weigh before they are read."""
-        window = self.window
+        window = self.recent_events
         return sum(item.size for item in window) / len(window) if window else 0.0
 
     def window_start(self) -> int | None:
         """The oldest revision the window holds, ``None`` when empty."""
-        return self.window[0].revision if self.window else None
+        return self.recent_events[0].revision if self.recent_events else None
 
     # --- idempotency ------------------------------------------------------------------
 
@@ -461,11 +461,16 @@ class LiveTranscript:
         no writer and no open draft: it may leave memory."""
         return self.last_used < cutoff and self.evictable()
 
-    async def close(self) -> None:
-        """Stop the pump (deliver what is pending first if it matters)."""
+    def release(self) -> None:
+        """Let go of this copy: wake whoever waits on it (they find it is no
+        longer the current one) and stop the pump."""
         self._wake_watchers()
         self._wake_draft_watchers()
         self.pump.cancel()
+
+    async def close(self) -> None:
+        """``release``, and wait for the pump to have stopped."""
+        self.release()
         with contextlib.suppress(asyncio.CancelledError):
             await self.pump
 

@@ -53,6 +53,11 @@ The queue is also the one owner of what each subscription has been sent: the
 revision up to which each followed transcript's frames were queued. Dropping
 frames on lag and forgetting the subscription are one step here; the hub
 learns of it through ``on_lagged``.
+
+Why one module of over 600 lines: one connection's queue has one set of invariants (what
+each subscription was sent, ``seq`` numbering, the byte and frame budget, lag) that the
+raw write path, the queued path and the draft slots must all keep; they are kept
+together so that each path can be checked against them.
 """
 
 from __future__ import annotations
@@ -267,11 +272,6 @@ class OutboundQueue:
     def subscription_count(self) -> int:
         return len(self._sent)
 
-    def sent_up_to(self, transcript_id: str) -> int | None:
-        """The revision ``transcript_id``'s frames were queued up to, ``None``
-        when not subscribed."""
-        return self._sent.get(transcript_id)
-
     def unfollow(self, transcript_id: str) -> bool:
         """Stop sending ``transcript_id``'s increments; False if not subscribed.
         (Frames already queued still go out: the consumer handles repeats.)"""
@@ -320,10 +320,6 @@ class OutboundQueue:
                 return  # lagged: the subscription is gone
         for final in finals:
             self.push_draft(final)
-
-    def push_increment(self, item: EncodedEvent) -> None:
-        """``push_increments`` of one increment."""
-        self.push_increments((item,))
 
     def push_resume(
         self, transcript_id: str, from_revision: int, items: Sequence[EncodedEvent]

@@ -123,7 +123,10 @@ def record_of(event: TranscriptEvent, length: int = 0) -> TranscriptRecord:
 
 
 class RecordingObservation:
-    """Keeps every record it is told of in ``records``, oldest first."""
+    """Keeps every record it is told of in ``records``, oldest first.
+
+    A preset of the contract's API (``../shared/CONTRACT.md``) for in-process
+    users and tests; the server observes nothing this way."""
 
     def __init__(self) -> None:
         self.records: list[TranscriptRecord] = []

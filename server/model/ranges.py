@@ -4,6 +4,10 @@ A ``TranscriptRangeReader`` is fixed at the transcript's revision and length
 when it is made. Because messages are never changed or removed, it can read
 the live transcript and still always see exactly the same messages; later
 appends never widen it, and ``slice`` can only narrow it.
+
+Part of the entity's API that ``../shared/CONTRACT.md`` fixes, kept for programs
+that use the entity in-process (``Transcript.append_from`` takes one); the
+server itself does not use it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A ``Transcript`` lives in memory and does no I/O of its own. Each accepted
 change (a non-empty append batch or a valid segment start) advances the
 revision by one and goes through the ports of ``server.model.changes`` in the order
-of contract section 2::
+of docs/protocol.md, section 1 (Model)::
 
     validate -> build the frozen event -> persistence.commit(event)
              -> update messages and revision -> changes.capture(event)
@@ -37,6 +37,10 @@ begin. A segment start moves it to ``start`` (``active_start < start <=
 length``); the segment it closes keeps the range it had, ``[previous_start,
 end)`` with ``end`` the length at that moment, so it may share messages with
 the new one. Nothing is copied or deleted.
+
+Why one module of over 600 lines: it is the entity of the contract, its whole public API
+in one class (about half of the lines are its documentation), with the capture errors
+that carry it; its ports are in ``server.model.changes``.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias, TypedDict, Unpack
 
 import msgspec
 
@@ -86,6 +90,7 @@ __all__ = [
     "InvalidSegment",
     "MessageInput",
     "ObservationError",
+    "Ports",
     "Transcript",
 ]
 
@@ -101,6 +106,18 @@ class FixedMessages(Protocol):
 Clock: TypeAlias = Callable[[], int]
 #: What ``append`` accepts per message: a ``Message`` or its plain-data form.
 MessageInput: TypeAlias = Message | Mapping[str, Any]
+
+
+class Ports(TypedDict, total=False):
+    """The ports and settings a transcript is built with, as keywords of
+    ``Transcript(...)``, ``restore`` and ``restore_window`` (each optional)."""
+
+    changes: ChangeCapture | None
+    observation: Observation | None
+    persistence: Persistence | None
+    clock: Clock | None
+    limits: MessageLimits
+
 
 _encode = msgspec.json.Encoder().encode
 _decode_message = msgspec.json.Decoder(Message).decode
@@ -374,7 +391,11 @@ class Transcript:
     ) -> list[AppendedEntry]:
         """Append the messages of another transcript's fixed range, as one
         change, reusing the same message objects (they were validated when
-        first appended). An empty range changes nothing."""
+        first appended). An empty range changes nothing.
+
+        Part of the contract's API (``../shared/CONTRACT.md``, with
+        ``server.model.ranges``) for in-process users; the server does not
+        use it."""
         batch = reader.messages()
         if not batch:
             return []
@@ -549,11 +570,7 @@ class Transcript:
         *,
         id: str | None = None,
         epoch: str | None = None,
-        changes: ChangeCapture | None = None,
-        observation: Observation | None = None,
-        persistence: Persistence | None = None,
-        clock: Clock | None = None,
-        limits: MessageLimits = DEFAULT_LIMITS,
+        **ports: Unpack[Ports],
     ) -> Transcript:
         """Rebuild a transcript from a whole snapshot or its complete event log.
 
@@ -565,13 +582,6 @@ class Transcript:
         epoch and segments but not the per-revision history. Raises
         ``ValueError`` on a gap, a mismatch or an inconsistent source.
         """
-        ports: dict[str, Any] = {
-            "changes": changes,
-            "observation": observation,
-            "persistence": persistence,
-            "clock": clock,
-            "limits": limits,
-        }
         if isinstance(source, TranscriptSnapshot):
             return cls._from_snapshot(source, id=id, epoch=epoch, **ports)
         events = list(source)
@@ -596,12 +606,7 @@ class Transcript:
     def restore_window(
         cls,
         snapshot: TranscriptSnapshot,
-        *,
-        changes: ChangeCapture | None = None,
-        observation: Observation | None = None,
-        persistence: Persistence | None = None,
-        clock: Clock | None = None,
-        limits: MessageLimits = DEFAULT_LIMITS,
+        **ports: Unpack[Ports],
     ) -> Transcript:
         """Rebuild a transcript from a snapshot that may hold only its newest
         messages (``[start, length)``: a server's store reads no more). It
@@ -609,15 +614,7 @@ class Transcript:
         ``ValueError`` for an inconsistent snapshot or one whose messages do
         not reach its length."""
         state = TranscriptState.from_snapshot(snapshot)  # InvalidSnapshot is a ValueError
-        transcript = cls(
-            id=snapshot.transcript_id,
-            epoch=snapshot.epoch,
-            changes=changes,
-            observation=observation,
-            persistence=persistence,
-            clock=clock,
-            limits=limits,
-        )
+        transcript = cls(id=snapshot.transcript_id, epoch=snapshot.epoch, **ports)
         transcript._state = state
         return transcript
 
@@ -628,7 +625,7 @@ class Transcript:
         *,
         id: str | None,
         epoch: str | None,
-        **ports: Any,
+        **ports: Unpack[Ports],
     ) -> Transcript:
         if not snapshot.whole:
             raise ValueError(

@@ -25,7 +25,7 @@ checked, and a safety net compares every live copy with the store's head
 (epoch, revision; one pipelined read) every ``resync_interval_s``.
 
 The backplane ``watch``es in the store every transcript the hub holds (it is
-the hub's ``HoldListener``). A single Redis announces every change on one
+the hub's ``ReplicaLink``). A single Redis announces every change on one
 channel anyway; a Redis Cluster subscribes each transcript's sharded channel
 on its node and answers with a ``Recheck`` once subscribed: those copies
 (one transcript just loaded, or every transcript of a node that came back)
@@ -42,11 +42,11 @@ when a sync brought a revision a parked ``final`` waits for.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from protocol.consumer import Applied, Resubscribed, Subscription
+from protocol import wire
 from server.live.hub import Hub
 from server.live.live_transcript import LiveTranscript
 from server.replicas.draft_relay import DraftRelay
@@ -57,8 +57,8 @@ from server.store.base import (
     SharedDrafts,
     SharedStore,
     StoreError,
-    TranscriptNotFound,
 )
+from server.tasks import cancel_and_wait
 from server.tuning import BACKPLANE_CONCURRENCY
 
 __all__ = ["Backplane", "BackplaneCounters", "SharedStore"]
@@ -105,6 +105,7 @@ class Backplane:
         self._wake = asyncio.Event()
         self._limit = asyncio.Semaphore(concurrency)
         self._tasks: list[asyncio.Task[None]] = []
+        self._detach: Callable[[], None] = _attached_to_nothing
         #: Drafts across replicas, when the store keeps them.
         self.drafts = DraftRelay(hub, store) if isinstance(store, SharedDrafts) else None
 
@@ -115,9 +116,15 @@ class Backplane:
             return None
         return cls(hub, hub.store, resync_interval_s=resync_interval_s)
 
+    # The hub's ReplicaLink: the store announces what the hub holds, and the
+    # draft relay publishes the hub's draft updates.
+    @property
+    def publish_draft(self) -> Callable[[wire.DraftFrame], None] | None:
+        return None if self.drafts is None else self.drafts.publish
+
     async def start(self) -> None:
-        self.hub.hold_listener = self
-        self.store.watch(list(self.hub.live))
+        self._detach = self.hub.attach(self)
+        self.store.watch([live.id for live in self.hub.copies()])
         if self.drafts is not None:
             await self.drafts.start()
         self._tasks = [
@@ -127,13 +134,9 @@ class Backplane:
         ]
 
     async def stop(self) -> None:
-        if self.hub.hold_listener is self:
-            self.hub.hold_listener = None
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self._detach()
+        self._detach = _attached_to_nothing
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         if self.drafts is not None:
             await self.drafts.stop()
@@ -155,7 +158,6 @@ class Backplane:
         # Loading counts: the notice may be newer than what the load read.
         return self.hub.holds(transcript_id)
 
-    # The hub's HoldListener: the store announces what the hub holds.
     def held(self, transcript_id: str) -> None:
         self.store.watch((transcript_id,))
         if self.drafts is not None:
@@ -176,8 +178,8 @@ class Backplane:
             if notice is None:
                 # (Re)subscribed: anything published meanwhile is lost; check all.
                 self.counters.resubscribed += 1
-                for transcript_id in list(self.hub.live):
-                    self.mark(transcript_id, None)
+                for live in self.hub.copies():
+                    self.mark(live.id, None)
                 if drafts is not None:
                     drafts.resubscribed()
                 continue
@@ -197,7 +199,7 @@ class Backplane:
     async def _safety_net(self) -> None:
         while True:
             await asyncio.sleep(self.resync_interval_s)
-            lives = dict(self.hub.live)
+            lives = {live.id: live for live in self.hub.copies()}
             try:
                 heads = await self.store.heads(lives)
             except StoreError as err:
@@ -248,39 +250,28 @@ class Backplane:
                 return
 
     async def _mirror(self, live: LiveTranscript, notice: Notice | None) -> None:
-        """Bring ``live`` up to the store (under ``live.lock``)."""
-        transcript = live.transcript
+        """Bring ``live`` up to the store (under ``live.lock``) by the hub's
+        one catch-up rule (``Hub.catch_up``); a notice of another epoch
+        reloads at once."""
         if notice is None:
             head = (await self.store.heads([live.id]))[live.id]
             notice = Notice(live.id, "", 0) if head is None else Notice(live.id, *head)
-        if notice.epoch != transcript.epoch:
-            await self._reload(live, "epoch")
+        if notice.epoch != live.transcript.epoch:
+            log.info("backplane: reloading %s (epoch)", live.id)
+            self.counters.reloads += 1
+            await self.hub.reload(live)
             return
-        try:
-            events = await self.store.events_after(live.id, transcript.revision)
-        except TranscriptNotFound:
-            await self._reload(live, "deleted")
-            return
-        if events is None:
-            await self._reload(live, "history not in the stream")
-            return
-        follower = Subscription.following(transcript.state)
-        for event in events:
-            update = follower.on_event(event)
-            if isinstance(update, Applied):
-                self.hub.apply_remote(live, event)
-            elif isinstance(update, Resubscribed):
-                await self._reload(live, update.reason)
-                return
-        if events:
+        caught = await self.hub.catch_up(live)
+        if caught.reloaded is not None:
+            self.counters.reloads += 1
+        elif caught.applied:
             self.counters.syncs += 1
             if self.drafts is not None:
                 self.drafts.after_sync(live)
 
-    async def _reload(self, live: LiveTranscript, reason: str) -> None:
-        log.info("backplane: reloading %s (%s)", live.id, reason)
-        self.counters.reloads += 1
-        await self.hub.reload(live)
+
+def _attached_to_nothing() -> None:
+    """The detach of a backplane that is not attached to its hub."""
 
 
 def _covers(live: LiveTranscript, notice: Notice | None) -> bool:

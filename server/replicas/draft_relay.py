@@ -2,7 +2,7 @@
 shared store, every other replica's comes in and reaches the local
 subscribers as if it had been written here.
 
-Out (``DraftRelay.publish``, the hub's ``draft_publisher``): each local
+Out (``DraftRelay.publish``, the hub's ``ReplicaLink.publish_draft``): each local
 update and close (a ``draft`` op, a commit's ``final``, a ``cancelled``, an
 ``expired`` of this replica's sweep) is queued and relayed in order, all
 that is pending in one pipelined round trip (``SharedDrafts.relay_drafts``).
@@ -18,7 +18,7 @@ every ``draft_ttl_s`` / 3 the drafts that were kept alive since their last
 relay are relayed as keep-alives: the other replicas then do not expire them.
 
 In (``received``, from the backplane's listener): an update of another
-replica is applied with ``Hub.apply_remote_draft`` (never relayed again). A
+replica is applied with ``DraftFanOut.apply_remote`` (never relayed again). A
 gap (a delta that does not follow the local copy) means pub/sub dropped
 something: the transcript's drafts are read from the store
 (``SharedDrafts.drafts_of``) and applied as ``text`` frames; what arrives
@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Final
 
 from protocol import wire
 from server.store.base import RelayedDraft, SharedDrafts, StoredDraft, StoreError
+from server.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from server.live.hub import Hub
@@ -144,7 +145,6 @@ class DraftRelay:
         return self.hub.config.draft_ttl_s
 
     async def start(self) -> None:
-        self.hub.draft_publisher = self.publish
         self._tasks = [
             asyncio.create_task(self._relay_loop(), name="drafts-relay"),
             asyncio.create_task(self._recover_loop(), name="drafts-recover"),
@@ -154,22 +154,16 @@ class DraftRelay:
     async def stop(self) -> None:
         """Stop relaying, after what is pending went out (a commit's ``final``
         of the last moments, say), waiting at most ``STOP_FLUSH_S``."""
-        if self.hub.draft_publisher == self.publish:
-            self.hub.draft_publisher = None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), STOP_FLUSH_S)
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
 
     # --- out ----------------------------------------------------------------------
 
     def publish(self, frame: wire.DraftFrame) -> None:
         """Queue a local update or close for the other replicas (the hub's
-        ``draft_publisher``: returns at once)."""
+        ``publish_draft``: returns at once)."""
         key = (frame.transcript_id, frame.draft_id)
         if frame.state == "open":
             self._relayed_at[key] = time.monotonic()
@@ -204,7 +198,7 @@ class DraftRelay:
             if len(batch) >= DRAFT_RELAY_BATCH:
                 break
             del self._resend[key]
-            frame = self.hub.draft_text(*key)
+            frame = self.hub.drafts.text(*key)
             if frame is None:
                 continue  # closed since: its close is queued or relayed
             covered[key] = frame.n
@@ -283,7 +277,7 @@ class DraftRelay:
         ``stored_n`` (its subscribers get it as a ``text``), and relayed
         whole."""
         live = self.hub.live.get(update.transcript_id)
-        draft = None if live is None else live.drafts.open.get(update.draft_id)
+        draft = None if live is None else live.drafts.open_draft(update.draft_id)
         if draft is None:
             return  # closed since: its close goes as it is
         if draft.n <= stored_n:
@@ -296,7 +290,7 @@ class DraftRelay:
                 n=stored_n + 1,
                 text=draft.text,
             )
-            self.hub.apply_remote_draft(text)
+            self.hub.drafts.apply_remote(text)
         draft.remote = False  # written here: still this replica's to expire and relay
         self._resend[(update.transcript_id, update.draft_id)] = None
         self._wake()
@@ -318,7 +312,7 @@ class DraftRelay:
             now = time.monotonic()
             seen: set[DraftKey] = set()
             for live in list(self.hub.live.values()):
-                for draft in list(live.drafts.open.values()):
+                for draft in live.drafts.open_drafts():
                     if draft.remote:
                         continue
                     key = (draft.transcript_id, draft.draft_id)
@@ -367,7 +361,7 @@ class DraftRelay:
                 self.counters.parked += 1
                 return
             live.deliver_pending()  # its increment leaves first
-        if not self.hub.apply_remote_draft(frame):
+        if not self.hub.drafts.apply_remote(frame):
             self.counters.gaps += 1
             self.recover((frame.transcript_id,))
 
@@ -384,7 +378,7 @@ class DraftRelay:
         live.deliver_pending()
         for frame in ready:
             del parked[frame.draft_id]
-            self.hub.apply_remote_draft(frame)
+            self.hub.drafts.apply_remote(frame)
         if not parked:
             del self._parked[live.id]
 
@@ -466,12 +460,12 @@ class DraftRelay:
         self.counters.recoveries += 1
         now = time.monotonic()
         for entry, expires_in_s in entries:
-            local = live.drafts.open.get(entry.draft_id)
+            local = live.drafts.open_draft(entry.draft_id)
             if entry.state == "open" and local is not None and not local.remote:
                 continue  # written here: this copy is the newest
             if entry.state == "open" and local is not None and local.n >= entry.n:
                 continue
             self._apply(frame_of(entry))
-            copy = live.drafts.open.get(entry.draft_id)
+            copy = live.drafts.open_draft(entry.draft_id)
             if copy is not None and copy.remote and entry.state == "open":
                 copy.updated = min(copy.updated, now - max(0.0, self.ttl - expires_in_s))

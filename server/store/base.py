@@ -38,7 +38,6 @@ from typing import Final, Literal, NamedTuple, Protocol, TypeAlias, runtime_chec
 
 import msgspec
 
-from protocol.state import TranscriptState
 from protocol.types import (
     Message,
     MessagesAppended,
@@ -520,12 +519,3 @@ def messages_in(events: Iterable[TranscriptEvent], start: int, end: int) -> tupl
             break
         found.extend(change.messages[max(0, start - change.start) : end - change.start])
     return tuple(found)
-
-
-def state_of(events: Iterable[TranscriptEvent], transcript_id: str, epoch: str) -> TranscriptState:
-    """The state a complete event log gives (a backend that reads a whole
-    log, an old one being indexed, uses it)."""
-    state = TranscriptState(transcript_id, epoch)
-    for event in events:
-        state.apply(event)
-    return state

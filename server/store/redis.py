@@ -68,6 +68,11 @@ publishes on the transcript's sharded channel (``server.store.redis_shards``
 subscribes to it while this replica holds the transcript). A node that is
 down makes its transcripts ``StoreUnavailable``; the others keep working.
 ``create``, ``delete`` and ``list`` also need the node of the ``ids`` index.
+
+Why one module of over 600 lines: one backend for one Redis or a Redis Cluster; the Lua
+scripts that make a run of appends atomic and a retried call idempotent are text in this
+module, beside the code that calls and decodes them. The sharded notices and the drafts
+are modules of their own.
 """
 
 from __future__ import annotations

@@ -50,6 +50,10 @@ The schema version lives in ``PRAGMA user_version``; ``_MIGRATIONS`` takes a
 database from each version to the next (a step is SQL, or a function for
 what SQL cannot do: version 2 decodes every stored event once to fill in
 the new columns and tables).
+
+Why one module of over 600 lines: one backend behind one connection: schema and
+migrations, group commit, appends as prefixes, reads and idempotency share its
+transaction discipline, which is easier to check in one place.
 """
 
 from __future__ import annotations
@@ -712,11 +716,6 @@ class SQLiteStore:
         #: ``committed_writes / commits`` is the mean group-commit batch).
         self.commits = 0
         self.committed_writes = 0
-
-    @property
-    def database_file(self) -> Path:
-        """The database file inside the data folder."""
-        return self.path / DATABASE_FILE
 
     async def open(self) -> None:
         """Create the folder and the file if missing, switch to WAL, migrate."""

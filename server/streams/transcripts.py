@@ -117,7 +117,7 @@ async def endpoint(request: Request) -> Response:
 async def _read(request: Request, transcript_id: str) -> Response:
     hub = _hub(request)
     settings: StreamSettings = request.app.state.stream_settings
-    head = await hub.head(transcript_id)
+    head = await hub.reads.head(transcript_id)
     epoch = head.epoch
     if request.method == "HEAD":
         headers = {
@@ -150,7 +150,7 @@ async def _read(request: Request, transcript_id: str) -> Response:
         return _answer(200, headers, b"[]", "application/json")
     events = await _events(hub, transcript_id, after)
     if live == "long-poll" and not events:
-        await hub.wait_change(transcript_id, after, settings.long_poll_s)
+        await hub.reads.wait_change(transcript_id, after, settings.long_poll_s)
         events = await _events(hub, transcript_id, after)
         if not events:
             headers = {
@@ -160,7 +160,7 @@ async def _read(request: Request, transcript_id: str) -> Response:
             }
             return _answer(204, headers)
     end = events[-1].revision if events else after
-    current = (await hub.head(transcript_id)).revision
+    current = (await hub.reads.head(transcript_id)).revision
     headers = {NEXT_OFFSET: offset_of(epoch, end), "content-type": "application/json"}
     if end >= current:
         headers[UP_TO_DATE] = "true"
@@ -176,7 +176,7 @@ async def _read(request: Request, transcript_id: str) -> Response:
 
 
 async def _events(hub: Hub, transcript_id: str, after: int) -> list[TranscriptEvent]:
-    events = await hub.events_after(transcript_id, after, limit=PAGE_EVENTS)
+    events = await hub.reads.events_after(transcript_id, after, limit=PAGE_EVENTS)
     if events is None:
         raise StreamError(410, "these events are no longer held: read GET /v1/transcripts/{id}")
     return events
@@ -196,7 +196,7 @@ def _sse(
         while True:
             try:
                 found = await _events(hub, transcript_id, revision)
-                current = (await hub.head(transcript_id)).revision
+                current = (await hub.reads.head(transcript_id)).revision
             except (StreamError, Refused):
                 return  # deleted or no longer held: the reader reconnects and is told
             data = b""
@@ -216,7 +216,9 @@ def _sse(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            await hub.wait_change(transcript_id, revision, min(remaining, settings.long_poll_s))
+            await hub.reads.wait_change(
+                transcript_id, revision, min(remaining, settings.long_poll_s)
+            )
 
     headers = {
         **SECURITY,
@@ -261,7 +263,7 @@ async def draft_endpoint(request: Request) -> Response:
 async def _draft(
     hub: Hub, transcript_id: str, draft_id: str, start: int
 ) -> tuple[bytes, int, bool]:
-    found = await hub.draft_stream(transcript_id, draft_id, start)
+    found = await hub.reads.draft_stream(transcript_id, draft_id, start)
     if found is None:
         raise StreamError(404, "no such draft: never opened, or closed more than draft_ttl_s ago")
     return found
@@ -274,7 +276,7 @@ _END: Final = 1 << 62
 async def _read_draft(request: Request, transcript_id: str, draft_id: str) -> Response:
     hub = _hub(request)
     settings: StreamSettings = request.app.state.stream_settings
-    epoch = (await hub.head(transcript_id)).epoch
+    epoch = (await hub.reads.head(transcript_id)).epoch
     if request.method == "HEAD":
         _, end, closed = await _draft(hub, transcript_id, draft_id, _END)
         headers = {NEXT_OFFSET: offset_of(epoch, end), "content-type": TEXT}
@@ -307,7 +309,7 @@ async def _read_draft(request: Request, transcript_id: str, draft_id: str) -> Re
         if closed:
             headers = {NEXT_OFFSET: offset_of(epoch, end), UP_TO_DATE: "true", CLOSED: "true"}
             return _answer(204, headers)
-        await hub.wait_draft(transcript_id, draft_id, end, settings.long_poll_s)
+        await hub.reads.wait_draft(transcript_id, draft_id, end, settings.long_poll_s)
         data, end, closed = await _draft(hub, transcript_id, draft_id, start)
         if start > end:  # rewritten meanwhile: it closed before this reader
             start = end
@@ -364,7 +366,7 @@ def _draft_sse(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            await hub.wait_draft(
+            await hub.reads.wait_draft(
                 transcript_id, draft_id, position, min(remaining, settings.long_poll_s)
             )
 

@@ -155,9 +155,9 @@ class TsyncApp:
         ``timeout``: a client that does not read cannot hold it up."""
         self.lifecycle.draining = True
         hub: Hub | None = getattr(self.state, "hub", None)
-        if hub is None or not hub.connections:
+        if hub is None or not hub.subscriptions.connections:
             return
-        conns = list(hub.connections.values())
+        conns = list(hub.subscriptions.connections.values())
         log.info("closing connections", extra={"count": len(conns)})
 
         async def goodbye(conn: Any) -> None:

@@ -1,4 +1,4 @@
-"""The HTTP API (contract section 4). JSON in and out; every error is an
+"""The HTTP API (docs/protocol.md, section 3). JSON in and out; every error is an
 ``application/problem+json`` document (RFC 9457) with a ``code`` that matches
 the WebSocket error codes."""
 
@@ -154,7 +154,7 @@ def ack_body(transcript_id: str, result: AppendResult) -> api.AckBody:
 
 async def create_transcript(request: Request) -> Response:
     body = await read_json(request, api.CreateBody, allow_empty=True)
-    tid, epoch, revision = await _hub(request).create(
+    tid, epoch, revision = await _hub(request).writes.create(
         body.id, body.messages or [], origin=_origin(request)
     )
     return json_response(api.Created(transcript_id=tid, epoch=epoch, revision=revision), 201)
@@ -165,7 +165,7 @@ async def list_transcripts(request: Request) -> Response:
     order = request.query_params.get("order", "id")  # present but empty is refused
     if order not in listing.ORDERS:
         raise Refused(codes.INVALID_QUERY, "query parameter 'order' must be 'id' or 'updated'")
-    by_id = _hub(request).list
+    by_id = _hub(request).list_transcripts
     infos = await access.list_readable(
         by_id if order == "id" else functools.partial(listing.newest_first, by_id),
         access.grant_of(request),
@@ -228,7 +228,7 @@ async def append_messages(request: Request) -> Response:
         if key is not None and key != from_header:
             raise InvalidMessage("idempotencyKey", "differs from the Idempotency-Key header")
         key = from_header
-    result = await _hub(request).append(
+    result = await _hub(request).writes.append(
         tid,
         body.messages,
         expected_revision=body.expected_revision,
@@ -245,7 +245,7 @@ async def append_messages(request: Request) -> Response:
 async def start_segment(request: Request) -> Response:
     tid = _transcript_id(request)
     body = await read_json(request, api.SegmentBody, allow_empty=True)
-    result = await _hub(request).start_segment(
+    result = await _hub(request).writes.start_segment(
         tid, body.start, origin=_origin(request), transport="http"
     )
     return json_response(ack_body(tid, result), 201)

@@ -120,7 +120,7 @@ async def import_transcript(request: Request) -> Response:
         raise Refused(codes.INVALID_LMML, str(exc)) from None
     # Validated (with the configured limits) where they were read.
     messages = _decode_messages(encoded)
-    tid, epoch, revision = await hub.create(
+    tid, epoch, revision = await hub.writes.create(
         request.query_params.get("id") or None, messages, origin=_origin(request)
     )
     return json_response(
@@ -203,7 +203,7 @@ async def _export(
 async def export_lmml(request: Request) -> Response:
     """The transcript as one ``.lmml`` narrative (embeds as inline fences)."""
     tid = _transcript_id(request)
-    snapshot = await _hub(request).snapshot(tid)
+    snapshot = await _hub(request).reads.snapshot(tid)
     data = await _export(request, snapshot.messages, "writing the export", offload_jobs.export_lmml)
     return _download(
         data, "text/markdown; charset=utf-8", f"{_bundle_name(tid)}.lmml", snapshot.revision
@@ -213,7 +213,7 @@ async def export_lmml(request: Request) -> Response:
 async def export_lmmlz(request: Request) -> Response:
     """The transcript as a ``.lmmlz`` whose primary entry is ``<id>.lmml``."""
     tid = _transcript_id(request)
-    snapshot = await _hub(request).snapshot(tid)
+    snapshot = await _hub(request).reads.snapshot(tid)
     name = _bundle_name(tid)
     data = await _export(
         request, snapshot.messages, "writing the export", offload_jobs.export_lmmlz, name

@@ -145,7 +145,7 @@ async def _range_pages(
     at = start
     while at < stop:
         try:
-            found, _ = await hub.read_messages(
+            found, _ = await hub.reads.read_messages(
                 transcript_id, at, min(stop, at + pager.size), epoch=epoch
             )
         except (StoreError, Refused) as exc:
@@ -178,7 +178,7 @@ async def _event_pages(
         if last >= until:
             return
         try:
-            events = await hub.events_after(transcript_id, last, limit=pager.size)
+            events = await hub.reads.events_after(transcript_id, last, limit=pager.size)
         except (StoreError, Refused) as exc:
             raise _stopped(transcript_id) from exc
 
@@ -217,7 +217,7 @@ async def _messages(
     held, else by ranges."""
     tid = head.transcript_id
     if start == 0 and head.revision > 0:
-        first = await hub.events_after(tid, 0, limit=pager.size)
+        first = await hub.reads.events_after(tid, 0, limit=pager.size)
         if first:
             return _appended(_event_pages(hub, tid, head.epoch, head.revision, first, pager), stop)
     return _range_pages(hub, tid, head.epoch, start, stop, pager)
@@ -227,12 +227,12 @@ async def snapshot_response(hub: Hub, transcript_id: str, start: int, end: int |
     """``GET /v1/transcripts/{id}``: the ``TranscriptSnapshot`` of messages
     ``[start, end)``, streamed past ``STREAM_MIN_ITEMS`` messages. Raises
     ``ValueError`` for a range not within the transcript."""
-    head = await hub.head(transcript_id)
+    head = await hub.reads.head(transcript_id)
     stop = head.length if end is None else end
     if not 0 <= start <= stop <= head.length:
         raise ValueError(f"range [{start}, {stop}) is not within [0, {head.length}]")
     if stop - start <= STREAM_MIN_ITEMS:
-        return json_response(await hub.snapshot(transcript_id, start, end))
+        return json_response(await hub.reads.snapshot(transcript_id, start, end))
     before, after = _split(_encode(msgspec.structs.replace(head, start=start)), b"messages")
     pager = _Pager()
     pages = await _messages(hub, head, start, stop, pager)
@@ -253,10 +253,10 @@ async def chat_response(
     messages at a time (a page's messages become that page's items);
     ``finish``, when given, returns the last items and a ``system`` string
     (Anthropic's), known once every page was rendered."""
-    head = await hub.head(transcript_id)
+    head = await hub.reads.head(transcript_id)
     start = head.active_start if active_only else 0
     if head.length - start <= STREAM_MIN_ITEMS:
-        snapshot = await hub.snapshot(transcript_id, start, head.length)
+        snapshot = await hub.reads.snapshot(transcript_id, start, head.length)
         items = render(snapshot.messages)
         system: str | None = None
         if finish is not None:
@@ -293,16 +293,16 @@ async def events_response(hub: Hub, transcript_id: str, after: int) -> Response 
     events after ``after`` up to the revision now, streamed past
     ``STREAM_MIN_ITEMS`` events; ``None`` when they are no longer held
     (the caller answers ``gone``)."""
-    head = await hub.head(transcript_id)
+    head = await hub.reads.head(transcript_id)
     if after > head.revision:
         return None
     if head.revision - after <= STREAM_MIN_ITEMS:
-        events = await hub.events_after(transcript_id, after)
+        events = await hub.reads.events_after(transcript_id, after)
         if events is None:
             return None
         return json_response(api.EventsBody(transcript_id=transcript_id, events=events))
     pager = _Pager()
-    first = await hub.events_after(transcript_id, after, limit=pager.size)
+    first = await hub.reads.events_after(transcript_id, after, limit=pager.size)
     if first is None:
         return None
     body = api.EventsBody(transcript_id=transcript_id, events=[])

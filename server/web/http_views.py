@@ -45,7 +45,7 @@ async def get_messages(request: Request) -> Response:
         raise Refused(codes.INVALID_QUERY, f"end ({end}) is before start ({start})")
     epoch = request.query_params.get("epoch") or None
     stop = start + MAX_READ_MESSAGES if end is None else min(end, start + MAX_READ_MESSAGES)
-    found, revision = await _hub(request).read_messages(tid, start, stop, epoch=epoch)
+    found, revision = await _hub(request).reads.read_messages(tid, start, stop, epoch=epoch)
     return json_response(
         api.MessageRange(
             transcript_id=tid,
@@ -61,7 +61,7 @@ async def get_messages(request: Request) -> Response:
 
 async def get_views(request: Request) -> Response:
     tid = _transcript_id(request)
-    revision, views = await _hub(request).views(tid)
+    revision, views = await _hub(request).reads.views(tid)
     return json_response(api.ViewList(transcript_id=tid, revision=revision, views=list(views)))
 
 
@@ -82,7 +82,7 @@ async def put_view(request: Request) -> Response:
     tid = _transcript_id(request)
     name = _view_name(request)
     body = await read_json(request, api.ViewBody)
-    result = await _hub(request).set_view(
+    result = await _hub(request).writes.set_view(
         tid, name, body.start, body.end, origin=_origin(request), transport="http"
     )
     return json_response(_ack(tid, body.start, result), 200 if result.duplicate else 201)
@@ -90,7 +90,7 @@ async def put_view(request: Request) -> Response:
 
 async def leave_view(request: Request) -> Response:
     tid = _transcript_id(request)
-    result = await _hub(request).leave_view(
+    result = await _hub(request).writes.leave_view(
         tid, _view_name(request), origin=_origin(request), transport="http"
     )
     return json_response(_ack(tid, 0, result))
@@ -128,7 +128,7 @@ async def get_usage(request: Request) -> Response:
     else:
         raise Refused(codes.INVALID_QUERY, "segments: 'all', 'active' or segment indices (0,2,...)")
     try:
-        revision, usage = await _hub(request).usage(tid, segments=segments, views=views)
+        revision, usage = await _hub(request).reads.usage(tid, segments=segments, views=views)
     except ProtocolError:
         raise  # invalid-view: no such View
     except ValueError as exc:  # no such segment

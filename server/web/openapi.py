@@ -9,6 +9,10 @@ the server itself decodes and encodes (``msgspec.json.schema_components``):
 Only the operation table below is written by hand (paths, parameters, which
 type answers which status); ``tests/server/web/test_openapi.py`` checks real
 responses and frames against both documents, so they cannot drift.
+
+Why one module of over 600 lines: it is the OpenAPI document, mostly data (a schema per
+route and per body), kept in one place so that it reads as the document it builds; the
+logic is a few functions at the end.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``/v1/ws``: the WebSocket endpoint (contract section 3).
+"""``/v1/ws``: the WebSocket endpoint (docs/protocol.md, section 2).
 
 The reader loop handles one client op at a time, in arrival order; every
 answer and every error goes through the connection's queue so that ``seq``
@@ -93,7 +93,7 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
         _log_refused(away.close_code, scope, away.why)
         return
     await send({"type": "websocket.accept", "subprotocol": chosen})
-    if hub.is_full():
+    if hub.subscriptions.is_full():
         # After the handshake: a close code says "try again later" to every
         # client, browsers included (they never learn why a handshake failed).
         await _close(send, codes.CLOSE_SERVER_FULL)
@@ -105,7 +105,9 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
     # The raw frame write of ``tsync serve``'s protocol (server.web.ws_protocol);
     # under other ASGI servers frames go through ``send``.
     raw = (scope.get("extensions") or {}).get(RAW_FRAMES)
-    queue = hub.connect(f"c{next(_ids)}-{secrets.token_hex(3)}", send, binary=binary, raw=raw)
+    queue = hub.subscriptions.connect(
+        f"c{next(_ids)}-{secrets.token_hex(3)}", send, binary=binary, raw=raw
+    )
     queue.start()
     connection.arm(functools.partial(_close_unauthorized, queue))
     opened = time.monotonic()
@@ -146,7 +148,7 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
     finally:
         connection.disarm()
         await handler.cancel()
-        hub.disconnect(queue)
+        hub.subscriptions.disconnect(queue)
         await queue.stop()
         if not disconnected:
             if code is None:
@@ -201,6 +203,12 @@ async def _close_unauthorized(queue: OutboundQueue, why: str) -> None:
     code = codes.CLOSE_UNAUTHORIZED
     with contextlib.suppress(Exception):  # already gone
         await queue.send_close(code, close_reason(code, why))
+
+
+def _ack(op: Any, revision: int, **fields: Any) -> wire.Ack:
+    """The ``ack`` of a write op at ``revision`` (``fields``: what that op's
+    ack adds: ``start``, ``count``, ``duplicate``, ``draftId`` and ``n``)."""
+    return wire.Ack(seq=0, transcript_id=op.transcript_id, revision=revision, ref=op.ref, **fields)
 
 
 class OpHandler:
@@ -317,7 +325,7 @@ class OpHandler:
         hub, queue = self.hub, self.queue
         match op:
             case wire.Append():
-                result = await hub.append(
+                result = await hub.writes.append(
                     op.transcript_id,
                     op.messages,
                     expected_revision=op.expected_revision,
@@ -327,18 +335,16 @@ class OpHandler:
                 )
                 receipt = result.receipt
                 queue.push_control(
-                    wire.Ack(
-                        seq=0,
-                        transcript_id=op.transcript_id,
-                        revision=receipt.revision,
-                        ref=op.ref,
+                    _ack(
+                        op,
+                        receipt.revision,
                         start=receipt.start,
                         count=receipt.count,
                         duplicate=result.duplicate,
                     )
                 )
             case wire.Subscribe(window=window):
-                await hub.subscribe(
+                await hub.subscriptions.subscribe(
                     queue,
                     op.transcript_id,
                     from_revision=op.from_revision,
@@ -346,36 +352,24 @@ class OpHandler:
                     window=window,
                 )
             case wire.Unsubscribe():
-                hub.unsubscribe(queue, op.transcript_id)
+                hub.subscriptions.unsubscribe(queue, op.transcript_id)
             case wire.StartSegment():
-                result = await hub.start_segment(op.transcript_id, op.start, origin=self.origin)
-                queue.push_control(
-                    wire.Ack(
-                        seq=0,
-                        transcript_id=op.transcript_id,
-                        revision=result.receipt.revision,
-                        ref=op.ref,
-                        start=result.receipt.start,
-                    )
+                result = await hub.writes.start_segment(
+                    op.transcript_id, op.start, origin=self.origin
                 )
+                queue.push_control(_ack(op, result.receipt.revision, start=result.receipt.start))
             case wire.SetView() | wire.LeaveView():
                 if isinstance(op, wire.SetView):
-                    result = await hub.set_view(
+                    result = await hub.writes.set_view(
                         op.transcript_id, op.name, op.start, op.end, origin=self.origin
                     )
                 else:
-                    result = await hub.leave_view(op.transcript_id, op.name, origin=self.origin)
-                queue.push_control(
-                    wire.Ack(
-                        seq=0,
-                        transcript_id=op.transcript_id,
-                        revision=result.receipt.revision,
-                        ref=op.ref,
-                        duplicate=result.duplicate,
+                    result = await hub.writes.leave_view(
+                        op.transcript_id, op.name, origin=self.origin
                     )
-                )
+                queue.push_control(_ack(op, result.receipt.revision, duplicate=result.duplicate))
             case wire.Draft():
-                revision, n = await hub.draft(
+                revision, n = await hub.drafts.write(
                     op.transcript_id,
                     op.draft_id,
                     role=op.role,
@@ -386,23 +380,14 @@ class OpHandler:
                     writer=queue.id,
                 )
                 if op.ref is not None:  # tokens are too frequent to ack each
-                    queue.push_control(
-                        wire.Ack(
-                            seq=0,
-                            transcript_id=op.transcript_id,
-                            revision=revision,
-                            ref=op.ref,
-                            draft_id=op.draft_id,
-                            n=n,
-                        )
-                    )
+                    queue.push_control(_ack(op, revision, draft_id=op.draft_id, n=n))
             case wire.Ping():
                 queue.push_control(wire.Pong(seq=0, ref=op.ref))
             case wire.Auth():
                 self.access.refresh(op.token)
                 # New rights: what they no longer let it read, it no longer follows.
                 for transcript_id in self.access.unreadable(queue.followed()):
-                    hub.unsubscribe(queue, transcript_id)
+                    hub.subscriptions.unsubscribe(queue, transcript_id)
                     refused = forbidden(self.access.grant, "read", transcript_id)
                     queue.push_error(refused.code, refused.message, transcript_id=transcript_id)
                 queue.push_control(wire.Pong(seq=0, ref=op.ref))

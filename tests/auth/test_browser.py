@@ -126,7 +126,7 @@ async def evil_site() -> AsyncIterator[str]:
 @pytest_asyncio.fixture(loop_scope="module")
 async def srv() -> AsyncIterator[RunningServer]:
     async with running_server() as server:  # no credentials: the browser rules alone
-        await server.hub.create("secret", [{"role": "user", "content": "private"}])
+        await server.hub.writes.create("secret", [{"role": "user", "content": "private"}])
         yield server
 
 
@@ -181,7 +181,7 @@ async def test_the_page_takes_the_token_from_the_fragment_and_says_read_only(
 ) -> None:
     reader = mint(audience=None, read=["t"])
     async with running_server(jwt_secret=SECRET) as server:
-        await server.hub.create("t", [{"role": "user", "content": "readable"}])
+        await server.hub.writes.create("t", [{"role": "user", "content": "readable"}])
         page = await _page(browser, f"{server.url}/t/t#token={reader}")
         await expect(page.locator("#status")).to_have_attribute("data-state", "live")
         assert reader not in page.url  # off the address bar at once
@@ -198,7 +198,7 @@ async def test_without_a_token_the_page_asks_for_one_and_then_connects(
 ) -> None:
     writer = mint(audience=None, read=["t"], write=["t"])
     async with running_server(jwt_secret=SECRET) as server:
-        await server.hub.create("t")
+        await server.hub.writes.create("t")
         page = await _page(browser, f"{server.url}/t/t")
         await expect(page.locator("#status")).to_have_attribute("data-state", "unauthorized")
         await expect(page.locator("#token-form")).to_be_visible()
@@ -225,7 +225,7 @@ async def test_remote_images_are_links_unless_the_server_allows_them(
     }
     EVIL_REQUESTS.clear()
     async with running_server(page_remote_images=remote) as server:
-        await server.hub.create("img", [message])
+        await server.hub.writes.create("img", [message])
         page = await _page(browser, f"{server.url}/t/img")
         await expect(page.locator("#status")).to_have_attribute("data-state", "live")
         links = page.locator("#messages a.remote-image")

@@ -60,7 +60,7 @@ async def srv() -> AsyncIterator[RunningServer]:
     )
     async with running_server(config) as server:
         for tid in ("t", "other", "x-1", "y-1"):
-            await server.hub.create(tid, [USER])
+            await server.hub.writes.create(tid, [USER])
         yield server
 
 
@@ -130,9 +130,9 @@ async def test_http(
     if "content" in options:
         options["content"] = options["content"].encode()
     if path.startswith("/v1/transcripts/victim"):
-        await srv.hub.create(path.rsplit("/", 1)[1])
+        await srv.hub.writes.create(path.rsplit("/", 1)[1])
     if path.endswith("/segments"):
-        await srv.hub.append("t", [USER])  # room for one more segment
+        await srv.hub.writes.append("t", [USER])  # room for one more segment
     before = await _state(srv)
     headers = {**options.pop("headers", {}), **_headers(kind)}
     async with httpx.AsyncClient(base_url=srv.url) as http:
@@ -249,7 +249,7 @@ async def _exchange(
 @pytest.mark.parametrize("op", list(OPS))
 async def test_websocket(srv: RunningServer, kind: str, op: str) -> None:
     if op == "startSegment":
-        await srv.hub.append("t", [USER])  # room for one more segment
+        await srv.hub.writes.append("t", [USER])  # room for one more segment
     before = await _state(srv)
     frames, closed = await _exchange(srv.ws_url, _headers(kind), OPS[op])
     codes = [f.code for f in frames if isinstance(f, wire.ErrorFrame)]

@@ -158,7 +158,7 @@ async def test_a_state_changing_body_must_be_json_when_a_page_sends_it(
         for path in ("/v1/transcripts", "/v1/transcripts/import"):
             r = await http.post(path, content=body, headers=headers)
             assert r.status_code == 415 and r.json()["code"] == "unsupported-media-type"
-        await srv.hub.create("t")
+        await srv.hub.writes.create("t")
         r = await http.post(
             "/v1/transcripts/t/messages", content=b'{"messages": []}', headers=headers
         )
@@ -178,7 +178,7 @@ async def test_imports_take_the_lmml_types_and_empty_bodies_need_none() -> None:
         )
         assert r.status_code == 201
         tid = r.json()["transcriptId"]
-        await srv.hub.append(tid, [USER])
+        await srv.hub.writes.append(tid, [USER])
         # A segment start needs no body, so no type either.
         r = await http.post(f"/v1/transcripts/{tid}/segments", headers={"origin": srv.url})
         assert r.status_code == 201

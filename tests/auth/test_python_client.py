@@ -53,7 +53,7 @@ async def test_refused_credentials_stop_the_client_at_once(token: str | None) ->
                 pass
         assert refused.value.code == "unauthorized"
         assert time.monotonic() - began < 5  # not a connect_timeout: a refusal
-        await until(lambda: not srv.hub.connections)
+        await until(lambda: not srv.hub.subscriptions.connections)
 
 
 @contextlib.asynccontextmanager
@@ -103,7 +103,7 @@ async def test_a_provider_renews_the_token_before_exp_on_the_open_connection() -
         return token
 
     async with running_server(jwt_secret=SECRET) as srv:
-        await srv.hub.create("t")
+        await srv.hub.writes.create("t")
         async with client_py.connect(srv.url, token=provider) as client:
             mirror = await client.subscribe("t")
             first_exp = expiry_of(calls[0])
@@ -126,7 +126,7 @@ async def test_a_provider_is_asked_again_after_a_4001_and_a_refused_new_token_st
         return tokens[min(asked - 1, len(tokens) - 1)]
 
     async with running_server(jwt_secret=SECRET) as srv:
-        await srv.hub.create("t")
+        await srv.hub.writes.create("t")
         client = client_py.Client(srv.url, provider, backoff_min=0.01, backoff_max=0.05)
         # Renewal before exp off: the server's 4001 at exp must bring the new token.
         client.tokens.renew_in = lambda: float("inf")  # type: ignore[method-assign]
@@ -174,7 +174,7 @@ async def test_the_http_api_takes_a_provider_and_retries_a_401_once() -> None:
 async def test_tail_refused_for_its_token_says_why(token: Any, says: str) -> None:
     """As the HTTP answer's detail does: expired, a bad signature, no right."""
     async with running_server(jwt_secret=SECRET) as srv:
-        await srv.hub.create("t")
+        await srv.hub.writes.create("t")
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "server.run.cli", "tail", "t",
             "--url", srv.url, "--token", token(),

@@ -42,7 +42,7 @@ async def test_a_token_refreshed_before_exp_keeps_the_connection_and_one_not_is_
     None
 ):
     async with running_server(_config(jwt_audience=None)) as srv:
-        await srv.hub.create("t")
+        await srv.hub.writes.create("t")
         short = mint(audience=None, ttl=2, read=["t"], write=["t"])
         async with await RawClient.connect(srv.ws_url, additional_headers=_bearer(short)) as c:
             await c.send(op="subscribe", transcriptId="t")
@@ -70,7 +70,7 @@ async def test_a_token_refreshed_before_exp_keeps_the_connection_and_one_not_is_
 
 async def test_a_refresh_must_name_the_same_sub_and_a_refused_one_changes_nothing() -> None:
     async with running_server(_config()) as srv:
-        await srv.hub.create("t")
+        await srv.hub.writes.create("t")
         alice = mint(read=["t"], audience=None)
         async with await RawClient.connect(srv.ws_url, additional_headers=_bearer(alice)) as c:
             for token in (mint("mallory", admin=True, audience=None), "nonsense", mint(ttl=-5)):
@@ -87,7 +87,7 @@ async def test_a_refresh_must_name_the_same_sub_and_a_refused_one_changes_nothin
 async def test_new_credentials_that_no_longer_allow_reading_end_those_subscriptions() -> None:
     async with running_server(_config()) as srv:
         for tid in ("a", "b"):
-            await srv.hub.create(tid)
+            await srv.hub.writes.create(tid)
         both = mint(read=["a", "b"], audience=None)
         async with await RawClient.connect(srv.ws_url, additional_headers=_bearer(both)) as c:
             for tid in ("a", "b"):
@@ -97,8 +97,8 @@ async def test_new_credentials_that_no_longer_allow_reading_end_those_subscripti
             error = await c.expect(wire.ErrorFrame)
             assert (error.code, error.transcript_id) == ("forbidden", "b")
             assert (await c.expect(wire.Pong)).ref == "narrow"
-            await srv.hub.append("a", [USER])
-            await srv.hub.append("b", [USER])
+            await srv.hub.writes.append("a", [USER])
+            await srv.hub.writes.append("b", [USER])
             event = (await c.expect(wire.Increment)).event
             assert event.transcript_id == "a"
             assert await c.nothing_pending()
@@ -106,7 +106,7 @@ async def test_new_credentials_that_no_longer_allow_reading_end_those_subscripti
 
 async def test_a_connection_without_credentials_authenticates_with_its_first_op() -> None:
     async with running_server(_config()) as srv:
-        await srv.hub.create("t")
+        await srv.hub.writes.create("t")
         async with await RawClient.connect(srv.ws_url) as c:
             await c.send(op="auth", token=mint(read=["t"], audience=None, ttl=1), ref=1)
             await c.send(op="subscribe", transcriptId="t")

@@ -63,7 +63,7 @@ async def _count(tab_page: object, text: str) -> int:
 
 async def test_a_server_that_wants_a_token_says_so_once(context: BrowserContext) -> None:
     async with running_server(jwt_secret=SECRET) as srv:
-        await srv.hub.create("t")
+        await srv.hub.writes.create("t")
         for path in ("/", "/t/t"):
             tab = await open_tab(context, f"{srv.url}{path}")
             await expect(tab.page.locator("#token-form")).to_be_visible()
@@ -84,7 +84,7 @@ async def test_a_server_that_wants_a_token_says_so_once(context: BrowserContext)
 )
 async def test_a_refused_token_says_why(context: BrowserContext, token: object, says: str) -> None:
     async with running_server(jwt_secret=SECRET) as srv:
-        await srv.hub.create("t")
+        await srv.hub.writes.create("t")
         for path in ("/", "/t/t"):
             tab = await open_tab(context, f"{srv.url}{path}#token={token()}")  # type: ignore[operator]
             await expect(tab.page.locator("#token-why")).to_contain_text(says)

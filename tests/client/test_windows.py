@@ -128,7 +128,9 @@ async def test_resume_with_a_window_keeps_what_the_copy_held() -> None:
         assert (mirror.start, texts(mirror)[0]) == (4, "m4")
 
         # A short absence: the resume is answered with increments.
-        await srv.hub.connections[next(iter(srv.hub.connections))].send_close(1001, "bye")
+        await srv.hub.subscriptions.connections[
+            next(iter(srv.hub.subscriptions.connections))
+        ].send_close(1001, "bye")
         for i in range(2):
             assert (
                 await http.post("/v1/transcripts/t/messages", json={"messages": [user(f"a{i}")]})
@@ -139,13 +141,13 @@ async def test_resume_with_a_window_keeps_what_the_copy_held() -> None:
 
 async def test_a_resume_too_far_behind_gets_a_baseline_of_the_window() -> None:
     async with running_server(max_resume_events=3) as srv:
-        await srv.hub.create("t", [user(f"m{i}") for i in range(10)])
+        await srv.hub.writes.create("t", [user(f"m{i}") for i in range(10)])
         async with await RawClient.connect(srv.ws_url) as raw:
             await raw.send(op="subscribe", transcriptId="t", window={"tail": 4})
             first = (await raw.expect(wire.Baseline)).snapshot
             assert (first.start, first.length, first.revision) == (6, 10, 1)
         for i in range(2):
-            await srv.hub.append("t", [user(f"a{i}")])
+            await srv.hub.writes.append("t", [user(f"a{i}")])
         async with await RawClient.connect(srv.ws_url) as raw:
             # Close enough: the increments, whatever the window.
             await raw.send(
@@ -158,7 +160,7 @@ async def test_a_resume_too_far_behind_gets_a_baseline_of_the_window() -> None:
             resumed = [await raw.expect(wire.Increment) for _ in range(2)]
             assert [f.event.revision for f in resumed] == [2, 3]
         for i in range(4):
-            await srv.hub.append("t", [user(f"b{i}")])
+            await srv.hub.writes.append("t", [user(f"b{i}")])
         async with await RawClient.connect(srv.ws_url) as raw:
             # Too far behind: a baseline, of the window asked for.
             await raw.send(

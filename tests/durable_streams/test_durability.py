@@ -464,7 +464,7 @@ def test_the_log_is_a_file_of_its_own_in_the_data_folder(tmp_path: Path) -> None
 async def test_a_stream_log_that_cannot_be_opened_stops_the_start_with_one_line(
     tmp_path: Path,
 ) -> None:
-    from server.config import ServerConfig
+    from server.config import load_config
     from server.web.application import StartupFailed, create_app
 
     folder = tmp_path / "data"
@@ -472,7 +472,7 @@ async def test_a_stream_log_that_cannot_be_opened_stops_the_start_with_one_line(
     conn = sqlite3.connect(folder / STREAMS_FILE)
     conn.execute("PRAGMA user_version=99")
     conn.close()
-    config = ServerConfig.from_env({}, store=f"sqlite:{folder}")
+    config = load_config({}, {"store": f"sqlite:{folder}"})
     app = create_app(config, configure_logging=False)
     with pytest.raises(StartupFailed, match=r"streams\.sqlite3: schema version 99 is newer"):
         async with app._lifespan_context(app.starlette):

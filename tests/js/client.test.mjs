@@ -6,9 +6,9 @@ import { test } from "node:test";
 
 import {
   CLOSE_ADVICE,
-  Mirror,
   ServerError,
   SUBPROTOCOL_JSON,
+  TranscriptCopy,
   TsyncClient,
   attachmentBytes,
   backoffDelay,
@@ -538,8 +538,8 @@ test("an event that does not fit the copy makes the client start over from a bas
   assert.equal(client.mirror("t1"), null);
 });
 
-test("Mirror closes the open segment at the event's end", () => {
-  const mirror = new Mirror(snapshot(3, 3));
+test("TranscriptCopy closes the open segment at the event's end", () => {
+  const mirror = new TranscriptCopy(snapshot(3, 3));
   mirror.apply({
     transcriptId: "t1", epoch: EPOCH, revision: 4, occurredAt: 0,
     change: { kind: "segment-started", previousStart: 0, start: 3, end: 3 },

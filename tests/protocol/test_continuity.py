@@ -393,8 +393,8 @@ class Harness(ChannelFaults):
         assert copy.messages == server.messages
         assert copy.active_start == server.active_start
         assert copy.segments == server.segments
-        # A resume from the current revision is answered with nothing (contract section
-        # 3), so the machine cannot tell it was answered: it stays resyncing, harmlessly.
+        # A resume from the current revision is answered with nothing (docs/protocol.md,
+        # Client ops), so the machine cannot tell it was answered: it stays resyncing, harmlessly.
         assert not self.machine.resyncing or self.last_request_was_current
 
     def check_counters(self) -> None:

@@ -40,11 +40,9 @@ from protocol.wire import (
     decode_client_op,
     encode,
     encode_event_json,
-    encode_event_msgpack,
     encode_json,
     encode_msgpack,
     increment_json,
-    increment_msgpack,
     seq_bytes,
     seq_parts,
     split_frames,
@@ -117,16 +115,6 @@ def test_increment_json_equals_encoding_the_whole_increment(
 ) -> None:
     spliced = increment_json(seq, encode_event_json(event))
     assert spliced == encode_json(Increment(seq=seq, event=event))
-    assert accept_transcript_update(spliced) == Increment(seq=seq, event=event)
-
-
-@fast
-@given(seqs() | st.integers(min_value=1, max_value=200), events())
-def test_increment_msgpack_equals_encoding_the_whole_increment(
-    seq: int, event: TranscriptEvent
-) -> None:
-    spliced = increment_msgpack(seq, encode_event_msgpack(event))
-    assert spliced == encode_msgpack(Increment(seq=seq, event=event))
     assert accept_transcript_update(spliced) == Increment(seq=seq, event=event)
 
 

@@ -73,7 +73,7 @@ async def test_a_gap_the_stream_no_longer_holds_means_a_fresh_baseline(
         await follower.attach(b.ws_url)
         await backplane_of(b).stop()  # B falls behind ...
         for i in range(250):  # ... further than the trimmed stream reaches
-            await a.hub.append("t", [{"role": "user", "content": f"m{i}"}])
+            await a.hub.writes.append("t", [{"role": "user", "content": f"m{i}"}])
         assert await b.hub.store.events_after("t", 0) is None
         await backplane_of(b).start()
         stored = await authoritative(url, "t")
@@ -166,5 +166,5 @@ async def test_views_set_and_left_on_either_replica_reach_both(shared_redis: Red
         stored = await authoritative(url, "t")
         assert (stored.revision, len(stored.events)) == (gone.revision, 4)
         # A replica that loads it afresh finds the same state: no View, all messages.
-        assert (await b.hub.snapshot("t")).view_changes == 3
+        assert (await b.hub.reads.snapshot("t")).view_changes == 3
         assert mirror_b.messages == mirror_a.messages[mirror_b.start :]

@@ -174,7 +174,7 @@ async def test_racing_writers_on_one_process_keep_every_ack_in_place(
 ) -> None:
     url = shared_url + "?prefix=race-one:"
     async with running_server(store=RedisStore(url)) as server:
-        await server.hub.create("t")
+        await server.hub.writes.create("t")
         closing += await racing.connect([server.ws_url])
         acks = await racing.race(closing, "t")
     racing.check_stored(await _stored_events(url, "t"), acks)

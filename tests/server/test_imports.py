@@ -233,3 +233,26 @@ def test_the_check_would_notice_a_transport_reaching_in() -> None:
         if isinstance(node, ast.Attribute) and node.attr in PRIVATE_ATTRIBUTES
     }
     assert touched == {"live", "transcript"}
+
+
+def test_the_hub_stays_a_coordinator() -> None:
+    """The hub coordinates its parts (``docs/architecture.md``); a hub that
+    grows past this is doing a part's job again."""
+    lines = MODULES["server.live.hub"].read_text(encoding="utf-8").count("\n")
+    assert lines < 500, f"server/live/hub.py has {lines} lines"
+
+
+LONG_MODULE = 600
+
+
+@pytest.mark.parametrize("package", ["server", "protocol", "client_py"])
+def test_a_long_module_says_at_its_top_why_it_is_one(package: str) -> None:
+    unexplained = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") <= LONG_MODULE:
+            continue
+        docstring = ast.get_docstring(ast.parse(text)) or ""
+        if "Why one module of over 600 lines" not in docstring:
+            unexplained.append(str(path.relative_to(ROOT)))
+    assert unexplained == []

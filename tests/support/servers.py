@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from server.config import ServerConfig
+from server.config import ServerConfig, load_config
 from server.live.hub import Hub
 from server.run.serve import TsyncServer, uvicorn_config
 from server.store.base import Store
@@ -59,7 +59,7 @@ async def running_server(
     """Run the app with uvicorn in this event loop on 127.0.0.1:<free port>
     (``uvicorn_options`` override ``tsync serve``'s uvicorn settings)."""
     base = config or ServerConfig(store="memory", graceful_shutdown_s=2.0)
-    config = ServerConfig.from_env({}, **{**_fields(base), **settings, "host": "127.0.0.1"})
+    config = load_config({}, {**_fields(base), **settings, "host": "127.0.0.1"})
     app = create_app(config, store=store)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -4,6 +4,7 @@ resumes, and a reader that stops reading (``docs/protocol.md``, Drafts)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -215,7 +216,7 @@ async def test_drafts_count_against_the_writing_connection_and_the_server() -> N
             assert "max_connection_draft_bytes" in error.message
             await other.send(op="draft", transcriptId="t", draftId="b", text="y" * 1000, ref=2)
             assert (await other.expect(Ack)).n == 1
-            budget = srv.hub.draft_budget
+            budget = srv.hub.drafts.budget
             assert budget.total == 2 * (1000 + 1024) and len(budget.by_writer) == 2
             await w.send(op="draft", transcriptId="t", draftId="a", cancel=True, ref=3)
             await w.expect(Ack)
@@ -236,20 +237,20 @@ async def test_a_transcript_with_an_open_draft_may_leave_memory_and_keeps_it() -
             await w.expect(Ack)
             async with httpx.AsyncClient(base_url=srv.url) as http:
                 assert (await http.get("/v1/transcripts/u")).status_code == 200
-            assert "t" not in srv.hub.live and "t" in srv.hub.parked_drafts
+            assert "t" not in srv.hub.live and "t" in srv.hub.drafts.parked
             await w.send(op="draft", transcriptId="t", draftId="d", delta="lo", ref=1)
             assert (await w.expect(Ack)).n == 2
-            assert "t" in srv.hub.live and "t" not in srv.hub.parked_drafts
+            assert "t" in srv.hub.live and "t" not in srv.hub.drafts.parked
         async with await subscribed(srv, "t") as late:
             await late.expect(Baseline)
             frame = await next_draft(late)
             assert (frame.draft_id, frame.n, frame.text) == ("d", 2, "Hello")
         async with httpx.AsyncClient(base_url=srv.url) as http:
             assert (await http.get("/v1/transcripts/u")).status_code == 200
-        assert "t" in srv.hub.parked_drafts
+        assert "t" in srv.hub.drafts.parked
         # Expired where they wait, then forgotten (closes too): nothing held.
-        await until(lambda: "t" not in srv.hub.parked_drafts, timeout=10)
-        assert srv.hub.draft_budget.total == 0
+        await until(lambda: "t" not in srv.hub.drafts.parked, timeout=10)
+        assert srv.hub.drafts.budget.total == 0
 
 
 async def test_a_refused_commit_leaves_the_draft_open() -> None:
@@ -456,7 +457,7 @@ async def test_a_reader_that_stops_reading_gets_one_text_not_the_backlog() -> No
         stuck = await RawSocket.connect(srv.ws_url, receive_buffer=4096)
         stuck.send_op(op="subscribe", transcriptId="t")
         await until(lambda: srv.hub.stats()["subscriptions"] == 1)
-        queue = next(iter(srv.hub.connections.values()))
+        queue = next(iter(srv.hub.subscriptions.connections.values()))
         async with await RawClient.connect(srv.ws_url) as w:
             # Fill the reader's socket until its transport pauses and frames wait.
             for i in range(40):
@@ -534,7 +535,7 @@ async def test_drafts_are_never_history() -> None:
             events = (await http.get("/v1/transcripts/t/events", params={"after": 0})).json()
         assert snapshot["revision"] == 1 and "secret" not in str(snapshot)
         assert "secret" not in str(events)
-        change = (await srv.hub.events_after("t", 0) or [None])[0]
+        change = (await srv.hub.reads.events_after("t", 0) or [None])[0]
         assert change is not None and isinstance(change.change, MessagesAppended)
 
 
@@ -568,15 +569,28 @@ async def test_an_http_append_with_a_draft_id_commits_the_draft() -> None:
             assert (final.state, final.revision) == ("final", 1)
 
 
+class _Link:
+    """A replica link that only collects the hub's draft updates."""
+
+    def __init__(self, publish: Callable[[DraftFrame], None]) -> None:
+        self.publish_draft = publish
+
+    def held(self, transcript_id: str) -> None:
+        pass
+
+    def released(self, transcript_id: str) -> None:
+        pass
+
+
 async def test_the_backplane_hooks_publish_local_updates_and_fan_out_remote_ones() -> None:
-    """``Hub.draft_publisher`` gets every local update and close (never a
-    remote one); ``Hub.apply_remote_draft`` fans another replica's updates out
+    """A linked replica's ``publish_draft`` gets every local update and close
+    (never a remote one); ``DraftFanOut.apply_remote`` fans another replica's updates out
     to local subscribers and says when one does not follow."""
     async with running_server(draft_ttl_s=0.3) as srv:
         await create(srv, "t")
         hub = srv.hub
         published: list[DraftFrame] = []
-        hub.draft_publisher = published.append
+        detach = hub.attach(_Link(published.append))
         async with await subscribed(srv, "t") as reader, await RawClient.connect(srv.ws_url) as w:
             await reader.expect(Baseline)
             await w.send(op="draft", transcriptId="t", draftId="a", delta="x")
@@ -586,9 +600,9 @@ async def test_the_backplane_hooks_publish_local_updates_and_fan_out_remote_ones
             await w.expect(Ack)
             await w.send(op="draft", transcriptId="t", draftId="b", text="y", ref=2)
             await w.expect(Ack)
-            frame = hub.draft_text("t", "b")
+            frame = hub.drafts.text("t", "b")
             assert frame is not None and (frame.text, frame.n, frame.seq) == ("y", 1, 0)
-            assert hub.draft_text("t", "a") is None and hub.draft_text("nope", "b") is None
+            assert hub.drafts.text("t", "a") is None and hub.drafts.text("nope", "b") is None
             await w.send(op="draft", transcriptId="t", draftId="b", cancel=True)
             await w.send(op="draft", transcriptId="t", draftId="c", delta="z", ref=3)
             await w.expect(Ack)
@@ -601,12 +615,12 @@ async def test_the_backplane_hooks_publish_local_updates_and_fan_out_remote_ones
                 ),
             ]
             for frame in remote:
-                assert hub.apply_remote_draft(frame)
+                assert hub.drafts.apply_remote(frame)
             gap = DraftFrame(
                 seq=0, transcript_id="t", draft_id="r", role="assistant", n=5, delta="!"
             )
-            assert not hub.apply_remote_draft(gap)
-            assert hub.apply_remote_draft(
+            assert not hub.drafts.apply_remote(gap)
+            assert hub.drafts.apply_remote(
                 DraftFrame(
                     seq=0, transcript_id="held-elsewhere", draft_id="r", role="user", n=1, text=""
                 )
@@ -634,6 +648,7 @@ async def test_the_backplane_hooks_publish_local_updates_and_fan_out_remote_ones
             ("c", 1, "expired"),
         ]
         assert all(f.seq == 0 for f in published)
+        detach()
 
 
 async def test_the_retry_of_a_commit_that_landed_closes_a_draft_opened_again_in_between() -> None:

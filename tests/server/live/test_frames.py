@@ -20,12 +20,17 @@ from server.live.frames import (
     ControlFrame,
     EncodedEvent,
     EncodedSnapshot,
-    ws_frame,
     ws_header,
 )
 from server.model.transcript import Transcript
 from server.tuning import BASELINE_CHUNK_BYTES
 from tests.strategies import acks, error_frames, events, messages, pongs, seqs
+
+
+def ws_frame(payload: bytes, *, binary: bool = False) -> bytes:
+    """One whole, unfragmented WebSocket frame."""
+    return ws_header(BINARY if binary else TEXT, len(payload)) + payload
+
 
 both = pytest.mark.parametrize("binary", [False, True], ids=["json", "msgpack"])
 

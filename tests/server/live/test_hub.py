@@ -56,7 +56,7 @@ async def hub() -> Any:
 
 def connect(hub: Hub, name: str) -> tuple[OutboundQueue, Socket]:
     sock = Socket()
-    conn = hub.connect(name, sock.send)
+    conn = hub.subscriptions.connect(name, sock.send)
     conn.start()
     return conn, sock
 
@@ -77,12 +77,12 @@ async def test_each_event_is_encoded_once_whatever_the_subscribers(
         return original(event)
 
     monkeypatch.setattr("server.live.frames.wire.encode_event_json", counting)
-    await hub.create("t", user("a"))
+    await hub.writes.create("t", user("a"))
     conns = [connect(hub, f"c{i}") for i in range(10)]
     for conn, _ in conns:
-        await hub.subscribe(conn, "t")
+        await hub.subscriptions.subscribe(conn, "t")
     for i in range(5):
-        await hub.append("t", user(str(i)))
+        await hub.writes.append("t", user(str(i)))
     await settle()
     assert calls == 5
     expected = None
@@ -97,13 +97,13 @@ async def test_each_event_is_encoded_once_whatever_the_subscribers(
 
 
 async def test_frames_queued_together_go_out_in_one_message(hub: Hub) -> None:
-    await hub.create("t")
+    await hub.writes.create("t")
     conn, sock = connect(hub, "c")
-    await hub.subscribe(conn, "t")
+    await hub.subscriptions.subscribe(conn, "t")
     await settle()
     sock.open.clear()  # the socket is busy: frames pile up
     for i in range(10):
-        await hub.append("t", user(str(i)))
+        await hub.writes.append("t", user(str(i)))
     await settle()
     sock.open.set()
     await settle()
@@ -112,7 +112,7 @@ async def test_frames_queued_together_go_out_in_one_message(hub: Hub) -> None:
 
 
 async def test_subscribe_between_capture_and_pump_has_no_gap_or_repeat(hub: Hub) -> None:
-    await hub.create("t")
+    await hub.writes.create("t")
     live = await hub.load("t")
     conn, sock = connect(hub, "c")
     # Appends captured but not yet pumped when the subscribe arrives.
@@ -122,8 +122,8 @@ async def test_subscribe_between_capture_and_pump_has_no_gap_or_repeat(hub: Hub)
         await hub.store.append(event)
         live.transcript.apply(event)
     assert len(live.buffer) == 3
-    await hub.subscribe(conn, "t")
-    await hub.append("t", user("after"))
+    await hub.subscriptions.subscribe(conn, "t")
+    await hub.writes.append("t", user("after"))
     await settle()
     frames = sock.frames()
     assert isinstance(frames[0], Baseline) and frames[0].snapshot.revision == 3
@@ -131,15 +131,15 @@ async def test_subscribe_between_capture_and_pump_has_no_gap_or_repeat(hub: Hub)
 
 
 async def test_a_blocked_socket_lags_only_its_connection(hub: Hub) -> None:
-    await hub.create("t")
+    await hub.writes.create("t")
     slow, slow_sock = connect(hub, "slow")
     fast, fast_sock = connect(hub, "fast")
-    await hub.subscribe(slow, "t")
-    await hub.subscribe(fast, "t")
+    await hub.subscriptions.subscribe(slow, "t")
+    await hub.subscriptions.subscribe(fast, "t")
     await settle()
     slow_sock.open.clear()
     for i in range(120):
-        await hub.append("t", user(str(i)))
+        await hub.writes.append("t", user(str(i)))
         await settle()
     frames, _ = slow.queued
     assert frames <= 51
@@ -158,7 +158,7 @@ async def test_a_blocked_socket_lags_only_its_connection(hub: Hub) -> None:
     # Resume from where it got: only the missing increments follow.
     last = increments[-1] if increments else 0
     epoch = hub.live["t"].transcript.epoch
-    mode = await hub.subscribe(slow, "t", from_revision=last, epoch=epoch)
+    mode = await hub.subscriptions.subscribe(slow, "t", from_revision=last, epoch=epoch)
     await settle()
     more = [f.event.revision for f in slow_sock.frames() if isinstance(f, Increment)][
         len(increments) :
@@ -182,13 +182,15 @@ async def test_queued_appends_commit_together_in_order_with_each_answer_right(
     h = Hub(store, ServerConfig(store="sqlite"))
     await h.start()
     try:
-        await h.create("t")
-        first = await h.append("t", user("first"), idempotency_key="k")
+        await h.writes.create("t")
+        first = await h.writes.append("t", user("first"), idempotency_key="k")
         commits = store.commits
-        calls = [h.append("t", user(f"m{i}"), idempotency_key=f"key-{i}") for i in range(40)] + [
-            h.append("t", user("again"), idempotency_key="k"),  # a replay
-            h.append("t", user("stale"), expected_revision=1),  # a conflict
-            h.append("t", []),  # an empty batch
+        calls = [
+            h.writes.append("t", user(f"m{i}"), idempotency_key=f"key-{i}") for i in range(40)
+        ] + [
+            h.writes.append("t", user("again"), idempotency_key="k"),  # a replay
+            h.writes.append("t", user("stale"), expected_revision=1),  # a conflict
+            h.writes.append("t", []),  # an empty batch
         ]
         results = await asyncio.gather(*calls, return_exceptions=True)
         acks, replay, conflict, empty = results[:40], results[40], results[41], results[42]
@@ -227,7 +229,7 @@ async def test_an_append_to_a_transcript_still_loading_holds_the_reader_back() -
     h = Hub(store, ServerConfig(store="memory"))
     await h.start()
     try:
-        await h.create("cold")
+        await h.writes.create("cold")
         conn, sock = connect(h, "c")
         handler = OpHandler(h, conn)
 
@@ -257,12 +259,12 @@ async def test_the_hub_remembers_as_many_keys_as_its_store() -> None:
     h = Hub(store, ServerConfig(store="memory"))
     await h.start()
     try:
-        await h.create("t")
+        await h.writes.create("t")
         for key in ("k1", "k2", "k3"):
-            await h.append("t", user(key), idempotency_key=key)
-        assert (await h.append("t", user("again"), idempotency_key="k3")).duplicate
+            await h.writes.append("t", user(key), idempotency_key=key)
+        assert (await h.writes.append("t", user("again"), idempotency_key="k3")).duplicate
         # k1 is forgotten by both: a retry with it is a new append.
-        result = await h.append("t", user("k1 again"), idempotency_key="k1")
+        result = await h.writes.append("t", user("k1 again"), idempotency_key="k1")
         assert not result.duplicate and result.receipt.revision == 4
     finally:
         await h.stop()
@@ -275,8 +277,8 @@ async def test_an_evicted_transcript_is_freed_without_waiting_for_the_garbage_co
     frame held the transcript, which held the task: every evicted copy (its
     messages) waited for a full collection, and RSS grew with every load
     under the ``max_live_bytes`` cap. Reference counting alone frees it now."""
-    await hub.create("gone", [{"role": "user", "content": "x" * 1000}])
-    await hub.snapshot("gone", 0, 0)
+    await hub.writes.create("gone", [{"role": "user", "content": "x" * 1000}])
+    await hub.reads.snapshot("gone", 0, 0)
     live = hub.live["gone"]
     await settle()  # the pump waits for events
     freed = weakref.ref(live)

@@ -16,6 +16,7 @@ from protocol.views import Window
 from protocol.wire import Baseline, ErrorFrame, Increment, accept_transcript_update
 from server.config import ServerConfig
 from server.live.hub import Hub
+from server.live.subscriptions import Subscriptions
 from server.store.base import StoredRange
 from server.store.memory import MemoryStore
 from server.tuning import BASELINE_READ_FIRST
@@ -81,7 +82,7 @@ async def test_a_tail_of_a_long_transcript_costs_what_the_tail_holds(store: Coun
     hub = await make_hub(store, live_messages=500)
     try:
         conn, sock = connect(hub, "c")
-        assert await hub.subscribe(conn, "big", window=Window(tail=50)) == "baseline"
+        assert await hub.subscriptions.subscribe(conn, "big", window=Window(tail=50)) == "baseline"
         await settle()
         # Loaded with its newest messages only, never whole.
         assert store.loads == [500] and store.whole_loads == 0
@@ -97,7 +98,7 @@ async def test_a_tail_of_a_long_transcript_costs_what_the_tail_holds(store: Coun
         assert store.reads == []
         # A second subscriber at the same revision shares the encoding.
         other, _ = connect(hub, "d")
-        await hub.subscribe(other, "big", window=Window(tail=50))
+        await hub.subscriptions.subscribe(other, "big", window=Window(tail=50))
         assert live.cached_snapshot(99_950) is live.encoded_snapshot(99_950)
     finally:
         await hub.stop()
@@ -108,7 +109,7 @@ async def test_a_whole_baseline_joins_the_store_and_memory_exactly(store: Counti
     hub = await make_hub(store, live_messages=100)
     try:
         conn, sock = connect(hub, "c")
-        await hub.subscribe(conn, "t")
+        await hub.subscriptions.subscribe(conn, "t")
         await settle()
         [frame] = sock.frames()
         assert isinstance(frame, Baseline)
@@ -117,10 +118,10 @@ async def test_a_whole_baseline_joins_the_store_and_memory_exactly(store: Counti
         # Read once, in pieces (the first small, the next by the average size).
         assert store.reads == [(0, BASELINE_READ_FIRST), (BASELINE_READ_FIRST, 2_900)]
         # Ranges and snapshots read the same way.
-        assert (await hub.snapshot("t", 2_850, 2_950)).messages == tuple(
+        assert (await hub.reads.snapshot("t", 2_850, 2_950)).messages == tuple(
             message(i) for i in range(2_850, 2_950)
         )
-        found, revision = await hub.read_messages("t", 10, 20)
+        found, revision = await hub.reads.read_messages("t", 10, 20)
         assert (found.start, found.messages, revision) == (
             10,
             tuple(message(i) for i in range(10, 20)),
@@ -144,12 +145,12 @@ async def test_windowed_and_partly_stored_baselines_are_encoded_once_per_format(
         async def send_bytes(message: dict[str, Any]) -> None:
             received.append(message["bytes"])
 
-        packed = hub.connect("b", send_bytes, binary=True)
+        packed = hub.subscriptions.connect("b", send_bytes, binary=True)
         packed.start()
         conn, sock = connect(hub, "c")
         for window in (Window(tail=50), None):
             for queue in (conn, packed, conn):
-                assert await hub.subscribe(queue, "t", window=window) == "baseline"
+                assert await hub.subscriptions.subscribe(queue, "t", window=window) == "baseline"
                 await settle()  # sent (a new baseline would replace one still queued)
         live = hub.live["t"]
         assert live.cached_snapshot(2_950, False) is not live.cached_snapshot(2_950, True)
@@ -179,16 +180,16 @@ async def test_a_transcript_no_longer_held_whole_lets_its_encoded_messages_go(
     try:
         conn, sock = connect(hub, "c")
         for i in range(20):
-            await hub.append("t", [{"role": "user", "content": f"m{i}"}])
-        await hub.subscribe(conn, "t")
+            await hub.writes.append("t", [{"role": "user", "content": f"m{i}"}])
+        await hub.subscriptions.subscribe(conn, "t")
         await settle()
         live = hub.live["t"]
         assert live._encoded[False].count == 20
         for i in range(20, 40):
-            await hub.append("t", [{"role": "user", "content": f"m{i}"}])
+            await hub.writes.append("t", [{"role": "user", "content": f"m{i}"}])
         await settle()
         assert not live.transcript.state.whole and not live._encoded
-        await hub.subscribe(conn, "t")
+        await hub.subscriptions.subscribe(conn, "t")
         await settle()
         last = sock.frames()[-1]
         assert isinstance(last, Baseline) and last.snapshot.whole
@@ -202,9 +203,9 @@ async def test_memory_follows_the_working_set_as_messages_arrive(store: Counting
     hub = await make_hub(store, live_messages=20)
     try:
         conn, sock = connect(hub, "c")
-        await hub.subscribe(conn, "t", window=Window(tail=5))
+        await hub.subscriptions.subscribe(conn, "t", window=Window(tail=5))
         for i in range(200):
-            await hub.append("t", [{"role": "user", "content": f"m{i}"}])
+            await hub.writes.append("t", [{"role": "user", "content": f"m{i}"}])
         await settle()
         transcript = hub.live["t"].transcript
         assert transcript.length == 200
@@ -213,12 +214,12 @@ async def test_memory_follows_the_working_set_as_messages_arrive(store: Counting
         increments = [f for f in sock.frames() if isinstance(f, Increment)]
         assert [f.event.revision for f in increments] == list(range(1, 201))
         late, late_sock = connect(hub, "late")
-        await hub.subscribe(late, "t")
+        await hub.subscriptions.subscribe(late, "t")
         await settle()
         [baseline] = late_sock.frames()
         assert isinstance(baseline, Baseline)
         assert [m.content for m in baseline.snapshot.messages] == [f"m{i}" for i in range(200)]
-        usage = (await hub.usage("t"))[1]
+        usage = (await hub.reads.usage("t"))[1]
         assert (usage.messages, usage.references) == (200, 200)
     finally:
         await hub.stop()
@@ -232,7 +233,7 @@ async def test_live_messages_zero_keeps_every_message(store: CountingStore) -> N
         assert store.loads == [None]
         assert live.transcript.held_start == 0
         conn, _ = connect(hub, "c")
-        await hub.subscribe(conn, "t")
+        await hub.subscriptions.subscribe(conn, "t")
         assert store.reads == []
     finally:
         await hub.stop()
@@ -246,20 +247,20 @@ async def test_a_window_naming_no_view_is_refused_and_views_move_windows(
     try:
         conn, sock = connect(hub, "c")
         with pytest.raises(ValueError, match="no View named 'v'"):
-            await hub.subscribe(conn, "t", window=Window(view="v"))
+            await hub.subscriptions.subscribe(conn, "t", window=Window(view="v"))
         assert not conn.follows("t")
-        result = await hub.set_view("t", "v", 12, 20)
+        result = await hub.writes.set_view("t", "v", 12, 20)
         assert (result.receipt.revision, result.duplicate) == (4, False)
-        assert (await hub.set_view("t", "v", 12, 20)).duplicate
-        await hub.subscribe(conn, "t", window=Window(view="v"))
+        assert (await hub.writes.set_view("t", "v", 12, 20)).duplicate
+        await hub.subscriptions.subscribe(conn, "t", window=Window(view="v"))
         await settle()
         [frame] = [f for f in sock.frames() if isinstance(f, Baseline)]
         # A closed View's baseline still reaches the length: increments extend it.
         assert (frame.snapshot.start, frame.snapshot.length) == (12, 30)
         assert [v.name for v in frame.snapshot.views] == ["v"]
-        left = await hub.leave_view("t", "v")
+        left = await hub.writes.leave_view("t", "v")
         assert left.receipt.revision == 5
-        assert (await hub.leave_view("t", "v")).duplicate
+        assert (await hub.writes.leave_view("t", "v")).duplicate
         await settle()
         last = sock.frames()[-1]
         assert isinstance(last, Increment) and last.event.revision == 5
@@ -273,11 +274,11 @@ async def test_a_stale_copy_found_by_a_range_read_is_reloaded(store: CountingSto
     hub = await make_hub(store, live_messages=50)
     try:
         conn, sock = connect(hub, "c")
-        await hub.subscribe(conn, "t", window=Window(tail=10))
+        await hub.subscriptions.subscribe(conn, "t", window=Window(tail=10))
         # Deleted and created again behind this hub's back (as another replica would).
         await store.delete("t")
         await long_transcript(store, "t", 40, batch=10)
-        snapshot = await hub.snapshot("t")
+        snapshot = await hub.reads.snapshot("t")
         assert (snapshot.epoch, snapshot.length) == ("e-t", 40)
         await settle()
         baselines = [f for f in sock.frames() if isinstance(f, Baseline)]
@@ -300,7 +301,7 @@ def test_window_json_is_exactly_one_of_its_forms() -> None:
     ):
         with pytest.raises(msgspec.ValidationError):
             msgspec.json.decode(msgspec.json.encode(bad), type=Window)
-    assert asyncio.iscoroutinefunction(Hub.subscribe)
+    assert asyncio.iscoroutinefunction(Subscriptions.subscribe)
 
 
 async def test_baselines_of_a_long_transcript_share_one_encoding_across_revisions(
@@ -315,14 +316,14 @@ async def test_baselines_of_a_long_transcript_share_one_encoding_across_revision
     hub = await make_hub(store, live_messages=100)
     try:
         first, _ = connect(hub, "c1")
-        await hub.subscribe(first, "t")
+        await hub.subscriptions.subscribe(first, "t")
         reads = list(store.reads)
         chunks = hub.live["t"].cached_snapshot(0, False)
         assert chunks is not None
         for i in range(5):
-            await hub.append("t", [{"role": "user", "content": f"new {i}"}])
+            await hub.writes.append("t", [{"role": "user", "content": f"new {i}"}])
             queue, sock = connect(hub, f"c{i + 2}")
-            await hub.subscribe(queue, "t")
+            await hub.subscriptions.subscribe(queue, "t")
             await settle()
             later = hub.live["t"].cached_snapshot(0, False)
             assert later is not None and later is not chunks

@@ -20,9 +20,9 @@ async def test_dead_connections_are_closed_by_heartbeat() -> None:
     async with running_server(ping_interval_s=0.2, ping_timeout_s=0.3) as srv:
         alive = await RawClient.connect(srv.ws_url)
         dead = await RawClient.connect(srv.ws_url)
-        await until(lambda: len(srv.hub.connections) == 2)
+        await until(lambda: len(srv.hub.subscriptions.connections) == 2)
         dead.ws.transport.pause_reading()  # type: ignore[attr-defined]  # never pongs again
-        await until(lambda: len(srv.hub.connections) == 1)
+        await until(lambda: len(srv.hub.subscriptions.connections) == 1)
         await alive.send(op="ping", ref="ok")
         assert (await alive.recv()).ref == "ok"  # type: ignore[union-attr]
         await alive.close()

@@ -123,7 +123,7 @@ async def test_a_queue_that_fails_to_take_an_increment_stops_no_one_else(
         async with await RawClient.connect(srv.ws_url) as victim:
             await victim.send(op="subscribe", transcriptId="t")
             await victim.expect(Baseline)
-            (victim_queue,) = srv.hub.connections.values()
+            (victim_queue,) = srv.hub.subscriptions.connections.values()
             async with await RawClient.connect(srv.ws_url, binary=True) as other:
                 await other.send(op="subscribe", transcriptId="t")
                 await other.expect(Baseline)

@@ -59,7 +59,7 @@ async def test_the_safety_net_repairs_missed_notices() -> None:
             await client.send(op="subscribe", transcriptId="t")
             await client.expect(wire.Baseline)
             backplane_of(b)._tasks[0].cancel()  # B hears no notice any more
-            await a.hub.append("t", [user("missed")])
+            await a.hub.writes.append("t", [user("missed")])
             increment = await client.expect(wire.Increment)
             assert increment.event.revision == 1
 

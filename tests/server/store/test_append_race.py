@@ -25,7 +25,7 @@ async def _race_on(store: Store) -> tuple[list[racing.Acked], StoredTranscript |
     """The race on one server on ``store``; the acks, and the transcript as
     ``store`` holds it at the end (read before the server closes it)."""
     async with running_server(store=store) as server:
-        await server.hub.create("t")
+        await server.hub.writes.create("t")
         clients = await racing.connect([server.ws_url])
         try:
             acks = await racing.race(clients, "t")
@@ -92,12 +92,12 @@ async def test_a_run_overtaken_by_another_replica_is_planned_again() -> None:
     store = Overtaking()
     async with running_server(store=store) as server:
         hub = server.hub
-        await hub.create("t")
-        await hub.append("t", [{"role": "user", "content": "first"}])  # now live
+        await hub.writes.create("t")
+        await hub.writes.append("t", [{"role": "user", "content": "first"}])  # now live
         # Queued together, so committed as one run; half with a key.
         results = await asyncio.gather(
             *(
-                hub.append(
+                hub.writes.append(
                     "t",
                     [{"role": "user", "content": f"m{i}"}],
                     idempotency_key=f"k{i}" if i % 2 else None,
@@ -130,7 +130,7 @@ async def test_a_run_overtaken_by_another_replica_is_planned_again() -> None:
                 tuple(m.content for m in event.change.messages),
             )
         # The replica's copy caught up with the store: it holds the same.
-        snapshot = await hub.snapshot("t")
+        snapshot = await hub.reads.snapshot("t")
         assert snapshot.revision == stored.revision
         assert [m.content for m in snapshot.messages or ()] == [
             m.content

@@ -116,5 +116,5 @@ async def test_a_server_takes_its_store_options_from_the_url(tmp_path: Path) -> 
         assert (store.options.synchronous, store.options.max_batch) == ("full", 8)
         assert store._writer is not None
         assert store._writer.conn.execute("PRAGMA synchronous").fetchone() == (2,)
-        await srv.hub.create("t")
+        await srv.hub.writes.create("t")
     assert [p.name for p in tmp_path.iterdir()] == ["data"]  # noqa: ASYNC240 - a test

@@ -1,4 +1,4 @@
-"""The core HTTP API (contract section 4) against a real server on 127.0.0.1."""
+"""The core HTTP API (docs/protocol.md, section 3) against a real server on 127.0.0.1."""
 
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ async def test_the_access_log_has_method_route_status_duration_and_no_query(
         async with await RawClient.connect(srv.ws_url + "?token=wrong") as refused_ws:
             with pytest.raises(websockets.ConnectionClosed):
                 await refused_ws.recv()
-        await until(lambda: not srv.hub.connections)
+        await until(lambda: not srv.hub.subscriptions.connections)
     access = [r for r in caplog.records if r.name == "tsync.access"]
     assert not [r for r in access if r.route == "<unmatched>"]  # type: ignore[attr-defined]
     get = next(r for r in access if getattr(r, "method", "") == "GET")

@@ -49,8 +49,8 @@ async def test_a_page_after_a_transcript_that_is_gone_is_empty() -> None:
 async def test_the_http_route_orders_and_pages() -> None:
     async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
         for tid in ("b", "a", "c"):
-            await srv.hub.create(tid)
-        await srv.hub.append("a", [{"role": "user", "content": "latest"}])
+            await srv.hub.writes.create(tid)
+        await srv.hub.writes.append("a", [{"role": "user", "content": "latest"}])
 
         async def ids(**params: str) -> list[str]:
             r = await http.get("/v1/transcripts", params=params)

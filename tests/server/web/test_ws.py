@@ -242,7 +242,7 @@ async def test_a_subscriber_that_never_reads_lags_alone_and_memory_stays_bounded
                 await writer.expect(Ack)
         assert await reader == list(range(1, total + 1))
         assert srv.app.state.metrics.lagged._value.get() >= 1
-        for conn in srv.hub.connections.values():
+        for conn in srv.hub.subscriptions.connections.values():
             frames, size = conn.queued
             assert frames <= 200 + 1024 and size <= (512 << 10) + 20_000
         # The slow one reads again, finds `lagged`, resumes and recovers.
@@ -367,4 +367,4 @@ async def test_a_client_that_reads_not_even_its_answers_is_closed_with_4008() ->
         await hub.stop()
     assert [(c["code"], c["reason"]) for c in closes] == [(4008, "outbound queue overflow")]
     assert codes.close(4008).reconnect == "resume"  # type: ignore[union-attr]
-    assert hub.connections == {}
+    assert hub.subscriptions.connections == {}

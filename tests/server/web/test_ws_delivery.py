@@ -60,7 +60,7 @@ async def test_a_client_that_backs_up_and_catches_up_gets_every_frame_in_order(
         reader = await RawSocket.connect(srv.ws_url, receive_buffer=4096)
         reader.send_op(op="subscribe", transcriptId="t")
         await until(lambda: srv.hub.stats()["subscriptions"] == 1)
-        queue = next(iter(srv.hub.connections.values()))
+        queue = next(iter(srv.hub.subscriptions.connections.values()))
         assert queue.raw is (options is None)
         # The client reads nothing while 400 appends of 16 KB go out (more
         # than loopback TCP buffers hold): the transport pauses, frames queue.

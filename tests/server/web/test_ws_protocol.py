@@ -41,7 +41,7 @@ async def test_an_idle_subscribed_connection_holds_no_handshake_and_no_writer() 
             assert isinstance(protocol.queue, Inbox)
             assert isinstance(protocol.writable, Writable)
             # Everything went out as it was pushed: no writer task was needed.
-            (queue,) = srv.hub.connections.values()
+            (queue,) = srv.hub.subscriptions.connections.values()
             assert queue.follows("t")
             assert queue._writer is None
 
