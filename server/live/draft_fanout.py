@@ -16,7 +16,6 @@ Given the hub as its ``Registry`` port (``server.live.ports``) by the hub.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 
@@ -26,6 +25,7 @@ from server.live.frames import EncodedDraft
 from server.live.live_transcript import LiveTranscript
 from server.live.outbound import OutboundQueue
 from server.live.ports import Registry
+from server.tasks import cancel_and_wait
 from server.tuning import (
     DRAFT_SWEEP_BATCH,
     DRAFT_SWEEPS_PER_TTL,
@@ -72,10 +72,7 @@ class DraftFanOut:
         self._sweeper = asyncio.create_task(self._sweep(), name="draft-sweeper")
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        await cancel_and_wait([self._sweeper])
 
     def drafts_for(self, transcript_id: str, given: Drafts | None = None) -> Drafts:
         """The drafts a copy of ``transcript_id`` being held takes: ``given``

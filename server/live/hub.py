@@ -30,7 +30,6 @@ tells them which transcripts it holds and hands them its drafts' updates.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -58,6 +57,7 @@ from server.store.base import (
     TranscriptInfo,
     TranscriptNotFound,
 )
+from server.tasks import cancel_and_wait
 from server.tuning import (
     IDLE_SWEEPS_PER_TTL,
     LIVE_FULL_RETRY_AFTER_S,
@@ -131,10 +131,7 @@ class Hub:
         self.drafts.start()
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        await cancel_and_wait([self._sweeper])
         await self.drafts.stop()
         await self.subscriptions.stop()
         await self.committer.stop()
