@@ -1,7 +1,7 @@
 """The committer: appends queued on a live transcript, committed in runs.
 
-``Hub.append`` queues a ``PendingAppend`` here and awaits its future. One
-committer task per live transcript (holding its lock) takes everything queued
+``Writes.append`` (``server.live.writes``) queues a ``PendingAppend`` here and
+awaits its future. One committer task per live transcript (holding its lock) takes everything queued
 and commits it: simple appends in runs through ``Store.append_many`` (one
 transaction or one round trip, so the store's latency is paid once per run,
 not once per append), and an append that needs more care (a key seen before,

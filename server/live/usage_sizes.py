@@ -1,5 +1,5 @@
 """The encoded size of every message of a transcript, as prefix sums, kept
-between usage queries (``Hub.usage``, ``protocol.usage.sized_usage``).
+between usage queries (``Reads.usage``, ``protocol.usage.sized_usage``).
 
 A usage query needs the bytes of the messages its ranges cover. Encoding
 them on every query costs the whole transcript each time (100,000 messages:

@@ -194,7 +194,7 @@ class TranscriptInfo(msgspec.Struct, frozen=True, rename="camel"):
 
 
 class AppendResult(msgspec.Struct, frozen=True):
-    """The outcome of an append: ``Store.append``'s and ``Hub.append``'s.
+    """The outcome of an append: ``Store.append``'s and ``Writes.append``'s.
 
     ``duplicate`` is true when the idempotency key was already recorded: then
     nothing was stored and ``receipt`` is the first append's.

@@ -9,7 +9,7 @@
 - ``GET /v1/transcripts/{id}/usage?segments=&views=``: ``protocol.usage``.
 
 The transports translate only: the hub decides (``Hub.read_messages``,
-``Hub.set_view``, ``Hub.leave_view``, ``Hub.usage``).
+``Writes.set_view``, ``Writes.leave_view``, ``Reads.usage``).
 """
 
 from __future__ import annotations
