@@ -10,7 +10,6 @@ import {
   DraftCopy,
   InvalidChange,
   InvalidFrame,
-  Mirror,
   READ_MAX,
   STOP_CODES,
   SUBPROTOCOL_JSON,
@@ -161,7 +160,7 @@ try {
   mirror.checkNext(event);
   mirror.apply(event);
   mirror.prepend(0, []);
-  console.log(new Mirror(checked).revision);
+  console.log(new TranscriptCopy(checked).revision);
 } catch (err) {
   if (err instanceof InvalidFrame || err instanceof InvalidChange) console.log(err.message);
 }
