@@ -17,6 +17,7 @@ from client_py import (
 )
 from protocol.types import MessagesAppended, Segment, SegmentStarted, TranscriptSnapshot
 from tests.support.servers import running_server
+from tests.support.waiting import parked
 
 
 def user(text: str) -> dict[str, str]:
@@ -147,7 +148,9 @@ async def test_an_append_in_flight_over_a_dropped_connection_lands_once() -> Non
         assert ws is not None
         # Send the append, then cut the socket before its ack can be read.
         task = asyncio.create_task(client.append("t", [user("across")]))
-        await asyncio.sleep(0)
+        # One step sends it (a small frame is written at once) and leaves the
+        # call waiting for its ack; nothing marks "written", so no event.
+        await parked(task)
         ws.transport.abort()
         ack = await asyncio.wait_for(task, 5)
         assert ack.revision == 1
@@ -186,7 +189,7 @@ async def test_closing_fails_waiters_cleanly() -> None:
         mirror = await client.subscribe("t")
         waiter = asyncio.create_task(mirror.wait_for_revision(9, timeout=5))
         stream = mirror.events()
-        await asyncio.sleep(0)
+        await parked(waiter)  # closed while it waits
         await client.aclose()
         with pytest.raises(client_py.ClientClosed):
             await waiter

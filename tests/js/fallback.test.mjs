@@ -8,6 +8,42 @@ import { test } from "node:test";
 
 import { SseParser, StreamFaceSocket, TsyncClient, epochNumber, streamOffset } from "../../client_js/client.js";
 
+// --- waiting ---------------------------------------------------------------------------
+
+/**
+ * What the fakes notify on every change they see (a request, a WebSocket made
+ * or refused, a timer set, an event the client emits): a test waits for the
+ * condition it needs, looked at again on each notification, never for a time.
+ */
+const changes = {
+  waiters: new Set(),
+  notify() {
+    for (const wake of this.waiters) wake();
+  },
+};
+
+/** Resolve once `condition()` is true; reject naming `what` after `ms` (real time). */
+async function until(condition, what, ms = 5000) {
+  let timer;
+  let wake;
+  const expired = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`waited ${ms} ms in vain for ${what}`)), ms);
+  });
+  try {
+    while (!condition()) {
+      const changed = new Promise((resolve) => {
+        wake = resolve;
+        changes.waiters.add(wake);
+      });
+      await Promise.race([changed, expired]);
+      changes.waiters.delete(wake);
+    }
+  } finally {
+    changes.waiters.delete(wake);
+    clearTimeout(timer);
+  }
+}
+
 // --- fakes -------------------------------------------------------------------------
 
 class FakeSocket {
@@ -19,12 +55,15 @@ class FakeSocket {
     this.closed = null;
     this.seq = 0;
     FakeSocket.all.push(this);
+    changes.notify();
   }
   send(data) {
     this.sent.push(JSON.parse(data));
+    changes.notify();
   }
   close(code, reason) {
     this.closed = { code, reason };
+    changes.notify();
   }
   open() {
     this.onopen?.({});
@@ -49,6 +88,7 @@ class FakeTimers {
   setTimeout = (fn, ms) => {
     const id = this.nextId++;
     this.pending.push({ id, at: this.time + ms, fn });
+    changes.notify();
     return id;
   };
   clearTimeout = (id) => {
@@ -71,8 +111,6 @@ class FakeTimers {
   }
 }
 
-/** Let every settled promise's callbacks run (fetch answers, stream reads, frames). */
-const settle = () => new Promise((resolve) => setTimeout(resolve, 5));
 
 const EPOCH = "0a1b2c3d4e5f67890abcdef012345678";
 const msg = (i) => ({ role: i % 2 ? "assistant" : "user", content: `message ${i}` });
@@ -128,6 +166,14 @@ class FakeServer {
   }
 
   async fetch(url, init = {}) {
+    try {
+      return this.answer(url, init);
+    } finally {
+      changes.notify();
+    }
+  }
+
+  answer(url, init) {
     const u = new URL(url);
     const request = { path: u.pathname, query: u.search, method: init.method ?? "GET", headers: init.headers ?? {}, body: init.body };
     this.requests.push(request);
@@ -200,24 +246,34 @@ function setup(options = {}) {
   });
   const events = [];
   for (const type of ["status", "baseline", "messages", "stop", "error"]) {
-    client.on(type, (detail) => events.push({ type, ...detail }));
+    client.on(type, (detail) => {
+      events.push({ type, ...detail });
+      changes.notify();
+    });
   }
   const statuses = () => events.filter((e) => e.type === "status").map((e) => `${e.state}/${e.transport}`);
-  return { client, timers, server, events, statuses };
+  const has = (type) => events.some((e) => e.type === type);
+  return { client, timers, server, events, statuses, has };
+}
+
+/** Wait for one more WebSocket than there are now (dialled after GET /healthz answered). */
+async function anotherWebSocket() {
+  const sockets = FakeSocket.all.length;
+  await until(() => FakeSocket.all.length > sockets, "one more WebSocket");
 }
 
 /**
  * Refuse two WebSockets; the HTTP API answers, so a third is tried at once and
  * refused too: the fallback comes up.
  */
-async function refuseWebSockets(timers) {
+async function refuseWebSockets({ timers, server, has }) {
   for (let i = 0; i < 2; i += 1) {
     FakeSocket.all.at(-1).refuse();
     timers.advance(10_000);
   }
-  await settle(); // GET /healthz answers: one more WebSocket
+  await until(() => FakeSocket.all.length === 3, "a third WebSocket once GET /healthz answered");
   FakeSocket.all.at(-1).refuse();
-  await settle();
+  await until(() => (has("baseline") && server.streams.length > 0) || has("stop"), "the fallback's baseline and stream, or a stop");
 }
 
 /** Subscribe t1, connect, and let the WebSockets fail to open: the fallback comes up. */
@@ -225,7 +281,7 @@ async function fallenBack(options = {}) {
   const s = setup(options);
   s.client.subscribe("t1", options.window ? { window: options.window } : {});
   s.client.connect();
-  await refuseWebSockets(s.timers);
+  await refuseWebSockets(s);
   return s;
 }
 
@@ -255,7 +311,7 @@ test("SseParser: events cut anywhere, CRLF and CR line ends, comments, several d
 // --- the switch ---------------------------------------------------------------------------
 
 test("when WebSockets fail to open while the HTTP API answers, it follows the transcript over SSE and says so", async () => {
-  const { client, server, events, statuses } = await fallenBack();
+  const { client, server, events, statuses, has } = await fallenBack();
   assert.equal(FakeSocket.all.length, 3);
   assert.equal(client.transport, "sse");
   const paths = server.requests.map((r) => r.path + r.query);
@@ -269,7 +325,7 @@ test("when WebSockets fail to open while the HTTP API answers, it follows the tr
   // Not live before the stream caught up (the barrier waits for its first control).
   assert.ok(!statuses().includes("live/sse"));
   server.stream().control({ streamNextOffset: streamOffset(EPOCH, 2), upToDate: true });
-  await settle();
+  await until(() => statuses().includes("live/sse"), "live over SSE");
   assert.deepEqual(statuses(), [
     "connecting/websocket",
     "connecting/websocket",
@@ -280,7 +336,7 @@ test("when WebSockets fail to open while the HTTP API answers, it follows the tr
   // An increment arrives as a data event and is applied like a WebSocket's.
   server.stream().data([event(3, 2, 2)]);
   server.stream().control({ streamNextOffset: streamOffset(EPOCH, 3), upToDate: true });
-  await settle();
+  await until(() => has("messages"), "the increment applied");
   const appended = events.filter((e) => e.type === "messages");
   assert.deepEqual(appended.map((e) => [e.start, e.messages.length, e.revision]), [[2, 2, 3]]);
   assert.equal(client.mirror("t1").revision, 3);
@@ -295,7 +351,7 @@ test("an SSE answer that ends is read on from the revision it reached", async ()
   server.stream().data([event(3, 2)]);
   server.stream().control({ streamNextOffset: streamOffset(EPOCH, 3), upToDate: true });
   server.stream().end();
-  await settle();
+  await until(() => server.streams.length === 2, "the stream asked again");
   assert.equal(server.streams.length, 2);
   assert.equal(server.stream().offset, streamOffset(EPOCH, 3));
   assert.equal(client.mirror("t1").revision, 3);
@@ -303,13 +359,13 @@ test("an SSE answer that ends is read on from the revision it reached", async ()
 });
 
 test("a resume the stream no longer serves (410) takes a fresh baseline", async () => {
-  const { client, server, events } = await fallenBack();
+  const { client, server, events, statuses } = await fallenBack();
   server.stream().control({ streamNextOffset: streamOffset(EPOCH, 2), upToDate: true });
-  await settle();
+  await until(() => statuses().includes("live/sse"), "live over SSE");
   // The connection drops (a fetch fails); the next one resumes from revision 2, which is gone.
   server.down = true;
   server.stream().end();
-  await settle();
+  await until(() => client.state === "reconnecting", "the client reconnecting");
   assert.equal(client.state, "reconnecting");
   server.down = false;
   server.revision = 5;
@@ -317,11 +373,11 @@ test("a resume the stream no longer serves (410) takes a fresh baseline", async 
   server.answerStream = (u) => (u.searchParams.get("offset") === streamOffset(EPOCH, 2) ? new Response("gone", { status: 410 }) : null);
   // The next dial: the HTTP API answers, one more WebSocket is refused, the fallback again.
   client._timers.advance(10_000);
-  await settle();
+  await anotherWebSocket();
   FakeSocket.all.at(-1).refuse();
-  await settle();
-  const baselines = events.filter((e) => e.type === "baseline");
-  assert.equal(baselines.length, 2);
+  const baselines = () => events.filter((e) => e.type === "baseline");
+  await until(() => baselines().length === 2 && server.stream().offset === streamOffset(EPOCH, 5), "a fresh baseline and a stream from it");
+  assert.equal(baselines().length, 2);
   assert.equal(client.mirror("t1").revision, 5);
   assert.equal(server.stream().offset, streamOffset(EPOCH, 5));
   client.close();
@@ -337,9 +393,9 @@ test("a window is resolved as the server would: the tail of the length", async (
 });
 
 test("appends are HTTP POSTs with the idempotency key; a refusal rejects, a lost one is sent again with its key", async () => {
-  const { client, server } = await fallenBack();
+  const { client, server, statuses } = await fallenBack();
   server.stream().control({ streamNextOffset: streamOffset(EPOCH, 2), upToDate: true });
-  await settle();
+  await until(() => statuses().includes("live/sse"), "live over SSE");
   const ack = await client.append("t1", [msg(2)], { expectedRevision: 2 });
   assert.deepEqual(server.appends[0], { messages: [msg(2)], idempotencyKey: "key-1", expectedRevision: 2 });
   assert.equal(ack.revision, 3);
@@ -360,16 +416,17 @@ test("appends are HTTP POSTs with the idempotency key; a refusal rejects, a lost
   const pending = client.append("t1", [msg(3)]).then((a) => {
     resolved = a;
   });
-  await settle();
+  await until(() => client.state === "reconnecting", "the client reconnecting");
   assert.equal(client.state, "reconnecting");
   assert.equal(resolved, null);
   server.down = false;
   server.answerAppend = (body) => json({ transcriptId: "t1", revision: 4, start: 3, count: body.messages.length, duplicate: true });
   // The next dial: the HTTP API answers, one more WebSocket is refused, the fallback again.
+  const streams = server.streams.length;
   client._timers.advance(10_000);
-  await settle();
+  await anotherWebSocket();
   FakeSocket.all.at(-1).refuse();
-  await settle();
+  await until(() => server.streams.length > streams, "the fallback's new stream");
   server.stream().control({ streamNextOffset: streamOffset(EPOCH, 2), upToDate: true });
   await pending;
   assert.equal(resolved.duplicate, true);
@@ -387,7 +444,7 @@ test("the token goes in the Authorization header; a 401 is a refused token", asy
   assert.ok(!server.requests.some((r) => r.query.includes("tok")));
   server.answerStream = () => new Response("the token has expired", { status: 401 });
   server.stream().end();
-  await settle();
+  await until(() => client.state === "unauthorized", "the token refused");
   assert.equal(client.state, "unauthorized");
   assert.equal(statuses().at(-1), "unauthorized/sse");
 });
@@ -396,7 +453,7 @@ test("not-found over the fallback ends the subscription", async () => {
   const s = setup();
   s.client.subscribe("gone");
   s.client.connect();
-  await refuseWebSockets(s.timers);
+  await refuseWebSockets(s);
   const stop = s.events.find((e) => e.type === "stop");
   assert.equal(stop.code, "not-found");
   assert.equal(stop.transcriptId, "gone");
@@ -411,7 +468,7 @@ test("transport 'websocket' never falls back; transport 'sse' never dials a WebS
     FakeSocket.all.at(-1).refuse();
     ws.timers.advance(10_000);
   }
-  await settle();
+  await until(() => FakeSocket.all.length === 6, "the sixth WebSocket");
   assert.equal(FakeSocket.all.length, 6);
   assert.equal(ws.server.requests.length, 0);
   ws.client.close();
@@ -419,10 +476,10 @@ test("transport 'websocket' never falls back; transport 'sse' never dials a WebS
   const sse = setup({ client: { transport: "sse" } });
   sse.client.subscribe("t1");
   sse.client.connect();
-  await settle();
+  await until(() => sse.server.streams.length === 1, "the SSE stream asked");
   sse.server.stream().control({ streamNextOffset: streamOffset(EPOCH, 2), upToDate: true });
-  await sse.timers.advance(600_000);
-  await settle();
+  sse.timers.advance(600_000);
+  await until(() => sse.client.state === "live", "live over SSE");
   assert.equal(FakeSocket.all.length, 0);
   assert.equal(sse.client.state, "live");
   assert.equal(sse.client.transport, "sse");
@@ -431,7 +488,7 @@ test("transport 'websocket' never falls back; transport 'sse' never dials a WebS
 });
 
 test("a server that answers neither way is not a blocked WebSocket: the WebSocket is tried again", async () => {
-  const { client, server, timers } = setup({ server: {} });
+  const { client, server, timers, events } = setup({ server: {} });
   server.down = true;
   client.subscribe("t1");
   client.connect();
@@ -439,7 +496,8 @@ test("a server that answers neither way is not a blocked WebSocket: the WebSocke
     FakeSocket.all.at(-1).refuse();
     timers.advance(10_000);
   }
-  await settle(); // GET /healthz fails
+  // GET /healthz fails: the next dial is scheduled.
+  await until(() => events.some((e) => e.type === "status" && /cannot be reached/.test(e.reason ?? "")), "the server found away");
   assert.equal(client.state, "connecting");
   assert.equal(client.transport, "websocket");
   assert.equal(FakeSocket.all.length, 2);
@@ -453,7 +511,7 @@ test("on the fallback a WebSocket is tried now and then; once one opens the clie
   const { client, server, timers, statuses } = await fallenBack({ client: { webSocketRetryMs: 30_000 } });
   server.stream().control({ streamNextOffset: streamOffset(EPOCH, 2), upToDate: true });
   server.stream().data([event(3, 2)]);
-  await settle();
+  await until(() => statuses().includes("live/sse") && client.mirror("t1").revision === 3, "live over SSE at revision 3");
   timers.advance(30_000);
   const probe = FakeSocket.all.at(-1);
   assert.equal(FakeSocket.all.length, 4);
@@ -480,35 +538,38 @@ test("StreamFaceSocket answers an op it cannot carry with an error, and a ping a
   const server = new FakeServer();
   const socket = new StreamFaceSocket("http://server", { fetch: server.fetch });
   const frames = [];
-  socket.onmessage = ({ data }) => frames.push(JSON.parse(data));
+  socket.onmessage = ({ data }) => {
+    frames.push(JSON.parse(data));
+    changes.notify();
+  };
   await new Promise((resolve) => {
     socket.onopen = resolve;
   });
   socket.send(JSON.stringify({ op: "subscribe", transcriptId: "t1" }) + "\n" + JSON.stringify({ op: "ping", ref: "p" }));
   socket.send(JSON.stringify({ op: "setView", transcriptId: "t1", name: "v", start: 0, ref: "v" }));
-  await settle();
+  await until(() => frames.length === 2, "the error and the baseline");
   assert.deepEqual(frames.map((f) => f.type), ["error", "baseline"]);
   assert.equal(frames[0].ref, "v");
   server.stream().control({ streamNextOffset: streamOffset(EPOCH, 2), upToDate: true });
-  await settle();
+  await until(() => frames.length === 3, "the pong");
   assert.deepEqual(frames.map((f) => [f.type, f.seq]), [["error", 1], ["baseline", 2], ["pong", 3]]);
   socket.close();
 });
 
 test("appends made together are POSTed one after another, in the order made", async () => {
-  const { client, server } = await fallenBack();
+  const { client, server, statuses } = await fallenBack();
   server.stream().control({ streamNextOffset: streamOffset(EPOCH, 2), upToDate: true });
-  await settle();
+  await until(() => statuses().includes("live/sse"), "live over SSE");
   const answers = [];
   const plain = server.answerAppend;
   server.answerAppend = (body) => new Promise((resolve) => answers.push(() => resolve(plain(body))));
   const first = client.append("t1", [msg(2)]);
   const second = client.append("t1", [msg(3)]);
-  await settle();
+  await until(() => server.appends.length > 0, "the first POST");
   assert.equal(server.appends.length, 1); // the second waits for the first's answer
   answers.shift()();
   assert.equal((await first).start, 2);
-  await settle();
+  await until(() => server.appends.length === 2, "the second POST");
   assert.equal(server.appends.length, 2);
   answers.shift()();
   assert.equal((await second).start, 3);
@@ -526,13 +587,15 @@ test("a runtime with no WebSocket at all (Node 20 without ws) uses the fallback 
   const server = new FakeServer();
   const statuses = [];
   const client = new TsyncClient("ws://server/v1/ws", { fetch: server.fetch, heartbeatMs: 0 });
-  client.on("status", ({ state, transport }) => statuses.push(`${state}/${transport}`));
+  client.on("status", ({ state, transport }) => {
+    statuses.push(`${state}/${transport}`);
+    changes.notify();
+  });
   client.subscribe("t1");
   client.connect();
-  await settle();
-  await settle();
+  await until(() => server.streams.length === 1, "the SSE stream asked");
   server.stream().control({ streamNextOffset: streamOffset(EPOCH, 2), upToDate: true });
-  await settle();
+  await until(() => client.state === "live", "live over SSE");
   assert.equal(client.state, "live");
   assert.equal(client.transport, "sse");
   assert.deepEqual(statuses, ["connecting/websocket", "live/sse"]);

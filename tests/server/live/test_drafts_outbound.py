@@ -12,7 +12,7 @@ from protocol.wire import DraftFrame, ErrorFrame, Increment
 from server.live.drafts import Drafts
 from server.live.frames import EncodedDraft
 from server.tuning import CONTROL_FRAME_SLACK
-from tests.server.live.test_outbound import FakeRaw, event, make_queue, settle
+from tests.server.live.test_outbound import FakeRaw, event, make_queue, sent_all
 
 
 def registry(tid: str = "t") -> Drafts:
@@ -69,7 +69,7 @@ async def test_a_paused_connection_keeps_one_slot_per_draft_written_as_its_text(
     assert queue.follows("t")  # drafts lagged nothing
     queue.push_draft(delta(d, "a", "end"))  # taken into its slot still
     raw.resume()
-    await settle()
+    await sent_all(queue)
     assert drafts_of(raw) == [
         ("a", 101, None, "".join(f"{i} " for i in range(100)) + "end", "open"),
         ("b", 100, None, "." * 100, "open"),
@@ -80,7 +80,7 @@ async def test_a_paused_connection_keeps_one_slot_per_draft_written_as_its_text(
     queue.push_increments([event(7)])
     queue.push_draft(delta(d, "a", "!"))
     raw.resume()
-    await settle()
+    await sent_all(queue)
     assert drafts_of(raw)[-1] == ("a", 102, "!", None, "open")
     await queue.stop()
 
@@ -115,7 +115,7 @@ async def test_a_close_takes_its_slots_place_behind_the_commits_increment() -> N
     assert final is not None
     queue.push_increments([event(3)], [final])
     raw.resume()
-    await settle()
+    await sent_all(queue)
     kinds = [
         (type(f).__name__, getattr(f, "state", None))
         for f in raw.frames()
@@ -143,7 +143,7 @@ async def test_a_lagged_transcript_loses_its_draft_slots_and_the_others_keep_the
     assert lagged == [{"t"}]
     assert queue.queued[0] == 2  # u's slot and the lagged error
     raw.resume()
-    await settle()
+    await sent_all(queue)
     frames = raw.frames()
     assert [(type(f).__name__, f.transcript_id) for f in frames] == [
         ("DraftFrame", "u"),
@@ -165,7 +165,7 @@ async def test_a_new_baseline_drops_the_waiting_draft_slots_of_its_transcript() 
     queue.push_baseline(baseline(3))
     queue.push_draft(d.open["a"].text_frame())  # what the hub sends behind a baseline
     raw.resume()
-    await settle()
+    await sent_all(queue)
     assert [type(f).__name__ for f in raw.frames()] == ["Baseline", "DraftFrame"]
     assert drafts_of(raw) == [("a", 1, None, "x", "open")]
     await queue.stop()
@@ -213,6 +213,6 @@ async def test_catch_up_frames_never_close_a_client_however_many() -> None:
         queue.push_draft(final, catch_up=True)
     assert not queue.closed
     raw.resume()
-    await settle()
+    await sent_all(queue)
     assert len(drafts_of(raw)) == len(finals)
     await queue.stop()

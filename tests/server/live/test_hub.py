@@ -17,28 +17,43 @@ from server.config import ServerConfig
 from server.live.hub import Hub
 from server.live.outbound import OutboundQueue
 from server.store.memory import MemoryStore
+from tests.support.waiting import Changes, parked, within
 
 
 class Socket:
-    """Collects what a connection writes; can be made to block like a full TCP buffer."""
+    """Collects what a connection writes; can be made to block like a full TCP buffer.
+
+    ``changes`` is notified on every message written (and on a send that
+    has to wait), for tests to wait on what they need."""
 
     def __init__(self) -> None:
         self.messages: list[str] = []
+        self.sent = 0  # frames, in all the messages
+        self.in_send = 0  # frames of a message waiting for ``open``
         self.open = asyncio.Event()
         self.open.set()
+        self.changes = Changes()
 
     async def send(self, message: dict[str, Any]) -> None:
-        await self.open.wait()
+        frames = len(split_frames(message["text"]))
+        if not self.open.is_set():
+            self.in_send = frames
+            self.changes.notify()
+            await self.open.wait()
+            self.in_send = 0
         self.messages.append(message["text"])
+        self.sent += frames
+        self.changes.notify()
 
     def frames(self) -> list[Any]:
         return [accept_transcript_update(f) for m in self.messages for f in split_frames(m)]
 
-
-async def settle() -> None:
-    """Let the pump and writers run until nothing is runnable (bounded)."""
-    for _ in range(50):
-        await asyncio.sleep(0)
+    async def got(self, frames: int) -> None:
+        """Wait until the socket got ``frames`` frames in all (a test asserts
+        there are no more: frames come in order, so any extra comes first)."""
+        await self.changes.until(
+            lambda: self.sent >= frames, lambda: f"{frames} frames (the socket got {self.sent})"
+        )
 
 
 @pytest.fixture
@@ -83,7 +98,8 @@ async def test_each_event_is_encoded_once_whatever_the_subscribers(
         await hub.subscriptions.subscribe(conn, "t")
     for i in range(5):
         await hub.writes.append("t", user(str(i)))
-    await settle()
+    for _, sock in conns:
+        await sock.got(6)  # everything expected arrived: no more encodes can be pending
     assert calls == 5
     expected = None
     for _, sock in conns:
@@ -96,17 +112,28 @@ async def test_each_event_is_encoded_once_whatever_the_subscribers(
         assert body == expected
 
 
-async def test_frames_queued_together_go_out_in_one_message(hub: Hub) -> None:
+async def test_frames_queued_together_go_out_in_one_message(
+    hub: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await hub.writes.create("t")
     conn, sock = connect(hub, "c")
+    push = OutboundQueue.push_increments
+
+    def pushed(queue: OutboundQueue, *args: Any, **kwargs: Any) -> None:
+        push(queue, *args, **kwargs)
+        sock.changes.notify()  # the socket is blocked: the pump's pushes are what changes
+
+    monkeypatch.setattr(OutboundQueue, "push_increments", pushed)
     await hub.subscriptions.subscribe(conn, "t")
-    await settle()
+    await sock.got(1)  # the baseline
     sock.open.clear()  # the socket is busy: frames pile up
     for i in range(10):
         await hub.writes.append("t", user(str(i)))
-    await settle()
+    await sock.changes.until(
+        lambda: sock.in_send + conn.queued[0] == 10, "the 10 increments queued or in a send"
+    )
     sock.open.set()
-    await settle()
+    await sock.got(11)
     assert len(sock.messages) <= 3  # baseline, maybe one stuck increment, the rest coalesced
     assert [f.seq for f in sock.frames()] == list(range(1, 12))
 
@@ -124,7 +151,7 @@ async def test_subscribe_between_capture_and_pump_has_no_gap_or_repeat(hub: Hub)
     assert len(live.buffer) == 3
     await hub.subscriptions.subscribe(conn, "t")
     await hub.writes.append("t", user("after"))
-    await settle()
+    await sock.got(2)  # the baseline and an increment; a repeat would come before "after"
     frames = sock.frames()
     assert isinstance(frames[0], Baseline) and frames[0].snapshot.revision == 3
     assert [f.event.revision for f in frames[1:]] == [4]
@@ -136,17 +163,20 @@ async def test_a_blocked_socket_lags_only_its_connection(hub: Hub) -> None:
     fast, fast_sock = connect(hub, "fast")
     await hub.subscriptions.subscribe(slow, "t")
     await hub.subscriptions.subscribe(fast, "t")
-    await settle()
+    await slow_sock.got(1)
+    await fast_sock.got(1)
     slow_sock.open.clear()
     for i in range(120):
         await hub.writes.append("t", user(str(i)))
-        await settle()
+        await fast_sock.got(i + 2)  # delivered (to the slow queue too: the same push)
     frames, _ = slow.queued
     assert frames <= 51
     assert not slow.follows("t") and fast.follows("t")
     assert [f.event.revision for f in fast_sock.frames()[1:]] == list(range(1, 121))
     slow_sock.open.set()
-    await settle()
+    await slow_sock.changes.until(
+        lambda: slow.queued[0] == 0 and slow_sock.in_send == 0, "the slow queue sent all it had"
+    )
     got = slow_sock.frames()
     assert [f.seq for f in got] == list(
         range(1, len(got) + 1)
@@ -159,7 +189,7 @@ async def test_a_blocked_socket_lags_only_its_connection(hub: Hub) -> None:
     last = increments[-1] if increments else 0
     epoch = hub.live["t"].transcript.epoch
     mode = await hub.subscriptions.subscribe(slow, "t", from_revision=last, epoch=epoch)
-    await settle()
+    await within(slow.drain(), "the resume or baseline sent")
     more = [f.event.revision for f in slow_sock.frames() if isinstance(f, Increment)][
         len(increments) :
     ]
@@ -219,9 +249,11 @@ async def test_an_append_to_a_transcript_still_loading_holds_the_reader_back() -
     class GatedStore(MemoryStore):
         def __init__(self) -> None:
             super().__init__()
+            self.loading = asyncio.Event()
             self.gate = asyncio.Event()
 
         async def load_recent(self, transcript_id: str, *, messages: int | None = None) -> Any:
+            self.loading.set()
             await self.gate.wait()  # a slow disk, under the test's control
             return await super().load_recent(transcript_id, messages=messages)
 
@@ -238,14 +270,14 @@ async def test_an_append_to_a_transcript_still_loading_holds_the_reader_back() -
             return msgspec.json.encode(body).decode()
 
         first = asyncio.create_task(handler.handle(op(0)))
-        await settle()
+        await within(store.loading.wait(), "the first append loading the transcript")
         assert not first.done()  # still loading: nothing more is read
         store.gate.set()
         await first
         for i in range(1, 20):
             await handler.handle(op(i))
         await handler.settle()
-        await settle()
+        await sock.got(20)
         acks = [f for f in sock.frames() if f.__class__.__name__ == "Ack"]
         assert [a.ref for a in acks] == list(range(20))
         assert [a.revision for a in acks] == list(range(1, 21))
@@ -280,14 +312,14 @@ async def test_an_evicted_transcript_is_freed_without_waiting_for_the_garbage_co
     await hub.writes.create("gone", [{"role": "user", "content": "x" * 1000}])
     await hub.reads.snapshot("gone", 0, 0)
     live = hub.live["gone"]
-    await settle()  # the pump waits for events
-    freed = weakref.ref(live)
     pump = live.pump
+    await parked(pump)  # the pump waits for events (its frame is what the bug held)
+    freed = weakref.ref(live)
     gc.disable()
     try:
         hub._evict(live)
         del live
-        await settle()
+        await within(asyncio.wait([pump]), "the evicted transcript's pump to end")
         assert pump.cancelled()
         del pump
         assert freed() is None

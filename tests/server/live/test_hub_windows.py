@@ -20,7 +20,8 @@ from server.live.subscriptions import Subscriptions
 from server.store.base import StoredRange
 from server.store.memory import MemoryStore
 from server.tuning import BASELINE_READ_FIRST
-from tests.server.live.test_hub import connect, settle
+from tests.server.live.test_hub import connect
+from tests.support.waiting import within
 
 
 class CountingStore(MemoryStore):
@@ -83,7 +84,7 @@ async def test_a_tail_of_a_long_transcript_costs_what_the_tail_holds(store: Coun
     try:
         conn, sock = connect(hub, "c")
         assert await hub.subscriptions.subscribe(conn, "big", window=Window(tail=50)) == "baseline"
-        await settle()
+        await sock.got(1)
         # Loaded with its newest messages only, never whole.
         assert store.loads == [500] and store.whole_loads == 0
         live = hub.live["big"]
@@ -110,7 +111,7 @@ async def test_a_whole_baseline_joins_the_store_and_memory_exactly(store: Counti
     try:
         conn, sock = connect(hub, "c")
         await hub.subscriptions.subscribe(conn, "t")
-        await settle()
+        await sock.got(1)
         [frame] = sock.frames()
         assert isinstance(frame, Baseline)
         assert frame.snapshot.whole
@@ -151,7 +152,8 @@ async def test_windowed_and_partly_stored_baselines_are_encoded_once_per_format(
         for window in (Window(tail=50), None):
             for queue in (conn, packed, conn):
                 assert await hub.subscriptions.subscribe(queue, "t", window=window) == "baseline"
-                await settle()  # sent (a new baseline would replace one still queued)
+                # Sent (a new baseline would replace one still queued).
+                await within(queue.drain(), f"the baseline sent to {queue.id}")
         live = hub.live["t"]
         assert live.cached_snapshot(2_950, False) is not live.cached_snapshot(2_950, True)
         assert live.cached_snapshot(0, False) is not live.cached_snapshot(0, True)
@@ -182,15 +184,15 @@ async def test_a_transcript_no_longer_held_whole_lets_its_encoded_messages_go(
         for i in range(20):
             await hub.writes.append("t", [{"role": "user", "content": f"m{i}"}])
         await hub.subscriptions.subscribe(conn, "t")
-        await settle()
+        await sock.got(1)
         live = hub.live["t"]
         assert live._encoded[False].count == 20
         for i in range(20, 40):
             await hub.writes.append("t", [{"role": "user", "content": f"m{i}"}])
-        await settle()
+        await sock.got(21)  # every increment delivered: the window moved
         assert not live.transcript.state.whole and not live._encoded
         await hub.subscriptions.subscribe(conn, "t")
-        await settle()
+        await sock.got(22)
         last = sock.frames()[-1]
         assert isinstance(last, Baseline) and last.snapshot.whole
         assert [m.content for m in last.snapshot.messages] == [f"m{i}" for i in range(40)]
@@ -206,7 +208,7 @@ async def test_memory_follows_the_working_set_as_messages_arrive(store: Counting
         await hub.subscriptions.subscribe(conn, "t", window=Window(tail=5))
         for i in range(200):
             await hub.writes.append("t", [{"role": "user", "content": f"m{i}"}])
-        await settle()
+        await sock.got(201)
         transcript = hub.live["t"].transcript
         assert transcript.length == 200
         assert transcript.length - transcript.held_start <= 30  # at most 1.5 x live_messages
@@ -215,7 +217,7 @@ async def test_memory_follows_the_working_set_as_messages_arrive(store: Counting
         assert [f.event.revision for f in increments] == list(range(1, 201))
         late, late_sock = connect(hub, "late")
         await hub.subscriptions.subscribe(late, "t")
-        await settle()
+        await late_sock.got(1)
         [baseline] = late_sock.frames()
         assert isinstance(baseline, Baseline)
         assert [m.content for m in baseline.snapshot.messages] == [f"m{i}" for i in range(200)]
@@ -253,7 +255,7 @@ async def test_a_window_naming_no_view_is_refused_and_views_move_windows(
         assert (result.receipt.revision, result.duplicate) == (4, False)
         assert (await hub.writes.set_view("t", "v", 12, 20)).duplicate
         await hub.subscriptions.subscribe(conn, "t", window=Window(view="v"))
-        await settle()
+        await sock.got(1)
         [frame] = [f for f in sock.frames() if isinstance(f, Baseline)]
         # A closed View's baseline still reaches the length: increments extend it.
         assert (frame.snapshot.start, frame.snapshot.length) == (12, 30)
@@ -261,7 +263,7 @@ async def test_a_window_naming_no_view_is_refused_and_views_move_windows(
         left = await hub.writes.leave_view("t", "v")
         assert left.receipt.revision == 5
         assert (await hub.writes.leave_view("t", "v")).duplicate
-        await settle()
+        await sock.got(2)  # the baseline and the increment of revision 5
         last = sock.frames()[-1]
         assert isinstance(last, Increment) and last.event.revision == 5
         assert not [f for f in sock.frames() if isinstance(f, ErrorFrame)]
@@ -280,7 +282,10 @@ async def test_a_stale_copy_found_by_a_range_read_is_reloaded(store: CountingSto
         await long_transcript(store, "t", 40, batch=10)
         snapshot = await hub.reads.snapshot("t")
         assert (snapshot.epoch, snapshot.length) == ("e-t", 40)
-        await settle()
+        await sock.changes.until(
+            lambda: len([f for f in sock.frames() if isinstance(f, Baseline)]) == 2,
+            "the baseline of the copy reloaded",
+        )
         baselines = [f for f in sock.frames() if isinstance(f, Baseline)]
         assert [b.snapshot.length for b in baselines] == [300, 40]
         assert baselines[-1].snapshot.start == 30  # the subscriber's window, again
@@ -324,7 +329,7 @@ async def test_baselines_of_a_long_transcript_share_one_encoding_across_revision
             await hub.writes.append("t", [{"role": "user", "content": f"new {i}"}])
             queue, sock = connect(hub, f"c{i + 2}")
             await hub.subscriptions.subscribe(queue, "t")
-            await settle()
+            await sock.got(1)
             later = hub.live["t"].cached_snapshot(0, False)
             assert later is not None and later is not chunks
             # The same encoded chunks (the last may have grown).

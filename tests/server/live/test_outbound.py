@@ -19,12 +19,15 @@ from server.live.outbound import OutboundQueue
 from server.model.transcript import Transcript
 from server.tuning import MAX_ERROR_MESSAGE_CHARS
 from tests.server.live.test_frames import parse_frames
+from tests.support.waiting import Changes, within
 
 
 class FakeRaw:
-    """A transport that takes writes until paused."""
+    """A transport that takes writes until paused; ``changes`` is notified on
+    every write, failure and return from ``raw_writable``."""
 
     def __init__(self) -> None:
+        self.changes = Changes()
         self.written = bytearray()
         self.writes = 0
         self.paused = False
@@ -39,6 +42,7 @@ class FakeRaw:
         assert self.raw_ready(), "written while not ready"
         self.written += data
         self.writes += 1
+        self.changes.notify()
 
     def raw_writelines(self, parts: Sequence[bytes | memoryview]) -> None:
         self.raw_write(b"".join(parts))
@@ -46,11 +50,13 @@ class FakeRaw:
     def raw_fail(self, code: int) -> None:
         self.failed = code
         self.open = False
+        self.changes.notify()
 
     async def raw_writable(self) -> bool:
         while self.open and self.paused:
             self._resumed = asyncio.get_running_loop().create_future()
             await self._resumed
+        self.changes.notify()
         return self.open
 
     def resume(self) -> None:
@@ -118,9 +124,9 @@ def baseline(revision: int, size: int = 10, tid: str = "t") -> EncodedSnapshot:
     return encoded.snapshot(transcript.state)
 
 
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
+async def sent_all(queue: OutboundQueue) -> None:
+    """Wait for the writer to have written everything queued (``drain``)."""
+    await within(queue.drain(), "the queue to send all it held")
 
 
 async def test_a_frame_pushed_to_an_idle_connection_is_written_at_once() -> None:
@@ -151,7 +157,7 @@ async def test_a_paused_transport_queues_and_the_writer_sends_in_order_when_it_d
     queue.push_control(wire.Pong(seq=0, ref="after"))
     assert queue.queued[0] == 11 and raw.writes == 1
     raw.resume()
-    await settle()
+    await sent_all(queue)
     raw.paused = False
     queue.push_increments([event(12)])  # the queue is empty again: written at once
     frames = raw.frames()
@@ -173,7 +179,7 @@ async def test_a_connection_backed_up_past_its_budget_is_lagged_and_answers_stil
     assert lagged == [{"t"}]
     assert not queue.follows("t")
     raw.resume()
-    await settle()
+    await sent_all(queue)
     frames = raw.frames()
     errors = [f for f in frames if isinstance(f, ErrorFrame)]
     assert [e.code for e in errors] == ["lagged"]
@@ -196,7 +202,7 @@ async def test_every_frame_counts_its_real_size() -> None:
     )
     assert 5000 < size < len(rendered)  # the error was cut, and counted as cut
     raw.resume()
-    await settle()
+    await sent_all(queue)
     error = raw.frames()[1]
     assert isinstance(error, ErrorFrame)
     assert len(error.message) == MAX_ERROR_MESSAGE_CHARS
@@ -229,7 +235,7 @@ async def test_a_new_baseline_replaces_the_frames_of_its_transcript_still_waitin
         queue.push_baseline(baseline(r))  # a re-subscribe storm
     assert queue.queued[0] == 2  # the other transcript's increment and the last baseline
     raw.resume()
-    await settle()
+    await sent_all(queue)
     frames = raw.frames()
     assert [type(f) for f in frames] == [Increment, Baseline]
     assert frames[1].snapshot.revision == 9
@@ -250,7 +256,7 @@ async def test_baselines_over_the_byte_budget_go_out_whole_as_fragments() -> Non
         queue.push_increments([event(r, tid="u")])  # the baselines do not crowd them out
     assert not lagged
     raw.resume()
-    await settle()
+    await sent_all(queue)
     frames = raw.frames()
     assert [type(f) for f in frames] == [Baseline, Baseline, *[Increment] * 5]
     assert [f.event.revision for f in frames if isinstance(f, Increment)] == [1, 2, 3, 4, 5]
@@ -289,7 +295,7 @@ async def test_the_fragments_of_a_streaming_baseline_wait_for_the_transport() ->
     assert raw.writes == 1
     for resumes in range(1, fragments + 1):
         raw.resume()
-        await settle()
+        await raw.changes.until(lambda: raw.writes > resumes, f"write {resumes + 1}")  # noqa: B023
         assert raw.writes == resumes + 1  # one write per drain of the transport
     frames = raw.frames()
     assert [type(f) for f in frames] == [Baseline, Pong]
@@ -319,7 +325,7 @@ async def test_a_closed_raw_connection_stops_the_writer() -> None:
     queue.push_increments([event(1)])
     raw.open = False
     raw.resume()
-    await settle()
+    await raw.changes.until(lambda: queue.closed, "the writer to find the transport closed")
     assert queue.closed
     await queue.stop()
 
@@ -359,8 +365,9 @@ async def test_a_streaming_baseline_counts_what_is_left_of_it_to_send() -> None:
     queue.push_baseline(big)
     left = [queue.queued[1]]
     while queue.queued[0]:
+        writes = raw.writes
         raw.resume()
-        await settle()
+        await raw.changes.until(lambda: raw.writes > writes, "the next fragment written")  # noqa: B023
         left.append(queue.queued[1])
     assert left[0] <= big.size and left[-1] == 0
     assert left == sorted(left, reverse=True) and len(set(left)) > 3

@@ -21,6 +21,7 @@ from server.model.changes import (
     record_of,
 )
 from server.model.transcript import ChangeCaptureError, ObservationError, Transcript
+from tests.support.waiting import parked
 
 TIMEOUT = 2.0
 
@@ -157,8 +158,7 @@ async def test_wait_returns_at_once_when_something_is_pending() -> None:
 async def test_wait_blocks_until_a_capture() -> None:
     buffer = ChangeBuffer()
     waiter = asyncio.create_task(buffer.wait())
-    await asyncio.sleep(0)  # let the waiter reach its await
-    assert not waiter.done()
+    await parked(waiter)  # no capture: it waits
     buffer.capture(_event(1))
     await asyncio.wait_for(waiter, TIMEOUT)
     assert buffer.take() == (_event(1),)
@@ -189,9 +189,12 @@ async def test_capture_never_runs_the_consumer_inside_capture() -> None:
 async def test_a_waiter_whose_batch_was_taken_waits_again() -> None:
     buffer = ChangeBuffer()
     waiter = asyncio.create_task(buffer.wait())
-    await asyncio.sleep(0)
+    await parked(waiter)
     buffer.capture(_event(1))
     assert buffer.take() == (_event(1),)  # someone else took it before the waiter ran
+    # What is tested is that the woken waiter goes back to waiting: nothing
+    # happens to wait for, so the test lets exactly the two steps run that
+    # wake it (the capture's call_soon) and then run it.
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert not waiter.done()

@@ -11,6 +11,7 @@ import websockets
 
 from protocol.wire import Ack, accept_transcript_update, split_frames
 from tests.support.servers import ServerProcess
+from tests.support.waiting import Changes
 
 
 async def test_sigkill_during_acknowledged_appends_loses_nothing(tmp_path: Path) -> None:
@@ -22,27 +23,32 @@ async def test_sigkill_during_acknowledged_appends_loses_nothing(tmp_path: Path)
         acked: list[int] = []
         sent = 0
         killed = asyncio.Event()
+        progress = Changes()  # an ack read, or the connection gone
 
         async with websockets.connect(server.ws_url, compression=None) as ws:
 
             async def writer() -> None:
                 nonlocal sent
+
+                def room() -> bool:
+                    return killed.is_set() or sent - len(acked) < 8
+
                 # Pipelined appends, 8 in flight, until the server dies.
                 while not killed.is_set() and sent < 5000:
-                    if sent - len(acked) < 8:
-                        await ws.send(
-                            msgspec.json.encode(
-                                {
-                                    "op": "append",
-                                    "transcriptId": "durable",
-                                    "ref": sent,
-                                    "messages": [{"role": "user", "content": f"m{sent}"}],
-                                }
-                            ).decode()
-                        )
-                        sent += 1
-                    else:
-                        await asyncio.sleep(0)
+                    await progress.until(room, "an ack to make room for an append", timeout=30)
+                    if killed.is_set():
+                        break
+                    await ws.send(
+                        msgspec.json.encode(
+                            {
+                                "op": "append",
+                                "transcriptId": "durable",
+                                "ref": sent,
+                                "messages": [{"role": "user", "content": f"m{sent}"}],
+                            }
+                        ).decode()
+                    )
+                    sent += 1
 
             async def reader() -> None:
                 try:
@@ -54,8 +60,12 @@ async def test_sigkill_during_acknowledged_appends_loses_nothing(tmp_path: Path)
                             if len(acked) == 300:
                                 server.kill()  # SIGKILL with appends in flight
                                 killed.set()
+                            progress.notify()
                 except websockets.ConnectionClosed:
+                    pass
+                finally:  # however the reading ended, the writer stops
                     killed.set()
+                    progress.notify()
 
             async with asyncio.timeout(30):
                 await asyncio.gather(writer(), reader())

@@ -14,6 +14,7 @@ import httpx
 from protocol.wire import Baseline, Pong
 from server.web.ws_protocol import Inbox, TsyncWebSocketProtocol, Writable
 from tests.support.servers import running_server
+from tests.support.waiting import parked
 from tests.support.wsclient import RawClient
 
 
@@ -54,13 +55,12 @@ async def test_the_inbox_hands_over_in_order_and_survives_a_cancelled_get() -> N
     assert [await inbox.get(), await inbox.get()] == [1, 2]
     assert inbox.empty()
     waiting = asyncio.create_task(inbox.get())
-    await asyncio.sleep(0)
+    await parked(waiting)  # cancelled while it waits
     waiting.cancel()
     await asyncio.gather(waiting, return_exceptions=True)
     assert waiting.cancelled()
     getter = asyncio.create_task(inbox.get())
-    await asyncio.sleep(0)
-    assert not getter.done()
+    await parked(getter)  # empty: it waits
     inbox.put_nowait(3)
     assert await asyncio.wait_for(getter, 1) == 3
     assert inbox.empty()
@@ -73,10 +73,11 @@ async def test_writable_holds_senders_while_cleared_and_one_cancelled_leaves_the
     writable.clear()
     first = asyncio.create_task(writable.wait())
     second = asyncio.create_task(writable.wait())
-    await asyncio.sleep(0)
-    assert not first.done() and not second.done()
+    await parked(first, second)  # cleared: both wait
     first.cancel()
     await asyncio.gather(first, return_exceptions=True)
+    # That the cancel wakes no one is what is tested: nothing to wait for,
+    # one turn lets a wrongly woken ``second`` finish.
     await asyncio.sleep(0)
     assert not second.done()
     writable.set()
@@ -84,7 +85,7 @@ async def test_writable_holds_senders_while_cleared_and_one_cancelled_leaves_the
     # Set then cleared again before a waiter runs: it still goes (as Event).
     writable.clear()
     third = asyncio.create_task(writable.wait())
-    await asyncio.sleep(0)
+    await parked(third)
     writable.set()
     writable.clear()
     await asyncio.wait_for(third, 1)
