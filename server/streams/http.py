@@ -184,9 +184,9 @@ async def endpoint(request: Request) -> Response:
             case "GET":
                 return await _read(request, path)
             case "HEAD":
-                return _head(request, path)
+                return await _head(request, path)
             case "DELETE":
-                _registry(request).delete(path)
+                await _registry(request).delete(path)
                 return _answer(204)
             case "OPTIONS":
                 return _preflight(request)
@@ -249,7 +249,7 @@ async def _create(request: Request, path: str) -> Response:
         if sub > 0 and fork_offset is None:
             raise StreamError(400, f"a {FORK_SUB_OFFSET} above 0 needs a {FORK_OFFSET}")
     body = await _body(request, _settings(request).max_body_bytes)
-    stream, created = _registry(request).create(
+    stream, created = await _registry(request).create(
         path,
         content_type=content_type,
         ttl_s=ttl_s,
@@ -309,11 +309,11 @@ async def _append(request: Request, path: str) -> Response:
     if not body:
         if not close:
             raise StreamError(400, "Empty body")
-        return _appended(registry.close(path, producer), producer, body=False)
+        return _appended(await registry.close(path, producer), producer, body=False)
     content_type = request.headers.get("content-type")
     if not content_type:
         raise StreamError(400, "Content-Type header is required")
-    result = registry.append(
+    result = await registry.append(
         path,
         body,
         content_type=content_type,
@@ -366,8 +366,8 @@ def _appended(
 # --- metadata ----------------------------------------------------------------------------------
 
 
-def _head(request: Request, path: str) -> Response:
-    stream = _registry(request).live(path)
+async def _head(request: Request, path: str) -> Response:
+    stream = await _registry(request).live(path)
     headers = {NEXT_OFFSET: stream.tail, "cache-control": "no-store"}
     if stream.content_type:
         headers["content-type"] = stream.content_type
@@ -391,7 +391,7 @@ def _etag(stream: Stream, start: str, end: str, closed: bool) -> str:
 
 async def _read(request: Request, path: str) -> Response:
     registry = _registry(request)
-    stream = registry.live(path)
+    stream = await registry.live(path)
     offsets = request.query_params.getlist("offset")
     offset: str | None = None
     if offsets:
@@ -408,7 +408,7 @@ async def _read(request: Request, path: str) -> Response:
         raise StreamError(
             400, f"{'SSE' if live == 'sse' else 'Long-poll'} requires offset parameter"
         )
-    registry.touch(stream)
+    await registry.touch(stream)
     if live == "sse":
         start = stream.tail if offset == "now" else offset
         assert start is not None
@@ -426,7 +426,7 @@ async def _read(request: Request, path: str) -> Response:
             return _answer(204, {NEXT_OFFSET: stream.tail, UP_TO_DATE: "true", CLOSED: "true"})
         assert position is not None
         waited = await registry.wait(stream, position, _settings(request).long_poll_s)
-        registry.touch(stream)
+        await registry.touch(stream)
         if not waited.messages:
             headers = {NEXT_OFFSET: position, UP_TO_DATE: "true", CURSOR: response_cursor(cursor)}
             if waited.closed or stream.closed:
@@ -488,7 +488,7 @@ def _sse(
         offset = None if start == "-1" else start
         deadline = time.monotonic() + settings.sse_max_s
         while True:
-            current = registry.get(stream.path)
+            current = await registry.get(stream.path)
             if current is not stream or stream.soft_deleted:
                 return
             messages = registry.read(stream, offset)
@@ -519,7 +519,7 @@ def _sse(
             if remaining <= 0:
                 return
             waited = await registry.wait(stream, tail, min(remaining, settings.long_poll_s))
-            registry.touch(stream)
+            await registry.touch(stream)
             offset = tail
             if not waited.messages and not waited.closed and waited.timed_out:
                 if time.monotonic() >= deadline:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from server.streams.log import NoLog, StreamLog
 from server.streams.model import (
@@ -34,7 +34,7 @@ from server.streams.model import (
     media_type,
 )
 
-__all__ = ["AppendResult", "Limits", "Registry", "Wait"]
+__all__ = ["AppendResult", "Limits", "Registry", "Stale", "Wait"]
 
 #: How often expired streams nobody touches are looked for, in seconds.
 SWEEP_EVERY_S: Final = 10.0
@@ -42,7 +42,18 @@ SWEEP_EVERY_S: Final = 10.0
 #: log at most this often (seconds): reads do not each cost a write.
 TOUCH_LOG_EVERY_S: Final = 1.0
 
+#: How often a change is decided again when a shared store found the copy it
+#: was decided on stale (other replicas kept changing the stream meanwhile).
+STALE_ATTEMPTS: Final = 50
+
 log = logging.getLogger("tsync.streams")
+
+_T = TypeVar("_T")
+
+
+class Stale(Exception):
+    """A shared store's write found that the stream changed since this
+    process's copy was read: nothing was written; decide again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +130,39 @@ class Registry:
         log, self._log = self._log, NoLog()
         log.close()
 
+    async def start(self) -> None:
+        """Begin what runs beside the requests (nothing here; a shared store's
+        registry listens to the other replicas' changes)."""
+
+    async def stop(self) -> None:
+        """End what ``start`` began."""
+
+    # --- the hooks of a shared store (``server.streams.redis``) -------------------------
+    #
+    # Here each is the log's synchronous write inside a coroutine that never
+    # suspends: every operation stays one step of the event loop. A shared
+    # store's registry answers from its copy, brought up to date first
+    # (``_sync``), and writes with a check that the copy was current (a
+    # ``Stale`` write is decided again on a fresh copy).
+
+    async def _sync(self, path: str) -> None:
+        """Bring this process's copy of the stream at ``path`` up to date."""
+
+    async def _write_create(self, stream: Stream, source: Stream | None) -> None:
+        self._log.create(stream)
+
+    async def _write_update(self, stream: Stream, update: Update) -> bool:
+        """Write ``update``; ``True`` if it is still to be made in this
+        process's copy (``False``: the copy has it already)."""
+        self._log.update(stream.path, update)
+        return True
+
+    async def _write_soft_delete(self, stream: Stream) -> None:
+        self._log.soft_delete(stream.path)
+
+    async def _write_touch(self, stream: Stream, now: float) -> None:
+        self._log.touch(stream.path, now)
+
     # --- looking up ------------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -129,24 +173,25 @@ class Registry:
         """The bytes every stream holds together."""
         return self._bytes
 
-    def get(self, path: str) -> Stream | None:
+    async def get(self, path: str) -> Stream | None:
         """The stream at ``path`` (soft-deleted ones too; the caller answers
         410), or ``None``; an expired one is deleted (soft-deleted while
         forks read through it)."""
+        await self._sync(path)
         now = self.clock()
-        self._sweep(now)
+        await self._sweep(now)
         stream = self._streams.get(path)
         if stream is None or not stream.expired(now):
             return stream
         if stream.refs > 0:
             stream.soft_deleted = True
             return stream
-        self._remove(path, expired=True)
+        await self._remove(path, expired=True)
         return None
 
-    def live(self, path: str) -> Stream:
+    async def live(self, path: str) -> Stream:
         """The stream a client may use: ``StreamError`` 404 or 410 otherwise."""
-        stream = self.get(path)
+        stream = await self.get(path)
         if stream is None:
             raise StreamError(404, "Stream not found")
         if stream.soft_deleted:
@@ -155,7 +200,7 @@ class Registry:
 
     # --- creating ----------------------------------------------------------------------
 
-    def create(
+    async def create(
         self,
         path: str,
         *,
@@ -171,11 +216,31 @@ class Registry:
     ) -> tuple[Stream, bool]:
         """The stream at ``path``, made now (``True``) or already there with
         this configuration (``False``); ``StreamError`` 409 for another one."""
+        args = (content_type, ttl_s, expires_at, expires_at_ts, body, closed)
+        fork = (forked_from, fork_offset, fork_sub_offset)
+        return await self._decided(lambda: self._create(path, *args, *fork))
+
+    async def _create(
+        self,
+        path: str,
+        content_type: str | None,
+        ttl_s: int | None,
+        expires_at: str | None,
+        expires_at_ts: float | None,
+        body: bytes,
+        closed: bool,
+        forked_from: str | None,
+        fork_offset: str | None,
+        fork_sub_offset: int,
+    ) -> tuple[Stream, bool]:
+        await self._sync(path)
+        if forked_from is not None:
+            await self._sync(forked_from)
         now = self.clock()
         existing = self._streams.get(path)
         if existing is not None:
             if existing.expired(now) and existing.refs == 0:
-                self._remove(path, expired=True)
+                await self._remove(path, expired=True)
             elif existing.soft_deleted or existing.expired(now):
                 existing.soft_deleted = True
                 raise StreamError(
@@ -250,7 +315,7 @@ class Registry:
             self._check_room(len(body))
             stream.add(body, create=True)
         stream.closed = closed
-        self._log.create(stream)  # the new stream is in no index yet
+        await self._write_create(stream, source)  # the new stream is in no index yet
         if source is not None:
             source.refs += 1
         self._streams[path] = stream
@@ -273,7 +338,19 @@ class Registry:
 
     # --- writing -----------------------------------------------------------------------
 
-    def append(
+    async def _decided(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
+        """``attempt``, decided again on a fresh copy while a shared store
+        finds the copy it was decided on stale."""
+        for _ in range(STALE_ATTEMPTS):
+            try:
+                return await attempt()
+            except Stale:
+                continue
+        raise StreamError(
+            503, "the stream changed under every attempt: retry", {"retry-after": "1"}
+        )
+
+    async def append(
         self,
         path: str,
         body: bytes,
@@ -283,8 +360,21 @@ class Registry:
         producer: tuple[str, int, int] | None,
         close: bool,
     ) -> AppendResult:
+        return await self._decided(
+            lambda: self._append(path, body, content_type, stream_seq, producer, close)
+        )
+
+    async def _append(
+        self,
+        path: str,
+        body: bytes,
+        content_type: str | None,
+        stream_seq: str | None,
+        producer: tuple[str, int, int] | None,
+        close: bool,
+    ) -> AppendResult:
+        stream = await self.live(path)
         now = self.clock()
-        stream = self.live(path)
         if stream.closed:
             if producer is not None and stream.closed_by == producer:
                 repeat = ProducerOutcome("duplicate", producer[1], producer[2])
@@ -317,25 +407,29 @@ class Registry:
             message=message,
             producer=_producer_state(producer, outcome, now),
         )
-        self._apply(stream, update)
+        await self._apply(stream, update)
         return AppendResult(stream, message=message, producer=outcome, closed_now=close)
 
-    def _apply(self, stream: Stream, update: Update) -> None:
+    async def _apply(self, stream: Stream, update: Update) -> None:
         """Write ``update`` to the log, then make it in memory and wake the
         stream's readers."""
-        self._log.update(stream.path, update)
+        if not await self._write_update(stream, update):
+            return
         before = stream.size
         stream.apply(update)
         self._bytes += stream.size - before
         self._wake(stream.path)
 
-    def close(self, path: str, producer: tuple[str, int, int] | None) -> AppendResult:
+    async def close(self, path: str, producer: tuple[str, int, int] | None) -> AppendResult:
         """A close-only request: idempotent; with producer headers, part of
         the producer's sequence."""
+        return await self._decided(lambda: self._close(path, producer))
+
+    async def _close(self, path: str, producer: tuple[str, int, int] | None) -> AppendResult:
+        stream = await self.live(path)
         now = self.clock()
-        stream = self.live(path)
         if producer is None:
-            self._apply(
+            await self._apply(
                 stream,
                 Update(stream.tail, now, True, stream.closed_by, stream.stream_seq),
             )
@@ -355,19 +449,22 @@ class Registry:
             stream_seq=stream.stream_seq,
             producer=_producer_state(producer, outcome, now),
         )
-        self._apply(stream, update)
+        await self._apply(stream, update)
         return AppendResult(stream, producer=outcome, closed_now=True)
 
-    def delete(self, path: str) -> None:
-        stream = self.live(path)
+    async def delete(self, path: str) -> None:
+        await self._decided(lambda: self._delete(path))
+
+    async def _delete(self, path: str) -> None:
+        stream = await self.live(path)
         if stream.refs > 0:
-            self._log.soft_delete(path)
+            await self._write_soft_delete(stream)
             stream.soft_deleted = True
             self._wake(path)
             return
-        self._remove(path)
+        await self._remove(path)
 
-    def _remove(self, path: str, *, expired: bool = False) -> None:
+    async def _remove(self, path: str, *, expired: bool = False) -> None:
         """Delete for good, and the soft-deleted (or expired) sources only
         this one kept. A deletion the log cannot write is refused; a removal
         of an ``expired`` stream is made in memory all the same (the log's
@@ -404,12 +501,12 @@ class Registry:
                 507, f"the streams of this server hold {self._bytes} bytes (max_stream_bytes)"
             )
 
-    def _sweep(self, now: float) -> None:
+    async def _sweep(self, now: float) -> None:
         if now - self._swept < SWEEP_EVERY_S:
             return
         self._swept = now
         for path in [p for p, s in self._streams.items() if s.expired(now) and s.refs == 0]:
-            self._remove(path, expired=True)
+            await self._remove(path, expired=True)
 
     # --- reading -----------------------------------------------------------------------
 
@@ -439,7 +536,7 @@ class Registry:
         found += source.own_after(offset, cap)
         return found
 
-    def touch(self, stream: Stream) -> None:
+    async def touch(self, stream: Stream) -> None:
         """A read: the stream's sliding TTL starts again (written to the log
         at most every ``TOUCH_LOG_EVERY_S``; a write that fails is logged,
         and the read answered all the same)."""
@@ -450,7 +547,7 @@ class Registry:
         if self._streams.get(stream.path) is not stream:
             return
         try:
-            self._log.touch(stream.path, now)
+            await self._write_touch(stream, now)
         except StreamError as error:
             log.warning("a read of %s did not extend its TTL on disk: %s", stream.path, error)
             return

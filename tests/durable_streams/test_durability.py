@@ -20,9 +20,10 @@ import json
 import sqlite3
 import tempfile
 import time
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -33,6 +34,14 @@ from server.streams.memory import Limits, Registry
 from server.streams.model import Stream, StreamError
 from server.streams.sqlite import STREAMS_FILE, SQLiteStreamLog
 from tests.support.servers import ServerProcess
+
+_T = TypeVar("_T")
+
+
+def sync(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """One registry operation (a coroutine that never waits on these stores), run."""
+    return asyncio.run(coroutine)
+
 
 S = "/v1/stream/"
 BYTES = {"content-type": "application/octet-stream"}
@@ -345,36 +354,40 @@ def apply(registry: Registry, operation: tuple[Any, ...]) -> None:
     match operation:
         case ("create", path, content_type, source, closed, sub):
             fork_offset = None
-            stream = registry.get(source) if source else None
+            stream = sync(registry.get(source)) if source else None
             if stream is not None and stream.offsets:
                 fork_offset = stream.offsets[len(stream.offsets) // 2]
-            registry.create(
-                path,
-                content_type=None if source else content_type,
-                ttl_s=None,
-                expires_at=None,
-                expires_at_ts=None,
-                body=b"",
-                closed=closed,
-                forked_from=source,
-                fork_offset=fork_offset,
-                fork_sub_offset=sub if fork_offset else 0,
+            sync(
+                registry.create(
+                    path,
+                    content_type=None if source else content_type,
+                    ttl_s=None,
+                    expires_at=None,
+                    expires_at_ts=None,
+                    body=b"",
+                    closed=closed,
+                    forked_from=source,
+                    fork_offset=fork_offset,
+                    fork_sub_offset=sub if fork_offset else 0,
+                )
             )
         case ("append", path, body, who, seq, close):
-            stream = registry.get(path)
+            stream = sync(registry.get(path))
             if seq == "next":  # mostly the request a producer sends next
                 known = stream.producers.get(who[0]) if stream and who else None
                 seq = 0 if known is None or known.epoch != who[1] else known.last_seq + 1
-            registry.append(
-                path,
-                body,
-                content_type=stream.content_type if stream else "text/plain",
-                stream_seq=None,
-                producer=None if who is None else (who[0], who[1], seq),
-                close=close,
+            sync(
+                registry.append(
+                    path,
+                    body,
+                    content_type=stream.content_type if stream else "text/plain",
+                    stream_seq=None,
+                    producer=None if who is None else (who[0], who[1], seq),
+                    close=close,
+                )
             )
         case ("delete", path):
-            registry.delete(path)
+            sync(registry.delete(path))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -413,24 +426,31 @@ class Refusing(SQLiteStreamLog):
 def test_a_change_the_log_cannot_write_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     log = Refusing(tmp_path)
     registry = Registry(Limits(), log=log)
-    create = {
+    create: dict[str, Any] = {
         "ttl_s": None, "expires_at": None, "expires_at_ts": None, "body": b"", "closed": False,
         "forked_from": None, "fork_offset": None, "fork_sub_offset": 0,
     }  # fmt: skip
-    registry.create("/s", content_type="text/plain", **create)  # type: ignore[arg-type]
-    registry.append(
-        "/s", b"kept", content_type="text/plain", stream_seq="1", producer=("p", 0, 0), close=False
+    sync(registry.create("/s", content_type="text/plain", **create))
+    sync(
+        registry.append(
+            "/s",
+            b"kept",
+            content_type="text/plain",
+            stream_seq="1",
+            producer=("p", 0, 0),
+            close=False,
+        )
     )
     held = state(registry)
     log.broken = True
-    attempts = [
-        lambda: registry.append(
+    attempts: list[Callable[[], object]] = [
+        lambda: sync(registry.append(
             "/s", b"lost", content_type="text/plain", stream_seq="2", producer=("p", 0, 1),
             close=True,
-        ),
-        lambda: registry.close("/s", None),
-        lambda: registry.delete("/s"),
-        lambda: registry.create("/t", content_type="text/plain", **create),
+        )),
+        lambda: sync(registry.close("/s", None)),
+        lambda: sync(registry.delete("/s")),
+        lambda: sync(registry.create("/t", content_type="text/plain", **create)),
     ]  # fmt: skip
     for attempt in attempts:
         with pytest.raises(StreamError) as refused:
@@ -438,13 +458,20 @@ def test_a_change_the_log_cannot_write_is_refused_and_changes_nothing(tmp_path: 
         assert refused.value.status == 503
         assert state(registry) == held
     log.broken = False
-    result = registry.append(
-        "/s", b"then", content_type="text/plain", stream_seq="2", producer=("p", 0, 1), close=False
+    result = sync(
+        registry.append(
+            "/s",
+            b"then",
+            content_type="text/plain",
+            stream_seq="2",
+            producer=("p", 0, 1),
+            close=False,
+        )
     )
     assert result.producer is not None and result.producer.status == "accepted"
     registry.detach()
     again = Registry(Limits(), log=SQLiteStreamLog(tmp_path))
-    assert [m.data for m in again.read(again.live("/s"), None)] == [b"kept", b"then"]
+    assert [m.data for m in again.read(sync(again.live("/s")), None)] == [b"kept", b"then"]
     assert "/t" not in again._streams
     again.detach()
 

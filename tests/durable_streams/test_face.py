@@ -4,7 +4,10 @@ the rules of the model held by properties (hypothesis)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import httpx
 import jwt
@@ -14,6 +17,14 @@ from hypothesis import strategies as st
 from server.streams.memory import Limits, Registry
 from server.streams.model import StreamError
 from tests.support.servers import running_server
+
+_T = TypeVar("_T")
+
+
+def sync(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """One registry operation (a coroutine that never waits on these stores), run."""
+    return asyncio.run(coroutine)
+
 
 SECRET = "streams-suite-secret-0123456789abcdef"
 TEXT = {"content-type": "text/plain"}
@@ -84,14 +95,14 @@ def _create(registry: Registry, path: str, **options: object) -> None:
         "fork_offset": None,
         "fork_sub_offset": 0,
     }
-    registry.create(path, **{**defaults, **options})  # type: ignore[arg-type]
+    sync(registry.create(path, **{**defaults, **options}))  # type: ignore[arg-type]
 
 
 def _append(registry: Registry, path: str, data: bytes) -> str:
-    result = registry.append(
+    result = sync(registry.append(
         path, data, content_type="application/octet-stream", stream_seq=None, producer=None,
         close=False,
-    )  # fmt: skip
+    ))  # fmt: skip
     assert result.message is not None
     return result.message.offset
 
@@ -115,7 +126,7 @@ def test_a_fork_reads_its_source_up_to_the_fork_then_its_own_appends(
     for chunk in own:
         _append(registry, "/f", chunk)
     _append(registry, "/s", b"after the fork")  # never seen by the fork
-    fork = registry.live("/f")
+    fork = sync(registry.live("/f"))
     read = registry.read(fork, None)
     assert [m.data for m in read] == chunks[:cut] + own
     read_offsets = [m.offset for m in read]
@@ -136,19 +147,21 @@ def test_json_mode_flattens_one_level_and_refuses_empty_appends(values: list[str
     body = json.dumps(values).encode()
     if not values:
         try:
-            registry.append(
+            sync(registry.append(
                 "/j", body, content_type="application/json", stream_seq=None, producer=None,
                 close=False,
-            )  # fmt: skip
+            ))  # fmt: skip
         except StreamError as error:
             assert error.status == 400
         else:
             raise AssertionError("an empty array was appended")
         return
-    registry.append(
-        "/j", body, content_type="application/json", stream_seq=None, producer=None, close=False
+    sync(
+        registry.append(
+            "/j", body, content_type="application/json", stream_seq=None, producer=None, close=False
+        )
     )
-    stream = registry.live("/j")
+    stream = sync(registry.live("/j"))
     from server.streams.model import json_body
 
     assert json.loads(json_body(registry.read(stream, None))) == values
@@ -159,15 +172,15 @@ def test_json_with_a_lone_surrogate_is_refused_not_a_500() -> None:
     _create(registry, "/j", content_type="application/json")
     for body in (b'["\\ud800"]', b'{"a": "x\\udfff"}'):
         try:
-            registry.append(
+            sync(registry.append(
                 "/j", body, content_type="application/json", stream_seq=None, producer=None,
                 close=False,
-            )  # fmt: skip
+            ))  # fmt: skip
         except StreamError as error:
             assert error.status == 400 and "surrogate" in error.reason
         else:
             raise AssertionError(f"{body!r} was appended")
-    assert registry.live("/j").size == 0
+    assert sync(registry.live("/j")).size == 0
 
 
 def test_an_sse_line_keeps_its_leading_space_and_others_stay_as_the_suite_expects() -> None:
