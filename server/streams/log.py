@@ -7,7 +7,8 @@ it or nothing) and returns once the write is as durable as the log promises;
 when it cannot write it raises ``StreamError`` 503 and nothing was written,
 so the registry leaves memory as it was and the client may retry.
 
-- ``NoLog``: nothing is written (the ``memory`` store, and Redis for now).
+- ``NoLog``: nothing is written (the ``memory`` store; on Redis the streams
+  live in Redis itself: ``server.streams.redis.RedisRegistry``).
 - ``server.streams.sqlite.SQLiteStreamLog``: a SQLite file in the data
   folder of the ``sqlite`` store.
 
@@ -17,12 +18,15 @@ so the registry leaves memory as it was and the client may retry.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from server.store.base import Store
 from server.streams.model import Stream, Update
 
-__all__ = ["NoLog", "StreamLog", "log_for_store"]
+if TYPE_CHECKING:
+    from server.streams.memory import Limits, Registry
+
+__all__ = ["NoLog", "StreamLog", "log_for_store", "registry_for_store"]
 
 
 class StreamLog(Protocol):
@@ -97,3 +101,17 @@ def log_for_store(store: Store) -> StreamLog:
             busy_timeout_s=store.options.busy_timeout_s,
         )
     return NoLog()
+
+
+def registry_for_store(store: Store, limits: Limits, *, resync_s: float = 1.0) -> Registry:
+    """The streams' registry of ``store``: on Redis one that keeps the
+    streams in Redis, shared by every replica (``resync_s``: its safety net
+    for lost notices, ``server.streams.redis``); otherwise the process's own
+    (its log attached at startup, ``log_for_store``)."""
+    from server.store.redis import RedisStore
+    from server.streams.memory import Registry
+    from server.streams.redis import RedisRegistry
+
+    if isinstance(store, RedisStore):
+        return RedisRegistry(store, limits, resync_s=resync_s)
+    return Registry(limits)

@@ -177,6 +177,10 @@ class Stream:
     #: ``last_access`` as the stream log last wrote it (reads move
     #: ``last_access`` without writing it every time: ``Registry.touch``).
     logged_access: float = 0.0
+    #: In a shared store (Redis): which incarnation of the path this copy
+    #: is (made at each create) and how many changes it holds.
+    gen: str = ""
+    version: int = 0
 
     @property
     def json(self) -> bool:

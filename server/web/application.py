@@ -50,7 +50,7 @@ from server.store.base import Store, StoreError
 from server.store.open import open_store
 from server.streams import http as streams_http
 from server.streams import transcripts as streams_transcripts
-from server.streams.log import log_for_store
+from server.streams.log import log_for_store, registry_for_store
 from server.streams.memory import Limits, Registry
 from server.web import http_api, http_lmml, http_ops, http_views, openapi, pages, problems
 from server.web.access import HttpAccess
@@ -222,6 +222,7 @@ def create_app(
             raise StartupFailed(
                 f"cannot open the streams of the {the_store.name} store: {exc}"
             ) from None
+        await streams.start()
         hub = Hub(the_store, config, metrics)
         await hub.start()
         offload = Offload(
@@ -244,6 +245,7 @@ def create_app(
                 await backplane.stop()
             await hub.stop()
             await offload.close()
+            await streams.stop()
             streams.detach()
             await the_store.close()
             log.info("stopped: store closed", extra={"store": the_store.name})
@@ -296,9 +298,12 @@ def create_app(
     )
     app.state.config = config
     app.state.metrics = metrics
-    # Durable on the SQLite store (its log is attached at startup).
-    app.state.streams = Registry(
-        Limits(max_streams=config.max_streams, max_bytes=config.max_stream_bytes)
+    # Durable on the SQLite store (its log is attached at startup); in Redis
+    # on the Redis store, shared by its replicas.
+    app.state.streams = registry_for_store(
+        the_store,
+        Limits(max_streams=config.max_streams, max_bytes=config.max_stream_bytes),
+        resync_s=config.backplane_resync_s,
     )
     app.state.stream_settings = streams_http.StreamSettings(
         long_poll_s=config.stream_long_poll_s,

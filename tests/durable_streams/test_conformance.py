@@ -5,12 +5,14 @@ vitest as its README says) against ``tsync serve`` on 127.0.0.1: every test
 the suite does not skip itself must pass (332 of 332 in 0.3.6; it skips the 6
 subscription tests unless asked). The server's long-poll is set short
 (``stream_long_poll_s``) and the suite told so: a few of its tests wait for a
-long-poll's 204 within vitest's 5-second default. It runs on the memory store
-and on SQLite, where every stream is written through to its file.
+long-poll's 204 within vitest's 5-second default. It runs on the memory store,
+on SQLite, where every stream is written through to its file, and on Redis
+and a Redis Cluster, where the streams live in Redis.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -21,6 +23,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import require_binary
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer
 from tests.support.servers import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -81,18 +85,35 @@ def failures(summary: dict[str, Any]) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def redis_url(store: str, folder: Path, stack: contextlib.ExitStack) -> str:
+    """A private Redis (or a three-master Redis Cluster) for ``store``."""
+    binary = require_binary("redis-server")
+    if store == "redis":
+        server = stack.enter_context(RedisServer(binary, folder / "redis"))
+        return server.url
+    cluster = RedisCluster(folder / "cluster", binary, require_binary("redis-cli"))
+    return stack.enter_context(cluster).url
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite", "redis", "redis-cluster"])
 def test_the_official_conformance_suite_passes(store: str, tmp_path: Path) -> None:
     require_binary("node")
     npm_ci()
-    server = ServerProcess(
-        # On SQLite every stream is written through to streams.sqlite3.
-        store=f"sqlite:{tmp_path / 'data'}" if store == "sqlite" else store,
-        args=["--set", f"stream_long_poll_s={LONG_POLL_S}"],
-        log_path=tmp_path / "server.log",
-    )
-    with server:
-        summary = run_suite(server.url, tmp_path / "report.json")
+    with contextlib.ExitStack() as stack:
+        url = store
+        if store == "sqlite":  # every stream is written through to streams.sqlite3
+            url = f"sqlite:{tmp_path / 'data'}"
+        elif store.startswith("redis"):  # the streams live in Redis
+            url = redis_url(store, tmp_path, stack)
+        server = ServerProcess(
+            store=url,
+            args=["--set", f"stream_long_poll_s={LONG_POLL_S}"],
+            log_path=tmp_path / "server.log",
+        )
+        with server:
+            summary = run_suite(server.url, tmp_path / "report.json")
+        if store.startswith("redis"):  # the suite's streams went through Redis
+            assert redis_stream_keys(url) > 100
     failed = failures(summary)
     assert not failed, "\n".join(failed)
     assert summary["numPassedTests"] == EXPECTED_PASSED, summary["numPassedTests"]
@@ -103,3 +124,18 @@ def test_the_official_conformance_suite_passes(store: str, tmp_path: Path) -> No
         (written,) = db.execute("SELECT count(*) FROM messages").fetchone()
         db.close()
         assert written > 100, written
+
+
+def redis_stream_keys(url: str) -> int:
+    """How many keys of streams the Redis (every master of a cluster) holds."""
+    import redis
+
+    found = 0
+    for node in url.split("//", 1)[1].split(","):
+        host, port = node.split("/")[0].rsplit(":", 1)
+        client = redis.Redis(host=host, port=int(port))
+        try:
+            found += sum(1 for _ in client.scan_iter("*ds{*", count=1000))
+        finally:
+            client.close()
+    return found
