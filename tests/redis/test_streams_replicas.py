@@ -33,7 +33,7 @@ pytestmark = pytest.mark.redis
 
 TEXT = {"content-type": "text/plain"}
 #: Far beyond the test's own bound: only a notice can wake a reader in time.
-SLOW_SAFETY_NET = {"backplane_resync_s": 60.0, "stream_long_poll_s": 30.0}
+SLOW_SAFETY_NET: dict[str, Any] = {"backplane_resync_s": 60.0, "stream_long_poll_s": 30.0}
 WAKE_BOUND_S = 10.0
 
 
