@@ -488,7 +488,10 @@ def _sse(
         offset = None if start == "-1" else start
         deadline = time.monotonic() + settings.sse_max_s
         while True:
-            current = await registry.get(stream.path)
+            try:
+                current = await registry.get(stream.path)
+            except StreamError:  # the store cannot answer now: the reader resumes later
+                return
             if current is not stream or stream.soft_deleted:
                 return
             messages = registry.read(stream, offset)

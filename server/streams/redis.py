@@ -46,7 +46,8 @@ TTL or ``Expires-At`` carry a Redis expiry a minute past their deadline
 only collects what nobody asks about any more.
 
 The limits (``max_streams``, ``max_stream_bytes``) count what this replica
-holds in its copy.
+holds in its copy: the streams it was asked about, each dropped once unused
+for ``IDLE_COPY_S`` (Redis keeps it).
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ _FAILURES: Final = (RedisError, RedisClusterException)
 #: Redis drops a stream this long after the deadline its TTL or Expires-At
 #: set (the registry has refused it since the deadline).
 GC_GRACE_S: Final = 60.0
+#: A copy of a stream that no request of this replica used for this long
+#: (seconds) and no reader waits on is dropped (read again when asked for).
+IDLE_COPY_S: Final = 300.0
 #: Write tokens kept per stream (redis-py's retries of one call only).
 CALLS_KEPT: Final = 32
 
@@ -373,6 +377,16 @@ class RedisRegistry(Registry):
         if changed:
             self._wake(path)
         return changed
+
+    async def _sweep(self, now: float) -> None:
+        swept = self._swept
+        await super()._sweep(now)
+        if self._swept == swept:
+            return
+        # Copies nobody here read or waited on for a while: Redis has them.
+        for path, stream in list(self._streams.items()):
+            if path not in self._waiters and now - stream.last_access > IDLE_COPY_S:
+                self._forget(path)
 
     def _forget(self, path: str) -> None:
         """Drop the copy of a stream that is gone (or another incarnation)."""
