@@ -9,6 +9,9 @@ offset-addressed streams over plain HTTP, served at ``/v1/stream/{path}``.
   before answering (``StreamLog``; ``NoLog`` for the memory store).
 - ``server.streams.sqlite``: ``SQLiteStreamLog``, the streams of the SQLite
   store in ``streams.sqlite3`` beside its database (durable across SIGKILL).
+- ``server.streams.redis``: ``RedisRegistry``, the streams of the Redis store
+  in Redis, shared by its replicas (each answers from a copy it brings up to
+  date, writes with a check, and wakes its readers on the others' notices).
 - ``server.streams.http``: the HTTP face (create, append, close, read in the
   three modes, HEAD, DELETE), the headers, ETags and cursors of the protocol.
 

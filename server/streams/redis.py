@@ -551,11 +551,15 @@ class RedisRegistry(Registry):
             await self._work_ready.wait()
             self._work_ready.clear()
             paths, self._pending = self._pending, set()
-            for path in paths:
-                try:
-                    await self._sync_one(path)
-                except StreamError as err:
-                    log.debug("streams: cannot read %s now: %s", path, err)
+            await asyncio.gather(*(self._sync_quietly(path) for path in paths))
+
+    async def _sync_quietly(self, path: str) -> None:
+        """A copy read again for its readers; a failure waits for the next
+        notice or the safety net."""
+        try:
+            await self._sync_one(path)
+        except StreamError as err:
+            log.debug("streams: cannot read %s now: %s", path, err)
 
     async def _safety_net(self) -> None:
         while True:
