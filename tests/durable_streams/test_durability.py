@@ -325,42 +325,60 @@ json_value = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
     max_leaves=6,
 )
-operations = st.lists(
-    st.one_of(
-        st.tuples(
-            st.just("create"),
-            st.sampled_from(PATHS),
-            st.sampled_from(["application/json", "application/octet-stream"]),
-            st.sampled_from([None, *PATHS]),
-            st.booleans(),
-            st.integers(0, 2),
-        ),
-        st.tuples(
-            st.just("append"),
-            st.sampled_from(PATHS),
-            st.binary(min_size=1, max_size=8) | json_value.map(lambda v: json.dumps(v).encode()),
-            st.sampled_from([None, ("p", 0), ("p", 1), ("q", 0)]),
-            st.sampled_from(["next", "next", 0, 2]),
-            st.booleans(),
-        ),
-        st.tuples(st.just("delete"), st.sampled_from(PATHS)),
+operation = st.one_of(
+    st.tuples(
+        st.just("create"),
+        st.sampled_from(PATHS),
+        st.sampled_from(["application/json", "application/octet-stream"]),
+        st.sampled_from([None, *PATHS]),
+        st.booleans(),
+        st.integers(0, 2),
     ),
-    max_size=25,
+    st.tuples(
+        st.just("append"),
+        st.sampled_from(PATHS),
+        st.binary(min_size=1, max_size=8) | json_value.map(lambda v: json.dumps(v).encode()),
+        st.sampled_from([None, ("p", 0), ("p", 1), ("q", 0)]),
+        st.sampled_from(["next", "next", 0, 2]),
+        st.booleans(),
+    ),
+    st.tuples(st.just("delete"), st.sampled_from(PATHS)),
 )
+operations = st.lists(operation, max_size=25)
 
 
-def apply(registry: Registry, operation: tuple[Any, ...]) -> None:
-    stream: Stream | None
+async def concrete(registry: Registry, operation: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The request ``operation`` stands for, given what ``registry`` holds:
+    a fork's offset, the content type and a producer's next sequence."""
     match operation:
         case ("create", path, content_type, source, closed, sub):
             fork_offset = None
-            stream = sync(registry.get(source)) if source else None
+            stream = await registry.get(source) if source else None
             if stream is not None and stream.offsets:
                 fork_offset = stream.offsets[len(stream.offsets) // 2]
-            sync(
-                registry.create(
+            sub = sub if fork_offset else 0
+            return ("create", path, None if source else content_type, source, closed,
+                    fork_offset, sub)  # fmt: skip
+        case ("append", path, body, who, seq, close):
+            stream = await registry.get(path)
+            if seq == "next":  # mostly the request a producer sends next
+                known = stream.producers.get(who[0]) if stream and who else None
+                seq = 0 if known is None or known.epoch != who[1] else known.last_seq + 1
+            content_type = stream.content_type if stream else "text/plain"
+            producer = None if who is None else (who[0], who[1], seq)
+            return ("append", path, body, content_type, producer, close)
+    return operation
+
+
+async def perform(registry: Registry, request: tuple[Any, ...]) -> object:
+    """Make a ``concrete`` request; what was answered (``("refused", status)``
+    for a ``StreamError``)."""
+    try:
+        match request:
+            case ("create", path, content_type, source, closed, fork_offset, sub):
+                stream, created = await registry.create(
                     path,
-                    content_type=None if source else content_type,
+                    content_type=content_type,
                     ttl_s=None,
                     expires_at=None,
                     expires_at_ts=None,
@@ -368,26 +386,36 @@ def apply(registry: Registry, operation: tuple[Any, ...]) -> None:
                     closed=closed,
                     forked_from=source,
                     fork_offset=fork_offset,
-                    fork_sub_offset=sub if fork_offset else 0,
+                    fork_sub_offset=sub,
                 )
-            )
-        case ("append", path, body, who, seq, close):
-            stream = sync(registry.get(path))
-            if seq == "next":  # mostly the request a producer sends next
-                known = stream.producers.get(who[0]) if stream and who else None
-                seq = 0 if known is None or known.epoch != who[1] else known.last_seq + 1
-            sync(
-                registry.append(
+                return (stream.tail, created, stream.closed)
+            case ("append", path, body, content_type, producer, close):
+                result = await registry.append(
                     path,
                     body,
-                    content_type=stream.content_type if stream else "text/plain",
+                    content_type=content_type,
                     stream_seq=None,
-                    producer=None if who is None else (who[0], who[1], seq),
+                    producer=producer,
                     close=close,
                 )
-            )
-        case ("delete", path):
-            sync(registry.delete(path))
+                return (
+                    result.message.offset if result.message else None,
+                    result.producer,
+                    result.refused_closed,
+                    result.closed_now,
+                )
+            case ("delete", path):
+                await registry.delete(path)
+    except StreamError as error:
+        return ("refused", error.status)
+    return None
+
+
+def apply(registry: Registry, operation: tuple[Any, ...]) -> None:
+    async def both() -> None:
+        await perform(registry, await concrete(registry, operation))
+
+    sync(both())
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,68 @@
+"""The Redis registry decides exactly as the memory registry: the same random
+requests (creates with forks and closure, appends with and without
+producers, closes, deletes) sent alternately to two replicas on one Redis get
+the answers one memory registry gives, and leave the same streams."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from server.store.redis import RedisStore
+from server.streams.memory import Limits, Registry
+from server.streams.redis import RedisRegistry
+from tests.durable_streams.test_durability import PATHS, concrete, operation, perform, state
+from tests.support.redis_server import RedisServer
+
+
+async def replay(url: str, ops: list[Any]) -> None:
+    now = [time.time()]
+
+    def clock() -> float:
+        return now[0]
+
+    reference = Registry(Limits(), clock=clock)
+    stores = [RedisStore(url), RedisStore(url)]
+    for store in stores:
+        await store.open()
+    replicas = [RedisRegistry(store, Limits(), clock=clock) for store in stores]
+    try:
+        for index, operation in enumerate(ops):
+            now[0] += 1
+            request = await concrete(reference, operation)
+            expected = await perform(reference, request)
+            answered = await perform(replicas[index % 2], request)
+            assert answered == expected, (request, answered, expected)
+        held = state(reference)
+        for replica in replicas:
+            for path in PATHS:
+                await replica.get(path)
+            assert state(replica) == held
+    finally:
+        for store in stores:
+            await store.close()
+
+
+#: Each path made first (plain bytes or JSON), then anything.
+made_first = st.permutations(PATHS).flatmap(
+    lambda paths: st.tuples(
+        *(st.sampled_from(["application/json", "application/octet-stream"]) for _ in paths)
+    ).map(
+        lambda types: [("create", p, t, None, False, 0) for p, t in zip(paths, types, strict=True)]
+    )
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.tuples(made_first, st.lists(operation, min_size=10, max_size=40)).map(lambda x: x[0] + x[1])
+)
+def test_two_replicas_on_redis_answer_as_one_memory_registry(
+    shared_redis: RedisServer, ops: list[Any]
+) -> None:
+    asyncio.run(replay(f"{shared_redis.url}?prefix=m{uuid.uuid4().hex[:8]}:", ops))
