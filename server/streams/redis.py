@@ -57,7 +57,8 @@ import contextlib
 import hashlib
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -65,7 +66,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from server.store.base import StoreError
 from server.store.redis import _Script
-from server.streams.memory import Limits, Registry, Stale, Wait
+from server.streams.memory import AppendResult, Limits, Registry, Stale, Wait
 from server.streams.model import Message, Producer, Stream, StreamError, Update
 
 if TYPE_CHECKING:
@@ -238,6 +239,23 @@ def _gc_ms(stream: Stream, last_access: float) -> str:
     return str(int((deadline + GC_GRACE_S) * 1000))
 
 
+class _Trusted:
+    """A request decided on the copy of ``path`` as it is: ``stale`` once a
+    write found that copy stale (it is read again from then on), ``wrote``
+    once its change is written."""
+
+    __slots__ = ("path", "stale", "wrote")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.stale = False
+        self.wrote = False
+
+
+#: The request of this task that trusts its copy, if any (``_optimistic``).
+_TRUSTED: ContextVar[_Trusted | None] = ContextVar("trusted_copy", default=None)
+
+
 class RedisRegistry(Registry):
     """The streams of a ``RedisStore``, shared by every replica on it.
 
@@ -318,6 +336,9 @@ class RedisRegistry(Registry):
     # --- bringing the copy up to date -----------------------------------------------
 
     async def _sync(self, path: str) -> None:
+        trusted = _TRUSTED.get()
+        if trusted is not None and trusted.path == path and not trusted.stale:
+            return
         await self._sync_one(path)
         seen = {path}
         stream = self._streams.get(path)
@@ -398,6 +419,59 @@ class RedisRegistry(Registry):
 
     # --- writes -------------------------------------------------------------------------
 
+    async def append(
+        self,
+        path: str,
+        body: bytes,
+        *,
+        content_type: str | None,
+        stream_seq: str | None,
+        producer: tuple[str, int, int] | None,
+        close: bool,
+    ) -> AppendResult:
+        return await self._optimistic(
+            path,
+            lambda: Registry.append(
+                self,
+                path,
+                body,
+                content_type=content_type,
+                stream_seq=stream_seq,
+                producer=producer,
+                close=close,
+            ),
+        )
+
+    async def close(self, path: str, producer: tuple[str, int, int] | None) -> AppendResult:
+        return await self._optimistic(path, lambda: Registry.close(self, path, producer))
+
+    async def _optimistic(
+        self, path: str, attempt: Callable[[], Awaitable[AppendResult]]
+    ) -> AppendResult:
+        """An append or close decided first on the copy as it is, without
+        reading Redis: the write's check refuses it if the copy was stale,
+        and then it is decided again on a fresh copy. So a replica that
+        writes a stream alone pays one round trip per append, not two. A
+        decision that writes nothing (a refusal, a duplicate) is only
+        trusted once made on a fresh copy; so is any on a stream whose
+        expiry moves with other replicas' reads (a sliding TTL)."""
+        stream = self._streams.get(path)
+        if stream is None or stream.ttl_s is not None or stream.soft_deleted:
+            return await attempt()
+        trusted = _Trusted(path)
+        token = _TRUSTED.set(trusted)
+        try:
+            result = await attempt()
+        except StreamError as error:
+            if error.status == 503:
+                raise  # Redis failed: whether it wrote is not known, so no second try
+            result = None
+        finally:
+            _TRUSTED.reset(token)
+        if result is not None and (trusted.wrote or trusted.stale):
+            return result  # written, or decided on a fresh copy after a stale one
+        return await attempt()
+
     async def _write_create(self, stream: Stream, source: Stream | None) -> None:
         if source is not None:
             added = await self._call(self._fork, source.path, [source.gen, _wire(stream.path)])
@@ -456,8 +530,13 @@ class RedisRegistry(Registry):
             if producer is None
             else _encode((producer[1].epoch, producer[1].last_seq, producer[1].updated)),
         ]
+        trusted = _TRUSTED.get()
         if not await self._call(self._update, stream.path, args):
+            if trusted is not None:
+                trusted.stale = True  # decided again on a fresh copy
             raise Stale
+        if trusted is not None:
+            trusted.wrote = True
         if self._streams.get(stream.path) is not stream or stream.version != expected:
             return False  # a read brought this change into the copy already
         stream.version = expected + 1

@@ -1,11 +1,12 @@
 """The Redis registry decides exactly as the memory registry: the same random
 requests (creates with forks and closure, appends with and without
-producers, closes, deletes) sent alternately to two replicas on one Redis get
+producers, closes, deletes) sent to either of two replicas on one Redis get
 the answers one memory registry gives, and leave the same streams."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from typing import Any
@@ -16,11 +17,18 @@ from hypothesis import strategies as st
 from server.store.redis import RedisStore
 from server.streams.memory import Limits, Registry
 from server.streams.redis import RedisRegistry
-from tests.durable_streams.test_durability import PATHS, concrete, operation, perform, state
+from tests.durable_streams.test_durability import (
+    PATHS,
+    concrete,
+    json_value,
+    operation,
+    perform,
+    state,
+)
 from tests.support.redis_server import RedisServer
 
 
-async def replay(url: str, ops: list[Any]) -> None:
+async def replay(url: str, ops: list[Any], where: list[int]) -> None:
     now = [time.time()]
 
     def clock() -> float:
@@ -36,7 +44,7 @@ async def replay(url: str, ops: list[Any]) -> None:
             now[0] += 1
             request = await concrete(reference, operation)
             expected = await perform(reference, request)
-            answered = await perform(replicas[index % 2], request)
+            answered = await perform(replicas[where[index % len(where)]], request)
             assert answered == expected, (request, answered, expected)
         held = state(reference)
         for replica in replicas:
@@ -58,11 +66,27 @@ made_first = st.permutations(PATHS).flatmap(
 )
 
 
+#: Mostly appends that leave the stream open, so that copies fall behind.
+appends = st.tuples(
+    st.just("append"),
+    st.sampled_from(PATHS),
+    json_value.map(lambda v: json.dumps(v).encode()) | st.binary(min_size=1, max_size=8),
+    st.sampled_from([None, ("p", 0), ("p", 1), ("q", 0)]),
+    st.sampled_from(["next", "next", "next", 0]),
+    st.sampled_from([False] * 9 + [True]),
+)
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    st.tuples(made_first, st.lists(operation, min_size=10, max_size=40)).map(lambda x: x[0] + x[1])
+    st.tuples(
+        made_first, st.lists(appends | appends | appends | operation, min_size=10, max_size=40)
+    ).map(lambda x: x[0] + x[1]),
+    st.lists(st.integers(0, 1), min_size=2, max_size=6).filter(lambda w: len(set(w)) == 2),
 )
 def test_two_replicas_on_redis_answer_as_one_memory_registry(
-    shared_redis: RedisServer, ops: list[Any]
+    shared_redis: RedisServer, ops: list[Any], where: list[int]
 ) -> None:
-    asyncio.run(replay(f"{shared_redis.url}?prefix=m{uuid.uuid4().hex[:8]}:", ops))
+    """``where``: which replica takes each request, in turn (runs on one
+    replica write on a copy that is current; a switch finds it stale)."""
+    asyncio.run(replay(f"{shared_redis.url}?prefix=m{uuid.uuid4().hex[:8]}:", ops, where))
