@@ -433,7 +433,8 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         Annotated[float, Meta(gt=0)],
         _d(
             "with a shared store (Redis): seconds between a replica's checks of its live "
-            "copies against the store, the safety net for lost pub/sub notices (see `deploy.md`)"
+            "copies (transcripts, and the Durable Streams its readers wait on) against the "
+            "store, the safety net for lost pub/sub notices (see `deploy.md`)"
         ),
     ] = 1.0
 
