@@ -489,10 +489,9 @@ def _sse(
         deadline = time.monotonic() + settings.sse_max_s
         while True:
             try:
-                current = await registry.get(stream.path)
+                if not await registry.still(stream):
+                    return
             except StreamError:  # the store cannot answer now: the reader resumes later
-                return
-            if current is not stream or stream.soft_deleted:
                 return
             messages = registry.read(stream, offset)
             for message in messages:

@@ -189,6 +189,12 @@ class Registry:
         await self._remove(path, expired=True)
         return None
 
+    async def still(self, stream: Stream) -> bool:
+        """Whether ``stream`` is still the one at its path, not deleted or
+        expired (a live reader goes on reading it)."""
+        current = await self.get(stream.path)
+        return current is stream and not stream.soft_deleted
+
     async def live(self, path: str) -> Stream:
         """The stream a client may use: ``StreamError`` 404 or 410 otherwise."""
         stream = await self.get(path)

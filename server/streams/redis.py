@@ -276,14 +276,22 @@ class RedisRegistry(Registry):
         self.store = store
         self.channel = store.prefix + "streams"
         self.resync_s = resync_s
-        #: Notices received per path held (``wait`` compares across a read).
+        #: Notices received per path held or being read.
         self._noticed: dict[str, int] = {}
+        #: Per path held: (subscriptions, notices) when its last read began;
+        #: equal to the present ones, the copy holds every change announced.
+        self._synced: dict[str, tuple[int, int]] = {}
+        self._syncing: dict[str, int] = {}
+        #: Subscribed to the notices now.
+        self._listening = False
         #: Paths whose waiting readers need a fresh copy (the worker reads them).
         self._pending: set[str] = set()
         self._work_ready = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         #: Confirmed (re)subscriptions to the notices (tests wait on it).
         self.subscribed = 0
+        #: Reads of a stream from Redis (tests count them).
+        self.reads = 0
         self._subscribed_event = asyncio.Event()
         self._read = _Script(_READ)
         self._create_script = _Script(_CREATE)
@@ -351,6 +359,26 @@ class RedisRegistry(Registry):
     async def _sync_one(self, path: str) -> bool:
         """Read the stream at ``path`` into the copy; wake its readers if it
         changed (``True``)."""
+        mark = (self.subscribed, self._noticed.get(path, 0))
+        self._syncing[path] = self._syncing.get(path, 0) + 1
+        try:
+            changed = await self._read_copy(path)
+        finally:
+            left = self._syncing.pop(path) - 1
+            if left:
+                self._syncing[path] = left
+        if path in self._streams:
+            self._synced[path] = mark
+        return changed
+
+    def _notice_current(self, path: str) -> bool:
+        """Whether the copy holds every change announced so far: read since
+        the last notice of it, and the notices subscribed all along since."""
+        mark = (self.subscribed, self._noticed.get(path, 0))
+        return self._listening and self._synced.get(path) == mark
+
+    async def _read_copy(self, path: str) -> bool:
+        self.reads += 1
         cached = self._streams.get(path)
         count = len(cached.messages) if cached is not None else 0
         reply = await self._call(self._read, path, [cached.gen if cached else "", count], keys=4)
@@ -416,6 +444,7 @@ class RedisRegistry(Registry):
             self._bytes -= stream.size
             self._wake(path)
         self._noticed.pop(path, None)
+        self._synced.pop(path, None)
 
     # --- writes -------------------------------------------------------------------------
 
@@ -601,21 +630,31 @@ class RedisRegistry(Registry):
     # --- live readers -------------------------------------------------------------------
 
     async def wait(self, stream: Stream, offset: str, timeout: float) -> Wait:
-        # Read again until no notice of this stream came during the read: one
-        # that came before the reader waits found no reader to wake.
-        while True:
+        # A notice that came before the reader waits found no reader to wake:
+        # the copy is read again unless it holds every change announced (the
+        # readers woken by one read share it: none reads again on its own).
+        while not self._notice_current(stream.path):
             seen = self._noticed.get(stream.path, 0)
             try:
                 await self._sync(stream.path)
             except StreamError as err:
                 log.warning("a reader of %s waits on its copy: %s", stream.path, err)
                 break
-            if self._noticed.get(stream.path, 0) == seen:
-                break
+            if not self._listening or self._noticed.get(stream.path, 0) == seen:
+                break  # no notices now: the safety net reads it again
         return await super().wait(stream, offset, timeout)
 
+    async def still(self, stream: Stream) -> bool:
+        if not self._notice_current(stream.path):
+            return await super().still(stream)
+        token = _TRUSTED.set(_Trusted(stream.path))  # current: no read
+        try:
+            return await super().still(stream)
+        finally:
+            _TRUSTED.reset(token)
+
     def _noticed_change(self, path: str) -> None:
-        if path in self._streams:
+        if path in self._streams or path in self._syncing:
             self._noticed[path] = self._noticed.get(path, 0) + 1
         if path in self._waiters:
             self._pending.add(path)
@@ -666,6 +705,7 @@ class RedisRegistry(Registry):
                     log.warning("streams: notices of %s subscribed again", self.store.where)
                 lost, delay = False, reconnect_delay
                 self.subscribed += 1
+                self._listening = True
                 self._subscribed_event.set()
                 self._recheck_waited()  # anything published before was missed
                 while True:
@@ -680,6 +720,7 @@ class RedisRegistry(Registry):
                     err,
                 )
                 lost = True
+                self._listening = False
                 attempt += 1
             finally:
                 with contextlib.suppress(Exception):

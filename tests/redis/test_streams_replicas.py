@@ -135,6 +135,35 @@ async def test_readers_on_b_see_an_append_through_a_at_once(store_url: str) -> N
         assert closed.status_code == 204 and closed.headers["stream-closed"] == "true"
 
 
+async def test_many_readers_on_b_cost_b_one_read_of_redis_per_append(
+    shared_redis: RedisServer,
+) -> None:
+    """B reads the stream once per notice and every waiting reader shares
+    that copy: readers add no reads of their own."""
+    url = f"{shared_redis.url}?prefix=n{uuid.uuid4().hex[:8]}:"
+    path = "/v1/stream/many"
+    async with (
+        running_server(store=RedisStore(url), **SLOW_SAFETY_NET) as a,
+        running_server(store=RedisStore(url), **SLOW_SAFETY_NET) as b,
+        httpx.AsyncClient(base_url=a.url, timeout=40) as http_a,
+        httpx.AsyncClient(base_url=b.url, timeout=40) as http_b,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        await until(lambda: registry(b).subscribed > 0, timeout=10)
+        tail = (await http_a.put(path, headers=TEXT)).headers["stream-next-offset"]
+        readers = [
+            await stack.enter_async_context(sse_events(http_b, path, tail)) for _ in range(8)
+        ]
+        for round_ in range(3):
+            await until(lambda: waiting(b, path, 8), timeout=10)
+            before = registry(b).reads
+            assert (await http_a.post(path, headers=TEXT, content=b"x")).status_code == 204
+            async with asyncio.timeout(WAKE_BOUND_S):
+                assert [await next_data(r) for r in readers] == ["x"] * 8, round_
+            await until(lambda: waiting(b, path, 8), timeout=10)
+            assert registry(b).reads - before == 1
+
+
 async def test_producers_on_two_replicas_are_one_sequence(store_url: str) -> None:
     """Epochs and sequences are checked against Redis, whichever replica a
     request reaches: a duplicate is a duplicate, a gap a gap."""
