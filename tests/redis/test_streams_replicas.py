@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis.asyncio as aioredis
 
 from server.store.redis import RedisStore
 from server.streams.redis import RedisRegistry
@@ -162,6 +163,38 @@ async def test_many_readers_on_b_cost_b_one_read_of_redis_per_append(
                 assert [await next_data(r) for r in readers] == ["x"] * 8, round_
             await until(lambda: waiting(b, path, 8), timeout=10)
             assert registry(b).reads - before == 1
+
+
+async def test_a_reader_whose_notice_was_lost_wakes_when_b_subscribes_again(
+    shared_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pub/sub drops what is published while a subscriber is away: after
+    every (re)subscription B reads the streams its readers wait on."""
+    url = f"{shared_redis.url}?prefix=l{uuid.uuid4().hex[:8]}:"
+    path = "/v1/stream/lost"
+    async with (
+        running_server(store=RedisStore(url), **SLOW_SAFETY_NET) as a,
+        running_server(store=RedisStore(url), **SLOW_SAFETY_NET) as b,
+        httpx.AsyncClient(base_url=a.url, timeout=40) as http_a,
+        httpx.AsyncClient(base_url=b.url, timeout=40) as http_b,
+    ):
+        await until(lambda: registry(b).subscribed > 0, timeout=10)
+        tail = (await http_a.put(path, headers=TEXT)).headers["stream-next-offset"]
+        poll = asyncio.create_task(http_b.get(path, params={"offset": tail, "live": "long-poll"}))
+        await until(lambda: waiting(b, path, 1), timeout=10)
+        # Every notice B gets from now on is lost, as if it came while B was away.
+        monkeypatch.setattr(registry(b), "_noticed_change", lambda path: None)
+        assert (await http_a.post(path, headers=TEXT, content=b"missed")).status_code == 204
+        subscribed = registry(b).subscribed
+        client = aioredis.Redis.from_url(shared_redis.url)
+        try:
+            await client.client_kill_filter(_type="pubsub")
+        finally:
+            await client.aclose()
+        async with asyncio.timeout(WAKE_BOUND_S):
+            answer = await poll
+        assert registry(b).subscribed > subscribed
+        assert answer.status_code == 200 and answer.content == b"missed"
 
 
 async def test_producers_on_two_replicas_are_one_sequence(store_url: str) -> None:
