@@ -292,7 +292,6 @@ class RedisRegistry(Registry):
         self.subscribed = 0
         #: Reads of a stream from Redis (tests count them).
         self.reads = 0
-        self._subscribed_event = asyncio.Event()
         self._read = _Script(_READ)
         self._create_script = _Script(_CREATE)
         self._update = _Script(_UPDATE)
@@ -317,10 +316,6 @@ class RedisRegistry(Registry):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
-
-    async def subscribed_once(self) -> None:
-        """Return once the notices are subscribed (tests)."""
-        await self._subscribed_event.wait()
 
     # --- Redis ------------------------------------------------------------------------
 
@@ -706,7 +701,6 @@ class RedisRegistry(Registry):
                 lost, delay = False, reconnect_delay
                 self.subscribed += 1
                 self._listening = True
-                self._subscribed_event.set()
                 self._recheck_waited()  # anything published before was missed
                 while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
