@@ -82,7 +82,7 @@ async def test_a_redis_that_is_down_is_a_503_and_the_streams_are_back_with_it(
 ) -> None:
     path = "/v1/stream/outage"
     async with (
-        running_server(store=RedisStore(f"{redis_server.url}?retries=0")) as srv,
+        running_server(store=RedisStore(redis_server.url)) as srv,
         httpx.AsyncClient(base_url=srv.url, timeout=20) as http,
     ):
         assert (await http.put(path, headers=TEXT, content=b"kept")).status_code == 201
