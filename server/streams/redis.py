@@ -97,15 +97,18 @@ local function expire_all(gc)
 end
 """
 
-# KEYS meta msgs prod forks; ARGV gen count -> {} (none) or
-# {gen, ver, access, s, messages past count (all for another gen), producers, forks}
+# KEYS meta msgs prod forks; ARGV gen count ver -> {} (none) or
+# {gen, ver, access, s, messages past count (all for another gen), producers, forks};
+# s (nil), messages and producers are left out when gen and ver are the caller's
 _READ = """
 local m = redis.call('HMGET', KEYS[1], 'gen', 'ver', 'access', 's')
 if not m[1] then return {} end
+local forks = redis.call('SCARD', KEYS[4])
+if m[1] == ARGV[1] and m[2] == ARGV[3] then return {m[1], m[2], m[3], false, {}, {}, forks} end
 local from = 0
 if m[1] == ARGV[1] then from = tonumber(ARGV[2]) end
 return {m[1], m[2], m[3], m[4], redis.call('LRANGE', KEYS[2], from, -1),
-        redis.call('HGETALL', KEYS[3]), redis.call('SCARD', KEYS[4])}
+        redis.call('HGETALL', KEYS[3]), forks}
 """
 
 # KEYS meta msgs prod forks calls; ARGV token gen access s gc soft channel path
@@ -376,7 +379,8 @@ class RedisRegistry(Registry):
         self.reads += 1
         cached = self._streams.get(path)
         count = len(cached.messages) if cached is not None else 0
-        reply = await self._call(self._read, path, [cached.gen if cached else "", count], keys=4)
+        known = [cached.gen, count, cached.version] if cached else ["", 0, 0]
+        reply = await self._call(self._read, path, known, keys=4)
         # Another read may have moved the copy meanwhile: messages past ``count``
         # it holds already are not pushed twice.
         cached = self._streams.get(path)
@@ -387,6 +391,10 @@ class RedisRegistry(Registry):
             return True
         gen, ver, access, state, blobs, producers, forks = reply
         gen, ver = _text(gen), int(ver)
+        if state is None:  # unchanged since the copy's version was read
+            if cached is not None and cached.gen == gen:
+                self._moved(cached, access, forks)
+            return False
         if cached is not None and cached.gen == gen:
             if ver < cached.version:
                 return False  # read before a change the copy already holds
@@ -410,10 +418,7 @@ class RedisRegistry(Registry):
         if stream.closed_by is not None:
             stream.closed_by = tuple(stream.closed_by)  # type: ignore[assignment]
         stream.gen, stream.version = gen, ver
-        # What Redis holds is what was written (a local read may be newer).
-        stream.logged_access = float(access)
-        stream.last_access = max(stream.last_access, stream.logged_access)
-        stream.refs = int(forks)
+        self._moved(stream, access, forks)
         stream.producers = {
             _text(producers[i]): Producer(*_decode(producers[i + 1]))
             for i in range(0, len(producers), 2)
@@ -421,6 +426,14 @@ class RedisRegistry(Registry):
         if changed:
             self._wake(path)
         return changed
+
+    @staticmethod
+    def _moved(stream: Stream, access: bytes, forks: int) -> None:
+        """What changes without a new version: reads (the sliding TTL) and forks."""
+        # What Redis holds is what was written (a local read may be newer).
+        stream.logged_access = float(access)
+        stream.last_access = max(stream.last_access, stream.logged_access)
+        stream.refs = int(forks)
 
     async def _sweep(self, now: float) -> None:
         swept = self._swept

@@ -236,9 +236,9 @@ async def test_producers_on_two_replicas_are_one_sequence(store_url: str) -> Non
 
 
 async def test_an_append_acknowledged_by_a_killed_replica_is_read_from_the_other(
-    shared_redis: RedisServer, tmp_path: Path
+    store_url: str, tmp_path: Path
 ) -> None:
-    url = f"{shared_redis.url}?prefix=k{uuid.uuid4().hex[:8]}:"
+    url = store_url
     path = "/v1/stream/kept"
     headers: dict[str, Any] = {**TEXT, "producer-id": "w", "producer-epoch": "0"}
     async with replicas(2, url, tmp_path) as (a, b), httpx.AsyncClient(timeout=20) as http:
