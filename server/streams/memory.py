@@ -1,10 +1,16 @@
 """The Durable Streams of one process, and the readers waiting on them.
 
-Every operation runs on the event loop with no await inside, so each is
-atomic: producer validation and the append it allows happen in one step (the
-protocol's per-producer serialization), and a reader woken by an append sees
-it. Readers of a live mode wait on their stream's own appends: a fork's
-waiters are never woken by its source.
+Every operation is a coroutine that, on this registry, never suspends, so
+each is atomic: producer validation and the append it allows happen in one
+step of the event loop (the protocol's per-producer serialization), and a
+reader woken by an append sees it. Readers of a live mode wait on their
+stream's own appends: a fork's waiters are never woken by its source.
+
+A shared store's registry (``server.streams.redis.RedisRegistry``) keeps
+these rules and this code, and fills in the hooks: ``_sync`` brings its copy
+of a stream up to date before a request is decided, the ``_write_*`` hooks
+write with a check that the copy was current, and a write that finds it
+stale raises ``Stale``: the request is decided again (``_decided``).
 
 The registry is the index every request is answered from. Each change is
 first decided without touching memory, then written to the registry's
