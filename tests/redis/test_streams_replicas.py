@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -26,6 +27,7 @@ import redis.asyncio as aioredis
 from server.store.redis import RedisStore
 from server.streams.redis import RedisRegistry
 from tests.redis.replicas import replicas
+from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
 from tests.support.servers import RunningServer, running_server
 from tests.support.waiting import until
@@ -262,3 +264,41 @@ async def test_an_append_acknowledged_by_a_killed_replica_is_read_from_the_other
         assert nxt.status_code == 200
         read = await http.get(b.url + path, params={"offset": "-1"})
         assert read.content == b"acknowledged, then B"
+
+
+async def test_a_killed_cluster_master_costs_only_its_streams(redis_cluster: RedisCluster) -> None:
+    """The master a replica listens on for notices is killed: its streams
+    are 503, the others keep working, and a reader on B of a stream on
+    another master still sees A's append (B listens on the next node)."""
+    url = redis_cluster.url + "?socket_timeout=0.5&socket_connect_timeout=0.5&retries=1"
+    victim = redis_cluster.nodes[0]  # where every replica listens first
+    async with (
+        running_server(store=RedisStore(url), **SLOW_SAFETY_NET) as a,
+        running_server(store=RedisStore(url), **SLOW_SAFETY_NET) as b,
+        httpx.AsyncClient(base_url=a.url, timeout=40) as http_a,
+        httpx.AsyncClient(base_url=b.url, timeout=40) as http_b,
+    ):
+        paths = (f"/v1/stream/s{i}" for i in itertools.count())
+        doomed = next(p for p in paths if redis_cluster.node_of(registry(a)._keys(p)[0]) is victim)
+        spared = next(
+            p for p in paths if redis_cluster.node_of(registry(a)._keys(p)[0]) is not victim
+        )
+        await until(lambda: registry(b).subscribed > 0, timeout=10)
+        for path in (doomed, spared):
+            assert (await http_a.put(path, headers=TEXT, content=b"kept")).status_code == 201
+        tail = (await http_b.head(spared)).headers["stream-next-offset"]
+        poll = asyncio.create_task(http_b.get(spared, params={"offset": tail, "live": "long-poll"}))
+        await until(lambda: waiting(b, spared, 1), timeout=10)
+        victim.kill()
+        for answer in (
+            await http_a.post(doomed, headers=TEXT, content=b"lost"),
+            await http_b.get(doomed, params={"offset": "-1"}),
+        ):
+            assert answer.status_code == 503, answer.text
+            assert f"127.0.0.1:{victim.port}" in answer.text
+        assert (await http_a.post(spared, headers=TEXT, content=b" and on")).status_code == 204
+        async with asyncio.timeout(WAKE_BOUND_S):
+            answer = await poll
+        assert answer.status_code == 200 and answer.content == b" and on"
+        read = await http_b.get(spared, params={"offset": "-1"})
+        assert read.content == b"kept and on"
