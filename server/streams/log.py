@@ -12,21 +12,17 @@ so the registry leaves memory as it was and the client may retry.
 - ``server.streams.sqlite.SQLiteStreamLog``: a SQLite file in the data
   folder of the ``sqlite`` store.
 
-``log_for_store`` picks the log of a store.
+``server.streams.open.log_for_store`` picks the log of a store.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from server.store.base import Store
 from server.streams.model import Stream, Update
 
-if TYPE_CHECKING:
-    from server.streams.memory import Limits, Registry
-
-__all__ = ["NoLog", "StreamLog", "log_for_store", "registry_for_store"]
+__all__ = ["NoLog", "StreamLog"]
 
 
 class StreamLog(Protocol):
@@ -85,33 +81,3 @@ class NoLog:
 
     def close(self) -> None:
         pass
-
-
-def log_for_store(store: Store) -> StreamLog:
-    """The streams' log beside ``store`` (opened: it reads and writes its
-    file from now on): a SQLite file in the data folder of the ``sqlite``
-    store; ``NoLog`` otherwise (memory, Redis)."""
-    from server.store.sqlite import SQLiteStore
-    from server.streams.sqlite import SQLiteStreamLog
-
-    if isinstance(store, SQLiteStore):
-        return SQLiteStreamLog(
-            store.path,
-            synchronous=store.options.synchronous,
-            busy_timeout_s=store.options.busy_timeout_s,
-        )
-    return NoLog()
-
-
-def registry_for_store(store: Store, limits: Limits, *, resync_s: float = 1.0) -> Registry:
-    """The streams' registry of ``store``: on Redis one that keeps the
-    streams in Redis, shared by every replica (``resync_s``: its safety net
-    for lost notices, ``server.streams.redis``); otherwise the process's own
-    (its log attached at startup, ``log_for_store``)."""
-    from server.store.redis import RedisStore
-    from server.streams.memory import Registry
-    from server.streams.redis import RedisRegistry
-
-    if isinstance(store, RedisStore):
-        return RedisRegistry(store, limits, resync_s=resync_s)
-    return Registry(limits)

@@ -18,6 +18,12 @@ first decided without touching memory, then written to the registry's
 file for the SQLite store), and only then made in memory and answered: a
 change the log cannot write is refused (503) and leaves the stream as it
 was, and a change answered is in the log. ``attach`` loads what a log holds.
+
+Why one module of over 600 lines: the registry decides every request of the
+protocol (create, append with its producer rules, read, close, fork, expiry,
+delete) against one index, and the Redis registry reuses that code through
+hooks; split by request, the invariants they share (offsets, closure, the
+producers' sequences, the fork tree) would have to be checked across files.
 """
 
 from __future__ import annotations

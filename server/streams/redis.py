@@ -48,6 +48,11 @@ only collects what nobody asks about any more.
 The limits (``max_streams``, ``max_stream_bytes``) count what this replica
 holds in its copy: the streams it was asked about, each dropped once unused
 for ``IDLE_COPY_S`` (Redis keeps it).
+
+Why one module of over 600 lines: one backend of the streams' registry: the Lua scripts
+that read a stream's copy and write a change only if that copy was current (text in this
+module), the hooks of the memory registry they serve, and the notices that wake readers
+on other replicas share one key layout and one retry rule.
 """
 
 from __future__ import annotations

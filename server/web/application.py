@@ -50,8 +50,8 @@ from server.store.base import Store, StoreError
 from server.store.open import open_store
 from server.streams import http as streams_http
 from server.streams import transcripts as streams_transcripts
-from server.streams.log import log_for_store, registry_for_store
 from server.streams.memory import Limits, Registry
+from server.streams.open import log_for_store, registry_for_store
 from server.web import http_api, http_lmml, http_ops, http_views, openapi, pages, problems
 from server.web.access import HttpAccess
 from server.web.offload import Offload
