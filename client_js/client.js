@@ -1585,6 +1585,11 @@ export class StreamFaceSocket {
         // One at a time, in the order sent: they land in that order, as on a WebSocket.
         this._appends = this._appends.then(() => this._append(op));
         break;
+      case "presence":
+        // Not carried (it needs the WebSocket); the client states its presence again when one
+        // opens, so this is no refusal for it to report.
+        if (op.ref !== undefined && op.ref !== null) this._frame({ type: "pong", ref: op.ref });
+        break;
       default:
         this._frame({
           type: "error",

@@ -305,7 +305,7 @@ async def test_tail_notes_who_joins_and_leaves(server: ServerProcess) -> None:
     async with HttpApi(server.url) as api:
         await api.create("cli-presence", [{"role": "user", "content": "one"}])
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "server.cli", "tail", "cli-presence", "--url", server.url,
+        sys.executable, "-m", "server.run.cli", "tail", "cli-presence", "--url", server.url,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
