@@ -214,13 +214,13 @@ class PresenceRegistry:
         *,
         interval_s: float,
         max_members: int,
-        relay: PresenceRelay | None = None,
         clock: Callable[[], float] | None = None,
         frames_made: Callable[[], None] | None = None,
     ) -> None:
         self.interval_s = interval_s
         self.max_members = max_members
-        self.relay = relay
+        #: The link to other replicas (``attach``), ``None`` standalone.
+        self.relay: PresenceRelay | None = None
         self._clock = clock
         self.transcripts: dict[str, TranscriptPresence] = {}
         #: Per connection, the transcripts where it is a member or a watcher.
