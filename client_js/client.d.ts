@@ -204,6 +204,38 @@ export interface SubscribeOp extends ClientOp {
   epoch?: string;
   ref?: string | number;
   window?: Window;
+  presence?: boolean;
+}
+
+/** A member of a transcript's presence: one connection that stated it. */
+export interface PresenceMember {
+  id: string;
+  /** Its token's sub, or the name it gave. */
+  who: string;
+  kind: PresenceKind;
+  state: Record<string, unknown>;
+}
+
+export type PresenceKind = "viewer" | "writer" | "agent";
+
+export interface PresenceCounts {
+  viewers: number;
+  writers: number;
+  agents: number;
+}
+
+/** The largest presence state, as its JSON in bytes. */
+export const MAX_PRESENCE_STATE_BYTES: 1024;
+
+/** A copy of one transcript's presence (port of protocol.presence.PresenceCopy). */
+export class PresenceCopy {
+  constructor();
+  /** id -> member, or null while the server sends counts only. */
+  members: Map<string, PresenceMember> | null;
+  counts: PresenceCounts;
+  take(frame: ServerFrame): void;
+  /** The members ordered by who and id ([] when only counted). */
+  listed(): PresenceMember[];
 }
 
 export type Decision =
@@ -318,7 +350,8 @@ export type CoreUpdate =
   | { kind: "frames-lost"; missing: number }
   | { kind: "synced"; barrier: number }
   | { kind: "draft"; transcriptId: string; [key: string]: unknown }
-  | { kind: "draft-closed"; transcriptId: string; [key: string]: unknown };
+  | { kind: "draft-closed"; transcriptId: string; [key: string]: unknown }
+  | { kind: "presence"; transcriptId: string; presence: PresenceCopy; frame: ServerFrame };
 
 /** One followed transcript: its Continuity, its copy and its drafts. */
 export class Subscription {
@@ -330,6 +363,10 @@ export class Subscription {
   barrier: number;
   drafts: Map<string, DraftCopy>;
   finals: number;
+  /** The transcript's presence when followed ({presence: true}), else null. */
+  presence: PresenceCopy | null;
+  /** This consumer's own presence op, stated again on every new connection. */
+  stated: ClientOp | null;
   readonly revision: number | null;
   request(): SubscribeOp;
   onBaseline(snapshot: TranscriptSnapshot): CoreUpdate | null;
@@ -351,8 +388,10 @@ export class Consumer {
   seq: SeqTracker;
   connected: boolean;
   invalidFrames: number;
-  subscribe(transcriptId: string, options?: { window?: Window | null }): Subscription;
+  subscribe(transcriptId: string, options?: { window?: Window | null; presence?: boolean }): Subscription;
   unsubscribe(transcriptId: string): boolean;
+  /** State (or with leave: true end) this consumer's presence on a followed transcript. */
+  statePresence(op: PresenceInput & { transcriptId: string; leave?: boolean }): void;
   connectionMade(): void;
   connectionLost(): void;
   receiveData(data: string): void;
@@ -576,6 +615,28 @@ export interface UpdateEvent {
 }
 
 /** Every event of TsyncClient.on, with what its listener gets. */
+/** What statePresence sets (what it leaves out keeps what earlier calls said). */
+export interface PresenceInput {
+  kind?: PresenceKind;
+  /** A small JSON object (at most 1 KiB); null or {} clears it. */
+  state?: Record<string, unknown> | null;
+  /** Who this client is, on a server that asks for no credentials. */
+  name?: string;
+}
+
+export interface PresenceEvent {
+  transcriptId: string;
+  /** Every member ordered by who, or null above the server's presence_max_members. */
+  members: PresenceMember[] | null;
+  counts: PresenceCounts;
+  /** What this frame changed. */
+  joined: PresenceMember[];
+  updated: PresenceMember[];
+  /** Ids of the members that left. */
+  left: string[];
+  presence: PresenceCopy;
+}
+
 export interface ClientEvents {
   status: StatusEvent;
   baseline: BaselineEvent;
@@ -585,6 +646,7 @@ export interface ClientEvents {
   earlier: EarlierEvent;
   stop: StopEvent;
   draft: DraftEvent;
+  presence: PresenceEvent;
   ack: Ack;
   error: ErrorFrame;
   update: UpdateEvent;
@@ -629,9 +691,15 @@ export class TsyncClient {
   connect(): this;
   /** Close for good: no reconnect; pending appends are rejected. */
   close(): void;
-  /** Follow a transcript (or a window of it) across reconnects. */
-  subscribe(transcriptId: string, options?: { window?: Window | null }): Subscription;
+  /** Follow a transcript (or a window of it) across reconnects; with presence, who is on it too. */
+  subscribe(transcriptId: string, options?: { window?: Window | null; presence?: boolean }): Subscription;
   unsubscribe(transcriptId: string): void;
+  /** State or change this client's presence on a subscribed transcript (stated again after reconnects). */
+  statePresence(transcriptId: string, presence?: PresenceInput): void;
+  /** End this client's presence on the transcript (it stays subscribed). */
+  leavePresence(transcriptId: string): void;
+  /** The presence of a transcript subscribed with {presence: true}, else null. */
+  presence(transcriptId: string): PresenceCopy | null;
   /** The open drafts of a subscribed transcript. */
   drafts(transcriptId: string): Map<string, DraftCopy>;
   /** The copy of a subscribed transcript, or null before its baseline. */

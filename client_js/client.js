@@ -128,8 +128,9 @@ function resubscribe(transcriptId, fromRevision, epoch, reason) {
   };
 }
 
-function subscribeOp(transcriptId, fromRevision, epoch, ref, window) {
+function subscribeOp(transcriptId, fromRevision, epoch, ref, window, presence = false) {
   const op = { op: "subscribe", transcriptId };
+  if (presence) op.presence = true;
   if (fromRevision !== null && fromRevision !== undefined) op.fromRevision = fromRevision;
   if (epoch !== null && epoch !== undefined) op.epoch = epoch;
   if (ref !== null && ref !== undefined) op.ref = ref;
@@ -335,6 +336,8 @@ const PART_FIELDS = {
   attachment: ["name", "mime", "content"],
 };
 const MAX_REF_LENGTH = 200;
+/** The largest presence state, as its JSON in bytes (protocol.limits.MAX_PRESENCE_STATE_BYTES). */
+export const MAX_PRESENCE_STATE_BYTES = 1024;
 
 /** A frame, snapshot or event the consumer cannot accept; message says why. */
 export class InvalidFrame extends Error {
@@ -565,10 +568,72 @@ export function acceptFrame(frame) {
     case "draft":
       checkDraftFrame(frame);
       break;
+    case "presence":
+      checkPresenceFrame(frame);
+      break;
     default:
       throw new InvalidFrame(`type: unknown frame type ${JSON.stringify(frame.type)}`);
   }
   return frame;
+}
+
+const PRESENCE_KINDS = ["viewer", "writer", "agent"];
+
+function checkMember(member, where) {
+  need(isObject(member), where, "a member object");
+  need(typeof member.id === "string" && member.id.length > 0, `${where}.id`, "a string");
+  need(typeof member.who === "string" && member.who.length > 0, `${where}.who`, "a string");
+  need(isOptional(member.kind, (v) => PRESENCE_KINDS.includes(v)), `${where}.kind`, "viewer, writer or agent");
+  need(isOptional(member.state, isObject), `${where}.state`, "an object");
+}
+
+/** Check a presence frame (port of protocol.wire.PresenceFrame's schema). */
+function checkPresenceFrame(frame) {
+  need(typeof frame.transcriptId === "string" && ID.test(frame.transcriptId), "transcriptId", "a transcript id");
+  need(isObject(frame.counts), "counts", "an object");
+  for (const key of ["viewers", "writers", "agents"]) need(isInt(frame.counts[key] ?? 0, 0), `counts.${key}`, "an integer >= 0");
+  for (const key of ["members", "joined", "updated"]) {
+    need(isOptional(frame[key], Array.isArray), key, "a list");
+    (frame[key] ?? []).forEach((member, i) => checkMember(member, `${key}[${i}]`));
+  }
+  need(isOptional(frame.left, (v) => Array.isArray(v) && v.every((id) => typeof id === "string")), "left", "a list of ids");
+}
+
+/**
+ * A copy of one transcript's presence (port of protocol.presence.PresenceCopy):
+ * members (id -> {id, who, kind, state}) or null while the server sends
+ * counts only; counts {viewers, writers, agents}.
+ */
+export class PresenceCopy {
+  constructor() {
+    this.members = null;
+    this.counts = { viewers: 0, writers: 0, agents: 0 };
+  }
+
+  /** Apply one presence frame: a whole list, changes, or counts alone. */
+  take(frame) {
+    this.counts = { viewers: 0, writers: 0, agents: 0, ...frame.counts };
+    const norm = (m) => ({ kind: "viewer", state: {}, ...m });
+    if (frame.members !== undefined && frame.members !== null) {
+      this.members = new Map(frame.members.map((m) => [m.id, norm(m)]));
+      return;
+    }
+    const changes = [frame.joined, frame.updated, frame.left].some((list) => list && list.length);
+    if (!changes) {
+      this.members = null;
+      return;
+    }
+    if (this.members === null) this.members = new Map();
+    for (const m of frame.joined ?? []) this.members.set(m.id, norm(m));
+    for (const m of frame.updated ?? []) this.members.set(m.id, norm(m));
+    for (const id of frame.left ?? []) this.members.delete(id);
+  }
+
+  /** The members ordered by who and id ([] when only counted). */
+  listed() {
+    if (this.members === null) return [];
+    return [...this.members.values()].sort((a, b) => (a.who < b.who ? -1 : a.who > b.who ? 1 : a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  }
 }
 
 // --- the copy -----------------------------------------------------------------------
@@ -774,6 +839,10 @@ export class Subscription {
     this.drafts = new Map();
     this.finals = 0;
     this._draftsEpoch = null;
+    /** The transcript's presence (a PresenceCopy) when followed, else null. */
+    this.presence = null;
+    /** This consumer's own presence op, stated again on every new connection. */
+    this.stated = null;
   }
 
   get revision() {
@@ -783,6 +852,7 @@ export class Subscription {
   request() {
     const op = this.continuity.resubscribeRequest();
     if (this.window !== null) op.window = this.window;
+    if (this.presence !== null) op.presence = true;
     return op;
   }
 
@@ -963,10 +1033,11 @@ export class Consumer {
   }
 
   /** Follow a transcript, or only a window of it (the same subscription if already followed). */
-  subscribe(transcriptId, { window = null } = {}) {
+  subscribe(transcriptId, { window = null, presence = false } = {}) {
     let sub = this.subscriptions.get(transcriptId);
     if (sub) return sub;
     sub = new Subscription(transcriptId, { keepMessages: this.keepMessages, window });
+    if (presence) sub.presence = new PresenceCopy();
     this.subscriptions.set(transcriptId, sub);
     sub.continuity.resyncing = true; // the baseline is on its way
     if (this.connected) {
@@ -986,6 +1057,19 @@ export class Consumer {
     return true;
   }
 
+  /**
+   * State (or with leave: true end) this consumer's presence on a followed
+   * transcript: {transcriptId, kind?, state?, name?, leave?}. Stated again on
+   * every new connection (what an op leaves out keeps what earlier ones said).
+   */
+  statePresence(op) {
+    const sub = this.subscriptions.get(op.transcriptId);
+    if (!sub) throw new Error(`presence on ${JSON.stringify(op.transcriptId)}, which is not followed`);
+    const { ref: _ref, ...kept } = op;
+    sub.stated = op.leave ? null : { ...(sub.stated ?? {}), ...kept, op: "presence" };
+    if (this.connected) this._ops.push({ ...op, op: "presence" });
+  }
+
   /** A new connection is up: seq starts over, every subscription resubscribes, then a barrier. */
   connectionMade() {
     this.connected = true;
@@ -993,6 +1077,7 @@ export class Consumer {
     this._ops = [];
     this._unmarked.clear();
     for (const sub of [...this.subscriptions.values()]) this._resubscribe(sub, sub.onNewConnection());
+    for (const sub of this.subscriptions.values()) if (sub.stated) this._ops.push({ ...sub.stated });
     this._barrierDue = true;
     this._flushBarrier();
   }
@@ -1074,6 +1159,14 @@ export class Consumer {
         if (update !== null) this._updates.push(update);
         break;
       }
+      case "presence": {
+        const sub = this.subscriptions.get(frame.transcriptId);
+        if (sub && sub.presence) {
+          sub.presence.take(frame);
+          this._updates.push({ kind: "presence", transcriptId: frame.transcriptId, presence: sub.presence, frame });
+        }
+        break;
+      }
       case "baseline": {
         const sub = this.subscriptions.get(frame.snapshot.transcriptId);
         if (sub) {
@@ -1132,7 +1225,10 @@ export class Consumer {
   _resubscribe(sub, update) {
     this._updates.push(update);
     if (this.connected) {
-      this._queueSubscribe(sub, subscribeOp(update.transcriptId, update.fromRevision, update.epoch, null, sub.window));
+      this._queueSubscribe(
+        sub,
+        subscribeOp(update.transcriptId, update.fromRevision, update.epoch, null, sub.window, sub.presence !== null),
+      );
     }
   }
 
@@ -1489,6 +1585,11 @@ export class StreamFaceSocket {
         // One at a time, in the order sent: they land in that order, as on a WebSocket.
         this._appends = this._appends.then(() => this._append(op));
         break;
+      case "presence":
+        // Not carried (it needs the WebSocket); the client states its presence again when one
+        // opens, so this is no refusal for it to report.
+        if (op.ref !== undefined && op.ref !== null) this._frame({ type: "pong", ref: op.ref });
+        break;
       default:
         this._frame({
           type: "error",
@@ -1668,6 +1769,11 @@ export class StreamFaceSocket {
  *              swaps the two never shows both or neither), "cancelled", "expired" or
  *              "gone" (it closed while the client was away); text is its last text.
  *              client.drafts(transcriptId) holds the open ones (draftId -> {role, n, text}).
+ * - "presence" {transcriptId, members, counts, joined, updated, left, presence}: who is on
+ *              a transcript subscribed with {presence: true} changed. members: every
+ *              member ({id, who, kind, state}) ordered by who, or null above the
+ *              server's presence_max_members (counts {viewers, writers, agents} only);
+ *              joined/updated/left: what this frame changed (left holds ids).
  * - "ack"      the ack frame of an append (also the resolved value of append()).
  * - "error"    an error frame that no append or subscription took (code
  *              "invalid-frame" for a frame that did not validate, "mirror" for
@@ -2209,10 +2315,10 @@ export class TsyncClient {
    * window ({tail: N}, {from: index}, {segment: "active"}, {view: name}) asks
    * for part of it: the copy then holds [start, length); see loadEarlier().
    */
-  subscribe(transcriptId, { window = null } = {}) {
+  subscribe(transcriptId, { window = null, presence = false } = {}) {
     const known = this.core.subscriptions.get(transcriptId);
     if (known) return known;
-    const sub = this.core.subscribe(transcriptId, { window });
+    const sub = this.core.subscribe(transcriptId, { window, presence });
     if (this._open) {
       this._awaiting = this.state === "connecting" ? "live" : this.state;
       this._flush();
@@ -2223,6 +2329,39 @@ export class TsyncClient {
   /** Stop following a transcript. */
   unsubscribe(transcriptId) {
     if (this.core.unsubscribe(transcriptId)) this._flush();
+  }
+
+  /**
+   * State this client's presence on a subscribed transcript, or change it:
+   * {kind: "viewer"|"writer"|"agent", state: {...} (null or {} clears it),
+   * name (a server that asks for no credentials)}. Stated again after every
+   * reconnect. Throws for a state over 1 KiB of JSON.
+   */
+  statePresence(transcriptId, { kind, state, name } = {}) {
+    const op = { transcriptId };
+    if (kind !== undefined) op.kind = kind;
+    if (state !== undefined) {
+      const size = new TextEncoder().encode(JSON.stringify(state ?? {})).length;
+      if (size > MAX_PRESENCE_STATE_BYTES) {
+        throw new Error(`a presence state is at most ${MAX_PRESENCE_STATE_BYTES} bytes of JSON (this one is ${size})`);
+      }
+      op.state = state;
+    }
+    if (name !== undefined) op.name = name;
+    this.core.statePresence(op);
+    this._flush();
+  }
+
+  /** End this client's presence on the transcript (it stays subscribed). */
+  leavePresence(transcriptId) {
+    if (!this.core.subscriptions.get(transcriptId)?.stated) return;
+    this.core.statePresence({ transcriptId, leave: true });
+    this._flush();
+  }
+
+  /** The presence of a transcript subscribed with {presence: true} (a PresenceCopy), else null. */
+  presence(transcriptId) {
+    return this.core.subscriptions.get(transcriptId)?.presence ?? null;
   }
 
   /** The open drafts of a subscribed transcript: draftId -> DraftCopy {draftId, role, n, text}. */
@@ -2383,6 +2522,17 @@ export class TsyncClient {
       case "draft":
       case "draft-closed":
         this._draft(update);
+        break;
+      case "presence":
+        this._emit("presence", {
+          transcriptId: update.transcriptId,
+          members: update.presence.members === null ? null : update.presence.listed(),
+          counts: update.presence.counts,
+          joined: update.frame.joined ?? [],
+          updated: update.frame.updated ?? [],
+          left: update.frame.left ?? [],
+          presence: update.presence,
+        });
         break;
       case "synced":
         if (this._awaiting) {

@@ -36,7 +36,7 @@ import msgspec
 from client_py.client import Client, connect
 from client_py.errors import ClientError, ServerError, Unreachable
 from client_py.http import Ack, HttpApi, endpoints
-from client_py.mirror import DraftEvent, Mirror, MirrorUpdate
+from client_py.mirror import DraftEvent, EventStream, Mirror, MirrorUpdate
 from protocol.api import TranscriptSummary
 from protocol.drafts import DraftClosed, DraftUpdated
 from protocol.errors import InvalidId
@@ -52,6 +52,7 @@ from protocol.types import (
     TranscriptSnapshot,
 )
 from protocol.validation import validate_id
+from protocol.wire import PresenceFrame
 
 __all__ = ["register"]
 
@@ -115,6 +116,13 @@ def _add_commands(subparsers: Any) -> None:
         "(~ role draftId: whole text so far; '~ role draftId cancelled' when one closes "
         "without a message), 'off' shows only committed messages; 'auto' (default) is "
         "'live' on a terminal and 'off' otherwise",
+    )
+    tail.add_argument(
+        "--no-presence",
+        dest="presence",
+        action="store_false",
+        help="do not note on stderr who joins and leaves the transcript (its presence: "
+        "'tsync: Ana joined (writer)', 'tsync: Ana left')",
     )
     tail.set_defaults(func=_command(_tail))
 
@@ -472,12 +480,58 @@ async def _tail(args: argparse.Namespace) -> int:
             window = {"tail": args.last}
         elif args.view is not None:
             window = {"view": args.view}
-        mirror = await client.subscribe(args.id, window=window)
+        mirror = await client.subscribe(args.id, window=window, presence=args.presence)
         notes = asyncio.create_task(_note_reconnects(client, lambda: mirror.revision))
+        joins = (
+            asyncio.create_task(
+                _note_presence(
+                    {m.id: m.who for m in mirror.presence.listed()},
+                    mirror.presence_frames(),
+                )
+            )
+            if mirror.presence is not None
+            else None
+        )
         try:
             return await _follow(args, mirror)
         finally:
             notes.cancel()
+            if joins is not None:
+                joins.cancel()
+
+
+def _note(text: str) -> None:
+    print(f"tsync: {text}", file=sys.stderr, flush=True)
+
+
+async def _note_presence(names: dict[str, str], frames: EventStream[PresenceFrame]) -> None:
+    """Note on stderr who is there (``names``: id -> who), then who joins
+    and leaves (``tail``), from the presence frames (``frames``, opened in
+    the step that read ``names``). Counts only above the server's limit."""
+    if names:
+        _note(f"here now: {', '.join(sorted(names.values()))}")
+    with contextlib.suppress(ClientError):
+        async for frame in frames:
+            if frame.members is not None:
+                now = {m.id: m.who for m in frame.members}
+                for member_id in sorted(now.keys() - names.keys()):
+                    _note(f"{now[member_id]} joined")
+                for member_id in sorted(names.keys() - now.keys()):
+                    _note(f"{names[member_id]} left")
+                names = now
+            elif frame.crowd:
+                counts = frame.counts
+                _note(
+                    f"{counts.total} here ({counts.viewers} viewers, {counts.writers} "
+                    f"writers, {counts.agents} agents)"
+                )
+                names = {}
+            else:
+                for member in frame.joined or ():
+                    names[member.id] = member.who
+                    _note(f"{member.who} joined ({member.kind})")
+                for member_id in frame.left or ():
+                    _note(f"{names.pop(member_id, member_id)} left")
 
 
 async def _follow(args: argparse.Namespace, mirror: Mirror) -> int:

@@ -67,12 +67,14 @@ from protocol.consumer import (
     ErrorReceived,
     FramesLost,
     InvalidFrameReceived,
+    PresenceChanged,
     Replaced,
     Resubscribed,
     Stopped,
     Update,
 )
 from protocol.continuity import SeqCounters, SeqTracker
+from protocol.limits import MAX_PRESENCE_STATE_BYTES
 from protocol.types import Role, TranscriptSnapshot
 from protocol.views import Window
 
@@ -285,8 +287,13 @@ class Client:
         *,
         window: Window | Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        presence: bool = False,
     ) -> Mirror:
         """A live mirror of the transcript, returned once its baseline arrived.
+
+        ``presence``: follow who is on the transcript too (``mirror.presence``,
+        ``mirror.wait_presence``; state this client's own with
+        ``state_presence``).
 
         ``window`` (a ``protocol.views.Window`` or its plain form:
         ``{"tail": 50}``, ``{"from": 120}``, ``{"segment": "active"}``,
@@ -302,7 +309,7 @@ class Client:
             if window is not None and not isinstance(window, Window):
                 window = msgspec.convert(window, Window)
             mirror = Mirror(
-                self.core.subscribe(transcript_id, window=window),
+                self.core.subscribe(transcript_id, window=window, presence=presence),
                 reader=lambda start, end, epoch: self.http.messages(
                     transcript_id, start, end, epoch=epoch
                 ),
@@ -328,6 +335,40 @@ class Client:
             return
         mirror._close()
         self.core.unsubscribe(transcript_id)
+        await self._send_ops()
+
+    async def state_presence(
+        self,
+        transcript_id: str,
+        *,
+        kind: wire.PresenceKind | None = None,
+        state: Mapping[str, Any] | msgspec.UnsetType | None = msgspec.UNSET,
+        name: str | None = None,
+    ) -> None:
+        """State this client's presence on a subscribed transcript, or change
+        it: ``kind`` (``viewer``, ``writer``, ``agent``), ``state`` (a small
+        JSON object, ``{}`` or ``None`` clears it; left out: kept), ``name``
+        (on a server that asks for no credentials). Stated again on every new
+        connection. Raises ``ValueError`` for a state over 1 KiB of JSON or
+        a transcript not subscribed."""
+        self._check_open()
+        if isinstance(state, Mapping):
+            state = dict(state)
+            size = wire.presence_state_bytes(state)
+            if size > MAX_PRESENCE_STATE_BYTES:
+                raise ValueError(
+                    f"a presence state is at most {MAX_PRESENCE_STATE_BYTES} bytes of JSON "
+                    f"(this one is {size})"
+                )
+        self.core.state_presence(
+            wire.Presence(transcript_id=transcript_id, kind=kind, state=state, name=name)
+        )
+        await self._send_ops()
+
+    async def leave_presence(self, transcript_id: str) -> None:
+        """End this client's presence on the transcript (it stays subscribed)."""
+        self._check_open()
+        self.core.state_presence(wire.Presence(transcript_id=transcript_id, leave=True))
         await self._send_ops()
 
     async def append(
@@ -784,6 +825,10 @@ class Client:
                         await self._send_call(call)
             case Resubscribed(reason="mismatch", transcript_id=transcript_id):
                 log.error("%s: an event did not fit the copy; taking a new baseline", transcript_id)
+            case PresenceChanged(transcript_id=transcript_id, frame=frame):
+                mirror = self.mirrors.get(transcript_id)
+                if mirror is not None:
+                    mirror._presence_changed(frame)
             case DraftUpdated(transcript_id=transcript_id):
                 mirror = self.mirrors.get(transcript_id)
                 if mirror is not None:

@@ -28,8 +28,10 @@ from protocol.consumer import Subscription
 from protocol.continuity import Continuity, Counters
 from protocol.drafts import DraftClosed, DraftUpdated
 from protocol.limits import MAX_READ_MESSAGES
+from protocol.presence import PresenceCopy
 from protocol.state import TranscriptState
 from protocol.types import Message, Segment, TranscriptEvent, TranscriptSnapshot, View
+from protocol.wire import PresenceFrame
 
 __all__ = ["DraftEvent", "EventStream", "Mirror", "MirrorUpdate"]
 
@@ -79,6 +81,8 @@ class Mirror:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._streams: list[EventStream[MirrorUpdate]] = []
         self._draft_streams: list[EventStream[MirrorUpdate | DraftEvent]] = []
+        self._presence_waiters: list[asyncio.Future[None]] = []
+        self._presence_streams: list[EventStream[PresenceFrame]] = []
 
     def __repr__(self) -> str:
         return (
@@ -145,6 +149,40 @@ class Mirror:
             draft_id: DraftView(draft_id, draft.role, draft.text, draft.n)
             for draft_id, draft in self.subscription.drafts.items()
         }
+
+    @property
+    def presence(self) -> PresenceCopy | None:
+        """Who is on the transcript (subscribed with ``presence=True``; else
+        ``None``): ``presence.listed()`` the members (``members`` is ``None``
+        while the server sends counts only), ``presence.counts`` by kind.
+        The core's copy: read it, never change it."""
+        return self.subscription.presence
+
+    async def wait_presence(
+        self, condition: Callable[[PresenceCopy], bool], timeout: float | None = 10.0
+    ) -> PresenceCopy:
+        """Wait until ``condition(mirror.presence)`` holds (checked now and
+        after every presence frame); ``TimeoutError`` after ``timeout``."""
+        presence = self.subscription.presence
+        if presence is None:
+            raise ValueError(f"{self.transcript_id!r} was subscribed without presence")
+        async with asyncio.timeout(timeout):
+            while not condition(presence):
+                if self.failed is not None:
+                    raise self.failed
+                changed = asyncio.get_running_loop().create_future()
+                self._presence_waiters.append(changed)
+                await changed
+        return presence
+
+    def presence_frames(self) -> EventStream[PresenceFrame]:
+        """An async iterator of every ``presence`` frame applied to
+        ``presence`` from now on (what each changed: ``joined``, ``updated``,
+        ``left``; ``members`` when it replaced the list). Registers at once,
+        like ``events``."""
+        stream: EventStream[PresenceFrame] = EventStream(self)
+        self._presence_streams.append(stream)
+        return stream
 
     @property
     def counters(self) -> Counters:
@@ -298,11 +336,25 @@ class Mirror:
             stream._push(_END)
         for with_drafts in self._draft_streams:
             with_drafts._push(_END)
+        for presence_stream in self._presence_streams:
+            presence_stream._push(_END)
         self._streams.clear()
         self._draft_streams.clear()
+        self._presence_streams.clear()
+        self._presence_changed()  # its waiters see ``failed``
 
     def _close(self) -> None:
         self._fail(ClientClosed(f"the client was closed ({self.transcript_id})"))
+
+    def _presence_changed(self, frame: PresenceFrame | None = None) -> None:
+        """The core applied a presence frame (``None``: the mirror ended)."""
+        if frame is not None:
+            for stream in self._presence_streams:
+                stream._push(frame)
+        waiters, self._presence_waiters = self._presence_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _draft(self, update: DraftEvent) -> None:
         """The core changed a draft of the copy."""
@@ -349,7 +401,9 @@ class EventStream(AsyncIterator[_T], Generic[_T]):
             if failed is None or isinstance(failed, ClientClosed):
                 raise StopAsyncIteration
             raise failed
-        assert isinstance(item, TranscriptEvent | TranscriptSnapshot | DraftUpdated | DraftClosed)
+        assert isinstance(
+            item, TranscriptEvent | TranscriptSnapshot | DraftUpdated | DraftClosed | PresenceFrame
+        )
         return item  # type: ignore[return-value]  # the mirror pushes only what _T allows
 
     @property

@@ -19,7 +19,7 @@ from msgspec import Meta, Struct, field
 
 from protocol.types import Message, NonNegative, TranscriptEvent, TranscriptId, View
 from protocol.usage import RangeUsage, UseRun
-from protocol.wire import DraftId, IdempotencyKey
+from protocol.wire import DraftId, IdempotencyKey, Member, PresenceCounts
 
 __all__ = [
     "AckBody",
@@ -176,6 +176,16 @@ class UsageBody(Struct, frozen=True, rename="camel"):
     references: NonNegative
     ranges: list[RangeUsage]
     uses: list[UseRun]
+
+
+class PresenceBody(Struct, frozen=True, rename="camel"):
+    """``GET /v1/transcripts/{id}/presence``: who is on the transcript now
+    (``members`` is ``null`` above the server's ``presence_max_members``:
+    counts only)."""
+
+    transcript_id: str
+    members: list[Member] | None
+    counts: PresenceCounts
 
 
 class ChatBody(Struct, frozen=True, omit_defaults=True):

@@ -215,8 +215,8 @@ _ERRORS: Final = (
         code=TOO_LARGE,
         http_status=413,
         retry="no",
-        meaning="an inbound WebSocket message over `max_frame_bytes` or an HTTP body over "
-        "`max_http_body_bytes`",
+        meaning="an inbound WebSocket message over `max_frame_bytes`, an HTTP body over "
+        "`max_http_body_bytes`, or a presence state over 1 KiB of JSON",
         close_code=CLOSE_MESSAGE_TOO_BIG,
     ),
     ErrorCode(

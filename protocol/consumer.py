@@ -46,6 +46,8 @@ Updates, in the order the frames caused them::
                                 the first one opens the draft (``protocol.drafts``)
     ``DraftClosed``             a draft ended: ``final`` right after the update that put its
                                 message into the copy, ``cancelled``, ``expired``, ``gone``
+    ``PresenceChanged``         a ``presence`` frame changed the subscription's
+                                ``presence`` copy (``protocol.presence``)
     ==========================  ==============================================================
 
 The barrier: after the subscribe ops that one input caused, the consumer
@@ -81,6 +83,7 @@ from protocol.continuity import (
 )
 from protocol.drafts import GONE, ClosedAs, DraftClosed, DraftCopy, DraftUpdated
 from protocol.errors import InvalidFrame
+from protocol.presence import PresenceCopy
 from protocol.state import InvalidChange, InvalidSnapshot, TranscriptState
 from protocol.types import TranscriptEvent, TranscriptSnapshot
 from protocol.views import Window
@@ -94,6 +97,8 @@ from protocol.wire import (
     Increment,
     Ping,
     Pong,
+    Presence,
+    PresenceFrame,
     ServerFrame,
     Subscribe,
     Unsubscribe,
@@ -111,6 +116,7 @@ __all__ = [
     "ErrorReceived",
     "FramesLost",
     "InvalidFrameReceived",
+    "PresenceChanged",
     "Replaced",
     "Resubscribed",
     "Stopped",
@@ -217,6 +223,18 @@ class Synced:
     barrier: int
 
 
+@dataclass(frozen=True, slots=True)
+class PresenceChanged:
+    """A ``presence`` frame was applied to ``presence`` (the subscription's
+    copy: its ``members``, ``None`` when only counted, and ``counts``);
+    ``frame`` says what changed."""
+
+    kind: ClassVar[str] = "presence"
+    transcript_id: str
+    presence: PresenceCopy
+    frame: PresenceFrame
+
+
 Update: TypeAlias = (
     Applied
     | Replaced
@@ -229,6 +247,7 @@ Update: TypeAlias = (
     | Synced
     | DraftUpdated
     | DraftClosed
+    | PresenceChanged
 )
 
 
@@ -265,6 +284,8 @@ class Subscription:
         "copy",
         "drafts",
         "finals",
+        "presence",
+        "stated",
         "transcript_id",
         "window",
     )
@@ -284,6 +305,10 @@ class Subscription:
         self.drafts: dict[str, DraftCopy] = {}
         self.finals = 0
         self._drafts_epoch: str | None = None
+        #: The transcript's presence, when followed (``subscribe(presence=True)``).
+        self.presence: PresenceCopy | None = None
+        #: This consumer's own presence there (sent again on a new connection).
+        self.stated: Presence | None = None
 
     @classmethod
     def following(cls, state: TranscriptState) -> Subscription:
@@ -307,7 +332,9 @@ class Subscription:
     def request(self) -> Subscribe:
         """The subscribe op for the copy held (a resume, or fresh without one)."""
         op = self.continuity.resubscribe_request()
-        return op if self.window is None else msgspec.structs.replace(op, window=self.window)
+        if self.window is None and self.presence is None:
+            return op
+        return msgspec.structs.replace(op, window=self.window, presence=self.presence is not None)
 
     # --- inputs ------------------------------------------------------------------------
 
@@ -497,14 +524,19 @@ class Consumer:
 
     # --- what the application asks ---------------------------------------------------
 
-    def subscribe(self, transcript_id: str, *, window: Window | None = None) -> Subscription:
+    def subscribe(
+        self, transcript_id: str, *, window: Window | None = None, presence: bool = False
+    ) -> Subscription:
         """Follow a transcript, or only a window of it (``protocol.views.Window``:
-        its baselines hold only that part). The same subscription, with the
-        window it was made with, if the transcript is followed already."""
+        its baselines hold only that part), and with ``presence`` who is on it
+        (``Subscription.presence``). The same subscription, with the window
+        it was made with, if the transcript is followed already."""
         subscription = self.subscriptions.get(transcript_id)
         if subscription is not None:
             return subscription
         subscription = Subscription(transcript_id, keep_messages=self.keep_messages, window=window)
+        if presence:
+            subscription.presence = PresenceCopy()
         self.subscriptions[transcript_id] = subscription
         # The answer (a baseline) is on its way: an event before it is not a
         # reason to ask again.
@@ -524,6 +556,28 @@ class Consumer:
             self._ops.append(Unsubscribe(transcript_id=transcript_id))
         return True
 
+    def state_presence(self, op: Presence) -> None:
+        """State (or with ``leave`` end) this consumer's presence on a
+        followed transcript; it is stated again on every new connection
+        (what ``op`` leaves out keeps what earlier ones said)."""
+        subscription = self.subscriptions.get(op.transcript_id)
+        if subscription is None:
+            raise ValueError(f"presence on {op.transcript_id!r}, which is not followed")
+        old = subscription.stated
+        if op.leave:
+            subscription.stated = None
+        elif old is None:
+            subscription.stated = msgspec.structs.replace(op, ref=None)
+        else:
+            subscription.stated = msgspec.structs.replace(
+                old,
+                kind=op.kind if op.kind is not None else old.kind,
+                state=op.state if op.state is not msgspec.UNSET else old.state,
+                name=op.name if op.name is not None else old.name,
+            )
+        if self.connected:
+            self._ops.append(op)
+
     # --- the transport ---------------------------------------------------------------
 
     def connection_made(self) -> None:
@@ -535,6 +589,9 @@ class Consumer:
         self._unmarked.clear()
         for subscription in list(self.subscriptions.values()):
             self._resubscribe(subscription, subscription.on_new_connection())
+        for subscription in self.subscriptions.values():
+            if subscription.stated is not None:
+                self._ops.append(subscription.stated)
         self._barrier_due = True
         self._flush_barrier()
 
@@ -611,6 +668,13 @@ class Consumer:
                 draft_update = subscription.on_draft(frame)
                 if draft_update is not None:
                     self._updates.append(draft_update)
+        elif isinstance(frame, PresenceFrame):
+            subscription = subscriptions.get(frame.transcript_id)
+            if subscription is not None and subscription.presence is not None:
+                subscription.presence.take(frame)
+                self._updates.append(
+                    PresenceChanged(frame.transcript_id, subscription.presence, frame)
+                )
         elif isinstance(frame, Baseline):
             subscription = subscriptions.get(frame.snapshot.transcript_id)
             if subscription is not None:
@@ -673,6 +737,7 @@ class Consumer:
                     from_revision=update.from_revision,
                     epoch=update.epoch,
                     window=subscription.window,
+                    presence=subscription.presence is not None,
                 ),
             )
 

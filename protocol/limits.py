@@ -35,6 +35,10 @@ MAX_IDEMPOTENCY_KEY_LENGTH: Final[int] = 200
 MAX_REF_LENGTH: Final[int] = 200
 #: Longest bearer token a client may send (an ``auth`` op, a header), in characters.
 MAX_TOKEN_LENGTH: Final[int] = 8192
+#: Largest presence state (``presence`` op), as its compact JSON in bytes.
+MAX_PRESENCE_STATE_BYTES: Final[int] = 1024
+#: Longest presence name (the ``name`` a member gives, or its token's ``sub``).
+MAX_PRESENCE_NAME_LENGTH: Final[int] = 128
 #: Longest ``origin.contextId`` the server puts into an event (``ws:...``, ``http:...``).
 MAX_ORIGIN_LENGTH: Final[int] = 128
 

@@ -192,6 +192,10 @@ OPS: Final[Mapping[str, Rule]] = {
     "setView": Rule(need=WRITE),
     "leaveView": Rule(need=WRITE),
     "draft": Rule(need=WRITE, note="its frames go to every subscriber, who needs read"),
+    "presence": Rule(
+        need=READ,
+        note="on a transcript the connection subscribes to; kind `writer` or `agent` needs write",
+    ),
     "ping": Rule(need=CREDENTIALS),
     "auth": Rule(
         need=PUBLIC,
@@ -220,6 +224,7 @@ ROUTES: Final[Mapping[tuple[str, str], Rule]] = {
     ("PUT", "/v1/transcripts/{transcript_id}/views/{name}"): Rule(need=WRITE),
     ("DELETE", "/v1/transcripts/{transcript_id}/views/{name}"): Rule(need=WRITE),
     ("GET", "/v1/transcripts/{transcript_id}/usage"): Rule(need=READ),
+    ("GET", "/v1/transcripts/{transcript_id}/presence"): Rule(need=READ),
     ("GET", "/v1/auth"): Rule(
         need=CREDENTIALS, note="who the caller is and what it may do (`?transcriptId=`)"
     ),

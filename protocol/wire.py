@@ -23,6 +23,7 @@ from protocol.errors import InvalidFrame
 from protocol.limits import (
     ID_PATTERN,
     MAX_IDEMPOTENCY_KEY_LENGTH,
+    MAX_PRESENCE_NAME_LENGTH,
     MAX_REF_LENGTH,
     MAX_TOKEN_LENGTH,
 )
@@ -60,6 +61,13 @@ DraftId: TypeAlias = Annotated[str, Meta(pattern=ID_PATTERN + r"(?!\n)")]
 #: as the message of revision ``revision``), ``cancelled`` (by its writer) or
 #: ``expired`` (no update for ``draft_ttl_s``, or its replica went away).
 DraftState: TypeAlias = Literal["open", "final", "cancelled", "expired"]
+#: What a member of a transcript's presence says it is (``docs/protocol.md``,
+#: Presence): the server names no right by it, beyond that ``writer`` and
+#: ``agent`` need ``write``.
+PresenceKind: TypeAlias = Literal["viewer", "writer", "agent"]
+#: Who a member is: its token's ``sub``, or the name it gave (a server that
+#: asks for no credentials).
+PresenceName: TypeAlias = Annotated[str, Meta(min_length=1, max_length=MAX_PRESENCE_NAME_LENGTH)]
 
 # Error codes (docs/protocol.md, Errors and close codes), named here too for code that knows
 # them as ``wire.LAGGED``; their meanings, statuses and close codes are in
@@ -104,6 +112,9 @@ class Subscribe(
     epoch: str | None = None
     ref: Ref = None
     window: Window | None = None
+    #: Also follow the transcript's presence: its members right after the
+    #: baseline (or resume), then their changes (``PresenceFrame``).
+    presence: bool = False
 
 
 class Unsubscribe(
@@ -182,6 +193,28 @@ class Draft(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="
     ref: Ref = None
 
 
+class Presence(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="presence"
+):
+    """State this connection's presence on a transcript it subscribes to.
+
+    The first one joins (``kind`` defaults to ``viewer``, ``state`` to
+    ``{}``); later ones change what they carry (``state``: the whole new
+    state, ``{}`` or ``null`` clears it); ``leave`` ends it. ``name``: who
+    the member is on a server that asks for no credentials (elsewhere the
+    token's ``sub`` is, and a ``name`` is refused). ``state`` is a JSON
+    object of at most ``MAX_PRESENCE_STATE_BYTES`` encoded (``too-large``).
+    Answered with ``pong {ref}`` only when the op carries a ``ref``.
+    """
+
+    transcript_id: TranscriptId
+    kind: PresenceKind | None = None
+    state: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
+    name: PresenceName | None = None
+    leave: bool = False
+    ref: Ref = None
+
+
 class Ping(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="ping"):
     ref: Ref = None
 
@@ -200,7 +233,16 @@ class Auth(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="o
 
 
 ClientOp: TypeAlias = (
-    Subscribe | Unsubscribe | Append | StartSegment | SetView | LeaveView | Draft | Ping | Auth
+    Subscribe
+    | Unsubscribe
+    | Append
+    | StartSegment
+    | SetView
+    | LeaveView
+    | Draft
+    | Presence
+    | Ping
+    | Auth
 )
 
 #: Every op name a client may send (for error messages: "unknown op").
@@ -212,6 +254,7 @@ OP_NAMES: Final = (
     "setView",
     "leaveView",
     "draft",
+    "presence",
     "ping",
     "auth",
 )
@@ -304,7 +347,57 @@ class DraftFrame(
     revision: NonNegative | None = None
 
 
-ServerFrame: TypeAlias = Baseline | Increment | Ack | Pong | ErrorFrame | DraftFrame
+class Member(Struct, frozen=True, rename="camel", omit_defaults=True):
+    """One member of a transcript's presence: one connection that stated it.
+
+    ``id`` tells members apart (one person with two tabs is two members);
+    ``who`` is the token's ``sub`` or the name given; ``state`` the small
+    JSON object it set (``{}`` when none)."""
+
+    id: Annotated[str, Meta(min_length=1, max_length=MAX_PRESENCE_NAME_LENGTH)]
+    who: PresenceName
+    kind: PresenceKind = "viewer"
+    state: dict[str, Any] = {}
+
+
+class PresenceCounts(Struct, frozen=True, rename="camel"):
+    """How many members of each kind a transcript has."""
+
+    viewers: NonNegative = 0
+    writers: NonNegative = 0
+    agents: NonNegative = 0
+
+    @property
+    def total(self) -> int:
+        return self.viewers + self.writers + self.agents
+
+
+class PresenceFrame(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type", tag="presence"
+):
+    """The presence of a subscribed transcript (to a subscribe with
+    ``presence``): its whole ``members`` (right after a baseline or resume,
+    and when a crowd thins out below ``presence_max_members``), or the
+    changes since the last frame (``joined``, ``updated``: whole members;
+    ``left``: their ids), at most one a ``presence_interval_s``; or, over
+    ``presence_max_members``, ``counts`` alone. ``counts`` is always there.
+    """
+
+    seq: Positive
+    transcript_id: TranscriptId
+    counts: PresenceCounts
+    members: list[Member] | None = None
+    joined: list[Member] | None = None
+    updated: list[Member] | None = None
+    left: list[str] | None = None
+
+    @property
+    def crowd(self) -> bool:
+        """Counts only: the members are not listed (over ``presence_max_members``)."""
+        return self.members is None and not (self.joined or self.updated or self.left)
+
+
+ServerFrame: TypeAlias = Baseline | Increment | Ack | Pong | ErrorFrame | DraftFrame | PresenceFrame
 
 # --- codecs ----------------------------------------------------------------------
 
@@ -423,7 +516,23 @@ def decode_client_op(data: bytes | str) -> ClientOp:
         raise InvalidFrame(f"undecodable frame: {exc}") from None
     if isinstance(op, Draft):
         check_draft_op(op)
+    elif isinstance(op, Presence):
+        check_presence_op(op)
     return op
+
+
+def presence_state_bytes(state: dict[str, Any]) -> int:
+    """The size a presence state counts against ``MAX_PRESENCE_STATE_BYTES``:
+    its compact JSON encoding."""
+    return len(_json_encoder.encode(state))
+
+
+def check_presence_op(op: Presence) -> None:
+    """Raise ``InvalidFrame`` for a ``presence`` op that leaves and sets
+    something at once (the size of ``state`` is checked by the server:
+    ``too-large``)."""
+    if op.leave and (op.kind is not None or op.state is not msgspec.UNSET):
+        raise InvalidFrame("a presence op that leaves carries no kind or state")
 
 
 def split_frames(message: bytes | str) -> list[bytes | str]:

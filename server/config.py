@@ -429,6 +429,30 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             "to this much token latency; 0 sends every delta as its own update"
         ),
     ] = 0.04
+    presence_interval_s: Annotated[
+        Annotated[float, Meta(gt=0, le=60)],
+        _d(
+            "a transcript's presence changes (members joining, leaving, changing their state: "
+            "see `protocol.md`, Presence) go to its watchers at most once per this many "
+            "seconds, together, encoded once (the first change after a quiet interval at once)"
+        ),
+    ] = 1.0
+    presence_max_members: Annotated[
+        NonNegInt,
+        _d(
+            "above this many members a transcript's presence frames carry counts only "
+            "(viewers, writers, agents) instead of the members, and "
+            "`GET .../presence` lists none"
+        ),
+    ] = 100
+    presence_ttl_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d(
+            "with a shared store (Redis): seconds a replica's presence entries live unless it "
+            "renews them (it does every third of this); the members of a replica that stops "
+            "are gone on the others within this time"
+        ),
+    ] = 30.0
     backplane_resync_s: Annotated[
         Annotated[float, Meta(gt=0)],
         _d(

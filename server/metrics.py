@@ -98,6 +98,16 @@ class Metrics:
         self.drafts_open = Gauge(
             "tsync_drafts_open", "Open drafts of the transcripts held in memory", registry=r
         )
+        self.presence_members = Gauge(
+            "tsync_presence_members",
+            "Presence members of every transcript this replica knows (its own and relayed)",
+            registry=r,
+        )
+        self.presence_frames = Counter(
+            "tsync_presence_frames",
+            "Presence change frames made (one per transcript per interval, shared by its watchers)",
+            registry=r,
+        )
         self.draft_updates = Counter(
             "tsync_draft_updates",
             "Draft updates and closes fanned out, by kind (delta, text, final, cancelled, expired)",

@@ -404,4 +404,31 @@ class ControlFrame:
         return b"".join((self.head, wire.seq_bytes(seq, binary=self.binary), self.tail))
 
 
-Outbound = EncodedEvent | EncodedSnapshot | ControlFrame | EncodedDraft | DraftSlot
+class SharedFrame:
+    """A frame of one transcript shared by every subscriber that takes it
+    (a ``presence`` frame): encoded once per format, JSON now and
+    MessagePack on first use, numbered when sent. Queued like an answer:
+    never dropped on lag (``server.outbound.OutboundQueue.push_shared``)."""
+
+    __slots__ = ("_msgpack", "frame", "head", "size", "tail", "transcript_id")
+    data = False
+    baseline = False
+    draft = False
+
+    def __init__(self, frame: Any) -> None:
+        self.frame = frame
+        self.transcript_id: str = frame.transcript_id
+        self.head, self.tail = wire.seq_parts(frame)
+        self.size = len(self.head) + SEQ_DIGITS + len(self.tail)
+        self._msgpack: tuple[bytes, bytes] | None = None
+
+    def render(self, seq: int, binary: bool) -> bytes:
+        if not binary:
+            return b"".join((self.head, b"%d" % seq, self.tail))
+        parts = self._msgpack
+        if parts is None:
+            parts = self._msgpack = wire.seq_parts(self.frame, binary=True)
+        return b"".join((parts[0], wire.seq_bytes(seq, binary=True), parts[1]))
+
+
+Outbound = EncodedEvent | EncodedSnapshot | ControlFrame | EncodedDraft | DraftSlot | SharedFrame

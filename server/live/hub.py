@@ -46,6 +46,7 @@ from server.live.draft_fanout import DraftFanOut
 from server.live.drafts import Drafts
 from server.live.live_transcript import LiveTranscript, held_bytes
 from server.live.ports import CaughtUp
+from server.live.presence import PresenceRegistry
 from server.live.reads import Reads
 from server.live.subscriptions import Subscriptions
 from server.live.writes import Writes
@@ -106,7 +107,14 @@ class Hub:
         self.committer = AppendCommitter(store, self.metrics, self)
         self.drafts = DraftFanOut(self)
         self.reads = Reads(self)
-        self.subscriptions = Subscriptions(self, self.reads, self.drafts)
+        #: Who is on each transcript (``server.live.presence``).
+        self.presence = PresenceRegistry(
+            interval_s=config.presence_interval_s,
+            max_members=config.presence_max_members,
+            frames_made=self.metrics.presence_frames.inc,
+        )
+        self.metrics.presence_members.set_function(self.presence.member_count)
+        self.subscriptions = Subscriptions(self, self.reads, self.drafts, self.presence)
         self.writes = Writes(self, self.committer)
 
     def attach(self, link: ReplicaLink) -> Callable[[], None]:
@@ -134,6 +142,7 @@ class Hub:
         await cancel_and_wait([self._sweeper])
         await self.drafts.stop()
         await self.subscriptions.stop()
+        self.presence.close()
         await self.committer.stop()
         for live in list(self.live.values()):
             await live.close()
@@ -321,6 +330,7 @@ class Hub:
             queue.push_error(
                 codes.NOT_FOUND, f"transcript {live.id!r} was deleted", transcript_id=live.id
             )
+            self.presence.forget(queue, live.id)
         self.forget(live.id)
         live.drafts.drop()
         await live.close()

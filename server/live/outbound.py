@@ -78,6 +78,7 @@ from server.live.frames import (
     EncodedEvent,
     EncodedSnapshot,
     Outbound,
+    SharedFrame,
     Unencodable,
     ws_header,
 )
@@ -394,6 +395,24 @@ class OutboundQueue:
             slots[key] = item
         q.append(item)
         self._count(item, 1)
+        self._have_written()
+
+    def push_shared(self, item: SharedFrame) -> None:
+        """Send or queue a frame shared by the subscribers of a followed
+        transcript (a ``presence`` frame; nothing if it is not followed).
+        Counted like an answer and never dropped on lag: its sender makes
+        at most one a second per transcript."""
+        if self.closed or item.transcript_id not in self._sent:
+            return
+        raw = self._raw
+        if raw is not None and not self._queue and raw.raw_ready():
+            data = item.render(self.seq + 1, self.binary)
+            self.seq += 1
+            raw.raw_write(ws_header(BINARY if self.binary else TEXT, len(data)) + data)
+            self._count_sent(1, 1, len(data))
+            return
+        self._queue.append(item)
+        self._queued_bytes += item.size
         self._have_written()
 
     def _remove(self, slot: DraftSlot) -> None:

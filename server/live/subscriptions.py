@@ -31,6 +31,7 @@ from server.live.live_transcript import (
 )
 from server.live.outbound import OutboundQueue, RawFrames, Send, WriteDelay
 from server.live.ports import Registry
+from server.live.presence import PresenceRegistry
 from server.live.reads import READ_ATTEMPTS, Reads, Stale, start_of
 from server.store.base import StoreError
 from server.tuning import BASELINE_ENCODES_AT_ONCE, RESUME_FETCHES_AT_ONCE
@@ -41,10 +42,14 @@ __all__ = ["Subscriptions"]
 class Subscriptions:
     """The hub's connections and their subscriptions (``hub.subscriptions``)."""
 
-    def __init__(self, hub: Registry, reads: Reads, drafts: DraftFanOut) -> None:
+    def __init__(
+        self, hub: Registry, reads: Reads, drafts: DraftFanOut, presence: PresenceRegistry
+    ) -> None:
         self.hub = hub
         self.reads = reads
         self.drafts = drafts
+        #: Told when a connection unsubscribes or closes (its member leaves).
+        self.presence = presence
         #: The open connections' outbound queues, by connection id.
         self.connections: dict[str, OutboundQueue] = {}
         #: Wakes the writers of queues with new increments (``write_delay_ms``).
@@ -92,6 +97,7 @@ class Subscriptions:
         self.connections.pop(queue.id, None)
         for transcript_id in queue.followed():
             self.unsubscribe(queue, transcript_id)
+        self.presence.forget(queue)
         self.hub.metrics.connections.set(len(self.connections))
 
     def _on_lagged(self, queue: OutboundQueue, transcript_ids: set[str]) -> None:
@@ -267,6 +273,7 @@ class Subscriptions:
     def unsubscribe(self, queue: OutboundQueue, transcript_id: str) -> bool:
         """Stop ``queue``'s subscription; False if there was none."""
         had = queue.unfollow(transcript_id)
+        self.presence.forget(queue, transcript_id)
         live = self.hub.copy_of(transcript_id)
         if live is not None and live.leave(queue):
             self.hub.metrics.subscriptions.dec()

@@ -37,6 +37,11 @@ same channel carries every draft update a replica relays, so the backplane
 hands them to its ``DraftRelay`` (``server.replicas.draft_relay``), tells it when
 updates may have been dropped (the same (re)subscriptions and rechecks) and
 when a sync brought a revision a parked ``final`` waits for.
+
+Presence (a store that implements ``SharedPresence``): the channel carries
+each replica's presence changes too, handed to ``PresenceBackplane``
+(``server.replicas.presence_relay``), which reads the entries back after the same
+(re)subscriptions and rechecks.
 """
 
 from __future__ import annotations
@@ -50,11 +55,14 @@ from protocol import wire
 from server.live.hub import Hub
 from server.live.live_transcript import LiveTranscript
 from server.replicas.draft_relay import DraftRelay
+from server.replicas.presence_relay import PresenceBackplane
 from server.store.base import (
     Notice,
     Recheck,
     RelayedDraft,
+    RelayedPresence,
     SharedDrafts,
+    SharedPresence,
     SharedStore,
     StoreError,
 )
@@ -108,6 +116,12 @@ class Backplane:
         self._detach: Callable[[], None] = _attached_to_nothing
         #: Drafts across replicas, when the store keeps them.
         self.drafts = DraftRelay(hub, store) if isinstance(store, SharedDrafts) else None
+        #: Presence across replicas, when the store keeps it.
+        self.presence = (
+            PresenceBackplane(hub.presence, store, hub.config.presence_ttl_s)
+            if isinstance(store, SharedPresence)
+            else None
+        )
 
     @classmethod
     def for_hub(cls, hub: Hub, *, resync_interval_s: float | None = None) -> Backplane | None:
@@ -127,6 +141,8 @@ class Backplane:
         self.store.watch([live.id for live in self.hub.copies()])
         if self.drafts is not None:
             await self.drafts.start()
+        if self.presence is not None:
+            await self.presence.start()
         self._tasks = [
             asyncio.create_task(self._listen(), name="backplane-listen"),
             asyncio.create_task(self._work(), name="backplane-work"),
@@ -140,6 +156,8 @@ class Backplane:
         self._tasks = []
         if self.drafts is not None:
             await self.drafts.stop()
+        if self.presence is not None:
+            await self.presence.stop()
 
     # --- what needs a sync --------------------------------------------------------
 
@@ -170,10 +188,15 @@ class Backplane:
 
     async def _listen(self) -> None:
         drafts = self.drafts
+        presence = self.presence
         async for notice in self.store.notices():
             if isinstance(notice, RelayedDraft):
                 if drafts is not None:
                     drafts.received(notice)
+                continue
+            if isinstance(notice, RelayedPresence):
+                if presence is not None:
+                    presence.received(notice)
                 continue
             if notice is None:
                 # (Re)subscribed: anything published meanwhile is lost; check all.
@@ -182,6 +205,8 @@ class Backplane:
                     self.mark(live.id, None)
                 if drafts is not None:
                     drafts.resubscribed()
+                if presence is not None:
+                    presence.resubscribed()
                 continue
             if isinstance(notice, Recheck):
                 # Subscribed (again) to these: what came before was not announced.
@@ -191,6 +216,8 @@ class Backplane:
                     self.mark(transcript_id, None)
                 if drafts is not None:
                     drafts.resubscribed(held)
+                if presence is not None:
+                    presence.resubscribed(held)
                 continue
             self.counters.notices += 1
             if self._held(notice.transcript_id):

@@ -422,8 +422,10 @@ function renderTranscript(transcriptId) {
         $("access").hidden = false;
         refuseWrites("this token may read this conversation but not write to it (read-only).");
       }
+      return info;
     } catch {
       // 401 and the like: the connection finds out and says so.
+      return null;
     }
   }
 
@@ -467,10 +469,96 @@ function renderTranscript(transcriptId) {
     }
   });
 
-  setUpCompose({ client, transcriptId, timeline, renderOutbox });
-  checkAccess();
-  client.subscribe(transcriptId, { window: OPEN_WITH });
+  const presence = setUpPresence({ client, transcriptId });
+  setUpCompose({ client, transcriptId, timeline, renderOutbox, presence });
+  checkAccess().then((info) => presence.known(info));
+  client.subscribe(transcriptId, { window: OPEN_WITH, presence: true });
+  presence.join();
   client.connect();
+}
+
+// --- presence: who is here, who is typing --------------------------------------------------
+
+/** A composer that saw no key for this long stops saying it is typing. */
+const TYPING_IDLE_MS = 5000;
+
+/** The name this tab goes by on a server that asks for no credentials (?name= sets it). */
+function myName() {
+  const given = new URLSearchParams(location.search).get("name");
+  if (given) localStorage.setItem("tsync-name", given.slice(0, 64));
+  let name = localStorage.getItem("tsync-name");
+  if (!name) {
+    name = `Guest ${Math.floor(Math.random() * 0x10000).toString(16).padStart(4, "0")}`;
+    localStorage.setItem("tsync-name", name);
+  }
+  return name;
+}
+
+/** "3 watching, Ana is typing": everyone here, and who else types now. */
+function presenceText(counts, members, me) {
+  const total = counts.viewers + counts.writers + counts.agents;
+  let text = `${total} watching`;
+  if (members === null) return text;
+  const typing = [...new Set(members.filter((m) => m.state?.typing === true && m.who !== me).map((m) => m.who))];
+  if (typing.length === 1) text += `, ${typing[0]} is typing`;
+  else if (typing.length === 2) text += `, ${typing[0]} and ${typing[1]} are typing`;
+  else if (typing.length > 2) text += `, ${typing.length} people are typing`;
+  return text;
+}
+
+function setUpPresence({ client, transcriptId }) {
+  const line = $("presence");
+  const named = !currentToken(); // with credentials the server names us by the token's sub
+  let me = named ? myName() : null;
+  let typing = false;
+  let idle = null;
+  let last = null;
+  const render = () => {
+    if (!last) return;
+    line.textContent = presenceText(last.counts, last.members, me);
+    line.hidden = false;
+  };
+  client.on("presence", (detail) => {
+    last = detail;
+    render();
+  });
+  const state = (fields) => {
+    try {
+      client.statePresence(transcriptId, fields);
+    } catch {
+      // not subscribed (the conversation is gone): nothing to say
+    }
+  };
+  return {
+    join() {
+      state(named ? { name: me, kind: "viewer" } : { kind: "viewer" });
+    },
+    /** What /v1/auth said (or null): who we are, and whether we may write. */
+    known(info) {
+      if (info?.sub) me = info.sub;
+      if (info?.transcript?.write) state({ kind: "writer" });
+      render();
+    },
+    typed(empty) {
+      if (empty) {
+        this.stopped();
+        return;
+      }
+      clearTimeout(idle);
+      idle = setTimeout(() => this.stopped(), TYPING_IDLE_MS);
+      if (!typing) {
+        typing = true;
+        state({ state: { typing: true } });
+      }
+    },
+    stopped() {
+      clearTimeout(idle);
+      idle = null;
+      if (!typing) return;
+      typing = false;
+      state({ state: {} });
+    },
+  };
 }
 
 async function copyCode(button) {
@@ -507,7 +595,7 @@ function refuseWrites(reason) {
 
 const REFUSALS = new Set(["unauthorized", "forbidden"]);
 
-function setUpCompose({ client, transcriptId, timeline, renderOutbox }) {
+function setUpCompose({ client, transcriptId, timeline, renderOutbox, presence }) {
   const form = $("compose");
   const text = $("text");
   const files = $("files");
@@ -518,6 +606,7 @@ function setUpCompose({ client, transcriptId, timeline, renderOutbox }) {
     text.style.height = `${Math.min(text.scrollHeight + 2, Math.round(innerHeight * 0.4))}px`;
   };
   text.addEventListener("input", fit);
+  text.addEventListener("input", () => presence.typed(!text.value.trim()));
   text.addEventListener("keydown", (key) => {
     if (key.key === "Enter" && !key.shiftKey && !key.ctrlKey && !key.altKey && !key.metaKey && !key.isComposing) {
       key.preventDefault();
@@ -546,6 +635,7 @@ function setUpCompose({ client, transcriptId, timeline, renderOutbox }) {
       for (const file of chosen) content.push(await filePart(file));
     }
     const message = { role: $("role").value, content };
+    presence.stopped();
     text.value = "";
     files.value = "";
     $("chosen-files").textContent = "";

@@ -48,7 +48,7 @@ from protocol.types import (
     TranscriptId,
     TranscriptSnapshot,
 )
-from protocol.wire import DraftId, DraftState
+from protocol.wire import DraftId, DraftState, Member
 
 
 class StoreError(Exception):
@@ -298,6 +298,57 @@ class SharedDrafts(Protocol):
         ...
 
 
+#: The first byte of a presence message on a notice channel (notices are
+#: JSON arrays, draft updates JSON objects).
+PRESENCE_MARK: Final = b"P"
+
+
+class RelayedPresence(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
+    """One replica's changes of one transcript's members, as relayed:
+    ``version`` counts that replica's writes of that transcript (a gap means
+    a message was missed: read the keys back); ``ttl_ms``: how long the
+    entries live unless renewed."""
+
+    transcript_id: TranscriptId
+    replica: str
+    version: int
+    ttl_ms: int
+    members: list[Member] = []
+    gone: list[str] = []
+
+
+class StoredPresence(NamedTuple):
+    """One replica's members of one transcript as Redis holds them."""
+
+    replica: str
+    version: int
+    expires_in_s: float
+    members: list[Member]
+
+
+@runtime_checkable
+class SharedPresence(Protocol):
+    """Where a shared store keeps each replica's presence members and how it
+    relays their changes (``server.replicas.presence_relay``). A store that
+    implements it also yields, from ``notices()``, every
+    ``RelayedPresence`` some replica relayed (this one's too)."""
+
+    async def relay_presence(self, updates: Sequence[RelayedPresence]) -> None:
+        """Store and announce each replica's changes (entries kept ``ttl_ms``)."""
+        ...
+
+    async def renew_presence(
+        self, transcript_ids: Iterable[str], replica: str, ttl_s: float
+    ) -> list[str]:
+        """Keep ``replica``'s entries of ``transcript_ids`` alive another
+        ``ttl_s``; the ids whose entries had lapsed (write them again)."""
+        ...
+
+    async def presence_of(self, transcript_ids: Iterable[str]) -> dict[str, list[StoredPresence]]:
+        """Every live replica's members of each transcript."""
+        ...
+
+
 class Head(NamedTuple):
     """Where a stored transcript is now."""
 
@@ -420,7 +471,9 @@ class SharedStore(Store, Protocol):
     announced, so their copies must be compared with the store then.
     """
 
-    def notices(self) -> AsyncIterator[Notice | Recheck | RelayedDraft | None]:
+    def notices(
+        self,
+    ) -> AsyncIterator[Notice | Recheck | RelayedDraft | RelayedPresence | None]:
         """A notice per change of a watched transcript, for as long as the
         caller iterates. ``None`` first and after every (re)connection of
         the whole store: notices may have been missed, every copy must be

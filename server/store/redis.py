@@ -114,6 +114,7 @@ from server.store.base import (
     DEFAULT_IDEMPOTENCY_RETENTION,
     DEFAULT_IDEMPOTENCY_TTL_S,
     LOADED_KEYS,
+    PRESENCE_MARK,
     AppendResult,
     Head,
     Notice,
@@ -121,8 +122,10 @@ from server.store.base import (
     Recheck,
     RelayedDraft,
     RelayedOutcome,
+    RelayedPresence,
     RevisionMismatch,
     StoredDraft,
+    StoredPresence,
     StoredRange,
     StoredState,
     StoredTranscript,
@@ -140,6 +143,7 @@ from server.store.base import (
 )
 from server.store.options import RedisOptions, parse_query, redis_address, validated
 from server.store.redis_drafts import RedisDrafts
+from server.store.redis_presence import RedisPresence
 from server.store.redis_shards import ShardChannels
 
 __all__ = ["RedisStore"]
@@ -498,6 +502,7 @@ class RedisStore:
         self._decoder = msgspec.msgpack.Decoder(TranscriptEvent)
         self._notice = msgspec.json.Decoder(tuple[str, str, int])
         self._relayed = msgspec.json.Decoder(RelayedDraft)
+        self._relayed_presence = msgspec.json.Decoder(RelayedPresence)
         self._redis: aioredis.Redis | RedisCluster | None = None
         self._shards: ShardChannels | None = None
         self._append = _Script(_APPEND_SCRIPT)
@@ -507,6 +512,14 @@ class RedisStore:
         self._range = _Script(_RANGE_SCRIPT)
         self._index_script = _Script(_INDEX_SCRIPT)
         self._drafts = RedisDrafts(
+            prefix=self.prefix,
+            client=self._client,
+            channel_of=self.channel_of,
+            publish=self._publish,
+            unavailable=self._unavailable,
+            script=_Script,
+        )
+        self._presence = RedisPresence(
             prefix=self.prefix,
             client=self._client,
             channel_of=self.channel_of,
@@ -1082,12 +1095,14 @@ class RedisStore:
         if self._shards is not None:
             self._shards.unwatch(transcript_ids)
 
-    def _decode_notice(self, data: bytes) -> Notice | RelayedDraft | None:
+    def _decode_notice(self, data: bytes) -> Notice | RelayedDraft | RelayedPresence | None:
         try:
             if data[:1] == b"{":
                 return self._relayed.decode(data)
+            if data[:1] == PRESENCE_MARK:
+                return self._relayed_presence.decode(data[1:])
             return Notice(*self._notice.decode(data))
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, msgspec.ValidationError):
             log.warning("ignored a malformed notice: %r", data[:200])
             return None
 
@@ -1106,9 +1121,27 @@ class RedisStore:
         """The open (with their text) and recently closed drafts of each transcript."""
         return await self._drafts.drafts_of(transcript_ids)
 
+    # --- presence (``SharedPresence``, ``server.store.redis_presence``) --------------------
+
+    async def relay_presence(self, updates: Sequence[RelayedPresence]) -> None:
+        """Store and announce each replica's presence changes."""
+        await self._presence.relay(updates)
+
+    async def renew_presence(
+        self, transcript_ids: Iterable[str], replica: str, ttl_s: float
+    ) -> builtins.list[str]:
+        """Keep ``replica``'s presence entries alive; those that had lapsed."""
+        return await self._presence.renew(transcript_ids, replica, max(1, int(ttl_s * 1000)))
+
+    async def presence_of(
+        self, transcript_ids: Iterable[str]
+    ) -> dict[str, builtins.list[StoredPresence]]:
+        """Every live replica's presence members of each transcript."""
+        return await self._presence.read(transcript_ids)
+
     async def notices(
         self, *, reconnect_delay: float = 0.1
-    ) -> AsyncGenerator[Notice | Recheck | RelayedDraft | None, None]:
+    ) -> AsyncGenerator[Notice | Recheck | RelayedDraft | RelayedPresence | None, None]:
         """Every change's notice, from pub/sub, for as long as the caller iterates
         (and every draft update relayed, ``relay_drafts``).
 

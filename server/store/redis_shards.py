@@ -30,7 +30,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError, SlotNotCoveredError
 
-from server.store.base import Notice, Recheck, RelayedDraft
+from server.store.base import Notice, Recheck, RelayedDraft, RelayedPresence
 
 __all__ = ["ShardChannels"]
 
@@ -42,7 +42,7 @@ log = logging.getLogger("tsync.store.redis")
 POLL_S: Final = 0.05
 
 Connect = Callable[[str, int], aioredis.Redis]
-Decode = Callable[[bytes], Notice | RelayedDraft | None]
+Decode = Callable[[bytes], Notice | RelayedDraft | RelayedPresence | None]
 
 
 class ShardChannels:
@@ -72,7 +72,7 @@ class ShardChannels:
         self.confirmed: set[str] = set()
         self._changed = asyncio.Event()
         self._stale = False
-        self._out: asyncio.Queue[Notice | Recheck | RelayedDraft] | None = None
+        self._out: asyncio.Queue[Notice | Recheck | RelayedDraft | RelayedPresence] | None = None
         self._listeners: dict[str, _NodeListener] = {}
 
     def watch(self, transcript_ids: Iterable[str]) -> bool:
@@ -101,10 +101,10 @@ class ShardChannels:
 
     async def notices(
         self, reconnect_delay: float
-    ) -> AsyncGenerator[Notice | Recheck | RelayedDraft | None, None]:
+    ) -> AsyncGenerator[Notice | Recheck | RelayedDraft | RelayedPresence | None, None]:
         """``None`` (nothing is subscribed yet), then notices and rechecks
         until the caller stops iterating."""
-        out: asyncio.Queue[Notice | Recheck | RelayedDraft] = asyncio.Queue()
+        out: asyncio.Queue[Notice | Recheck | RelayedDraft | RelayedPresence] = asyncio.Queue()
         self._out = out
         self._changed.set()
         supervisor = asyncio.create_task(self._supervise(out, reconnect_delay))
@@ -122,7 +122,7 @@ class ShardChannels:
             self._out = None
 
     async def _supervise(
-        self, out: asyncio.Queue[Notice | Recheck | RelayedDraft], delay: float
+        self, out: asyncio.Queue[Notice | Recheck | RelayedDraft | RelayedPresence], delay: float
     ) -> None:
         """Give each node the watched channels it owns; start and stop listeners."""
         failures = 0
@@ -178,7 +178,7 @@ class _NodeListener:
         owner: ShardChannels,
         host: str,
         port: int,
-        out: asyncio.Queue[Notice | Recheck | RelayedDraft],
+        out: asyncio.Queue[Notice | Recheck | RelayedDraft | RelayedPresence],
         delay: float,
     ) -> None:
         self.owner = owner

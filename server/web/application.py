@@ -271,6 +271,7 @@ def create_app(
             delete=http_views.leave_view,
         ),
         _route("/v1/transcripts/{transcript_id}/usage", get=http_views.get_usage),
+        _route("/v1/transcripts/{transcript_id}/presence", get=http_views.get_presence),
         _route("/v1/transcripts/{transcript_id}/segments", post=http_api.start_segment),
         _route("/v1/transcripts/{transcript_id}/chat", get=http_lmml.chat),
         _route("/v1/transcripts/{transcript_id}/export.lmml", get=http_lmml.export_lmml),

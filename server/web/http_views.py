@@ -34,7 +34,7 @@ from server.web.http_api import (
 )
 from server.web.problems import json_response
 
-__all__ = ["get_messages", "get_usage", "get_views", "leave_view", "put_view"]
+__all__ = ["get_messages", "get_presence", "get_usage", "get_views", "leave_view", "put_view"]
 
 
 async def get_messages(request: Request) -> Response:
@@ -111,6 +111,16 @@ def _names(request: Request, name: str) -> list[str] | None:
     if raw is None:
         return None
     return [part for part in (p.strip() for p in raw.split(",")) if part]
+
+
+async def get_presence(request: Request) -> Response:
+    """Who is on the transcript now (``server.presence``; this replica's
+    view: other replicas' members as relayed)."""
+    tid = _transcript_id(request)
+    hub = _hub(request)
+    await hub.reads.head(tid)  # not-found for a transcript that does not exist
+    members, counts = hub.presence.members(tid)
+    return json_response(api.PresenceBody(transcript_id=tid, members=members, counts=counts))
 
 
 async def get_usage(request: Request) -> Response:

@@ -372,6 +372,14 @@ OPERATIONS: Final = (
         ),
     ),
     Operation(
+        "get",
+        "/v1/transcripts/{transcript_id}/presence",
+        "Who is on the transcript now: its members (null above presence_max_members) and "
+        "counts by kind",
+        {200: api.PresenceBody, 400: _PROBLEM, 404: _PROBLEM},
+        params=(_ID,),
+    ),
+    Operation(
         "post",
         "/v1/transcripts/{transcript_id}/segments",
         "Start a segment at start (default: the length)",

@@ -18,13 +18,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from protocol import codes, wire
+from protocol import codes, rights, wire
 from protocol.errors import InvalidFrame
-from protocol.limits import MAX_REF_LENGTH
+from protocol.limits import MAX_PRESENCE_NAME_LENGTH, MAX_REF_LENGTH
 from protocol.types import Origin
 from server.errors import INTERNAL_FAILURE, Refused, failure_for
 from server.live.hub import Hub
 from server.live.outbound import RAW_FRAMES, OutboundQueue
+from server.live.presence import check_state
 from server.tuning import CLOSE_SEND_TIMEOUT_S, MAX_APPENDS_IN_FLIGHT, OPS_PER_YIELD
 from server.web import access
 from server.web.access import OPEN, ConnectionAccess, forbidden
@@ -351,8 +352,16 @@ class OpHandler:
                     epoch=op.epoch,
                     window=window,
                 )
+                if op.presence:
+                    hub.presence.watch(queue, op.transcript_id)
+                else:
+                    hub.presence.unwatch(queue, op.transcript_id)
             case wire.Unsubscribe():
                 hub.subscriptions.unsubscribe(queue, op.transcript_id)
+            case wire.Presence():
+                self._presence(op)
+                if op.ref is not None:
+                    queue.push_control(wire.Pong(seq=0, ref=op.ref))
             case wire.StartSegment():
                 result = await hub.writes.start_segment(
                     op.transcript_id, op.start, origin=self.origin
@@ -391,6 +400,34 @@ class OpHandler:
                     refused = forbidden(self.access.grant, "read", transcript_id)
                     queue.push_error(refused.code, refused.message, transcript_id=transcript_id)
                 queue.push_control(wire.Pong(seq=0, ref=op.ref))
+
+    def _presence(self, op: wire.Presence) -> None:
+        """State, change or end this connection's presence (``server.presence``)."""
+        hub, queue = self.hub, self.queue
+        registry = hub.presence
+        if op.leave:
+            registry.leave(queue, op.transcript_id)
+            return
+        if not queue.follows(op.transcript_id):
+            raise Refused(
+                wire.INVALID_FRAME,
+                "presence is stated on a transcript this connection subscribes to: subscribe first",
+            )
+        sub = self.access.sub
+        if sub is not None and op.name is not None and op.name != sub:
+            raise Refused(
+                wire.FORBIDDEN,
+                f"members of this server are named by their token's sub ({sub!r}): leave out name",
+            )
+        if op.kind in ("writer", "agent"):
+            grant = self.access.grant
+            if grant is not None and not grant.satisfies(rights.WRITE, op.transcript_id):
+                raise forbidden(grant, rights.WRITE, op.transcript_id)
+        state = op.state
+        if isinstance(state, dict):
+            check_state(state)
+        who = sub[:MAX_PRESENCE_NAME_LENGTH] if sub else op.name
+        registry.state(queue, op.transcript_id, who=who, kind=op.kind, state=state)
 
 
 def _byte_length(data: str | bytes, limit: int) -> int:

@@ -297,3 +297,33 @@ def test_an_exported_bundle_is_named_after_its_file(
     assert run(capsys, "get", "cli-bundle-2", *url)[:2] == (0, "[0] user: hello\n")
     code, _, err = run(capsys, "export", "cli-bundle", "-o", str(tmp_path / ".lmmlz"), *url)
     assert code == 2 and "not a plain file name" in err
+
+
+async def test_tail_notes_who_joins_and_leaves(server: ServerProcess) -> None:
+    import client_py
+
+    async with HttpApi(server.url) as api:
+        await api.create("cli-presence", [{"role": "user", "content": "one"}])
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "server.run.cli", "tail", "cli-presence", "--url", server.url,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+
+        async def note() -> str:
+            assert proc.stderr is not None
+            raw = await asyncio.wait_for(proc.stderr.readline(), 15)
+            assert raw, "tail exited early"
+            return raw.decode().rstrip("\n")
+
+        assert proc.stdout is not None
+        assert await asyncio.wait_for(proc.stdout.readline(), 15) == b"[0] user: one\n"
+        async with client_py.connect(server.ws_url) as ana:
+            await ana.subscribe("cli-presence")
+            await ana.state_presence("cli-presence", name="Ana", kind="writer")
+            assert await note() == "tsync: Ana joined (writer)"
+        assert await note() == "tsync: Ana left"
+    finally:
+        proc.terminate()
+        await proc.wait()

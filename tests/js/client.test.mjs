@@ -640,3 +640,51 @@ test("View changes are applied to the copy and emitted", () => {
   assert.deepEqual([views[0].name, views[0].left, views[0].revision], ["draft", false, 3]);
   assert.equal(events.filter((e) => e.type === "segment").length, 0);
 });
+
+test("presence: subscribe asks for it, frames keep a copy and emit 'presence', the own state is stated again after a reconnect", () => {
+  const s = setup();
+  const seen = [];
+  s.client.on("presence", (detail) => seen.push(detail));
+  s.client.subscribe("t1", { presence: true });
+  s.client.connect();
+  let ws = s.socket();
+  ws.open();
+  assert.equal(ws.ops("subscribe")[0].presence, true);
+  ws.deliver({ type: "baseline", snapshot: snapshot(2, 2) });
+  ws.pong();
+  const counts = (viewers, writers = 0) => ({ viewers, writers, agents: 0 });
+  ws.deliver({ type: "presence", transcriptId: "t1", counts: counts(0), members: [] });
+  s.client.statePresence("t1", { name: "Ana", state: { typing: true } });
+  assert.deepEqual(ws.ops("presence"), [{ op: "presence", transcriptId: "t1", name: "Ana", state: { typing: true } }]);
+  const ana = { id: "c1", who: "Ana", kind: "viewer", state: { typing: true } };
+  ws.deliver({ type: "presence", transcriptId: "t1", counts: counts(1), joined: [ana] });
+  ws.deliver({
+    type: "presence",
+    transcriptId: "t1",
+    counts: counts(1, 1),
+    joined: [{ id: "c2", who: "Bo", kind: "writer" }],
+  });
+  assert.deepEqual(
+    seen.at(-1).members.map((m) => [m.who, m.kind]),
+    [
+      ["Ana", "viewer"],
+      ["Bo", "writer"],
+    ],
+  );
+  ws.deliver({ type: "presence", transcriptId: "t1", counts: counts(1), left: ["c2"] });
+  assert.deepEqual(seen.at(-1).left, ["c2"]);
+  assert.deepEqual(s.client.presence("t1").listed().map((m) => m.who), ["Ana"]);
+  ws.deliver({ type: "presence", transcriptId: "t1", counts: counts(300) });
+  assert.equal(seen.at(-1).members, null);
+  assert.equal(seen.at(-1).counts.viewers, 300);
+  assert.throws(() => s.client.statePresence("t1", { state: { x: "y".repeat(2000) } }), /1024 bytes/);
+  // A new connection: subscribe again with presence, then the presence as stated.
+  ws.drop(1006);
+  s.timers.advance(10_000);
+  ws = s.socket();
+  ws.open();
+  assert.equal(ws.ops("subscribe")[0].presence, true);
+  assert.deepEqual(ws.ops("presence"), [{ op: "presence", transcriptId: "t1", name: "Ana", state: { typing: true } }]);
+  s.client.leavePresence("t1");
+  assert.deepEqual(ws.ops("presence").at(-1), { op: "presence", transcriptId: "t1", leave: true });
+});

@@ -14,7 +14,7 @@ import { Consumer } from "../../client_js/client.js";
 
 const CASES = join(dirname(fileURLToPath(import.meta.url)), "..", "cases", "consumer");
 const FILES = readdirSync(CASES).filter((f) => f.endsWith(".json")).sort();
-const INPUTS = ["subscribe", "unsubscribe", "connection", "receive"];
+const INPUTS = ["subscribe", "unsubscribe", "connection", "receive", "statePresence"];
 
 /** An update in the case files' words (the same projection as the Python runner's). */
 function project(u) {
@@ -47,6 +47,15 @@ function project(u) {
       return { kind: u.kind, transcriptId: u.transcriptId, draftId: u.draftId, n: u.n, delta: u.delta, text: u.text };
     case "draft-closed":
       return { kind: u.kind, transcriptId: u.transcriptId, draftId: u.draftId, state: u.state, revision: u.revision, text: u.text };
+    case "presence": {
+      const norm = ({ id, who, kind, state }) => ({ id, who, kind, state });
+      return {
+        kind: u.kind,
+        transcriptId: u.transcriptId,
+        members: u.presence.members === null ? null : u.presence.listed().map(norm),
+        counts: { ...u.presence.counts },
+      };
+    }
     default:
       throw new Error(`unknown update ${JSON.stringify(u)}`);
   }
@@ -85,7 +94,8 @@ function run(consumer, step) {
   assert.equal(kinds.length, 1, `one input per step: ${JSON.stringify(step)}`);
   const [kind] = kinds;
   const value = step[kind];
-  if (kind === "subscribe") consumer.subscribe(value, { window: step.window ?? null });
+  if (kind === "subscribe") consumer.subscribe(value, { window: step.window ?? null, presence: step.presence ?? false });
+  else if (kind === "statePresence") consumer.statePresence(value);
   else if (kind === "unsubscribe") consumer.unsubscribe(value);
   else if (kind === "connection") {
     assert.ok(value === "made" || value === "lost", value);

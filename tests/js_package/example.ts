@@ -10,6 +10,8 @@ import {
   DraftCopy,
   InvalidChange,
   InvalidFrame,
+  MAX_PRESENCE_STATE_BYTES,
+  PresenceCopy,
   READ_MAX,
   STOP_CODES,
   SUBPROTOCOL_JSON,
@@ -45,6 +47,9 @@ import type {
   DraftEvent,
   DraftSnapshot,
   Message,
+  PresenceEvent,
+  PresenceInput,
+  PresenceMember,
   TranscriptSnapshot,
   TranscriptStore,
   TranscriptStoreSnapshot,
@@ -112,6 +117,17 @@ for (const [id, draft] of client.drafts("chat-1")) console.log(id, draft.role, d
 console.log(client.pendingAppends.map(({ key, op }) => key + op.op), client.stats.reconnects);
 console.log(client.state, client.seq.counters.gaps, client.subscriptions.size, client.core.connected);
 client.handleFrame({ type: "pong", seq: 1 });
+const watched: Subscription = client.subscribe("chat-2", { presence: true });
+client.on("presence", ({ transcriptId, members, counts, joined, left }: PresenceEvent) => {
+  const who: string[] = (members ?? []).map((m: PresenceMember) => m.who);
+  console.log(transcriptId, who, counts.viewers + counts.writers + counts.agents, joined.length, left);
+});
+const mine: PresenceInput = { kind: "writer", state: { typing: true }, name: "Ana" };
+client.statePresence("chat-2", mine);
+client.statePresence("chat-2", { state: null });
+const presence: PresenceCopy | null = client.presence("chat-2");
+console.log(watched.presence?.counts.agents, presence?.listed().length, MAX_PRESENCE_STATE_BYTES);
+client.leavePresence("chat-2");
 client.unsubscribe("chat-1");
 
 // The store, as a UI uses it.

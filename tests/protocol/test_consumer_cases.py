@@ -11,7 +11,9 @@ cannot drift apart. One file is one case::
 A step is one input, then exactly the ops and updates it must cause:
 
 - ``{"subscribe": id}`` (with ``"window": {...}`` beside it: a windowed
-  subscription), ``{"unsubscribe": id}``
+  subscription; with ``"presence": true``: following presence),
+  ``{"unsubscribe": id}``, ``{"statePresence": op}`` (``state_presence``: a
+  ``presence`` op without ``op``)
 - ``{"connection": "made" | "lost"}``
 - ``{"receive": [frame, ...]}``: one WebSocket text message; objects are
   JSON-encoded, strings go in verbatim (to send what is not JSON); frames
@@ -31,6 +33,7 @@ A step is one input, then exactly the ops and updates it must cause:
     {"kind": "synced", "barrier"}
     {"kind": "draft", "transcriptId", "draftId", "n", "delta", "text"}
     {"kind": "draft-closed", "transcriptId", "draftId", "state", "revision", "text"}
+    {"kind": "presence", "transcriptId", "members": [{id, who, kind, state}] | null, "counts"}
 
 Optional checks after the step: ``"copies"`` maps transcript ids to their
 copy, ``null`` for none, else ``{revision, epoch, start, length,
@@ -60,6 +63,7 @@ from protocol.consumer import (
     ErrorReceived,
     FramesLost,
     InvalidFrameReceived,
+    PresenceChanged,
     Replaced,
     Resubscribed,
     Stopped,
@@ -67,11 +71,11 @@ from protocol.consumer import (
     Update,
 )
 from protocol.views import Window
-from protocol.wire import encode_json
+from protocol.wire import Presence, encode_json
 
 CASES = Path(__file__).resolve().parents[1] / "cases" / "consumer"
 FILES = sorted(CASES.glob("*.json"))
-INPUTS = {"subscribe", "unsubscribe", "connection", "receive"}
+INPUTS = {"subscribe", "unsubscribe", "connection", "receive", "statePresence"}
 
 
 def _camel(name: str) -> str:
@@ -136,6 +140,16 @@ def project(update: Update) -> dict[str, Any]:
                 "revision": update.revision,
                 "text": update.text,
             }
+        case PresenceChanged():
+            listed = update.presence.listed()
+            return {
+                "kind": "presence",
+                "transcriptId": update.transcript_id,
+                "members": None
+                if update.presence.members is None
+                else [{"id": m.id, "who": m.who, "kind": m.kind, "state": m.state} for m in listed],
+                "counts": msgspec.to_builtins(update.presence.counts),
+            }
     raise AssertionError(f"unknown update {update!r}")
 
 
@@ -186,8 +200,12 @@ def _run(consumer: Consumer, step: dict[str, Any]) -> None:
     if kind == "subscribe":
         window = step.get("window")
         consumer.subscribe(
-            value, window=None if window is None else msgspec.convert(window, Window)
+            value,
+            window=None if window is None else msgspec.convert(window, Window),
+            presence=step.get("presence", False),
         )
+    elif kind == "statePresence":
+        consumer.state_presence(msgspec.convert({**value, "op": "presence"}, Presence))
     elif kind == "unsubscribe":
         consumer.unsubscribe(value)
     elif kind == "connection":
@@ -250,7 +268,9 @@ def test_every_step_has_one_input_and_its_outputs(path: Path) -> None:
             "followed",
             "window",
             "drafts",
+            "presence",
         }, step
+        assert "presence" not in step or "subscribe" in step, step
         assert "window" not in step or "subscribe" in step, step
 
 
