@@ -12,10 +12,17 @@ event" (``check_next`` + ``advance``) and one set of snapshot invariants
 (``check_snapshot``), used by ``accept_transcript_update``,
 ``Transcript.restore`` and every copy alike.
 
-Errors (both are ``ProtocolError``, hence ``ValueError``)::
+The state also keeps the rolling digest at its revision (``digest``,
+``protocol.digest``): a new state starts from the transcript id's, a state
+made from a snapshot from the snapshot's, and ``apply`` computes the next one
+from the change and checks it against the one the event carries.
+
+Errors (all are ``ProtocolError``, hence ``ValueError``)::
 
     InvalidSnapshot   a snapshot no sequence of changes could have produced
     InvalidChange     an event that is not the state's next change
+    └── DigestMismatch  it is, but its digest is not the one this state computes:
+                        one of the two histories differs (a broken copy)
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import itertools
 import operator
 
+from protocol.digest import genesis_digest, next_digest
 from protocol.errors import ProtocolError
 from protocol.types import (
     Message,
@@ -37,6 +45,7 @@ from protocol.types import (
 )
 
 __all__ = [
+    "DigestMismatch",
     "InvalidChange",
     "InvalidSnapshot",
     "TranscriptState",
@@ -52,6 +61,21 @@ class InvalidSnapshot(ProtocolError):
 
 class InvalidChange(ProtocolError):
     """An event that cannot be applied: malformed, or not the next change."""
+
+
+class DigestMismatch(InvalidChange):
+    """An event that fits the state but carries another digest than the
+    state computes for it: the copy and the sender hold different histories."""
+
+    def __init__(self, transcript_id: str, revision: int, carried: str, computed: str) -> None:
+        super().__init__(
+            f"transcript {transcript_id!r} revision {revision}: the event carries digest "
+            f"{carried}, this copy computes {computed}"
+        )
+        self.transcript_id = transcript_id
+        self.revision = revision
+        self.carried = carried
+        self.computed = computed
 
 
 # --- invariants -----------------------------------------------------------------------
@@ -187,6 +211,7 @@ class TranscriptState:
     __slots__ = (
         "active_start",
         "closed_segments",
+        "digest",
         "epoch",
         "length",
         "messages",
@@ -211,6 +236,10 @@ class TranscriptState:
         #: The Views by name, and how many View changes the revision counts.
         self.views: dict[str, View] = {}
         self.view_changes = 0
+        #: The rolling digest at ``revision`` (``protocol.digest``); ``None``
+        #: when unknown (a snapshot of an older peer left it out): then the
+        #: next event's digest is taken as it comes, and checked from there on.
+        self.digest: str | None = genesis_digest(transcript_id)
 
     @classmethod
     def from_snapshot(
@@ -228,6 +257,7 @@ class TranscriptState:
         state.closed_segments.extend(snapshot.segments[:-1])
         state.views.update((view.name, view) for view in snapshot.views)
         state.view_changes = snapshot.view_changes
+        state.digest = snapshot.digest
         if state.messages is None:
             state.start = snapshot.length
         else:
@@ -245,6 +275,7 @@ class TranscriptState:
         state.closed_segments.extend(self.closed_segments)
         state.views.update(self.views)
         state.view_changes = self.view_changes
+        state.digest = self.digest
         return state
 
     # --- reading ---------------------------------------------------------------------
@@ -304,6 +335,7 @@ class TranscriptState:
             length=self.length,
             views=self.sorted_views(),
             view_changes=self.view_changes,
+            digest=self.digest,
         )
 
     def sorted_views(self) -> tuple[View, ...]:
@@ -401,8 +433,23 @@ class TranscriptState:
                 f"{name!r} of length {length}"
             )
 
-    def advance(self, event: TranscriptEvent) -> None:
-        """Make a checked event (``check_next``) the current state. Cannot
+    def digest_after(self, event: TranscriptEvent) -> str | None:
+        """The digest at ``event``'s revision: computed from this state's and
+        the change. Raises ``DigestMismatch`` if the event carries another
+        one. An event without a digest (an older peer) gets the computed
+        one; a state that does not know its own takes the event's."""
+        own = self.digest
+        if own is None:
+            return event.digest
+        computed = next_digest(own, event.change)
+        carried = event.digest
+        if carried is not None and carried != computed:
+            raise DigestMismatch(self.transcript_id, event.revision, carried, computed)
+        return computed
+
+    def advance(self, event: TranscriptEvent, digest: str | None = None) -> None:
+        """Make a checked event (``check_next``) the current state, with
+        ``digest`` (``digest_after``) as the digest at its revision. Cannot
         fail halfway; call ``apply`` unless the check was just made."""
         change = event.change
         if isinstance(change, MessagesAppended):
@@ -422,12 +469,14 @@ class TranscriptState:
                 del self.views[change.name]
             self.view_changes += 1
         self.revision = event.revision
+        self.digest = digest
 
     def apply(self, event: TranscriptEvent) -> None:
         """Check ``event`` and make it the current state; ``InvalidChange``
-        and nothing changes if it is not the next change."""
+        and nothing changes if it is not the next change, ``DigestMismatch``
+        (an ``InvalidChange``) if its digest is not the one that follows."""
         self.check_next(event)
-        self.advance(event)
+        self.advance(event, self.digest_after(event))
 
     def __repr__(self) -> str:
         held = "none" if self.messages is None else f"[{self.start}, {self.length})"

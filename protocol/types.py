@@ -26,11 +26,14 @@ NonNegative: TypeAlias = Annotated[int, Meta(ge=0)]
 Positive: TypeAlias = Annotated[int, Meta(ge=1)]
 Role: TypeAlias = Literal["user", "assistant", "system", "tool", "context"]
 ViewName: TypeAlias = Annotated[str, Meta(pattern=VIEW_NAME_PATTERN + r"(?!\n)")]
+#: A revision's rolling digest (``protocol.digest``): 32 lowercase hex digits.
+Digest: TypeAlias = Annotated[str, Meta(pattern=r"^[0-9a-f]{32}$(?!\n)")]
 
 __all__ = [
     "AttachmentPart",
     "Change",
     "ContentPart",
+    "Digest",
     "ImageUrl",
     "ImageUrlPart",
     "Message",
@@ -223,7 +226,10 @@ Change: TypeAlias = MessagesAppended | SegmentStarted | ViewChanged | ViewLeft
 
 
 class TranscriptEvent(Struct, frozen=True, gc=False, rename="camel", omit_defaults=True):
-    """The frozen fact of one accepted change, at ``revision``."""
+    """The frozen fact of one accepted change, at ``revision``.
+
+    ``digest`` is the transcript's rolling digest at ``revision``
+    (``protocol.digest``); left out only by older peers and stores."""
 
     transcript_id: TranscriptId
     epoch: str
@@ -231,6 +237,7 @@ class TranscriptEvent(Struct, frozen=True, gc=False, rename="camel", omit_defaul
     occurred_at: int
     change: Change
     origin: Origin | None = None
+    digest: Digest | None = None
 
 
 class Segment(Struct, frozen=True):
@@ -260,8 +267,10 @@ class TranscriptSnapshot(Struct, frozen=True, rename="camel", omit_defaults=True
     those of the whole transcript. ``length`` is left out only by older peers;
     their snapshots are whole, so it defaults to ``end``. ``views`` are the
     Views now (by name), ``view_changes`` how many View changes the revision
-    counts; both are left out when empty. The invariants every snapshot must
-    keep are checked by ``protocol.state.check_snapshot``.
+    counts; both are left out when empty. ``digest`` is the rolling digest
+    at ``revision`` (``protocol.digest``; left out by older peers). The
+    invariants every snapshot must keep are checked by
+    ``protocol.state.check_snapshot``.
     """
 
     transcript_id: TranscriptId
@@ -275,6 +284,7 @@ class TranscriptSnapshot(Struct, frozen=True, rename="camel", omit_defaults=True
     length: NonNegative = None  # type: ignore[assignment]
     views: tuple[View, ...] = ()
     view_changes: NonNegative = 0
+    digest: Digest | None = None
 
     def __post_init__(self) -> None:
         if type(self.messages) is not tuple:

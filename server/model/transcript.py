@@ -52,6 +52,7 @@ from typing import Any, NamedTuple, Protocol, TypeAlias, TypedDict, Unpack
 
 import msgspec
 
+from protocol.digest import next_digest
 from protocol.errors import InvalidMessage, InvalidSegment
 from protocol.limits import DEFAULT_LIMITS, MessageLimits
 from protocol.state import TranscriptState
@@ -271,6 +272,11 @@ class Transcript:
         return self._state.revision
 
     @property
+    def digest(self) -> str | None:
+        """The rolling digest at ``revision`` (``protocol.digest``)."""
+        return self._state.digest
+
+    @property
     def state(self) -> TranscriptState:
         """The state itself (read only: change it through this entity)."""
         return self._state
@@ -462,20 +468,23 @@ class Transcript:
         store together, then ``apply``s them in order."""
         events: list[TranscriptEvent] = []
         state = self._state
-        revision, length = state.revision, state.length
+        revision, length, digest = state.revision, state.length, state.digest
         for messages, origin in batches:
             batch = _validate_batch(messages, self._limits)
             if not batch:
                 raise ValueError("prepare_appends: an empty batch takes no revision")
             revision += 1
+            change = MessagesAppended(start=length, messages=batch)
+            digest = None if digest is None else next_digest(digest, change)
             events.append(
                 TranscriptEvent(
                     transcript_id=state.transcript_id,
                     epoch=state.epoch,
                     revision=revision,
                     occurred_at=self._clock(),
-                    change=MessagesAppended(start=length, messages=batch),
+                    change=change,
                     origin=_check_origin(origin),
+                    digest=digest,
                 )
             )
             length += len(batch)
@@ -528,8 +537,10 @@ class Transcript:
         return self._next_event(ViewLeft(name=view.name, start=view.start, end=view.end), origin)
 
     def _next_event(self, change: Change, origin: Origin | None) -> TranscriptEvent:
-        """The event of ``change`` at revision + 1, stamped now."""
+        """The event of ``change`` at revision + 1, stamped now, with the
+        digest that follows (``protocol.digest``)."""
         state = self._state
+        digest = state.digest
         return TranscriptEvent(
             transcript_id=state.transcript_id,
             epoch=state.epoch,
@@ -537,6 +548,7 @@ class Transcript:
             occurred_at=self._clock(),
             change=change,
             origin=_check_origin(origin),
+            digest=None if digest is None else next_digest(digest, change),
         )
 
     def forget_before(self, index: int) -> int:
