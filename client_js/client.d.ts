@@ -91,6 +91,8 @@ export interface TranscriptEvent {
   occurredAt: number;
   change: Change;
   origin?: { contextId: string } | null;
+  /** The rolling digest at revision (docs/protocol.md, "The digest"); absent from older servers. */
+  digest?: string;
 }
 
 /** A transcript at one revision: messages [start, start + messages.length) of length. */
@@ -105,6 +107,8 @@ export interface TranscriptSnapshot {
   length?: number;
   views?: View[];
   viewChanges?: number;
+  /** The rolling digest at revision; absent from older servers. */
+  digest?: string;
 }
 
 /** The part of a transcript a subscription holds (docs/protocol.md, Windows). */
@@ -307,7 +311,11 @@ export class TranscriptCopy {
   segments: Segment[];
   views: CopyView[];
   viewChanges: number;
+  /** The rolling digest at revision, checked against every event's (null: the baseline had none). */
+  digest: string | null;
   view(name: string): CopyView | null;
+  /** The digest at the event's revision; throws DigestMismatch if the event carries another. */
+  digestAfter(event: TranscriptEvent): string | null;
   prepend(start: number, messages: Message[]): void;
   checkNext(event: TranscriptEvent): void;
   apply(event: TranscriptEvent): void;
@@ -319,6 +327,24 @@ export class TranscriptCopy {
 export class InvalidChange extends Error {
   constructor(message: string);
 }
+
+/** An event whose digest is not the one the copy computes: the copy's history differs from the server's. */
+export class DigestMismatch extends InvalidChange {
+  constructor(transcriptId: string, revision: number, carried: string, computed: string);
+  transcriptId: string;
+  revision: number;
+  carried: string;
+  computed: string;
+}
+
+/** RFC 8785 (JCS) text of a JSON value. */
+export function canonicalJson(value: unknown): string;
+/** SHA-256 of bytes (synchronous). */
+export function sha256(bytes: Uint8Array): Uint8Array;
+/** digest(0) of a transcript: from its id alone. */
+export function genesisDigest(transcriptId: string): string;
+/** digest(R) from digest(R-1) and change R. */
+export function nextDigest(previous: string, change: Change): string;
 
 /** The ref prefix of the pings that mark a resubscribe as answered. */
 export const BARRIER_PREFIX: "sync:";

@@ -829,6 +829,14 @@ class Client:
                 mirror = self.mirrors.get(transcript_id)
                 if mirror is not None:
                     mirror._presence_changed(frame)
+            case Resubscribed(reason="digest", transcript_id=transcript_id):
+                log.error(
+                    "%s: the copy's digest differs from the server's; taking a new baseline",
+                    transcript_id,
+                )
+                mirror = self.mirrors.get(transcript_id)
+                if mirror is not None:
+                    mirror.digest_mismatches += 1
             case DraftUpdated(transcript_id=transcript_id):
                 mirror = self.mirrors.get(transcript_id)
                 if mirror is not None:

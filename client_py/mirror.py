@@ -73,6 +73,9 @@ class Mirror:
         self.transcript_id = subscription.transcript_id
         self.subscription = subscription
         self.failed: BaseException | None = None
+        #: How many times an increment's digest differed from the one the
+        #: copy computed (each time the copy was replaced by a fresh baseline).
+        self.digest_mismatches = 0
         self._reader = reader
         self._copy: TranscriptState | None = None
         self._frozen: tuple[Message, ...] = ()
@@ -115,6 +118,12 @@ class Mirror:
     @property
     def epoch(self) -> str | None:
         return None if self._copy is None else self._copy.epoch
+
+    @property
+    def digest(self) -> str | None:
+        """The copy's rolling digest at ``revision`` (``protocol.digest``),
+        checked against every increment's; ``None`` before the first baseline."""
+        return None if self._copy is None else self._copy.digest
 
     @property
     def start(self) -> int:

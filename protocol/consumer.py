@@ -84,7 +84,7 @@ from protocol.continuity import (
 from protocol.drafts import GONE, ClosedAs, DraftClosed, DraftCopy, DraftUpdated
 from protocol.errors import InvalidFrame
 from protocol.presence import PresenceCopy
-from protocol.state import InvalidChange, InvalidSnapshot, TranscriptState
+from protocol.state import DigestMismatch, InvalidChange, InvalidSnapshot, TranscriptState
 from protocol.types import TranscriptEvent, TranscriptSnapshot
 from protocol.views import Window
 from protocol.wire import (
@@ -159,9 +159,11 @@ class Replaced:
 class Resubscribed:
     """A subscribe op was queued for ``reason`` (``gap``, ``seq-gap``,
     ``lagged``, ``epoch``, ``foreign``, ``no-copy``, ``mismatch``,
-    ``connection``). It resumes after ``from_revision`` in ``epoch``, or
-    asks for a fresh baseline when ``from_revision`` is ``None``: then the
-    copy was dropped (``mismatch``: an event the copy could not take)."""
+    ``digest``, ``connection``). It resumes after ``from_revision`` in
+    ``epoch``, or asks for a fresh baseline when ``from_revision`` is
+    ``None``: then the copy was dropped (``mismatch``: an event the copy
+    could not take; ``digest``: an event whose digest is not the one the
+    copy computes, so the copy's history differs from the server's)."""
 
     kind: ClassVar[str] = "resubscribed"
     transcript_id: str
@@ -378,6 +380,9 @@ class Subscription:
             if copy is None:
                 raise InvalidChange("no copy to apply the event to")
             copy.apply(event)
+        except DigestMismatch:
+            # The copy is broken: its history is not the server's.
+            return self._drop("digest")
         except InvalidChange:
             # Its revision continued the copy, its change did not: one side
             # broke the model. Trust neither; start over from a baseline.

@@ -61,7 +61,7 @@ DIGEST_BYTES: Final = 16
 #: A digest on the wire: 32 lowercase hex digits.
 DIGEST_PATTERN: Final = r"^[0-9a-f]{32}$"
 
-_DIGEST = re.compile(DIGEST_PATTERN)
+_DIGEST = re.compile("[0-9a-f]{32}")
 _SAFE = 2**53 - 1
 #: Characters whose order in UTF-16 (JCS's) differs from their code points' order.
 _WIDE = re.compile("[\ue000-\uffff]")
@@ -124,7 +124,7 @@ def history_digest(transcript_id: str, changes: Iterable[Change | Any]) -> str:
 
 def is_digest(value: object) -> bool:
     """Whether ``value`` is written as a digest (32 lowercase hex digits)."""
-    return isinstance(value, str) and _DIGEST.match(value) is not None
+    return isinstance(value, str) and _DIGEST.fullmatch(value) is not None
 
 
 def _plain_change(change: Change) -> bool:
@@ -150,7 +150,7 @@ def _plain_value(value: Any) -> bool:
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
-        return -_SAFE <= value <= _SAFE
+        return bool(-_SAFE <= value <= _SAFE)
     if isinstance(value, dict):
         for key, item in value.items():
             if _WIDE.search(key) is not None or not _plain_value(item):

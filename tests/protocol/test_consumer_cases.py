@@ -38,7 +38,8 @@ A step is one input, then exactly the ops and updates it must cause:
 Optional checks after the step: ``"copies"`` maps transcript ids to their
 copy, ``null`` for none, else ``{revision, epoch, start, length,
 activeStart, segments, messages (null when not kept), resyncing}`` and, when
-the copy has Views or View changes, ``views`` (by name) and ``viewChanges``;
+the copy has Views or View changes, ``views`` (by name) and ``viewChanges``,
+and, when the expectation names it, the copy's ``digest``;
 ``"followed"`` is the sorted list of transcript ids followed; ``"drafts"``
 maps transcript ids to their open drafts by id, each ``{role, n, text,
 waiting, stale, finalRevision}`` (``null`` when not followed).
@@ -156,7 +157,9 @@ def project(update: Update) -> dict[str, Any]:
 _TYPES = {"Ack": "ack", "Pong": "pong", "ErrorFrame": "error"}
 
 
-def _copy(consumer: Consumer, transcript_id: str) -> dict[str, Any] | None:
+def _copy(
+    consumer: Consumer, transcript_id: str, expected: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
     subscription = consumer.subscriptions.get(transcript_id)
     if subscription is None or subscription.copy is None:
         return None
@@ -174,6 +177,8 @@ def _copy(consumer: Consumer, transcript_id: str) -> dict[str, Any] | None:
     if copy.views or copy.view_changes:
         views = [{"name": v.name, "start": v.start, "end": v.end} for v in copy.sorted_views()]
         found.update(views=views, viewChanges=copy.view_changes)
+    if expected is not None and "digest" in expected:
+        found["digest"] = copy.digest
     return found
 
 
@@ -235,7 +240,9 @@ def test_case(path: Path) -> None:
                 update["type"] = _TYPES[update["type"]]
         assert updates == step["updates"], where
         for transcript_id, expected in step.get("copies", {}).items():
-            assert _copy(consumer, transcript_id) == expected, f"{where}: copy of {transcript_id}"
+            assert _copy(consumer, transcript_id, expected) == expected, (
+                f"{where}: copy of {transcript_id}"
+            )
         for transcript_id, expected in step.get("drafts", {}).items():
             assert _drafts(consumer, transcript_id) == expected, (
                 f"{where}: drafts of {transcript_id}"
@@ -304,4 +311,6 @@ def test_the_cases_cover_the_consumer_rules() -> None:
         "draft-cancel-and-expire",
         "draft-resubscribe",
         "draft-invalid-frames",
+        "digest-mismatch",
+        "digest-window",
     } <= names
