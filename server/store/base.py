@@ -38,6 +38,7 @@ from typing import Final, Literal, NamedTuple, Protocol, TypeAlias, runtime_chec
 
 import msgspec
 
+from protocol.digest import genesis_digest, history_digest
 from protocol.types import (
     Message,
     MessagesAppended,
@@ -572,3 +573,19 @@ def messages_in(events: Iterable[TranscriptEvent], start: int, end: int) -> tupl
             break
         found.extend(change.messages[max(0, start - change.start) : end - change.start])
     return tuple(found)
+
+
+def head_digest(transcript_id: str, last: TranscriptEvent | None) -> str | None:
+    """The digest at a transcript's revision from its newest event (``None``:
+    there is none, revision 0): the event's own, or ``None`` when it was
+    stored before events carried digests; then the caller computes it from
+    the whole log (``digest_of_log``)."""
+    return genesis_digest(transcript_id) if last is None else last.digest
+
+
+def digest_of_log(transcript_id: str, events: Iterable[TranscriptEvent]) -> str:
+    """The digest at the end of a complete event log (revision 1..N in
+    order), computed from the changes: every store gets the same one for the
+    same history, whatever it stored (``protocol.digest``)."""
+    return history_digest(transcript_id, (event.change for event in events))
+

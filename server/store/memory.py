@@ -53,6 +53,8 @@ from server.store.base import (
     check_first_event,
     check_list_args,
     check_range_args,
+    digest_of_log,
+    head_digest,
     messages_in,
     position_of,
     recent_start,
@@ -323,6 +325,8 @@ class MemoryStore:
             length=entry.length,
             views=tuple(sorted(entry.views.values(), key=lambda view: view.name)),
             view_changes=entry.view_changes,
+            digest=head_digest(transcript_id, entry.events[-1] if entry.events else None)
+            or digest_of_log(transcript_id, entry.events),
         )
         return StoredState(snapshot, entry.created_at, self._loaded_keys(entry))
 

@@ -138,6 +138,8 @@ from server.store.base import (
     check_first_event,
     check_list_args,
     check_range_args,
+    digest_of_log,
+    head_digest,
     messages_in,
     position_of,
 )
@@ -330,8 +332,9 @@ end
 """
 
 # ARGV: keep (-1: every message), loaded keys -> {'missing'} | {'unindexed'} |
-# {'ok', epoch, created, rev, len, active, vchanges, segs, views, first, blobs, acks, order}
-# (the newest ``loaded keys`` idempotency keys, oldest first, and their acks)
+# {'ok', epoch, created, rev, len, active, vchanges, segs, views, first, blobs, acks, order,
+#  last} (the newest ``loaded keys`` idempotency keys, oldest first, and their acks; the
+# newest event, whose digest is the transcript's, '' at revision 0)
 _STATE_SCRIPT = (
     _SPAN
     + """
@@ -348,9 +351,11 @@ if r then blobs = redis.call('LRANGE', KEYS[2], r[1], r[2]) end
 local order = redis.call('ZRANGE', KEYS[5], -tonumber(ARGV[2]), -1)
 local acks = {}
 if #order > 0 then acks = redis.call('HMGET', KEYS[4], unpack(order)) end
+local last = ''
+if tonumber(m[3]) > 0 then last = redis.call('LINDEX', KEYS[2], tonumber(m[3]) - 1) or '' end
 return {'ok', m[1], m[2], m[3], m[4], m[5], m[6] or '0',
         redis.call('LRANGE', KEYS[9], 0, -1), redis.call('HGETALL', KEYS[10]), first, blobs,
-        acks, order}
+        acks, order, last}
 """
 )
 
@@ -955,7 +960,7 @@ class RedisStore:
             return None
         (
             _, epoch, created, rev, length, active, vchanges, segs, views, first, blobs,
-            acks, order,
+            acks, order, last,
         ) = answer  # fmt: skip
         length, first = int(length), int(first)
         segments = [_segment(raw) for raw in segs]
@@ -972,12 +977,24 @@ class RedisStore:
             length=length,
             views=tuple(sorted((_view(k, v) for k, v in pairs.items()), key=lambda v: v.name)),
             view_changes=int(vchanges),
+            digest=await self._digest(transcript_id, last),
         )
         # A key pruned between the two reads is left out (its HMGET is nil).
         idempotency = {
             k.decode(): _receipt_from(ack) for k, ack in zip(order, acks, strict=True) if ack
         }
         return StoredState(snapshot, int(created), idempotency)
+
+    async def _digest(self, transcript_id: str, last: bytes) -> str | None:
+        """The digest at the revision of ``last``, the newest event (``b''``:
+        none): its own, or, for a transcript stored before events carried
+        digests, computed from the whole log on every load (the log is never
+        rewritten: another replica may be appending to it)."""
+        digest = head_digest(transcript_id, self._decoder.decode(last) if last else None)
+        if digest is not None:
+            return digest
+        whole = await self.load(transcript_id)
+        return None if whole is None else digest_of_log(transcript_id, whole.events)
 
     async def read_messages(self, transcript_id: str, start: int, end: int) -> StoredRange:
         """Messages ``[start, end)`` (clamped to the length): one script reads

@@ -70,6 +70,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
+from protocol.digest import genesis_digest, next_digest
 from protocol.summary import preview_of, title_of
 from protocol.types import (
     Message,
@@ -100,6 +101,8 @@ from server.store.base import (
     check_first_event,
     check_list_args,
     check_range_args,
+    digest_of_log,
+    head_digest,
     messages_in,
     position_of,
     recent_start,
@@ -112,7 +115,7 @@ __all__ = ["DATABASE_FILE", "SCHEMA_VERSION", "SQLiteStore"]
 DATABASE_FILE: Final = "transcripts.sqlite3"
 
 #: The schema version this code writes; kept in ``PRAGMA user_version``.
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 
 def _index_history(conn: sqlite3.Connection) -> None:
@@ -147,6 +150,29 @@ def _index_history(conn: sqlite3.Connection) -> None:
         conn.execute("UPDATE transcripts SET preview = ? WHERE id = ?", (preview, tid))
     for tid, active in actives.items():
         conn.execute("UPDATE transcripts SET active_start = ? WHERE id = ?", (active, tid))
+
+
+def _digest_history(conn: sqlite3.Connection) -> None:
+    """Version 3: every stored event gets the digest at its revision
+    (``protocol.digest``), computed from the history once; events stored
+    since carry the one their transcript computed."""
+    decoder = msgspec.msgpack.Decoder(TranscriptEvent)
+    encoder = msgspec.msgpack.Encoder()
+    digest = ""
+    current = None
+    rows = conn.execute(
+        "SELECT transcript_id, revision, data FROM events ORDER BY transcript_id, revision"
+    )
+    for tid, revision, data in rows.fetchall():
+        if tid != current:
+            current, digest = tid, genesis_digest(tid)
+        event = decoder.decode(data)
+        digest = next_digest(digest, event.change)
+        if event.digest != digest:
+            conn.execute(
+                "UPDATE events SET data = ? WHERE transcript_id = ? AND revision = ?",
+                (encoder.encode(msgspec.structs.replace(event, digest=digest)), tid, revision),
+            )
 
 
 #: One step of a migration: a statement, or a function run on the connection.
@@ -209,6 +235,7 @@ _MIGRATIONS: Final[dict[int, tuple[_Step, ...]]] = {
         # After the backfill: one index build instead of one update per row.
         "CREATE INDEX events_by_msg_end ON events (transcript_id, msg_end)",
     ),
+    2: (_digest_history,),
 }
 
 _T = TypeVar("_T")
@@ -581,10 +608,32 @@ class _Reader:
                 length=length,
                 views=views,
                 view_changes=view_changes,
+                digest=self._digest(transcript_id, revision),
             )
             return StoredState(snapshot, created_at, self._keys(transcript_id))
         finally:
             self.conn.execute("COMMIT")
+
+    def _digest(self, transcript_id: str, revision: int) -> str | None:
+        """The digest at ``revision``: its event's (one row), computed from
+        the log if that event has none (written by hand, not by a server)."""
+        row = self.conn.execute(
+            "SELECT data FROM events WHERE transcript_id = ? AND revision = ?",
+            (transcript_id, revision),
+        ).fetchone()
+        digest = head_digest(transcript_id, None if row is None else self.decoder.decode(row[0]))
+        if digest is not None:
+            return digest
+        return digest_of_log(
+            transcript_id,
+            (
+                self.decoder.decode(data)
+                for (data,) in self.conn.execute(
+                    "SELECT data FROM events WHERE transcript_id = ? ORDER BY revision",
+                    (transcript_id,),
+                )
+            ),
+        )
 
     def read_messages(self, transcript_id: str, start: int, end: int) -> StoredRange:
         self.conn.execute("BEGIN")

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import msgspec
 import pytest
 
+from protocol.digest import genesis_digest, history_digest
 from protocol.types import (
     AttachmentPart,
     ImageUrl,
@@ -51,6 +52,10 @@ from server.store import (
 
 EPOCH = "e1"
 CREATED_AT = 1_700_000_000_000
+#: The digest of the history ``test_the_digest_at_every_revision_survives_a_reopen``
+#: writes, the same in every backend (computed once, by hand: a change to how
+#: digests are computed must change this too, and every stored history with it).
+HISTORY_DIGEST = "178fb6c6eefe8881e3ae60c64fbe50df"
 
 
 class StoreBackend(Protocol):
@@ -499,6 +504,60 @@ class StoreContract:
         assert first.messages[1].metadata == msgs[1].metadata
         assert loaded.events[0].origin == origin
         assert await store.events_after("t1", 1) == events[1:]
+
+    # --- digests (issue 29) --------------------------------------------------------------
+
+    async def test_the_digest_at_every_revision_survives_a_reopen(
+        self, store_backend: StoreBackend
+    ) -> None:
+        """Events keep the digest their transcript computed, ``load_recent``
+        gives the one at the revision, and every backend gives the same
+        ones for the same history (the digests are the history's, computed
+        by ``protocol.digest``, never the store's)."""
+        entity = Transcript(id="t1", epoch=EPOCH, clock=lambda: CREATED_AT)
+        events = [entity.prepare_append([message(0), message(1)])]
+        entity.apply(events[-1])  # type: ignore[arg-type]
+        for change in (
+            lambda: entity.prepare_segment(1),
+            lambda: entity.prepare_view("v", 0),
+            lambda: entity.prepare_append([message(2)]),
+            lambda: entity.prepare_leave_view("v"),
+        ):
+            events.append(change())
+            entity.apply(events[-1])  # type: ignore[arg-type]
+        store = store_backend.make()
+        await store.open()
+        try:
+            await store.create("t1", EPOCH, CREATED_AT)
+            empty = await store.load_recent("t1", messages=1)
+            assert empty is not None and empty.snapshot.digest == genesis_digest("t1")
+            for event in events:
+                assert event is not None
+                await store.append(event)
+            if store_backend.persistent:
+                await store.close()
+                store = store_backend.make()
+                await store.open()
+            state = await store.load_recent("t1", messages=1)
+            assert state is not None
+            assert state.snapshot.digest == entity.digest == HISTORY_DIGEST
+            loaded = await store.load("t1")
+            assert loaded is not None
+            assert [e.digest for e in loaded.events] == [e.digest for e in events if e]
+            assert Transcript.restore(loaded.events).digest == entity.digest
+        finally:
+            await store.close()
+
+    async def test_the_digest_of_events_stored_without_one_is_computed(self, store: Store) -> None:
+        """Events written before digests existed (or by hand) carry none:
+        the digest at the revision is computed from the log."""
+        events = [appended(1, 0, 2), segment_started(2, 0, 1, 2), appended(3, 2, 1)]
+        await store.create("t1", EPOCH, CREATED_AT, events[0])
+        for event in events[1:]:
+            await store.append(event)
+        state = await store.load_recent("t1", messages=1)
+        assert state is not None
+        assert state.snapshot.digest == history_digest("t1", [e.change for e in events])
 
     # --- concurrency ------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol.digest import history_digest
 from protocol.types import Origin, SegmentStarted, TranscriptEvent
 from server.model.transcript import Transcript
 from server.store import (
@@ -485,7 +486,8 @@ async def test_a_big_load_stalls_neither_the_loop_nor_appends_to_another_transcr
 async def test_a_version_1_database_is_indexed_by_the_migration(tmp_path: Path) -> None:
     """A data folder written before issue 18 (schema 1: events only) is
     migrated in place: message positions, segments, titles and previews are
-    read from the stored events once, and nothing is lost."""
+    read from the stored events once, and nothing is lost; then (schema 3)
+    every event gets the digest at its revision (issue 29)."""
     from server.store.sqlite import _MIGRATIONS
 
     folder = tmp_path / "data"
@@ -517,16 +519,25 @@ async def test_a_version_1_database_is_indexed_by_the_migration(tmp_path: Path) 
     await store.open()
     try:
         with raw(folder) as check:
-            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         whole = Transcript.restore(events)
         state = await store.load_recent("t1", messages=3)
         assert state is not None and state.snapshot == whole.snapshot(start=6)
+        assert (
+            state.snapshot.digest
+            == whole.digest
+            == history_digest("t1", [e.change for e in events])
+        )
         read = await store.read_messages("t1", 2, 8)
         assert read.messages == whole.messages(2, 8)
         [info] = await store.list()
         assert (info.title, info.preview) == ("message 0", "message 8")
         loaded = await store.load("t1")
-        assert loaded is not None and loaded.events == tuple(events)
+        assert loaded is not None
+        assert [msgspec.structs.replace(e, digest=None) for e in loaded.events] == events
+        assert [e.digest for e in loaded.events] == [
+            history_digest("t1", [e.change for e in events[:n]]) for n in range(1, 6)
+        ]
         # And it goes on from there.
         await store.append(appended(6, 9, 1))
         assert (await store.read_messages("t1", 8, 10)).messages == (message(8), message(9))
