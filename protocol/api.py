@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct, field
 
-from protocol.types import Message, NonNegative, TranscriptEvent, TranscriptId, View
+from protocol.types import Digest, Message, NonNegative, TranscriptEvent, TranscriptId, View
 from protocol.usage import RangeUsage, UseRun
 from protocol.wire import DraftId, IdempotencyKey, Member, PresenceCounts
 
@@ -89,15 +89,31 @@ class Created(Struct, frozen=True, rename="camel"):
     revision: NonNegative
 
 
-class Imported(Struct, frozen=True, rename="camel"):
+class ImportedFrom(Struct, frozen=True, rename="camel"):
+    """The transcript an imported LMML export was written from, as its first
+    line names it: its id, revision and digest there, and the digest of the
+    exported messages, which the import checked the messages against."""
+
+    transcript_id: str
+    revision: NonNegative
+    digest: Digest
+    messages_digest: Digest
+
+
+class Imported(Struct, frozen=True, rename="camel", omit_defaults=True):
     """A transcript made from an LMML file: ``count`` messages, and what the
-    importer had to say about the file."""
+    importer had to say about the file. ``digest``: the new transcript's at
+    ``revision``; ``source``: the transcript the file was exported from, when
+    it names one and its messages were checked against it (see
+    ``ImportedFrom``)."""
 
     transcript_id: str
     epoch: str
     revision: NonNegative
     count: NonNegative
     warnings: list[str]
+    digest: Digest | None = None
+    source: ImportedFrom | None = None
 
 
 class AckBody(Struct, frozen=True, rename="camel"):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -38,6 +38,7 @@ import rfc8785
 
 from protocol.types import (
     Change,
+    Message,
     MessagesAppended,
     SegmentStarted,
     ViewChanged,
@@ -52,6 +53,7 @@ __all__ = [
     "genesis_digest",
     "history_digest",
     "is_digest",
+    "messages_digest",
     "next_digest",
 ]
 
@@ -120,6 +122,17 @@ def history_digest(transcript_id: str, changes: Iterable[Change | Any]) -> str:
     for change in changes:
         digest = next_digest(digest, change)
     return digest
+
+
+def messages_digest(messages: Sequence[Message]) -> str:
+    """A digest of the messages alone, whatever changes brought them:
+    ``H(JCS(change))`` of one append of them all at 0 (no previous digest).
+    An LMML export carries it so that an import of the file can be checked
+    (``protocol.lmml``); the rolling digest cannot be recomputed from
+    messages, since it also covers how they were batched, segments and
+    Views."""
+    change = MessagesAppended(start=0, messages=tuple(messages))
+    return _sha256(canonical_change(change)).digest()[:DIGEST_BYTES].hex()
 
 
 def is_digest(value: object) -> bool:

@@ -18,6 +18,7 @@ segmenting, importing and exporting take time linear in the input. See
 from protocol.lmml.bundle import (
     Bundle,
     BundleLimits,
+    ExportSource,
     ImportResult,
     import_messages,
     read_bundle,
@@ -43,6 +44,7 @@ __all__ = [
     "Delimiter",
     "Embed",
     "EmbedFence",
+    "ExportSource",
     "ImportResult",
     "LmmlError",
     "Narrative",

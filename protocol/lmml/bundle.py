@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from protocol.limits import MAX_MESSAGES_PER_BATCH
+from protocol.digest import is_digest
+from protocol.limits import ID_PATTERN, MAX_MESSAGES_PER_BATCH
 from protocol.lmml.errors import LmmlError
 from protocol.lmml.narrative import Narrative, parse
 from protocol.lmml.render import render_turn, resolver
@@ -32,9 +33,11 @@ from protocol.types import Message
 __all__ = [
     "Bundle",
     "BundleLimits",
+    "ExportSource",
     "ImportResult",
     "decode_narrative",
     "defaults_line",
+    "export_source",
     "import_messages",
     "imported_turns",
     "read_bundle",
@@ -102,10 +105,38 @@ class Bundle:
 
 @dataclass(frozen=True, slots=True)
 class ImportResult:
-    """The messages a narrative's turns become, and what the reader noticed."""
+    """The messages a narrative's turns become, and what the reader noticed.
+    ``source``: what the document's first line says about the transcript it
+    was exported from (``None`` for a document that says nothing);
+    ``omitted``: the embeds left out for ``max_embed_bytes``."""
 
     messages: tuple[Message, ...]
     warnings: tuple[str, ...]
+    source: ExportSource | None = None
+    omitted: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ExportSource:
+    """Where an exported document came from, as its first line says:
+    ``<!-- lmml {"digest": ..., "messagesDigest": ..., "revision": ...,
+    "transcriptId": ...} -->`` (beside any defaults). ``digest`` is the
+    transcript's rolling digest at ``revision``, ``messages_digest`` the
+    digest of the exported messages alone (``protocol.digest``), which an
+    import of the document checks."""
+
+    transcript_id: str
+    revision: int
+    digest: str
+    messages_digest: str
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "digest": self.digest,
+            "messagesDigest": self.messages_digest,
+            "revision": self.revision,
+            "transcriptId": self.transcript_id,
+        }
 
 
 def decode_narrative(data: bytes, what: str = "narrative") -> str:
@@ -273,7 +304,11 @@ def imported_turns(narrative: Narrative) -> tuple[Turn, ...]:
     """The turns an import makes messages of: ``segment``'s, except an empty
     narrative's one empty ``context`` turn (an empty file is no message),
     with the document's defaults line (``with_defaults``) applied."""
-    turns = with_defaults(segment(narrative))
+    return _imported(segment(narrative))
+
+
+def _imported(segmented: tuple[Turn, ...]) -> tuple[Turn, ...]:
+    turns = with_defaults(segmented)
     if len(turns) == 1 and not turns[0].delimiter and not turns[0].text:
         return ()
     return turns
@@ -284,13 +319,77 @@ def imported_turns(narrative: Narrative) -> tuple[Turn, ...]:
 DEFAULTS_LINE: Final = re.compile(r"<!-- lmml (\{[^\r\n]*\}) -->(?:\r?\n|$)")
 #: The attributes a defaults line may set.
 DEFAULTABLE: Final = ("chomp", "string")
+#: What the same line may say about the transcript it was exported from
+#: (``ExportSource``): all four or none.
+SOURCE_KEYS: Final = ("digest", "messagesDigest", "revision", "transcriptId")
+_ID: Final = re.compile(ID_PATTERN.removeprefix("^").removesuffix("$"))
 
 
-def defaults_line(defaults: Mapping[str, bool]) -> str:
-    """The line that makes ``defaults`` the document's (``""`` for none)."""
-    if not defaults:
+def defaults_line(defaults: Mapping[str, bool], source: ExportSource | None = None) -> str:
+    """The line that makes ``defaults`` the document's and names its
+    ``source`` (``""`` for neither)."""
+    fields: dict[str, object] = {**defaults, **(source.as_json() if source else {})}
+    if not fields:
         return ""
-    return f"<!-- lmml {json.dumps(dict(sorted(defaults.items())), separators=(',', ':'))} -->\n"
+    return f"<!-- lmml {json.dumps(dict(sorted(fields.items())), separators=(',', ':'))} -->\n"
+
+
+def _first_line(turns: tuple[Turn, ...]) -> tuple[re.Match[str], dict[str, object]] | None:
+    """The document's first line ``<!-- lmml {...} -->`` and what it sets,
+    checked; ``None`` without one. Raises ``LmmlError``."""
+    if not turns or turns[0].delimiter:
+        return None
+    match = DEFAULTS_LINE.match(turns[0].text)
+    if match is None:
+        return None
+    line = match[0].strip()
+    try:
+        fields = json.loads(match[1])
+    except ValueError:
+        raise LmmlError(f"the defaults line {line!r} is not JSON") from None
+    if not isinstance(fields, dict) or not all(
+        (key in DEFAULTABLE and isinstance(value, bool)) or key in SOURCE_KEYS
+        for key, value in fields.items()
+    ):
+        raise LmmlError(
+            f"the defaults line {line!r} may only set "
+            f"{' and '.join(DEFAULTABLE)} to true or false (and name the transcript it "
+            f"was exported from with {', '.join(SOURCE_KEYS)})"
+        )
+    named = [key for key in SOURCE_KEYS if key in fields]
+    if named and (
+        len(named) != len(SOURCE_KEYS)
+        or not is_digest(fields["digest"])
+        or not is_digest(fields["messagesDigest"])
+        or type(fields["revision"]) is not int
+        or fields["revision"] < 0
+        or not isinstance(fields["transcriptId"], str)
+        or _ID.fullmatch(fields["transcriptId"]) is None
+    ):
+        raise LmmlError(
+            f"the defaults line {line!r} names its source with {', '.join(SOURCE_KEYS)} "
+            "together: two digests (32 lowercase hex digits), a revision >= 0 and a "
+            "transcript id"
+        )
+    return match, fields
+
+
+def export_source(turns: tuple[Turn, ...]) -> ExportSource | None:
+    """What the first line of a document (its ``segment``ed turns) says about
+    the transcript it was exported from. Raises ``LmmlError`` as
+    ``with_defaults`` does."""
+    found = _first_line(turns)
+    if found is None or "digest" not in found[1]:
+        return None
+    fields = found[1]
+    revision = fields["revision"]
+    assert isinstance(revision, int)  # checked by _first_line
+    return ExportSource(
+        transcript_id=str(fields["transcriptId"]),
+        revision=revision,
+        digest=str(fields["digest"]),
+        messages_digest=str(fields["messagesDigest"]),
+    )
 
 
 def with_defaults(turns: tuple[Turn, ...]) -> tuple[Turn, ...]:
@@ -298,24 +397,14 @@ def with_defaults(turns: tuple[Turn, ...]) -> tuple[Turn, ...]:
     (in the preamble, before any delimiter) under each turn's own
     attributes; the line itself is no text of the preamble (a preamble of
     only that line is no turn). Raises ``LmmlError`` for a line that sets
-    anything but ``string`` and ``chomp`` to true or false."""
-    if not turns or turns[0].delimiter:
+    anything but ``string`` and ``chomp`` to true or false, or names its
+    source (``export_source``) in another way."""
+    found = _first_line(turns)
+    if found is None:
         return turns
+    match, fields = found
+    defaults = {key: value for key, value in fields.items() if key in DEFAULTABLE}
     first = turns[0]
-    match = DEFAULTS_LINE.match(first.text)
-    if match is None:
-        return turns
-    try:
-        defaults = json.loads(match[1])
-    except ValueError:
-        raise LmmlError(f"the defaults line {match[0].strip()!r} is not JSON") from None
-    if not isinstance(defaults, dict) or not all(
-        key in DEFAULTABLE and isinstance(value, bool) for key, value in defaults.items()
-    ):
-        raise LmmlError(
-            f"the defaults line {match[0].strip()!r} may only set "
-            f"{' and '.join(DEFAULTABLE)} to true or false"
-        )
     rest = first.text[match.end() :]
     preamble = (
         [replace(first, text=rest, start=first.start + len(match[0].encode()))] if rest else []
@@ -384,13 +473,19 @@ def import_messages(
     bundle = read_bundle(data, filename=filename, limits=limits)
     omitted: list[str] = []
     resolve = resolver(bundle.assets)
+    segmented = segment(bundle.narrative)
     messages = tuple(
         render_turn(turn, resolve, max_embed_bytes=max_embed_bytes, omitted=omitted)
-        for turn in imported_turns(bundle.narrative)
+        for turn in _imported(segmented)
     )
     warnings = list(bundle.warnings)
     warnings += [
         f"embed {name!r} is larger than {max_embed_bytes} bytes and was left out"
         for name in omitted
     ]
-    return ImportResult(messages=messages, warnings=tuple(warnings))
+    return ImportResult(
+        messages=messages,
+        warnings=tuple(warnings),
+        source=export_source(segmented),
+        omitted=tuple(omitted),
+    )

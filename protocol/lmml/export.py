@@ -37,7 +37,13 @@ from typing import Any, Final
 
 import msgspec
 
-from protocol.lmml.bundle import decode_narrative, defaults_line, imported_turns, write_bundle
+from protocol.lmml.bundle import (
+    ExportSource,
+    decode_narrative,
+    defaults_line,
+    imported_turns,
+    write_bundle,
+)
 from protocol.lmml.errors import LmmlError
 from protocol.lmml.narrative import has_closing_line, parse
 from protocol.lmml.render import embed_bytes, render_turn, resolver
@@ -50,30 +56,36 @@ _encode_json: Final = msgspec.json.Encoder().encode
 _BOM: Final = "\ufeff"
 
 
-def export_lmml(messages: Sequence[Message]) -> str:
+def export_lmml(messages: Sequence[Message], *, source: ExportSource | None = None) -> str:
     """The messages as one ``.lmml`` narrative; embeds stay inline fences.
 
     An embed that a message's text only references (``@name``) has no place
     in a single file, so such a message is written with its ``"content"``.
+    ``source`` (the transcript, its revision and digests) goes into the
+    first line, where an import finds it (``ExportSource``).
     """
-    text, _ = _export(tuple(messages), bundle_name=None)
+    text, _ = _export(tuple(messages), bundle_name=None, source=source)
     return text
 
 
-def export_lmmlz(messages: Sequence[Message], *, name: str = "transcript") -> bytes:
+def export_lmmlz(
+    messages: Sequence[Message], *, name: str = "transcript", source: ExportSource | None = None
+) -> bytes:
     """The messages as a ``.lmmlz``: ``name.lmml`` plus referenced embeds as entries."""
-    text, assets = _export(tuple(messages), bundle_name=name)
+    text, assets = _export(tuple(messages), bundle_name=name, source=source)
     return write_bundle(text, assets, name=name)
 
 
 def _export(
-    messages: tuple[Message, ...], *, bundle_name: str | None
+    messages: tuple[Message, ...], *, bundle_name: str | None, source: ExportSource | None
 ) -> tuple[str, dict[str, bytes]]:
     forced: set[int] = set()
     # Each round either returns or moves at least one more message to the
     # "content" form, which always comes back exactly: at most n + 1 rounds.
     while True:
-        text, assets, natural = _write(messages, forced, with_assets=bundle_name is not None)
+        text, assets, natural = _write(
+            messages, forced, with_assets=bundle_name is not None, source=source
+        )
         got = _reimport(text, assets)
         if got is not None and got == list(messages):
             return text, assets
@@ -91,11 +103,15 @@ def _export(
 
 
 def _write(
-    messages: tuple[Message, ...], forced: set[int], *, with_assets: bool
+    messages: tuple[Message, ...],
+    forced: set[int],
+    *,
+    with_assets: bool,
+    source: ExportSource | None = None,
 ) -> tuple[str, dict[str, bytes], list[int]]:
     """The document, its assets and which messages went in as narrative."""
     defaults = _defaults(messages)
-    chunks: list[str] = [defaults_line(defaults)]
+    chunks: list[str] = [defaults_line(defaults, source)]
     assets: dict[str, bytes] = {}
     # Embed names an earlier message owns: their bytes while only a bundle
     # entry holds them, ``None`` once a fence of that name is written.

@@ -20,7 +20,8 @@ from starlette.responses import Response
 
 from protocol import api, codes, lmml
 from protocol import chat as chat_api
-from protocol.types import Message
+from protocol.digest import history_digest
+from protocol.types import Message, MessagesAppended, TranscriptSnapshot
 from server.errors import Refused
 from server.web import http_reads, offload_jobs
 from server.web.http_api import (
@@ -110,10 +111,10 @@ async def import_transcript(request: Request) -> Response:
     args = (body, filename, max_embed, hub.config.message_limits)
     try:
         if inline_ok(len(body)) and not body.startswith(b"PK"):
-            encoded, warnings = offload_jobs.import_lmml(*args)
+            encoded, warnings, source = offload_jobs.import_lmml(*args)
         else:
             # Large, or a zip (whose inflated size its header may lie about).
-            encoded, warnings = await _offload(request).run(
+            encoded, warnings, source = await _offload(request).run(
                 "reading the import", offload_jobs.import_lmml, *args
             )
     except lmml.LmmlError as exc:
@@ -130,6 +131,8 @@ async def import_transcript(request: Request) -> Response:
             revision=revision,
             count=len(messages),
             warnings=list(warnings),
+            digest=history_digest(tid, [MessagesAppended(0, messages)] if messages else []),
+            source=None if source is None else msgspec.convert(source, api.ImportedFrom),
         ),
         201,
     )
@@ -181,12 +184,23 @@ def _bundle_name(transcript_id: str) -> str:
     return "transcript" if transcript_id == ".." else transcript_id
 
 
-def _download(body: bytes, media_type: str, filename: str, revision: int) -> Response:
+def _download(
+    body: bytes, media_type: str, filename: str, snapshot: TranscriptSnapshot
+) -> Response:
     response = Response(body, media_type=media_type)
     # Ids are [A-Za-z0-9._:-]: nothing to quote or escape.
     response.headers["content-disposition"] = f'attachment; filename="{filename}"'
-    response.headers["x-transcript-revision"] = str(revision)
+    response.headers["x-transcript-revision"] = str(snapshot.revision)
+    if snapshot.digest is not None:
+        response.headers["x-transcript-digest"] = snapshot.digest
     return response
+
+
+def _origin_of(snapshot: TranscriptSnapshot) -> offload_jobs.ExportOrigin | None:
+    """What an export's first line names (``None``: a snapshot without a digest)."""
+    if snapshot.digest is None:
+        return None
+    return (snapshot.transcript_id, snapshot.revision, snapshot.digest)
 
 
 async def _export(
@@ -204,10 +218,14 @@ async def export_lmml(request: Request) -> Response:
     """The transcript as one ``.lmml`` narrative (embeds as inline fences)."""
     tid = _transcript_id(request)
     snapshot = await _hub(request).reads.snapshot(tid)
-    data = await _export(request, snapshot.messages, "writing the export", offload_jobs.export_lmml)
-    return _download(
-        data, "text/markdown; charset=utf-8", f"{_bundle_name(tid)}.lmml", snapshot.revision
+    data = await _export(
+        request,
+        snapshot.messages,
+        "writing the export",
+        offload_jobs.export_lmml,
+        _origin_of(snapshot),
     )
+    return _download(data, "text/markdown; charset=utf-8", f"{_bundle_name(tid)}.lmml", snapshot)
 
 
 async def export_lmmlz(request: Request) -> Response:
@@ -216,6 +234,11 @@ async def export_lmmlz(request: Request) -> Response:
     snapshot = await _hub(request).reads.snapshot(tid)
     name = _bundle_name(tid)
     data = await _export(
-        request, snapshot.messages, "writing the export", offload_jobs.export_lmmlz, name
+        request,
+        snapshot.messages,
+        "writing the export",
+        offload_jobs.export_lmmlz,
+        name,
+        _origin_of(snapshot),
     )
-    return _download(data, "application/zip", f"{name}.lmmlz", snapshot.revision)
+    return _download(data, "application/zip", f"{name}.lmmlz", snapshot)

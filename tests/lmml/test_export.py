@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol.digest import messages_digest
 from protocol.lmml import (
+    ExportSource,
     LmmlError,
     export_lmml,
     export_lmmlz,
@@ -289,3 +291,45 @@ def test_a_defaults_line_sets_what_the_delimiters_leave_out() -> None:
     for bad in ('{"content": "x"}', '{"string": 1}', "{nope}"):
         with pytest.raises(LmmlError, match="defaults line"):
             import_messages(f"<!-- lmml {bad} -->\n## user\nhi\n".encode())
+
+
+# --- the source line (issue 29) ---------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(transcripts() | st.lists(any_messages(), max_size=4))
+def test_an_export_names_its_source_and_still_round_trips(transcript: list[Message]) -> None:
+    source = ExportSource("t:1", 7, "ab" * 16, messages_digest(transcript))
+    text = export_lmml(transcript, source=source)
+    assert text.startswith('<!-- lmml {"')
+    for data, name in (
+        (text.encode(), "t.lmml"),
+        (export_lmmlz(transcript, source=source), "t.lmmlz"),
+    ):
+        result = import_messages(data, filename=name)
+        assert result.messages == tuple(transcript)
+        assert result.source == source
+        assert messages_digest(result.messages) == source.messages_digest
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '<!-- lmml {"digest":"' + "ab" * 16 + '"} -->',  # not all four
+        '<!-- lmml {"digest":"x","messagesDigest":"x","revision":1,"transcriptId":"t"} -->',
+        '<!-- lmml {"digest":"'
+        + "ab" * 16
+        + '","messagesDigest":"'
+        + "ab" * 16
+        + '","revision":-1,"transcriptId":"t"} -->',
+        '<!-- lmml {"digest":"'
+        + "ab" * 16
+        + '","messagesDigest":"'
+        + "ab" * 16
+        + '","revision":1,"transcriptId":"a b"} -->',
+        '<!-- lmml {"other":1} -->',
+    ],
+)
+def test_a_source_line_that_says_it_wrong_is_refused(line: str) -> None:
+    with pytest.raises(LmmlError, match="defaults line"):
+        import_messages(f"{line}\n<!-- user -->\nhi\n".encode(), filename="t.lmml")

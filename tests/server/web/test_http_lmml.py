@@ -8,10 +8,13 @@ import zipfile
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
 from protocol import lmml
 from protocol.chat import openai_messages
+from protocol.digest import messages_digest
+from protocol.types import Message
 from protocol.validation import parse_messages
 from protocol.wire import Baseline
 from tests.support.servers import running_server
@@ -313,8 +316,12 @@ async def test_export_lmml_is_utf8_markdown_and_lmmlz_holds_id_lmml() -> None:
         assert r.status_code == 201
         text = await http.get("/v1/transcripts/notes:v1/export.lmml")
         assert text.headers["content-type"] == "text/markdown; charset=utf-8"
+        # The first line names the transcript it is of (issue 29), then
+        # comes the narrative.
+        first, _, rest = text.text.partition("\n")
+        assert first.startswith('<!-- lmml {"digest":"')
         # A single file has no place for referenced embeds: that turn is JSON.
-        assert text.text.startswith('A chat about notes.\n<!-- user {"content":')
+        assert rest.startswith('A chat about notes.\n<!-- user {"content":')
         assert text.text.endswith("<!-- assistant -->\nHere is a dot:\n@@@dot.svg\n<svg/>\n@@@\n")
         zipped = await http.get("/v1/transcripts/notes:v1/export.lmmlz")
         with zipfile.ZipFile(io.BytesIO(zipped.content)) as archive:
@@ -322,6 +329,56 @@ async def test_export_lmml_is_utf8_markdown_and_lmmlz_holds_id_lmml() -> None:
             assert names[0] == "notes:v1.lmml"
             assert set(names) == {"notes:v1.lmml", "notes.txt", "pic.png"}
             assert archive.read("pic.png") == PNG
+
+
+USER = {"role": "user", "content": "Hello there"}
+ASSISTANT = {"role": "assistant", "content": "General Kenobi"}
+
+
+@pytest.mark.parametrize("suffix", ["lmml", "lmmlz"])
+async def test_an_export_carries_the_digest_and_its_import_is_checked(suffix: str) -> None:
+    """Issue 29: the export names the transcript's digest at its revision
+    (header and first line) and the digest of its messages; importing it
+    checks the messages against that, and a changed one is refused."""
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        r = await http.post("/v1/transcripts", json={"id": "d1", "messages": [USER, ASSISTANT]})
+        assert r.status_code == 201
+        assert (await http.post("/v1/transcripts/d1/segments", json={})).status_code == 201
+        snapshot = (await http.get("/v1/transcripts/d1")).json()
+        assert len(snapshot["digest"]) == 32
+        exported = await http.get(f"/v1/transcripts/d1/export.{suffix}")
+        assert exported.headers["x-transcript-digest"] == snapshot["digest"]
+        assert exported.headers["x-transcript-revision"] == str(snapshot["revision"]) == "2"
+        r = await http.post(
+            "/v1/transcripts/import",
+            params={"filename": f"d1.{suffix}", "id": "d2"},
+            content=exported.content,
+        )
+        assert r.status_code == 201, r.text
+        imported = r.json()
+        source = imported["source"]
+        assert (source["transcriptId"], source["revision"], source["digest"]) == (
+            "d1",
+            2,
+            snapshot["digest"],
+        )
+        assert source["messagesDigest"] == messages_digest(
+            msgspec.convert(snapshot["messages"], list[Message])
+        )
+        copy = (await http.get("/v1/transcripts/d2")).json()
+        assert copy["messages"] == snapshot["messages"]
+        assert imported["digest"] == copy["digest"]
+        if suffix == "lmml":
+            # One character changed in a message: the import refuses the file.
+            tampered = exported.text.replace("Hello", "Hullo")
+            assert tampered != exported.text
+            r = await http.post(
+                "/v1/transcripts/import",
+                params={"filename": "d1.lmml"},
+                content=tampered.encode(),
+            )
+            assert_problem(r, 422, "invalid-lmml")
+            assert "not those exported from 'd1' at revision 2" in r.json()["detail"]
 
 
 @pytest.mark.parametrize("path", ["chat", "export.lmml", "export.lmmlz"])
