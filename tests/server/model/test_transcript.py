@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from protocol.digest import genesis_digest, history_digest, next_digest
 from protocol.errors import InvalidId, InvalidMessage
 from protocol.limits import MAX_MESSAGE_BYTES, MAX_MESSAGES_PER_BATCH, MessageLimits
 from protocol.pairs import group_adjacent_pairs
@@ -287,9 +288,33 @@ def test_an_event_carries_the_clock_the_origin_and_the_range() -> None:
         occurred_at=1000,
         change=MessagesAppended(start=0, messages=(Message("user", "a"),)),
         origin=Origin("conn-1"),
+        digest=next_digest(genesis_digest("t"), one.change),
     )
     assert two.origin is None and two.occurred_at == 1001
     assert isinstance(two.change, MessagesAppended) and two.change.start == 1
+    assert two.digest == next_digest(one.digest or "", two.change) == t.digest
+
+
+def test_every_change_carries_the_digest_that_follows_and_restores_keep_it() -> None:
+    """Issue 29: appends (one at a time and prepared together), segment
+    starts and View changes each advance the digest; a restore from the
+    events or from a snapshot gives the same one."""
+    ports = Ports()
+    t = ports.make(id="t", epoch="e")
+    assert t.digest == genesis_digest("t")
+    t.append([user("a"), user("b")])
+    for event in t.prepare_appends([([user("c")], None), ([user("d")], Origin("x"))]):
+        t.apply(event)
+    t.start_segment(2)
+    t.set_view("v", 1)
+    t.leave_view("v")
+    events = ports.buffer.take()
+    assert [e.revision for e in events] == [1, 2, 3, 4, 5, 6]
+    assert t.digest == events[-1].digest == history_digest("t", [e.change for e in events])
+    assert Transcript.restore(events).digest == t.digest
+    assert Transcript.restore(t.snapshot()).digest == t.digest
+    assert Transcript.restore_window(t.snapshot(start=3)).digest == t.digest
+    assert t.snapshot().digest == t.digest
 
 
 def test_the_default_clock_is_milliseconds_since_the_epoch() -> None:
@@ -337,6 +362,7 @@ def test_snapshot_of_the_whole_and_of_a_range() -> None:
         messages=(Message("user", "a"), Message("assistant", "b"), Message("user", "c")),
         active_start=2,
         segments=(Segment(0, 3), Segment(2, None)),
+        digest=t.digest,
     )
     part = t.snapshot(2, start=1)
     assert (part.start, part.end, part.revision) == (1, 2, 2)
