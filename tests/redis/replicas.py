@@ -123,6 +123,8 @@ class Follower:
                 raise AssertionError(f"the subscription failed: {update}")
             case Resubscribed(reason="mismatch"):
                 raise AssertionError(f"an event did not fit the copy: {update}")
+            case Resubscribed(reason="digest"):
+                raise AssertionError(f"an event's digest is not the copy's: {update}")
 
     async def wait_revision(self, revision: int, timeout: float = 10.0) -> None:
         """Return once the copy is at ``revision`` or later."""
