@@ -1,11 +1,13 @@
 """The client commands of ``tsync``: tail, append, stream, get, list, create,
-delete, segment, views, view, usage, import, export.
+delete, segment, views, view, usage, import, export, verify.
 
 ``server.run.cli`` calls ``register(subparsers)``. Every command takes ``--url``
 (default ``$TSYNC_URL`` or http://127.0.0.1:8765) and ``--token``
 (default ``$TSYNC_TOKEN``). Errors are one line on stderr; the exit code is 2
 for bad usage (the line ends with ``see 'tsync COMMAND --help'``), 1 when the
-server says no or cannot be reached, 130 after Ctrl-C.
+server says no or cannot be reached, 130 after Ctrl-C. ``verify`` answers
+0 (the copy's digest is the server's), 1 (it is not) or 2 (it could not tell:
+bad usage, a server that says no or cannot be reached).
 
 Why one module of over 600 lines: the client's subcommands of ``tsync`` (get, tail,
 list, export, import, stream, views, ...) are many small functions over one argument
@@ -42,6 +44,7 @@ from protocol.drafts import DraftClosed, DraftUpdated
 from protocol.errors import InvalidId
 from protocol.lmml.bundle import renamed_bundle
 from protocol.lmml.errors import LmmlError
+from protocol.state import DigestMismatch, InvalidChange, TranscriptState
 from protocol.types import (
     AttachmentPart,
     ContentPart,
@@ -293,14 +296,31 @@ def _add_commands(subparsers: Any) -> None:
     export.add_argument("--bundle", action="store_true", help="write an .lmmlz bundle")
     export.set_defaults(func=_command(_export))
 
+    verify = subparsers.add_parser(
+        "verify",
+        parents=[common],
+        help="check that a copy of a transcript is exactly the server's",
+        description="Mirror the transcript (a baseline: the server's digest at its revision), "
+        "rebuild a copy of it from its events, computing the digest of every revision from "
+        "the transcript id on (docs/protocol.md, The digest), and say whether the copy's "
+        "digest and messages are the server's at that revision. Exit 0: they are; 1: they "
+        "are not; 2: it could not tell (bad usage, an error, the history no longer held).",
+    )
+    verify.add_argument("id", help="transcript id")
+    verify.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    verify.set_defaults(func=_command(_verify, failure=EXIT_USAGE))
+
 
 # --- running a command ------------------------------------------------------------
 
 
 def _command(
     body: Callable[[argparse.Namespace], Coroutine[Any, Any, int]],
+    *,
+    failure: int = EXIT_REFUSED,
 ) -> Callable[[argparse.Namespace], int]:
-    """Run ``body`` in a fresh event loop and turn errors into one line and an exit code."""
+    """Run ``body`` in a fresh event loop and turn errors into one line and an
+    exit code (``failure`` when the server says no or cannot be reached)."""
 
     def run(args: argparse.Namespace) -> int:
         hint = f" (see 'tsync {args.command} --help')"
@@ -320,13 +340,13 @@ def _command(
         except (UsageError, InvalidId) as exc:
             return _fail(str(exc) + hint, EXIT_USAGE)
         except Unreachable as exc:
-            return _fail(f"cannot reach the server: {exc}", EXIT_REFUSED)
+            return _fail(f"cannot reach the server: {exc}", failure)
         except ServerError as exc:
-            return _fail(exc.message or exc.code, EXIT_REFUSED, exc.code)
+            return _fail(exc.message or exc.code, failure, exc.code)
         except ClientError as exc:
-            return _fail(str(exc), EXIT_REFUSED)
+            return _fail(str(exc), failure)
         except OSError as exc:
-            return _fail(str(exc), EXIT_REFUSED)
+            return _fail(str(exc), failure)
         except KeyboardInterrupt:
             if args.command == "stream":
                 print("tsync: interrupted: the draft was cancelled", file=sys.stderr)
@@ -952,6 +972,62 @@ async def _export(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
     return EXIT_OK
+
+
+async def _verify(args: argparse.Namespace) -> int:
+    async with connect(
+        args.url, args.token, connect_timeout=args.timeout, request_timeout=args.timeout
+    ) as client:
+        mirror = await client.subscribe(args.id, timeout=args.timeout)
+        # The mirror's copy is the server's word at its revision; the copy
+        # rebuilt from the events is this program's own computation.
+        revision, server_digest = mirror.revision, mirror.digest
+        server_messages = mirror.messages
+        async with _api(args) as api:
+            try:
+                events = await api.events(args.id, after=0)
+            except ServerError as exc:
+                if exc.code != "gone":
+                    raise
+                raise ClientError(
+                    f"the server no longer holds the events of {args.id!r} from revision 1 "
+                    "on: nothing to rebuild a copy from"
+                ) from None
+    copy = TranscriptState(args.id, mirror.epoch or "")
+    problem: str | None = None
+    try:
+        for event in events:
+            if event.revision > revision:
+                break  # changed since the baseline: compare at the baseline's revision
+            copy.apply(event)
+    except DigestMismatch as exc:
+        problem = f"the event of revision {exc.revision} carries digest {exc.carried}, " + (
+            f"the copy computes {exc.computed}"
+        )
+    except InvalidChange as exc:
+        problem = f"the events do not make a history: {exc}"
+    if problem is None and copy.revision != revision:
+        raise ClientError(
+            f"the events end at revision {copy.revision}, the baseline is at {revision}"
+        )
+    if problem is None and copy.digest != server_digest:
+        problem = f"the copy's digest is {copy.digest}, the server's {server_digest}"
+    if problem is None and tuple(copy.messages or ()) != server_messages:
+        problem = "the copy's messages differ from the server's"
+    if args.json:
+        outcome = {
+            "transcriptId": args.id,
+            "revision": revision,
+            "digest": copy.digest,
+            "serverDigest": server_digest,
+            "match": problem is None,
+        }
+        print(_json.encode({**outcome, "problem": problem} if problem else outcome).decode())
+    elif problem is None:
+        print(f"{args.id}: revision {revision}: digest {copy.digest} matches the server's")
+    else:
+        print(f"{args.id}: revision {revision}: MISMATCH: {problem}")
+    return EXIT_OK if problem is None else EXIT_REFUSED
 
 
 def _ack_dict(ack: Ack) -> dict[str, Any]:

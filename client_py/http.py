@@ -19,8 +19,15 @@ import msgspec
 from client_py.errors import ServerError, Unreachable, error_for
 from client_py.tokens import TokenProvider, TokenSource
 from protocol import codes
-from protocol.api import MessageRange, TranscriptList, TranscriptSummary, UsageBody, ViewList
-from protocol.types import TranscriptSnapshot, View
+from protocol.api import (
+    EventsBody,
+    MessageRange,
+    TranscriptList,
+    TranscriptSummary,
+    UsageBody,
+    ViewList,
+)
+from protocol.types import TranscriptEvent, TranscriptSnapshot, View
 
 __all__ = ["Ack", "Created", "HttpApi", "Imported", "Receipt", "endpoints"]
 
@@ -120,6 +127,7 @@ class _Bearer(httpx.Auth):
 _snapshot_decoder = msgspec.json.Decoder(TranscriptSnapshot)
 _list_decoder = msgspec.json.Decoder(TranscriptList)
 _range_decoder = msgspec.json.Decoder(MessageRange)
+_events_decoder = msgspec.json.Decoder(EventsBody)
 _views_decoder = msgspec.json.Decoder(ViewList)
 _usage_decoder = msgspec.json.Decoder(UsageBody)
 
@@ -169,6 +177,14 @@ class HttpApi:
         params = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
         response = await self._request("GET", f"/v1/transcripts/{transcript_id}", params=params)
         return _snapshot_decoder.decode(response.content)
+
+    async def events(self, transcript_id: str, *, after: int = 0) -> list[TranscriptEvent]:
+        """``GET /v1/transcripts/{id}/events?after=``: the events after
+        revision ``after`` up to now, oldest first. Raises ``ServerError``
+        with code ``gone`` when the server no longer holds them."""
+        path = f"/v1/transcripts/{transcript_id}/events"
+        response = await self._request("GET", path, params={"after": after})
+        return _events_decoder.decode(response.content).events
 
     async def messages(
         self, transcript_id: str, start: int, end: int, *, epoch: str | None = None

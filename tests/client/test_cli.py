@@ -327,3 +327,67 @@ async def test_tail_notes_who_joins_and_leaves(server: ServerProcess) -> None:
     finally:
         proc.terminate()
         await proc.wait()
+
+
+# --- tsync verify (issue 29) ----------------------------------------------------------
+
+
+def test_verify_says_whether_the_copy_is_the_servers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0 when the copy rebuilt from the events has the server's digest; 1
+    when a stored event was changed behind the server's back (its digest no
+    longer follows from it); 2 when it cannot tell."""
+    import sqlite3
+
+    import msgspec
+
+    from protocol.types import TranscriptEvent
+
+    folder = tmp_path / "data"
+    server = ServerProcess(store=f"sqlite:{folder}", log_path=tmp_path / "server.log")
+    server.start()
+    try:
+        url = ("--url", server.url)
+        assert run(capsys, "create", "v-1", *url)[0] == 0
+        for text in ("one", "two", "three"):
+            assert run(capsys, "append", "v-1", text, *url)[0] == 0
+        assert run(capsys, "segment", "v-1", *url)[0] == 0
+        code, out, err = run(capsys, "verify", "v-1", *url)
+        assert (code, err) == (0, ""), err
+        digest = _server_digest(server.url, "v-1")
+        assert out == f"v-1: revision 4: digest {digest} matches the server's\n"
+        code, out, _ = run(capsys, "verify", "v-1", "--json", *url)
+        assert code == 0 and '"match":true' in out
+
+        # Change a stored message, leave its digest as it was.
+        server.kill()
+        with sqlite3.connect(folder / "transcripts.sqlite3") as conn:
+            (data,) = conn.execute(
+                "SELECT data FROM events WHERE transcript_id = 'v-1' AND revision = 2"
+            ).fetchone()
+            event = msgspec.msgpack.decode(data, type=TranscriptEvent)
+            plain = msgspec.to_builtins(event)
+            plain["change"]["messages"][0]["content"] = "TWO"
+            conn.execute(
+                "UPDATE events SET data = ? WHERE transcript_id = 'v-1' AND revision = 2",
+                (msgspec.msgpack.encode(plain),),
+            )
+        server.start()
+        code, out, _ = run(capsys, "verify", "v-1", *url)
+        assert code == 1
+        assert out.startswith("v-1: revision 4: MISMATCH: the event of revision 2 carries digest")
+
+        assert run(capsys, "verify", "nope", *url)[0] == 2
+        assert run(capsys, "verify", "bad id!", *url)[0] == 2
+    finally:
+        server.kill()
+    assert run(capsys, "verify", "v-1", "--url", server.url, "--timeout", "0.5")[0] == 2
+
+
+def _server_digest(url: str, transcript_id: str) -> str | None:
+    async def get() -> str | None:
+        async with HttpApi(url) as api:
+            return (await api.get(transcript_id)).digest
+
+    return asyncio.run(get())
