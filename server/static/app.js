@@ -380,6 +380,12 @@ function renderTranscript(transcriptId) {
 
   client.on("ack", () => renderOutbox());
 
+  // A change whose digest was not the copy's: the client takes a fresh
+  // baseline (the "baseline" event redraws); say it happened.
+  client.on("error", ({ code, message, transcriptId: about }) => {
+    if (code === "digest" && about === transcriptId) $("transcript-error").textContent = message;
+  });
+
   /** No such conversation: say so, and nothing else (no composer, no "Live"). */
   function showMissing() {
     ended = true;
@@ -436,9 +442,12 @@ function renderTranscript(transcriptId) {
       ["Revision", String(mirror.revision)],
       ["Active segment from", `message ${mirror.activeStart}`],
     ];
+    // The copy's digest, checked against every change's (docs/protocol.md, The digest).
+    if (mirror.digest) rows.push(["Digest", mirror.digest]);
     const meta = $("meta");
     meta.replaceChildren(...rows.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]));
     meta.dataset.revision = String(mirror.revision);
+    meta.dataset.digest = mirror.digest ?? "";
     meta.dataset.length = String(mirror.length);
     $("segments").replaceChildren(
       ...mirror.segments.map((s, n) =>

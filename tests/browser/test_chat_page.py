@@ -71,6 +71,34 @@ async def test_messages_appended_over_http_appear_in_order(
         assert tab.errors == []
 
 
+async def test_the_page_shows_the_digest_it_checked_and_repairs_a_broken_copy(
+    context: BrowserContext, http: httpx.AsyncClient
+) -> None:
+    """Issue 29 on the page: the copy's digest (computed by client.js from
+    every change) is the server's; a copy made wrong takes a fresh baseline
+    at the next change and the page says so."""
+    async with running_server() as srv:
+        api = f"{srv.url}/v1/transcripts"
+        assert (await http.post(api, json={"id": "dg", "messages": [say(0)]})).status_code == 201
+        tab = await open_tab(context, f"{srv.url}/t/dg")
+        await expect(tab.page.locator("#status")).to_have_attribute("data-state", LIVE)
+        for i in (1, 2):
+            assert (await http.post(f"{api}/dg/messages", json={"messages": [say(i)]})).is_success
+        assert (await http.post(f"{api}/dg/segments", json={})).is_success
+        await tab.wait_revision(4)
+        snapshot = (await http.get(f"{api}/dg")).json()
+        meta = tab.page.locator("#meta")
+        await expect(meta).to_have_attribute("data-digest", snapshot["digest"])
+        # Break the copy: its digest is no longer the history's.
+        await tab.page.evaluate("() => { window.tsyncClient.mirror('dg').digest = '0'.repeat(32); }")
+        assert (await http.post(f"{api}/dg/messages", json={"messages": [say(3)]})).is_success
+        await tab.wait_revision(5)
+        snapshot = (await http.get(f"{api}/dg")).json()
+        await expect(meta).to_have_attribute("data-digest", snapshot["digest"])
+        await expect(tab.page.locator("#transcript-error")).to_contain_text("digest")
+        assert await tab.messages() == server_rows(snapshot)
+
+
 async def test_two_pages_on_one_transcript_stay_identical(
     context: BrowserContext, http: httpx.AsyncClient
 ) -> None:
