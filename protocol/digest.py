@@ -82,15 +82,21 @@ def canonical_change(change: Change | Any) -> bytes:
     """The RFC 8785 bytes of ``change`` as the wire carries it (a ``Change``
     struct, or its plain JSON form: a dict with ``kind``).
 
-    ``rfc8785`` writes them. The common case takes a short cut that writes
-    the same bytes about 30 times faster: msgspec's JSON with sorted keys
-    escapes strings exactly as JCS does, so for a change holding no float,
-    no integer beyond ``2**53`` and no object key with a character in
-    U+E000..U+FFFF (the only keys whose code-point order differs from
-    UTF-16's) the two agree (``tests/protocol/test_digest.py`` holds them to
-    it for any change hypothesis makes)."""
-    if type(change) in _STRUCTS and _plain_change(change):
-        return _encode_sorted(change)
+    ``rfc8785`` writes them, or, for the changes a server sees, a short cut
+    that writes the same bytes many times faster: msgspec's JSON with
+    sorted keys escapes strings exactly as JCS does and sorts keys as JCS
+    does unless a key holds a character in U+E000..U+FFFF (the only ones
+    whose code-point order differs from UTF-16's); only its numbers can
+    differ, so a change holding floats or integers beyond ``2**53`` is
+    written by msgspec with those numbers as JCS writes them (``Raw``).
+    ``tests/protocol/test_digest.py`` holds the short cut to ``rfc8785``
+    for any change hypothesis makes."""
+    if type(change) in _STRUCTS:
+        shape = _shape_of_change(change)
+        if shape is _PLAIN:
+            return _encode_sorted(change)
+        if shape is _NUMBERS:
+            return _encode_sorted(_jcs_numbers(_to_builtins(change)))
     return canonical_reference(change)
 
 
@@ -140,38 +146,67 @@ def is_digest(value: object) -> bool:
     return isinstance(value, str) and _DIGEST.fullmatch(value) is not None
 
 
-def _plain_change(change: Change) -> bool:
+# What msgspec's sorted JSON of a value is to its JCS form: the same bytes
+# (_PLAIN); the same but for numbers (_NUMBERS: floats, integers beyond
+# 2**53); or something only the reference should write (_OTHER: a key whose
+# UTF-16 order differs, a value that is not JSON). Ordered by how bad.
+_PLAIN, _NUMBERS, _OTHER = 0, 1, 2
+
+
+def _shape_of_change(change: Change) -> int:
     if isinstance(change, MessagesAppended):
-        if change.start > _SAFE:
-            return False
+        shape = _PLAIN if change.start <= _SAFE else _NUMBERS
         for message in change.messages:
-            if message.metadata is not None and not _plain_value(message.metadata):
-                return False
-            calls = message.tool_calls
-            if calls is not None and not all(_plain_value(call) for call in calls):
-                return False
-        return True
+            if message.metadata is not None:
+                shape = max(shape, _shape_of(message.metadata))
+            if message.tool_calls is not None:
+                shape = max(shape, _shape_of(message.tool_calls))
+            if shape is _OTHER:
+                break
+        return shape
     if isinstance(change, SegmentStarted):
-        return change.end <= _SAFE
+        return _PLAIN if change.end <= _SAFE else _NUMBERS
     end = change.end
-    return change.start <= _SAFE and (end is None or end <= _SAFE)
+    return _PLAIN if change.start <= _SAFE and (end is None or end <= _SAFE) else _NUMBERS
 
 
-def _plain_value(value: Any) -> bool:
-    """Whether msgspec's sorted JSON of ``value`` is its JCS form."""
+def _shape_of(value: Any) -> int:
     kind = type(value)
     if kind is str or kind is bool or value is None:
-        return True
+        return _PLAIN
     if kind is int:
-        return bool(-_SAFE <= value <= _SAFE)
+        return _PLAIN if -_SAFE <= value <= _SAFE else _NUMBERS
+    if kind is float:
+        return _NUMBERS
+    shape = _PLAIN
     if isinstance(value, dict):
         for key, item in value.items():
-            if _WIDE.search(key) is not None or not _plain_value(item):
-                return False
-        return True
+            if type(key) is not str or _WIDE.search(key) is not None:
+                return _OTHER
+            shape = max(shape, _shape_of(item))
+            if shape is _OTHER:
+                break
+        return shape
     if isinstance(value, list | tuple):
-        return all(_plain_value(item) for item in value)
-    return False  # a float, or anything the reference should judge
+        for item in value:
+            shape = max(shape, _shape_of(item))
+            if shape is _OTHER:
+                break
+        return shape
+    return _OTHER
+
+
+def _jcs_numbers(value: Any) -> Any:
+    """``value`` (plain data) with every float and every integer beyond
+    ``2**53`` as the bytes JCS writes for it (a double, ECMAScript's form)."""
+    kind = type(value)
+    if kind is float or (kind is int and not -_SAFE <= value <= _SAFE):
+        return msgspec.Raw(rfc8785.dumps(float(value)))
+    if isinstance(value, dict):
+        return {key: _jcs_numbers(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jcs_numbers(item) for item in value]
+    return value
 
 
 def _as_doubles(value: Any) -> Any:
