@@ -471,12 +471,17 @@ class TranscriptState:
         self.revision = event.revision
         self.digest = digest
 
-    def apply(self, event: TranscriptEvent) -> None:
+    def apply(self, event: TranscriptEvent, *, own_digest: bool = False) -> None:
         """Check ``event`` and make it the current state; ``InvalidChange``
         and nothing changes if it is not the next change, ``DigestMismatch``
-        (an ``InvalidChange``) if its digest is not the one that follows."""
+        (an ``InvalidChange``) if its digest is not the one that follows.
+        ``own_digest``: the event's digest was computed from this state by
+        its owner (``Transcript.prepare_*``): taken as it is, not again."""
         self.check_next(event)
-        self.advance(event, self.digest_after(event))
+        digest = event.digest
+        if not own_digest or digest is None or self.digest is None:
+            digest = self.digest_after(event)
+        self.advance(event, digest)
 
     def __repr__(self) -> str:
         held = "none" if self.messages is None else f"[{self.start}, {self.length})"

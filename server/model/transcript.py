@@ -225,7 +225,15 @@ class Transcript:
     # The state (``protocol.state``) is the one implementation of "apply an
     # event" that every consumer's copy uses too; messages only ever grow at
     # the end, so index i is the same object forever.
-    __slots__ = ("_changes", "_clock", "_limits", "_observation", "_persistence", "_state")
+    __slots__ = (
+        "_changes",
+        "_clock",
+        "_limits",
+        "_observation",
+        "_persistence",
+        "_prepared",
+        "_state",
+    )
 
     def __init__(
         self,
@@ -248,6 +256,9 @@ class Transcript:
         self._observation = observation
         self._persistence = persistence
         self._clock: Clock = _wall_clock if clock is None else clock
+        #: The events of the latest prepare: ``apply`` takes their digests as
+        #: computed (from this state, which only they can follow).
+        self._prepared: tuple[TranscriptEvent, ...] = ()
         if messages:
             try:
                 self.append(messages)
@@ -488,6 +499,7 @@ class Transcript:
                 )
             )
             length += len(batch)
+        self._prepared = tuple(events)
         return events
 
     def prepare_segment(
@@ -541,7 +553,7 @@ class Transcript:
         digest that follows (``protocol.digest``)."""
         state = self._state
         digest = state.digest
-        return TranscriptEvent(
+        event = TranscriptEvent(
             transcript_id=state.transcript_id,
             epoch=state.epoch,
             revision=state.revision + 1,
@@ -550,6 +562,8 @@ class Transcript:
             origin=_check_origin(origin),
             digest=None if digest is None else next_digest(digest, change),
         )
+        self._prepared = (event,)
+        return event
 
     def forget_before(self, index: int) -> int:
         """Stop holding the messages before ``index`` (they stay what they
@@ -570,7 +584,11 @@ class Transcript:
         observation failed, or a ``CaptureAndObservationError`` (an
         ``ExceptionGroup`` that is also a ``ChangeCaptureError``) holding both.
         """
-        self._state.apply(event)
+        prepared = self._prepared
+        own = any(event is one for one in prepared)
+        self._state.apply(event, own_digest=own)
+        if own:  # (hold no message longer than the state does)
+            self._prepared = tuple(one for one in prepared if one is not event)
         self._report(event)
 
     # --- rebuilding --------------------------------------------------------------
