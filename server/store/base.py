@@ -588,4 +588,3 @@ def digest_of_log(transcript_id: str, events: Iterable[TranscriptEvent]) -> str:
     order), computed from the changes: every store gets the same one for the
     same history, whatever it stored (``protocol.digest``)."""
     return history_digest(transcript_id, (event.change for event in events))
-

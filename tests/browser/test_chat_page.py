@@ -90,7 +90,7 @@ async def test_the_page_shows_the_digest_it_checked_and_repairs_a_broken_copy(
         meta = tab.page.locator("#meta")
         await expect(meta).to_have_attribute("data-digest", snapshot["digest"])
         # Break the copy: its digest is no longer the history's.
-        await tab.page.evaluate("() => { window.tsyncClient.mirror('dg').digest = '0'.repeat(32); }")
+        await tab.page.evaluate("() => { tsyncClient.mirror('dg').digest = '0'.repeat(32); }")
         assert (await http.post(f"{api}/dg/messages", json={"messages": [say(3)]})).is_success
         await tab.wait_revision(5)
         snapshot = (await http.get(f"{api}/dg")).json()
