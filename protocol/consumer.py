@@ -278,6 +278,7 @@ class Subscription:
     """
 
     __slots__ = (
+        "_check",
         "_drafts_epoch",
         "_keep",
         "_last_epoch",
@@ -293,9 +294,15 @@ class Subscription:
     )
 
     def __init__(
-        self, transcript_id: str, *, keep_messages: bool = True, window: Window | None = None
+        self,
+        transcript_id: str,
+        *,
+        keep_messages: bool = True,
+        window: Window | None = None,
+        check_digests: bool = True,
     ) -> None:
         self.transcript_id = transcript_id
+        self._check = check_digests
         self.continuity = Continuity(transcript_id)
         self.copy: TranscriptState | None = None
         self.window = window
@@ -348,7 +355,9 @@ class Subscription:
         if not isinstance(decision, Replace):
             return None  # a stale baseline
         try:
-            copy = TranscriptState.from_snapshot(snapshot, keep_messages=self._keep)
+            copy = TranscriptState.from_snapshot(
+                snapshot, keep_messages=self._keep, check_digests=self._check
+            )
         except InvalidSnapshot:
             # accept_transcript_update checks the same invariants: only a
             # snapshot built in Python without them gets here.
@@ -505,8 +514,11 @@ class Consumer:
     validate, ``repeated_frames`` those ignored as ``seq`` repeats.
     """
 
-    def __init__(self, *, keep_messages: bool = True) -> None:
+    def __init__(self, *, keep_messages: bool = True, check_digests: bool = True) -> None:
         self.keep_messages = keep_messages
+        #: Whether copies compute every event's digest and check it (the
+        #: default; see ``TranscriptState``), or take it as it comes.
+        self.check_digests = check_digests
         self.subscriptions: dict[str, Subscription] = {}
         self.seq = SeqTracker()
         self.connected = False
@@ -539,7 +551,12 @@ class Consumer:
         subscription = self.subscriptions.get(transcript_id)
         if subscription is not None:
             return subscription
-        subscription = Subscription(transcript_id, keep_messages=self.keep_messages, window=window)
+        subscription = Subscription(
+            transcript_id,
+            keep_messages=self.keep_messages,
+            window=window,
+            check_digests=self.check_digests,
+        )
         if presence:
             subscription.presence = PresenceCopy()
         self.subscriptions[transcript_id] = subscription

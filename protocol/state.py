@@ -210,6 +210,7 @@ class TranscriptState:
 
     __slots__ = (
         "active_start",
+        "check_digests",
         "closed_segments",
         "digest",
         "epoch",
@@ -222,8 +223,17 @@ class TranscriptState:
         "views",
     )
 
-    def __init__(self, transcript_id: str, epoch: str, *, keep_messages: bool = True) -> None:
-        """An empty transcript at revision 0."""
+    def __init__(
+        self,
+        transcript_id: str,
+        epoch: str,
+        *,
+        keep_messages: bool = True,
+        check_digests: bool = True,
+    ) -> None:
+        """An empty transcript at revision 0. ``check_digests=False``: take
+        each event's digest as it comes, without computing it (a load
+        generator's many copies in one process sample the check)."""
         self.transcript_id = transcript_id
         self.epoch = epoch
         self.revision = 0
@@ -240,17 +250,27 @@ class TranscriptState:
         #: when unknown (a snapshot of an older peer left it out): then the
         #: next event's digest is taken as it comes, and checked from there on.
         self.digest: str | None = genesis_digest(transcript_id)
+        self.check_digests = check_digests
 
     @classmethod
     def from_snapshot(
-        cls, snapshot: TranscriptSnapshot, *, keep_messages: bool = True
+        cls,
+        snapshot: TranscriptSnapshot,
+        *,
+        keep_messages: bool = True,
+        check_digests: bool = True,
     ) -> TranscriptState:
         """The state a snapshot shows, holding its messages (a window
         ``[start, length)`` if it is partial). Raises ``InvalidSnapshot`` if
         it breaks the invariants or if its messages stop short of the length
         (a head range cannot be continued: see ``check_baseline``)."""
         check_baseline(snapshot)
-        state = cls(snapshot.transcript_id, snapshot.epoch, keep_messages=keep_messages)
+        state = cls(
+            snapshot.transcript_id,
+            snapshot.epoch,
+            keep_messages=keep_messages,
+            check_digests=check_digests,
+        )
         state.revision = snapshot.revision
         state.length = snapshot.length
         state.active_start = snapshot.active_start
@@ -268,7 +288,9 @@ class TranscriptState:
     def following(self) -> TranscriptState:
         """A state at the same point that keeps no messages: to check the
         events that continue this one without holding a second copy."""
-        state = TranscriptState(self.transcript_id, self.epoch, keep_messages=False)
+        state = TranscriptState(
+            self.transcript_id, self.epoch, keep_messages=False, check_digests=self.check_digests
+        )
         state.revision = self.revision
         state.start = state.length = self.length
         state.active_start = self.active_start
@@ -439,7 +461,7 @@ class TranscriptState:
         one. An event without a digest (an older peer) gets the computed
         one; a state that does not know its own takes the event's."""
         own = self.digest
-        if own is None:
+        if own is None or not self.check_digests:
             return event.digest
         computed = next_digest(own, event.change)
         carried = event.digest

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol.consumer import Consumer
 from protocol.digest import (
     canonical_change,
     canonical_reference,
@@ -193,3 +194,20 @@ def test_not_a_digest() -> None:
             next_digest(bad, change)
     assert not is_digest("A" * 32)
     assert not is_digest("a" * 32 + "\n")
+
+
+def test_a_copy_that_does_not_check_takes_each_digest_as_it_comes() -> None:
+    """``check_digests=False`` (a load generator samples the check): no
+    digest is computed, the copy holds the event's."""
+    consumer = Consumer(keep_messages=False, check_digests=False)
+    subscription = consumer.subscribe("t1")
+    state = TranscriptState("t1", "e1")
+    subscription.on_baseline(state.snapshot())
+    copy = subscription.copy
+    assert copy is not None and not copy.check_digests
+    change = MessagesAppended(0, (Message(role="user", content="hi"),))
+    carried = "cd" * 16
+    applied = subscription.on_event(TranscriptEvent("t1", "e1", 1, 0, change, digest=carried))
+    assert applied is not None and applied.kind == "applied"
+    assert copy.digest == carried
+    assert not copy.following().check_digests
