@@ -47,7 +47,6 @@ from protocol.types import (
 
 __all__ = [
     "DIGEST_BYTES",
-    "DIGEST_PATTERN",
     "canonical_change",
     "canonical_reference",
     "genesis_digest",
@@ -60,9 +59,7 @@ __all__ = [
 #: How many bytes of SHA-256 a digest keeps (128 bits: collisions need 2**64
 #: tries; a copy that differs by accident is found with certainty).
 DIGEST_BYTES: Final = 16
-#: A digest on the wire: 32 lowercase hex digits.
-DIGEST_PATTERN: Final = r"^[0-9a-f]{32}$"
-
+# A digest on the wire: 32 lowercase hex digits (``protocol.types.Digest``).
 _DIGEST = re.compile("[0-9a-f]{32}")
 _SAFE = 2**53 - 1
 #: Characters whose order in UTF-16 (JCS's) differs from their code points' order.
@@ -93,9 +90,9 @@ def canonical_change(change: Change | Any) -> bytes:
     for any change hypothesis makes."""
     if type(change) in _STRUCTS:
         shape = _shape_of_change(change)
-        if shape is _PLAIN:
+        if shape == _PLAIN:
             return _encode_sorted(change)
-        if shape is _NUMBERS:
+        if shape == _NUMBERS:
             return _encode_sorted(_jcs_numbers(_to_builtins(change)))
     return canonical_reference(change)
 
@@ -161,7 +158,7 @@ def _shape_of_change(change: Change) -> int:
                 shape = max(shape, _shape_of(message.metadata))
             if message.tool_calls is not None:
                 shape = max(shape, _shape_of(message.tool_calls))
-            if shape is _OTHER:
+            if shape == _OTHER:
                 break
         return shape
     if isinstance(change, SegmentStarted):
@@ -184,13 +181,13 @@ def _shape_of(value: Any) -> int:
             if type(key) is not str or _WIDE.search(key) is not None:
                 return _OTHER
             shape = max(shape, _shape_of(item))
-            if shape is _OTHER:
+            if shape == _OTHER:
                 break
         return shape
     if isinstance(value, list | tuple):
         for item in value:
             shape = max(shape, _shape_of(item))
-            if shape is _OTHER:
+            if shape == _OTHER:
                 break
         return shape
     return _OTHER
