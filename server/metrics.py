@@ -117,6 +117,12 @@ class Metrics:
         self.backplane_events = Counter(
             "tsync_backplane_events", "Changes learnt from other replicas", registry=r
         )
+        self.digest_mismatches = Counter(
+            "tsync_digest_mismatches",
+            "Changes from the store whose digest did not follow from this replica's copy "
+            "(the transcript was reloaded)",
+            registry=r,
+        )
         self.replans = Counter(
             "tsync_append_replans",
             "Appends planned again after catching up: another replica's change landed first",

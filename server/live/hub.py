@@ -402,6 +402,8 @@ class Hub:
                 applied += 1
             elif isinstance(update, Resubscribed):
                 events, reason = None, update.reason
+                if reason == "digest":
+                    self.metrics.digest_mismatches.inc()
                 break
         if events is None:
             log.info("reloading %s (%s)", live.id, reason)

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import httpx
 
 from protocol import wire
+from protocol.types import Message, MessagesAppended, TranscriptEvent
 from server.replicas.backplane import Backplane
 from server.store import SharedMemoryStore
 from tests.support.servers import RunningServer, running_server
@@ -75,3 +76,28 @@ async def test_a_delete_through_one_replica_ends_the_other_replicas_subscription
             assert (gone.code, gone.transcript_id) == ("not-found", "t")
             assert not b.hub.holds("t")
             assert backplane_of(b).counters.reloads == 1
+
+
+async def test_a_change_whose_digest_does_not_follow_reloads_the_other_replica() -> None:
+    """Issue 29: a change in the store whose digest does not follow from B's
+    copy (a writer with a broken copy stored it) is not applied as it comes:
+    B reloads the transcript from the store, its subscribers get a fresh
+    baseline, and the metric counts it."""
+    async with two_replicas() as (a, b), httpx.AsyncClient() as http:
+        await http.post(f"{a.url}/v1/transcripts", json={"id": "t", "messages": [user("0")]})
+        async with await RawClient.connect(b.ws_url) as client:
+            await client.send(op="subscribe", transcriptId="t")
+            first = (await client.expect(wire.Baseline)).snapshot
+            store = a.app.state.hub.store
+            wrong = TranscriptEvent(
+                "t",
+                first.epoch,
+                2,
+                0,
+                MessagesAppended(1, (Message(role="user", content="1"),)),
+                digest="0" * 32,
+            )
+            await store.append(wrong)
+            again = await client.expect(wire.Baseline, timeout=10)
+            assert (again.snapshot.revision, again.snapshot.digest) == (2, "0" * 32)
+        assert b.app.state.hub.metrics.digest_mismatches._value.get() == 1
