@@ -168,7 +168,7 @@ class ReaderStats:
     frames: int = 0  #: long-poll answers with values, or SSE data events
     received_bytes: int = 0
     last_apply_ns: int = 0
-    latencies: array = field(default_factory=lambda: array("q"))  # µs
+    latencies: array[int] = field(default_factory=lambda: array("q"))  # µs
 
     def counters(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__ if name != "latencies"}

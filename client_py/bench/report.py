@@ -47,7 +47,7 @@ def judge(run: dict[str, Any], scenario: str) -> list[str]:
         return failures
     groups: dict[str, dict[str, Any]] = run.get("groups", {})
     for name, group in groups.items():
-        zero = STOPPED_ZERO if name == "stopped" else ON_TIME_ZERO
+        zero: tuple[str, ...] = STOPPED_ZERO if name == "stopped" else ON_TIME_ZERO
         if scenario == "streams":
             zero = STREAMS_ZERO
         for counter in zero:
