@@ -95,7 +95,10 @@ class Fanout:
     def __init__(self, max_queued_bytes: int = MAX_QUEUED_BYTES) -> None:
         self.max_queued_bytes = max_queued_bytes
         self._followers: dict[str, set[Follower]] = {}
-        #: Readers cut for falling behind, since the start (for metrics and tests).
+        #: Since the start (for metrics and tests): events written raw, events
+        #: queued for a reader's task, readers cut for falling behind.
+        self.raw_count = 0
+        self.queued_count = 0
         self.cut_count = 0
 
     def __len__(self) -> int:
@@ -132,6 +135,7 @@ class Fanout:
         events: dict[tuple[Encode, str | None], tuple[bytes, bytes]] = {}
         closed = stream.closed
         cut: list[Follower] = []
+        raw_writes = 0
         for follower in group:
             if follower.offset != after:
                 follower.wake.set()
@@ -146,6 +150,7 @@ class Fanout:
             raw = follower.raw
             if not follower.pending and raw is not None and raw.raw_ready():
                 raw.raw_write(event[1])
+                raw_writes += 1
                 if closed:
                     follower.wake.set()  # its task ends the response
                 continue
@@ -155,6 +160,8 @@ class Fanout:
                 follower.cut = True
                 cut.append(follower)
             follower.wake.set()
+        self.raw_count += raw_writes
+        self.queued_count += len(group) - raw_writes
         for follower in cut:
             self.cut_count += 1
             self.unfollow(stream.path, follower)

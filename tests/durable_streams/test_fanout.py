@@ -1,0 +1,141 @@
+"""Live SSE readers through ``server.streams.fanout``: each append encoded
+once per cursor and written raw to readers that take data, queued in order
+for one that does not, and a reader too far behind cut (it reads again from
+its offset); end to end, many SSE readers of a real server get every append
+in order and the stream's closing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+
+from server.streams.fanout import Fanout, Follower
+from server.streams.model import Message, Stream
+from tests.support.servers import running_server
+
+
+class FakeRaw:
+    def __init__(self, ready: bool = True) -> None:
+        self.ready = ready
+        self.written: list[bytes] = []
+
+    def raw_ready(self) -> bool:
+        return self.ready
+
+    def raw_write(self, data: bytes) -> None:
+        self.written.append(data)
+
+
+class Encoder:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, stream: Stream, message: Message, cursor: str | None) -> bytes:
+        self.calls += 1
+        return f"{message.offset}|{cursor}".encode()
+
+
+def stream(path: str = "/v1/stream/s") -> Stream:
+    return Stream(path=path, content_type="text/plain", created_at=0.0, last_access=0.0)
+
+
+def test_an_append_is_encoded_once_per_cursor_and_written_raw() -> None:
+    fanout, encode, s = Fanout(), Encoder(), stream()
+    fast = [FakeRaw(), FakeRaw()]
+    other, paused = FakeRaw(), FakeRaw(ready=False)
+    followers = [Follower(raw, None, encode, "0") for raw in fast]
+    followers += [Follower(other, "7", encode, "0"), Follower(paused, None, encode, "0")]
+    for follower in followers:
+        fanout.follow(s.path, follower)
+    fanout.deliver(s, Message(b"x", "1"))
+    assert encode.calls == 2  # one per cursor, whatever the number of readers
+    assert fast[0].written == fast[1].written == [b"6\r\n1|None\r\n"]
+    assert other.written == [b"3\r\n1|7\r\n"]
+    # The paused reader's event waits, unframed, and its task is woken.
+    assert paused.written == [] and followers[3].pending == [b"1|None"]
+    assert followers[3].wake.is_set() and not followers[0].wake.is_set()
+    assert all(f.offset == "1" for f in followers)
+    # Once something is queued, later events queue behind it, even if the
+    # transport takes data again: never written raw ahead of the queue.
+    paused.ready = True
+    fanout.deliver(s, Message(b"y", "2"))
+    assert paused.written == [] and followers[3].pending == [b"1|None", b"2|None"]
+    # Another stream's readers hear nothing.
+    fanout.deliver(stream("/v1/stream/other"), Message(b"z", "3"))
+    assert fast[0].written == [b"6\r\n1|None\r\n", b"6\r\n2|None\r\n"]
+
+
+def test_a_reader_too_far_behind_is_cut_and_nobody_else_waits() -> None:
+    fanout, encode, s = Fanout(max_queued_bytes=10), Encoder(), stream()
+    slow = Follower(FakeRaw(ready=False), None, encode, "0")
+    fast_raw = FakeRaw()
+    fast = Follower(fast_raw, None, encode, "0")
+    fanout.follow(s.path, slow)
+    fanout.follow(s.path, fast)
+    for n in range(1, 5):
+        fanout.deliver(s, Message(b"x", str(n)))
+    assert slow.cut and slow.over() and slow.wake.is_set()
+    assert fanout.cut_count == 1 and len(fanout) == 1
+    assert (fanout.raw_count, fanout.queued_count) == (4, 2)  # cut at the second
+    assert len(fast_raw.written) == 4 and not fast.cut
+
+
+def test_closing_and_shutdown_wake_the_readers() -> None:
+    fanout, encode, s = Fanout(), Encoder(), stream()
+    follower = Follower(FakeRaw(), None, encode, "0")
+    fanout.follow(s.path, follower)
+    s.closed = True
+    fanout.deliver(s, Message(b"x", "1"))  # an append that closes the stream
+    assert follower.closed_sent and follower.wake.is_set()
+    follower.wake.clear()
+    fanout.end_all()
+    assert follower.cut and follower.wake.is_set() and len(fanout) == 0
+
+
+async def read_sse(http: httpx.AsyncClient, url: str, ready: asyncio.Event) -> list[object]:
+    """Every data event's values until the stream's closing control event."""
+    values: list[object] = []
+    async with http.stream("GET", url, params={"offset": "-1", "live": "sse"}) as response:
+        assert response.status_code == 200
+        assert "content-length" not in response.headers
+        buffer = ""
+        async for text in response.aiter_text():
+            buffer += text
+            while "\n\n" in buffer:
+                event, buffer = buffer.split("\n\n", 1)
+                kind, _, data = event.partition("\n")
+                payload = json.loads(data.removeprefix("data:"))
+                if kind == "event: data":
+                    values += payload
+                elif payload.get("streamClosed"):
+                    return values
+                ready.set()
+    raise AssertionError("the response ended before the stream's closing")
+
+
+async def test_many_sse_readers_get_every_append_in_order_then_the_close() -> None:
+    async with (
+        running_server() as srv,
+        httpx.AsyncClient(base_url=srv.url, timeout=20) as http,
+    ):
+        url = "/v1/stream/fan/out"
+        json_type = {"content-type": "application/json"}
+        assert (await http.put(url, headers=json_type)).status_code == 201
+        readies = [asyncio.Event() for _ in range(8)]
+        readers = [asyncio.create_task(read_sse(http, url, ready)) for ready in readies]
+        async with asyncio.timeout(20):
+            await asyncio.gather(*(ready.wait() for ready in readies))
+        for n in range(30):
+            answer = await http.post(url, content=json.dumps({"n": n}), headers=json_type)
+            assert answer.status_code == 204
+        closed = await http.post(url, headers={"stream-closed": "true"})
+        assert closed.status_code == 204
+        async with asyncio.timeout(20):
+            got = await asyncio.gather(*readers)
+        assert got == [[{"n": n} for n in range(30)]] * 8
+        fanout = srv.app.state.streams.fanout
+        assert len(fanout) == 0
+        # tsync serve offers the raw write (HTTP/1.1): the appends went out raw.
+        assert fanout.raw_count > 0 and fanout.raw_count + fanout.queued_count == 8 * 30
