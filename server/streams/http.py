@@ -436,7 +436,7 @@ async def _read(request: Request, path: str) -> Response:
             if waited.closed or stream.closed:
                 headers[CLOSED] = "true"
             return _answer(204, headers)
-        messages = waited.messages
+        return _woken(request, stream, offset, position, cursor, waited.messages)
     messages, up_to_date = _page(messages, _settings(request).read_chunk_bytes)
     end = messages[-1].offset if messages else (position or stream.tail)
     if not messages and position is None:
@@ -459,6 +459,66 @@ async def _read(request: Request, path: str) -> Response:
         return _answer(304, {"etag": etag, **SECURITY})
     body = json_body(messages) if stream.json else b"".join(m.data for m in messages)
     return _answer(200, headers, body, stream.content_type)
+
+
+#: Long-poll answers shared by the readers one append woke (``_woken``),
+#: kept until the end of the loop's turn: the readers one append wakes all
+#: run in the turn after it, and nothing is held longer.
+RawHeaders = list[tuple[bytes, bytes]]
+_SHARED: dict[tuple[str, str, str, str | None, str, bool], tuple[Stream, RawHeaders, bytes]]
+_SHARED = {}
+
+
+class _Prepared(Response):
+    """A response whose headers are already encoded (``_woken``)."""
+
+    def __init__(self, raw_headers: RawHeaders, body: bytes) -> None:
+        self.status_code = 200
+        self.background = None
+        self.body = body
+        # A copy: middlewares may add to the list of the response they send.
+        self.raw_headers = list(raw_headers)
+
+
+def _woken(
+    request: Request,
+    stream: Stream,
+    offset: str | None,
+    position: str,
+    cursor: str | None,
+    messages: list[Message],
+) -> Response:
+    """The answer to a long-poll an append woke. Every reader that waited at
+    ``position`` gets the same one (the response cursor differs only by the
+    request's cursor), so it is built and encoded once, as the hub encodes
+    an event once for all its subscribers: the rest of the readers that
+    append woke take it as it is."""
+    key = (stream.path, offset or "-1", position, cursor, messages[-1].offset, stream.closed)
+    shared = _SHARED.get(key)
+    if shared is None or shared[0] is not stream:
+        page, up_to_date = _page(messages, _settings(request).read_chunk_bytes)
+        end = page[-1].offset
+        headers = {NEXT_OFFSET: end, CURSOR: response_cursor(cursor)}
+        if stream.content_type:
+            headers["content-type"] = stream.content_type
+        if up_to_date:
+            headers[UP_TO_DATE] = "true"
+        at_end = stream.closed and up_to_date and end == stream.tail
+        if at_end:
+            headers[CLOSED] = "true"
+        headers["etag"] = _etag(stream, offset or "-1", end, at_end)
+        body = json_body(page) if stream.json else b"".join(m.data for m in page)
+        if not _SHARED:
+            asyncio.get_running_loop().call_soon(_SHARED.clear)
+        built = _answer(200, headers, body, stream.content_type)
+        shared = _SHARED[key] = (stream, built.raw_headers, body)
+    _, raw_headers, body = shared
+    match = request.headers.get("if-none-match")
+    if match is not None:
+        etag = next(v for k, v in raw_headers if k == b"etag").decode()
+        if match == etag:
+            return _answer(304, {"etag": etag, **SECURITY})
+    return _Prepared(raw_headers, body)
 
 
 def _page(messages: list[Message], limit: int) -> tuple[list[Message], bool]:

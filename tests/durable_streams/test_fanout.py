@@ -14,6 +14,7 @@ import httpx
 from server.streams.fanout import Fanout, Follower
 from server.streams.model import Message, Stream
 from tests.support.servers import running_server
+from tests.support.waiting import until
 
 
 class FakeRaw:
@@ -139,3 +140,37 @@ async def test_many_sse_readers_get_every_append_in_order_then_the_close() -> No
         assert len(fanout) == 0
         # tsync serve offers the raw write (HTTP/1.1): the appends went out raw.
         assert fanout.raw_count > 0 and fanout.raw_count + fanout.queued_count == 8 * 30
+
+
+async def test_long_polls_one_append_woke_share_one_answer() -> None:
+    async with (
+        running_server() as srv,
+        httpx.AsyncClient(base_url=srv.url, timeout=20) as http,
+    ):
+        url = "/v1/stream/shared"
+        json_type = {"content-type": "application/json"}
+        assert (await http.put(url, headers=json_type)).status_code == 201
+        tail = (await http.head(url)).headers["stream-next-offset"]
+        registry = srv.app.state.streams
+        params = [{"offset": tail, "live": "long-poll"}] * 5
+        params.append({"offset": tail, "live": "long-poll", "cursor": "1"})
+        polls = [asyncio.create_task(http.get(url, params=p)) for p in params]
+        await until(lambda: len(registry._waiters.get(url, ())) == len(polls), timeout=20)
+        assert (await http.post(url, content=b'{"a":1}', headers=json_type)).status_code == 204
+        answers = await asyncio.gather(*polls)
+        assert all(a.status_code == 200 and a.json() == [{"a": 1}] for a in answers)
+        first = answers[0].headers
+        for answer in answers[:5]:
+            assert answer.headers == first  # one answer, built once
+        assert first["stream-next-offset"] > tail and first["stream-up-to-date"] == "true"
+        assert first["x-content-type-options"] == "nosniff" and "etag" in first
+        # Another cursor: its own answer (the cursor moves on from the reader's).
+        assert answers[5].json() == [{"a": 1}]
+        assert answers[5].headers["stream-cursor"] != ""
+        # A stream made again at the same path never gets the old answer.
+        assert (await http.delete(url)).status_code == 204
+        assert (await http.put(url, headers=json_type)).status_code == 201
+        again = asyncio.create_task(http.get(url, params=params[0]))
+        await until(lambda: registry._waiters.get(url), timeout=20)
+        assert (await http.post(url, content=b'{"b":2}', headers=json_type)).status_code == 204
+        assert (await again).json() == [{"b": 2}]
