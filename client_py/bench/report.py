@@ -53,7 +53,11 @@ def judge(run: dict[str, Any], scenario: str) -> list[str]:
         for counter in zero:
             if group.get(counter, 0):
                 failures.append(f"{name} subscribers: {counter} = {group[counter]}")
-        if group.get("delivered", 0) != group.get("expected", 0):
+        # Streams: a value whose ack came late may reach the readers all the
+        # same; what was owed and missed is ``missing`` (judged above).
+        if group.get("delivered", 0) != group.get("expected", 0) and not (
+            scenario == "streams" and group.get("delivered", 0) > group.get("expected", 0)
+        ):
             failures.append(
                 f"{name} subscribers applied {group.get('delivered', 0)} events, "
                 f"expected {group.get('expected', 0)}"
