@@ -191,7 +191,7 @@ bench() {  # $1 = name, $2 = store, $3 = run, then `tsync bench` arguments
 start_ds() {  # $1 = store name: tsync serve on PORT, the Node reference on BASE_PORT
   local url
   url="$(store_url "$1")"
-  pinned "$server_cpus" "$py" -m server.cli serve --port "$PORT" --store "$url" \
+  pinned "$server_cpus" "$py" -m server.run.cli serve --port "$PORT" --store "$url" \
     --log-level warning --set max_http_connections=3000 >>"$OUT/server.log" 2>&1 &
   server_pid=$!
   pinned "$server_cpus" node scripts/ds_reference/serve.mjs --port "$BASE_PORT" \
@@ -212,7 +212,7 @@ bench_ds() {  # $1 = name, $2 = store, $3 = run, then `tsync bench streams` argu
   local out="$OUT/$name-$store-$run.json"
   echo "== $name ($store) run $run: tsync bench streams $*" >&2
   # shellcheck disable=SC2046
-  "$py" -m server.cli bench streams "$@" --url "http://127.0.0.1:$PORT" \
+  "$py" -m server.run.cli bench streams "$@" --url "http://127.0.0.1:$PORT" \
     --compare "http://127.0.0.1:$BASE_PORT" --compare-label "node reference" \
     --server-pid "$server_pid" --compare-pid "$baseline_pid" $(server_pin) \
     --procs "$PROCS" --no-progress --label "tsync ($store)" --json "$out" \

@@ -8,7 +8,7 @@ cursor, which the control event carries) and frames it once as an HTTP/1.1
 chunk; then, as the hub does for WebSockets (``server.outbound``), each
 reader whose connection takes data now gets those shared bytes written
 straight to its transport, in the appender's own step: no task woken, no
-ASGI ``send``, nothing encoded per reader. ``server.http_guard.RawBody`` is
+ASGI ``send``, nothing encoded per reader. ``server.web.http_guard.RawBody`` is
 that raw write.
 
 A reader that cannot be written to now (its transport is paused: the
@@ -39,7 +39,7 @@ MAX_QUEUED_BYTES: Final = 4 * 1024 * 1024
 
 
 class RawWrite(Protocol):
-    """``server.http_guard.RawBody``: a response's chunked body, written raw."""
+    """``server.web.http_guard.RawBody``: a response's chunked body, written raw."""
 
     def raw_ready(self) -> bool: ...
 
