@@ -174,3 +174,36 @@ async def test_long_polls_one_append_woke_share_one_answer() -> None:
         await until(lambda: registry._waiters.get(url), timeout=20)
         assert (await http.post(url, content=b'{"b":2}', headers=json_type)).status_code == 204
         assert (await again).json() == [{"b": 2}]
+
+
+async def test_an_http_1_0_sse_reader_is_served_through_its_queue() -> None:
+    async with (
+        running_server() as srv,
+        httpx.AsyncClient(base_url=srv.url, timeout=20) as http,
+    ):
+        url = "/v1/stream/old-client"
+        assert (await http.put(url, headers={"content-type": "text/plain"})).status_code == 201
+        host, port = srv.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(f"GET {url}?offset=-1&live=sse HTTP/1.0\r\n\r\n".encode())
+        async with asyncio.timeout(20):
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200") and b"chunked" not in head.lower()
+            assert (await reader.readuntil(b"\n\n")).startswith(b"event: control")
+            for n in range(3):
+                posted = await http.post(
+                    url, content=f"line {n}", headers={"content-type": "text/plain"}
+                )
+                assert posted.status_code == 204
+            got = b""
+            while got.count(b"event: data") < 3:
+                got += await reader.readuntil(b"\n\n")
+        # Not framed as chunks (no raw write for HTTP/1.0): plain SSE events, in order.
+        assert [line for line in got.split(b"\n") if line.startswith(b"data:line")] == [
+            b"data:line 0",
+            b"data:line 1",
+            b"data:line 2",
+        ]
+        fanout = srv.app.state.streams.fanout
+        assert fanout.raw_count == 0 and fanout.queued_count == 3
+        writer.close()
