@@ -6,17 +6,23 @@ to every reader exactly once."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client_py.bench.dsreaders import ReaderStats, ResponseParser, SseReader
+from client_py.bench import dsrun
+from client_py.bench.dsreaders import LongPollReader, ReaderStats, ResponseParser, SseReader
 from tests.bench.test_smoke import bench
-from tests.support.servers import ServerProcess, free_port
+from tests.support.servers import ServerProcess, free_port, running_server
+from tests.support.waiting import until
 
 
 class Collected:
@@ -129,3 +135,46 @@ def test_bad_usage_exits_2() -> None:
     assert done.returncode == 2
     done = bench("streams", "--closed-loop")
     assert done.returncode == 2 and "--rate" in done.stderr
+
+
+@pytest.mark.parametrize("reader_class", [SseReader, LongPollReader])
+async def test_a_reader_goes_on_past_ends_and_timeouts_of_the_server(
+    reader_class: type[SseReader] | type[LongPollReader],
+) -> None:
+    """Our server ends an SSE response after ``sse_max_s`` and answers a
+    long-poll 204 after ``stream_long_poll_s``: the reader asks again from
+    its offset and gets what comes next, nothing twice."""
+    async with (
+        running_server(stream_long_poll_s=0.3) as srv,
+        httpx.AsyncClient(base_url=srv.url, timeout=20) as http,
+    ):
+        srv.app.state.stream_settings.sse_max_s = 0.3
+        path = "/v1/stream/bench-again"
+        json_type = {"content-type": "application/json"}
+        assert (await http.put(path, headers=json_type)).status_code == 201
+        stats = ReaderStats(subscribers=1)
+        port = int(srv.url.rsplit(":", 1)[1])
+        reader = reader_class("127.0.0.1", port, path, stats)
+
+        def answers() -> int:
+            return stats.reconnects if reader_class is SseReader else stats.requests
+
+        def answered(at_least: int) -> bool:
+            return answers() >= at_least
+
+        def received(count: int) -> bool:
+            return reader.count == count
+
+        await reader.open()
+        try:
+            async with asyncio.timeout(20):
+                await reader.ready.wait()
+            for n in range(3):
+                # Past two ends of the response (SSE) or two 204s (long-poll) each time.
+                await until(functools.partial(answered, answers() + 2), timeout=20)
+                value = dsrun.value(time.time_ns(), 0, n, "x")
+                assert (await http.post(path, content=value, headers=json_type)).status_code < 300
+                await until(functools.partial(received, n + 1), timeout=20)
+        finally:
+            await reader.close()
+        assert (stats.repeats, stats.invalid, stats.errors, stats.disconnects) == (0, 0, 0, 0)
