@@ -118,6 +118,10 @@ class Fanout:
         """Whether a reader follows the stream at ``path``."""
         return path in self._followers
 
+    def count(self, path: str) -> int:
+        """How many readers follow the stream at ``path``."""
+        return len(self._followers.get(path, ()))
+
     def paths(self) -> list[str]:
         """The streams readers follow."""
         return list(self._followers)
@@ -135,7 +139,7 @@ class Fanout:
         events: dict[tuple[Encode, str | None], tuple[bytes, bytes]] = {}
         closed = stream.closed
         cut: list[Follower] = []
-        raw_writes = 0
+        raw_writes = queued = 0
         for follower in group:
             if follower.offset != after:
                 follower.wake.set()
@@ -156,12 +160,13 @@ class Fanout:
                 continue
             follower.pending.append(event[0])
             follower.pending_bytes += len(event[0])
+            queued += 1
             if follower.pending_bytes > self.max_queued_bytes:
                 follower.cut = True
                 cut.append(follower)
             follower.wake.set()
         self.raw_count += raw_writes
-        self.queued_count += len(group) - raw_writes
+        self.queued_count += queued
         for follower in cut:
             self.cut_count += 1
             self.unfollow(stream.path, follower)

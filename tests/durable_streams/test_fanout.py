@@ -50,7 +50,7 @@ def test_an_append_is_encoded_once_per_cursor_and_written_raw() -> None:
     followers += [Follower(other, "7", encode, "0"), Follower(paused, None, encode, "0")]
     for follower in followers:
         fanout.follow(s.path, follower)
-    fanout.deliver(s, Message(b"x", "1"))
+    fanout.deliver(s, Message(b"x", "1"), "0")
     assert encode.calls == 2  # one per cursor, whatever the number of readers
     assert fast[0].written == fast[1].written == [b"6\r\n1|None\r\n"]
     assert other.written == [b"3\r\n1|7\r\n"]
@@ -61,11 +61,24 @@ def test_an_append_is_encoded_once_per_cursor_and_written_raw() -> None:
     # Once something is queued, later events queue behind it, even if the
     # transport takes data again: never written raw ahead of the queue.
     paused.ready = True
-    fanout.deliver(s, Message(b"y", "2"))
+    fanout.deliver(s, Message(b"y", "2"), "1")
     assert paused.written == [] and followers[3].pending == [b"1|None", b"2|None"]
     # Another stream's readers hear nothing.
-    fanout.deliver(stream("/v1/stream/other"), Message(b"z", "3"))
+    fanout.deliver(stream("/v1/stream/other"), Message(b"z", "3"), "2")
     assert fast[0].written == [b"6\r\n1|None\r\n", b"6\r\n2|None\r\n"]
+
+
+def test_a_reader_before_the_append_is_woken_to_read_what_it_missed() -> None:
+    """A shared store's copy may learn of another replica's appends with no
+    delivery: a follower still before the new message's predecessor gets
+    nothing written (it would skip those), only its task woken."""
+    fanout, encode, s = Fanout(), Encoder(), stream()
+    raw = FakeRaw()
+    behind = Follower(raw, None, encode, "1")
+    fanout.follow(s.path, behind)
+    fanout.deliver(s, Message(b"x", "3"), "2")
+    assert raw.written == [] and behind.pending == [] and behind.offset == "1"
+    assert behind.wake.is_set() and encode.calls == 0
 
 
 def test_a_reader_too_far_behind_is_cut_and_nobody_else_waits() -> None:
@@ -76,7 +89,7 @@ def test_a_reader_too_far_behind_is_cut_and_nobody_else_waits() -> None:
     fanout.follow(s.path, slow)
     fanout.follow(s.path, fast)
     for n in range(1, 5):
-        fanout.deliver(s, Message(b"x", str(n)))
+        fanout.deliver(s, Message(b"x", str(n)), str(n - 1))
     assert slow.cut and slow.over() and slow.wake.is_set()
     assert fanout.cut_count == 1 and len(fanout) == 1
     assert (fanout.raw_count, fanout.queued_count) == (4, 2)  # cut at the second
@@ -88,7 +101,7 @@ def test_closing_and_shutdown_wake_the_readers() -> None:
     follower = Follower(FakeRaw(), None, encode, "0")
     fanout.follow(s.path, follower)
     s.closed = True
-    fanout.deliver(s, Message(b"x", "1"))  # an append that closes the stream
+    fanout.deliver(s, Message(b"x", "1"), "0")  # an append that closes the stream
     assert follower.closed_sent and follower.wake.is_set()
     follower.wake.clear()
     fanout.end_all()
