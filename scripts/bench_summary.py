@@ -48,6 +48,7 @@ BRIEF = {
     "latency_ms.max",
     "groups.stopped.latency_ms.p99",
     "server_cpu.cpu_us_per_delivered",
+    "streams.values_per_answer",
     "server_cpu.rss_mb_peak",
     "catchup.resume_ms.p50",
     "catchup.frames_per_resume",

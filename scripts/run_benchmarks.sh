@@ -7,6 +7,7 @@
 #   RUNS=1 STORES=sqlite ONLY=fanout500 scripts/run_benchmarks.sh
 #   scripts/run_benchmarks.sh issue15         # the table of issue 15 (below)
 #   scripts/run_benchmarks.sh drafts          # the table of issue 17 (below)
+#   scripts/run_benchmarks.sh ds              # Durable Streams vs the Node reference (below)
 #
 # `issue15` measures the server, not the generator: the server and the
 # baseline are pinned to SERVER_CPUS (default 0), the generator and its
@@ -28,6 +29,16 @@
 # its own frame. Its rows: delivered tokens/s, token latency p50/p99 beside
 # the commits' p99, server CPU per delivered token, and the paused reader's
 # backlog frames (one text frame per draft is the target).
+#
+# `ds` (issue 27) pins like `issue15` and runs `tsync bench streams`: 1,000
+# readers of one Durable Stream x 1 writer appending 50 JSON values/s for
+# 10 s, the readers in SSE (ds1000sse) and in long-poll (ds1000lp) mode,
+# against `tsync serve` (STORES, default "memory sqlite"; started with
+# --set max_http_connections=3000: 1,000 readers and the writer pass the
+# default 1,000) and, in the same run (--compare), the protocol's Node
+# reference server (@durable-streams/server 0.3.7, in memory,
+# scripts/ds_reference: `npm ci` there first). Its rows: p50/p99 append ->
+# delivery, server CPU per delivered value, values per long-poll answer.
 #
 # Results: one JSON per run in $OUT (default /tmp/bench-results); then
 #   python scripts/bench_summary.py $OUT      # medians and ranges as Markdown
@@ -52,6 +63,12 @@ elif [ "$MODE" = drafts ]; then
   SERVER_CPUS="${SERVER_CPUS-0}"
   CLIENT_CPUS="${CLIENT_CPUS-1}"
   CHECK="${CHECK:-fast}"
+elif [ "$MODE" = ds ]; then
+  STORES="${STORES:-memory sqlite}"
+  ONLY="${ONLY:-ds1000sse ds1000lp}"
+  SERVER_CPUS="${SERVER_CPUS-0}"
+  CLIENT_CPUS="${CLIENT_CPUS-1}"
+  CHECK="${CHECK:-fast}"
 elif [ "$MODE" = all ]; then
   STORES="${STORES:-sqlite redis}"
   ONLY="${ONLY:-}"
@@ -59,12 +76,12 @@ elif [ "$MODE" = all ]; then
   CLIENT_CPUS="${CLIENT_CPUS-}"
   CHECK="${CHECK:-full}"
 else
-  echo "usage: $0 [all|issue15|drafts]" >&2
+  echo "usage: $0 [all|issue15|drafts|ds]" >&2
   exit 2
 fi
 WORKERS_CPUS="${WORKERS_CPUS-0-$(($(nproc) - 1))}"
-PORT=8801
-BASE_PORT=8802
+PORT="${BENCH_PORT:-8801}"  # BENCH_PORT, BENCH_BASE_PORT: to stay clear of other runs
+BASE_PORT="${BENCH_BASE_PORT:-8802}"
 REPLICA_PORT=8803
 REDIS_PORT=6391
 CLUSTER_PORTS="7101 7102 7103"
@@ -171,6 +188,37 @@ bench() {  # $1 = name, $2 = store, $3 = run, then `tsync bench` arguments
     || echo "   (run reported failures: see $out)" >&2
 }
 
+start_ds() {  # $1 = store name: tsync serve on PORT, the Node reference on BASE_PORT
+  local url
+  url="$(store_url "$1")"
+  pinned "$server_cpus" "$py" -m server.run.cli serve --port "$PORT" --store "$url" \
+    --log-level warning --set max_http_connections=3000 >>"$OUT/server.log" 2>&1 &
+  server_pid=$!
+  pinned "$server_cpus" node scripts/ds_reference/serve.mjs --port "$BASE_PORT" \
+    >>"$OUT/baseline.log" 2>&1 &
+  baseline_pid=$!
+  wait_healthy "$PORT"
+  for _ in $(seq 100); do
+    curl -s -o /dev/null "http://127.0.0.1:$BASE_PORT/" && return 0
+    sleep 0.1
+  done
+  echo "the Node reference server on port $BASE_PORT did not come up" >&2
+  return 1
+}
+
+bench_ds() {  # $1 = name, $2 = store, $3 = run, then `tsync bench streams` arguments
+  local name="$1" store="$2" run="$3"
+  shift 3
+  local out="$OUT/$name-$store-$run.json"
+  echo "== $name ($store) run $run: tsync bench streams $*" >&2
+  # shellcheck disable=SC2046
+  "$py" -m server.run.cli bench streams "$@" --url "http://127.0.0.1:$PORT" \
+    --compare "http://127.0.0.1:$BASE_PORT" --compare-label "node reference" \
+    --server-pid "$server_pid" --compare-pid "$baseline_pid" $(server_pin) \
+    --procs "$PROCS" --no-progress --label "tsync ($store)" --json "$out" \
+    >"$OUT/$name-$store-$run.md" || echo "   (run reported failures: see $out)" >&2
+}
+
 bench_replicas() {  # $1 = name, $2 = store, $3 = run, then `tsync bench` arguments
   local name="$1" store="$2" run="$3"
   shift 3
@@ -258,6 +306,18 @@ for store in $STORES; do
     if wanted stream500; then
       start_servers "$store"
       bench stream500 "$store" "$run" stream --subscribers 500 --writers 1 --rate 50 --tokens 50 --duration 10
+      stop_servers
+    fi
+    if wanted ds1000sse; then
+      start_ds "$store"
+      bench_ds ds1000sse "$store" "$run" --live sse --subscribers 1000 --rate 50 --duration 10 \
+        --drain-timeout 120
+      stop_servers
+    fi
+    if wanted ds1000lp; then
+      start_ds "$store"
+      bench_ds ds1000lp "$store" "$run" --live long-poll --subscribers 1000 --rate 50 \
+        --duration 10 --drain-timeout 120
       stop_servers
     fi
     if wanted stream500pause; then

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from client_py.bench.workload import DEFAULTS, SCENARIOS, Workload
+from client_py.bench.workload import DEFAULTS, LIVE_MODES, SCENARIOS, Workload
 from client_py.http import endpoints
 
 if TYPE_CHECKING:
@@ -45,7 +45,8 @@ def register(commands: Any) -> None:
     """Add the ``bench`` subcommand to ``tsync``'s subparsers."""
     parser = commands.add_parser(
         "bench",
-        help="load-test a server (fanout, chatroom, catchup, idle, slow, stream)",
+        help="load-test a server (fanout, chatroom, catchup, idle, slow, stream; streams: "
+        "any Durable Streams server)",
         description="Load-test a transcript-sync server and check every frame's continuity. "
         "Exits 1 if the server drops, repeats or reorders anything.",
     )
@@ -92,6 +93,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stream: one subscriber stops reading for S seconds after its first token, then "
         "reads again; the run reports the frames of its backlog (one text frame per draft "
         "when the server merges what it could not send)",
+    )
+    parser.add_argument(
+        "--live",
+        choices=LIVE_MODES,
+        default="sse",
+        help="streams: how the readers follow the Durable Stream (default %(default)s); "
+        "--subscribers readers, --rate values/s per writer, --url any Durable Streams server",
     )
     parser.add_argument("--procs", type=int, default=1, help="processes to spread subscribers over")
     parser.add_argument(
@@ -145,6 +153,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--label", default="server", help="name of the --url run in reports")
     parser.add_argument(
+        "--compare-label", default="baseline", help="name of the --compare run in reports"
+    )
+    parser.add_argument(
         "--no-progress", action="store_true", help="no live display even on a terminal"
     )
 
@@ -178,6 +189,7 @@ def workload_from(args: argparse.Namespace) -> Workload:
         fast=args.fast,
         tokens=args.tokens,
         pause_one=args.pause_one,
+        live=args.live,
     )
 
 
@@ -203,11 +215,15 @@ def main_args(args: argparse.Namespace) -> int:
     hint = "(see 'tsync bench --help')"
     try:
         workload = workload_from(args)
-        args.url = endpoints(args.url)[1]
+        # Durable Streams speak HTTP (http://host:port); the rest WebSockets.
+        which = 0 if workload.scenario == "streams" else 1
+        if workload.scenario == "streams" and args.writer_url:
+            raise ValueError("--writer-url is not for the streams scenario")
+        args.url = endpoints(args.url)[which]
         if args.writer_url:
             args.writer_url = endpoints(args.writer_url)[1]
         if args.compare:
-            args.compare = endpoints(args.compare)[1]
+            args.compare = endpoints(args.compare)[which]
         pinning(args)
     except ValueError as exc:
         print(f"tsync bench: {exc} {hint}", file=sys.stderr)
@@ -253,24 +269,34 @@ def main_args(args: argparse.Namespace) -> int:
 async def bench(workload: Workload, args: argparse.Namespace, *, show: bool) -> dict[str, Any]:
     """Run the workload against ``--url`` (and ``--compare``); the JSON result."""
     from client_py.bench import report
+    from client_py.bench.dsrun import run_streams
     from client_py.bench.run import Live, run_workload
 
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     targets = [(args.label, args.url, args.server_pid)]
     if args.compare:
-        targets.append(("baseline", args.compare, args.compare_pid))
+        targets.append((args.compare_label, args.compare, args.compare_pid))
     runs: list[dict[str, Any]] = []
     for i, (label, url, pid) in enumerate(targets):
         live = Live(label=label)
         async with _display(live, show):
-            run = await run_workload(
-                url,
-                workload.with_run_id(f"{workload.run_id}{i}"),
-                server_pid=pid,
-                live=live,
-                client_cpus=args.client_cpus,
-                writer_url=args.writer_url if i == 0 else None,
-            )
+            if workload.scenario == "streams":
+                run = await run_streams(
+                    url,
+                    workload.with_run_id(f"{workload.run_id}{i}"),
+                    server_pid=pid,
+                    live=live,
+                    client_cpus=args.client_cpus,
+                )
+            else:
+                run = await run_workload(
+                    url,
+                    workload.with_run_id(f"{workload.run_id}{i}"),
+                    server_pid=pid,
+                    live=live,
+                    client_cpus=args.client_cpus,
+                    writer_url=args.writer_url if i == 0 else None,
+                )
         run["label"] = label
         run["failures"] = report.judge(run, workload.scenario)
         runs.append(run)

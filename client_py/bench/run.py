@@ -16,6 +16,7 @@ import statistics
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -155,8 +156,15 @@ class WorkerPool:
     """The subscribers' processes and their pipes."""
 
     def __init__(
-        self, ws_url: str, workload: Workload, live: Live, cpus: frozenset[int] | None = None
+        self,
+        ws_url: str,
+        workload: Workload,
+        live: Live,
+        cpus: frozenset[int] | None = None,
+        target: Callable[..., None] = worker.main,
     ) -> None:
+        """``target(ws_url, workload, indices, conn, cpus)`` runs in each
+        process (``worker.main``; ``dsreaders.main`` for Durable Streams)."""
         self.live = live
         self.timeout = workload.drain_timeout + 60
         context = multiprocessing.get_context("spawn")
@@ -168,7 +176,7 @@ class WorkerPool:
                 continue
             ours, theirs = context.Pipe()
             proc = context.Process(
-                target=worker.main, args=(ws_url, workload, chunk, theirs, cpus), daemon=True
+                target=target, args=(ws_url, workload, chunk, theirs, cpus), daemon=True
             )
             self.procs.append(proc)
             self.channels.append(Channel(ours))

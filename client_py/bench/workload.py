@@ -16,7 +16,9 @@ import msgspec
 
 from protocol.views import Window
 
-SCENARIOS: Final = ("fanout", "chatroom", "catchup", "idle", "slow", "stream")
+SCENARIOS: Final = ("fanout", "chatroom", "catchup", "idle", "slow", "stream", "streams")
+#: How the readers of ``streams`` (Durable Streams) follow the stream.
+LIVE_MODES: Final = ("sse", "long-poll")
 
 #: Sizes of each scenario when the command line does not say.
 DEFAULTS: Final[dict[str, dict[str, float | int | None]]] = {
@@ -27,6 +29,8 @@ DEFAULTS: Final[dict[str, dict[str, float | int | None]]] = {
     "slow": {"subscribers": 100, "writers": 1, "transcripts": 1, "rate": 200, "duration": 10},
     # Drafts: ``rate`` is tokens/s per writer, each draft ``tokens`` long.
     "stream": {"subscribers": 500, "writers": 1, "transcripts": 1, "rate": 50, "duration": 10},
+    # Durable Streams: readers of one stream, ``rate`` values/s per writer.
+    "streams": {"subscribers": 100, "writers": 1, "transcripts": 1, "rate": 50, "duration": 10},
 }
 
 # The message template: the writer's send time (ns) goes into ``metadata.t``.
@@ -65,6 +69,8 @@ class Workload:
     tokens: int = 50
     #: Seconds one subscriber stops reading, after its first token (stream).
     pause_one: float | None = None
+    #: How the readers of ``streams`` follow their stream: ``sse`` or ``long-poll``.
+    live: str = "sse"
     run_id: str = dataclasses.field(default_factory=lambda: secrets.token_hex(4))
 
     def __post_init__(self) -> None:
@@ -85,6 +91,10 @@ class Workload:
             raise ValueError("--pause-one takes seconds > 0, in the stream scenario only")
         if self.scenario == "stream" and self.rate is None:
             raise ValueError("the stream scenario needs --rate (tokens/s per writer)")
+        if self.live not in LIVE_MODES:
+            raise ValueError(f"--live is one of {', '.join(LIVE_MODES)}, not {self.live!r}")
+        if self.scenario == "streams" and (self.rate is None or self.writers < 1):
+            raise ValueError("the streams scenario needs --rate and at least one writer")
 
     def with_run_id(self, run_id: str) -> Workload:
         return dataclasses.replace(self, run_id=run_id)
@@ -101,6 +111,10 @@ class Workload:
 
     def writer_transcript(self, index: int) -> str:
         return f"bench-{self.run_id}-{index % self.transcripts}"
+
+    def stream_path(self) -> str:
+        """The Durable Stream of the ``streams`` scenario (a URL path)."""
+        return f"/v1/stream/bench-{self.run_id}"
 
     def big_transcript(self) -> str:
         """The transcript of ``baseline_messages`` messages (catchup scenario)."""

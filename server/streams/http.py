@@ -10,19 +10,22 @@ browser security headers every answer carries.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Final
 
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
+from server.streams.fanout import Follower
 from server.streams.memory import AppendResult, Registry
 from server.streams.model import (
     Message,
@@ -33,6 +36,7 @@ from server.streams.model import (
     parse_expires_at,
     valid_offset,
 )
+from server.web.http_guard import RAW_BODY
 
 __all__ = ["PREFIX", "StreamSettings", "routes"]
 
@@ -432,7 +436,7 @@ async def _read(request: Request, path: str) -> Response:
             if waited.closed or stream.closed:
                 headers[CLOSED] = "true"
             return _answer(204, headers)
-        messages = waited.messages
+        return _woken(request, stream, offset, position, cursor, waited.messages)
     messages, up_to_date = _page(messages, _settings(request).read_chunk_bytes)
     end = messages[-1].offset if messages else (position or stream.tail)
     if not messages and position is None:
@@ -457,6 +461,66 @@ async def _read(request: Request, path: str) -> Response:
     return _answer(200, headers, body, stream.content_type)
 
 
+#: Long-poll answers shared by the readers one append woke (``_woken``),
+#: kept until the end of the loop's turn: the readers one append wakes all
+#: run in the turn after it, and nothing is held longer.
+RawHeaders = list[tuple[bytes, bytes]]
+_SHARED: dict[tuple[str, str, str, str | None, str, bool], tuple[Stream, RawHeaders, bytes]]
+_SHARED = {}
+
+
+class _Prepared(Response):
+    """A response whose headers are already encoded (``_woken``)."""
+
+    def __init__(self, raw_headers: RawHeaders, body: bytes) -> None:
+        self.status_code = 200
+        self.background = None
+        self.body = body
+        # A copy: middlewares may add to the list of the response they send.
+        self.raw_headers = list(raw_headers)
+
+
+def _woken(
+    request: Request,
+    stream: Stream,
+    offset: str | None,
+    position: str,
+    cursor: str | None,
+    messages: list[Message],
+) -> Response:
+    """The answer to a long-poll an append woke. Every reader that waited at
+    ``position`` gets the same one (the response cursor differs only by the
+    request's cursor), so it is built and encoded once, as the hub encodes
+    an event once for all its subscribers: the rest of the readers that
+    append woke take it as it is."""
+    key = (stream.path, offset or "-1", position, cursor, messages[-1].offset, stream.closed)
+    shared = _SHARED.get(key)
+    if shared is None or shared[0] is not stream:
+        page, up_to_date = _page(messages, _settings(request).read_chunk_bytes)
+        end = page[-1].offset
+        headers = {NEXT_OFFSET: end, CURSOR: response_cursor(cursor)}
+        if stream.content_type:
+            headers["content-type"] = stream.content_type
+        if up_to_date:
+            headers[UP_TO_DATE] = "true"
+        at_end = stream.closed and up_to_date and end == stream.tail
+        if at_end:
+            headers[CLOSED] = "true"
+        headers["etag"] = _etag(stream, offset or "-1", end, at_end)
+        body = json_body(page) if stream.json else b"".join(m.data for m in page)
+        if not _SHARED:
+            asyncio.get_running_loop().call_soon(_SHARED.clear)
+        built = _answer(200, headers, body, stream.content_type)
+        shared = _SHARED[key] = (stream, built.raw_headers, body)
+    _, raw_headers, body = shared
+    match = request.headers.get("if-none-match")
+    if match is not None:
+        etag = next(v for k, v in raw_headers if k == b"etag").decode()
+        if match == etag:
+            return _answer(304, {"etag": etag, **SECURITY})
+    return _Prepared(raw_headers, body)
+
+
 def _page(messages: list[Message], limit: int) -> tuple[list[Message], bool]:
     """At most ``limit`` bytes of whole messages (at least one); whether that
     was all of them (``Stream-Up-To-Date``)."""
@@ -471,8 +535,6 @@ def _page(messages: list[Message], limit: int) -> tuple[list[Message], bool]:
 def _sse(
     request: Request, registry: Registry, stream: Stream, start: str, cursor: str | None
 ) -> Response:
-    kind = media_type(stream.content_type)
-    encode64 = not (kind.startswith("text/") or kind == "application/json")
     headers = {
         **SECURITY,
         # Exactly this, no charset parameter: what EventSource and the protocol expect.
@@ -480,57 +542,152 @@ def _sse(
         "cache-control": "no-cache",
         "x-accel-buffering": "no",
     }
-    if encode64:
+    if _base64(stream):
         headers[SSE_ENCODING] = "base64"
-    settings = _settings(request)
+    return _SseResponse(registry, stream, start, cursor, _settings(request), headers)
 
-    async def events() -> AsyncIterator[bytes]:
-        offset = None if start == "-1" else start
-        deadline = time.monotonic() + settings.sse_max_s
-        while True:
-            try:
-                if not await registry.still(stream):
-                    return
-            except StreamError:  # the store cannot answer now: the reader resumes later
+
+def _base64(stream: Stream) -> bool:
+    kind = media_type(stream.content_type)
+    return not (kind.startswith("text/") or kind == "application/json")
+
+
+def _sse_event(stream: Stream, message: Message, cursor: str | None) -> bytes:
+    """One message's data event and the control event after it, together:
+    a reader never sees one without the other in a read."""
+    if stream.json:
+        payload = json_body([message]).decode()
+    elif _base64(stream):
+        payload = base64.b64encode(message.data).decode()
+    else:
+        payload = message.data.decode("utf-8", errors="replace")
+    return (
+        b"event: data\n"
+        + _sse_data(payload)
+        + b"event: control\n"
+        + _sse_data(_control(stream, message.offset, cursor))
+    )
+
+
+class _SseResponse(Response):
+    """A live SSE read: what the reader missed, then each append as it is
+    made, written by ``server.streams.fanout`` (encoded once for every
+    reader); ends after ``sse_max_s``, when the stream is closed (after its
+    final control event), deleted or expired, when the store cannot answer,
+    or when the reader falls too far behind (it reads again from its offset)."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        stream: Stream,
+        start: str,
+        cursor: str | None,
+        settings: StreamSettings,
+        headers: dict[str, str],
+    ) -> None:
+        super().__init__(headers=headers)
+        # No Content-Length (Response would say 0): the body is sent chunked.
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        self.registry = registry
+        self.stream = stream
+        self.start = start
+        self.cursor = cursor
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        raw = scope.get("extensions", {}).get(RAW_BODY)
+        follower = Follower(raw, self.cursor, _sse_event, self.start)
+
+        async def disconnect() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            follower.gone = True
+            follower.wake.set()
+
+        watcher = asyncio.create_task(disconnect())
+        try:
+            await self._events(send, follower)
+        except StreamError:  # the store cannot answer now: the reader resumes later
+            pass
+        finally:
+            watcher.cancel()
+            self.registry.fanout.unfollow(self.stream.path, follower)
+        if not follower.gone:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _events(self, send: Send, follower: Follower) -> None:
+        registry, stream, cursor = self.registry, self.stream, self.cursor
+
+        async def body(data: bytes) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+
+        deadline = time.monotonic() + self.settings.sse_max_s
+        offset = None if self.start == "-1" else self.start
+        if not await registry.still(stream):
+            return
+        if not registry.read(stream, offset):  # nothing to catch up: say where it is
+            offset = offset or stream.tail
+            await body(b"event: control\n" + _sse_data(_control(stream, offset, cursor)))
+        while True:  # catch up; nothing waits between the last read and following
+            if not await registry.still(stream):
                 return
             messages = registry.read(stream, offset)
-            for message in messages:
-                if stream.json:
-                    payload = json_body([message]).decode()
-                elif encode64:
-                    payload = base64.b64encode(message.data).decode()
-                else:
-                    payload = message.data.decode("utf-8", errors="replace")
-                offset = message.offset
-                # A data event and its control leave in one write: a reader
-                # never sees one without the other in a read.
-                yield (
-                    b"event: data\n"
-                    + _sse_data(payload)
-                    + b"event: control\n"
-                    + _sse_data(_control(stream, offset, cursor))
-                )
             if not messages:
-                yield b"event: control\n" + _sse_data(
-                    _control(stream, offset or stream.tail, cursor)
-                )
-            tail = offset or stream.tail
-            if stream.closed and tail == stream.tail:
-                return
+                break
+            offset = messages[-1].offset
+            await body(b"".join(_sse_event(stream, m, cursor) for m in messages))
+        tail = offset or stream.tail
+        if stream.closed and tail == stream.tail:
+            return
+        follower.offset = tail
+        registry.fanout.follow(stream.path, follower)
+        while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            waited = await registry.wait(stream, tail, min(remaining, settings.long_poll_s))
+            timed_out = False
+            try:
+                async with asyncio.timeout(min(remaining, self.settings.long_poll_s)):
+                    await follower.wake.wait()
+            except TimeoutError:
+                timed_out = True
+            follower.wake.clear()
+            if follower.over():
+                # Cut: what is queued is dropped; the reader goes on from
+                # the last offset it got, in a new request.
+                return
+            if not await registry.still(stream):
+                return
+            # What the fan-out did not bring: appends another replica made
+            # (a shared store's copy learns of them here). Queued behind
+            # anything already queued, so that the order holds.
+            missed = registry.read(stream, follower.offset)
+            if missed:
+                follower.offset = missed[-1].offset
+                follower.closed_sent = stream.closed and follower.offset == stream.tail
+                follower.pending += [_sse_event(stream, m, cursor) for m in missed]
+            if follower.pending:
+                # Queued events stay queued while they are sent, so that an
+                # append made meanwhile queues behind them (not raw, ahead).
+                count = len(follower.pending)
+                await body(b"".join(follower.pending[:count]))
+                del follower.pending[:count]
+                follower.pending_bytes = sum(len(p) for p in follower.pending)
+                if follower.over():
+                    return
             await registry.touch(stream)
-            offset = tail
-            if not waited.messages and not waited.closed and waited.timed_out:
+            if stream.closed and follower.offset == stream.tail:
+                if not follower.closed_sent:
+                    control = _control(stream, follower.offset, cursor)
+                    await body(b"event: control\n" + _sse_data(control))
+                return
+            if timed_out and not follower.pending:
                 if time.monotonic() >= deadline:
                     return
-                yield b"event: control\n" + _sse_data(_control(stream, tail, cursor))
-                if stream.closed:
-                    return
-
-    return StreamingResponse(events(), headers=headers)
+                await body(
+                    b"event: control\n" + _sse_data(_control(stream, follower.offset, cursor))
+                )
 
 
 def _control(stream: Stream, offset: str, cursor: str | None) -> str:

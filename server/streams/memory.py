@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
+from server.streams.fanout import Fanout
 from server.streams.log import NoLog, StreamLog
 from server.streams.model import (
     ZERO_OFFSET,
@@ -115,6 +116,8 @@ class Registry:
         self._log: StreamLog = NoLog()
         self._streams: dict[str, Stream] = {}
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        #: Live SSE readers, written to on each append (``server.streams.fanout``).
+        self.fanout = Fanout()
         self._bytes = 0
         self._swept = self.clock()
         if log is not None:
@@ -433,10 +436,14 @@ class Registry:
         stream's readers."""
         if not await self._write_update(stream, update):
             return
-        before = stream.size
+        before, after = stream.size, stream.tail
         stream.apply(update)
         self._bytes += stream.size - before
-        self._wake(stream.path)
+        self._wake_waiters(stream.path)
+        if update.message is not None:
+            self.fanout.deliver(stream, update.message, after)
+        else:
+            self.fanout.wake(stream.path)
 
     async def close(self, path: str, producer: tuple[str, int, int] | None) -> AppendResult:
         """A close-only request: idempotent; with producer headers, part of
@@ -603,16 +610,22 @@ class Registry:
         )
 
     def _wake(self, path: str) -> None:
+        self._wake_waiters(path)
+        self.fanout.wake(path)
+
+    def _wake_waiters(self, path: str) -> None:
         for future in self._waiters.get(path, ()):
             if not future.done():
                 future.set_result(None)
 
     def cancel_waits(self) -> None:
-        """Wake every waiting reader (shutdown): each answers as on a timeout."""
+        """Wake every waiting reader (shutdown): each answers as on a
+        timeout; every SSE response ends."""
         for waiters in self._waiters.values():
             for future in waiters:
                 if not future.done():
                     future.set_result(None)
+        self.fanout.end_all()
 
 
 def _producer_state(

@@ -447,7 +447,9 @@ class RedisRegistry(Registry):
             return
         # Copies nobody here read or waited on for a while: Redis has them.
         for path, stream in list(self._streams.items()):
-            if path not in self._waiters and now - stream.last_access > IDLE_COPY_S:
+            if self._watched(path):
+                continue
+            if now - stream.last_access > IDLE_COPY_S:
                 self._forget(path)
 
     def _forget(self, path: str) -> None:
@@ -666,15 +668,21 @@ class RedisRegistry(Registry):
         finally:
             _TRUSTED.reset(token)
 
+    def _watched(self, path: str) -> bool:
+        """Whether readers here wait on the stream at ``path`` (long-polls)
+        or follow it (SSE, through the fan-out): its copy is kept current."""
+        return path in self._waiters or self.fanout.follows(path)
+
     def _noticed_change(self, path: str) -> None:
         if path in self._streams or path in self._syncing:
             self._noticed[path] = self._noticed.get(path, 0) + 1
-        if path in self._waiters:
+        if self._watched(path):
             self._pending.add(path)
             self._work_ready.set()
 
     def _recheck_waited(self) -> None:
         self._pending.update(self._waiters)
+        self._pending.update(self.fanout.paths())
         self._work_ready.set()
 
     async def _work(self) -> None:

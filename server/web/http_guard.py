@@ -26,6 +26,14 @@ descriptors (``accept()`` then failed, and every failure was logged).
   the one that waited longest, so a flood of idle sockets cannot keep a
   monitor out (it only churns).
 
+It also offers a streaming response the **raw body write** (the ASGI scope
+extension ``RAW_BODY``, for HTTP/1.1 requests): chunks the app framed itself
+(``server.streams.fanout`` frames an SSE event once for all its readers)
+go straight to the transport while the response's chunked body is being
+sent and the transport takes data, with no ASGI ``send`` and no h11 event
+per reader. h11 keeps no state per chunk, so its own end of the body
+(``more_body: False``) still closes the response correctly.
+
 A deadline that passes before the response started answers 408 and closes;
 after, it just closes. Nothing is logged per connection (an attack would
 write the log full); ``GuardCounters`` counts what happened.
@@ -50,7 +58,10 @@ from protocol import codes
 from server.config import ServerConfig
 from server.errors import Failure
 
-__all__ = ["GuardCounters", "guarded_protocol"]
+__all__ = ["RAW_BODY", "GuardCounters", "RawBody", "guarded_protocol"]
+
+#: The ASGI scope extension with a response's raw body write (``RawBody``).
+RAW_BODY: Final = "tsync.raw_body"
 
 #: Connections past the cap that may still ask for the health endpoints;
 #: more are closed as soon as they are accepted.
@@ -132,6 +143,34 @@ async def _over_capacity(scope: Any, receive: Any, send: Any) -> None:
     )
 
 
+class RawBody:
+    """The raw body write of one HTTP/1.1 response (scope extension ``RAW_BODY``)."""
+
+    __slots__ = ("_cycle", "_protocol")
+
+    def __init__(self, protocol: H11Protocol, cycle: Any) -> None:
+        self._protocol = protocol
+        self._cycle = cycle
+
+    def raw_ready(self) -> bool:
+        """Whether a chunk written now goes out: the response's body is
+        being sent, the client is there and the transport is not paused."""
+        cycle = self._cycle
+        protocol = self._protocol
+        return (
+            cycle.response_started
+            and not cycle.response_complete
+            and not cycle.disconnected
+            and protocol.cycle is cycle
+            and not protocol.flow.write_paused
+            and not protocol.transport.is_closing()
+        )
+
+    def raw_write(self, data: bytes) -> None:
+        """Write whole chunks, framed (``size CRLF data CRLF``) by the caller."""
+        self._protocol.transport.write(data)
+
+
 class _GuardedH11(H11Protocol):
     header_timeout_s: ClassVar[float]
     body_timeout_s: ClassVar[float]
@@ -191,6 +230,15 @@ class _GuardedH11(H11Protocol):
         if self._over:
             return min(self.header_timeout_s, OVERFLOW_HEADER_TIMEOUT_S)
         return self.header_timeout_s
+
+    def handle_events(self) -> None:
+        before = self.cycle
+        super().handle_events()
+        cycle = self.cycle
+        if cycle is not None and cycle is not before and self.conn.their_http_version == b"1.1":
+            # A response to HTTP/1.1 without a length is sent chunked.
+            scope: dict[str, Any] = cycle.scope  # type: ignore[assignment]
+            scope.setdefault("extensions", {})[RAW_BODY] = RawBody(self, cycle)
 
     # --- deadlines --------------------------------------------------------------
 

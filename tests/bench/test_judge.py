@@ -96,3 +96,21 @@ def test_ratio_and_markdown_of_a_compared_run() -> None:
     text = markdown(result)
     assert "| delivered events/s (/s) | 5,000 | 2,500 | 2.00x |" in text
     assert "FAILED: x" in text
+
+
+def test_streams_readers_are_judged_on_what_they_missed_or_got_twice() -> None:
+    from client_py.bench.report import STREAMS_ZERO
+
+    run = clean_run()
+    run["groups"]["on-time"]["disconnects"] = 3  # HTTP readers connect again: no failure
+    assert judge(run, "streams") == []
+    for counter in STREAMS_ZERO:
+        bad = clean_run()
+        bad["groups"]["on-time"][counter] = 1
+        assert any(counter in f for f in judge(bad, "streams")), counter
+    # A value whose ack was late reached the readers: only the missing ack fails.
+    late = clean_run()
+    late["groups"]["on-time"]["delivered"] = 1010
+    late["writers"]["appends"] = 101
+    assert judge(late, "streams") == ["writers got 100 acks for 101 appends"]
+    assert judge(late, "fanout")[0].startswith("on-time subscribers applied 1010")

@@ -56,7 +56,9 @@ def registry(server: RunningServer) -> RedisRegistry:
 
 
 def waiting(server: RunningServer, path: str, readers: int) -> bool:
-    return len(registry(server)._waiters.get(path, ())) >= readers
+    """Long-polls waiting and SSE readers following (``server.streams.fanout``)."""
+    streams = registry(server)
+    return len(streams._waiters.get(path, ())) + streams.fanout.count(path) >= readers
 
 
 @contextlib.asynccontextmanager
