@@ -48,12 +48,14 @@ export class Timeline {
     };
 
     scroller.addEventListener("scroll", () => this._onScroll(), { passive: true });
-    // Growing content (an image that loaded, a draft's next words) keeps a follower at the bottom.
+    // Growing content (an image that loaded, a draft's next words) keeps a follower at the
+    // bottom, and so does a shrinking view (the dock below grew: the presence line appeared).
     this._resize = new ResizeObserver(() => {
       if (this.following) this.scrollToBottom();
     });
     this._resize.observe(list);
     this._resize.observe(drafts);
+    this._resize.observe(scroller);
     this._older = new IntersectionObserver(
       (entries) => {
         if (entries.some((e) => e.isIntersecting)) this.renderOlder();

@@ -57,11 +57,10 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from protocol import codes
 from server.config import ServerConfig
 from server.errors import Failure
+from server.extensions import RAW_BODY
 
 __all__ = ["RAW_BODY", "GuardCounters", "RawBody", "guarded_protocol"]
 
-#: The ASGI scope extension with a response's raw body write (``RawBody``).
-RAW_BODY: Final = "tsync.raw_body"
 
 #: Connections past the cap that may still ask for the health endpoints;
 #: more are closed as soon as they are accepted.
