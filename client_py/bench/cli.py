@@ -141,6 +141,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "server, so the run measures the server (default: every frame fully validated)",
     )
     parser.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="fanout/chatroom: measure the server's ceiling: writers send precomputed appends "
+        "(--rate, or --closed-loop), subscribers over --procs processes count frames and check "
+        "the last seq and revision only; reports delivered/s, server and generator CPU and "
+        "whether the run was server-bound",
+    )
+    parser.add_argument(
         "--server-cpus",
         metavar="CPUS",
         help="pin the servers (--server-pid, --compare-pid, their threads and child "
@@ -190,6 +198,7 @@ def workload_from(args: argparse.Namespace) -> Workload:
         tokens=args.tokens,
         pause_one=args.pause_one,
         live=args.live,
+        ceiling=args.ceiling,
     )
 
 
@@ -248,7 +257,9 @@ def main_args(args: argparse.Namespace) -> int:
                 host.pin_process(pid, args.server_cpus)
         if args.client_cpus is not None:
             host.pin_self(args.client_cpus)
-        result = host.run(bench(workload, args, show=show), fast=workload.fast)
+        result = host.run(
+            bench(workload, args, show=show), fast=workload.fast or workload.ceiling
+        )
     except OSError as exc:
         print(f"tsync bench: cannot pin CPUs: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -269,6 +280,7 @@ def main_args(args: argparse.Namespace) -> int:
 async def bench(workload: Workload, args: argparse.Namespace, *, show: bool) -> dict[str, Any]:
     """Run the workload against ``--url`` (and ``--compare``); the JSON result."""
     from client_py.bench import report
+    from client_py.bench.ceiling import run_ceiling
     from client_py.bench.dsrun import run_streams
     from client_py.bench.run import Live, run_workload
 
@@ -280,7 +292,16 @@ async def bench(workload: Workload, args: argparse.Namespace, *, show: bool) -> 
     for i, (label, url, pid) in enumerate(targets):
         live = Live(label=label)
         async with _display(live, show):
-            if workload.scenario == "streams":
+            if workload.ceiling:
+                run = await run_ceiling(
+                    url,
+                    workload.with_run_id(f"{workload.run_id}{i}"),
+                    server_pid=pid,
+                    live=live,
+                    client_cpus=args.client_cpus,
+                    server_cores=len(args.server_cpus) if args.server_cpus else 1,
+                )
+            elif workload.scenario == "streams":
                 run = await run_streams(
                     url,
                     workload.with_run_id(f"{workload.run_id}{i}"),

@@ -210,6 +210,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"{w['subscribers']} subscribers resume {w['behind']} events behind; fresh baselines "
             f"of a {w['baseline_messages']}-message transcript; {w['size']} B messages."
         )
+    if w.get("ceiling"):
+        shape += " Ceiling mode: precomputed appends, subscribers count frames only."
     lines = [f"## tsync bench {result['scenario']}", "", shape, ""]
     header = "| metric | " + " | ".join(r["label"] for r in runs)
     if len(runs) == 2:
@@ -232,11 +234,27 @@ def markdown(result: dict[str, Any]) -> str:
         generator = run.get("generator_cpu")
         if generator:
             lines.append(f"  - {generator_note(generator)}")
+        if run.get("bound"):
+            lines.append(f"  - bound: **{run['bound']}**")
     return "\n".join(lines) + "\n"
 
 
 #: A generator busier than this share of its CPUs may have limited the run.
 SATURATED_SHARE = 0.8
+#: A server at this share of its cores (or more) is what limited the run.
+SERVER_BOUND_SHARE = 0.9
+
+
+def bound(server_cores_used: float, server_cores: int, generator_share: float) -> str:
+    """Which side limited a run: ``server-bound`` when the server used at
+    least 90% of its cores, else ``generator-bound`` when the generator used
+    at least 80% of its CPUs, else ``offered-load`` (neither was full: the
+    rate asked for is below both ceilings)."""
+    if server_cores_used >= SERVER_BOUND_SHARE * server_cores:
+        return "server-bound"
+    if generator_share >= SATURATED_SHARE:
+        return "generator-bound"
+    return "offered-load"
 
 
 def generator_note(generator: dict[str, Any]) -> str:

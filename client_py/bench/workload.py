@@ -71,6 +71,9 @@ class Workload:
     pause_one: float | None = None
     #: How the readers of ``streams`` follow their stream: ``sse`` or ``long-poll``.
     live: str = "sse"
+    #: The server's ceiling (``client_py.bench.ceiling``): precomputed appends,
+    #: subscribers that count frames and read the last ``seq`` only.
+    ceiling: bool = False
     run_id: str = dataclasses.field(default_factory=lambda: secrets.token_hex(4))
 
     def __post_init__(self) -> None:
@@ -95,6 +98,14 @@ class Workload:
             raise ValueError(f"--live is one of {', '.join(LIVE_MODES)}, not {self.live!r}")
         if self.scenario == "streams" and (self.rate is None or self.writers < 1):
             raise ValueError("the streams scenario needs --rate and at least one writer")
+
+        if self.ceiling:
+            if self.scenario not in ("fanout", "chatroom"):
+                raise ValueError("--ceiling is for the fanout and chatroom scenarios")
+            if self.window is not None:
+                raise ValueError("--ceiling subscribes to whole transcripts (no --window)")
+            if self.count is None and (self.rate is None or self.duration is None):
+                raise ValueError("--ceiling needs --count, or --rate with --duration")
 
     def with_run_id(self, run_id: str) -> Workload:
         return dataclasses.replace(self, run_id=run_id)

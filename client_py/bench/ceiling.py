@@ -1,0 +1,505 @@
+"""``tsync bench fanout|chatroom --ceiling``: the server's ceiling, not the generator's.
+
+Even the ``--fast`` subscribers decode each frame's envelope, and on a
+2-core machine the generator saturates its core before the server does (the
+burst and 1,000 x 100/s runs: docs/benchmarks.md). This mode takes almost
+all per-message work out of the generator so that the server is what limits
+the run:
+
+- **Writers** send precomputed append frames: every append op of the run is
+  built and framed (masked with a zero key, which RFC 6455 allows) before the
+  timed window; sending is one ``transport.write`` of the frames due. Open
+  loop at ``--rate`` (all frames due at a wake-up in one write) or closed
+  loop (the next frame leaves from ``data_received`` when the ack is read).
+  Acks are counted with a byte search, no decoding.
+- **Subscribers** (over ``--procs`` processes) read with a minimal WebSocket
+  parser (no library, no per-message task): per message they count frames
+  (newlines + 1) and bytes, and read ``seq`` and ``revision`` of the last
+  frame only (a regex on its first bytes). The check that stays: on each
+  connection the last ``seq`` equals the number of frames received (no gap,
+  no repeat), and the last revision reaches the writers' final revision (no
+  event missing), with ``delivered == expected`` as in the other runs.
+
+No latency is measured (no timestamp is read). The result reports
+delivered/s, the server's CPU share, the generator's, and ``bound``: which
+side limited the run (``report.bound``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import re
+import secrets
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from client_py.bench import host, report
+from client_py.bench.channel import Channel
+from client_py.bench.run import BenchError, Live, WorkerPool, create_transcripts, probe
+from client_py.bench.sampler import ServerSampler
+from client_py.bench.workload import Workload, append_op, filler
+from protocol import wire
+
+__all__ = ["FrameCounter", "masked_text_frame", "run_ceiling", "worker_main"]
+
+CONNECT_CONCURRENCY: Final = 64
+_SEQ: Final = re.compile(rb'"seq":(\d+)')
+_REVISION: Final = re.compile(rb'"revision":(\d+)')
+_ACK: Final = b'"type":"ack"'
+_ERROR: Final = b'"type":"error"'
+#: Open loop: the longest a writer sleeps between two writes.
+TICK_S: Final = 0.001
+
+
+def masked_text_frame(payload: bytes, opcode: int = 0x1) -> bytes:
+    """One final client frame of ``payload``, masked with the zero key (the
+    payload is sent as is: nothing to compute per message)."""
+    n = len(payload)
+    if n < 126:
+        header = bytes((0x80 | opcode, 0x80 | n))
+    elif n < 1 << 16:
+        header = bytes((0x80 | opcode, 0x80 | 126)) + n.to_bytes(2, "big")
+    else:
+        header = bytes((0x80 | opcode, 0x80 | 127)) + n.to_bytes(8, "big")
+    return header + b"\0\0\0\0" + payload
+
+
+class FrameCounter:
+    """What a ceiling subscriber keeps of the text it reads: frames, bytes,
+    error frames, and the ``seq`` and ``revision`` of the last frame. Pure."""
+
+    __slots__ = ("bytes", "errors", "frames", "messages", "last_seq", "last_revision", "_tail")
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.bytes = 0
+        self.messages = 0
+        self.errors = 0
+        self.last_seq = 0
+        self.last_revision = -1
+        self._tail = b""
+
+    def feed(self, payload: bytes, fin: bool) -> None:
+        """One data frame of a text message (``fin``: its last fragment)."""
+        self.bytes += len(payload)
+        self.frames += payload.count(b"\n")
+        if _ERROR in payload:
+            self.errors += payload.count(_ERROR)
+        cut = payload.rfind(b"\n")
+        tail = payload[cut + 1 :] if cut >= 0 else self._tail + payload
+        if not fin:
+            self._tail = tail
+            return
+        self._tail = b""
+        self.frames += 1
+        self.messages += 1
+        head = tail[:200]  # seq, then the event's revision, come first
+        seq = _SEQ.search(head)
+        if seq is not None:
+            self.last_seq = int(seq.group(1))
+        revision = _REVISION.search(head)
+        if revision is not None:
+            self.last_revision = int(revision.group(1))
+
+    @property
+    def consistent(self) -> bool:
+        """``seq`` went 1, 2, ..., n over the n frames read (no gap, no repeat)."""
+        return self.last_seq == self.frames
+
+
+class RawSocket(asyncio.Protocol):
+    """A WebSocket client reduced to what the ceiling needs: the handshake,
+    unmasked server frames parsed in place, pings answered, data frames
+    handed to ``on_data(payload, fin)``."""
+
+    def __init__(self, url: str, on_data: Callable[[bytes, bool], None]) -> None:
+        self.url = url
+        self.on_data = on_data
+        self.transport: asyncio.Transport | None = None
+        loop = asyncio.get_running_loop()
+        self.opened: asyncio.Future[None] = loop.create_future()
+        self.closed: asyncio.Future[None] = loop.create_future()
+        self._buf = bytearray()
+
+    @classmethod
+    async def connect(
+        cls, url: str, on_data: Callable[[bytes, bool], None], timeout: float = 30
+    ) -> RawSocket:
+        parts = urlsplit(url)
+        conn = cls(url, on_data)
+        async with asyncio.timeout(timeout):
+            await asyncio.get_running_loop().create_connection(
+                lambda: conn, parts.hostname, parts.port
+            )
+            await conn.opened
+        return conn
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        parts = urlsplit(self.url)
+        key = base64.b64encode(secrets.token_bytes(16)).decode()
+        transport.write(
+            (
+                f"GET {parts.path or '/'} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+                "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                f"Sec-WebSocket-Protocol: {wire.SUBPROTOCOL_JSON}\r\n\r\n"
+            ).encode()
+        )
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        if not self.opened.done():
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            status = bytes(buf[: buf.find(b"\r\n")])
+            del buf[: end + 4]
+            if b" 101 " not in status + b" ":
+                self.opened.set_exception(BenchError(f"handshake refused: {status!r}"))
+                self.abort()
+                return
+            self.opened.set_result(None)
+        pos, size = 0, len(buf)
+        while size - pos >= 2:
+            b0, b1 = buf[pos], buf[pos + 1] & 0x7F
+            start = pos + 2
+            if b1 == 126:
+                if size - start < 2:
+                    break
+                b1, start = int.from_bytes(buf[start : start + 2], "big"), start + 2
+            elif b1 == 127:
+                if size - start < 8:
+                    break
+                b1, start = int.from_bytes(buf[start : start + 8], "big"), start + 8
+            end = start + b1
+            if end > size:
+                break
+            opcode = b0 & 0x0F
+            payload = bytes(buf[start:end])
+            pos = end
+            if opcode <= 0x2:  # text, binary, continuation
+                self.on_data(payload, bool(b0 & 0x80))
+            elif opcode == 0x9:  # ping -> pong
+                self.write(masked_text_frame(payload, 0xA))
+            elif opcode == 0x8:  # close: answer it, then the socket goes
+                self.write(masked_text_frame(payload[:2], 0x8))
+                self.abort()
+        del buf[:pos]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.opened.done():
+            self.opened.set_exception(exc or BenchError("connection closed"))
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    async def close(self) -> None:
+        self.write(masked_text_frame(b"\x03\xe8", 0x8))  # 1000
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2):
+                await asyncio.shield(self.closed)
+        self.abort()
+
+
+# --- the subscribers' processes -------------------------------------------------
+
+
+class _Sub:
+    __slots__ = ("counter", "done", "done_ns", "socket", "target", "transcript_id")
+
+    def __init__(self, transcript_id: str) -> None:
+        self.transcript_id = transcript_id
+        self.counter = FrameCounter()
+        self.target = -1
+        self.done = asyncio.Event()
+        self.done_ns = 0
+        self.socket: RawSocket | None = None
+
+    def on_data(self, payload: bytes, fin: bool) -> None:
+        counter = self.counter
+        counter.feed(payload, fin)
+        if fin and self.target >= 0 and counter.last_revision >= self.target:
+            if not self.done.is_set():
+                self.done_ns = time.time_ns()
+                self.done.set()
+
+    def aim(self, target: int) -> None:
+        self.target = target
+        if self.counter.last_revision >= target and not self.done.is_set():
+            self.done_ns = time.time_ns()
+            self.done.set()
+
+
+def worker_main(
+    url: str,
+    workload: Workload,
+    indices: list[int],
+    conn: Connection,
+    cpus: frozenset[int] | None = None,
+) -> None:
+    """A subscribers' process (``run.WorkerPool`` target): ``ready`` once every
+    connection has its baseline; ``targets`` -> ``result``; ``stop``."""
+    if cpus:
+        host.pin_self(cpus)
+    host.run(_worker(url, workload, indices, conn), fast=True)
+
+
+async def _worker(url: str, workload: Workload, indices: list[int], conn: Connection) -> None:
+    channel = Channel(conn)
+    channel.start()
+    subs = [_Sub(workload.subscriber_transcript(i)) for i in indices]
+    gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
+
+    async def open_one(sub: _Sub) -> None:
+        async with gate:
+            sub.socket = await RawSocket.connect(url, sub.on_data)
+        op = b'{"op":"subscribe","transcriptId":"' + sub.transcript_id.encode() + b'"}'
+        sub.socket.write(masked_text_frame(op))
+
+    try:
+        await asyncio.gather(*(open_one(sub) for sub in subs))
+        for sub in subs:
+            sub.aim(0)  # the baseline of the fresh transcript
+        async with asyncio.timeout(workload.drain_timeout):
+            await asyncio.gather(*(sub.done.wait() for sub in subs))
+        channel.send("ready", {"connections": len(subs)})
+        while True:
+            kind, payload = await channel.recv()
+            if kind != "targets":
+                break
+            for sub in subs:
+                sub.done.clear()
+                sub.aim(payload.get(sub.transcript_id, 0))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(workload.drain_timeout):
+                    await asyncio.gather(*(sub.done.wait() for sub in subs))
+            channel.send("result", _worker_result(subs))
+    except Exception as exc:
+        channel.send("failed", repr(exc))
+    finally:
+        await asyncio.gather(
+            *(sub.socket.close() for sub in subs if sub.socket is not None),
+            return_exceptions=True,
+        )
+        channel.close()
+
+
+def _worker_result(subs: list[_Sub]) -> dict[str, Any]:
+    counters = [sub.counter for sub in subs]
+    return {
+        "subscribers": len(subs),
+        "frames": sum(c.frames for c in counters),
+        "bytes": sum(c.bytes for c in counters),
+        "ws_messages": sum(c.messages for c in counters),
+        "errors": sum(c.errors for c in counters),
+        "seq_mismatches": sum(not c.consistent for c in counters),
+        "incomplete": sum(not sub.done.is_set() for sub in subs),
+        # One baseline per connection; every other frame is an event.
+        "delivered": sum(c.frames - 1 - c.errors for c in counters),
+        "last_done_ns": max((sub.done_ns for sub in subs), default=0),
+    }
+
+
+# --- the writers ---------------------------------------------------------------
+
+
+class _Writer:
+    """One writer connection and its precomputed frames."""
+
+    def __init__(self, transcript_id: str, frames: list[bytes]) -> None:
+        self.transcript_id = transcript_id
+        self.frames = frames
+        self.sent = 0
+        self.acks = 0
+        self.errors = 0
+        self.revision = 0
+        self.closed_loop = False
+        self.finished = asyncio.Event()
+        self.socket: RawSocket | None = None
+
+    def on_data(self, payload: bytes, fin: bool) -> None:
+        acks = payload.count(_ACK)
+        if _ERROR in payload:
+            self.errors += payload.count(_ERROR)
+        if acks:
+            self.acks += acks
+            found = _REVISION.findall(payload)
+            if found:
+                self.revision = max(self.revision, int(found[-1]))
+            if self.closed_loop and self.sent < len(self.frames):
+                upto = min(len(self.frames), self.sent + acks)
+                self.write(upto)
+        if self.acks + self.errors >= len(self.frames):
+            self.finished.set()
+
+    def write(self, upto: int) -> None:
+        assert self.socket is not None
+        self.socket.write(b"".join(self.frames[self.sent : upto]))
+        self.sent = upto
+
+    async def run(self, rate: float | None) -> None:
+        if not self.frames:
+            self.finished.set()
+            return
+        if rate is None:
+            self.closed_loop = True
+            self.write(1)
+            return
+        started = time.monotonic()
+        total = len(self.frames)
+        while self.sent < total:
+            due = min(total, int((time.monotonic() - started) * rate) + 1)
+            if due > self.sent:
+                self.write(due)
+            await asyncio.sleep(min(TICK_S, 1 / rate))
+
+
+def writer_frames(workload: Workload, writer: int, appends: int) -> list[bytes]:
+    """Every append op of one writer, framed and ready to send."""
+    tid = workload.writer_transcript(writer)
+    content = filler(workload.size)
+    return [masked_text_frame(append_op(tid, ref, content, 0, writer)) for ref in range(appends)]
+
+
+def appends_of(workload: Workload, writer: int) -> int:
+    share = workload.appends_for_writer(writer)
+    if share is not None:
+        return share
+    assert workload.rate is not None and workload.duration is not None
+    return round(workload.rate * workload.duration)
+
+
+# --- the run ---------------------------------------------------------------------
+
+
+async def run_ceiling(
+    ws_url: str,
+    workload: Workload,
+    *,
+    server_pid: int | None,
+    live: Live,
+    client_cpus: frozenset[int] | None = None,
+    server_cores: int = 1,
+) -> dict[str, Any]:
+    """One ceiling run against one server: the ``runs[i]`` of the JSON result."""
+    info = await probe(ws_url)
+    ids = workload.transcript_ids()
+    if not info.get("createsOnUse"):
+        await create_transcripts(ws_url, ids)
+    result: dict[str, Any] = {
+        "url": ws_url,
+        "mode": "ceiling",
+        "server": {k: v for k, v in info.items() if isinstance(v, str | int | bool)},
+    }
+    live.phase = "precomputing frames"
+    writers = [
+        _Writer(workload.writer_transcript(w), writer_frames(workload, w, appends_of(workload, w)))
+        for w in range(workload.writers)
+    ]
+    sampler = ServerSampler(server_pid) if server_pid else None
+    generator = ServerSampler(os.getpid())
+    pool = WorkerPool(ws_url, workload, live, client_cpus, target=worker_main)
+    try:
+        live.phase = f"connecting {workload.subscribers} subscribers"
+        await pool.start()
+        for w in writers:
+            w.socket = await RawSocket.connect(ws_url, w.on_data)
+        cpu_start = sampler.cpu() if sampler else 0.0
+        generator_start = generator.cpu()
+        first_send_ns = time.time_ns()
+        live.phase = "appending"
+        await asyncio.gather(*(w.run(workload.rate) for w in writers))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(workload.drain_timeout):
+                await asyncio.gather(*(w.finished.wait() for w in writers))
+        acked_ns = time.time_ns()
+        targets: dict[str, int] = {}
+        for w in writers:
+            targets[w.transcript_id] = max(targets.get(w.transcript_id, 0), w.revision)
+        live.phase = "draining"
+        pool.send("targets", targets)
+        answers = await pool.expect("result")
+        cpu_used = (sampler.cpu() - cpu_start) if sampler else None
+        generator_cpu = generator.cpu() - generator_start
+    except OSError as exc:
+        raise BenchError(f"{ws_url}: {exc}") from None
+    finally:
+        live.phase = "closing"
+        await asyncio.gather(
+            *(w.socket.close() for w in writers if w.socket is not None), return_exceptions=True
+        )
+        await pool.stop()
+
+    merged = {k: sum(a[k] for a in answers) for k in answers[0] if k != "last_done_ns"}
+    last_ns = max([a["last_done_ns"] for a in answers] + [acked_ns])
+    window_s = max(1e-9, (last_ns - first_send_ns) / 1e9)
+    subscribers_of = {tid: 0 for tid in ids}
+    for i in range(workload.subscribers):
+        subscribers_of[workload.subscriber_transcript(i)] += 1
+    expected = sum(subscribers_of[tid] * rev for tid, rev in targets.items())
+    appends = sum(w.sent for w in writers)
+    acks = sum(w.acks for w in writers)
+    delivered = merged["delivered"]
+    result.update(
+        {
+            "writers": {
+                "appends": appends,
+                "acks": acks,
+                "acks_per_s": round(acks / window_s, 1),
+                "errors": sum(w.errors for w in writers),
+                "final_revisions": dict(sorted(targets.items())[:5]),
+            },
+            "delivery_window_s": round(window_s, 3),
+            "delivered": delivered,
+            "delivered_per_s": round(delivered / window_s, 1),
+            "groups": {
+                "on-time": {
+                    "subscribers": merged["subscribers"],
+                    "delivered": delivered,
+                    "expected": expected,
+                    "frames": merged["frames"],
+                    "bytes": merged["bytes"],
+                    "ws_messages": merged["ws_messages"],
+                    "errors": merged["errors"],
+                    "seq_gaps": merged["seq_mismatches"],
+                    "incomplete": merged["incomplete"],
+                }
+            },
+        }
+    )
+    cpus = len(client_cpus) if client_cpus else (os.cpu_count() or 1)
+    cores = generator_cpu / window_s
+    result["generator_cpu"] = {
+        "cpu_s": round(generator_cpu, 3),
+        "cores": round(cores, 3),
+        "cpus": cpus,
+        "pinned": sorted(client_cpus) if client_cpus else None,
+        "share": round(cores / cpus, 3),
+        "check": "ceiling",
+        "loop": host.loop_name(True),
+    }
+    if cpu_used is not None and sampler is not None:
+        result["server_cpu"] = {
+            "cpu_s": round(cpu_used, 3),
+            "cpu_us_per_delivered": round(cpu_used * 1e6 / delivered, 2) if delivered else None,
+            "cpu_share": round(cpu_used / window_s, 3),
+        }
+        result["bound"] = report.bound(
+            result["server_cpu"]["cpu_share"], server_cores, result["generator_cpu"]["share"]
+        )
+    return result

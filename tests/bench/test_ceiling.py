@@ -1,0 +1,102 @@
+"""``tsync bench --ceiling``: the frame counter (pure) and a tiny run against a
+real server process. Shape and counts only, never timing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from client_py.bench import report
+from client_py.bench.ceiling import FrameCounter, masked_text_frame
+from tests.bench.test_smoke import bench, broadcast_baseline
+from tests.support.servers import ServerProcess
+
+
+def frame(seq: int, revision: int) -> bytes:
+    return (
+        b'{"type":"increment","seq":%d,"event":{"transcriptId":"t","epoch":"e","revision":%d,'
+        b'"change":{"kind":"messages-appended","start":0,"messages":[{"content":"x\\n"}]}}}'
+        % (seq, revision)
+    )
+
+
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=20), st.integers(1, 50))
+def test_the_counter_counts_frames_across_messages_and_fragments(
+    sizes: list[int], piece: int
+) -> None:
+    counter = FrameCounter()
+    seq = 0
+    for size in sizes:
+        text = b"\n".join(frame(seq + k + 1, seq + k + 1) for k in range(size))
+        seq += size
+        pieces = [text[i : i + piece] for i in range(0, len(text), piece)]
+        for i, part in enumerate(pieces):
+            counter.feed(part, i == len(pieces) - 1)
+    assert counter.frames == seq == counter.last_seq == counter.last_revision
+    assert counter.messages == len(sizes) and counter.consistent and counter.errors == 0
+
+
+def test_a_gap_or_a_repeat_breaks_the_seq_count() -> None:
+    gap, repeat = FrameCounter(), FrameCounter()
+    gap.feed(frame(1, 1) + b"\n" + frame(3, 3), True)
+    repeat.feed(frame(1, 1) + b"\n" + frame(1, 1), True)
+    repeat.feed(b'{"type":"error","seq":3,"code":"lagged"}', True)
+    assert not gap.consistent and gap.frames == 2
+    assert repeat.errors == 1 and repeat.frames == 3 and repeat.last_seq == 3
+
+
+def test_client_frames_are_masked_with_the_zero_key() -> None:
+    for n, header in ((5, 2), (300, 4), (70_000, 10)):
+        data = masked_text_frame(b"x" * n)
+        assert data[0] == 0x81 and data[1] & 0x80
+        assert data[header : header + 4] == b"\0\0\0\0" and len(data) == header + 4 + n
+
+
+def test_the_verdict() -> None:
+    assert report.bound(0.95, 1, 0.99) == "server-bound"
+    assert report.bound(0.5, 1, 0.95) == "generator-bound"
+    assert report.bound(0.5, 1, 0.3) == "offered-load"
+    assert report.bound(1.5, 2, 0.3) == "offered-load"
+
+
+def test_a_ceiling_run_against_a_real_server_counts_every_delivery(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    with (
+        ServerProcess(store="memory", log_path=tmp_path / "log") as server,
+        broadcast_baseline() as (base_url, base_pid),
+    ):
+        assert server.proc is not None
+        done = bench(
+            "chatroom", "--ceiling", "--url", server.url, "--subscribers", "12",
+            "--transcripts", "3", "--writers", "3", "--count", "90", "--rate", "100",
+            "--procs", "2", "--server-pid", str(server.proc.pid), "--json", str(out),
+            "--compare", base_url, "--compare-pid", str(base_pid),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    assert result["ok"] is True and result["workload"]["ceiling"] is True
+    for run in result["runs"]:
+        assert run["mode"] == "ceiling" and run["failures"] == []
+        on_time = run["groups"]["on-time"]
+        # 4 subscribers on each of 3 transcripts, 30 appends each.
+        assert run["writers"]["appends"] == run["writers"]["acks"] == 90
+        assert on_time["delivered"] == on_time["expected"] == 12 * 30
+        assert on_time["frames"] == on_time["delivered"] + 12  # and a baseline each
+        assert on_time["seq_gaps"] == on_time["incomplete"] == on_time["errors"] == 0
+        assert run["generator_cpu"]["check"] == "ceiling"
+        assert run["bound"] in ("server-bound", "generator-bound", "offered-load")
+        assert run["server_cpu"]["cpu_s"] > 0
+    assert "bound: **" in done.stdout and "Ceiling mode" in done.stdout
+
+
+def test_ceiling_refuses_what_it_cannot_measure() -> None:
+    for args, said in (
+        (["catchup", "--ceiling"], "fanout and chatroom"),
+        (["fanout", "--ceiling", "--closed-loop", "--duration", "3"], "needs --count"),
+        (["fanout", "--ceiling", "--count", "9", "--window", "tail:5"], "no --window"),
+    ):
+        done = bench(*args, "--url", "http://127.0.0.1:9")
+        assert done.returncode == 2 and said in done.stderr, done.stderr
