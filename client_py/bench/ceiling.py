@@ -74,7 +74,7 @@ class FrameCounter:
     """What a ceiling subscriber keeps of the text it reads: frames, bytes,
     error frames, and the ``seq`` and ``revision`` of the last frame. Pure."""
 
-    __slots__ = ("bytes", "errors", "frames", "messages", "last_seq", "last_revision", "_tail")
+    __slots__ = ("_tail", "bytes", "errors", "frames", "last_revision", "last_seq", "messages")
 
     def __init__(self) -> None:
         self.frames = 0
@@ -233,10 +233,14 @@ class _Sub:
     def on_data(self, payload: bytes, fin: bool) -> None:
         counter = self.counter
         counter.feed(payload, fin)
-        if fin and self.target >= 0 and counter.last_revision >= self.target:
-            if not self.done.is_set():
-                self.done_ns = time.time_ns()
-                self.done.set()
+        if (
+            fin
+            and self.target >= 0
+            and counter.last_revision >= self.target
+            and not self.done.is_set()
+        ):
+            self.done_ns = time.time_ns()
+            self.done.set()
 
     def aim(self, target: int) -> None:
         self.target = target

@@ -257,9 +257,7 @@ def main_args(args: argparse.Namespace) -> int:
                 host.pin_process(pid, args.server_cpus)
         if args.client_cpus is not None:
             host.pin_self(args.client_cpus)
-        result = host.run(
-            bench(workload, args, show=show), fast=workload.fast or workload.ceiling
-        )
+        result = host.run(bench(workload, args, show=show), fast=workload.fast or workload.ceiling)
     except OSError as exc:
         print(f"tsync bench: cannot pin CPUs: {exc}", file=sys.stderr)
         return EXIT_FAILED
