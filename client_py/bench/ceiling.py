@@ -135,7 +135,7 @@ class RawSocket(asyncio.Protocol):
         conn = cls(url, on_data)
         async with asyncio.timeout(timeout):
             await asyncio.get_running_loop().create_connection(
-                lambda: conn, parts.hostname, parts.port
+                lambda: conn, parts.hostname or "127.0.0.1", parts.port or 80
             )
             await conn.opened
         return conn
