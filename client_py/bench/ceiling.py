@@ -486,24 +486,36 @@ async def run_ceiling(
             },
         }
     )
-    cpus = len(client_cpus) if client_cpus else (os.cpu_count() or 1)
+    cpus: float = len(client_cpus) if client_cpus else (os.cpu_count() or 1)
+    quota = host.cpu_quota()  # a cgroup's cap (scripts/run_benchmarks.sh ceiling's workers)
+    if quota is not None:
+        cpus = min(cpus, quota)
     cores = generator_cpu / window_s
     result["generator_cpu"] = {
         "cpu_s": round(generator_cpu, 3),
         "cores": round(cores, 3),
         "cpus": cpus,
+        "quota": quota,
         "pinned": sorted(client_cpus) if client_cpus else None,
         "share": round(cores / cpus, 3),
         "check": "ceiling",
         "loop": host.loop_name(True),
     }
     if cpu_used is not None and sampler is not None:
+        # What the server can use at most: one core per process (its
+        # ``--workers`` or itself), no more than the CPUs it may run on.
+        # A generator capped by a quota on the same CPUs leaves the rest.
+        procs = max(1, len(sampler.process.children(recursive=True)))
+        available: float = min(server_cores, procs)
+        if quota is not None and not client_cpus:
+            available = min(available, (os.cpu_count() or 1) - quota)
         result["server_cpu"] = {
             "cpu_s": round(cpu_used, 3),
             "cpu_us_per_delivered": round(cpu_used * 1e6 / delivered, 2) if delivered else None,
             "cpu_share": round(cpu_used / window_s, 3),
+            "cores_available": round(available, 3),
         }
         result["bound"] = report.bound(
-            result["server_cpu"]["cpu_share"], server_cores, result["generator_cpu"]["share"]
+            result["server_cpu"]["cpu_share"], available, result["generator_cpu"]["share"]
         )
     return result

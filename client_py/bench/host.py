@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["loop_name", "parse_cpus", "pin_process", "pin_self", "run"]
+__all__ = ["cpu_quota", "loop_name", "parse_cpus", "pin_process", "pin_self", "run"]
 
 
 def parse_cpus(text: str) -> frozenset[int]:
@@ -107,3 +107,31 @@ def loop_name(fast: bool) -> str:
             return "asyncio (uvloop not installed)"
         return "uvloop"
     return "asyncio"
+
+
+def cpu_quota(
+    membership: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
+) -> float | None:
+    """The CPUs' worth a cgroup quota allows this process (cgroup v1
+    ``cpu.cfs_quota_us``/``cpu.cfs_period_us``, v2 ``cpu.max``), or ``None``
+    when it has no quota (or this is not Linux)."""
+    try:
+        lines = membership.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        rel = path.lstrip("/")
+        try:
+            if controllers == "":  # v2
+                quota, _, period = (root / rel / "cpu.max").read_text().partition(" ")
+                if quota != "max":
+                    return int(quota) / int(period)
+            elif "cpu" in controllers.split(","):
+                base = root / controllers
+                quota_us = int((base / rel / "cpu.cfs_quota_us").read_text())
+                if quota_us > 0:
+                    return quota_us / int((base / rel / "cpu.cfs_period_us").read_text())
+        except (OSError, ValueError):
+            continue
+    return None

@@ -245,7 +245,7 @@ SATURATED_SHARE = 0.8
 SERVER_BOUND_SHARE = 0.9
 
 
-def bound(server_cores_used: float, server_cores: int, generator_share: float) -> str:
+def bound(server_cores_used: float, server_cores: float, generator_share: float) -> str:
     """Which side limited a run: ``server-bound`` when the server used at
     least 90% of its cores, else ``generator-bound`` when the generator used
     at least 80% of its CPUs, else ``offered-load`` (neither was full: the

@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client_py.bench import report
+from client_py.bench import host, report
 from client_py.bench.ceiling import FrameCounter, masked_text_frame
 from tests.bench.test_smoke import bench, broadcast_baseline
 from tests.support.servers import ServerProcess
@@ -100,3 +100,23 @@ def test_ceiling_refuses_what_it_cannot_measure() -> None:
     ):
         done = bench(*args, "--url", "http://127.0.0.1:9")
         assert done.returncode == 2 and said in done.stderr, done.stderr
+
+
+def test_the_generator_reads_its_cgroup_quota(tmp_path: Path) -> None:
+    membership = tmp_path / "cgroup"
+    v1 = tmp_path / "cpu" / "gen"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_quota_us").write_text("50000\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    membership.write_text("4:memory:/x\n1:cpu:/gen\n0::/\n")
+    assert host.cpu_quota(membership, tmp_path) == 0.5
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")
+    assert host.cpu_quota(membership, tmp_path) is None
+    v2 = tmp_path / "gen2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("150000 100000\n")
+    membership.write_text("0::/gen2\n")
+    assert host.cpu_quota(membership, tmp_path) == 1.5
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert host.cpu_quota(membership, tmp_path) is None
+    assert host.cpu_quota(tmp_path / "absent", tmp_path) is None
