@@ -8,6 +8,7 @@
 #   scripts/run_benchmarks.sh issue15         # the table of issue 15 (below)
 #   scripts/run_benchmarks.sh drafts          # the table of issue 17 (below)
 #   scripts/run_benchmarks.sh ds              # Durable Streams vs the Node reference (below)
+#   scripts/run_benchmarks.sh ceiling         # the server's ceiling, --workers scaling (below)
 #
 # `issue15` measures the server, not the generator: the server and the
 # baseline are pinned to SERVER_CPUS (default 0), the generator and its
@@ -40,6 +41,17 @@
 # scripts/ds_reference: `npm ci` there first). Its rows: p50/p99 append ->
 # delivery, server CPU per delivered value, values per long-poll answer.
 #
+# `ceiling` (issue 30) measures the server where it is the bottleneck:
+# `tsync bench --ceiling` (precomputed appends, subscribers that count frames
+# and check the last seq and revision only), pinned like `issue15`. Its rows:
+# the burst's shape (ceil500: 500 subs x 2,000 appends at 1,000/s) and
+# 1,000 subs x 100/s (ceil1000x100), each reporting delivered/s, server and
+# generator CPU and `bound` (server-bound, generator-bound or offered-load);
+# `ceilworkers`: the burst's shape on Redis with --workers 1 and 2, the server
+# free on every CPU and the generator capped by a cgroup CPU quota of
+# CLIENT_QUOTA CPUs (default 0.5) on any CPU, so that the workers have the
+# rest (needs a writable /sys/fs/cgroup/cpu, v1, or cgroup v2's cpu.max).
+#
 # Results: one JSON per run in $OUT (default /tmp/bench-results); then
 #   python scripts/bench_summary.py $OUT      # medians and ranges as Markdown
 #   python scripts/plot_bench.py $OUT docs    # docs/bench-*.png
@@ -69,6 +81,12 @@ elif [ "$MODE" = ds ]; then
   SERVER_CPUS="${SERVER_CPUS-0}"
   CLIENT_CPUS="${CLIENT_CPUS-1}"
   CHECK="${CHECK:-fast}"
+elif [ "$MODE" = ceiling ]; then
+  STORES="${STORES:-memory sqlite}"
+  ONLY="${ONLY:-ceil500 ceil1000x100 ceilworkers}"
+  SERVER_CPUS="${SERVER_CPUS-0}"
+  CLIENT_CPUS="${CLIENT_CPUS-1}"
+  CHECK="${CHECK:-fast}"
 elif [ "$MODE" = all ]; then
   STORES="${STORES:-sqlite redis}"
   ONLY="${ONLY:-}"
@@ -76,7 +94,7 @@ elif [ "$MODE" = all ]; then
   CLIENT_CPUS="${CLIENT_CPUS-}"
   CHECK="${CHECK:-full}"
 else
-  echo "usage: $0 [all|issue15|drafts|ds]" >&2
+  echo "usage: $0 [all|issue15|drafts|ds|ceiling]" >&2
   exit 2
 fi
 WORKERS_CPUS="${WORKERS_CPUS-0-$(($(nproc) - 1))}"
@@ -256,9 +274,37 @@ start_cluster() {  # three masters on CLUSTER_PORTS, no replicas
 
 wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
-trap 'stop_servers; for pid in $redis_pid $cluster_pids; do kill "$pid" 2>/dev/null; done; true' EXIT
+CLIENT_QUOTA="${CLIENT_QUOTA:-0.5}"
+quota_group=""
+make_quota_group() {  # a cgroup capping the generator at CLIENT_QUOTA CPUs
+  local period=100000 quota
+  quota="$(awk -v q="$CLIENT_QUOTA" 'BEGIN { printf "%d", q * 100000 }')"
+  if [ -w /sys/fs/cgroup/cpu ]; then  # v1
+    quota_group="/sys/fs/cgroup/cpu/tsync-bench-$$"
+    mkdir -p "$quota_group"
+    echo "$period" >"$quota_group/cpu.cfs_period_us"
+    echo "$quota" >"$quota_group/cpu.cfs_quota_us"
+  elif [ -w /sys/fs/cgroup/cgroup.subtree_control ]; then  # v2
+    quota_group="/sys/fs/cgroup/tsync-bench-$$"
+    mkdir -p "$quota_group"
+    echo "$quota $period" >"$quota_group/cpu.max"
+  else
+    echo "no writable cgroup cpu controller: cannot cap the generator" >&2
+    return 1
+  fi
+}
+in_quota() {  # run the command in the quota group (a subshell joins it, then execs)
+  (echo "$BASHPID" >"$quota_group/cgroup.procs" && exec "$@")
+}
+remove_quota_group() {
+  [ -n "$quota_group" ] && rmdir "$quota_group" 2>/dev/null
+  quota_group=""
+  true
+}
 
-if [[ " $STORES " == *" redis "* ]] || wanted workers || wanted replicas; then
+trap 'stop_servers; remove_quota_group; for pid in $redis_pid $cluster_pids; do kill "$pid" 2>/dev/null; done; true' EXIT
+
+if [[ " $STORES " == *" redis "* ]] || wanted workers || wanted replicas || { [ "$MODE" = ceiling ] && wanted ceilworkers; }; then
   redis-server --port "$REDIS_PORT" --save '' --appendonly no --bind 127.0.0.1 >"$OUT/redis.log" 2>&1 &
   redis_pid=$!
   sleep 0.5
@@ -320,6 +366,16 @@ for store in $STORES; do
         --duration 10 --drain-timeout 120
       stop_servers
     fi
+    if wanted ceil500; then
+      start_servers "$store"
+      bench ceil500 "$store" "$run" fanout --ceiling --subscribers 500 --count 2000 --rate 1000 --size 200 --drain-timeout 240
+      stop_servers
+    fi
+    if wanted ceil1000x100; then
+      start_servers "$store"
+      bench ceil1000x100 "$store" "$run" fanout --ceiling --subscribers 1000 --rate 100 --duration 6 --size 200 --drain-timeout 120
+      stop_servers
+    fi
     if wanted stream500pause; then
       start_servers "$store"
       bench stream500pause "$store" "$run" stream --subscribers 500 --writers 1 --rate 50 --tokens 50 --duration 10 --pause-one 5
@@ -354,6 +410,28 @@ if [ "$MODE" = issue15 ]; then
       done
     fi
   done
+fi
+
+if [ "$MODE" = ceiling ] && wanted ceilworkers; then
+  # --workers 1 against 2, the server on every CPU, the generator capped at
+  # CLIENT_QUOTA CPUs by a cgroup (on any CPU): the workers have the rest.
+  make_quota_group
+  server_cpus="$WORKERS_CPUS"
+  client_cpus=""
+  for run in $(seq "$RUNS"); do
+    for n in 1 2; do
+      start_servers redis --workers "$n"
+      in_quota "$py" -m server.run.cli bench fanout --ceiling --subscribers 500 --count 2000 \
+        --rate 1000 --size 200 --drain-timeout 240 --url "ws://127.0.0.1:$PORT/v1/ws" \
+        --server-pid "$server_pid" --server-cpus "$server_cpus" "${common[@]}" \
+        --label "tsync (redis, --workers $n)" --json "$OUT/ceilworkers$n-redis-$run.json" \
+        >"$OUT/ceilworkers$n-redis-$run.md" || echo "   (run reported failures)" >&2
+      stop_servers
+    done
+  done
+  server_cpus="$SERVER_CPUS"
+  client_cpus="$CLIENT_CPUS"
+  remove_quota_group
 fi
 
 # Throughput against the number of subscribers (one run each, embedded store).
