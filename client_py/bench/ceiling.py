@@ -373,6 +373,15 @@ class _Writer:
             await asyncio.sleep(min(TICK_S, 1 / rate))
 
 
+def _busy() -> float:
+    """CPU seconds the whole machine has been busy (every CPU, idle excluded)."""
+    import psutil
+
+    times = psutil.cpu_times()
+    idle = sum(getattr(times, k, 0.0) for k in ("idle", "iowait", "guest", "guest_nice"))
+    return float(sum(times) - idle)
+
+
 def writer_frames(workload: Workload, writer: int, appends: int) -> list[bytes]:
     """Every append op of one writer, framed and ready to send."""
     tid = workload.writer_transcript(writer)
@@ -423,6 +432,7 @@ async def run_ceiling(
         await pool.start()
         for w in writers:
             w.socket = await RawSocket.connect(ws_url, w.on_data)
+        machine_start = _busy()
         cpu_start = sampler.cpu() if sampler else 0.0
         generator_start = generator.cpu()
         first_send_ns = time.time_ns()
@@ -440,6 +450,7 @@ async def run_ceiling(
         answers = await pool.expect("result")
         cpu_used = (sampler.cpu() - cpu_start) if sampler else None
         generator_cpu = generator.cpu() - generator_start
+        machine_cpu = _busy() - machine_start
     except OSError as exc:
         raise BenchError(f"{ws_url}: {exc}") from None
     finally:
@@ -471,6 +482,12 @@ async def run_ceiling(
             "delivery_window_s": round(window_s, 3),
             "delivered": delivered,
             "delivered_per_s": round(delivered / window_s, 1),
+            # What the rate asked for (open loop): expected over the appending's span.
+            "offered_per_s": (
+                round(expected * workload.rate / max(1, max(len(w.frames) for w in writers)), 1)
+                if workload.rate and writers
+                else None
+            ),
             "groups": {
                 "on-time": {
                     "subscribers": merged["subscribers"],
@@ -515,7 +532,17 @@ async def run_ceiling(
             "cpu_share": round(cpu_used / window_s, 3),
             "cores_available": round(available, 3),
         }
+        offered = result["offered_per_s"]
         result["bound"] = report.bound(
-            result["server_cpu"]["cpu_share"], available, result["generator_cpu"]["share"]
+            result["server_cpu"]["cpu_share"],
+            available,
+            result["generator_cpu"]["share"],
+            None if offered is None else result["delivered_per_s"] >= 0.95 * offered,
         )
+    # Everything else that ran on the machine meanwhile (other processes).
+    others = machine_cpu - generator_cpu - (cpu_used or 0.0)
+    result["machine_cpu"] = {
+        "busy_cores": round(machine_cpu / window_s, 3),
+        "other_cores": round(max(0.0, others) / window_s, 3),
+    }
     return result

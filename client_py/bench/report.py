@@ -235,7 +235,11 @@ def markdown(result: dict[str, Any]) -> str:
         if generator:
             lines.append(f"  - {generator_note(generator)}")
         if run.get("bound"):
-            lines.append(f"  - bound: **{run['bound']}**")
+            others = run.get("machine_cpu", {}).get("other_cores")
+            lines.append(
+                f"  - bound: **{run['bound']}**"
+                + (f" (other processes: {others:.2f} cores)" if others is not None else "")
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -245,15 +249,24 @@ SATURATED_SHARE = 0.8
 SERVER_BOUND_SHARE = 0.9
 
 
-def bound(server_cores_used: float, server_cores: float, generator_share: float) -> str:
+def bound(
+    server_cores_used: float,
+    server_cores: float,
+    generator_share: float,
+    kept_up: bool | None = None,
+) -> str:
     """Which side limited a run: ``server-bound`` when the server used at
     least 90% of its cores, else ``generator-bound`` when the generator used
-    at least 80% of its CPUs, else ``offered-load`` (neither was full: the
-    rate asked for is below both ceilings)."""
+    at least 80% of its CPUs, else ``offered-load`` when the deliveries kept
+    up with the rate asked for (or the run was closed loop, ``kept_up``
+    None: the round trip set the pace), else ``contended``: the run fell
+    behind with neither side full, so other processes held the CPUs."""
     if server_cores_used >= SERVER_BOUND_SHARE * server_cores:
         return "server-bound"
     if generator_share >= SATURATED_SHARE:
         return "generator-bound"
+    if kept_up is False:
+        return "contended"
     return "offered-load"
 
 
