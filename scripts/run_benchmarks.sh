@@ -45,7 +45,8 @@
 # `tsync bench --ceiling` (precomputed appends, subscribers that count frames
 # and check the last seq and revision only), pinned like `issue15`. Its rows:
 # the burst's shape (ceil500: 500 subs x 2,000 appends at 1,000/s) and
-# 1,000 subs x 100/s (ceil1000x100), each reporting delivered/s, server and
+# 1,000 subs x 100/s (ceil1000x100) and x 400/s (ceil1000x400, past the
+# ceiling), each reporting delivered/s, server and
 # generator CPU and `bound` (server-bound, generator-bound or offered-load);
 # `ceilworkers`: the burst's shape on Redis with --workers 1 and 2, the server
 # free on every CPU and the generator capped by a cgroup CPU quota of
@@ -83,7 +84,7 @@ elif [ "$MODE" = ds ]; then
   CHECK="${CHECK:-fast}"
 elif [ "$MODE" = ceiling ]; then
   STORES="${STORES:-memory sqlite}"
-  ONLY="${ONLY:-ceil500 ceil1000x100 ceilworkers}"
+  ONLY="${ONLY:-ceil500 ceil1000x100 ceil1000x400 ceilworkers}"
   SERVER_CPUS="${SERVER_CPUS-0}"
   CLIENT_CPUS="${CLIENT_CPUS-1}"
   CHECK="${CHECK:-fast}"
@@ -374,6 +375,11 @@ for store in $STORES; do
     if wanted ceil1000x100; then
       start_servers "$store"
       bench ceil1000x100 "$store" "$run" fanout --ceiling --subscribers 1000 --rate 100 --duration 6 --size 200 --drain-timeout 120
+      stop_servers
+    fi
+    if wanted ceil1000x400; then  # past the ceiling: the server falls behind
+      start_servers "$store"
+      bench ceil1000x400 "$store" "$run" fanout --ceiling --subscribers 1000 --rate 400 --duration 5 --size 200 --drain-timeout 120
       stop_servers
     fi
     if wanted stream500pause; then

@@ -373,13 +373,17 @@ class _Writer:
             await asyncio.sleep(min(TICK_S, 1 / rate))
 
 
-def _busy() -> float:
-    """CPU seconds the whole machine has been busy (every CPU, idle excluded)."""
+def _busy(cpus: frozenset[int] | None = None) -> float:
+    """CPU seconds the machine (or only ``cpus``) has been busy, idle excluded."""
     import psutil
 
-    times = psutil.cpu_times()
-    idle = sum(getattr(times, k, 0.0) for k in ("idle", "iowait", "guest", "guest_nice"))
-    return float(sum(times) - idle)
+    total = 0.0
+    per_cpu = psutil.cpu_times(percpu=True)
+    for i, times in enumerate(per_cpu):
+        if cpus is None or i in cpus:
+            idle = sum(getattr(times, k, 0.0) for k in ("idle", "iowait", "guest", "guest_nice"))
+            total += sum(times) - idle
+    return total
 
 
 def writer_frames(workload: Workload, writer: int, appends: int) -> list[bytes]:
@@ -407,7 +411,7 @@ async def run_ceiling(
     server_pid: int | None,
     live: Live,
     client_cpus: frozenset[int] | None = None,
-    server_cores: int = 1,
+    server_cpus: frozenset[int] | None = None,
 ) -> dict[str, Any]:
     """One ceiling run against one server: the ``runs[i]`` of the JSON result."""
     info = await probe(ws_url)
@@ -433,6 +437,7 @@ async def run_ceiling(
         for w in writers:
             w.socket = await RawSocket.connect(ws_url, w.on_data)
         machine_start = _busy()
+        server_cpus_start = _busy(server_cpus)
         cpu_start = sampler.cpu() if sampler else 0.0
         generator_start = generator.cpu()
         first_send_ns = time.time_ns()
@@ -451,6 +456,7 @@ async def run_ceiling(
         cpu_used = (sampler.cpu() - cpu_start) if sampler else None
         generator_cpu = generator.cpu() - generator_start
         machine_cpu = _busy() - machine_start
+        server_cpus_busy = _busy(server_cpus) - server_cpus_start
     except OSError as exc:
         raise BenchError(f"{ws_url}: {exc}") from None
     finally:
@@ -523,7 +529,7 @@ async def run_ceiling(
         # ``--workers`` or itself), no more than the CPUs it may run on.
         # A generator capped by a quota on the same CPUs leaves the rest.
         procs = max(1, len(sampler.process.children(recursive=True)))
-        available: float = min(server_cores, procs)
+        available: float = min(len(server_cpus or ()) or os.cpu_count() or 1, procs)
         if quota is not None and not client_cpus:
             available = min(available, (os.cpu_count() or 1) - quota)
         result["server_cpu"] = {
@@ -532,12 +538,16 @@ async def run_ceiling(
             "cpu_share": round(cpu_used / window_s, 3),
             "cores_available": round(available, 3),
         }
+        if server_cpus:
+            # The server's CPUs were full, whoever used them (other processes too).
+            result["server_cpu"]["its_cpus_busy"] = round(server_cpus_busy / window_s, 3)
         offered = result["offered_per_s"]
         result["bound"] = report.bound(
             result["server_cpu"]["cpu_share"],
             available,
             result["generator_cpu"]["share"],
             None if offered is None else result["delivered_per_s"] >= 0.95 * offered,
+            server_cpus_busy / window_s / len(server_cpus) if server_cpus else None,
         )
     # Everything else that ran on the machine meanwhile (other processes).
     others = machine_cpu - generator_cpu - (cpu_used or 0.0)

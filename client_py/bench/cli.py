@@ -297,7 +297,7 @@ async def bench(workload: Workload, args: argparse.Namespace, *, show: bool) -> 
                     server_pid=pid,
                     live=live,
                     client_cpus=args.client_cpus,
-                    server_cores=len(args.server_cpus or ()) or os.cpu_count() or 1,
+                    server_cpus=args.server_cpus,
                 )
             elif workload.scenario == "streams":
                 run = await run_streams(

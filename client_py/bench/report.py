@@ -254,17 +254,23 @@ def bound(
     server_cores: float,
     generator_share: float,
     kept_up: bool | None = None,
+    server_cpus_busy: float | None = None,
 ) -> str:
     """Which side limited a run: ``server-bound`` when the server used at
     least 90% of its cores, else ``generator-bound`` when the generator used
     at least 80% of its CPUs, else ``offered-load`` when the deliveries kept
     up with the rate asked for (or the run was closed loop, ``kept_up``
     None: the round trip set the pace), else ``contended``: the run fell
-    behind with neither side full, so other processes held the CPUs."""
+    behind with neither side full, so other processes held the CPUs.
+    ``server-cpus-full``: the server's own CPUs (``server_cpus_busy``, the
+    busy share of the CPUs it is pinned to) were full but other processes
+    had part of them: the server was the bottleneck on what it was left."""
     if server_cores_used >= SERVER_BOUND_SHARE * server_cores:
         return "server-bound"
     if generator_share >= SATURATED_SHARE:
         return "generator-bound"
+    if server_cpus_busy is not None and server_cpus_busy >= SERVER_BOUND_SHARE:
+        return "server-cpus-full"
     if kept_up is False:
         return "contended"
     return "offered-load"

@@ -62,6 +62,7 @@ def test_the_verdict() -> None:
     assert report.bound(1.5, 2, 0.3) == "offered-load"
     assert report.bound(0.6, 1, 0.5, kept_up=True) == "offered-load"
     assert report.bound(0.6, 1, 0.5, kept_up=False) == "contended"
+    assert report.bound(0.6, 1, 0.5, kept_up=False, server_cpus_busy=0.97) == "server-cpus-full"
 
 
 def test_a_ceiling_run_against_a_real_server_counts_every_delivery(tmp_path: Path) -> None:
@@ -89,7 +90,13 @@ def test_a_ceiling_run_against_a_real_server_counts_every_delivery(tmp_path: Pat
         assert on_time["frames"] == on_time["delivered"] + 12  # and a baseline each
         assert on_time["seq_gaps"] == on_time["incomplete"] == on_time["errors"] == 0
         assert run["generator_cpu"]["check"] == "ceiling"
-        assert run["bound"] in ("server-bound", "generator-bound", "offered-load", "contended")
+        assert run["bound"] in (
+            "server-bound",
+            "generator-bound",
+            "offered-load",
+            "contended",
+            "server-cpus-full",
+        )
         assert run["server_cpu"]["cpu_s"] > 0 and run["offered_per_s"] == 12 * 100
         assert run["machine_cpu"]["busy_cores"] > 0
     assert "bound: **" in done.stdout and "Ceiling mode" in done.stdout
