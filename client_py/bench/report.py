@@ -124,6 +124,7 @@ def _get(run: dict[str, Any], path: str) -> float | None:
 #: (label, path in a run, unit, higher is better)
 METRICS: tuple[tuple[str, str, str, bool], ...] = (
     ("delivered events/s", "delivered_per_s", "/s", True),
+    ("offered events/s", "offered_per_s", "/s", True),
     ("acks/s", "writers.acks_per_s", "/s", True),
     ("latency p50", "latency_ms.p50", "ms", False),
     ("latency p90", "latency_ms.p90", "ms", False),
@@ -135,6 +136,7 @@ METRICS: tuple[tuple[str, str, str, bool], ...] = (
     ("server CPU per delivered event", "server_cpu.cpu_us_per_delivered", "µs", False),
     ("values per answer (long-poll) or event (SSE)", "streams.values_per_answer", "", True),
     ("server CPU share", "server_cpu.cpu_share", "cores", False),
+    ("server's CPUs busy (any process)", "server_cpu.its_cpus_busy", "cores", False),
     ("server RSS peak", "server_cpu.rss_mb_peak", "MB", False),
     ("generator CPU", "generator_cpu.cores", "cores", False),
     ("delivered tokens/s", "drafts.tokens_per_s", "/s", True),
