@@ -48,10 +48,10 @@
 # 1,000 subs x 100/s (ceil1000x100) and x 400/s (ceil1000x400, past the
 # ceiling), each reporting delivered/s, server and
 # generator CPU and `bound` (server-bound, generator-bound or offered-load);
-# `ceilworkers`: the burst's shape on Redis with --workers 1 and 2, the server
-# free on every CPU and the generator capped by a cgroup CPU quota of
-# CLIENT_QUOTA CPUs (default 0.5) on any CPU, so that the workers have the
-# rest (needs a writable /sys/fs/cgroup/cpu, v1, or cgroup v2's cpu.max).
+# `ceilworkers`: 500 subscribers x WORKERS_RATE appends/s (default 1,500) for
+# 2 s on Redis with --workers 1 and 2, the server free on every CPU and the
+# generator capped by a cgroup CPU quota of CLIENT_QUOTA CPUs (default 0.7)
+# on any CPU, so that the workers have the rest (needs a writable /sys/fs/cgroup/cpu, v1, or cgroup v2's cpu.max).
 #
 # Results: one JSON per run in $OUT (default /tmp/bench-results); then
 #   python scripts/bench_summary.py $OUT      # medians and ranges as Markdown
@@ -275,7 +275,8 @@ start_cluster() {  # three masters on CLUSTER_PORTS, no replicas
 
 wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
-CLIENT_QUOTA="${CLIENT_QUOTA:-0.5}"
+CLIENT_QUOTA="${CLIENT_QUOTA:-0.7}"
+WORKERS_RATE="${WORKERS_RATE:-1500}"  # appends/s of ceilworkers (x 500 subscribers)
 quota_group=""
 make_quota_group() {  # a cgroup capping the generator at CLIENT_QUOTA CPUs
   local period=100000 quota
@@ -427,8 +428,8 @@ if [ "$MODE" = ceiling ] && wanted ceilworkers; then
   for run in $(seq "$RUNS"); do
     for n in 1 2; do
       start_servers redis --workers "$n"
-      in_quota "$py" -m server.run.cli bench fanout --ceiling --subscribers 500 --count 2000 \
-        --rate 1000 --size 200 --drain-timeout 240 --url "ws://127.0.0.1:$PORT/v1/ws" \
+      in_quota "$py" -m server.run.cli bench fanout --ceiling --subscribers 500 \
+        --count "$((2 * WORKERS_RATE))" --rate "$WORKERS_RATE" --size 200 --drain-timeout 240 --url "ws://127.0.0.1:$PORT/v1/ws" \
         --server-pid "$server_pid" --server-cpus "$server_cpus" "${common[@]}" \
         --label "tsync (redis, --workers $n)" --json "$OUT/ceilworkers$n-redis-$run.json" \
         >"$OUT/ceilworkers$n-redis-$run.md" || echo "   (run reported failures)" >&2
