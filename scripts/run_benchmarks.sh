@@ -48,9 +48,9 @@
 # 1,000 subs x 100/s (ceil1000x100) and x 400/s (ceil1000x400, past the
 # ceiling), each reporting delivered/s, server and
 # generator CPU and `bound` (server-bound, generator-bound or offered-load);
-# `ceilworkers`: 500 subscribers x WORKERS_RATE appends/s (default 1,500) for
+# `ceilworkers`: 500 subscribers x WORKERS_RATE appends/s (default 1,000) for
 # 2 s on Redis with --workers 1 and 2, the server free on every CPU and the
-# generator capped by a cgroup CPU quota of CLIENT_QUOTA CPUs (default 0.7)
+# generator capped by a cgroup CPU quota of CLIENT_QUOTA CPUs (default 0.6)
 # on any CPU, so that the workers have the rest (needs a writable /sys/fs/cgroup/cpu, v1, or cgroup v2's cpu.max).
 #
 # Results: one JSON per run in $OUT (default /tmp/bench-results); then
@@ -275,8 +275,8 @@ start_cluster() {  # three masters on CLUSTER_PORTS, no replicas
 
 wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
-CLIENT_QUOTA="${CLIENT_QUOTA:-0.7}"
-WORKERS_RATE="${WORKERS_RATE:-1500}"  # appends/s of ceilworkers (x 500 subscribers)
+CLIENT_QUOTA="${CLIENT_QUOTA:-0.6}"
+WORKERS_RATE="${WORKERS_RATE:-1000}"  # appends/s of ceilworkers (x 500 subscribers)
 quota_group=""
 make_quota_group() {  # a cgroup capping the generator at CLIENT_QUOTA CPUs
   local period=100000 quota
