@@ -46,12 +46,13 @@
 # and check the last seq and revision only), pinned like `issue15`. Its rows:
 # the burst's shape (ceil500: 500 subs x 2,000 appends at 1,000/s) and
 # 1,000 subs x 100/s (ceil1000x100) and x 400/s (ceil1000x400, past the
-# ceiling), each reporting delivered/s, server and
-# generator CPU and `bound` (server-bound, generator-bound or offered-load);
+# ceiling), each reporting delivered/s, server and generator CPU and `bound`
+# (server-bound, generator-bound, server-cpus-full, offered-load, contended);
 # `ceilworkers`: 500 subscribers x WORKERS_RATE appends/s (default 1,000) for
 # 2 s on Redis with --workers 1 and 2, the server free on every CPU and the
 # generator capped by a cgroup CPU quota of CLIENT_QUOTA CPUs (default 0.6)
-# on any CPU, so that the workers have the rest (needs a writable /sys/fs/cgroup/cpu, v1, or cgroup v2's cpu.max).
+# on any CPU, so that the workers have the rest (needs a writable
+# /sys/fs/cgroup/cpu, v1, or cgroup v2's cpu.max).
 #
 # Results: one JSON per run in $OUT (default /tmp/bench-results); then
 #   python scripts/bench_summary.py $OUT      # medians and ranges as Markdown
@@ -429,7 +430,8 @@ if [ "$MODE" = ceiling ] && wanted ceilworkers; then
     for n in 1 2; do
       start_servers redis --workers "$n"
       in_quota "$py" -m server.run.cli bench fanout --ceiling --subscribers 500 \
-        --count "$((2 * WORKERS_RATE))" --rate "$WORKERS_RATE" --size 200 --drain-timeout 240 --url "ws://127.0.0.1:$PORT/v1/ws" \
+        --count "$((2 * WORKERS_RATE))" --rate "$WORKERS_RATE" --size 200 --drain-timeout 240 \
+        --url "ws://127.0.0.1:$PORT/v1/ws" \
         --server-pid "$server_pid" --server-cpus "$server_cpus" "${common[@]}" \
         --label "tsync (redis, --workers $n)" --json "$OUT/ceilworkers$n-redis-$run.json" \
         >"$OUT/ceilworkers$n-redis-$run.md" || echo "   (run reported failures)" >&2
