@@ -220,7 +220,7 @@ class RawSocket(asyncio.Protocol):
 
 
 class _Sub:
-    __slots__ = ("counter", "done", "done_ns", "socket", "target", "transcript_id")
+    __slots__ = ("counter", "done", "done_ns", "last_ns", "socket", "target", "transcript_id")
 
     def __init__(self, transcript_id: str) -> None:
         self.transcript_id = transcript_id
@@ -228,24 +228,26 @@ class _Sub:
         self.target = -1
         self.done = asyncio.Event()
         self.done_ns = 0
+        #: When the last complete message arrived.
+        self.last_ns = 0
         self.socket: RawSocket | None = None
 
     def on_data(self, payload: bytes, fin: bool) -> None:
         counter = self.counter
         counter.feed(payload, fin)
-        if (
-            fin
-            and self.target >= 0
-            and counter.last_revision >= self.target
-            and not self.done.is_set()
-        ):
-            self.done_ns = time.time_ns()
-            self.done.set()
+        if fin:
+            self.last_ns = time.time_ns()
+            if self.target >= 0 and counter.last_revision >= self.target:
+                self._reached()
 
     def aim(self, target: int) -> None:
         self.target = target
-        if self.counter.last_revision >= target and not self.done.is_set():
-            self.done_ns = time.time_ns()
+        if self.counter.last_revision >= target:
+            self._reached()
+
+    def _reached(self) -> None:
+        if not self.done.is_set():
+            self.done_ns = self.last_ns
             self.done.set()
 
 
