@@ -144,9 +144,10 @@ class RawSocket(asyncio.Protocol):
         self.transport = transport
         parts = urlsplit(self.url)
         key = base64.b64encode(secrets.token_bytes(16)).decode()
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         transport.write(
             (
-                f"GET {parts.path or '/'} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+                f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
                 "Upgrade: websocket\r\nConnection: Upgrade\r\n"
                 f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
                 f"Sec-WebSocket-Protocol: {wire.SUBPROTOCOL_JSON}\r\n\r\n"

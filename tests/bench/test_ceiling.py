@@ -130,3 +130,18 @@ def test_the_generator_reads_its_cgroup_quota(tmp_path: Path) -> None:
     (v2 / "cpu.max").write_text("max 100000\n")
     assert host.cpu_quota(membership, tmp_path) is None
     assert host.cpu_quota(tmp_path / "absent", tmp_path) is None
+
+
+def test_a_closed_loop_ceiling_run_sends_each_append_after_the_last_ack(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    with ServerProcess(store="memory", log_path=tmp_path / "log") as server:
+        assert server.proc is not None
+        done = bench(
+            "fanout", "--ceiling", "--closed-loop", "--url", server.url, "--subscribers", "4",
+            "--count", "40", "--server-pid", str(server.proc.pid), "--json", str(out),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["failures"] == [] and run["offered_per_s"] is None
+    assert run["writers"]["appends"] == run["writers"]["acks"] == 40
+    assert run["groups"]["on-time"]["delivered"] == run["groups"]["on-time"]["expected"] == 160
