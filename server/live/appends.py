@@ -16,8 +16,20 @@ where it landed, and the rest is planned again after catching up with the
 store: an ack always names where its messages are stored, and the acks of a
 run come in the order they were stored.
 
-The commit runs in the committer task, not in the caller's: a caller that goes
-away (its connection closed) cannot cut a store write in half.
+An append to an idle transcript (no committer task, nothing queued, its lock
+free) on a store that can start a write without a task (``SubmitsAppends``:
+SQLite, memory) is committed inline instead (``AppendCommitter.append``), in
+the caller's task: no task is made, and the increments and the ack leave in
+the same step of the loop (the memory store's commit does not even wait).
+Anything that needs more care (a key seen before, an expected revision that
+differs, a refused or overtaken write) goes through the queue as before.
+
+A caller that goes away (its connection closed) cannot cut a store write in
+half: a queued append is committed by the committer task, not the caller's;
+an inline one shields the store's future (no task) and, when cancelled while
+the write is under way, finishes the commit (applies it, delivers its
+increments, remembers its key) before it lets the cancellation through, so a
+retry with its key is answered as a duplicate.
 
 This module never imports the hub: what it needs from it (is this copy still
 the live one, catch up with other replicas, queue an append on the current
@@ -44,7 +56,14 @@ from server.errors import RevisionConflict
 from server.live.live_transcript import LiveTranscript
 from server.metrics import Metrics
 from server.model.transcript import Transcript
-from server.store.base import AppendResult, Receipt, RevisionMismatch, Store, StoreUnavailable
+from server.store.base import (
+    AppendResult,
+    Receipt,
+    RevisionMismatch,
+    Store,
+    StoreUnavailable,
+    SubmitsAppends,
+)
 
 log = logging.getLogger("tsync.appends")
 
@@ -162,6 +181,60 @@ class AppendCommitter:
         self.port = port
         self._queued: dict[LiveTranscript, list[PendingAppend]] = {}
         self._tasks: dict[LiveTranscript, asyncio.Task[None]] = {}
+        #: Starts a write without a task (``SubmitsAppends``), if the store can.
+        self._submit_appends = store.submit_appends if isinstance(store, SubmitsAppends) else None
+
+    async def append(self, live: LiveTranscript, pending: PendingAppend) -> AppendResult:
+        """Commit ``pending`` on ``live`` and return its result (or raise its
+        error): inline when ``live`` is idle and the append is a simple one,
+        else through the queue and the committer task."""
+        submit = self._submit_appends
+        if (
+            submit is None
+            or live in self._tasks
+            or self._queued.get(live)
+            or live.lock.locked()
+            or not self.port.is_current(live)
+            or plan_run((pending,), revision=live.transcript.revision, known=live.knows) != 1
+        ):
+            return await self._queue(live, pending)
+        try:
+            (event,) = live.transcript.prepare_appends([(pending.messages, pending.origin)])
+        except Exception:
+            return await self._queue(live, pending)  # alone there: it fails precisely
+        # Free, so this takes it at once (no wait, no step of the loop).
+        await live.lock.acquire()
+        cancelled = False
+        try:
+            future = submit([(event, pending.key)])
+            while not future.done():
+                try:
+                    await asyncio.shield(future)
+                except asyncio.CancelledError:
+                    # The write is under way: finish the commit, then give in.
+                    cancelled = True
+            (outcome,) = future.result()  # raises StoreUnavailable: nothing landed
+            if isinstance(outcome, RevisionMismatch):
+                # Overtaken by another replica: the committer catches up and
+                # plans it again (it waits for the lock held here).
+                self.metrics.replans.inc()
+                self.submit(live, pending)
+            elif isinstance(outcome, Exception):
+                raise outcome
+            else:
+                self._accepted(live, pending, event, outcome)
+                live.deliver_pending()
+        finally:
+            live.lock.release()
+            if cancelled:  # the commit is finished (or requeued): give in now
+                raise asyncio.CancelledError
+        return await pending.future  # done, unless requeued
+
+    async def _queue(self, live: LiveTranscript, pending: PendingAppend) -> AppendResult:
+        self.submit(live, pending)
+        # Not shielded: if the caller is cancelled the future is, and the
+        # committer, which owns the commit, skips answering it.
+        return await pending.future  # raises what the append raised
 
     def submit(self, live: LiveTranscript, pending: PendingAppend) -> None:
         """Queue ``pending`` on ``live`` and make sure its committer runs."""
@@ -173,8 +246,9 @@ class AppendCommitter:
             self._tasks[live] = asyncio.create_task(self._run(live))
 
     def busy(self, live: LiveTranscript) -> bool:
-        """Whether appends are queued on or being committed to ``live``."""
-        return bool(self._queued.get(live)) or live in self._tasks
+        """Whether appends are queued on or being committed to ``live`` (or
+        anything else holds its lock: an inline commit, a change)."""
+        return bool(self._queued.get(live)) or live in self._tasks or live.lock.locked()
 
     async def stop(self) -> None:
         """Cancel every committer; what was queued fails ``unavailable``."""

@@ -94,10 +94,7 @@ class Writes:
         pending = PendingAppend(
             parsed, expected_revision, idempotency_key, origin, transport, draft_id
         )
-        self.committer.submit(live, pending)
-        # Not shielded: if this caller is cancelled the future is, and the
-        # committer, which owns the commit, skips answering it.
-        result = await pending.future  # raises what the append raised
+        result = await self.committer.append(live, pending)  # raises what the append raised
         self.hub.metrics.append_latency.observe(time.perf_counter() - started)
         return result
 

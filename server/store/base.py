@@ -33,6 +33,7 @@ Errors::
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Final, Literal, NamedTuple, Protocol, TypeAlias, runtime_checkable
 
@@ -455,6 +456,22 @@ class Store(Protocol):
 
     async def delete(self, transcript_id: str) -> bool:
         """Remove a transcript and its history; ``False`` if it did not exist."""
+
+
+@runtime_checkable
+class SubmitsAppends(Protocol):
+    """A store that can start ``append_many`` without a task (optional: the
+    SQLite and memory stores have it). ``submit_appends`` queues the appends
+    before it returns and gives the future of their outcomes (those of
+    ``append_many``); the writes happen whether or not anyone still awaits
+    that future, so a caller can shield it (``asyncio.shield`` of a future
+    costs no task) and finish the commit even when it is cancelled. A
+    subclass that changes ``append_many`` changes this too, or sets it to
+    ``None`` (then the committer queues every append)."""
+
+    def submit_appends(
+        self, items: Sequence[tuple[TranscriptEvent, str | None]]
+    ) -> asyncio.Future[list[AppendResult | Exception]]: ...
 
 
 @runtime_checkable

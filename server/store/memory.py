@@ -214,6 +214,20 @@ class MemoryStore:
     ) -> list[AppendResult | Exception]:
         """Each append in order (all in one step of the event loop); once
         one of a transcript is not stored, no later one of it is."""
+        return self._append_many(items)
+
+    def submit_appends(
+        self, items: Sequence[tuple[TranscriptEvent, str | None]]
+    ) -> asyncio.Future[list[AppendResult | Exception]]:
+        """``append_many`` done now (``SubmitsAppends``): a future already done."""
+        future: asyncio.Future[list[AppendResult | Exception]]
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(self._append_many(items))
+        return future
+
+    def _append_many(
+        self, items: Sequence[tuple[TranscriptEvent, str | None]]
+    ) -> list[AppendResult | Exception]:
         self._check_open()
         outcomes: list[AppendResult | Exception] = []
         broken: set[str] = set()

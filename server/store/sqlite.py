@@ -918,12 +918,22 @@ class SQLiteStore:
         nothing could be committed. If the caller is cancelled the appends may
         still commit, as with any database; a retry with the same idempotency
         key is then a duplicate."""
+        outcomes: list[AppendResult | Exception] = await self.submit_appends(items)
+        return outcomes
+
+    def submit_appends(
+        self, items: Sequence[tuple[TranscriptEvent, str | None]]
+    ) -> asyncio.Future[list[AppendResult | Exception]]:
+        """``append_many`` started now (``SubmitsAppends``): the appends are
+        queued for the next commit before this returns, and commit whether
+        or not the future is still awaited."""
         writer = self._writer
         if writer is None:
             raise StoreUnavailable(f"sqlite store {self.path} is not open")
-        writes = _append_writes(writer, items)
-        outcomes: list[AppendResult | Exception] = await self._submit(writes)
-        return outcomes
+        future: asyncio.Future[list[AppendResult | Exception]] = self._submit(
+            _append_writes(writer, items)
+        )
+        return future
 
     async def recorded(self, transcript_id: str, key: str) -> Receipt | None:
         return await self._read(lambda reader: reader.recorded(transcript_id, key))

@@ -59,7 +59,13 @@ class Overtaking(SharedMemoryStore):
     """A shared store on which another replica's append lands, once, right
     before the first run of several appends reaches it: the race replicas
     run on Redis, made to happen on cue (one event loop cannot interleave
-    with a store call that does not await)."""
+    with a store call that does not await).
+
+    Its appends all go through ``append_many`` and the committer's queue:
+    without ``submit_appends`` no append is committed inline (where each of
+    the racing appends would be a run of its own)."""
+
+    submit_appends = None  # type: ignore[assignment]
 
     def __init__(self) -> None:
         super().__init__()
