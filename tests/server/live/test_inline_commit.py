@@ -44,8 +44,12 @@ async def test_an_append_to_an_idle_transcript_makes_no_committer_task(
             assert result.receipt.revision == i + 1
         assert queued == []  # each one inline
         # A key seen before goes through the queue (and is a duplicate).
-        first = await hub.writes.append("t", [{"role": "user", "content": "k"}], idempotency_key="k")
-        again = await hub.writes.append("t", [{"role": "user", "content": "k"}], idempotency_key="k")
+        first = await hub.writes.append(
+            "t", [{"role": "user", "content": "k"}], idempotency_key="k"
+        )
+        again = await hub.writes.append(
+            "t", [{"role": "user", "content": "k"}], idempotency_key="k"
+        )
         assert len(queued) == 1
         assert again.duplicate and again.receipt == first.receipt
         snapshot = await hub.reads.snapshot("t")
@@ -103,7 +107,9 @@ async def test_a_caller_cancelled_during_its_inline_commit_leaves_the_write_whol
         snapshot = await hub.reads.snapshot("t")
         assert snapshot.revision == 2
         assert [m.content for m in snapshot.messages or ()] == ["before", "cut?"]
-        retry = await hub.writes.append("t", [{"role": "user", "content": "cut?"}], idempotency_key="k")
+        retry = await hub.writes.append(
+            "t", [{"role": "user", "content": "cut?"}], idempotency_key="k"
+        )
         assert retry.duplicate
         assert (retry.receipt.revision, retry.receipt.start, retry.receipt.count) == (2, 1, 1)
         # And the transcript goes on from there.
