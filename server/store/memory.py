@@ -88,7 +88,14 @@ class _Entry:
     # Each key's receipt and when it was recorded (``clock()`` seconds).
     keys: dict[str, tuple[Receipt, float]] = field(default_factory=dict)
     title: str | None = None
-    preview: str | None = None
+    #: The messages of the last append: the preview is made from them when a
+    #: listing asks for it, not on every append (it cost 12% of the server's
+    #: CPU in the chatroom profile).
+    last_messages: tuple[Message, ...] = ()
+
+    @property
+    def preview(self) -> str | None:
+        return preview_of(self.last_messages)
 
     @property
     def revision(self) -> int:
@@ -280,7 +287,7 @@ class MemoryStore:
             entry.appends.append(len(entry.events) - 1)
             if entry.title is None:
                 entry.title = title_of(change.messages)
-            entry.preview = preview_of(change.messages)
+            entry.last_messages = change.messages
         elif isinstance(change, SegmentStarted):
             entry.closed.append(Segment(change.previous_start, change.end))
             entry.active_start = change.start
