@@ -19,8 +19,10 @@ run come in the order they were stored.
 An append to an idle transcript (no committer task, nothing queued, its lock
 free) on a store that can start a write without a task (``SubmitsAppends``:
 SQLite, memory) is committed inline instead (``AppendCommitter.append``), in
-the caller's task: no task is made, and the increments and the ack leave in
-the same step of the loop (the memory store's commit does not even wait).
+the caller's task: no task is made, and the ack leaves in the step that
+delivers the increments (on SQLite: the step the commit's answer reaches the
+caller; the memory store answers at once, and the caller then gives the loop
+one step before it acks, so that appending in a loop cannot starve the writers).
 Anything that needs more care (a key seen before, an expected revision that
 differs, a refused or overtaken write) goes through the queue as before.
 
@@ -205,8 +207,10 @@ class AppendCommitter:
         # Free, so this takes it at once (no wait, no step of the loop).
         await live.lock.acquire()
         cancelled = False
+        waited = True
         try:
             future = submit([(event, pending.key)])
+            waited = not future.done()
             while not future.done():
                 try:
                     await asyncio.shield(future)
@@ -228,6 +232,11 @@ class AppendCommitter:
             live.lock.release()
             if cancelled:  # the commit is finished (or requeued): give in now
                 raise asyncio.CancelledError
+        if not waited:
+            # The store answered at once (memory): still give the loop a step,
+            # as the queue did, or a caller appending in a loop would starve
+            # the writers that drain what it delivers.
+            await asyncio.sleep(0)
         return await pending.future  # done, unless requeued
 
     async def _queue(self, live: LiveTranscript, pending: PendingAppend) -> AppendResult:
