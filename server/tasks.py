@@ -1,20 +1,39 @@
-"""Background tasks: stopped the one way (cancel, then wait for each)."""
+"""Background tasks: stopped the one way (cancel, then wait for each, bounded)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections.abc import Iterable
+from typing import Final
 
-__all__ = ["cancel_and_wait"]
+__all__ = ["STOP_WAIT_S", "cancel_and_wait"]
+
+log = logging.getLogger("tsync.tasks")
+
+#: Seconds a cancelled task may take to stop before shutdown goes on without it
+#: (a task that is stuck, say in a client library's reconnect, must not hold
+#: the server's shutdown past its grace).
+STOP_WAIT_S: Final = 5.0
 
 
-async def cancel_and_wait(tasks: Iterable[asyncio.Task[None] | None]) -> None:
+async def cancel_and_wait(
+    tasks: Iterable[asyncio.Task[None] | None], *, timeout: float = STOP_WAIT_S
+) -> None:
     """Cancel every task given (``None``: none), then wait until each has
-    stopped; a task's ``CancelledError`` is expected and swallowed."""
+    stopped, at most ``timeout`` seconds in all; a task still running then is
+    logged and left behind. A task's ``CancelledError`` is expected and
+    swallowed, any other error is logged."""
     running = [task for task in tasks if task is not None]
     for task in running:
         task.cancel()
-    for task in running:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    if not running:
+        return
+    done, pending = await asyncio.wait(running, timeout=timeout)
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task %s failed while stopping", task.get_name(), exc_info=task.exception())
+    for task in pending:
+        log.warning(
+            "task %s did not stop within %.0f s; going on without it", task.get_name(), timeout
+        )

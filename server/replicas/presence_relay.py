@@ -25,7 +25,6 @@ read), or when their replica's key lapses; never by a SCAN.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -34,6 +33,7 @@ from collections.abc import Callable, Iterable
 from protocol.wire import Member
 from server.live.presence import PresenceRegistry
 from server.store.base import RelayedPresence, SharedPresence, StoreError
+from server.tasks import cancel_and_wait
 
 __all__ = ["PresenceBackplane"]
 
@@ -77,11 +77,7 @@ class PresenceBackplane:
     async def stop(self) -> None:
         self._detach()
         self._detach = _attached_to_nothing
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         if self._expiry is not None:
             self._expiry.cancel()

@@ -29,6 +29,10 @@ Errors::
     │                        ``current`` is the stored revision
     └── StoreUnavailable     the backend cannot be reached now; nothing was
                              applied, the caller may retry (same idempotency key)
+
+Why one module of over 600 lines: it is the contract every backend keeps (the
+``Store``, ``SharedStore`` and drafts interfaces, their result types and the checks
+they share), read as one by whoever writes a backend.
 """
 
 from __future__ import annotations

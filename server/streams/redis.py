@@ -73,6 +73,7 @@ from server.store.base import StoreError
 from server.store.redis import _Script
 from server.streams.memory import AppendResult, Limits, Registry, Stale, Wait
 from server.streams.model import Message, Producer, Stream, StreamError, Update
+from server.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from server.store.redis import RedisStore
@@ -318,11 +319,7 @@ class RedisRegistry(Registry):
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
 
     # --- Redis ------------------------------------------------------------------------
