@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,7 @@ from protocol.digest import (
     genesis_digest,
     history_digest,
     is_digest,
+    jcs_number,
     next_digest,
 )
 from protocol.state import DigestMismatch, TranscriptState
@@ -211,3 +213,22 @@ def test_a_copy_that_does_not_check_takes_each_digest_as_it_comes() -> None:
     assert applied is not None and applied.kind == "applied"
     assert copy.digest == carried
     assert not copy.following().check_digests
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2**70), 2**70).map(float))
+@settings(max_examples=2000)
+def test_jcs_number_writes_what_rfc8785_writes(value: float) -> None:
+    assert jcs_number(value) == rfc8785.dumps(value)
+
+
+@pytest.mark.parametrize(
+    "value", [1e21, 1e-7, 1.5e-5, 123.0, 100.0, 1e16, 0.5, -0.0, 5e-324, 1.7976931348623157e308]
+)
+def test_jcs_number_at_the_edges_of_each_form(value: float) -> None:
+    assert jcs_number(value) == rfc8785.dumps(value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_jcs_number_refuses_what_json_cannot_carry(value: float) -> None:
+    with pytest.raises(rfc8785.FloatDomainError):
+        jcs_number(value)
