@@ -123,7 +123,7 @@ def parse_messages(
     if len(data) > max_messages:
         raise InvalidMessage(path, f"too many messages: {len(data)} > {max_messages}")
     for i, item in enumerate(data):
-        _check_free_fields(item, max_depth, f"{path}[{i}]")
+        _check_free_fields(item, max_depth, path, i)
     try:
         messages = msgspec.convert(data, tuple[Message, ...])
     except msgspec.ValidationError as exc:
@@ -153,7 +153,7 @@ def parse_message(
     max_depth: int = MAX_JSON_DEPTH,
 ) -> Message:
     """Validate one message object (see ``parse_messages``)."""
-    _check_free_fields(data, max_depth, path)
+    _check_free_fields(data, max_depth, path, None)
     try:
         message = msgspec.convert(data, Message)
     except msgspec.ValidationError as exc:
@@ -175,16 +175,44 @@ def parse_message(
 _FREE_FIELDS: Final = ("content", "metadata", "tool_calls")
 
 
-def _check_free_fields(item: object, limit: int, path: str) -> None:
+def _check_free_fields(item: object, limit: int, path: str, index: int | None) -> None:
     """``check_value`` of one message's fields that can nest (its depth and
     the values in them), walking only those (the hot path: a plain text
-    message is not walked at all; its strings are checked by encoding it)."""
+    message is not walked at all; its strings are checked by encoding it;
+    an object of plain scalars, the usual ``metadata``, is looked at in one
+    loop). ``path`` and ``index`` (the message's place in a list) name it."""
     if not isinstance(item, dict):
         return  # not a message: conversion refuses it without recursing
     for key in _FREE_FIELDS:
         value = item.get(key)
         if isinstance(value, dict | list | tuple):
-            check_value(value, f"{path}.{key}", limit=limit, level=2)
+            if limit >= 2 and type(value) is dict and _plain_scalars(value):
+                continue  # what check_value would find at once (level 2)
+            at = path if index is None else f"{path}[{index}]"
+            check_value(value, f"{at}.{key}", limit=limit, level=2)
+
+
+def _plain_scalars(value: dict[Any, Any]) -> bool:
+    """Whether every key of ``value`` is an ASCII string and every value an
+    ASCII string, an integer in range, a finite float, a bool or None: what
+    ``check_value`` accepts without a walk (anything else, even if valid,
+    says False and is walked)."""
+    for key, item in value.items():
+        if type(key) is not str or not key.isascii():
+            return False
+        kind = type(item)
+        if kind is str:
+            if not item.isascii():
+                return False
+        elif kind is int:
+            if not MIN_INT <= item <= MAX_INT:
+                return False
+        elif kind is float:
+            if not math.isfinite(item):
+                return False
+        elif item is not None and kind is not bool:
+            return False
+    return True
 
 
 def check_message_values(message: Message, path: str = "message") -> None:

@@ -20,6 +20,7 @@ and the generated docs; most of the lines are those declarations.
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import os
 import re
@@ -515,17 +516,22 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     @property
     def message_limits(self) -> limits.MessageLimits:
         """The message limits as one value: what the hub validates with and
-        what every live ``Transcript`` re-checks with (never the defaults)."""
-        return limits.MessageLimits(
-            max_messages_per_batch=self.max_messages_per_batch,
-            max_message_bytes=self.max_message_bytes,
-        )
+        what every live ``Transcript`` re-checks with (never the defaults).
+        One value per pair of settings (read once per append)."""
+        return _message_limits(self.max_messages_per_batch, self.max_message_bytes)
 
     def ws_max_bytes(self) -> int:
         """The WebSocket layer's limit on one inbound message, in bytes."""
         if self.ws_hard_max_bytes is not None:
             return self.ws_hard_max_bytes
         return self.max_frame_bytes + self.max_frame_bytes // 4
+
+
+@functools.lru_cache(maxsize=16)
+def _message_limits(max_messages_per_batch: int, max_message_bytes: int) -> limits.MessageLimits:
+    return limits.MessageLimits(
+        max_messages_per_batch=max_messages_per_batch, max_message_bytes=max_message_bytes
+    )
 
 
 class ConfigError(ValueError):

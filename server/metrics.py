@@ -76,6 +76,7 @@ class Metrics:
         self.appends = Counter(
             "tsync_appends", "Accepted changes", ["transport", "kind"], registry=r
         )
+        self._appended: dict[tuple[str, str], Counter] = {}
         self.duplicates = Counter(
             "tsync_idempotent_replays", "Appends answered from an idempotency key", registry=r
         )
@@ -142,6 +143,16 @@ class Metrics:
             registry=r,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
         )
+
+    def appended(self, transport: str, kind: str) -> None:
+        """Count one accepted change (``tsync_appends``). The labelled child
+        is looked up once per label pair and kept: ``labels()`` takes a lock
+        and builds a key on every call, and this runs once per append."""
+        key = (transport, kind)
+        child = self._appended.get(key)
+        if child is None:
+            child = self._appended[key] = self.appends.labels(transport, kind)
+        child.inc()
 
     def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
         """Count one answered HTTP request (``route`` is its template)."""

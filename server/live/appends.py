@@ -379,7 +379,7 @@ class AppendCommitter:
             self.metrics.duplicates.inc()
         else:
             live.transcript.apply(event)
-            self.metrics.appends.labels(p.transport, "messages-appended").inc()
+            self.metrics.appended(p.transport, "messages-appended")
         live.remember(p.key, result.receipt)
         self._succeed(live, p, result)
 
@@ -429,7 +429,7 @@ class AppendCommitter:
                 continue
             if not result.duplicate:
                 transcript.apply(event)
-                self.metrics.appends.labels(p.transport, "messages-appended").inc()
+                self.metrics.appended(p.transport, "messages-appended")
             live.remember(p.key, result.receipt)
             return result
 
@@ -457,7 +457,7 @@ class AppendCommitter:
                     return None
                 continue
             live.transcript.apply(event)
-            self.metrics.appends.labels(transport, _KINDS[type(event.change)]).inc()
+            self.metrics.appended(transport, _KINDS[type(event.change)])
             return result
 
 

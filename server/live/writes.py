@@ -53,7 +53,7 @@ class Writes:
         first = draft.prepare_append(parsed, origin=origin) if parsed else None
         await self.hub.store.create(tid, epoch, now_ms(), first)
         if first is not None:
-            self.hub.metrics.appends.labels("create", "messages-appended").inc()
+            self.hub.metrics.appended("create", "messages-appended")
         return tid, epoch, 1 if first is not None else 0
 
     def _parse(self, messages: object) -> tuple[Message, ...]:

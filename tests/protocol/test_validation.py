@@ -18,6 +18,8 @@ from protocol.limits import (
 )
 from protocol.types import AttachmentPart, ImageUrl, ImageUrlPart, Message, TextPart
 from protocol.validation import (
+    _plain_scalars,
+    check_value,
     parse_message,
     parse_messages,
     validate_id,
@@ -421,3 +423,44 @@ def test_validation_accepts_exactly_what_every_format_carries(value: Any) -> Non
     assert carried_exactly(value), f"accepted {value!r}, which a format changes"
     for module in (msgspec.json, msgspec.msgpack):
         assert module.decode(module.encode(message), type=Message) == message
+
+
+_SCALARS = (
+    st.text()
+    | st.integers(-(2**70), 2**70)
+    | st.floats()
+    | st.booleans()
+    | st.none()
+    | st.binary(max_size=3)
+)
+
+
+@given(st.dictionaries(st.text(max_size=4) | st.integers(0, 3), _SCALARS, max_size=6))
+@settings(max_examples=500)
+def test_the_plain_scalars_short_cut_passes_only_what_check_value_passes(
+    value: dict[Any, Any],
+) -> None:
+    """The short cut of ``parse_messages`` for flat metadata never lets
+    through what the walk would refuse."""
+    if _plain_scalars(value):
+        check_value(value, "m", level=2)
+
+
+@given(st.dictionaries(st.text(max_size=4), _SCALARS, max_size=6))
+@settings(max_examples=300)
+def test_flat_metadata_is_refused_or_kept_as_before(metadata: dict[str, Any]) -> None:
+    """With the short cut, a message's flat metadata is refused exactly when
+    the walk refuses it (a message as the wire decodes it)."""
+    item = {"role": "user", "content": "x", "metadata": metadata}
+    try:
+        check_value(metadata, "messages[0].metadata", level=2)
+        walked: str | None = None
+    except InvalidMessage as exc:
+        walked = str(exc)
+    try:
+        parse_messages([item])
+        parsed: str | None = None
+    except InvalidMessage as exc:
+        parsed = str(exc)
+    if walked is not None:
+        assert parsed == walked
