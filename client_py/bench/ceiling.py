@@ -20,9 +20,28 @@ the run:
   no repeat), and the last revision reaches the writers' final revision (no
   event missing), with ``delivered == expected`` as in the other runs.
 
-No latency is measured (no timestamp is read). The result reports
-delivered/s, the server's CPU share, the generator's, and ``bound``: which
-side limited the run (``report.bound``).
+Latency is measured on a sample, so that it stays cheap. Each precomputed
+append carries ``metadata.t`` (``client_py.bench.workload.append_op``, the
+normal harness's convention) as a 19-digit placeholder
+(``STAMP_PLACEHOLDER``); when a writer writes frames it patches the wall
+clock (``time.time_ns()``, also 19 digits until 2286) over the placeholder
+in place (``stamp``: one slice assignment per frame, the frame's offset
+found once when it was built; the mask key is zero, so the payload is
+plain). The time stamped is when the frame is *written*, not when it was due
+(unlike ``client_py.bench.writer``): a writer late on its schedule does not
+add to the latency, and how late the writers ever were is reported
+(``writers.max_behind_ms``: when that stays small, due and written time are
+the same to within it). In closed loop it is the time the frame is sent
+after the last ack. About ``--latency-sample`` subscribers (every
+``Workload.latency_every()``-th connection of each process) read every
+``"t":<ns>`` of each whole message (``fastpath.SENT``, one ``findall``) and
+record the time the message was read minus it into a ``LatencyHistogram``,
+merged across the processes as the normal harness merges its own:
+``latency_ms`` reports p50/p90/p99/p99.9/max as the normal runs do. All on
+one machine, so one clock.
+
+The result reports delivered/s, the latency, the server's CPU share, the
+generator's, and ``bound``: which side limited the run (``report.bound``).
 """
 
 from __future__ import annotations
@@ -41,12 +60,30 @@ from urllib.parse import urlsplit
 
 from client_py.bench import host, report
 from client_py.bench.channel import Channel
-from client_py.bench.run import BenchError, Live, WorkerPool, create_transcripts, probe
+from client_py.bench.fastpath import SENT
+from client_py.bench.histogram import LatencyHistogram
+from client_py.bench.run import (
+    CURVE_PERCENTILES,
+    BenchError,
+    Live,
+    WorkerPool,
+    create_transcripts,
+    probe,
+)
 from client_py.bench.sampler import ServerSampler
 from client_py.bench.workload import Workload, append_op, filler
 from protocol import wire
 
-__all__ = ["FrameCounter", "masked_text_frame", "run_ceiling", "worker_main"]
+__all__ = [
+    "STAMP_PLACEHOLDER",
+    "FrameCounter",
+    "masked_text_frame",
+    "run_ceiling",
+    "stamp",
+    "stamp_offset",
+    "worker_main",
+    "writer_frames",
+]
 
 CONNECT_CONCURRENCY: Final = 64
 _SEQ: Final = re.compile(rb'"seq":(\d+)')
@@ -55,6 +92,11 @@ _ACK: Final = b'"type":"ack"'
 _ERROR: Final = b'"type":"error"'
 #: Open loop: the longest a writer sleeps between two writes.
 TICK_S: Final = 0.001
+#: The send time a precomputed append carries until it is written: a valid
+#: JSON number as wide as ``time.time_ns()`` (19 digits, 2001 to 2286).
+STAMP_PLACEHOLDER: Final = 10**18
+STAMP_WIDTH: Final = len(str(STAMP_PLACEHOLDER))
+_STAMP_KEY: Final = b'"t":%d' % STAMP_PLACEHOLDER
 
 
 def masked_text_frame(payload: bytes, opcode: int = 0x1) -> bytes:
@@ -68,6 +110,21 @@ def masked_text_frame(payload: bytes, opcode: int = 0x1) -> bytes:
     else:
         header = bytes((0x80 | opcode, 0x80 | 127)) + n.to_bytes(8, "big")
     return header + b"\0\0\0\0" + payload
+
+
+def stamp_offset(frame: bytes | bytearray) -> int:
+    """Where the placeholder send time of a precomputed append starts."""
+    at = frame.find(_STAMP_KEY)
+    if at < 0:
+        raise ValueError("no placeholder send time in the frame")
+    return at + len(_STAMP_KEY) - STAMP_WIDTH
+
+
+def stamp(frame: bytearray, offset: int, digits: bytes) -> None:
+    """Patch a send time (``b"%d" % time.time_ns()``) over the one at ``offset``."""
+    if len(digits) != STAMP_WIDTH:
+        raise ValueError(f"a send time of {len(digits)} digits, not {STAMP_WIDTH}")
+    frame[offset : offset + STAMP_WIDTH] = digits
 
 
 class FrameCounter:
@@ -221,9 +278,19 @@ class RawSocket(asyncio.Protocol):
 
 
 class _Sub:
-    __slots__ = ("counter", "done", "done_ns", "last_ns", "socket", "target", "transcript_id")
+    __slots__ = (
+        "_parts",
+        "counter",
+        "done",
+        "done_ns",
+        "last_ns",
+        "latency",
+        "socket",
+        "target",
+        "transcript_id",
+    )
 
-    def __init__(self, transcript_id: str) -> None:
+    def __init__(self, transcript_id: str, latency: LatencyHistogram | None = None) -> None:
         self.transcript_id = transcript_id
         self.counter = FrameCounter()
         self.target = -1
@@ -232,14 +299,28 @@ class _Sub:
         #: When the last complete message arrived.
         self.last_ns = 0
         self.socket: RawSocket | None = None
+        #: Where this subscriber records each delivery's latency (sampled ones only).
+        self.latency = latency
+        self._parts: list[bytes] = []  # a fragmented message's first fragments
 
     def on_data(self, payload: bytes, fin: bool) -> None:
         counter = self.counter
         counter.feed(payload, fin)
-        if fin:
-            self.last_ns = time.time_ns()
-            if self.target >= 0 and counter.last_revision >= self.target:
-                self._reached()
+        latency = self.latency
+        if not fin:
+            if latency is not None:
+                self._parts.append(payload)
+            return
+        now = self.last_ns = time.time_ns()
+        if latency is not None:
+            if self._parts:
+                self._parts.append(payload)
+                payload = b"".join(self._parts)
+                self._parts.clear()
+            for sent in SENT.findall(payload):
+                latency.record_ns(now - int(sent))
+        if self.target >= 0 and counter.last_revision >= self.target:
+            self._reached()
 
     def aim(self, target: int) -> None:
         self.target = target
@@ -269,7 +350,15 @@ def worker_main(
 async def _worker(url: str, workload: Workload, indices: list[int], conn: Connection) -> None:
     channel = Channel(conn)
     channel.start()
-    subs = [_Sub(workload.subscriber_transcript(i)) for i in indices]
+    every = workload.latency_every()
+    latency = LatencyHistogram()
+    subs = [
+        _Sub(
+            workload.subscriber_transcript(i),
+            latency if every is not None and j % every == 0 else None,
+        )
+        for j, i in enumerate(indices)
+    ]
     gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
 
     async def open_one(sub: _Sub) -> None:
@@ -295,7 +384,7 @@ async def _worker(url: str, workload: Workload, indices: list[int], conn: Connec
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(workload.drain_timeout):
                     await asyncio.gather(*(sub.done.wait() for sub in subs))
-            channel.send("result", _worker_result(subs))
+            channel.send("result", _worker_result(subs, latency))
     except Exception as exc:
         channel.send("failed", repr(exc))
     finally:
@@ -306,7 +395,7 @@ async def _worker(url: str, workload: Workload, indices: list[int], conn: Connec
         channel.close()
 
 
-def _worker_result(subs: list[_Sub]) -> dict[str, Any]:
+def _worker_result(subs: list[_Sub], latency: LatencyHistogram) -> dict[str, Any]:
     counters = [sub.counter for sub in subs]
     return {
         "subscribers": len(subs),
@@ -319,6 +408,8 @@ def _worker_result(subs: list[_Sub]) -> dict[str, Any]:
         # One baseline per connection; every other frame is an event.
         "delivered": sum(c.frames - 1 - c.errors for c in counters),
         "last_done_ns": max((sub.done_ns for sub in subs), default=0),
+        "timed_subscribers": sum(sub.latency is not None for sub in subs),
+        "latency": latency.encode(),
     }
 
 
@@ -328,10 +419,13 @@ def _worker_result(subs: list[_Sub]) -> dict[str, Any]:
 class _Writer:
     """One writer connection and its precomputed frames."""
 
-    def __init__(self, transcript_id: str, frames: list[bytes]) -> None:
+    def __init__(self, transcript_id: str, frames: list[bytearray]) -> None:
         self.transcript_id = transcript_id
         self.frames = frames
+        self.offsets = [stamp_offset(frame) for frame in frames]
         self.sent = 0
+        #: Open loop: the longest a frame waited past its due time to be written.
+        self.max_behind_ns = 0
         self.acks = 0
         self.errors = 0
         self.revision = 0
@@ -355,8 +449,13 @@ class _Writer:
             self.finished.set()
 
     def write(self, upto: int) -> None:
+        """Stamp frames ``sent`` to ``upto`` with the time now, and write them."""
         assert self.socket is not None
-        self.socket.write(b"".join(self.frames[self.sent : upto]))
+        frames, offsets = self.frames, self.offsets
+        now = b"%d" % time.time_ns()
+        for i in range(self.sent, upto):
+            stamp(frames[i], offsets[i], now)
+        self.socket.write(b"".join(frames[self.sent : upto]))
         self.sent = upto
 
     async def run(self, rate: float | None) -> None:
@@ -367,11 +466,14 @@ class _Writer:
             self.closed_loop = True
             self.write(1)
             return
-        started = time.monotonic()
+        started = time.monotonic_ns()
         total = len(self.frames)
         while self.sent < total:
-            due = min(total, int((time.monotonic() - started) * rate) + 1)
+            elapsed = time.monotonic_ns() - started
+            due = min(total, int(elapsed * rate / 1e9) + 1)
             if due > self.sent:
+                # Frame ``sent`` (the first of this write) was due at sent / rate.
+                self.max_behind_ns = max(self.max_behind_ns, elapsed - int(self.sent * 1e9 / rate))
                 self.write(due)
             await asyncio.sleep(min(TICK_S, 1 / rate))
 
@@ -389,11 +491,15 @@ def _busy(cpus: frozenset[int] | None = None) -> float:
     return total
 
 
-def writer_frames(workload: Workload, writer: int, appends: int) -> list[bytes]:
-    """Every append op of one writer, framed and ready to send."""
+def writer_frames(workload: Workload, writer: int, appends: int) -> list[bytearray]:
+    """Every append op of one writer, framed and ready to send but for its
+    send time (``STAMP_PLACEHOLDER``, see ``stamp``)."""
     tid = workload.writer_transcript(writer)
     content = filler(workload.size)
-    return [masked_text_frame(append_op(tid, ref, content, 0, writer)) for ref in range(appends)]
+    return [
+        bytearray(masked_text_frame(append_op(tid, ref, content, STAMP_PLACEHOLDER, writer)))
+        for ref in range(appends)
+    ]
 
 
 def appends_of(workload: Workload, writer: int) -> int:
@@ -469,7 +575,12 @@ async def run_ceiling(
         )
         await pool.stop()
 
-    merged = {k: sum(a[k] for a in answers) for k in answers[0] if k != "last_done_ns"}
+    merged = {
+        k: sum(a[k] for a in answers) for k in answers[0] if k not in ("last_done_ns", "latency")
+    }
+    latency = LatencyHistogram()
+    for answer in answers:
+        latency.merge_encoded(answer["latency"])
     last_ns = max([a["last_done_ns"] for a in answers] + [acked_ns])
     window_s = max(1e-9, (last_ns - first_send_ns) / 1e9)
     subscribers_of = {tid: 0 for tid in ids}
@@ -486,11 +597,20 @@ async def run_ceiling(
                 "acks": acks,
                 "acks_per_s": round(acks / window_s, 1),
                 "errors": sum(w.errors for w in writers),
+                "max_behind_ms": round(max((w.max_behind_ns for w in writers), default=0) / 1e6, 2),
                 "final_revisions": dict(sorted(targets.items())[:5]),
             },
             "delivery_window_s": round(window_s, 3),
             "delivered": delivered,
             "delivered_per_s": round(delivered / window_s, 1),
+            # The sampled subscribers' append -> delivery latency (module docstring).
+            "latency_ms": latency.summary_ms(),
+            "latency_sample": {
+                "subscribers": merged["timed_subscribers"],
+                "every": workload.latency_every(),
+                "clamped": latency.clamped,
+            },
+            "latency_curve_ms": latency.distribution_ms(list(CURVE_PERCENTILES)),
             # What the rate asked for (open loop): expected over the appending's span.
             "offered_per_s": (
                 round(expected * workload.rate / max(1, max(len(w.frames) for w in writers)), 1)
@@ -508,6 +628,7 @@ async def run_ceiling(
                     "errors": merged["errors"],
                     "seq_gaps": merged["seq_mismatches"],
                     "incomplete": merged["incomplete"],
+                    "latency_ms": latency.summary_ms(),
                 }
             },
         }

@@ -149,6 +149,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "whether the run was server-bound",
     )
     parser.add_argument(
+        "--latency-sample",
+        type=int,
+        default=64,
+        metavar="N",
+        help="--ceiling: about N subscribers, spread evenly over the processes, time every "
+        "delivery (append -> delivery latency from the message's send time); 0: none "
+        "(default 64)",
+    )
+    parser.add_argument(
         "--server-cpus",
         metavar="CPUS",
         help="pin the servers (--server-pid, --compare-pid, their threads and child "
@@ -199,6 +208,7 @@ def workload_from(args: argparse.Namespace) -> Workload:
         pause_one=args.pause_one,
         live=args.live,
         ceiling=args.ceiling,
+        latency_sample=args.latency_sample,
     )
 
 

@@ -34,9 +34,10 @@ if TYPE_CHECKING:
     from client_py.bench.draftcheck import DraftCheck
     from client_py.bench.stats import GroupStats
 
-__all__ = ["FastCheck"]
+__all__ = ["SENT", "FastCheck", "sent_ns"]
 
-_SENT: Final = re.compile(rb'"t":(\d+)')
+#: The writer's timestamp in a message's raw JSON (``metadata.t``, ns).
+SENT: Final = re.compile(rb'"t":(\d+)')
 _DRAFT_ID: Final = re.compile(rb'"d":"')
 
 
@@ -92,7 +93,7 @@ _encode = msgspec.json.encode
 
 def sent_ns(raw: bytes | msgspec.Raw) -> int | None:
     """The writer's timestamp in a message's raw JSON (``"t":<ns>``)."""
-    found = _SENT.search(memoryview(raw))
+    found = SENT.search(memoryview(raw))
     return int(found.group(1)) if found else None
 
 

@@ -213,7 +213,11 @@ def markdown(result: dict[str, Any]) -> str:
             f"of a {w['baseline_messages']}-message transcript; {w['size']} B messages."
         )
     if w.get("ceiling"):
-        shape += " Ceiling mode: precomputed appends, subscribers count frames only."
+        shape += " Ceiling mode: precomputed appends, subscribers count frames only" + (
+            f"; about {w['latency_sample']} of them time every delivery."
+            if w.get("latency_sample")
+            else "."
+        )
     lines = [f"## tsync bench {result['scenario']}", "", shape, ""]
     header = "| metric | " + " | ".join(r["label"] for r in runs)
     if len(runs) == 2:

@@ -74,6 +74,9 @@ class Workload:
     #: The server's ceiling (``client_py.bench.ceiling``): precomputed appends,
     #: subscribers that count frames and read the last ``seq`` only.
     ceiling: bool = False
+    #: Ceiling mode: about this many subscribers (every ``latency_every()``-th
+    #: of each process's) time each delivery from ``metadata.t``; 0: none.
+    latency_sample: int = 64
     run_id: str = dataclasses.field(default_factory=lambda: secrets.token_hex(4))
 
     def __post_init__(self) -> None:
@@ -106,6 +109,8 @@ class Workload:
                 raise ValueError("--ceiling subscribes to whole transcripts (no --window)")
             if self.count is None and (self.rate is None or self.duration is None):
                 raise ValueError("--ceiling needs --count, or --rate with --duration")
+        if self.latency_sample < 0:
+            raise ValueError("--latency-sample must be >= 0")
 
     def with_run_id(self, run_id: str) -> Workload:
         return dataclasses.replace(self, run_id=run_id)
@@ -148,6 +153,14 @@ class Workload:
             return None
         share, extra = divmod(self.count, self.writers)
         return share + (1 if index < extra else 0)
+
+    def latency_every(self) -> int | None:
+        """Ceiling mode: every how many subscribers of a process (in the
+        order of its ``chunks()`` share) one times its deliveries; ``None``:
+        none does."""
+        if self.latency_sample == 0:
+            return None
+        return max(1, -(-self.subscribers // self.latency_sample))
 
     def chunks(self) -> list[list[int]]:
         """Subscriber indices for each of ``procs`` worker processes."""

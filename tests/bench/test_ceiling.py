@@ -4,13 +4,24 @@ real server process. Shape and counts only, never timing."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
 from client_py.bench import host, report
-from client_py.bench.ceiling import FrameCounter, masked_text_frame
+from client_py.bench.ceiling import (
+    STAMP_PLACEHOLDER,
+    FrameCounter,
+    masked_text_frame,
+    stamp,
+    stamp_offset,
+    writer_frames,
+)
+from client_py.bench.workload import Workload
+from protocol import wire
 from tests.bench.test_smoke import bench, broadcast_baseline
 from tests.support.servers import ServerProcess
 
@@ -55,6 +66,46 @@ def test_client_frames_are_masked_with_the_zero_key() -> None:
         assert data[header : header + 4] == b"\0\0\0\0" and len(data) == header + 4 + n
 
 
+@given(
+    st.integers(10**18, 10**19 - 1),
+    st.integers(1, 20),
+    st.integers(20, 70_000),
+    st.integers(0, 3),
+)
+def test_a_patched_frame_is_the_same_append_with_the_new_send_time(
+    sent_ns: int, appends: int, size: int, writer: int
+) -> None:
+    workload = Workload("fanout", subscribers=1, writers=4, transcripts=2, count=9, size=size)
+    frames = writer_frames(workload, writer, appends)
+    framed = frames[-1]
+    before = bytes(framed)
+    offset = stamp_offset(framed)
+    stamp(framed, offset, b"%d" % sent_ns)
+    assert len(framed) == len(before) and framed[:offset] == before[:offset]
+    header = 2 + {126: 2, 127: 8}.get(framed[1] & 0x7F, 0)
+    assert framed[header : header + 4] == b"\0\0\0\0"  # the zero mask: plain payload
+    op = wire.decode_client_op(bytes(framed[header + 4 :]))
+    placeholder = wire.decode_client_op(before[header + 4 :])
+    assert isinstance(op, wire.Append) and isinstance(placeholder, wire.Append)
+    assert op.transcript_id == workload.writer_transcript(writer) and op.ref == appends - 1
+    (message,) = op.messages
+    assert message["metadata"] == {"t": sent_ns, "w": writer}
+    assert placeholder.messages[0]["metadata"]["t"] == STAMP_PLACEHOLDER
+    # The same op but for the time: only the placeholder's digits changed.
+    assert op == msgspec.structs.replace(placeholder, messages=op.messages)
+    assert {**message, "metadata": {}} == {**placeholder.messages[0], "metadata": {}}
+
+
+def test_a_send_time_of_another_width_is_refused() -> None:
+    framed = writer_frames(Workload("fanout", 1, 1, 1, count=1), 0, 1)[0]
+    for digits in (b"1", b"%d" % (10**19)):
+        try:
+            stamp(framed, stamp_offset(framed), digits)
+        except ValueError:
+            continue
+        raise AssertionError(f"{digits!r} was patched in")
+
+
 def test_the_verdict() -> None:
     assert report.bound(0.95, 1, 0.99) == "server-bound"
     assert report.bound(0.5, 1, 0.95) == "generator-bound"
@@ -72,12 +123,14 @@ def test_a_ceiling_run_against_a_real_server_counts_every_delivery(tmp_path: Pat
         broadcast_baseline() as (base_url, base_pid),
     ):
         assert server.proc is not None
+        started = time.monotonic()
         done = bench(
             "chatroom", "--ceiling", "--url", server.url, "--subscribers", "12",
             "--transcripts", "3", "--writers", "3", "--count", "90", "--rate", "100",
             "--procs", "2", "--server-pid", str(server.proc.pid), "--json", str(out),
-            "--compare", base_url, "--compare-pid", str(base_pid),
+            "--compare", base_url, "--compare-pid", str(base_pid), "--latency-sample", "5",
         )  # fmt: skip
+        wall_ms = (time.monotonic() - started) * 1000
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(out.read_text())
     assert result["ok"] is True and result["workload"]["ceiling"] is True
@@ -99,7 +152,18 @@ def test_a_ceiling_run_against_a_real_server_counts_every_delivery(tmp_path: Pat
         )
         assert run["server_cpu"]["cpu_s"] > 0 and run["offered_per_s"] == 12 * 100
         assert run["machine_cpu"]["busy_cores"] > 0
-    assert "bound: **" in done.stdout and "Ceiling mode" in done.stdout
+        # Every 12 // 5 + 1 = 3rd subscriber of each process's 6 times its
+        # deliveries: 2 per process, each of a transcript that gets 30 appends.
+        assert run["latency_sample"]["subscribers"] == 4 and run["latency_sample"]["every"] == 3
+        latency = run["latency_ms"]
+        assert latency["count"] == 4 * 30 and run["groups"]["on-time"]["latency_ms"] == latency
+        assert 0 < latency["p50"] <= latency["p99"] <= latency["max"] < wall_ms
+        assert run["writers"]["max_behind_ms"] < wall_ms
+    assert (
+        "bound: **" in done.stdout
+        and "latency p99" in done.stdout
+        and "Ceiling mode" in done.stdout
+    )
 
 
 def test_ceiling_refuses_what_it_cannot_measure() -> None:
@@ -145,3 +209,5 @@ def test_a_closed_loop_ceiling_run_sends_each_append_after_the_last_ack(tmp_path
     assert run["failures"] == [] and run["offered_per_s"] is None
     assert run["writers"]["appends"] == run["writers"]["acks"] == 40
     assert run["groups"]["on-time"]["delivered"] == run["groups"]["on-time"]["expected"] == 160
+    # 4 subscribers, 64 asked for: every one times its 40 deliveries.
+    assert run["latency_ms"]["count"] == 160 and run["latency_ms"]["p50"] > 0
