@@ -42,6 +42,11 @@ one machine, so one clock.
 
 The result reports delivered/s, the latency, the server's CPU share, the
 generator's, and ``bound``: which side limited the run (``report.bound``).
+
+Why one module of over 600 lines: the writers, the subscribers' minimal
+WebSocket client and the run that joins them share the frame layout (where
+the placeholder sits, what a frame counter reads) and are changed together
+whenever that layout changes; split, each half would restate it.
 """
 
 from __future__ import annotations
