@@ -145,6 +145,7 @@ from server.store.base import (
 )
 from server.store.options import RedisOptions, parse_query, redis_address, validated
 from server.store.redis_drafts import RedisDrafts
+from server.store.redis_parts import StoreLink
 from server.store.redis_presence import RedisPresence
 from server.store.redis_shards import ShardChannels
 
@@ -516,7 +517,7 @@ class RedisStore:
         self._state = _Script(_STATE_SCRIPT)
         self._range = _Script(_RANGE_SCRIPT)
         self._index_script = _Script(_INDEX_SCRIPT)
-        self._drafts = RedisDrafts(
+        link = StoreLink(
             prefix=self.prefix,
             client=self._client,
             channel_of=self.channel_of,
@@ -524,14 +525,8 @@ class RedisStore:
             unavailable=self._unavailable,
             script=_Script,
         )
-        self._presence = RedisPresence(
-            prefix=self.prefix,
-            client=self._client,
-            channel_of=self.channel_of,
-            publish=self._publish,
-            unavailable=self._unavailable,
-            script=_Script,
-        )
+        self._drafts = RedisDrafts(link)
+        self._presence = RedisPresence(link)
 
     def channel_of(self, transcript_id: str) -> str:
         """The channel that carries ``transcript_id``'s notices."""

@@ -46,6 +46,7 @@ import msgspec
 from redis.exceptions import RedisClusterException, RedisError
 
 from server.store.base import RelayedDraft, RelayedKind, RelayedOutcome, StoredDraft, StoreError
+from server.store.redis_parts import RedisPart, StoreLink
 
 __all__ = ["RedisDrafts"]
 
@@ -148,32 +149,14 @@ _OUTCOMES: Final[dict[int, RelayedKind]] = {
 Script = Callable[..., Any]
 
 
-class RedisDrafts:
+class RedisDrafts(RedisPart):
     """The draft entries and relay of a ``RedisStore`` (its
-    ``relay_drafts``/``drafts_of``). ``client()`` is the store's client,
-    ``channel_of`` its notice channel per transcript, ``publish`` the command
-    (``PUBLISH``, or ``SPUBLISH`` on a Cluster), ``unavailable`` maps a
-    redis-py error to a ``StoreError``; ``script`` makes a runnable script
-    (the store's ``_Script``)."""
+    ``relay_drafts``/``drafts_of``), reaching Redis through ``link``."""
 
-    def __init__(
-        self,
-        *,
-        prefix: str,
-        client: Callable[[], Any],
-        channel_of: Callable[[str], str],
-        publish: str,
-        unavailable: Callable[[Any], StoreError],
-        script: Callable[[str], Any],
-    ) -> None:
-        self.prefix = prefix
-        self._client = client
-        self._channel_of = channel_of
-        self._publish = publish
-        self._unavailable = unavailable
-        self._update = script(_UPDATE)
-        self._read = script(_READ)
-        self._encode = msgspec.json.Encoder().encode
+    def __init__(self, link: StoreLink) -> None:
+        super().__init__(link)
+        self._update = link.script(_UPDATE)
+        self._read = link.script(_READ)
 
     def _tag(self, transcript_id: str) -> str:
         return f"{self.prefix}{{{transcript_id}}}:"

@@ -24,7 +24,7 @@ replica's key still lives.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -32,6 +32,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from protocol.wire import Member
 from server.store.base import PRESENCE_MARK, RelayedPresence, StoredPresence, StoreError
+from server.store.redis_parts import RedisPart, StoreLink
 
 __all__ = ["RedisPresence"]
 
@@ -100,30 +101,16 @@ return out
 """
 
 
-class RedisPresence:
+class RedisPresence(RedisPart):
     """The presence keys and relay of a ``RedisStore`` (its
-    ``relay_presence``, ``renew_presence``, ``presence_of``); the arguments
-    as for ``server.store.redis_drafts.RedisDrafts``."""
+    ``relay_presence``, ``renew_presence``, ``presence_of``), reaching Redis
+    through ``link``."""
 
-    def __init__(
-        self,
-        *,
-        prefix: str,
-        client: Callable[[], Any],
-        channel_of: Callable[[str], str],
-        publish: str,
-        unavailable: Callable[[Any], StoreError],
-        script: Callable[[str], Any],
-    ) -> None:
-        self.prefix = prefix
-        self._client = client
-        self._channel_of = channel_of
-        self._publish = publish
-        self._unavailable = unavailable
-        self._write = script(_WRITE)
-        self._renew = script(_RENEW)
-        self._read = script(_READ)
-        self._encode = msgspec.json.Encoder().encode
+    def __init__(self, link: StoreLink) -> None:
+        super().__init__(link)
+        self._write = link.script(_WRITE)
+        self._renew = link.script(_RENEW)
+        self._read = link.script(_READ)
         self._member = msgspec.json.Decoder(Member)
 
     def _keys(self, transcript_id: str, replica: str) -> list[str]:
