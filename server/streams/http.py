@@ -23,7 +23,7 @@ import random
 import re
 import time
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, NamedTuple
 
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
@@ -399,25 +399,41 @@ def _etag(stream: Stream, start: str, end: str, closed: bool) -> str:
 # --- reads -------------------------------------------------------------------------------------
 
 
-async def _read(request: Request, path: str) -> Response:
-    registry = _registry(request)
-    stream = await registry.live(path)
-    offsets = request.query_params.getlist("offset")
-    offset: str | None = None
-    if offsets:
-        if len(offsets) > 1:
-            raise StreamError(400, "Multiple offset parameters not allowed")
-        offset = offsets[0]
-        if offset == "":
-            raise StreamError(400, "Empty offset parameter")
-        if offset not in ("-1", "now") and not valid_offset(offset):
-            raise StreamError(400, "Invalid offset format")
-    live = request.query_params.get("live")
-    cursor = request.query_params.get("cursor")
+class ReadParams(NamedTuple):
+    """A read's query: ``offset`` as given (``None`` when absent), the
+    ``live`` mode and the client's ``cursor``."""
+
+    offset: str | None
+    live: str | None
+    cursor: str | None
+
+
+def read_params(request: Request) -> ReadParams:
+    """The query of a read of any stream (generic, transcript, draft),
+    refused as the protocol says: one ``offset`` at most, not empty, and
+    the live modes only with one. What an offset may look like is the
+    stream's own rule."""
+    params = request.query_params
+    offsets = params.getlist("offset")
+    if len(offsets) > 1:
+        raise StreamError(400, "Multiple offset parameters not allowed")
+    offset = offsets[0] if offsets else None
+    if offset == "":
+        raise StreamError(400, "Empty offset parameter")
+    live = params.get("live")
     if live in ("long-poll", "sse") and offset is None:
         raise StreamError(
             400, f"{'SSE' if live == 'sse' else 'Long-poll'} requires offset parameter"
         )
+    return ReadParams(offset, live, params.get("cursor"))
+
+
+async def _read(request: Request, path: str) -> Response:
+    registry = _registry(request)
+    stream = await registry.live(path)
+    offset, live, cursor = read_params(request)
+    if offset not in (None, "-1", "now") and not valid_offset(offset):
+        raise StreamError(400, "Invalid offset format")
     await registry.touch(stream)
     if live == "sse":
         start = stream.tail if offset == "now" else offset

@@ -54,6 +54,7 @@ from server.streams.http import (
     _answer,
     _preflight,
     _sse_data,
+    read_params,
     response_cursor,
 )
 from server.streams.model import StreamError
@@ -126,16 +127,8 @@ async def _read(request: Request, transcript_id: str) -> Response:
             "cache-control": "no-store",
         }
         return _answer(200, headers)
-    offsets = request.query_params.getlist("offset")
-    if len(offsets) > 1:
-        raise StreamError(400, "Multiple offset parameters not allowed")
-    offset = offsets[0] if offsets else "-1"
-    if offset == "":
-        raise StreamError(400, "Empty offset parameter")
-    live = request.query_params.get("live")
-    cursor = request.query_params.get("cursor")
-    if live in ("long-poll", "sse") and not offsets:
-        raise StreamError(400, f"{live} requires offset parameter")
+    given, live, cursor = read_params(request)
+    offset = "-1" if given is None else given
     after = 0 if offset == "-1" else head.revision if offset == "now" else _revision(offset, epoch)
     if after > head.revision:
         raise StreamError(400, "an offset past the transcript's end")
@@ -284,16 +277,8 @@ async def _read_draft(request: Request, transcript_id: str, draft_id: str) -> Re
         if closed:
             headers[CLOSED] = "true"
         return _answer(200, headers)
-    offsets = request.query_params.getlist("offset")
-    if len(offsets) > 1:
-        raise StreamError(400, "Multiple offset parameters not allowed")
-    offset = offsets[0] if offsets else "-1"
-    if offset == "":
-        raise StreamError(400, "Empty offset parameter")
-    live = request.query_params.get("live")
-    cursor = request.query_params.get("cursor")
-    if live in ("long-poll", "sse") and not offsets:
-        raise StreamError(400, f"{live} requires offset parameter")
+    given, live, cursor = read_params(request)
+    offset = "-1" if given is None else given
     # An offset is a byte of the text: ``_revision``'s format and rules.
     start = 0 if offset == "-1" else _END if offset == "now" else _revision(offset, epoch)
     data, end, closed = await _draft(hub, transcript_id, draft_id, start)
