@@ -121,7 +121,7 @@ async def websocket_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hu
             "sub": connection.sub,
         },
     )
-    handler = OpHandler(hub, queue, connection)
+    handler = OpHandler(hub, queue, connection, getattr(raw, "inbound_waiting", None))
     handled = 0
     disconnected = False
     code: int | None = None
@@ -215,12 +215,21 @@ def _ack(op: Any, revision: int, **fields: Any) -> wire.Ack:
 class OpHandler:
     """Turns client ops into hub calls and answers into frames."""
 
-    __slots__ = ("access", "bucket", "hub", "in_flight", "origin", "queue")
+    __slots__ = ("access", "bucket", "hub", "in_flight", "inbound_waiting", "origin", "queue")
 
-    def __init__(self, hub: Hub, queue: OutboundQueue, access: ConnectionAccess = OPEN) -> None:
+    def __init__(
+        self,
+        hub: Hub,
+        queue: OutboundQueue,
+        access: ConnectionAccess = OPEN,
+        inbound_waiting: Callable[[], bool] | None = None,
+    ) -> None:
         self.hub = hub
         self.queue = queue
         self.access = access
+        #: Whether more messages from the client wait to be read (``tsync
+        #: serve``'s protocol knows; under other ASGI servers ``None``).
+        self.inbound_waiting = inbound_waiting
         self.origin = Origin(context_id=queue.context_id)
         config = hub.config
         self.bucket = TokenBucket(config.max_ops_per_second, config.max_ops_burst)
@@ -235,10 +244,12 @@ class OpHandler:
             )
             return
         frames = wire.split_frames(data) if isinstance(data, str) or data[:1] == b"{" else [data]
-        for frame in frames:
-            await self._handle_one(frame)
+        last = len(frames) - 1
+        for i, frame in enumerate(frames):
+            await self._handle_one(frame, alone=i == last)
 
-    async def _handle_one(self, frame: str | bytes) -> None:
+    async def _handle_one(self, frame: str | bytes, alone: bool = False) -> None:
+        """``alone``: no other op of the same message follows this one."""
         queue = self.queue
         try:
             op = wire.decode_client_op(frame)
@@ -273,6 +284,12 @@ class OpHandler:
             # committed together. Their acks come back in order (each task
             # queues its append in its first step, in creation order).
             self._forget_done()
+            waiting = self.inbound_waiting
+            if alone and not self.in_flight and waiting is not None and not waiting():
+                # Nothing to pipeline it with (no other op read or waiting,
+                # none in flight): run it here, without a task and its step.
+                await self._run(op)
+                return
             self.in_flight.append(asyncio.create_task(self._run(op)))
             if len(self.in_flight) > MAX_APPENDS_IN_FLIGHT:
                 await self.in_flight[0]  # back-pressure: stop reading for a moment

@@ -142,6 +142,10 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
         """Whether a raw write goes out now (else queue it and wait)."""
         return self._raw_open and not self._paused
 
+    def inbound_waiting(self) -> bool:
+        """Whether messages from the client wait for the app to read them."""
+        return not self.queue.empty()
+
     def raw_write(self, data: bytes) -> None:
         """Write whole, already framed WebSocket frames (call only when ready)."""
         self.transport.write(data)
