@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import require_binary
+from tests.support.node import npm_ci
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
 from tests.support.servers import ServerProcess
@@ -34,23 +35,6 @@ HERE = Path(__file__).resolve().parent
 #: suite is a deliberate change of this number.
 EXPECTED_PASSED = 332
 LONG_POLL_S = 2
-
-
-def npm_ci() -> None:
-    npm = require_binary("npm")
-    stamp = HERE / "node_modules" / ".tsync-lock"
-    lock = (HERE / "package-lock.json").read_text()
-    if stamp.exists() and stamp.read_text() == lock:
-        return
-    result = subprocess.run(
-        [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-        cwd=HERE,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    stamp.write_text(lock)
 
 
 def run_suite(url: str, report: Path) -> dict[str, Any]:
@@ -98,7 +82,7 @@ def redis_url(store: str, folder: Path, stack: contextlib.ExitStack) -> str:
 @pytest.mark.parametrize("store", ["memory", "sqlite", "redis", "redis-cluster"])
 def test_the_official_conformance_suite_passes(store: str, tmp_path: Path) -> None:
     require_binary("node")
-    npm_ci()
+    npm_ci(HERE)
     with contextlib.ExitStack() as stack:
         url = store
         if store == "sqlite":  # every stream is written through to streams.sqlite3

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 from typing import Any
 
@@ -18,8 +17,8 @@ import pytest
 import client_py
 from server.streams.transcripts import offset_of
 from tests.auth.conftest import SECRET, mint
-from tests.conftest import require_binary
-from tests.durable_streams.test_conformance import HERE, npm_ci
+from tests.durable_streams.test_conformance import HERE
+from tests.support.node import node_script, npm_ci
 from tests.support.servers import RunningServer, running_server
 from tests.support.waiting import until
 
@@ -248,8 +247,7 @@ async def test_an_expired_draft_closes_its_stream() -> None:
 
 @pytest.mark.slow
 async def test_the_official_client_follows_a_draft_to_its_close() -> None:
-    node = require_binary("node")
-    npm_ci()
+    npm_ci(HERE)
     async with (
         running_server(draft_coalesce_s=0.0) as srv,
         client_py.connect(srv.url) as client,
@@ -258,29 +256,11 @@ async def test_the_official_client_follows_a_draft_to_its_close() -> None:
         async with client.draft("t1", draft_id="d1") as d:
             await d.write("Once")
             await d.sync()
-            proc = await asyncio.create_subprocess_exec(
-                node,
-                "outside_draft.mjs",
-                f"{srv.url}{url('d1')}",
-                cwd=HERE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-            assert proc.stdout is not None
-            try:
-                async with asyncio.timeout(30):
-                    ready = await proc.stdout.readline()
-                    assert json.loads(ready) == {"ready": True}, ready
-                    for token in (" upon", " a", " time"):
-                        await d.write(token)
-                    await d.commit()
-                    out, err = await proc.communicate()
-            finally:
-                if proc.returncode is None:
-                    proc.kill()
-                    await proc.wait()
-    assert proc.returncode == 0, out + err
-    seen = json.loads(out)
+            async with node_script("outside_draft.mjs", f"{srv.url}{url('d1')}", cwd=HERE) as run:
+                for token in (" upon", " a", " time"):
+                    await d.write(token)
+                await d.commit()
+                seen = await run.finish()
     assert seen["text"] == "Once upon a time"
     assert seen["closed"] is True
     assert seen["contentType"] == TEXT

@@ -5,14 +5,12 @@ of the protocol's live modes."""
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
 
 import pytest
 
 import client_py
-from tests.conftest import require_binary
-from tests.durable_streams.test_conformance import HERE, npm_ci
+from tests.durable_streams.test_conformance import HERE
+from tests.support.node import node_script, npm_ci
 from tests.support.servers import running_server
 
 pytestmark = pytest.mark.slow
@@ -20,34 +18,14 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("live", ["sse", "long-poll"])
 async def test_the_official_client_follows_a_live_transcript(live: str) -> None:
-    node = require_binary("node")
-    npm_ci()
+    npm_ci(HERE)
     async with running_server() as srv, client_py.connect(srv.url) as client:
         await client.create("t1", [{"role": "user", "content": "a"}])
-        proc = await asyncio.create_subprocess_exec(
-            node,
-            "outside_client.mjs",
-            f"{srv.url}/v1/stream/transcripts/t1",
-            "3",
-            live,
-            cwd=HERE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        assert proc.stdout is not None
-        try:
-            async with asyncio.timeout(30):
-                ready = await proc.stdout.readline()
-                assert json.loads(ready) == {"ready": True}, ready
-                await client.append("t1", [{"role": "assistant", "content": "b"}])
-                await client.append("t1", [{"role": "user", "content": "c"}])
-                out, err = await proc.communicate()
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-    assert proc.returncode == 0, out + err
-    seen = json.loads(out)
+        args = (f"{srv.url}/v1/stream/transcripts/t1", "3", live)
+        async with node_script("outside_client.mjs", *args, cwd=HERE) as run:
+            await client.append("t1", [{"role": "assistant", "content": "b"}])
+            await client.append("t1", [{"role": "user", "content": "c"}])
+            seen = await run.finish()
     assert seen["revisions"] == [1, 2, 3]
     assert seen["contentType"] == "application/json"
 

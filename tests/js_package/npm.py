@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 from tests.conftest import require_binary
+from tests.support.node import npm_ci
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = Path(__file__).resolve().parent
@@ -26,13 +27,7 @@ def _run(args: list[str], cwd: Path, timeout: float) -> str:
 
 def tools() -> Path:
     """tests/js_package with its node_modules as package-lock.json says."""
-    npm = require_binary("npm")
-    stamp = PROJECT / "node_modules" / ".tsync-lock"
-    lock = (PROJECT / "package-lock.json").read_text()
-    if not stamp.exists() or stamp.read_text() != lock:
-        _run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], PROJECT, 300)
-        stamp.write_text(lock)
-    return PROJECT
+    return npm_ci(PROJECT)
 
 
 def pack(destination: Path) -> Path:

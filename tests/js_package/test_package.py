@@ -6,7 +6,6 @@ tests/browser/test_react_package.py."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import subprocess
@@ -19,6 +18,7 @@ import pytest
 import client_py
 from tests.conftest import require_binary
 from tests.js_package import npm
+from tests.support.node import node_script
 from tests.support.servers import running_server
 
 pytestmark = pytest.mark.slow
@@ -85,37 +85,17 @@ async def test_the_server_serves_the_same_file() -> None:
 
 
 async def test_the_package_follows_a_transcript_in_node(installed: Path) -> None:
-    node = require_binary("node")
     text = "Hello from a draft"
     async with running_server() as srv, client_py.connect(srv.url) as writer:
         await writer.create("node-1", [{"role": "user", "content": "hi"}])
-        proc = await asyncio.create_subprocess_exec(
-            node,
-            "node_example.mjs",
-            srv.ws_url,
-            "node-1",
-            text,
-            cwd=npm.PROJECT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        assert proc.stdout is not None
-        try:
-            async with asyncio.timeout(30):
-                ready = await proc.stdout.readline()
-                assert json.loads(ready) == {"ready": True}, ready
-                async with writer.draft("node-1") as draft:
-                    for word in ("Hello", " from", " a", " draft"):
-                        await draft.write(word)
-                        await draft.sync()
-                    await draft.commit()
-                out, err = await proc.communicate()
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-    assert proc.returncode == 0, out + err
-    seen = json.loads(out)
+        args = (srv.ws_url, "node-1", text)
+        async with node_script("node_example.mjs", *args, cwd=npm.PROJECT) as run:
+            async with writer.draft("node-1") as draft:
+                for word in ("Hello", " from", " a", " draft"):
+                    await draft.write(word)
+                    await draft.sync()
+                await draft.commit()
+            seen = await run.finish()
     assert seen["roles"] == ["user", "user", "assistant"]
     assert seen["ack"]["start"] == 1 and seen["ack"]["count"] == 1
     assert "live" in seen["statuses"]
