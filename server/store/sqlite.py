@@ -115,7 +115,7 @@ __all__ = ["DATABASE_FILE", "SCHEMA_VERSION", "SQLiteStore"]
 DATABASE_FILE: Final = "transcripts.sqlite3"
 
 #: The schema version this code writes; kept in ``PRAGMA user_version``.
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 
 def _index_history(conn: sqlite3.Connection) -> None:
@@ -236,6 +236,15 @@ _MIGRATIONS: Final[dict[int, tuple[_Step, ...]]] = {
         "CREATE INDEX events_by_msg_end ON events (transcript_id, msg_end)",
     ),
     2: (_digest_history,),
+    3: (
+        # Counted so that an append knows without a scan whether its key
+        # takes the count past the retention.
+        "ALTER TABLE transcripts ADD COLUMN key_count INTEGER NOT NULL DEFAULT 0",
+        "UPDATE transcripts SET key_count ="
+        " (SELECT count(*) FROM idempotency WHERE transcript_id = transcripts.id)",
+        # The preview is made when listed, from the newest append.
+        "UPDATE transcripts SET preview = NULL",
+    ),
 }
 
 _T = TypeVar("_T")
@@ -336,28 +345,41 @@ class _Writer:
         outcomes: list[list[Any]] = []
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            for group in batch:
-                results: list[Any] = []
-                for write in group:
-                    self.conn.execute("SAVEPOINT one_write")
-                    try:
-                        outcome: Any = write(now)
-                    except sqlite3.OperationalError:
-                        raise  # the connection or the disk: the whole batch fails
-                    except Exception as err:
-                        self.conn.execute("ROLLBACK TO one_write")
-                        outcome = (
-                            _unavailable(self.path, err) if isinstance(err, sqlite3.Error) else err
-                        )
-                    self.conn.execute("RELEASE one_write")
-                    results.append(outcome)
-                outcomes.append(results)
+            if len(batch) == 1 and len(batch[0]) == 1:
+                # One write: the transaction is its savepoint (a refusal rolls
+                # back only it), two statements fewer than SAVEPOINT/RELEASE.
+                try:
+                    outcomes.append([batch[0][0](now)])
+                except sqlite3.OperationalError:
+                    raise  # the connection or the disk: the batch fails
+                except Exception as err:
+                    self._rollback()
+                    return [[self._refusal(err)]]
+            else:
+                for group in batch:
+                    results: list[Any] = []
+                    for write in group:
+                        self.conn.execute("SAVEPOINT one_write")
+                        try:
+                            outcome: Any = write(now)
+                        except sqlite3.OperationalError:
+                            raise  # the connection or the disk: the whole batch fails
+                        except Exception as err:
+                            self.conn.execute("ROLLBACK TO one_write")
+                            outcome = self._refusal(err)
+                        self.conn.execute("RELEASE one_write")
+                        results.append(outcome)
+                    outcomes.append(results)
             self._sweep_expired_keys(now)
             self.conn.execute("COMMIT")
         except BaseException:
             self._rollback()
             raise
         return outcomes
+
+    def _refusal(self, err: Exception) -> Exception:
+        """What a refused write reports: its exception, a sqlite3 error as the store's."""
+        return _unavailable(self.path, err) if isinstance(err, sqlite3.Error) else err
 
     # --- the writes (each inside ``commit``'s transaction) --------------------
 
@@ -381,7 +403,7 @@ class _Writer:
             (transcript_id, epoch, created_at, created_at),
         )
         if first is not None:
-            self._accept(first, 0, key, now)
+            self._accept(first, 0, key, now, untitled=True, key_count=0, key_on_disk=False)
 
     def delete(self, transcript_id: str) -> bool:
         deleted = self.conn.execute(
@@ -394,20 +416,38 @@ class _Writer:
     def append(self, event: TranscriptEvent, key: str | None, now: int) -> AppendResult:
         tid = event.transcript_id
         row = self.conn.execute(
-            "SELECT epoch, revision, length FROM transcripts WHERE id = ?", (tid,)
+            "SELECT epoch, revision, length, title IS NULL, key_count"
+            " FROM transcripts WHERE id = ?",
+            (tid,),
         ).fetchone()
         if row is None:
             raise TranscriptNotFound(tid)
-        epoch, revision, length = row
+        epoch, revision, length, untitled, key_count = row
         if event.epoch != epoch:
             raise RevisionMismatch(tid, event.revision - 1, revision)
+        key_on_disk = False
         if key is not None:
-            receipt = self._recorded(tid, key, now)
-            if receipt is not None:
-                return AppendResult(receipt, duplicate=True)
+            found = self.conn.execute(
+                "SELECT revision, start, count, created_at FROM idempotency"
+                " WHERE transcript_id = ? AND key = ?",
+                (tid, key),
+            ).fetchone()
+            if found is not None:
+                if found[3] >= now - self.ttl_ms:
+                    return AppendResult(Receipt(*found[:3]), duplicate=True)
+                key_on_disk = True  # expired, not swept yet: replaced, still counted
         if event.revision != revision + 1 or position_of(event) not in (None, length):
             raise RevisionMismatch(tid, event.revision - 1, revision)
-        return AppendResult(self._accept(event, length, key, now))
+        receipt = self._accept(
+            event,
+            length,
+            key,
+            now,
+            untitled=bool(untitled),
+            key_count=key_count,
+            key_on_disk=key_on_disk,
+        )
+        return AppendResult(receipt)
 
     def not_attempted(self, event: TranscriptEvent) -> StoreError:
         """The refusal of an item of ``append_many`` planned on top of one
@@ -418,11 +458,21 @@ class _Writer:
             return TranscriptNotFound(tid)
         return RevisionMismatch(tid, event.revision - 1, row[0])
 
-    def _recorded(self, transcript_id: str, key: str, now: int) -> Receipt | None:
-        return _recorded(self.conn, transcript_id, key, now - self.ttl_ms)
-
-    def _accept(self, event: TranscriptEvent, length: int, key: str | None, now: int) -> Receipt:
-        """Write an event already checked to be the next one, and its key."""
+    def _accept(
+        self,
+        event: TranscriptEvent,
+        length: int,
+        key: str | None,
+        now: int,
+        *,
+        untitled: bool,
+        key_count: int,
+        key_on_disk: bool,
+    ) -> Receipt:
+        """Write an event already checked to be the next one, and its key,
+        with one UPDATE of the transcript's row. ``untitled``: the row has no
+        title yet; ``key_count``: its keys on disk; ``key_on_disk``: ``key``
+        is one of them (expired, to be replaced)."""
         tid = event.transcript_id
         change = event.change
         msg_end: int | None = None
@@ -433,45 +483,22 @@ class _Writer:
             " VALUES (?, ?, ?, ?, ?)",
             (tid, event.revision, event.occurred_at, self.encoder.encode(event), msg_end),
         )
-        self.conn.execute(
-            "UPDATE transcripts SET revision = ?, length = ?, updated_at = ? WHERE id = ?",
-            (event.revision, length, event.occurred_at, tid),
-        )
-        self._index(event)
-        receipt = Receipt.for_event(event)
-        if key is not None and self.retention > 0:
-            # REPLACE: the key may still be on disk, expired but not yet swept.
-            self.conn.execute(
-                "INSERT OR REPLACE INTO idempotency"
-                " (transcript_id, key, revision, start, count, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (tid, key, receipt.revision, receipt.start, receipt.count, now),
-            )
-            # Keep the newest `retention` keys: drop the (retention+1)-th newest and older.
-            self.conn.execute(
-                "DELETE FROM idempotency WHERE transcript_id = ?1 AND revision <= ("
-                " SELECT revision FROM idempotency WHERE transcript_id = ?1"
-                " ORDER BY revision DESC LIMIT 1 OFFSET ?2)",
-                (tid, self.retention),
-            )
-        return receipt
-
-    def _index(self, event: TranscriptEvent) -> None:
-        """Keep what ``load_recent`` reads instead of the history up to date."""
-        tid, change = event.transcript_id, event.change
+        sets = "revision = ?, length = ?, updated_at = ?"
+        params: list[Any] = [event.revision, length, event.occurred_at]
         if isinstance(change, MessagesAppended):
-            self.conn.execute(
-                "UPDATE transcripts SET title = COALESCE(title, ?), preview = ? WHERE id = ?",
-                (title_of(change.messages), preview_of(change.messages), tid),
-            )
+            # The title is the first user message's: made until there is one,
+            # then never again. The preview is made when listed (``_Reader``).
+            title = title_of(change.messages) if untitled else None
+            if title is not None:
+                sets += ", title = ?"
+                params.append(title)
         elif isinstance(change, SegmentStarted):
             self.conn.execute(
                 'INSERT INTO segments (transcript_id, revision, start, "end") VALUES (?, ?, ?, ?)',
                 (tid, event.revision, change.previous_start, change.end),
             )
-            self.conn.execute(
-                "UPDATE transcripts SET active_start = ? WHERE id = ?", (change.start, tid)
-            )
+            sets += ", active_start = ?"
+            params.append(change.start)
         else:
             if isinstance(change, ViewChanged):
                 self.conn.execute(
@@ -483,15 +510,47 @@ class _Writer:
                 self.conn.execute(
                     "DELETE FROM views WHERE transcript_id = ? AND name = ?", (tid, change.name)
                 )
+            sets += ", view_changes = view_changes + 1"
+        receipt = Receipt.for_event(event)
+        if key is not None and self.retention > 0:
+            # REPLACE: the key may still be on disk, expired but not yet swept.
             self.conn.execute(
-                "UPDATE transcripts SET view_changes = view_changes + 1 WHERE id = ?", (tid,)
+                "INSERT OR REPLACE INTO idempotency"
+                " (transcript_id, key, revision, start, count, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (tid, key, receipt.revision, receipt.start, receipt.count, now),
             )
+            if not key_on_disk:
+                key_count += 1
+            if key_count > self.retention:
+                # Keep the newest `retention` keys (by revision): drop the oldest.
+                self.conn.execute(
+                    "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency"
+                    " WHERE transcript_id = ? ORDER BY revision LIMIT ?)",
+                    (tid, key_count - self.retention),
+                )
+                key_count = self.retention
+            sets += ", key_count = ?"
+            params.append(key_count)
+        params.append(tid)
+        self.conn.execute(f"UPDATE transcripts SET {sets} WHERE id = ?", params)
+        return receipt
 
     def _sweep_expired_keys(self, now: int) -> None:
         if now - self.last_sweep_ms < self.sweep_interval_ms:
             return
         self.last_sweep_ms = now
-        self.conn.execute("DELETE FROM idempotency WHERE created_at < ?", (now - self.ttl_ms,))
+        expired = self.conn.execute(
+            "SELECT transcript_id, count(*) FROM idempotency WHERE created_at < ?"
+            " GROUP BY transcript_id",
+            (now - self.ttl_ms,),
+        ).fetchall()
+        if expired:
+            self.conn.execute("DELETE FROM idempotency WHERE created_at < ?", (now - self.ttl_ms,))
+            self.conn.executemany(
+                "UPDATE transcripts SET key_count = key_count - ? WHERE id = ?",
+                [(count, tid) for tid, count in expired],
+            )
 
 
 def _recorded(
@@ -683,12 +742,31 @@ class _Reader:
         }
 
     def list_transcripts(self, after: str | None, limit: int) -> list[TranscriptInfo]:
-        rows = self.conn.execute(
-            "SELECT id, epoch, revision, length, created_at, updated_at, title, preview"
-            " FROM transcripts WHERE id > ? ORDER BY id LIMIT ?",
-            ("" if after is None else after, limit),
-        ).fetchall()
-        return [TranscriptInfo(*row) for row in rows]
+        self.conn.execute("BEGIN")
+        try:
+            rows = self.conn.execute(
+                "SELECT id, epoch, revision, length, created_at, updated_at, title"
+                " FROM transcripts WHERE id > ? ORDER BY id LIMIT ?",
+                ("" if after is None else after, limit),
+            ).fetchall()
+            return [
+                TranscriptInfo(tid, epoch, rev, length, created, updated, title, self._preview(tid))
+                for tid, epoch, rev, length, created, updated, title in rows
+            ]
+        finally:
+            self.conn.execute("COMMIT")
+
+    def _preview(self, transcript_id: str) -> str | None:
+        """The preview the newest append gives (made here, not on every append)."""
+        row = self.conn.execute(
+            "SELECT data FROM events WHERE transcript_id = ? AND msg_end IS NOT NULL"
+            " ORDER BY msg_end DESC, revision DESC LIMIT 1",
+            (transcript_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        change = self.decoder.decode(row[0]).change
+        return preview_of(change.messages) if isinstance(change, MessagesAppended) else None
 
 
 def _append_writes(

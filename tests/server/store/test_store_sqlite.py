@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.digest import history_digest
-from protocol.types import Origin, SegmentStarted, TranscriptEvent
+from protocol.types import MessagesAppended, Origin, SegmentStarted, TranscriptEvent
 from server.model.transcript import Transcript
 from server.store import (
     MemoryStore,
@@ -288,6 +288,8 @@ async def test_expired_keys_are_swept_from_disk(tmp_path: Path) -> None:
     conn = raw(tmp_path)
     try:
         assert conn.execute("SELECT count(*) FROM idempotency").fetchone() == (0,)
+        # The row's count of keys follows the sweep (retention relies on it).
+        assert conn.execute("SELECT key_count FROM transcripts").fetchall() == [(0,)]
     finally:
         conn.close()
 
@@ -403,6 +405,13 @@ async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) ->
     finally:
         await memory.close()
         await sqlite.close()
+    # Each row's count of keys is the count on disk (retention relies on it).
+    with raw(Path(folder)) as conn:
+        counted = conn.execute(
+            "SELECT key_count, (SELECT count(*) FROM idempotency WHERE transcript_id = id)"
+            " FROM transcripts"
+        ).fetchall()
+    assert all(mine == real for mine, real in counted), counted
 
 
 @settings(max_examples=40, deadline=None)
@@ -519,7 +528,7 @@ async def test_a_version_1_database_is_indexed_by_the_migration(tmp_path: Path) 
     await store.open()
     try:
         with raw(folder) as check:
-            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         whole = Transcript.restore(events)
         state = await store.load_recent("t1", messages=3)
         assert state is not None and state.snapshot == whole.snapshot(start=6)
@@ -541,5 +550,64 @@ async def test_a_version_1_database_is_indexed_by_the_migration(tmp_path: Path) 
         # And it goes on from there.
         await store.append(appended(6, 9, 1))
         assert (await store.read_messages("t1", 8, 10)).messages == (message(8), message(9))
+    finally:
+        await store.close()
+
+
+async def test_a_version_3_database_counts_its_keys_and_drops_its_previews(
+    tmp_path: Path,
+) -> None:
+    """A data folder written before the slimmed commit (schema 3) opens: each
+    transcript's keys are counted once (an append then knows without a scan
+    whether its key passes the retention), and the stored previews give way
+    to the ones made when listed, from the newest append."""
+    from server.store.sqlite import _MIGRATIONS
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    conn = sqlite3.connect(folder / DATABASE_FILE, isolation_level=None)
+    for version in (0, 1, 2):
+        for step in _MIGRATIONS[version]:
+            if callable(step):
+                step(conn)
+            else:
+                conn.execute(step)
+    conn.execute("PRAGMA user_version=3")
+    events = [appended(1, 0, 3), appended(2, 3, 2), appended(3, 5, 1)]
+    encoder = msgspec.msgpack.Encoder()
+    conn.execute(
+        "INSERT INTO transcripts (id, epoch, created_at, updated_at, revision, length, title,"
+        " preview) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        ("t1", EPOCH, CREATED_AT, 3, 3, 6, "message 0", "stale"),
+    )
+    for event in events:
+        assert isinstance(event.change, MessagesAppended)
+        conn.execute(
+            "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+            ("t1", event.revision, event.occurred_at, encoder.encode(event), event.change.end),
+        )
+        conn.execute(
+            "INSERT INTO idempotency VALUES (?, ?, ?, ?, ?, ?)",
+            ("t1", f"k{event.revision}", event.revision, event.change.start, 1, 10**13),
+        )
+    conn.close()
+
+    store = SQLiteStore(folder, idempotency_retention=3)
+    await store.open()
+    try:
+        with raw(folder) as check:
+            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+            assert check.execute("SELECT key_count, preview FROM transcripts").fetchall() == [
+                (3, None)
+            ]
+        [info] = await store.list()
+        assert (info.title, info.preview, info.length) == ("message 0", "message 5", 6)
+        assert (await store.append(appended(3, 5), idempotency_key="k2")).duplicate
+        await store.append(appended(4, 6), idempotency_key="k4")
+        # Three keys kept: the oldest went.
+        assert await store.recorded("t1", "k1") is None
+        assert (await store.append(appended(5, 7), idempotency_key="k2")).duplicate
+        [info] = await store.list()
+        assert info.preview == "message 6"
     finally:
         await store.close()
