@@ -247,6 +247,18 @@ _MIGRATIONS: Final[dict[int, tuple[_Step, ...]]] = {
     ),
 }
 
+#: A commit's pages in the WAL, guessed until the first checkpoint measures it.
+_PAGES_PER_COMMIT: Final = 4
+#: At most this many commits between two checkpoints, whatever the guess.
+_MAX_CHECKPOINT_EVERY: Final = 10_000
+#: Seconds after a commit before the WAL is checkpointed anyway.
+_CHECKPOINT_IDLE_S: Final = 1.0
+#: Rounds of a checkpoint on its thread: each copies what the writes added
+#: during the one before, until one finds nothing new.
+_CHECKPOINT_ROUNDS: Final = 3
+#: Checkpoints that failed in a row before SQLite's own on the writer takes over.
+_CHECKPOINT_FAILURES: Final = 3
+
 _T = TypeVar("_T")
 #: One write: runs inside the batch's transaction, given the commit's time (ms).
 _Write = Callable[[int], Any]
@@ -294,6 +306,9 @@ class _Writer:
             if mode != "wal":
                 raise StoreUnavailable(f"sqlite store {self.path}: cannot use WAL (got {mode})")
             self.conn.execute(f"PRAGMA synchronous={options.synchronous.upper()}")
+            # Checkpoints run on the store's checkpoint thread (``_Checkpointer``),
+            # not after a commit on the loop's thread.
+            self.conn.execute("PRAGMA wal_autocheckpoint=0")
             self._migrate()
         except BaseException:
             self.conn.close()
@@ -769,6 +784,46 @@ class _Reader:
         return preview_of(change.messages) if isinstance(change, MessagesAppended) else None
 
 
+class _Checkpointer:
+    """A connection of its own that copies the WAL's committed pages into the
+    database file (``PRAGMA wal_checkpoint(PASSIVE)``: it waits for neither
+    the writer nor the readers, and copies what they let it). Made, used and
+    closed on the store's checkpoint thread only; SQLite lets go of the GIL
+    while it copies and syncs, so the loop goes on meanwhile."""
+
+    def __init__(self, path: Path, options: SQLiteOptions) -> None:
+        self.conn = _connect(path, options.busy_timeout_s)
+
+    def passive(self) -> tuple[int, int, int]:
+        """(busy, pages in the WAL, pages of them now in the database file)."""
+        busy, log, done = self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return busy, log, done
+
+    def catch_up(self) -> tuple[int, bool, bool]:
+        """Checkpoint until a round finds nothing new (the WAL then starts
+        over with the next write): (pages the WAL held, caught up, held: a
+        reader of an older snapshot keeps pages from being copied)."""
+        busy, pages, done = self.passive()
+        log = pages
+        for _ in range(_CHECKPOINT_ROUNDS):
+            if busy or done < log:
+                return pages, False, True
+            busy, again, done = self.passive()
+            if again <= log:  # nothing new, or the WAL started over meanwhile
+                return pages, not busy and done == again, busy != 0 or done < again
+            log = again
+        return pages, False, busy != 0 or done < log
+
+    def close(self) -> None:
+        """Copy what is left (the store's other connections are closed by now,
+        so nothing stops it), then close: the file's last connection to
+        close also deletes the WAL."""
+        try:
+            self.passive()
+        finally:
+            self.conn.close()
+
+
 def _append_writes(
     writer: _Writer, items: Sequence[tuple[TranscriptEvent, str | None]]
 ) -> list[_Write]:
@@ -839,6 +894,23 @@ class SQLiteStore:
         self._queued: list[_Queued] = []
         self._queued_writes = 0
         self._commit_scheduled: asyncio.Handle | None = None
+        self._checkpointer: _Checkpointer | None = None
+        self._checkpoint_executor: ThreadPoolExecutor | None = None
+        self._checkpointing: asyncio.Future[tuple[int, int, int]] | None = None
+        self._idle_check: asyncio.TimerHandle | None = None
+        #: Commits since the last checkpoint started, and how many start one:
+        #: ``checkpoint_pages`` over the pages per commit the last one saw.
+        self._since_checkpoint = 0
+        self._checkpoint_every = max(1, self.options.checkpoint_pages // _PAGES_PER_COMMIT)
+        self._wal_pages = 0  # in the WAL when the last checkpoint ran
+        self._wal_restarts = True  # ... and it copied them all: the WAL starts over
+        self._checkpoint_failures = 0
+        #: SQLite's own checkpoint on the writer is on (the thread's keep failing).
+        self.autocheckpoint = False
+        #: Checkpoints run on the checkpoint thread, and how many of them the
+        #: writes outran, so that the writer copied the rest (for tests and metrics).
+        self.checkpoints = 0
+        self.writer_checkpoints = 0
         #: Transactions committed, and the writes they carried (for metrics:
         #: ``committed_writes / commits`` is the mean group-commit batch).
         self.commits = 0
@@ -870,23 +942,53 @@ class SQLiteStore:
             if isinstance(err, sqlite3.Error):
                 raise _unavailable(self.path, err) from err
             raise
+        checkpoint_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-ckpt")
+        try:
+            self._checkpointer = await asyncio.get_running_loop().run_in_executor(
+                checkpoint_executor, lambda: _Checkpointer(writer.path, self.options)
+            )
+        except BaseException as err:
+            reader = self._reader
+            self._reader = None
+            writer.close()
+            if reader is not None:
+                await asyncio.get_running_loop().run_in_executor(executor, reader.close)
+            executor.shutdown(wait=False)
+            checkpoint_executor.shutdown(wait=False)
+            if isinstance(err, sqlite3.Error):
+                raise _unavailable(self.path, err) from err
+            raise
         self._writer, self._executor = writer, executor
+        self._checkpoint_executor = checkpoint_executor
 
     async def close(self) -> None:
-        """Commit every queued write, then close the file and stop the worker."""
+        """Commit every queued write, then close the file (the last
+        connection to close checkpoints the whole WAL) and stop the threads."""
         writer, reader, executor = self._writer, self._reader, self._executor
         if writer is None or executor is None:
             return
         while self._queued:
             self._commit_queued()
+        checkpointer, checkpoint_executor = self._checkpointer, self._checkpoint_executor
         self._writer = self._reader = self._executor = None
-        writer.close()
+        self._checkpointer = self._checkpoint_executor = None
+        if self._idle_check is not None:
+            self._idle_check.cancel()
+            self._idle_check = None
+        loop = asyncio.get_running_loop()
         try:
+            if self._checkpointing is not None:
+                await asyncio.wait([self._checkpointing])
+            writer.close()
             if reader is not None:
-                await asyncio.get_running_loop().run_in_executor(executor, reader.close)
+                await loop.run_in_executor(executor, reader.close)
+            if checkpointer is not None and checkpoint_executor is not None:
+                await loop.run_in_executor(checkpoint_executor, checkpointer.close)
         finally:
-            # The worker is idle now, so this does not block.
+            # The workers are idle now, so this does not block.
             executor.shutdown(wait=True)
+            if checkpoint_executor is not None:
+                checkpoint_executor.shutdown(wait=True)
 
     # --- the write path ----------------------------------------------------------
 
@@ -934,6 +1036,75 @@ class SQLiteStore:
         for item, results in zip(batch, outcomes, strict=True):
             if not item.future.done():
                 item.future.set_result(results)
+        self._since_checkpoint += 1
+        if self._since_checkpoint >= self._checkpoint_every:
+            self._start_checkpoint()
+        elif self._idle_check is None:
+            self._idle_check = asyncio.get_running_loop().call_later(
+                _CHECKPOINT_IDLE_S, self._checkpoint_when_idle
+            )
+
+    # --- checkpoints, off the loop's thread ------------------------------------------
+
+    def _start_checkpoint(self) -> None:
+        """Copy the WAL into the database file on the checkpoint thread (one
+        at a time: while one runs, the next commit starts the next)."""
+        checkpointer, executor = self._checkpointer, self._checkpoint_executor
+        if self._checkpointing is not None or checkpointer is None or executor is None:
+            return
+        commits, self._since_checkpoint = self._since_checkpoint, 0
+        self._checkpointing = asyncio.get_running_loop().run_in_executor(
+            executor, checkpointer.catch_up
+        )
+        self._checkpointing.add_done_callback(functools.partial(self._checkpointed, commits))
+
+    def _checkpoint_when_idle(self) -> None:
+        """A second after a commit: copy what the commits since the last
+        checkpoint left (the WAL then starts over with the next write)."""
+        self._idle_check = None
+        if self._since_checkpoint > 0 or not self._wal_restarts:
+            self._start_checkpoint()
+
+    def _checkpointed(self, commits: int, done: asyncio.Future[tuple[int, bool, bool]]) -> None:
+        """Learn the pages per commit from what the WAL held. When the writes
+        outran the thread (the WAL would never start over, and grow), the
+        writer copies the little the thread left, between two commits."""
+        self._checkpointing = None
+        writer = self._writer
+        if writer is None or done.cancelled():
+            return
+        limit = self.options.checkpoint_pages
+        caught_up = False
+        if done.exception() is not None:
+            self._checkpoint_failures += 1
+        else:
+            self.checkpoints += 1
+            self._checkpoint_failures = 0
+            pages, caught_up, held = done.result()
+            grown = pages if self._wal_restarts else pages - self._wal_pages
+            if grown > 0 and commits > 0:
+                every = limit * commits // grown
+                self._checkpoint_every = max(1, min(_MAX_CHECKPOINT_EVERY, every))
+            self._wal_pages = pages
+            if not caught_up and not held:
+                try:
+                    writer.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self.writer_checkpoints += 1
+                    caught_up = True
+                except sqlite3.Error:
+                    pass  # the thread tries again
+            self._wal_restarts = caught_up
+        failing = self._checkpoint_failures >= _CHECKPOINT_FAILURES
+        if failing != self.autocheckpoint:
+            try:
+                writer.conn.execute(f"PRAGMA wal_autocheckpoint={limit if failing else 0}")
+                self.autocheckpoint = failing
+            except sqlite3.Error:
+                pass  # tried again after the next checkpoint
+        if (not caught_up or self._since_checkpoint > 0) and self._idle_check is None:
+            self._idle_check = asyncio.get_running_loop().call_later(
+                _CHECKPOINT_IDLE_S, self._checkpoint_when_idle
+            )
 
     async def _write(self, write: _Write) -> Any:
         (outcome,) = await self._submit([write])

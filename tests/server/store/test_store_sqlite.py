@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sqlite3
@@ -41,6 +42,7 @@ from tests.server.store.store_contract import (
     message,
     segment_started,
 )
+from tests.support.waiting import until
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -609,5 +611,84 @@ async def test_a_version_3_database_counts_its_keys_and_drops_its_previews(
         assert (await store.append(appended(5, 7), idempotency_key="k2")).duplicate
         [info] = await store.list()
         assert info.preview == "message 6"
+    finally:
+        await store.close()
+
+
+# --- checkpoints, off the loop's thread ---------------------------------------------
+
+
+def _wal_size(folder: Path) -> int:
+    wal = folder / f"{DATABASE_FILE}-wal"
+    return wal.stat().st_size if wal.exists() else 0
+
+
+async def test_checkpoints_run_on_their_own_thread_and_the_wal_starts_over(
+    tmp_path: Path,
+) -> None:
+    """The writer never checkpoints (it runs on the loop's thread); the
+    checkpoint thread copies the WAL every ``checkpoint_pages`` pages and a
+    second after the last write, so the WAL starts over instead of growing
+    with every append; closed, everything is in the database file."""
+    store = SQLiteStore(tmp_path, SQLiteOptions(checkpoint_pages=20))
+    await store.open()
+    try:
+        assert store._writer is not None
+        assert store._writer.conn.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+        await store.create("t1", EPOCH, CREATED_AT)
+        revision = 1
+        while store.checkpoints < 2 and revision < 3000:
+            await store.append(appended(revision, revision - 1))
+            revision += 1
+        assert store.checkpoints >= 2
+        # Idle: the next checkpoint copies everything, and the WAL starts over.
+        count = store.checkpoints
+        await store.append(appended(revision, revision - 1))
+        await until(lambda: store.checkpoints > count and store._checkpointing is None)
+        await store.append(appended(revision + 1, revision))
+        with contextlib.closing(raw(tmp_path)) as check:
+            _, pages, _ = check.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        assert 0 < pages <= 10  # the last append's, not the thousands before
+        assert not store.autocheckpoint
+    finally:
+        await store.close()
+    assert _wal_size(tmp_path) == 0
+    with raw(tmp_path) as check:
+        assert check.execute("SELECT count(*) FROM events").fetchone() == (revision + 1,)
+
+
+async def test_the_writer_checkpoints_while_the_thread_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoints that keep failing on their thread (a disk error, say)
+    hand the WAL to SQLite's own checkpoint on the writer, so that it never
+    grows without bound; the thread's first success takes it back."""
+    from server.store.sqlite import _Checkpointer
+
+    store = SQLiteStore(tmp_path, SQLiteOptions(checkpoint_pages=8))
+    await store.open()
+    try:
+        assert store._writer is not None
+        writer = store._writer.conn
+        await store.create("t1", EPOCH, CREATED_AT)
+        works = _Checkpointer.catch_up
+
+        def fails(self: _Checkpointer) -> tuple[int, bool, bool]:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(_Checkpointer, "catch_up", fails)
+        revision = 1
+        while not store.autocheckpoint and revision < 1000:
+            await store.append(appended(revision, revision - 1))
+            revision += 1
+        assert store.autocheckpoint
+        assert writer.execute("PRAGMA wal_autocheckpoint").fetchone() == (8,)
+        monkeypatch.setattr(_Checkpointer, "catch_up", works)
+        first = revision
+        while store.autocheckpoint and revision < first + 1000:
+            await store.append(appended(revision, revision - 1))
+            revision += 1
+        assert not store.autocheckpoint
+        assert writer.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
     finally:
         await store.close()
