@@ -4,19 +4,31 @@ One data folder holds one database file, ``transcripts.sqlite3``, in WAL mode.
 With ``synchronous=normal`` (the default) every committed append survives the
 process being killed (SIGKILL); ``synchronous=full`` also survives power loss.
 
-Two connections, one per thread, neither ever shared:
+Three connections, one per thread, none ever shared:
 
 - **Writes** (create, append, delete) go through ONE path: they are queued,
   and a callback on the event loop's own thread commits everything queued so
   far as one transaction on the write connection (group commit: one WAL
-  fsync for the batch under ``full``, not one per append). Each write runs in
-  its own SAVEPOINT, so one refused write (revision mismatch, unknown
-  transcript) never takes the others of its batch down with it (but the
-  later appends of the same ``append_many`` run to that transcript are
-  refused too: they were planned on top of it). A commit
+  fsync for the batch under ``full``, not one per append). Each write of a
+  batch of several runs in its own SAVEPOINT, so one refused write (revision
+  mismatch, unknown transcript) never takes the others of its batch down
+  with it (but the later appends of the same ``append_many`` run to that
+  transcript are refused too: they were planned on top of it); a batch of
+  one needs none (its transaction rolls back instead). A commit
   takes tens of microseconds with ``normal`` (measured: less than handing it
   to a thread, which costs two trips through the loop and the GIL), about a
-  millisecond with ``full``; the loop pays it once per batch.
+  millisecond with ``full``; the loop pays it once per batch. An append is
+  five statements (BEGIN, the row, the event, one UPDATE of the row, COMMIT;
+  two more with an idempotency key, three past the retention): the
+  listing's preview is made when listed, the title only until there is one,
+  and the keys are counted in the row, so no append scans them.
+- **Checkpoints** (copying the WAL into the database file) run on a thread
+  of their own (``_Checkpointer``), not after a commit on the loop's thread
+  (SQLite's default: up to ~10 ms every ~1,000 pages): every
+  ``checkpoint_pages`` pages and a second after a write. When the writes
+  outrun them the writer copies the little they left, so that the WAL
+  starts over; when they keep failing, SQLite's own checkpoint comes back.
+  Checkpoints move committed pages: what is durable does not change.
 - **Reads** (load, events_after, list) run on a worker thread on a read-only
   connection of their own. WAL lets them read while the loop writes, so a
   load of a long transcript never holds up an append to another one, nor
@@ -29,7 +41,9 @@ server per data folder.
 Tables::
 
     transcripts (id PK, epoch, created_at, updated_at, revision, length,
-                 active_start, view_changes, title, preview)
+                 active_start, view_changes, title, preview, key_count)
+                 preview: NULL since version 4 (made when listed, from the
+                 newest append); key_count: the rows of ``idempotency``
     events      (transcript_id, revision, occurred_at, data, msg_end)
                                                                PK (transcript_id, revision)
                  data = the TranscriptEvent as msgspec MessagePack; msg_end = one
@@ -256,6 +270,9 @@ _CHECKPOINT_IDLE_S: Final = 1.0
 #: Rounds of a checkpoint on its thread: each copies what the writes added
 #: during the one before, until one finds nothing new.
 _CHECKPOINT_ROUNDS: Final = 3
+#: The writes outran the checkpoint thread and the WAL holds this many times
+#: ``checkpoint_pages``: the writer copies the rest (the WAL then starts over).
+_OUTRUN: Final = 4
 #: Checkpoints that failed in a row before SQLite's own on the writer takes over.
 _CHECKPOINT_FAILURES: Final = 3
 
@@ -896,7 +913,7 @@ class SQLiteStore:
         self._commit_scheduled: asyncio.Handle | None = None
         self._checkpointer: _Checkpointer | None = None
         self._checkpoint_executor: ThreadPoolExecutor | None = None
-        self._checkpointing: asyncio.Future[tuple[int, int, int]] | None = None
+        self._checkpointing: asyncio.Future[tuple[int, bool, bool]] | None = None
         self._idle_check: asyncio.TimerHandle | None = None
         #: Commits since the last checkpoint started, and how many start one:
         #: ``checkpoint_pages`` over the pages per commit the last one saw.
@@ -1067,8 +1084,9 @@ class SQLiteStore:
 
     def _checkpointed(self, commits: int, done: asyncio.Future[tuple[int, bool, bool]]) -> None:
         """Learn the pages per commit from what the WAL held. When the writes
-        outran the thread (the WAL would never start over, and grow), the
-        writer copies the little the thread left, between two commits."""
+        keep outrunning the thread (the WAL would never start over, and
+        grow), the writer copies the little the thread left, between two
+        commits (the WAL then starts over with the next one)."""
         self._checkpointing = None
         writer = self._writer
         if writer is None or done.cancelled():
@@ -1086,7 +1104,7 @@ class SQLiteStore:
                 every = limit * commits // grown
                 self._checkpoint_every = max(1, min(_MAX_CHECKPOINT_EVERY, every))
             self._wal_pages = pages
-            if not caught_up and not held:
+            if not caught_up and not held and pages >= _OUTRUN * limit:
                 try:
                     writer.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                     self.writer_checkpoints += 1
