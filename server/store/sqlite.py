@@ -267,6 +267,8 @@ _PAGES_PER_COMMIT: Final = 4
 _MAX_CHECKPOINT_EVERY: Final = 10_000
 #: Seconds after a commit before the WAL is checkpointed anyway.
 _CHECKPOINT_IDLE_S: Final = 1.0
+#: Previews the reader keeps between listings (all dropped past this many).
+_PREVIEWS_KEPT: Final = 10_000
 #: Rounds of a checkpoint on its thread: each copies what the writes added
 #: during the one before, until one finds nothing new.
 _CHECKPOINT_ROUNDS: Final = 3
@@ -608,6 +610,9 @@ class _Reader:
         self.ttl_ms = ttl_ms
         self.clock = clock
         self.decoder = msgspec.msgpack.Decoder(TranscriptEvent)
+        #: The listing's previews, by transcript, with the version they were
+        #: made at (``_preview``).
+        self.previews: dict[str, tuple[tuple[str, int, int, int], str | None]] = {}
 
     def close(self) -> None:
         self.conn.close()
@@ -782,14 +787,35 @@ class _Reader:
                 ("" if after is None else after, limit),
             ).fetchall()
             return [
-                TranscriptInfo(tid, epoch, rev, length, created, updated, title, self._preview(tid))
+                TranscriptInfo(
+                    tid,
+                    epoch,
+                    rev,
+                    length,
+                    created,
+                    updated,
+                    title,
+                    self._preview(tid, (epoch, rev, created, updated)),
+                )
                 for tid, epoch, rev, length, created, updated, title in rows
             ]
         finally:
             self.conn.execute("COMMIT")
 
-    def _preview(self, transcript_id: str) -> str | None:
-        """The preview the newest append gives (made here, not on every append)."""
+    def _preview(self, transcript_id: str, version: tuple[str, int, int, int]) -> str | None:
+        """The preview the newest append gives: made here, not on every
+        append, and again only once the transcript has changed (``version``:
+        its epoch, revision, created_at and updated_at)."""
+        made = self.previews.get(transcript_id)
+        if made is not None and made[0] == version:
+            return made[1]
+        if len(self.previews) >= _PREVIEWS_KEPT:
+            self.previews.clear()
+        preview = self._newest_preview(transcript_id)
+        self.previews[transcript_id] = (version, preview)
+        return preview
+
+    def _newest_preview(self, transcript_id: str) -> str | None:
         row = self.conn.execute(
             "SELECT data FROM events WHERE transcript_id = ? AND msg_end IS NOT NULL"
             " ORDER BY msg_end DESC, revision DESC LIMIT 1",

@@ -399,6 +399,8 @@ async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) ->
                     result = err
                 outcomes.append(_outcome(result))
             assert outcomes[0] == outcomes[1], (step, op, tid)
+            # Titles and previews too (SQLite makes its previews when listed).
+            assert await memory.list() == await sqlite.list(), step
             if op == "delete" and outcomes[0] is True:
                 generation[tid] += 1
         for tid in ("a", "b"):
