@@ -694,3 +694,33 @@ async def test_the_writer_checkpoints_while_the_thread_fails(
         assert writer.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("max_batch", [1, 256], ids=["alone", "in-a-batch"])
+async def test_a_write_that_fails_midway_is_undone_whole(tmp_path: Path, max_batch: int) -> None:
+    """A write that fails after a statement changed something (here its
+    event is in, its segment is refused) is undone whole and reported, alone
+    in its transaction (no SAVEPOINT: the transaction rolls back) as in a
+    batch (its SAVEPOINT rolls back); the other writes commit."""
+    store = SQLiteStore(tmp_path, SQLiteOptions(max_batch=max_batch))
+    await store.open()
+    try:
+        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create("t2", EPOCH, CREATED_AT)
+        with contextlib.closing(raw(tmp_path)) as other:
+            other.execute("INSERT INTO segments VALUES ('t1', 1, 0, 0)")
+        broken, fine = await asyncio.gather(
+            store.append(segment_started(1, 0, 0, 0)),
+            store.append(appended(1, 0, transcript_id="t2")),
+            return_exceptions=True,
+        )
+        assert isinstance(broken, StoreError) and "IntegrityError" in str(broken)
+        assert not isinstance(fine, BaseException) and fine.receipt.revision == 1
+        loaded = await store.load("t1")
+        assert loaded is not None and loaded.events == ()
+        state = await store.load_recent("t1")
+        assert state is not None and state.snapshot.revision == 0
+        # And the store goes on.
+        assert (await store.append(appended(1, 0))).receipt.revision == 1
+    finally:
+        await store.close()
