@@ -4,19 +4,31 @@ One data folder holds one database file, ``transcripts.sqlite3``, in WAL mode.
 With ``synchronous=normal`` (the default) every committed append survives the
 process being killed (SIGKILL); ``synchronous=full`` also survives power loss.
 
-Two connections, one per thread, neither ever shared:
+Three connections, one per thread, none ever shared:
 
 - **Writes** (create, append, delete) go through ONE path: they are queued,
   and a callback on the event loop's own thread commits everything queued so
   far as one transaction on the write connection (group commit: one WAL
-  fsync for the batch under ``full``, not one per append). Each write runs in
-  its own SAVEPOINT, so one refused write (revision mismatch, unknown
-  transcript) never takes the others of its batch down with it (but the
-  later appends of the same ``append_many`` run to that transcript are
-  refused too: they were planned on top of it). A commit
+  fsync for the batch under ``full``, not one per append). Each write of a
+  batch of several runs in its own SAVEPOINT, so one refused write (revision
+  mismatch, unknown transcript) never takes the others of its batch down
+  with it (but the later appends of the same ``append_many`` run to that
+  transcript are refused too: they were planned on top of it); a batch of
+  one needs none (its transaction rolls back instead). A commit
   takes tens of microseconds with ``normal`` (measured: less than handing it
   to a thread, which costs two trips through the loop and the GIL), about a
-  millisecond with ``full``; the loop pays it once per batch.
+  millisecond with ``full``; the loop pays it once per batch. An append is
+  five statements (BEGIN, the row, the event, one UPDATE of the row, COMMIT;
+  two more with an idempotency key, three past the retention): the
+  listing's preview is made when listed, the title only until there is one,
+  and the keys are counted in the row, so no append scans them.
+- **Checkpoints** (copying the WAL into the database file) run on a thread
+  of their own (``_Checkpointer``), not after a commit on the loop's thread
+  (SQLite's default: up to ~10 ms every ~1,000 pages): every
+  ``checkpoint_pages`` pages and a second after a write. When the writes
+  outrun them the writer copies the little they left, so that the WAL
+  starts over; when they keep failing, SQLite's own checkpoint comes back.
+  Checkpoints move committed pages: what is durable does not change.
 - **Reads** (load, events_after, list) run on a worker thread on a read-only
   connection of their own. WAL lets them read while the loop writes, so a
   load of a long transcript never holds up an append to another one, nor
@@ -29,7 +41,9 @@ server per data folder.
 Tables::
 
     transcripts (id PK, epoch, created_at, updated_at, revision, length,
-                 active_start, view_changes, title, preview)
+                 active_start, view_changes, title, preview, key_count)
+                 preview: NULL since version 4 (made when listed, from the
+                 newest append); key_count: the rows of ``idempotency``
     events      (transcript_id, revision, occurred_at, data, msg_end)
                                                                PK (transcript_id, revision)
                  data = the TranscriptEvent as msgspec MessagePack; msg_end = one
@@ -115,7 +129,7 @@ __all__ = ["DATABASE_FILE", "SCHEMA_VERSION", "SQLiteStore"]
 DATABASE_FILE: Final = "transcripts.sqlite3"
 
 #: The schema version this code writes; kept in ``PRAGMA user_version``.
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 
 def _index_history(conn: sqlite3.Connection) -> None:
@@ -236,7 +250,33 @@ _MIGRATIONS: Final[dict[int, tuple[_Step, ...]]] = {
         "CREATE INDEX events_by_msg_end ON events (transcript_id, msg_end)",
     ),
     2: (_digest_history,),
+    3: (
+        # Counted so that an append knows without a scan whether its key
+        # takes the count past the retention.
+        "ALTER TABLE transcripts ADD COLUMN key_count INTEGER NOT NULL DEFAULT 0",
+        "UPDATE transcripts SET key_count ="
+        " (SELECT count(*) FROM idempotency WHERE transcript_id = transcripts.id)",
+        # The preview is made when listed, from the newest append.
+        "UPDATE transcripts SET preview = NULL",
+    ),
 }
+
+#: A commit's pages in the WAL, guessed until the first checkpoint measures it.
+_PAGES_PER_COMMIT: Final = 4
+#: At most this many commits between two checkpoints, whatever the guess.
+_MAX_CHECKPOINT_EVERY: Final = 10_000
+#: Seconds after a commit before the WAL is checkpointed anyway.
+_CHECKPOINT_IDLE_S: Final = 1.0
+#: Previews the reader keeps between listings (all dropped past this many).
+_PREVIEWS_KEPT: Final = 10_000
+#: Rounds of a checkpoint on its thread: each copies what the writes added
+#: during the one before, until one finds nothing new.
+_CHECKPOINT_ROUNDS: Final = 3
+#: The writes outran the checkpoint thread and the WAL holds this many times
+#: ``checkpoint_pages``: the writer copies the rest (the WAL then starts over).
+_OUTRUN: Final = 4
+#: Checkpoints that failed in a row before SQLite's own on the writer takes over.
+_CHECKPOINT_FAILURES: Final = 3
 
 _T = TypeVar("_T")
 #: One write: runs inside the batch's transaction, given the commit's time (ms).
@@ -285,6 +325,9 @@ class _Writer:
             if mode != "wal":
                 raise StoreUnavailable(f"sqlite store {self.path}: cannot use WAL (got {mode})")
             self.conn.execute(f"PRAGMA synchronous={options.synchronous.upper()}")
+            # Checkpoints run on the store's checkpoint thread (``_Checkpointer``),
+            # not after a commit on the loop's thread.
+            self.conn.execute("PRAGMA wal_autocheckpoint=0")
             self._migrate()
         except BaseException:
             self.conn.close()
@@ -336,28 +379,41 @@ class _Writer:
         outcomes: list[list[Any]] = []
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            for group in batch:
-                results: list[Any] = []
-                for write in group:
-                    self.conn.execute("SAVEPOINT one_write")
-                    try:
-                        outcome: Any = write(now)
-                    except sqlite3.OperationalError:
-                        raise  # the connection or the disk: the whole batch fails
-                    except Exception as err:
-                        self.conn.execute("ROLLBACK TO one_write")
-                        outcome = (
-                            _unavailable(self.path, err) if isinstance(err, sqlite3.Error) else err
-                        )
-                    self.conn.execute("RELEASE one_write")
-                    results.append(outcome)
-                outcomes.append(results)
+            if len(batch) == 1 and len(batch[0]) == 1:
+                # One write: the transaction is its savepoint (a refusal rolls
+                # back only it), two statements fewer than SAVEPOINT/RELEASE.
+                try:
+                    outcomes.append([batch[0][0](now)])
+                except sqlite3.OperationalError:
+                    raise  # the connection or the disk: the batch fails
+                except Exception as err:
+                    self._rollback()
+                    return [[self._refusal(err)]]
+            else:
+                for group in batch:
+                    results: list[Any] = []
+                    for write in group:
+                        self.conn.execute("SAVEPOINT one_write")
+                        try:
+                            outcome: Any = write(now)
+                        except sqlite3.OperationalError:
+                            raise  # the connection or the disk: the whole batch fails
+                        except Exception as err:
+                            self.conn.execute("ROLLBACK TO one_write")
+                            outcome = self._refusal(err)
+                        self.conn.execute("RELEASE one_write")
+                        results.append(outcome)
+                    outcomes.append(results)
             self._sweep_expired_keys(now)
             self.conn.execute("COMMIT")
         except BaseException:
             self._rollback()
             raise
         return outcomes
+
+    def _refusal(self, err: Exception) -> Exception:
+        """What a refused write reports: its exception, a sqlite3 error as the store's."""
+        return _unavailable(self.path, err) if isinstance(err, sqlite3.Error) else err
 
     # --- the writes (each inside ``commit``'s transaction) --------------------
 
@@ -381,7 +437,7 @@ class _Writer:
             (transcript_id, epoch, created_at, created_at),
         )
         if first is not None:
-            self._accept(first, 0, key, now)
+            self._accept(first, 0, key, now, untitled=True, key_count=0, key_on_disk=False)
 
     def delete(self, transcript_id: str) -> bool:
         deleted = self.conn.execute(
@@ -394,20 +450,38 @@ class _Writer:
     def append(self, event: TranscriptEvent, key: str | None, now: int) -> AppendResult:
         tid = event.transcript_id
         row = self.conn.execute(
-            "SELECT epoch, revision, length FROM transcripts WHERE id = ?", (tid,)
+            "SELECT epoch, revision, length, title IS NULL, key_count"
+            " FROM transcripts WHERE id = ?",
+            (tid,),
         ).fetchone()
         if row is None:
             raise TranscriptNotFound(tid)
-        epoch, revision, length = row
+        epoch, revision, length, untitled, key_count = row
         if event.epoch != epoch:
             raise RevisionMismatch(tid, event.revision - 1, revision)
+        key_on_disk = False
         if key is not None:
-            receipt = self._recorded(tid, key, now)
-            if receipt is not None:
-                return AppendResult(receipt, duplicate=True)
+            found = self.conn.execute(
+                "SELECT revision, start, count, created_at FROM idempotency"
+                " WHERE transcript_id = ? AND key = ?",
+                (tid, key),
+            ).fetchone()
+            if found is not None:
+                if found[3] >= now - self.ttl_ms:
+                    return AppendResult(Receipt(*found[:3]), duplicate=True)
+                key_on_disk = True  # expired, not swept yet: replaced, still counted
         if event.revision != revision + 1 or position_of(event) not in (None, length):
             raise RevisionMismatch(tid, event.revision - 1, revision)
-        return AppendResult(self._accept(event, length, key, now))
+        receipt = self._accept(
+            event,
+            length,
+            key,
+            now,
+            untitled=bool(untitled),
+            key_count=key_count,
+            key_on_disk=key_on_disk,
+        )
+        return AppendResult(receipt)
 
     def not_attempted(self, event: TranscriptEvent) -> StoreError:
         """The refusal of an item of ``append_many`` planned on top of one
@@ -418,11 +492,21 @@ class _Writer:
             return TranscriptNotFound(tid)
         return RevisionMismatch(tid, event.revision - 1, row[0])
 
-    def _recorded(self, transcript_id: str, key: str, now: int) -> Receipt | None:
-        return _recorded(self.conn, transcript_id, key, now - self.ttl_ms)
-
-    def _accept(self, event: TranscriptEvent, length: int, key: str | None, now: int) -> Receipt:
-        """Write an event already checked to be the next one, and its key."""
+    def _accept(
+        self,
+        event: TranscriptEvent,
+        length: int,
+        key: str | None,
+        now: int,
+        *,
+        untitled: bool,
+        key_count: int,
+        key_on_disk: bool,
+    ) -> Receipt:
+        """Write an event already checked to be the next one, and its key,
+        with one UPDATE of the transcript's row. ``untitled``: the row has no
+        title yet; ``key_count``: its keys on disk; ``key_on_disk``: ``key``
+        is one of them (expired, to be replaced)."""
         tid = event.transcript_id
         change = event.change
         msg_end: int | None = None
@@ -433,45 +517,22 @@ class _Writer:
             " VALUES (?, ?, ?, ?, ?)",
             (tid, event.revision, event.occurred_at, self.encoder.encode(event), msg_end),
         )
-        self.conn.execute(
-            "UPDATE transcripts SET revision = ?, length = ?, updated_at = ? WHERE id = ?",
-            (event.revision, length, event.occurred_at, tid),
-        )
-        self._index(event)
-        receipt = Receipt.for_event(event)
-        if key is not None and self.retention > 0:
-            # REPLACE: the key may still be on disk, expired but not yet swept.
-            self.conn.execute(
-                "INSERT OR REPLACE INTO idempotency"
-                " (transcript_id, key, revision, start, count, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (tid, key, receipt.revision, receipt.start, receipt.count, now),
-            )
-            # Keep the newest `retention` keys: drop the (retention+1)-th newest and older.
-            self.conn.execute(
-                "DELETE FROM idempotency WHERE transcript_id = ?1 AND revision <= ("
-                " SELECT revision FROM idempotency WHERE transcript_id = ?1"
-                " ORDER BY revision DESC LIMIT 1 OFFSET ?2)",
-                (tid, self.retention),
-            )
-        return receipt
-
-    def _index(self, event: TranscriptEvent) -> None:
-        """Keep what ``load_recent`` reads instead of the history up to date."""
-        tid, change = event.transcript_id, event.change
+        sets = "revision = ?, length = ?, updated_at = ?"
+        params: list[Any] = [event.revision, length, event.occurred_at]
         if isinstance(change, MessagesAppended):
-            self.conn.execute(
-                "UPDATE transcripts SET title = COALESCE(title, ?), preview = ? WHERE id = ?",
-                (title_of(change.messages), preview_of(change.messages), tid),
-            )
+            # The title is the first user message's: made until there is one,
+            # then never again. The preview is made when listed (``_Reader``).
+            title = title_of(change.messages) if untitled else None
+            if title is not None:
+                sets += ", title = ?"
+                params.append(title)
         elif isinstance(change, SegmentStarted):
             self.conn.execute(
                 'INSERT INTO segments (transcript_id, revision, start, "end") VALUES (?, ?, ?, ?)',
                 (tid, event.revision, change.previous_start, change.end),
             )
-            self.conn.execute(
-                "UPDATE transcripts SET active_start = ? WHERE id = ?", (change.start, tid)
-            )
+            sets += ", active_start = ?"
+            params.append(change.start)
         else:
             if isinstance(change, ViewChanged):
                 self.conn.execute(
@@ -483,15 +544,47 @@ class _Writer:
                 self.conn.execute(
                     "DELETE FROM views WHERE transcript_id = ? AND name = ?", (tid, change.name)
                 )
+            sets += ", view_changes = view_changes + 1"
+        receipt = Receipt.for_event(event)
+        if key is not None and self.retention > 0:
+            # REPLACE: the key may still be on disk, expired but not yet swept.
             self.conn.execute(
-                "UPDATE transcripts SET view_changes = view_changes + 1 WHERE id = ?", (tid,)
+                "INSERT OR REPLACE INTO idempotency"
+                " (transcript_id, key, revision, start, count, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (tid, key, receipt.revision, receipt.start, receipt.count, now),
             )
+            if not key_on_disk:
+                key_count += 1
+            if key_count > self.retention:
+                # Keep the newest `retention` keys (by revision): drop the oldest.
+                self.conn.execute(
+                    "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency"
+                    " WHERE transcript_id = ? ORDER BY revision LIMIT ?)",
+                    (tid, key_count - self.retention),
+                )
+                key_count = self.retention
+            sets += ", key_count = ?"
+            params.append(key_count)
+        params.append(tid)
+        self.conn.execute(f"UPDATE transcripts SET {sets} WHERE id = ?", params)
+        return receipt
 
     def _sweep_expired_keys(self, now: int) -> None:
         if now - self.last_sweep_ms < self.sweep_interval_ms:
             return
         self.last_sweep_ms = now
-        self.conn.execute("DELETE FROM idempotency WHERE created_at < ?", (now - self.ttl_ms,))
+        expired = self.conn.execute(
+            "SELECT transcript_id, count(*) FROM idempotency WHERE created_at < ?"
+            " GROUP BY transcript_id",
+            (now - self.ttl_ms,),
+        ).fetchall()
+        if expired:
+            self.conn.execute("DELETE FROM idempotency WHERE created_at < ?", (now - self.ttl_ms,))
+            self.conn.executemany(
+                "UPDATE transcripts SET key_count = key_count - ? WHERE id = ?",
+                [(count, tid) for tid, count in expired],
+            )
 
 
 def _recorded(
@@ -517,6 +610,9 @@ class _Reader:
         self.ttl_ms = ttl_ms
         self.clock = clock
         self.decoder = msgspec.msgpack.Decoder(TranscriptEvent)
+        #: The listing's previews, by transcript, with the version they were
+        #: made at (``_preview``).
+        self.previews: dict[str, tuple[tuple[str, int, int, int], str | None]] = {}
 
     def close(self) -> None:
         self.conn.close()
@@ -683,12 +779,92 @@ class _Reader:
         }
 
     def list_transcripts(self, after: str | None, limit: int) -> list[TranscriptInfo]:
-        rows = self.conn.execute(
-            "SELECT id, epoch, revision, length, created_at, updated_at, title, preview"
-            " FROM transcripts WHERE id > ? ORDER BY id LIMIT ?",
-            ("" if after is None else after, limit),
-        ).fetchall()
-        return [TranscriptInfo(*row) for row in rows]
+        self.conn.execute("BEGIN")
+        try:
+            rows = self.conn.execute(
+                "SELECT id, epoch, revision, length, created_at, updated_at, title"
+                " FROM transcripts WHERE id > ? ORDER BY id LIMIT ?",
+                ("" if after is None else after, limit),
+            ).fetchall()
+            return [
+                TranscriptInfo(
+                    tid,
+                    epoch,
+                    rev,
+                    length,
+                    created,
+                    updated,
+                    title,
+                    self._preview(tid, (epoch, rev, created, updated)),
+                )
+                for tid, epoch, rev, length, created, updated, title in rows
+            ]
+        finally:
+            self.conn.execute("COMMIT")
+
+    def _preview(self, transcript_id: str, version: tuple[str, int, int, int]) -> str | None:
+        """The preview the newest append gives: made here, not on every
+        append, and again only once the transcript has changed (``version``:
+        its epoch, revision, created_at and updated_at)."""
+        made = self.previews.get(transcript_id)
+        if made is not None and made[0] == version:
+            return made[1]
+        if len(self.previews) >= _PREVIEWS_KEPT:
+            self.previews.clear()
+        preview = self._newest_preview(transcript_id)
+        self.previews[transcript_id] = (version, preview)
+        return preview
+
+    def _newest_preview(self, transcript_id: str) -> str | None:
+        row = self.conn.execute(
+            "SELECT data FROM events WHERE transcript_id = ? AND msg_end IS NOT NULL"
+            " ORDER BY msg_end DESC, revision DESC LIMIT 1",
+            (transcript_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        change = self.decoder.decode(row[0]).change
+        return preview_of(change.messages) if isinstance(change, MessagesAppended) else None
+
+
+class _Checkpointer:
+    """A connection of its own that copies the WAL's committed pages into the
+    database file (``PRAGMA wal_checkpoint(PASSIVE)``: it waits for neither
+    the writer nor the readers, and copies what they let it). Made, used and
+    closed on the store's checkpoint thread only; SQLite lets go of the GIL
+    while it copies and syncs, so the loop goes on meanwhile."""
+
+    def __init__(self, path: Path, options: SQLiteOptions) -> None:
+        self.conn = _connect(path, options.busy_timeout_s)
+
+    def passive(self) -> tuple[int, int, int]:
+        """(busy, pages in the WAL, pages of them now in the database file)."""
+        busy, log, done = self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return busy, log, done
+
+    def catch_up(self) -> tuple[int, bool, bool]:
+        """Checkpoint until a round finds nothing new (the WAL then starts
+        over with the next write): (pages the WAL held, caught up, held: a
+        reader of an older snapshot keeps pages from being copied)."""
+        busy, pages, done = self.passive()
+        log = pages
+        for _ in range(_CHECKPOINT_ROUNDS):
+            if busy or done < log:
+                return pages, False, True
+            busy, again, done = self.passive()
+            if again <= log:  # nothing new, or the WAL started over meanwhile
+                return pages, not busy and done == again, busy != 0 or done < again
+            log = again
+        return pages, False, busy != 0 or done < log
+
+    def close(self) -> None:
+        """Copy what is left (the store's other connections are closed by now,
+        so nothing stops it), then close: the file's last connection to
+        close also deletes the WAL."""
+        try:
+            self.passive()
+        finally:
+            self.conn.close()
 
 
 def _append_writes(
@@ -761,6 +937,23 @@ class SQLiteStore:
         self._queued: list[_Queued] = []
         self._queued_writes = 0
         self._commit_scheduled: asyncio.Handle | None = None
+        self._checkpointer: _Checkpointer | None = None
+        self._checkpoint_executor: ThreadPoolExecutor | None = None
+        self._checkpointing: asyncio.Future[tuple[int, bool, bool]] | None = None
+        self._idle_check: asyncio.TimerHandle | None = None
+        #: Commits since the last checkpoint started, and how many start one:
+        #: ``checkpoint_pages`` over the pages per commit the last one saw.
+        self._since_checkpoint = 0
+        self._checkpoint_every = max(1, self.options.checkpoint_pages // _PAGES_PER_COMMIT)
+        self._wal_pages = 0  # in the WAL when the last checkpoint ran
+        self._wal_restarts = True  # ... and it copied them all: the WAL starts over
+        self._checkpoint_failures = 0
+        #: SQLite's own checkpoint on the writer is on (the thread's keep failing).
+        self.autocheckpoint = False
+        #: Checkpoints run on the checkpoint thread, and how many of them the
+        #: writes outran, so that the writer copied the rest (for tests and metrics).
+        self.checkpoints = 0
+        self.writer_checkpoints = 0
         #: Transactions committed, and the writes they carried (for metrics:
         #: ``committed_writes / commits`` is the mean group-commit batch).
         self.commits = 0
@@ -792,23 +985,53 @@ class SQLiteStore:
             if isinstance(err, sqlite3.Error):
                 raise _unavailable(self.path, err) from err
             raise
+        checkpoint_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-ckpt")
+        try:
+            self._checkpointer = await asyncio.get_running_loop().run_in_executor(
+                checkpoint_executor, lambda: _Checkpointer(writer.path, self.options)
+            )
+        except BaseException as err:
+            reader = self._reader
+            self._reader = None
+            writer.close()
+            if reader is not None:
+                await asyncio.get_running_loop().run_in_executor(executor, reader.close)
+            executor.shutdown(wait=False)
+            checkpoint_executor.shutdown(wait=False)
+            if isinstance(err, sqlite3.Error):
+                raise _unavailable(self.path, err) from err
+            raise
         self._writer, self._executor = writer, executor
+        self._checkpoint_executor = checkpoint_executor
 
     async def close(self) -> None:
-        """Commit every queued write, then close the file and stop the worker."""
+        """Commit every queued write, then close the file (the last
+        connection to close checkpoints the whole WAL) and stop the threads."""
         writer, reader, executor = self._writer, self._reader, self._executor
         if writer is None or executor is None:
             return
         while self._queued:
             self._commit_queued()
+        checkpointer, checkpoint_executor = self._checkpointer, self._checkpoint_executor
         self._writer = self._reader = self._executor = None
-        writer.close()
+        self._checkpointer = self._checkpoint_executor = None
+        if self._idle_check is not None:
+            self._idle_check.cancel()
+            self._idle_check = None
+        loop = asyncio.get_running_loop()
         try:
+            if self._checkpointing is not None:
+                await asyncio.wait([self._checkpointing])
+            writer.close()
             if reader is not None:
-                await asyncio.get_running_loop().run_in_executor(executor, reader.close)
+                await loop.run_in_executor(executor, reader.close)
+            if checkpointer is not None and checkpoint_executor is not None:
+                await loop.run_in_executor(checkpoint_executor, checkpointer.close)
         finally:
-            # The worker is idle now, so this does not block.
+            # The workers are idle now, so this does not block.
             executor.shutdown(wait=True)
+            if checkpoint_executor is not None:
+                checkpoint_executor.shutdown(wait=True)
 
     # --- the write path ----------------------------------------------------------
 
@@ -856,6 +1079,76 @@ class SQLiteStore:
         for item, results in zip(batch, outcomes, strict=True):
             if not item.future.done():
                 item.future.set_result(results)
+        self._since_checkpoint += 1
+        if self._since_checkpoint >= self._checkpoint_every:
+            self._start_checkpoint()
+        elif self._idle_check is None:
+            self._idle_check = asyncio.get_running_loop().call_later(
+                _CHECKPOINT_IDLE_S, self._checkpoint_when_idle
+            )
+
+    # --- checkpoints, off the loop's thread ------------------------------------------
+
+    def _start_checkpoint(self) -> None:
+        """Copy the WAL into the database file on the checkpoint thread (one
+        at a time: while one runs, the next commit starts the next)."""
+        checkpointer, executor = self._checkpointer, self._checkpoint_executor
+        if self._checkpointing is not None or checkpointer is None or executor is None:
+            return
+        commits, self._since_checkpoint = self._since_checkpoint, 0
+        self._checkpointing = asyncio.get_running_loop().run_in_executor(
+            executor, checkpointer.catch_up
+        )
+        self._checkpointing.add_done_callback(functools.partial(self._checkpointed, commits))
+
+    def _checkpoint_when_idle(self) -> None:
+        """A second after a commit: copy what the commits since the last
+        checkpoint left (the WAL then starts over with the next write)."""
+        self._idle_check = None
+        if self._since_checkpoint > 0 or not self._wal_restarts:
+            self._start_checkpoint()
+
+    def _checkpointed(self, commits: int, done: asyncio.Future[tuple[int, bool, bool]]) -> None:
+        """Learn the pages per commit from what the WAL held. When the writes
+        keep outrunning the thread (the WAL would never start over, and
+        grow), the writer copies the little the thread left, between two
+        commits (the WAL then starts over with the next one)."""
+        self._checkpointing = None
+        writer = self._writer
+        if writer is None or done.cancelled():
+            return
+        limit = self.options.checkpoint_pages
+        caught_up = False
+        if done.exception() is not None:
+            self._checkpoint_failures += 1
+        else:
+            self.checkpoints += 1
+            self._checkpoint_failures = 0
+            pages, caught_up, held = done.result()
+            grown = pages if self._wal_restarts else pages - self._wal_pages
+            if grown > 0 and commits > 0:
+                every = limit * commits // grown
+                self._checkpoint_every = max(1, min(_MAX_CHECKPOINT_EVERY, every))
+            self._wal_pages = pages
+            if not caught_up and not held and pages >= _OUTRUN * limit:
+                try:
+                    writer.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self.writer_checkpoints += 1
+                    caught_up = True
+                except sqlite3.Error:
+                    pass  # the thread tries again
+            self._wal_restarts = caught_up
+        failing = self._checkpoint_failures >= _CHECKPOINT_FAILURES
+        if failing != self.autocheckpoint:
+            try:
+                writer.conn.execute(f"PRAGMA wal_autocheckpoint={limit if failing else 0}")
+                self.autocheckpoint = failing
+            except sqlite3.Error:
+                pass  # tried again after the next checkpoint
+        if (not caught_up or self._since_checkpoint > 0) and self._idle_check is None:
+            self._idle_check = asyncio.get_running_loop().call_later(
+                _CHECKPOINT_IDLE_S, self._checkpoint_when_idle
+            )
 
     async def _write(self, write: _Write) -> Any:
         (outcome,) = await self._submit([write])

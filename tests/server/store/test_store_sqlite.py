@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sqlite3
@@ -19,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.digest import history_digest
-from protocol.types import Origin, SegmentStarted, TranscriptEvent
+from protocol.types import MessagesAppended, Origin, SegmentStarted, TranscriptEvent
 from server.model.transcript import Transcript
 from server.store import (
     MemoryStore,
@@ -41,6 +42,7 @@ from tests.server.store.store_contract import (
     message,
     segment_started,
 )
+from tests.support.waiting import until
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -288,6 +290,8 @@ async def test_expired_keys_are_swept_from_disk(tmp_path: Path) -> None:
     conn = raw(tmp_path)
     try:
         assert conn.execute("SELECT count(*) FROM idempotency").fetchone() == (0,)
+        # The row's count of keys follows the sweep (retention relies on it).
+        assert conn.execute("SELECT key_count FROM transcripts").fetchall() == [(0,)]
     finally:
         conn.close()
 
@@ -395,6 +399,8 @@ async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) ->
                     result = err
                 outcomes.append(_outcome(result))
             assert outcomes[0] == outcomes[1], (step, op, tid)
+            # Titles and previews too (SQLite makes its previews when listed).
+            assert await memory.list() == await sqlite.list(), step
             if op == "delete" and outcomes[0] is True:
                 generation[tid] += 1
         for tid in ("a", "b"):
@@ -403,6 +409,13 @@ async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) ->
     finally:
         await memory.close()
         await sqlite.close()
+    # Each row's count of keys is the count on disk (retention relies on it).
+    with raw(Path(folder)) as conn:
+        counted = conn.execute(
+            "SELECT key_count, (SELECT count(*) FROM idempotency WHERE transcript_id = id)"
+            " FROM transcripts"
+        ).fetchall()
+    assert all(mine == real for mine, real in counted), counted
 
 
 @settings(max_examples=40, deadline=None)
@@ -519,7 +532,7 @@ async def test_a_version_1_database_is_indexed_by_the_migration(tmp_path: Path) 
     await store.open()
     try:
         with raw(folder) as check:
-            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         whole = Transcript.restore(events)
         state = await store.load_recent("t1", messages=3)
         assert state is not None and state.snapshot == whole.snapshot(start=6)
@@ -541,5 +554,173 @@ async def test_a_version_1_database_is_indexed_by_the_migration(tmp_path: Path) 
         # And it goes on from there.
         await store.append(appended(6, 9, 1))
         assert (await store.read_messages("t1", 8, 10)).messages == (message(8), message(9))
+    finally:
+        await store.close()
+
+
+async def test_a_version_3_database_counts_its_keys_and_drops_its_previews(
+    tmp_path: Path,
+) -> None:
+    """A data folder written before the slimmed commit (schema 3) opens: each
+    transcript's keys are counted once (an append then knows without a scan
+    whether its key passes the retention), and the stored previews give way
+    to the ones made when listed, from the newest append."""
+    from server.store.sqlite import _MIGRATIONS
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    conn = sqlite3.connect(folder / DATABASE_FILE, isolation_level=None)
+    for version in (0, 1, 2):
+        for step in _MIGRATIONS[version]:
+            if callable(step):
+                step(conn)
+            else:
+                conn.execute(step)
+    conn.execute("PRAGMA user_version=3")
+    events = [appended(1, 0, 3), appended(2, 3, 2), appended(3, 5, 1)]
+    encoder = msgspec.msgpack.Encoder()
+    conn.execute(
+        "INSERT INTO transcripts (id, epoch, created_at, updated_at, revision, length, title,"
+        " preview) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        ("t1", EPOCH, CREATED_AT, 3, 3, 6, "message 0", "stale"),
+    )
+    for event in events:
+        assert isinstance(event.change, MessagesAppended)
+        conn.execute(
+            "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+            ("t1", event.revision, event.occurred_at, encoder.encode(event), event.change.end),
+        )
+        conn.execute(
+            "INSERT INTO idempotency VALUES (?, ?, ?, ?, ?, ?)",
+            ("t1", f"k{event.revision}", event.revision, event.change.start, 1, 10**13),
+        )
+    conn.close()
+
+    store = SQLiteStore(folder, idempotency_retention=3)
+    await store.open()
+    try:
+        with raw(folder) as check:
+            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+            assert check.execute("SELECT key_count, preview FROM transcripts").fetchall() == [
+                (3, None)
+            ]
+        [info] = await store.list()
+        assert (info.title, info.preview, info.length) == ("message 0", "message 5", 6)
+        assert (await store.append(appended(3, 5), idempotency_key="k2")).duplicate
+        await store.append(appended(4, 6), idempotency_key="k4")
+        # Three keys kept: the oldest went.
+        assert await store.recorded("t1", "k1") is None
+        assert (await store.append(appended(5, 7), idempotency_key="k2")).duplicate
+        [info] = await store.list()
+        assert info.preview == "message 6"
+    finally:
+        await store.close()
+
+
+# --- checkpoints, off the loop's thread ---------------------------------------------
+
+
+def _wal_size(folder: Path) -> int:
+    wal = folder / f"{DATABASE_FILE}-wal"
+    return wal.stat().st_size if wal.exists() else 0
+
+
+async def test_checkpoints_run_on_their_own_thread_and_the_wal_starts_over(
+    tmp_path: Path,
+) -> None:
+    """The writer never checkpoints (it runs on the loop's thread); the
+    checkpoint thread copies the WAL every ``checkpoint_pages`` pages and a
+    second after the last write, so the WAL starts over instead of growing
+    with every append; closed, everything is in the database file."""
+    store = SQLiteStore(tmp_path, SQLiteOptions(checkpoint_pages=20))
+    await store.open()
+    try:
+        assert store._writer is not None
+        assert store._writer.conn.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+        await store.create("t1", EPOCH, CREATED_AT)
+        revision = 1
+        while store.checkpoints < 2 and revision < 3000:
+            await store.append(appended(revision, revision - 1))
+            revision += 1
+        assert store.checkpoints >= 2
+        # Idle: the next checkpoint copies everything, and the WAL starts over.
+        count = store.checkpoints
+        await store.append(appended(revision, revision - 1))
+        await until(lambda: store.checkpoints > count and store._checkpointing is None)
+        await store.append(appended(revision + 1, revision))
+        with contextlib.closing(raw(tmp_path)) as check:
+            _, pages, _ = check.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        assert 0 < pages <= 10  # the last append's, not the thousands before
+        assert not store.autocheckpoint
+    finally:
+        await store.close()
+    assert _wal_size(tmp_path) == 0
+    with raw(tmp_path) as check:
+        assert check.execute("SELECT count(*) FROM events").fetchone() == (revision + 1,)
+
+
+async def test_the_writer_checkpoints_while_the_thread_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoints that keep failing on their thread (a disk error, say)
+    hand the WAL to SQLite's own checkpoint on the writer, so that it never
+    grows without bound; the thread's first success takes it back."""
+    from server.store.sqlite import _Checkpointer
+
+    store = SQLiteStore(tmp_path, SQLiteOptions(checkpoint_pages=8))
+    await store.open()
+    try:
+        assert store._writer is not None
+        writer = store._writer.conn
+        await store.create("t1", EPOCH, CREATED_AT)
+        works = _Checkpointer.catch_up
+
+        def fails(self: _Checkpointer) -> tuple[int, bool, bool]:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(_Checkpointer, "catch_up", fails)
+        revision = 1
+        while not store.autocheckpoint and revision < 1000:
+            await store.append(appended(revision, revision - 1))
+            revision += 1
+        assert store.autocheckpoint
+        assert writer.execute("PRAGMA wal_autocheckpoint").fetchone() == (8,)
+        monkeypatch.setattr(_Checkpointer, "catch_up", works)
+        first = revision
+        while store.autocheckpoint and revision < first + 1000:
+            await store.append(appended(revision, revision - 1))
+            revision += 1
+        assert not store.autocheckpoint
+        assert writer.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("max_batch", [1, 256], ids=["alone", "in-a-batch"])
+async def test_a_write_that_fails_midway_is_undone_whole(tmp_path: Path, max_batch: int) -> None:
+    """A write that fails after a statement changed something (here its
+    event is in, its segment is refused) is undone whole and reported, alone
+    in its transaction (no SAVEPOINT: the transaction rolls back) as in a
+    batch (its SAVEPOINT rolls back); the other writes commit."""
+    store = SQLiteStore(tmp_path, SQLiteOptions(max_batch=max_batch))
+    await store.open()
+    try:
+        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create("t2", EPOCH, CREATED_AT)
+        with contextlib.closing(raw(tmp_path)) as other:
+            other.execute("INSERT INTO segments VALUES ('t1', 1, 0, 0)")
+        broken, fine = await asyncio.gather(
+            store.append(segment_started(1, 0, 0, 0)),
+            store.append(appended(1, 0, transcript_id="t2")),
+            return_exceptions=True,
+        )
+        assert isinstance(broken, StoreError) and "IntegrityError" in str(broken)
+        assert not isinstance(fine, BaseException) and fine.receipt.revision == 1
+        loaded = await store.load("t1")
+        assert loaded is not None and loaded.events == ()
+        state = await store.load_recent("t1")
+        assert state is not None and state.snapshot.revision == 0
+        # And the store goes on.
+        assert (await store.append(appended(1, 0))).receipt.revision == 1
     finally:
         await store.close()
