@@ -227,7 +227,8 @@ class AppendCommitter:
                 raise outcome
             else:
                 self._accepted(live, pending, event, outcome)
-                live.deliver_pending()
+                if waited:
+                    live.deliver_pending()
         finally:
             live.lock.release()
             if cancelled:  # the commit is finished (or requeued): give in now
@@ -235,8 +236,13 @@ class AppendCommitter:
         if not waited:
             # The store answered at once (memory): still give the loop a step,
             # as the queue did, or a caller appending in a loop would starve
-            # the writers that drain what it delivers.
+            # the writers that drain what it delivers; and deliver after it,
+            # so that what the other appends of this step applied leaves
+            # with it, as one message per subscriber (a burst from one
+            # writer, pipelined, is as many inline appends in one step).
+            # Still before the ack.
             await asyncio.sleep(0)
+            live.deliver_pending()
         return await pending.future  # done, unless requeued
 
     async def _queue(self, live: LiveTranscript, pending: PendingAppend) -> AppendResult:

@@ -10,14 +10,17 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from protocol import wire
 from protocol.types import TranscriptEvent
 from server.live.appends import AppendCommitter, PendingAppend
 from server.live.live_transcript import LiveTranscript
 from server.store import SharedMemoryStore, SQLiteStore, Store
 from server.store.base import AppendResult
 from tests.support.servers import running_server
+from tests.support.wsclient import RawClient
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -115,3 +118,45 @@ async def test_a_caller_cancelled_during_its_inline_commit_leaves_the_write_whol
         # And the transcript goes on from there.
         after = await hub.writes.append("t", [{"role": "user", "content": "after"}])
         assert after.receipt.revision == 3
+
+
+async def test_appends_made_in_one_step_leave_together_on_the_memory_store() -> None:
+    """A burst pipelined from one connection (here: one WebSocket message of
+    20 append ops) is 20 inline appends in one step of the loop on the
+    memory store, which answers at once; they leave as fewer messages than
+    appends (the first inline caller delivers what the others applied), and
+    each ack still comes after its increment. Delivering each append as it
+    was applied made 20 messages per subscriber: the burst's ceiling fell
+    from ~420,000 to ~80,000 deliveries/s."""
+    async with running_server(store=SharedMemoryStore()) as server:
+        await server.hub.writes.create("t")
+        async with (
+            await RawClient.connect(server.ws_url) as reader,
+            await RawClient.connect(server.ws_url) as writer,
+        ):
+            await reader.send(op="subscribe", transcriptId="t")
+            await reader.expect(wire.Baseline)
+            ops = [
+                msgspec.json.encode(
+                    {
+                        "op": "append",
+                        "transcriptId": "t",
+                        "ref": i,
+                        "messages": [{"role": "user", "content": f"m{i}"}],
+                    }
+                )
+                for i in range(20)
+            ]
+            await writer.ws.send(b"\n".join(ops).decode())
+            revisions: list[int] = []
+            messages = 0
+            async with asyncio.timeout(10):
+                while len(revisions) < 20:
+                    data = await reader.ws.recv()
+                    messages += 1
+                    for frame in wire.split_frames(data):
+                        revisions.append(msgspec.json.decode(frame)["event"]["revision"])
+            assert revisions == list(range(1, 21))
+            assert messages < 20, messages
+            acks = [await writer.expect(wire.Ack) for _ in range(20)]
+            assert [a.revision for a in acks] == list(range(1, 21))
