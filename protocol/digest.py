@@ -148,11 +148,10 @@ def is_digest(value: object) -> bool:
     return isinstance(value, str) and _DIGEST.fullmatch(value) is not None
 
 
-# What msgspec's sorted JSON of a value is to its JCS form: the same bytes
-# (_PLAIN); the same but for numbers (_NUMBERS: floats, integers beyond
-# 2**53); or something only the reference should write (_OTHER: a key whose
-# UTF-16 order differs, a value that is not JSON). Ordered by how bad.
-_PLAIN, _NUMBERS, _OTHER = 0, 1, 2
+# What msgspec's sorted JSON of a segment start or a View change is to its
+# JCS form: the same bytes (_PLAIN), or the same but for integers beyond
+# 2**53 (_NUMBERS).
+_PLAIN, _NUMBERS = 0, 1
 
 
 def _shape_of_change(change: SegmentStarted | ViewChanged | ViewLeft) -> int:
@@ -163,30 +162,48 @@ def _shape_of_change(change: SegmentStarted | ViewChanged | ViewLeft) -> int:
     return _PLAIN if change.start <= _SAFE and (end is None or end <= _SAFE) else _NUMBERS
 
 
-def _shape_of(value: Any) -> int:
+#: What ``_as_jcs`` says of a value only the reference may write.
+_REFUSE: Final = object()
+
+
+def _as_jcs(value: Any) -> Any:
+    """``value`` (plain data) as msgspec's sorted JSON writes its JCS bytes:
+    itself when it holds no float and no integer beyond ``2**53``, else a
+    copy of the lists and dicts on the way to them with those numbers as
+    JCS's bytes (``Raw``); ``_REFUSE`` for a key whose UTF-16 order differs
+    or a value that is not JSON. One walk, nothing copied in the usual case."""
     kind = type(value)
     if kind is str or kind is bool or value is None:
-        return _PLAIN
+        return value
     if kind is int:
-        return _PLAIN if -_SAFE <= value <= _SAFE else _NUMBERS
+        return value if -_SAFE <= value <= _SAFE else msgspec.Raw(jcs_number(float(value)))
     if kind is float:
-        return _NUMBERS
-    shape = _PLAIN
+        return msgspec.Raw(jcs_number(value))
     if isinstance(value, dict):
+        rebuilt: Any = None
         for key, item in value.items():
             if type(key) is not str or _WIDE.search(key) is not None:
-                return _OTHER
-            shape = max(shape, _shape_of(item))
-            if shape == _OTHER:
-                break
-        return shape
+                return _REFUSE
+            new = _as_jcs(item)
+            if new is not item:
+                if new is _REFUSE:
+                    return _REFUSE
+                if rebuilt is None:
+                    rebuilt = dict(value)
+                rebuilt[key] = new
+        return value if rebuilt is None else rebuilt
     if isinstance(value, list | tuple):
-        for item in value:
-            shape = max(shape, _shape_of(item))
-            if shape == _OTHER:
-                break
-        return shape
-    return _OTHER
+        rebuilt = None
+        for i, item in enumerate(value):
+            new = _as_jcs(item)
+            if new is not item:
+                if new is _REFUSE:
+                    return _REFUSE
+                if rebuilt is None:
+                    rebuilt = list(value)
+                rebuilt[i] = new
+        return value if rebuilt is None else rebuilt
+    return _REFUSE
 
 
 def _messages_as_jcs(change: MessagesAppended) -> MessagesAppended | None:
@@ -204,12 +221,12 @@ def _messages_as_jcs(change: MessagesAppended) -> MessagesAppended | None:
         for field, value in (("metadata", message.metadata), ("tool_calls", message.tool_calls)):
             if value is None:
                 continue
-            shape = _shape_of(value)
-            if shape == _OTHER:
-                return None
-            if shape == _NUMBERS:
+            written = _as_jcs(value)
+            if written is not value:
+                if written is _REFUSE:
+                    return None
                 fixes = fixes or {}
-                fixes[field] = _jcs_numbers(value)
+                fixes[field] = written
         if fixes:
             if rebuilt is None:
                 rebuilt = list(change.messages[:i])
