@@ -705,43 +705,55 @@ class OutboundQueue:
                 assert isinstance(head, EncodedSnapshot)
                 budget -= self._stream_step(raw, head)
                 continue
-            parts: list[bytes] = []
-            size = 0
-            taken = 0
-            seq = self.seq
-            broken: Outbound | None = None
-            for item in q:
-                if (size >= limit and type(item) is not EncodedDraft) or (
-                    item.baseline and item.size > limit
-                ):
-                    # (A bare EncodedDraft queued is a close: a commit's
-                    # ``final`` stays in its increment's message.)
-                    break
-                try:
-                    frame = item.render(seq + 1, binary)
-                except Unencodable:
-                    broken = item
-                    break
-                taken += 1
-                self._count(item, -1)
-                seq += 1
-                if binary:
-                    parts.append(ws_header(BINARY, len(frame)))
-                elif parts:
-                    parts.append(b"\n")
-                parts.append(frame)
-                size += len(frame)
+            frames, size, broken = self._render_head(q, limit, binary)
+            taken = len(frames)
             del q[:taken]
             if taken:
-                if not binary:
-                    parts.insert(0, ws_header(TEXT, size + taken - 1))
+                # One copy into one write: headers (binary) or newlines (JSON)
+                # between the frames.
+                parts: list[bytes] = [] if binary else [ws_header(TEXT, size + taken - 1)]
+                for i, frame in enumerate(frames):
+                    if binary:
+                        parts.append(ws_header(BINARY, len(frame)))
+                    elif i:
+                        parts.append(b"\n")
+                    parts.append(frame)
                 raw.raw_write(b"".join(parts))
                 budget -= size
                 self._count_sent(taken, taken if binary else 1, size)
-                self.seq = seq
+                self.seq += taken
             if broken is not None:
                 self._unsendable(broken.transcript_id, broken)
                 q = self._queue
+
+    def _render_head(
+        self, q: list[Outbound], limit: int, binary: bool
+    ) -> tuple[list[bytes], int, Outbound | None]:
+        """The frames of the items at the head of ``q`` that go out in one
+        write, numbered from the next ``seq``: up to about ``limit`` bytes
+        (a bare ``EncodedDraft`` is a close: a commit's ``final`` stays in its
+        increment's message), never a baseline over ``limit`` behind others
+        (it is streamed on its own), and never past an item that cannot be
+        encoded (returned last, to be dropped). Returns the frames, their
+        size and that item; the items taken are counted out of the queue,
+        and the caller removes them and moves ``seq`` on by as many."""
+        frames: list[bytes] = []
+        size = 0
+        seq = self.seq
+        for item in q:
+            if (size >= limit and type(item) is not EncodedDraft) or (
+                frames and item.baseline and item.size > limit
+            ):
+                break
+            try:
+                frame = item.render(seq + 1, binary)
+            except Unencodable:
+                return frames, size, item
+            self._count(item, -1)
+            seq += 1
+            frames.append(frame)
+            size += len(frame)
+        return frames, size, None
 
     def _stream_step(self, raw: RawFrames, head: EncodedSnapshot) -> int:
         """Write the next fragment of the baseline at the head of the queue;
@@ -817,28 +829,11 @@ class OutboundQueue:
     async def _write_json(self) -> None:
         """Send what is queued as one WebSocket message through ASGI."""
         q = self._queue
-        parts: list[bytes] = []
-        size = 0
-        seq = self.seq
-        limit = self._batch_bytes
-        taken = 0
-        broken: Outbound | None = None
-        for item in q:
-            if size >= limit and type(item) is not EncodedDraft:
-                break  # (a close stays in the message of its commit's increment)
-            try:
-                frame = item.render(seq + 1, False)
-            except Unencodable:
-                broken = item
-                break
-            taken += 1
-            self._count(item, -1)
-            seq += 1
-            parts.append(frame)
-            size += len(frame)
+        parts, size, broken = self._render_head(q, self._batch_bytes, False)
+        taken = len(parts)
         # Pushes made while the send below is awaited go to the new list.
         self._queue = q[taken:] if taken < len(q) else []
-        self.seq = seq
+        self.seq += taken
         if broken is not None:
             self._unsendable(broken.transcript_id, broken)
         if not parts:
