@@ -84,9 +84,9 @@ class SQLiteOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             ge=1,
             description="transcripts.sqlite3: WAL pages written before a checkpoint copies them "
             "into the database file, on a thread of its own, not the event loop's (and a "
-            "second after a write); when writes keep outrunning it (the WAL at 4 times this), "
-            "the writer copies what it left; when it keeps failing, SQLite's own checkpoint on "
-            "the writer takes over until it succeeds",
+            "second after a write); when writes outrun it, it goes again at once, and only "
+            "with the WAL at 16 times this does the writer copy what it left; when it keeps "
+            "failing, SQLite's own checkpoint on the writer takes over until it succeeds",
         ),
     ] = 1000
 

@@ -26,8 +26,9 @@ Three connections, one per thread, none ever shared:
   of their own (``_Checkpointer``), not after a commit on the loop's thread
   (SQLite's default: up to ~10 ms every ~1,000 pages): every
   ``checkpoint_pages`` pages and a second after a write. When the writes
-  outrun them the writer copies the little they left, so that the WAL
-  starts over; when they keep failing, SQLite's own checkpoint comes back.
+  outrun them the thread goes again at once; only a WAL grown to 16 times
+  ``checkpoint_pages`` is copied by the writer, so that it starts over;
+  when they keep failing, SQLite's own checkpoint comes back.
   Checkpoints move committed pages: what is durable does not change.
 - **Reads** (load, events_after, list) run on a worker thread on a read-only
   connection of their own. WAL lets them read while the loop writes, so a
@@ -273,8 +274,12 @@ _PREVIEWS_KEPT: Final = 10_000
 #: during the one before, until one finds nothing new.
 _CHECKPOINT_ROUNDS: Final = 3
 #: The writes outran the checkpoint thread and the WAL holds this many times
-#: ``checkpoint_pages``: the writer copies the rest (the WAL then starts over).
+#: ``checkpoint_pages``: the thread goes again at once.
 _OUTRUN: Final = 4
+#: The WAL holds this many times ``checkpoint_pages`` though the thread goes
+#: again at once each time it is outrun: the writer copies the rest itself,
+#: between two commits, so that the WAL cannot grow without bound.
+_WRITER_COPIES: Final = 16
 #: Checkpoints that failed in a row before SQLite's own on the writer takes over.
 _CHECKPOINT_FAILURES: Final = 3
 
@@ -1111,8 +1116,10 @@ class SQLiteStore:
     def _checkpointed(self, commits: int, done: asyncio.Future[tuple[int, bool, bool]]) -> None:
         """Learn the pages per commit from what the WAL held. When the writes
         keep outrunning the thread (the WAL would never start over, and
-        grow), the writer copies the little the thread left, between two
-        commits (the WAL then starts over with the next one)."""
+        grow), the thread goes again at once; only once the WAL holds
+        ``_WRITER_COPIES`` times ``checkpoint_pages`` does the writer copy
+        what the thread left, between two commits (the WAL then starts over
+        with the next one)."""
         self._checkpointing = None
         writer = self._writer
         if writer is None or done.cancelled():
@@ -1131,6 +1138,13 @@ class SQLiteStore:
                 self._checkpoint_every = max(1, min(_MAX_CHECKPOINT_EVERY, every))
             self._wal_pages = pages
             if not caught_up and not held and pages >= _OUTRUN * limit:
+                if pages < _WRITER_COPIES * limit:
+                    # Outrun: the thread goes again at once rather than the
+                    # loop copying what it left (a copy and its sync on the
+                    # loop held it 230 ms after a burst, under load).
+                    self._wal_restarts = False
+                    self._start_checkpoint()
+                    return
                 try:
                     writer.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                     self.writer_checkpoints += 1
