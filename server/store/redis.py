@@ -1200,7 +1200,7 @@ class RedisStore:
                 )
                 lost = True
             finally:
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()
                 await client.aclose(close_connection_pool=True)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)

@@ -237,7 +237,7 @@ class _NodeListener:
                 self.owner.confirmed.difference_update(self.subscribed.values())
                 self.subscribed = {}
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()
                 with contextlib.suppress(Exception):
                     await client.aclose(close_connection_pool=True)
             await asyncio.sleep(delay)
