@@ -441,8 +441,8 @@ export function newIdempotencyKey(): string;
 /** The most messages one HTTP read returns. */
 export const READ_MAX: 1000;
 
-/** The HTTP base URL of a ws:// or wss:// URL of /v1/ws. */
-export function httpBase(wsUrl: string): string;
+/** The HTTP base URL of a server URL in any form TsyncClient takes; throws a TypeError for others. */
+export function httpBase(url: string | URL): string;
 
 /** An error frame as an Error: code is the wire code (docs/protocol.md, Errors). */
 export class ServerError extends Error {
@@ -543,8 +543,8 @@ export interface ClientOptions {
   heartbeatMs?: number;
   /** Default: globalThis.WebSocket, else the `ws` package's. */
   WebSocket?: WebSocketClass;
-  /** The server's HTTP base for loadEarlier (default: from url). */
-  httpUrl?: string;
+  /** The server's HTTP base for loadEarlier and the fallback (default: from url; the same forms as url). */
+  httpUrl?: string | URL;
   fetch?: typeof globalThis.fetch;
   newKey?: () => string;
   timers?: Timers;
@@ -698,10 +698,16 @@ export interface AppendAck extends Ack {
  * reconnects; every followed transcript is a self-checking copy.
  */
 export class TsyncClient {
-  /** url: the ws:// or wss:// URL of /v1/ws. */
-  constructor(url: string, options?: ClientOptions);
+  /**
+   * url: the server's URL, as the Python client takes it: http(s)://host[:port][/base] (the
+   * form of the CLI and the READMEs) or ws(s)://host[:port][/base], with or without /v1/ws.
+   * Anything else throws a TypeError here, saying what was expected.
+   */
+  constructor(url: string | URL, options?: ClientOptions);
+  /** The WebSocket's URL: ws(s)://host[:port][/base]/v1/ws. */
   readonly url: string;
   token: string | null;
+  /** The HTTP base: http(s)://host[:port][/base]. */
   httpUrl: string;
   state: ClientState;
   /** The transport of the current (or the next) connection. */

@@ -1440,20 +1440,58 @@ export function newIdempotencyKey() {
 
 // --- the client ---------------------------------------------------------------------
 
-/** Raised (as a rejected append) when the server answered with an error frame. */
 /** Most messages one GET .../messages answers (protocol.limits.MAX_READ_MESSAGES). */
 export const READ_MAX = 1000;
 
-/** The HTTP base of a server given its ws(s)://host/.../v1/ws URL. */
-export function httpBase(wsUrl) {
-  const url = new URL(wsUrl, globalThis.location?.href);
-  url.protocol = url.protocol === "wss:" ? "https:" : url.protocol === "ws:" ? "http:" : url.protocol;
-  url.pathname = url.pathname.replace(/\/v1\/ws\/?$/, "");
-  url.search = "";
-  url.hash = "";
-  return url.toString().replace(/\/$/, "");
+const WS_PATH = "/v1/ws";
+/** The schemes a server URL may have, and the WebSocket's and HTTP's scheme of each. */
+const URL_SCHEMES = {
+  "http:": ["ws:", "http:"],
+  "https:": ["wss:", "https:"],
+  "ws:": ["ws:", "http:"],
+  "wss:": ["wss:", "https:"],
+};
+const URL_FORMS = "http(s)://host[:port][/base] or ws(s)://host[:port][/base][/v1/ws]";
+
+/**
+ * The WebSocket URL and the HTTP base of a server given by any URL the Python client takes
+ * (client_py.http.endpoints): http(s)://host[:port][/base], the form of the CLI and the
+ * READMEs, gives ws(s)://host[:port][/base]/v1/ws; ws(s)://host[:port][/base], with or without
+ * /v1/ws, gives http(s)://host[:port][/base]. A ws(s) URL keeps its query, a fragment is
+ * dropped. Anything else (another scheme, no scheme, a relative URL, a user or password in
+ * the URL) throws a TypeError at once: given to a WebSocket it would only fail to connect,
+ * again and again. `what` names the argument in the error.
+ */
+function serverUrls(url, what = "url") {
+  const text = url instanceof URL ? url.href : url;
+  if (typeof text !== "string") throw new TypeError(`${what}: expected the server's URL, ${URL_FORMS}, not ${url === null ? "null" : typeof url}`);
+  let parsed = null;
+  try {
+    parsed = new URL(text.trim());
+  } catch {
+    // not an absolute URL: refused below
+  }
+  if (parsed === null || !Object.hasOwn(URL_SCHEMES, parsed.protocol) || !parsed.host) {
+    throw new TypeError(`${what}: expected the server's URL, ${URL_FORMS}, not ${JSON.stringify(text)}`);
+  }
+  if (parsed.username || parsed.password) {
+    // Not echoed: the URL holds a secret. fetch() refuses such URLs, and a token goes in getToken.
+    throw new TypeError(`${what}: no user or password in the server's URL (${URL_FORMS}); give the client a token or getToken`);
+  }
+  const [wsScheme, httpScheme] = URL_SCHEMES[parsed.protocol];
+  let path = parsed.pathname.replace(/\/+$/, "");
+  const base = path.endsWith(WS_PATH) ? path.slice(0, -WS_PATH.length) : path;
+  path = `${base}${WS_PATH}`;
+  const query = parsed.protocol.startsWith("ws") ? parsed.search : "";
+  return { ws: `${wsScheme}//${parsed.host}${path}${query}`, http: `${httpScheme}//${parsed.host}${base}` };
 }
 
+/** The HTTP base of a server given any URL TsyncClient takes (ws(s)://host/.../v1/ws, http(s)://host/...). */
+export function httpBase(url) {
+  return serverUrls(url).http;
+}
+
+/** Raised (as a rejected append) when the server answered with an error frame. */
 export class ServerError extends Error {
   constructor(frame) {
     super(`${frame.code}: ${frame.message}`);
@@ -1922,7 +1960,10 @@ export class StreamFaceSocket {
  */
 export class TsyncClient {
   /**
-   * @param {string} url  the ws:// or wss:// URL of /v1/ws
+   * @param {string | URL} url  the server's URL: http(s)://host[:port][/base] (the
+   *   form the Python client, the CLI and the READMEs use) or ws(s)://host[:port][/base],
+   *   with or without /v1/ws; anything else throws a TypeError here. client.url is the
+   *   WebSocket's URL (.../v1/ws), client.httpUrl the HTTP base.
    * @param {object} [options]
    *   token: a bearer token, or getToken: an (async) function that returns
    *   one, asked before every connection, before the current token's exp
@@ -1933,7 +1974,8 @@ export class TsyncClient {
    *   heartbeatMs: ping this often; reconnect when a ping got no frame back
    *   by the next one (0: off);
    *   WebSocket: the WebSocket class (for tests; default globalThis.WebSocket);
-   *   httpUrl: the server's HTTP base for loadEarlier (default: from url);
+   *   httpUrl: the server's HTTP base for loadEarlier and the fallback (default: from url;
+   *   any form url takes);
    *   fetch: the fetch function (for tests; default globalThis.fetch);
    *   newKey: the idempotency key generator; timers: {setTimeout, clearTimeout,
    *   setInterval, clearInterval, now} (for tests);
@@ -1947,7 +1989,8 @@ export class TsyncClient {
    *   this often (default 60000; 0: never) and move back to it once one opens.
    */
   constructor(url, options = {}) {
-    this.url = url;
+    const urls = serverUrls(url);
+    this.url = urls.ws;
     this.token = options.token ?? null;
     this._getToken = options.getToken ?? null;
     this.options = {
@@ -1970,7 +2013,7 @@ export class TsyncClient {
     this._probeTimer = null;
     this._probe = null;
     this._fetch = options.fetch ?? ((...args) => globalThis.fetch(...args));
-    this.httpUrl = options.httpUrl ?? httpBase(url);
+    this.httpUrl = options.httpUrl == null ? urls.http : serverUrls(options.httpUrl, "httpUrl").http;
     this._newKey = options.newKey ?? newIdempotencyKey;
     this._timers = options.timers ?? {
       setTimeout: (f, ms) => setTimeout(f, ms),
