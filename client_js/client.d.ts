@@ -321,8 +321,6 @@ export class TranscriptCopy {
   apply(event: TranscriptEvent): void;
 }
 
-/** @deprecated The old name of TranscriptCopy. */
-
 /** An event that cannot be applied to a copy: malformed, or not the next change. */
 export class InvalidChange extends Error {
   constructor(message: string);
