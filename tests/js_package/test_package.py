@@ -102,3 +102,39 @@ async def test_the_package_follows_a_transcript_in_node(installed: Path) -> None
     assert seen["draftTexts"], "the draft was never seen growing"
     assert all(text.startswith(t) for t in seen["draftTexts"]), seen["draftTexts"]
     assert seen["sameSnapshotWhenUnchanged"] is True
+
+
+async def test_the_package_takes_the_server_url_as_the_python_client_does(installed: Path) -> None:
+    """Every form of the server's URL the Python client takes reaches the server
+    from Node, over the WebSocket and over the HTTP fallback; a URL it would only
+    fail to connect to, over and over, is refused in the constructor."""
+    async with running_server() as srv, client_py.connect(srv.url) as writer:
+        await writer.create("urls-1", [{"role": "user", "content": "hi"}])
+        host = srv.url.removeprefix("http://")
+        accepted = [
+            srv.url,  # http://127.0.0.1:port: the Python client's, the CLI's and the README's
+            srv.url + "/",
+            srv.url.replace("http://", "HTTP://"),
+            srv.ws_url,
+            srv.ws_url + "/",
+            f"ws://{host}",
+        ]
+        refused = [host, f"ftp://{host}", "/v1/ws", f"http://user:pw@{host}"]
+        args = ("urls-1", json.dumps(accepted), json.dumps(refused))
+        async with node_script("node_urls.mjs", *args, cwd=npm.PROJECT) as run:
+            seen = await run.finish()
+    for outcome in seen["followed"]:
+        assert outcome.get("error") is None, outcome
+        assert outcome["wsUrl"] == srv.ws_url, outcome
+        assert outcome["httpUrl"] == srv.url, outcome
+        assert outcome["via"] == outcome["transport"], outcome
+        assert outcome["messages"] == 1, outcome
+    assert len(seen["followed"]) == 2 * len(accepted)
+    errors = {o["url"]: o["error"] for o in seen["refused"]}
+    assert list(errors) == refused
+    for url, error in errors.items():
+        assert error is not None, f"{url} was taken"
+        assert error.startswith("TypeError: url: "), error
+        assert "http(s)://host[:port][/base] or ws(s)://host[:port][/base][/v1/ws]" in error
+    assert "no user or password" in errors[refused[-1]]
+    assert "user:pw" not in errors[refused[-1]]
