@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.browser, pyt
 MAIN = """
 import { StrictMode } from "react";
 import { createRoot } from "react-dom/client";
-import { LiveTranscript } from "./LiveTranscript.jsx";
+import { LiveTranscript } from "./LiveTranscript.tsx";
 
 const params = new URLSearchParams(location.search);
 createRoot(document.getElementById("root")).render(
@@ -72,7 +72,7 @@ def static_site(folder: Path) -> Iterator[str]:
 
 def readme_component() -> str:
     text = (npm.PACKAGE / "README.md").read_text()
-    match = re.search(r"## React\n.*?```jsx\n(.*?)```", text, re.S)
+    match = re.search(r"## React\n.*?```tsx\n(.*?)```", text, re.S)
     assert match is not None, "client_js/README.md lost its React component"
     return match.group(1)
 
@@ -81,7 +81,7 @@ def bundle(folder: Path) -> None:
     """The README's component, React and the packed package, as one ES module."""
     npm.tools()
     npm.install(npm.pack(folder))
-    (folder / "LiveTranscript.jsx").write_text(readme_component())
+    (folder / "LiveTranscript.tsx").write_text(readme_component())
     (folder / "main.jsx").write_text(MAIN)
     esbuild = npm.PROJECT / "node_modules" / ".bin" / "esbuild"
     result = subprocess.run(
@@ -117,7 +117,8 @@ async def test_the_readme_component_renders_a_live_transcript_with_drafts(
             page = await context.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
-            await page.goto(f"{site}/index.html?url={srv.ws_url}&id=react-1")
+            # The server's URL as the Python client takes it (http://host:port).
+            await page.goto(f"{site}/index.html?url={srv.url}&id=react-1")
             await live_transcript(page, writer)
             assert errors == []
 
