@@ -566,9 +566,12 @@ export interface StatusEvent {
   reason?: string;
 }
 
+/** A TsyncClient's copy of a transcript: it keeps its messages, which are never null. */
+export type ClientCopy = TranscriptCopy & { messages: Message[] };
+
 export interface BaselineEvent {
   transcriptId: string;
-  mirror: TranscriptCopy;
+  mirror: ClientCopy;
   snapshot: TranscriptSnapshot;
   epochChanged: boolean;
 }
@@ -579,7 +582,7 @@ export interface MessagesEvent {
   messages: Message[];
   revision: number;
   event: TranscriptEvent;
-  mirror: TranscriptCopy;
+  mirror: ClientCopy;
 }
 
 export interface SegmentEvent {
@@ -589,7 +592,7 @@ export interface SegmentEvent {
   end: number;
   revision: number;
   event: TranscriptEvent;
-  mirror: TranscriptCopy;
+  mirror: ClientCopy;
 }
 
 export interface ViewEvent {
@@ -600,14 +603,14 @@ export interface ViewEvent {
   left: boolean;
   revision: number;
   event: TranscriptEvent;
-  mirror: TranscriptCopy;
+  mirror: ClientCopy;
 }
 
 export interface EarlierEvent {
   transcriptId: string;
   start: number;
   messages: Message[];
-  mirror: TranscriptCopy;
+  mirror: ClientCopy;
 }
 
 export interface StopEvent {
@@ -630,7 +633,7 @@ export interface DraftEvent {
   text: string;
   /** With "final": the revision that committed it. */
   revision: number | null;
-  mirror: TranscriptCopy | null;
+  mirror: ClientCopy | null;
 }
 
 export interface UpdateEvent {
@@ -733,7 +736,7 @@ export class TsyncClient {
   /** The open drafts of a subscribed transcript. */
   drafts(transcriptId: string): Map<string, DraftCopy>;
   /** The copy of a subscribed transcript, or null before its baseline. */
-  mirror(transcriptId: string): TranscriptCopy | null;
+  mirror(transcriptId: string): ClientCopy | null;
   /** Widen the copy backwards by up to count messages; resolves with how many were added. */
   loadEarlier(transcriptId: string, count: number): Promise<number>;
   /** Append messages, exactly once across reconnects; rejects with a ServerError. */

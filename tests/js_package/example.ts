@@ -39,6 +39,7 @@ import {
 } from "@transcript-sync/client";
 import type {
   AppendAck,
+  ClientCopy,
   ClientEvents,
   ClientOptions,
   ClientState,
@@ -67,7 +68,9 @@ const options: ClientOptions = {
   fallbackAfter: 2,
   webSocketRetryMs: 60000,
 };
-const client = new TsyncClient("ws://127.0.0.1:8765/v1/ws", options);
+const client = new TsyncClient("http://127.0.0.1:8765", options);
+const wsUrl: string = new TsyncClient(new URL("wss://chat.example/sync"), { httpUrl: new URL("https://chat.example/sync") }).url;
+console.log(wsUrl, client.url, client.httpUrl);
 const stopStatus: () => void = client.on("status", ({ state, transport, attempt, reason }) => {
   const s: ClientState = state;
   const over: Transport = transport;
@@ -76,8 +79,8 @@ const stopStatus: () => void = client.on("status", ({ state, transport, attempt,
 const now: Transport = client.transport;
 console.log(now, client.stats.fallbacks, TRANSPORTS.length);
 client.on("baseline", ({ transcriptId, mirror, snapshot, epochChanged }) => {
-  const messages: Message[] | null = mirror.messages;
-  console.log(transcriptId, messages?.length, snapshot.revision, epochChanged);
+  const messages: Message[] = mirror.messages; // a client's copy keeps its messages
+  console.log(transcriptId, messages.length, snapshot.revision, epochChanged);
 });
 client.on("messages", ({ start, messages, revision, event }) => {
   console.log(start, messages.map((m) => m.role), revision, event.change.kind);
@@ -110,7 +113,10 @@ try {
   if (err instanceof ServerError) console.log(err.code, err.frame.message);
 }
 const added: number = await client.loadEarlier("chat-1", 100);
-const copy: TranscriptCopy | null = client.mirror("chat-1");
+const copy: ClientCopy | null = client.mirror("chat-1");
+const asCopy: TranscriptCopy | null = copy;
+const kept: Message[] | undefined = copy?.messages;
+console.log(asCopy?.length, kept?.length);
 const view = copy?.view("recent");
 console.log(added, view?.end, copy?.segments.length, copy?.views.length);
 for (const [id, draft] of client.drafts("chat-1")) console.log(id, draft.role, draft.text, draft.n);
