@@ -24,7 +24,8 @@ in docs/protocol.md ("SDK input"); in short:
   ``metadata.citations``; each ``tool_result`` block of a user message is a
   ``tool`` message (``is_error`` kept as ``metadata.is_error``); a response
   ``Message``'s envelope (``id``, ``type``, ``model``, ``stop_reason``,
-  ``stop_sequence``, ``usage``, ...) is left out, as is ``cache_control``.
+  ``stop_sequence``, ``usage``, ...) is left out, as are ``cache_control`` and
+  a document's ``citations`` setting.
 
 Pure: plain data in (decoded JSON), plain data out, no I/O.
 """
@@ -166,8 +167,12 @@ def _openai_message(value: object, path: str) -> dict[str, Any]:
         )
     out: dict[str, Any] = {"role": role}
     metadata: dict[str, Any] = {}
-    if "metadata" in item:  # ours, passed on (validation checks it)
-        metadata.update(_object(item["metadata"], f"{path}.metadata"))
+    if "metadata" in item:  # ours, passed on as it is (validation checks it)
+        if not isinstance(item["metadata"], Mapping):
+            raise InvalidMessage(
+                f"{path}.metadata", f"expected an object, got {_kind(item['metadata'])}"
+            )
+        metadata.update(item["metadata"])
     content = item.get("content")
     if isinstance(content, list | tuple):
         parts: list[dict[str, Any]] = []
@@ -195,7 +200,7 @@ def _openai_message(value: object, path: str) -> dict[str, Any]:
         calls = _list(calls, f"{path}.tool_calls")
         if calls:
             out["tool_calls"] = [
-                _no_nulls(_object(call, f"{path}.tool_calls[{j}]")) for j, call in enumerate(calls)
+                _tool_call(call, f"{path}.tool_calls[{j}]") for j, call in enumerate(calls)
             ]
     if "content" not in out:
         if role != "assistant" or not (
@@ -213,6 +218,16 @@ def _openai_message(value: object, path: str) -> dict[str, Any]:
     if metadata:
         out["metadata"] = metadata
     return out
+
+
+def _tool_call(value: object, path: str) -> dict[str, Any]:
+    """A tool call as it is, its ``null`` fields and those of its
+    ``function`` (or ``custom``) left out (the values inside are the call's)."""
+    call = _object(value, path)
+    for key in ("function", "custom"):
+        if isinstance(call.get(key), Mapping):
+            call[key] = {k: v for k, v in call[key].items() if v is not None}
+    return call
 
 
 def _openai_part(value: object, path: str, refusals: list[str]) -> dict[str, Any]:
@@ -434,7 +449,7 @@ def _user_part(block: dict[str, Any], path: str, metadata: dict[str, Any]) -> di
     if kind == "document":
         _unknown(
             block,
-            {"type", "source", "title", "context", "citations", "cache_control"},
+            {"type", "source", "title", "citations", "cache_control"},
             path,
             "a document block",
         )

@@ -373,3 +373,33 @@ def test_from_sdk_passes_own_messages_and_keeps_system_to_anthropic() -> None:
         from_sdk(None, own, "s")
     with pytest.raises(InvalidMessage, match="system"):
         from_sdk("openai", own, "s")
+
+
+def test_the_own_shape_refuses_sdk_fields_and_says_which_format_takes_them() -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        parse_messages([{"role": "assistant", "content": "", "refusal": None}])
+    assert caught.value.path == "messages[0].refusal"
+    assert "format=openai" in caught.value.reason
+    tool_use = {"type": "tool_use", "id": "t", "name": "n", "input": {}}
+    with pytest.raises(InvalidMessage) as caught:
+        parse_messages([{"role": "assistant", "content": [tool_use]}])
+    assert caught.value.path == "messages[0].content[0].type"
+    assert "format=anthropic" in caught.value.reason
+
+
+def test_our_metadata_and_the_values_of_a_call_are_passed_on_as_they_are() -> None:
+    call = {
+        "id": "c",
+        "type": "function",
+        "function": {"name": "f", "arguments": {"x": None}},
+        "index": None,
+    }
+    given_ = {"role": "assistant", "content": None, "tool_calls": [call], "metadata": {"a": None}}
+    assert from_openai([given_]) == [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c", "type": "function", "function": call["function"]}],
+            "metadata": {"a": None},
+        }
+    ]

@@ -179,4 +179,5 @@ def test_a_bad_format_or_a_misplaced_system_is_refused(http: httpx.Client) -> No
     # Without format= the transcript's own shape is asked for: OpenAI's nulls are not it.
     r = http.post(url, json={"messages": [{"role": "assistant", "content": None, "refusal": None}]})
     assert r.status_code == 422 and r.json()["code"] == "invalid-message", r.text
+    assert "format=openai" in r.json()["detail"], r.text
     assert messages_of(http, tid) == []
