@@ -38,13 +38,13 @@ import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from client_py.drafts import DraftWriter, chunk_text, iterate_chunks
+from client_py.drafts import DraftWriter, StreamedCalls, chunk_text, iterate_chunks
 from client_py.errors import (
     ClientClosed,
     Disconnected,
@@ -54,7 +54,7 @@ from client_py.errors import (
     error_for,
     error_from_frame,
 )
-from client_py.http import Ack, Created, HttpApi
+from client_py.http import Ack, Created, HttpApi, sdk_plain
 from client_py.mirror import Mirror
 from client_py.tokens import TokenProvider
 from protocol import codes, wire
@@ -380,8 +380,17 @@ class Client:
         *,
         timeout: float | None = None,
         draft_id: str | None = None,
+        format: Literal["openai", "anthropic"] | None = None,
+        system: Any = None,
     ) -> Ack:
         """Append one batch (``Message`` structs or plain dicts) over the WebSocket.
+
+        ``format="openai"`` or ``"anthropic"``: the messages are what that
+        API's SDK gives (its objects, or dicts): an OpenAI
+        ``completion.choices[0].message``, an Anthropic ``Message``, tool
+        calls and results included; the server converts them
+        (docs/protocol.md, "SDK input"). ``system`` is Anthropic's system
+        prompt (``format="anthropic"`` only).
 
         Retried on every new connection with the same idempotency key until
         answered, so it lands exactly once. Raises ``RevisionConflict``
@@ -391,7 +400,8 @@ class Client:
         ``DraftWriter.commit``).
         """
         key = idempotency_key or uuid.uuid4().hex
-        batch = list(messages)
+        batch = [sdk_plain(m) for m in messages]
+        system = sdk_plain(system)
         frame = await self._call(
             lambda ref: wire.Append(
                 transcript_id=transcript_id,
@@ -400,6 +410,8 @@ class Client:
                 idempotency_key=key,
                 ref=ref,
                 draft_id=draft_id,
+                format=format,
+                system=system,
             ),
             retry=True,
             timeout=timeout,
@@ -495,17 +507,31 @@ class Client:
         dict) whose ``choices[0].delta.content`` is the text (chunks with
         none are skipped; no LLM SDK needed): ``await client.stream(tid,
         await openai.chat.completions.create(..., stream=True))`` works as
-        is. ``fields`` are laid over the message (see ``DraftWriter.commit``).
+        is. The chunks' ``delta.tool_calls`` are gathered (by index: id,
+        function name, argument fragments) and committed as the message's
+        ``tool_calls``; a ``delta.refusal`` is written as text and kept in
+        ``metadata.refusal``; what cannot be carried (a legacy
+        ``function_call``, a call without an id or name) raises
+        ``ClientError`` instead of committing an empty message
+        (``drafts.StreamedCalls``). The draft's live text is the text only.
+        ``fields`` are laid over the message (see ``DraftWriter.commit``).
         When the chunks raise, or the commit is refused, the draft is
         cancelled and the error goes on.
         """
+        streamed = StreamedCalls()
         async with self.draft(transcript_id, role=role, draft_id=draft_id) as writer:
             async for chunk in iterate_chunks(chunks):
                 text = chunk_text(chunk)
                 if text:
                     await writer.write(text)
+                refusal = streamed.add(chunk)
+                if refusal:
+                    await writer.write(refusal)
+            message = streamed.fields()  # ClientError: the draft is cancelled
+            if fields:
+                message.update(fields)
             return await writer.commit(
-                fields,
+                message or None,
                 expected_revision=expected_revision,
                 idempotency_key=idempotency_key,
                 timeout=timeout,

@@ -32,7 +32,7 @@ from protocol.types import Role
 if TYPE_CHECKING:
     from client_py.http import Ack
 
-__all__ = ["DraftView", "DraftWriter", "chunk_text"]
+__all__ = ["DraftView", "DraftWriter", "StreamedCalls", "chunk_text"]
 
 #: The refusals of a ref-less update after which the writer goes on, sending
 #: its whole text with the next update (the server did not apply one).
@@ -322,3 +322,96 @@ async def iterate_chunks(chunks: AsyncIterable[object] | Iterable[object]) -> As
     else:
         for chunk in chunks:
             yield chunk
+
+
+def _field(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+
+
+class StreamedCalls:
+    """What an OpenAI chunk stream says besides ``delta.content``, gathered
+    for the message it is committed as (``Client.stream``): the
+    ``delta.tool_calls`` fragments (by ``index``: the ``id``, the
+    ``function.name`` and the ``function.arguments`` pieces, joined in
+    order) and the ``delta.refusal`` text. ``add`` returns the refusal text
+    of a chunk (the draft shows it: it is what the model said); ``fields``
+    the ``tool_calls`` and ``metadata.refusal`` to commit, or raises
+    ``ClientError`` when the stream holds what a message cannot carry (a
+    legacy ``function_call``, a tool call without an id or a name, or of a
+    type other than ``function``): never an empty message in its place."""
+
+    def __init__(self) -> None:
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._refusal: list[str] = []
+
+    def add(self, chunk: Any) -> str | None:
+        if isinstance(chunk, str):
+            return None
+        choices = _field(chunk, "choices")
+        if not choices:
+            return None
+        delta = _field(choices[0], "delta")
+        if delta is None:
+            return None
+        if _field(delta, "function_call") is not None:
+            raise ClientError(
+                "the stream holds a legacy function_call delta, which a message cannot "
+                "carry: ask for tools (tool_calls) instead"
+            )
+        for call in _field(delta, "tool_calls") or ():
+            self._add_call(call)
+        refusal = _field(delta, "refusal")
+        if refusal is None:
+            return None
+        if not isinstance(refusal, str):
+            raise TypeError(f"choices[0].delta.refusal is {type(refusal).__name__}, not str")
+        self._refusal.append(refusal)
+        return refusal
+
+    def _add_call(self, delta: Any) -> None:
+        index = _field(delta, "index")
+        if not isinstance(index, int):
+            raise ClientError(f"a tool call delta has no integer index: {delta!r:.200}")
+        call = self._calls.setdefault(index, {"id": "", "type": "function", "name": "", "args": []})
+        kind = _field(delta, "type")
+        if kind is not None and kind != "function":
+            raise ClientError(
+                f"tool call {index} is of type {kind!r}: only function calls can be carried"
+            )
+        call_id = _field(delta, "id")
+        if call_id:
+            if call["id"] and call["id"] != call_id:
+                raise ClientError(f"tool call {index} has two ids: {call['id']!r}, {call_id!r}")
+            call["id"] = call_id
+        function = _field(delta, "function")
+        if function is not None:
+            name = _field(function, "name")
+            if name:
+                call["name"] += name
+            arguments = _field(function, "arguments")
+            if arguments:
+                call["args"].append(arguments)
+
+    def fields(self) -> dict[str, Any]:
+        """The ``tool_calls`` (in index order) and ``metadata`` to commit."""
+        out: dict[str, Any] = {}
+        calls: list[dict[str, Any]] = []
+        for index in sorted(self._calls):
+            call = self._calls[index]
+            if not call["id"] or not call["name"]:
+                missing = "an id" if not call["id"] else "a function name"
+                raise ClientError(
+                    f"tool call {index} was streamed without {missing}: it cannot be committed"
+                )
+            calls.append(
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": "".join(call["args"])},
+                }
+            )
+        if calls:
+            out["tool_calls"] = calls
+        if self._refusal:
+            out["metadata"] = {"refusal": "".join(self._refusal)}
+        return out

@@ -264,14 +264,23 @@ class HttpApi:
         *,
         expected_revision: int | None = None,
         idempotency_key: str | None = None,
+        format: Literal["openai", "anthropic"] | None = None,
+        system: Any = None,
     ) -> Receipt:
-        """``POST /v1/transcripts/{id}/messages``: append one batch."""
+        """``POST /v1/transcripts/{id}/messages``: append one batch;
+        ``format``: what that API's SDK gives (``?format=``, see
+        ``Client.append``), ``system`` Anthropic's system prompt."""
         body: dict[str, Any] = {"messages": _plain(messages)}
         if expected_revision is not None:
             body["expectedRevision"] = expected_revision
         if idempotency_key is not None:
             body["idempotencyKey"] = idempotency_key
-        obj = await self._json("POST", f"/v1/transcripts/{transcript_id}/messages", json=body)
+        if system is not None:
+            body["system"] = sdk_plain(system)
+        params = {} if format is None else {"format": format}
+        obj = await self._json(
+            "POST", f"/v1/transcripts/{transcript_id}/messages", json=body, params=params
+        )
         return _ack(obj, transcript_id)
 
     async def start_segment(self, transcript_id: str, start: int | None = None) -> Receipt:
@@ -369,9 +378,21 @@ def _ack(obj: dict[str, Any], transcript_id: str) -> Receipt:
     )
 
 
+def sdk_plain(value: Any) -> Any:
+    """Plain data for the wire from a message: a ``Message`` struct, a plain
+    dict, or an SDK's object (anything with pydantic's ``model_dump``, as
+    the openai and anthropic packages' types have; no SDK is imported)."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        return dump(mode="json")
+    if isinstance(value, list | tuple):
+        return [sdk_plain(v) for v in value]
+    return msgspec.to_builtins(value)
+
+
 def _plain(messages: Any) -> list[Any]:
-    # Messages may be Message structs or plain dicts; the wire wants plain data.
-    return [msgspec.to_builtins(m) for m in messages]
+    # Messages may be Message structs, plain dicts or SDK objects; the wire wants plain data.
+    return [sdk_plain(m) for m in messages]
 
 
 def _quoted(filename: str) -> str:

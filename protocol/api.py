@@ -55,12 +55,17 @@ class CreateBody(Struct, frozen=True, rename="camel", forbid_unknown_fields=True
 
 class AppendBody(Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
     """``POST /v1/transcripts/{id}/messages``: one batch, all or nothing;
-    with ``draft_id`` it commits that draft (it closes in the same step)."""
+    with ``draft_id`` it commits that draft (it closes in the same step).
+    With ``?format=openai|anthropic`` the messages are in that API's shape
+    (what its SDK returns) and converted by ``protocol.sdk_in``."""
 
     messages: list[Any]
     expected_revision: NonNegative | None = None
     idempotency_key: IdempotencyKey | None = None
     draft_id: DraftId | None = None
+    #: Anthropic's system prompt, with ``?format=anthropic`` only: appended
+    #: first, as a system message (``protocol.sdk_in``).
+    system: Any = None
 
 
 class SegmentBody(Struct, frozen=True, rename="camel", forbid_unknown_fields=True):

@@ -263,7 +263,8 @@ def anthropic_messages(
       non-text parts become placeholders.
     - User and assistant messages keep their role; a ``tool`` message becomes
       a user message holding one ``tool_result`` block (``tool_use_id`` its
-      ``tool_call_id``; without one, a text saying it is an unattributed tool
+      ``tool_call_id``; its content a string when the message's is one, else
+      blocks; without one, a text saying it is an unattributed tool
       result). Consecutive messages of one role are merged into one message,
       as the API requires alternating roles.
     - ``tool_calls`` of an assistant message become ``tool_use`` blocks: the
@@ -367,7 +368,11 @@ def _anthropic_message(message: Message) -> tuple[str, list[dict[str, Any]]]:
         if message.tool_call_id is None:
             return "user", [_text("[tool result without a tool_call_id]"), *blocks]
         result: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
-        result["content"] = blocks
+        # A string stays a string (as the API takes it), so that what
+        # protocol.sdk_in reads back is the message that was written.
+        result["content"] = message.content if isinstance(message.content, str) else blocks
+        if not result["content"]:
+            result["content"] = []
         notes = [
             _text(_left_out(f"tool call {_json(call)}", "tool messages have none"))
             for call in message.tool_calls or ()

@@ -48,6 +48,14 @@ _PART_FIELDS: Final[dict[str, dict[str, type]]] = {
     "attachment": {"name": str, "mime": str, "content": str},
 }
 _json_encode = msgspec.json.Encoder().encode
+#: Fields and blocks the SDKs give that only ``format=`` takes (``protocol.sdk_in``):
+#: a refusal of them says so.
+_OPENAI_ONLY: Final = frozenset({"refusal", "annotations", "audio", "function_call"})
+_OPENAI_HINT: Final = " (an OpenAI SDK message? append it with format=openai)"
+_ANTHROPIC_ONLY: Final = frozenset(
+    {"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document"}
+)
+_ANTHROPIC_HINT: Final = " (an Anthropic SDK block? append it with format=anthropic)"
 
 #: The integers every format carries: MessagePack holds -2**63 .. 2**64 - 1
 #: (JSON holds any, but a value must reach every subscriber and store alike).
@@ -356,7 +364,8 @@ def _check_message(item: object, path: str) -> None:
         raise InvalidMessage(path, f"expected an object, got {_kind(item)}")
     for key in item:
         if key not in _MESSAGE_FIELDS:
-            raise InvalidMessage(f"{path}.{key}", "unknown field")
+            hint = _OPENAI_HINT if key in _OPENAI_ONLY else ""
+            raise InvalidMessage(f"{path}.{key}", "unknown field" + hint)
     if "role" not in item:
         raise InvalidMessage(f"{path}.role", "missing")
     role = item["role"]
@@ -402,7 +411,8 @@ def _check_part(part: object, path: str) -> None:
         raise InvalidMessage(f"{path}.type", f"expected a string, got {_kind(kind)}")
     fields = _PART_FIELDS.get(kind)
     if fields is None:
-        raise InvalidMessage(f"{path}.type", f"unknown content part {_show(kind)}")
+        hint = _ANTHROPIC_HINT if kind in _ANTHROPIC_ONLY else ""
+        raise InvalidMessage(f"{path}.type", f"unknown content part {_show(kind)}{hint}")
     for key in part:
         if key != "type" and key not in fields:
             raise InvalidMessage(f"{path}.{key}", f"unknown field of a {kind!r} part")

@@ -129,7 +129,11 @@ class Append(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field=
     ``protocol.validation.parse_messages`` so that errors name the message path.
 
     ``draft_id``: the batch commits that draft: it closes (subscribers get
-    its ``final`` frame right behind the increment) in the same step."""
+    its ``final`` frame right behind the increment) in the same step.
+
+    ``format``: the messages are in the shape of OpenAI's or Anthropic's API
+    (what their SDKs return), converted by ``protocol.sdk_in``; ``system``
+    is Anthropic's system prompt (with ``format="anthropic"`` only)."""
 
     transcript_id: TranscriptId
     messages: list[Any]
@@ -137,6 +141,8 @@ class Append(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field=
     idempotency_key: IdempotencyKey | None = None
     ref: Ref = None
     draft_id: DraftId | None = None
+    format: Literal["openai", "anthropic"] | None = None
+    system: Any = None
 
 
 class StartSegment(

@@ -14,7 +14,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from protocol import api, codes
+from protocol import api, codes, sdk_in
 from protocol.errors import InvalidMessage, ProtocolError
 from protocol.limits import MAX_ORIGIN_LENGTH
 from protocol.types import Origin
@@ -228,9 +228,16 @@ async def append_messages(request: Request) -> Response:
         if key is not None and key != from_header:
             raise InvalidMessage("idempotencyKey", "differs from the Idempotency-Key header")
         key = from_header
+    chat_format = request.query_params.get("format")
+    if chat_format is not None and chat_format not in sdk_in.SDK_FORMATS:
+        raise Refused(
+            codes.INVALID_QUERY,
+            f"query parameter 'format' must be one of {', '.join(sdk_in.SDK_FORMATS)}",
+        )
+    messages = sdk_in.from_sdk(chat_format, body.messages, body.system)
     result = await _hub(request).writes.append(
         tid,
-        body.messages,
+        messages,
         expected_revision=body.expected_revision,
         idempotency_key=key,
         origin=_origin(request),

@@ -309,6 +309,14 @@ OPERATIONS: Final = (
         params=(
             _ID,
             Param(
+                "format",
+                "query",
+                "absent: the transcript's own messages; openai (chat-completions messages,"
+                " as the openai SDK returns them) or anthropic (Messages API messages, with"
+                " the body's system): converted as docs/protocol.md says (SDK input)",
+                {"enum": ["openai", "anthropic"]},
+            ),
+            Param(
                 "Idempotency-Key",
                 "header",
                 "the same as the body's idempotencyKey (both given: they must be the same)",

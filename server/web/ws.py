@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from protocol import codes, rights, wire
+from protocol import codes, rights, sdk_in, wire
 from protocol.errors import InvalidFrame
 from protocol.limits import MAX_PRESENCE_NAME_LENGTH, MAX_REF_LENGTH
 from protocol.types import Origin
@@ -345,7 +345,7 @@ class OpHandler:
             case wire.Append():
                 result = await hub.writes.append(
                     op.transcript_id,
-                    op.messages,
+                    sdk_in.from_sdk(op.format, op.messages, op.system),
                     expected_revision=op.expected_revision,
                     idempotency_key=op.idempotency_key,
                     origin=self.origin,

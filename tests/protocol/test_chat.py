@@ -282,7 +282,7 @@ def test_anthropic_tool_use_and_results_and_a_system_string() -> None:
                 {
                     "type": "tool_result",
                     "tool_use_id": "c1",
-                    "content": [{"type": "text", "text": "rain"}],
+                    "content": "rain",
                 },
                 {"type": "text", "text": "thanks"},
             ],
