@@ -246,6 +246,13 @@ class Client:
         if self._closed:
             return
         self._closed = True
+        ws = self._ws
+        if ws is not None:
+            # A normal exit closes with 1000 first: cancelling the runner in
+            # the middle of ``async with ws`` would close with 1011 (internal
+            # error), and the server would log every exit as a failure.
+            with contextlib.suppress(Exception):
+                await ws.close()
         if self._runner is not None:
             self._runner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -696,6 +703,8 @@ class Client:
             else:
                 async with ws:
                     received = await self._session(ws)
+                if self._closed:  # aclose closed it: nothing to reconnect
+                    return
                 closed, reason = ws.close_code, ws.close_reason or ""
             if received:
                 attempt = 0

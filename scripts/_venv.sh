@@ -1,11 +1,12 @@
-# Sourced by scripts/serve, scripts/test and scripts/check: make sure .venv
-# exists and holds this project (editable) with the extras the calling script
-# needs ($need: "" for none, "dev" for tests and checks; TSYNC_EXTRAS
-# overrides it). The extras installed are recorded in .venv/.tsync-installed:
-# a later script that needs more installs them, so the scripts work in any
-# order. Versions come from constraints.txt (pinned; ./scripts/lock upgrades it), so a
-# new release upstream cannot break a build nobody changed. Re-installs when
-# pyproject.toml or constraints.txt changed since. Needs only python3 >= 3.11 on PATH.
+# Sourced by scripts/serve, scripts/tsync, scripts/python, scripts/test and
+# scripts/check: make sure .venv exists and holds this project (editable) with
+# the extras the calling script needs ($need: "" for none, "dev" for tests and
+# checks; TSYNC_EXTRAS overrides it). The extras installed are recorded in
+# .venv/.tsync-installed: a later script that needs more installs them, so the
+# scripts work in any order. Versions come from constraints.txt (pinned;
+# ./scripts/lock upgrades it), so a new release upstream cannot break a build
+# nobody changed. Re-installs when pyproject.toml or constraints.txt changed
+# since. Needs only python3 >= 3.11 on PATH.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${TSYNC_VENV:-$root/.venv}"

@@ -2,16 +2,28 @@
 real server, so that an example cannot rot (issue 25: "Streaming a draft"
 did not run as written).
 
-- A ```` ```python ```` block is a complete program: it is saved to a file
-  and run with this interpreter while a ``tsync serve`` runs; its
-  ``http://127.0.0.1:8765`` is that server.
-- A ```` ```sh ```` block is run by bash (``set -euo pipefail``) in an empty
+Examples run as a user of a fresh clone runs them (issue "Third contact",
+item 1: ``tsync create demo-1`` was "command not found" there): in a folder
+laid out as the clone (its ``scripts/`` and the ``.venv`` they made, which is
+this suite's), with the ``PATH`` of someone who activated nothing, so the
+README's ``./scripts/tsync`` and ``./scripts/python`` are what runs, and a
+bare ``tsync`` or ``python`` fails as it would for that user.
+
+- A ```` ```python ```` block is a complete program: saved and run as the
+  text before it says (``Save as `hello.py` and run `./scripts/python
+  hello.py```), else with ``./scripts/python``, while a ``tsync serve``
+  runs; its ``http://127.0.0.1:8765`` is that server.
+- A ```` ```sh ```` block is run by bash (``set -euo pipefail``) in that
   folder, with ``TSYNC_URL`` naming a running server. A line that starts a
   server in the foreground (``tsync serve``, ``uvicorn``) is started, waited
   for until ``/healthz`` answers, and stopped with SIGTERM. Addresses a test
   may not use are mapped: ``0.0.0.0`` to ``127.0.0.1``, every port to a free
   one, every ``redis://HOST:PORT/DB`` to a private ``redis-server``,
   ``/var/lib/tsync`` to a temporary folder.
+- A block for a deployment, which has the package installed (``pip install
+  .`` in an active venv: ``tsync``, ``python`` and ``uvicorn`` on ``PATH``),
+  says so: ```` ```sh after-install ````; it runs with the venv's ``bin`` on
+  ``PATH``, as ``source .venv/bin/activate`` would put it.
 - A block that cannot run here says so in its info string, with the reason:
   ```` ```sh not-run: needs a TLS Redis ````. ``NOT_RUN_MAX`` caps how many
   may.
@@ -61,6 +73,8 @@ class Example:
     language: str
     info: str
     code: str
+    #: The text between the previous block and this one.
+    before: str = ""
 
     @property
     def name(self) -> str:
@@ -71,6 +85,18 @@ class Example:
         """The reason given for not running it, or ``None``."""
         _, marked, reason = self.info.partition("not-run:")
         return reason.strip() if marked else None
+
+    @property
+    def after_install(self) -> bool:
+        """Whether it runs where ``pip install .`` put the commands on ``PATH``."""
+        return self.info.partition(" ")[2].strip() == "after-install"
+
+    @property
+    def run_as(self) -> tuple[str, str] | None:
+        """The file and command the text before the block says to save it as
+        and run it with (``Save as `hello.py` and run `...```), or ``None``."""
+        said = re.search(r"Save as `([^`]+)` and run\s+`([^`]+)`", self.before)
+        return (said[1], said[2]) if said else None
 
     @property
     def tested_by(self) -> str | None:
@@ -84,11 +110,13 @@ def examples() -> list[Example]:
     for path in DOCS:
         lines = path.read_text().splitlines()
         i = 0
+        prose_from = 0
         while i < len(lines):
             match = _FENCE.match(lines[i])
             if match is None:
                 i += 1
                 continue
+            before = " ".join(lines[prose_from:i])
             fence, info = match[1], match[2].strip()
             end = i + 1
             while end < len(lines) and not lines[end].startswith(fence[0] * len(fence)):
@@ -96,8 +124,9 @@ def examples() -> list[Example]:
             language = info.split(" ", 1)[0].lower()
             if language in RUN:
                 code = "\n".join(lines[i + 1 : end]) + "\n"
-                found.append(Example(path, i + 1, RUN[language], info, code))
+                found.append(Example(path, i + 1, RUN[language], info, code, before))
             i = end + 1
+            prose_from = i
     return found
 
 
@@ -111,9 +140,15 @@ def test_the_examples_are_found_and_few_are_not_run() -> None:
     skipped = [
         e
         for e in EXAMPLES
-        if e.info.partition(" ")[2] and e.not_run is None and e.tested_by is None
+        if e.info.partition(" ")[2]
+        and e.not_run is None
+        and e.tested_by is None
+        and not e.after_install
     ]
-    assert skipped == [], "an info string after the language must be 'not-run: <reason>'"
+    assert skipped == [], (
+        "an info string after the language must be 'not-run: <reason>', "
+        "'tested-by: <test>' or 'after-install'"
+    )
     for example in EXAMPLES:
         if example.tested_by is not None:
             test = ROOT / example.tested_by
@@ -142,10 +177,35 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
         yield srv
 
 
-def _env(server: ServerProcess, **extra: str) -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("TSYNC_")}
-    path = os.pathsep.join([str(Path(sys.executable).parent), clean.get("PATH", "")])
-    return clean | {"PATH": path, "TSYNC_URL": server.url} | extra
+#: The ``bin`` folder of the venv this suite runs in (the clone's ``.venv``).
+VENV_BIN = Path(sys.prefix) / "bin"
+
+
+@pytest.fixture
+def clone(tmp_path: Path) -> Path:
+    """A folder laid out as a fresh clone where ``./scripts/serve`` ran once:
+    the repository's ``scripts/`` and the ``.venv`` they made (this suite's,
+    so nothing is installed again)."""
+    venv = Path(sys.prefix)
+    if not (venv / ".tsync-installed").is_file():
+        pytest.skip("the suite runs in a venv scripts/_venv.sh did not make (use ./scripts/test)")
+    folder = tmp_path / "clone"
+    folder.mkdir()
+    (folder / "scripts").symlink_to(ROOT / "scripts")
+    (folder / ".venv").symlink_to(venv)
+    return folder
+
+
+def _env(server: ServerProcess, *, installed: bool = False, **extra: str) -> dict[str, str]:
+    """A user's environment: no ``TSYNC_*`` but ``TSYNC_URL`` (the test's
+    server in place of the default ``http://127.0.0.1:8765``), and no venv on
+    ``PATH`` unless ``installed`` (an active venv that ``pip install .`` filled)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TSYNC_", "VIRTUAL_ENV"))}
+    path = [p for p in clean.get("PATH", "").split(os.pathsep) if Path(p) != VENV_BIN]
+    if installed:
+        path.insert(0, str(VENV_BIN))
+        clean["VIRTUAL_ENV"] = sys.prefix
+    return clean | {"PATH": os.pathsep.join(path), "TSYNC_URL": server.url} | extra
 
 
 def _report(done: subprocess.CompletedProcess[str], example: Example, code: str) -> str:
@@ -172,14 +232,14 @@ def _cases(language: str) -> list[object]:
 
 
 @pytest.mark.parametrize("example", _cases("python"))
-def test_a_python_example_runs(example: Example, server: ServerProcess, tmp_path: Path) -> None:
+def test_a_python_example_runs(example: Example, server: ServerProcess, clone: Path) -> None:
     code = example.code.replace("http://127.0.0.1:8765", server.url)
-    program = tmp_path / "example.py"
-    program.write_text(code)
+    name, command = example.run_as or ("example.py", "./scripts/python example.py")
+    (clone / name).write_text(code)
     done = subprocess.run(
-        [sys.executable, str(program)],
-        cwd=tmp_path,
-        env=_env(server),
+        ["bash", "-c", command],
+        cwd=clone,
+        env=_env(server, installed=example.after_install),
         capture_output=True,
         text=True,
         timeout=120,
@@ -221,7 +281,7 @@ _SERVE_CHECK = r"""
 serve_check() {
   local port=$1; shift
   "$@" & local pid=$!
-  python - "$port" "$pid" <<'PY'
+  @PYTHON@ - "$port" "$pid" <<'PY'
 import os, sys, time, httpx
 port, pid = sys.argv[1], int(sys.argv[2])
 deadline = time.monotonic() + 60
@@ -249,7 +309,7 @@ PY
 def _script(code: str, env_port: str) -> str:
     """The block as a bash script: foreground server lines go through
     ``serve_check`` with the port they listen on."""
-    out = ["set -euo pipefail", _SERVE_CHECK]
+    out = ["set -euo pipefail", _SERVE_CHECK.replace("@PYTHON@", shlex.quote(sys.executable))]
     joined = code.replace("\\\n", " ")
     for line in joined.splitlines():
         command = line.split(" #", 1)[0].strip()
@@ -267,7 +327,11 @@ def _script(code: str, env_port: str) -> str:
 
 @pytest.mark.parametrize("example", _cases("sh"))
 def test_a_shell_example_runs(
-    example: Example, server: ServerProcess, tmp_path: Path, request: pytest.FixtureRequest
+    example: Example,
+    server: ServerProcess,
+    tmp_path: Path,
+    clone: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     needs_redis = "redis://" in example.code
     redis_url = request.getfixturevalue("redis").url if needs_redis else None
@@ -275,15 +339,13 @@ def test_a_shell_example_runs(
     env_port = str(free_port())
     code = mapping(example.code)
     script = _script(code, env_port)
-    work = tmp_path / "work"
-    work.mkdir()
     # Files, not pipes: a server the block leaves running (``tsync serve &``)
     # would hold a pipe open after bash is done.
     with open(tmp_path / "out", "w+") as out, open(tmp_path / "err", "w+") as err:
         proc = subprocess.Popen(
             ["bash", "-c", script],
-            cwd=work,
-            env=_env(server, TSYNC_PORT=env_port),
+            cwd=clone,
+            env=_env(server, installed=example.after_install, TSYNC_PORT=env_port),
             stdout=out,
             stderr=err,
             start_new_session=True,

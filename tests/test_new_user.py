@@ -6,7 +6,9 @@ folder, with nothing installed yet:
   is one line and exit 2, and ``uvicorn server.app:app`` with
   ``TSYNC_TOKEN`` refuses a request without the token;
 - the README's quick start, ``./scripts/serve`` then ``./scripts/test``, in
-  that order (the first installs no extras, the second must add its own).
+  that order (the first installs no extras, the second must add its own),
+  and beside the server the README's next steps as written:
+  ``./scripts/tsync create demo-1`` and ``./scripts/python``.
 
 Marked ``newuser``: it installs packages (from pip's cache when it can) and
 takes about a minute, so ``.ci/run`` runs it beside the rest of the suite.
@@ -67,6 +69,7 @@ def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Served:
     def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
         self.log = log
+        self.port = 0
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 argv, cwd=cwd, env=env, stdout=out, stderr=out, start_new_session=True
@@ -113,6 +116,7 @@ def _readme_serve(copy: Path, served: list[Served], log: Path) -> Served:
     server = Served(
         ["./scripts/serve", "--store", "memory", "--port", str(port)], _clean_env(), copy, log
     )
+    server.port = port
     served.append(server)
     assert server.healthy(url, timeout=240), server.output()
     return server
@@ -133,6 +137,16 @@ def test_pip_install_and_the_readme_quick_start_work_from_a_clean_copy(
     first_lines = quick_server.output().splitlines()
     assert first_lines[0] == "creating .venv and installing (first run, about a minute)"
     assert (copy / ".venv" / ".tsync-installed").read_text().strip() == ""
+    # ... and how to run what the README runs next, which then works as written
+    # (the commands are in .venv/bin, not on the user's PATH).
+    assert first_lines[1].startswith("while it runs, from this folder: ./scripts/tsync")
+    port = quick_server.port
+    for argv in (
+        ["./scripts/tsync", "create", "demo-1", "--url", f"http://127.0.0.1:{port}"],
+        ["./scripts/python", "-c", "import client_py"],
+    ):
+        done = subprocess.run(argv, cwd=copy, capture_output=True, text=True, env=_clean_env())
+        assert done.returncode == 0 and "install" not in done.stderr, (argv, done)
     quick_server.stop()
 
     tsync = str(bin_dir / "tsync")

@@ -1,9 +1,10 @@
 """The README's agent, run as written, on another replica than the user's.
 
 The program is the README's block under "An agent on another replica", saved
-to a file and started as a user would (``python agent.py ID``). Two replicas
-share one Redis: the user writes on the first, agents run on the second (and,
-in the race, on both), and every user message gets exactly one answer.
+to a file and started as a user would (``./scripts/python agent.py ID``; here
+with this suite's interpreter). Two replicas share one Redis: the user writes
+on the first, agents run on the second (and, in the race, on both), and every
+user message gets exactly one answer.
 """
 
 from __future__ import annotations

@@ -427,6 +427,9 @@ async def test_chat_renders_the_active_segment_and_maps_context_on_request() -> 
         assert active.headers["x-transcript-revision"] == "3"
         more = {"role": "user", "content": "more"}
         assert active.json() == {"messages": chat_of([EXPECTED[2], more])}
+        # No segment parameter: the active segment only, as docs/protocol.md says.
+        default = await http.get("/v1/transcripts/c/chat")
+        assert default.json() == active.json()
         every = await http.get(
             "/v1/transcripts/c/chat", params={"segment": "all", "context": "omit"}
         )
