@@ -145,7 +145,16 @@ def fit_open_file_limit(config: ServerConfig) -> ServerConfig:
     caps = config.max_connections + config.max_http_connections
     http = max(1, min(config.max_http_connections, room * config.max_http_connections // caps))
     ws = max(1, min(config.max_connections, room - http))
-    log.warning(
+    # The defaults are what the server may take, not what an operator asked
+    # for: fitting them to the machine is the normal case (info); caps an
+    # operator set that the machine cannot give are a warning.
+    defaults = {f.name: f.default for f in msgspec.structs.fields(ServerConfig)}
+    asked = (config.max_connections, config.max_http_connections) != (
+        defaults["max_connections"],
+        defaults["max_http_connections"],
+    )
+    log.log(
+        logging.WARNING if asked else logging.INFO,
         "the open-file limit is %d and cannot be raised: serving at most %d WebSockets and "
         "%d HTTP connections; set max_connections and max_http_connections to fit (their sum "
         "plus %d), or raise the hard limit (see docs/deploy.md, File descriptors)",
