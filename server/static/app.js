@@ -32,6 +32,14 @@ function takeTokenFromFragment() {
 }
 takeTokenFromFragment();
 
+// A #token= link opened in a tab already on the page changes only the fragment: no load. The
+// new token is taken as at load, and the page starts again with it (as the token form does).
+window.addEventListener("hashchange", () => {
+  if (!new URLSearchParams(location.hash.slice(1)).has("token")) return;
+  takeTokenFromFragment();
+  location.reload();
+});
+
 const currentToken = () => sessionStorage.getItem(TOKEN_KEY);
 
 /** Ask for a token (the server refused the request without one, or refused this one). */
@@ -215,6 +223,7 @@ function titleOf(messages) {
 
 function renderTranscript(transcriptId) {
   showView("transcript-view", "main-chat");
+  $("empty-id").textContent = transcriptId;
   let client = null;
   const timeline = new Timeline({
     scroller: $("main-chat"),
@@ -290,6 +299,7 @@ function renderTranscript(transcriptId) {
 
   client.on("baseline", ({ mirror, epochChanged }) => {
     timeline.load(mirror);
+    $("messages").parentElement.dataset.loaded = ""; // an empty conversation now says so
     title = mirror.start === 0 ? titleOf(mirror.messages) : title;
     if (mirror.start > 0 && (title === null || epochChanged)) findTitle(mirror.epoch);
     showTitle();
