@@ -1,6 +1,6 @@
-"""The page after issue "Third contact" (item 9): the presence line sits in the column, an empty
-conversation says so and how to add to it, and a ``#token=`` link opened in a tab already on
-the page is taken."""
+"""The page after issue "Third contact" (item 9): the presence line sits in the column, messages
+are numbered from 1 for people (ids stay 0-based), an empty conversation says so and how to
+add to it, and a ``#token=`` link opened in a tab already on the page is taken."""
 
 from __future__ import annotations
 
@@ -33,6 +33,40 @@ async def test_the_presence_line_sits_in_the_column(
         # In the composer's column (48rem wide, centred), not at the window's left edge.
         assert box["x"] <= line["x"] <= box["x"] + 16, (line, box)
         assert line["x"] + line["width"] <= box["x"] + box["width"] + 1
+        assert tab.errors == []
+
+
+async def test_messages_are_numbered_from_one_for_people(
+    context: BrowserContext, http: httpx.AsyncClient
+) -> None:
+    messages = [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+    ]
+    async with running_server() as srv:
+        await http.post(f"{srv.url}/v1/transcripts", json={"id": "count", "messages": messages})
+        tab = await open_tab(context, f"{srv.url}/t/count")
+        page = tab.page
+        await expect(page.locator("#status")).to_have_attribute("data-state", LIVE)
+        first = page.locator("#messages li.message").first
+        # The protocol's index stays 0-based in the DOM; the labels count from 1.
+        await expect(first).to_have_attribute("data-index", "0")
+        await expect(first).to_have_attribute("id", "m-0")
+        await first.get_by_label("About message 1").click()
+        await expect(first.locator(".about-panel dd").first).to_have_text("#1")
+        await expect(first.locator(".tool-status a")).to_have_text("result: message 2")
+        await expect(first.locator(".tool-status a")).to_have_attribute("href", "#m-1")
+        await expect(page.get_by_role("link", name="call: message 1")).to_be_visible()
+        await page.locator("#info summary").click()
+        await expect(page.locator("#segments li")).to_have_text(
+            ["Segment 1: messages 1 to now (active)"]
+        )
         assert tab.errors == []
 
 
@@ -70,3 +104,51 @@ async def test_a_token_link_opened_in_a_tab_on_the_page_is_taken(
         await expect(page.locator("#token-form")).to_be_hidden()
         assert "token" not in page.url
         await expect(page.locator("#empty")).to_be_visible()
+
+
+RENDER_WITH_THE_PACKAGE = """async () => {
+    // As an app does: the package's module, with the libraries handed in.
+    const { createRenderer, textOf } = await import('/v1/render.js');
+    const { Marked } = await import('/static/vendor/marked/marked.esm.js');
+    const { default: DOMPurify } = await import('/static/vendor/dompurify/purify.es.mjs');
+    const r = createRenderer({ Marked, DOMPurify });
+    const call = r.renderMessage({
+        role: 'assistant', content: '',
+        tool_calls: [{id: 'c1', type: 'function',
+                      function: {name: 'get_weather', arguments: '{"city": "Paris"}'}}],
+    }, { index: 2 });
+    const result = r.renderMessage({role: 'tool', tool_call_id: 'c1', content: '{"temp": 18}'});
+    const html = r.renderMarkdown(
+        '# Hi\\n\\n**bold** <b>raw</b> [x](javascript:alert(1)) $x^2$\\n\\n```json\\n{}\\n```');
+    return {
+        callTag: call.tagName, callId: call.id,
+        summary: call.querySelector('.tool-call summary').textContent,
+        args: call.querySelector('.tool-call pre code').textContent.trim(),
+        status: call.querySelectorAll('.tool-status').length,
+        about: call.querySelector('.about summary').getAttribute('aria-label'),
+        result: result.querySelector('.tool-result > summary').textContent,
+        html, text: textOf({content: [{type: 'text', text: 'a'}, {type: 'text', text: 'b'}]}),
+    };
+}"""
+
+
+async def test_the_npm_package_renders_a_tool_call_and_markdown(
+    context: BrowserContext,
+) -> None:
+    async with running_server() as srv:
+        tab = await open_tab(context, srv.url)
+        got = await tab.page.evaluate(RENDER_WITH_THE_PACKAGE)
+        assert got["callTag"] == "LI" and got["callId"] == "m-2"
+        assert got["summary"] == 'called get_weather {city: "Paris"}'
+        assert got["args"] == '{\n  "city": "Paris"\n}'
+        assert got["status"] == 0  # no tool index given: no "waiting for the result"
+        assert got["about"] == "About message 3"
+        assert got["result"].startswith("Result") and '{"temp": 18}' in got["result"]
+        html = got["html"]
+        assert "<h1>Hi</h1>" in html and "<strong>bold</strong>" in html
+        assert "&lt;b&gt;raw&lt;/b&gt;" in html
+        assert "javascript:" not in html and "<a " not in html and "href" not in html
+        assert '<span class="math math-inline">x^2</span>' in html  # no KaTeX given: the TeX
+        assert 'data-action="copy"' in html and 'class="language-json"' in html
+        assert got["text"] == "a\nb"
+        assert tab.errors == []
