@@ -2,7 +2,8 @@
 // /v1/render.js) with the libraries vendored under ./vendor. One copy of the rendering: an app
 // that imports the npm package shows a message as this page does.
 //
-// highlight.js is loaded on first use: the first fenced code block with a language.
+// highlight.js and KaTeX are loaded on first use: the first fenced code block with a language,
+// the first formula.
 
 import { Marked } from "./vendor/marked/marked.esm.js";
 import DOMPurify from "./vendor/dompurify/purify.es.mjs";
@@ -26,9 +27,14 @@ const renderer = createRenderer({
     grammars.forEach((grammar, i) => hljs.registerLanguage(HIGHLIGHT_LANGUAGES[i], grammar.default));
     return hljs;
   },
+  // KaTeX's browser build is a UMD script: imported, it sets globalThis.katex.
+  loadKatex: async () => {
+    await import("./vendor/katex/katex.min.js");
+    return globalThis.katex;
+  },
 });
 
-/** Markdown text as a sanitized DocumentFragment (code blocks with a copy button). */
+/** Markdown text as a sanitized DocumentFragment (code blocks with a copy button, math typeset). */
 export const { markdownFragment, remoteImageLink } = renderer;
 
 /** One message as an <li>: `index` its place in the transcript (null for a draft). */

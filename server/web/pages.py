@@ -9,7 +9,7 @@
 - ``/t/{transcript_id}``: one transcript, live.
 - ``/static/...``: the page's modules (``app.js``, ``timeline.js``, ``messages.js``), its
   style sheet and the vendored libraries it uses (``static/vendor/``: marked, DOMPurify,
-  highlight.js; see its README).
+  highlight.js, KaTeX; see its README).
 
 The pages are static files: the script reads the transcript id from the path
 and the token from the fragment (``#token=``, which no request line carries)
@@ -45,7 +45,8 @@ def page_headers(remote_images: bool) -> dict[str, str]:
     images = "'self' data: blob:" + (" https: http:" if remote_images else "")
     return {
         "Content-Security-Policy": (
-            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+            "default-src 'none'; script-src 'self'; style-src 'self'; font-src 'self'; "
+            "connect-src 'self'; "
             f"img-src {images}; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
         ),
         "X-Content-Type-Options": "nosniff",

@@ -106,12 +106,52 @@ async def test_a_token_link_opened_in_a_tab_on_the_page_is_taken(
         await expect(page.locator("#empty")).to_be_visible()
 
 
+MATH = (
+    "Euler: $e^{i\\pi} + 1 = 0$, and it costs $5 and $10 (prices, not math).\n\n"
+    "$$\\int_0^1 x^2\\,dx = \\frac{1}{3}$$\n\n"
+    "Also \\(a^2 + b^2\\) inline and\n\n\\[\\sum_{k=1}^n k = \\frac{n(n+1)}{2}\\]\n\n"
+    "`$not math$` in code."
+)
+
+
+async def test_math_is_typeset_and_prices_stay_text(
+    context: BrowserContext, http: httpx.AsyncClient
+) -> None:
+    async with running_server() as srv:
+        await context.add_init_script(
+            "window.__violations = [];"
+            "document.addEventListener('securitypolicyviolation', e => "
+            "window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));"
+        )
+        body = {"id": "math", "messages": [{"role": "assistant", "content": MATH}]}
+        await http.post(f"{srv.url}/v1/transcripts", json=body)
+        tab = await open_tab(context, f"{srv.url}/t/math")
+        page = tab.page
+        md = page.locator('li.message[data-index="0"] .md')
+        await expect(md.locator(".math.typeset")).to_have_count(4)
+        await expect(md.locator(".math-inline .katex")).to_have_count(2)
+        await expect(md.locator(".math-display .katex-display")).to_have_count(2)
+        # MathML for screen readers, with the TeX as written.
+        annotation = md.locator(".math-inline annotation").first
+        await expect(annotation).to_have_text("e^{i\\pi} + 1 = 0")
+        await expect(md).to_contain_text("it costs $5 and $10 (prices, not math)")
+        await expect(md.locator("p > code")).to_have_text("$not math$")
+        # KaTeX's fonts load under the page's CSP.
+        await page.wait_for_function("() => document.fonts.status === 'loaded'")
+        assert await page.evaluate(
+            "[...document.fonts].some(f => f.family.startsWith('KaTeX') && f.status === 'loaded')"
+        )
+        assert await page.evaluate("window.__violations") == []
+        assert tab.errors == []
+
+
 RENDER_WITH_THE_PACKAGE = """async () => {
     // As an app does: the package's module, with the libraries handed in.
     const { createRenderer, textOf } = await import('/v1/render.js');
     const { Marked } = await import('/static/vendor/marked/marked.esm.js');
     const { default: DOMPurify } = await import('/static/vendor/dompurify/purify.es.mjs');
-    const r = createRenderer({ Marked, DOMPurify });
+    await import('/static/vendor/katex/katex.min.js');
+    const r = createRenderer({ Marked, DOMPurify, katex: globalThis.katex });
     const call = r.renderMessage({
         role: 'assistant', content: '',
         tool_calls: [{id: 'c1', type: 'function',
@@ -148,7 +188,7 @@ async def test_the_npm_package_renders_a_tool_call_and_markdown(
         assert "<h1>Hi</h1>" in html and "<strong>bold</strong>" in html
         assert "&lt;b&gt;raw&lt;/b&gt;" in html
         assert "javascript:" not in html and "<a " not in html and "href" not in html
-        assert '<span class="math math-inline">x^2</span>' in html  # no KaTeX given: the TeX
+        assert 'class="math math-inline typeset"' in html and 'class="katex"' in html
         assert 'data-action="copy"' in html and 'class="language-json"' in html
         assert got["text"] == "a\nb"
         assert tab.errors == []
