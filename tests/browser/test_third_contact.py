@@ -142,6 +142,16 @@ async def test_math_is_typeset_and_prices_stay_text(
             "[...document.fonts].some(f => f.family.startsWith('KaTeX') && f.status === 'loaded')"
         )
         assert await page.evaluate("window.__violations") == []
+
+        # KaTeX runs untrusted: no links, classes or HTML from the TeX.
+        await tab.send(
+            "$\\href{javascript:window.__pwned=1}{x}$ \\(\\url{javascript:alert(1)}\\) "
+            "$$\\htmlClass{pwn}{y}$$ $\\htmlData{a=b}{z}$"
+        )
+        evil = page.locator('li.message[data-index="1"] .md')
+        await expect(evil.locator(".math.typeset")).to_have_count(4)
+        assert await evil.locator("a, [href], .pwn, [data-a]").count() == 0
+        assert await page.evaluate("window.__pwned") is None
         assert tab.errors == []
 
 
