@@ -260,6 +260,7 @@ ROUTES: Final[Mapping[tuple[str, str], Rule]] = {
     ("GET", "/v1/openapi.json"): Rule(need=PUBLIC),
     ("GET", "/v1/schema.json"): Rule(need=PUBLIC),
     ("GET", "/v1/client.js"): Rule(need=PUBLIC),
+    ("GET", "/v1/render.js"): Rule(need=PUBLIC),
     ("GET", "/healthz"): Rule(need=PUBLIC),
     ("GET", "/readyz"): Rule(need=PUBLIC),
     ("GET", "/metrics"): Rule(need=PUBLIC),

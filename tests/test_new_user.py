@@ -161,6 +161,17 @@ def test_pip_install_and_the_readme_quick_start_work_from_a_clean_copy(
     )  # fmt: skip
     served.append(server)
     assert server.healthy(f"http://127.0.0.1:{port}", timeout=30), server.output()
+    # The installed package holds the page's files: the renderer that is a symlink into
+    # client_js/ in a checkout, and the vendored libraries (KaTeX's fonts two folders down).
+    for path in (
+        "/v1/client.js",
+        "/v1/render.js",
+        "/static/messages.js",
+        "/static/vendor/katex/katex.min.js",
+        "/static/vendor/katex/fonts/KaTeX_Main-Regular.woff2",
+    ):
+        got = httpx.get(f"http://127.0.0.1:{port}{path}")
+        assert got.status_code == 200 and got.content, path
     server.stop()
 
     bad = subprocess.run(

@@ -2,11 +2,11 @@
 //
 // It talks to the server like any other client: the HTTP API for the list and for creating,
 // /v1/client.js (TsyncClient) for the live conversation and for sending. Rendering lives in
-// timeline.js (the scrolling list), messages.js (one message) and markdown.js (safe Markdown).
+// timeline.js (the scrolling list) and messages.js (one message, safe Markdown: the npm package's
+// render.js, served at /v1/render.js, with the vendored libraries).
 
 import { TsyncClient } from "/v1/client.js";
-import { markdownFragment } from "./markdown.js";
-import { el, fileNames, oneLine, readableText, textOf, withoutFences } from "./messages.js";
+import { el, fileNames, markdownFragment, oneLine, readableText, textOf, withoutFences } from "./messages.js";
 import { Timeline } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
@@ -31,6 +31,14 @@ function takeTokenFromFragment() {
   history.replaceState(history.state, "", `${location.pathname}${location.search}${rest ? `#${rest}` : ""}`);
 }
 takeTokenFromFragment();
+
+// A #token= link opened in a tab already on the page changes only the fragment: no load. The
+// new token is taken as at load, and the page starts again with it (as the token form does).
+window.addEventListener("hashchange", () => {
+  if (!new URLSearchParams(location.hash.slice(1)).has("token")) return;
+  takeTokenFromFragment();
+  location.reload();
+});
 
 const currentToken = () => sessionStorage.getItem(TOKEN_KEY);
 
@@ -215,6 +223,7 @@ function titleOf(messages) {
 
 function renderTranscript(transcriptId) {
   showView("transcript-view", "main-chat");
+  $("empty-id").textContent = transcriptId;
   let client = null;
   const timeline = new Timeline({
     scroller: $("main-chat"),
@@ -290,6 +299,7 @@ function renderTranscript(transcriptId) {
 
   client.on("baseline", ({ mirror, epochChanged }) => {
     timeline.load(mirror);
+    $("messages").parentElement.dataset.loaded = ""; // an empty conversation now says so
     title = mirror.start === 0 ? titleOf(mirror.messages) : title;
     if (mirror.start > 0 && (title === null || epochChanged)) findTitle(mirror.epoch);
     showTitle();
@@ -440,7 +450,7 @@ function renderTranscript(transcriptId) {
       ["Id", transcriptId],
       ["Messages", String(mirror.length)],
       ["Revision", String(mirror.revision)],
-      ["Active segment from", `message ${mirror.activeStart}`],
+      ["Active segment from", `message ${mirror.activeStart + 1}`], // counted from 1, for people
     ];
     // The copy's digest, checked against every change's (docs/protocol.md, The digest).
     if (mirror.digest) rows.push(["Digest", mirror.digest]);
@@ -451,7 +461,7 @@ function renderTranscript(transcriptId) {
     meta.dataset.length = String(mirror.length);
     $("segments").replaceChildren(
       ...mirror.segments.map((s, n) =>
-        el("li", { text: `Segment ${n + 1}: messages ${s.start} to ${s.end === null ? "now" : s.end - 1}${s.end === null ? " (active)" : ""}` }),
+        el("li", { text: `Segment ${n + 1}: messages ${s.start + 1} to ${s.end === null ? "now" : s.end}${s.end === null ? " (active)" : ""}` }),
       ),
     );
   }

@@ -186,7 +186,7 @@ export class Timeline {
   }
 
   _separator(start) {
-    const label = `New segment from message ${start}: earlier messages are not sent to the model`;
+    const label = `New segment from message ${start + 1}: earlier messages are not sent to the model`;
     return el("li", { class: "segment", role: "separator", "aria-label": label, "data-start": String(start) },
       el("span", { text: "New segment" }));
   }

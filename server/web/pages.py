@@ -1,11 +1,15 @@
 """The browser side: the JavaScript client and the live chat page.
 
 - ``/v1/client.js``: the dependency-free ES module client (``server/static/client.js``).
+- ``/v1/render.js``: the npm package's renderer (``@transcript-sync/client/render``,
+  ``server/static/render.js``), which the page uses with its vendored libraries. Served
+  here, beside ``client.js`` (it imports ``./client.js``), because both are symlinks into
+  ``client_js/`` in a checkout, and ``/static`` serves no file from outside its folder.
 - ``/``: the transcript list and a form to create one.
 - ``/t/{transcript_id}``: one transcript, live.
-- ``/static/...``: the page's modules (``app.js``, ``timeline.js``, ``messages.js``,
-  ``markdown.js``), its style sheet and the vendored libraries it uses
-  (``static/vendor/``: marked, DOMPurify, highlight.js; see its README).
+- ``/static/...``: the page's modules (``app.js``, ``timeline.js``, ``messages.js``), its
+  style sheet and the vendored libraries it uses (``static/vendor/``: marked, DOMPurify,
+  highlight.js, KaTeX; see its README).
 
 The pages are static files: the script reads the transcript id from the path
 and the token from the fragment (``#token=``, which no request line carries)
@@ -41,7 +45,8 @@ def page_headers(remote_images: bool) -> dict[str, str]:
     images = "'self' data: blob:" + (" https: http:" if remote_images else "")
     return {
         "Content-Security-Policy": (
-            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+            "default-src 'none'; script-src 'self'; style-src 'self'; font-src 'self'; "
+            "connect-src 'self'; "
             f"img-src {images}; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
         ),
         "X-Content-Type-Options": "nosniff",
@@ -54,6 +59,15 @@ async def client_js(request: Request) -> Response:
     """The JavaScript client, as an ES module."""
     return FileResponse(
         STATIC / "client.js",
+        media_type="text/javascript; charset=utf-8",
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+    )
+
+
+async def render_js(request: Request) -> Response:
+    """The package's renderer (one message as the page shows it), as an ES module."""
+    return FileResponse(
+        STATIC / "render.js",
         media_type="text/javascript; charset=utf-8",
         headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
     )
@@ -77,6 +91,7 @@ def _page_html(remote_images: bool) -> str:
 
 routes: list[BaseRoute] = [
     Route("/v1/client.js", client_js, methods=["GET", "HEAD"]),
+    Route("/v1/render.js", render_js, methods=["GET", "HEAD"]),
     Route("/", page, methods=["GET", "HEAD"]),
     Route("/t/{transcript_id}", page, methods=["GET", "HEAD"]),
     Mount("/static", app=StaticFiles(directory=STATIC), name="static"),

@@ -53,6 +53,7 @@ CONVERSATION: list[dict[str, Any]] = [
             "Here is the **3-day forecast** for Paris:\n\n"
             "| Day | Temp (°C) | Sky |\n|---|---:|:---:|\n"
             "| Mon | 18 | sunny |\n| Tue | 21 | cloudy |\n| Wed | 19 | rain |\n\n"
+            "The mean is $\\bar t = \\frac{18 + 21 + 19}{3} \\approx 19.3$ °C.\n\n"
             "To chart it:\n\n"
             "```python\nimport matplotlib.pyplot as plt\n\n"
             'temps = [18, 21, 19]  # °C\nplt.plot(["Mon", "Tue", "Wed"], temps, marker="o")\n'
@@ -85,6 +86,8 @@ async def show_conversation(page: Page, url: str) -> None:
     await expect(page.locator("#status")).to_have_attribute("data-state", LIVE)
     await expect(page.locator("li.message")).to_have_count(len(CONVERSATION))
     await expect(page.locator(".code-block code .hljs-keyword").first).to_be_visible()
+    await expect(page.locator(".math.typeset .katex")).to_have_count(1)
+    await page.wait_for_function("() => document.fonts.status === 'loaded'")
     await page.wait_for_function("[...document.images].every(i => i.complete && i.naturalWidth)")
     await page.evaluate("d => window.tsyncPage.timeline.showDraft('draft', d)", DRAFT)
     await page.evaluate(TWO_FRAMES)

@@ -319,7 +319,7 @@ async def test_tool_calls_results_folded_roles_and_metadata(
         await expect(call.locator("details")).not_to_have_attribute("open", "")
         await call.locator("summary").click()
         await expect(call.locator("pre code")).to_have_text('{\n  "city": "Paris"\n}')
-        await expect(call.locator(".tool-status a")).to_have_text("result: message 3")
+        await expect(call.locator(".tool-status a")).to_have_text("result: message 4")
 
         result = page.locator('li.message[data-index="3"]')
         await expect(result.locator(".tool-result > summary")).to_contain_text(
@@ -328,11 +328,11 @@ async def test_tool_calls_results_folded_roles_and_metadata(
         await expect(result.locator("summary .preview")).to_have_text(
             '{"temp": 18, "sky": "sunny"}'
         )
-        await expect(result.get_by_role("link", name="call: message 2")).to_be_visible()
+        await expect(result.get_by_role("link", name="call: message 3")).to_be_visible()
 
         about = page.locator('li.message[data-index="1"] details.about')
         await expect(about.locator(".about-panel")).to_be_hidden()
-        await about.get_by_label("About message 1").click()
+        await about.get_by_label("About message 2").click()
         await expect(about.locator(".about-panel pre code")).to_contain_text('"client": "test"')
 
         # A result that arrives later finds its call on screen and points it there.
@@ -356,7 +356,7 @@ async def test_tool_calls_results_folded_roles_and_metadata(
             f"{srv.url}/v1/transcripts/tools/messages",
             json={"messages": [{"role": "tool", "tool_call_id": "call_2", "content": "12:00"}]},
         )
-        await expect(waiting).to_have_text("result: message 8")
+        await expect(waiting).to_have_text("result: message 9")
         await expect(
             page.locator('li.message[data-index="8"] .tool-result > summary')
         ).to_contain_text("Result of get_time")

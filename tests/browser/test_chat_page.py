@@ -304,7 +304,7 @@ async def test_a_real_conversation_renders_and_is_saved_as_a_screenshot(
 
         image = page.locator("li.message img")
         await expect(image).to_have_count(1)
-        await expect(image).to_have_attribute("alt", "Image 2 of message #2")
+        await expect(image).to_have_attribute("alt", "Image 2 of message #3")
         await page.wait_for_function(
             "() => { const i = document.querySelector('li.message img'); "
             "return i.complete && i.naturalWidth === 160; }"

@@ -31,11 +31,12 @@ async def test_the_page_the_client_and_the_static_files_are_served_without_a_tok
         for path in (
             "/static/timeline.js",
             "/static/messages.js",
-            "/static/markdown.js",
+            "/v1/render.js",
             "/static/vendor/marked/marked.esm.js",
             "/static/vendor/dompurify/purify.es.mjs",
             "/static/vendor/highlight/core.min.js",
             "/static/vendor/highlight/languages/python.min.js",
+            "/static/vendor/katex/katex.min.js",
         ):
             module = await http.get(path)
             assert module.status_code == 200, path

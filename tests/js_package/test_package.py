@@ -34,18 +34,32 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def test_the_packed_package_holds_the_module_its_types_and_readme(installed: Path) -> None:
-    assert npm.tarball_names(installed) == {"package.json", "client.js", "client.d.ts", "README.md"}
+    assert npm.tarball_names(installed) == {
+        "package.json",
+        "client.js",
+        "client.d.ts",
+        "render.js",
+        "render.d.ts",
+        "README.md",
+    }
     meta = json.loads((npm.INSTALLED / "package.json").read_text())
     assert meta["type"] == "module"
     assert meta["types"] == "./client.d.ts"
     assert meta["exports"]["."] == {"types": "./client.d.ts", "default": "./client.js"}
+    assert meta["exports"]["./render"] == {"types": "./render.d.ts", "default": "./render.js"}
     assert "dependencies" not in meta  # no runtime dependency; ws is an optional peer
     assert meta["peerDependenciesMeta"]["ws"]["optional"] is True
 
 
-def test_the_declarations_name_every_export_and_nothing_else(installed: Path) -> None:
+@pytest.mark.parametrize(
+    ("entry", "declarations"),
+    [("@transcript-sync/client", "client.d.ts"), ("@transcript-sync/client/render", "render.d.ts")],
+)
+def test_the_declarations_name_every_export_and_nothing_else(
+    installed: Path, entry: str, declarations: str
+) -> None:
     node = require_binary("node")
-    script = "import('@transcript-sync/client').then((m) => console.log(Object.keys(m).join(' ')))"
+    script = f"import('{entry}').then((m) => console.log(Object.keys(m).join(' ')))"
     out = subprocess.run(
         [node, "--input-type=module", "-e", script],
         cwd=npm.PROJECT,
@@ -58,7 +72,7 @@ def test_the_declarations_name_every_export_and_nothing_else(installed: Path) ->
     declared = set(
         re.findall(
             r"^export (?:const|function|class) (\w+)",
-            (npm.INSTALLED / "client.d.ts").read_text(),
+            (npm.INSTALLED / declarations).read_text(),
             re.M,
         )
     )
@@ -120,12 +134,13 @@ def test_every_typescript_example_of_the_readme_type_checks_strictly(installed: 
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-async def test_the_server_serves_the_same_file() -> None:
+@pytest.mark.parametrize("name", ["client.js", "render.js"])
+async def test_the_server_serves_the_same_file(name: str) -> None:
     async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
-        served = await http.get("/v1/client.js")
+        served = await http.get(f"/v1/{name}")
     assert served.status_code == 200
     assert served.headers["content-type"].startswith("text/javascript")
-    assert served.content == (npm.PACKAGE / "client.js").read_bytes()
+    assert served.content == (npm.PACKAGE / name).read_bytes()
 
 
 async def test_the_package_follows_a_transcript_in_node(installed: Path) -> None:
