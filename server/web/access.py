@@ -274,7 +274,11 @@ class HttpAccess:
             scope[GRANT_KEY] = grant
             connection = scope.get("extensions", {}).get(HTTP_CONNECTION)
             if connection is not None and not connection.authenticated(parks(scope)):
-                await _problem(_PARKED_FULL)(scope, receive, send)
+                refusal = _problem(_PARKED_FULL)
+                # The connection goes too: kept alive, it would hold a place
+                # of the cap's share for requests with credentials.
+                refusal.headers["connection"] = "close"
+                await refusal(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 

@@ -118,8 +118,8 @@ class GuardCounters:
     over_capacity: int = 0
     #: Connections past the cap closed to make room for newer ones.
     evicted: int = 0
-    #: Unauthenticated connections closed to make room for newer ones.
-    evicted_unauthenticated: int = 0
+    #: Idle connections within the cap closed to make room for newer ones.
+    evicted_idle: int = 0
     #: Live reads answered 503 because ``http_parked_share`` was taken.
     parked_refused: int = 0
     #: Connections past the cap still waiting for their headers, oldest first.
@@ -128,6 +128,8 @@ class GuardCounters:
     unauthenticated: dict[_GuardedH11, None] = field(default_factory=dict)
     #: Those of them waiting for a request's headers (not in a request), oldest first.
     idle_unauthenticated: dict[_GuardedH11, None] = field(default_factory=dict)
+    #: Authenticated connections kept alive with no byte of a next request yet.
+    idle_authenticated: dict[_GuardedH11, None] = field(default_factory=dict)
 
 
 def guarded_protocol(
@@ -231,10 +233,14 @@ class _GuardedH11(H11Protocol):
         self._counted = True
         if self._full():
             # Make room: the unauthenticated connection that has waited
-            # longest for its headers goes (it had a whole deadline to send them).
+            # longest for its headers goes (it had a whole deadline to send
+            # them); when the cap itself is full, else the authenticated one
+            # kept alive longest with no request (its client opens another).
             oldest = next(iter(counters.idle_unauthenticated), None)
+            if oldest is None and counters.admitted >= self.max_connections:
+                oldest = next(iter(counters.idle_authenticated), None)
             if oldest is not None:
-                counters.evicted_unauthenticated += 1
+                counters.evicted_idle += 1
                 oldest._uncount()
                 oldest.transport.abort()
         if not self._full():
@@ -272,6 +278,7 @@ class _GuardedH11(H11Protocol):
         counters.waiting.pop(self, None)
         counters.unauthenticated.pop(self, None)
         counters.idle_unauthenticated.pop(self, None)
+        counters.idle_authenticated.pop(self, None)
         self._unpark()
         if self._admitted:
             self._admitted = False
@@ -308,9 +315,12 @@ class _GuardedH11(H11Protocol):
 
     def on_response_complete(self) -> None:
         self._unpark()
-        if self._admitted and not self._authenticated and not self.transport.is_closing():
-            # Kept alive, waiting for the next request's headers.
-            self.counters.idle_unauthenticated[self] = None
+        if self._admitted and not self.transport.is_closing():
+            # Kept alive, waiting for the next request.
+            if self._authenticated:
+                self.counters.idle_authenticated[self] = None
+            else:
+                self.counters.idle_unauthenticated[self] = None
         super().on_response_complete()
 
     def handle_websocket_upgrade(self, event: h11.Request) -> None:
@@ -340,6 +350,7 @@ class _GuardedH11(H11Protocol):
     # --- deadlines --------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        self.counters.idle_authenticated.pop(self, None)
         if not self._phase and self.conn.their_state is h11.IDLE:
             # The first byte of the next request on a kept-alive connection.
             self._arm("headers", self._header_timeout())

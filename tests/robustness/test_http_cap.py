@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from tests.robustness.harness import Target, raw_socket
+from tests.robustness.harness import Target, closed_by_peer, raw_socket
 
 TOKEN = "http-cap-static-admin-token"
 CAP = 40
@@ -131,6 +131,8 @@ def test_a_client_with_a_token_gets_through_trickling_sockets_and_parked_long_po
         head = _head(sock, 5)
         assert head.startswith(b"HTTP/1.1 503"), head[:200]
         assert b"retry-after: 1" in head.lower()
+        # Closed: kept alive, it would hold a place meant for other requests.
+        assert closed_by_peer(sock, 2)  # (not the 5 s keep-alive)
     # The rest wait for data.
     assert not _answered([s for s in polls if s not in refused], 1, 0.2)
 
@@ -150,3 +152,23 @@ def test_a_client_with_a_token_gets_through_trickling_sockets_and_parked_long_po
     assert httpx.get(target.url + "/healthz", timeout=10).status_code == 200
     # The parked long-polls were never cut to make room.
     assert not _answered([s for s in polls if s not in refused], 1, 0.1)
+
+
+def test_connections_kept_alive_with_a_token_give_way_to_a_new_one(
+    target_factory: Callable[..., Target], sockets: list[socket.socket]
+) -> None:
+    target = target_factory(settings={**SETTINGS, "http_keep_alive_s": 60})
+    auth = f"authorization: Bearer {TOKEN}\r\n".encode()
+    # The whole cap: connections that made a request with the token and stay open.
+    for _ in range(CAP):
+        sock = raw_socket(target.port)
+        sockets.append(sock)
+        sock.sendall(b"GET /v1/transcripts HTTP/1.1\r\nhost: localhost\r\n" + auth + b"\r\n")
+        assert _head(sock, 10).startswith(b"HTTP/1.1 200")
+    statuses = [
+        httpx.get(
+            target.url + "/v1/transcripts", headers={"authorization": f"Bearer {TOKEN}"}
+        ).status_code
+        for _ in range(5)
+    ]
+    assert statuses == [200] * 5

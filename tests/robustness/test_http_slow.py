@@ -170,17 +170,19 @@ def test_idle_sockets_give_way_and_the_log_stays_small(
 def test_past_the_cap_healthz_and_websockets_still_get_in(
     target_factory: Callable[..., Target], sockets: list[socket.socket]
 ) -> None:
-    # Kept-alive connections stay long enough for the test to fill the cap with them.
+    # Bodies wait long enough for the test to fill the cap with them.
     target = target_factory(
-        settings={**SETTINGS, "http_keep_alive_s": 60.0, "max_connections": 1000}
+        settings={**SETTINGS, "http_body_timeout_s": 60.0, "max_connections": 1000}
     )
-    # Forty connections that each made a request (no credentials needed here):
-    # the cap is full of connections with credentials.
+    # Forty requests in flight (no credentials needed here), their bodies
+    # still coming: the cap is full of requests with credentials.
     for _ in range(40):
         sock = raw_socket(target.port)
         sockets.append(sock)
-        sock.sendall(_request("/v1/transcripts"))
-        assert _head(sock).startswith(b"HTTP/1.1 200")
+        sock.sendall(
+            b"POST /v1/transcripts HTTP/1.1\r\nhost: localhost\r\n"
+            b"content-type: application/json\r\ncontent-length: 1000\r\n\r\n{"
+        )
     log_before = target.log_bytes()
     for _ in range(100):  # past the cap, only the newest 64 are kept
         sockets.append(raw_socket(target.port))
