@@ -468,6 +468,15 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             "`GET .../presence` lists none"
         ),
     ] = 100
+    max_connection_presence_bytes: Annotated[
+        PosInt,
+        _d(
+            "bytes the presence one connection states may hold, over every transcript it is a "
+            "member of (each member's state as compact JSON, and 640 bytes); a `presence` op "
+            "past it gets `too-large` naming this setting (leave a transcript's presence, or "
+            "state less). 25,600 members with 1 KiB states once held 83 MB"
+        ),
+    ] = 64 << 10
     presence_ttl_s: Annotated[
         Annotated[float, Meta(gt=0)],
         _d(
