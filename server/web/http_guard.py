@@ -22,7 +22,9 @@ descriptors (``accept()`` then failed, and every failure was logged).
   request to a route that is not public, on a server that needs none);
   those may hold ``http_unauthenticated_share`` of the cap together, and a
   new connection past that closes the one of them that has waited longest
-  for its headers (in-flight requests are never cut). Parked live reads
+  for its headers, or when all of them are in requests (public ones: a
+  client that does not read a page's answer holds it for
+  ``http_send_timeout_s``), the oldest. Parked live reads
   (Durable Streams ``live=long-poll``, ``live=sse``) may hold
   ``http_parked_share``; ``HttpAccess`` answers one more 503 at once. What is
   left (at least ``1 - both shares``) is for other requests with credentials:
@@ -239,6 +241,11 @@ class _GuardedH11(H11Protocol):
             oldest = next(iter(counters.idle_unauthenticated), None)
             if oldest is None and counters.admitted >= self.max_connections:
                 oldest = next(iter(counters.idle_authenticated), None)
+            if oldest is None and len(counters.unauthenticated) >= self.max_unauthenticated:
+                # All of them are in requests: public ones (a page, the API
+                # description) whose answers may go unread for as long as
+                # the send deadline. The oldest goes.
+                oldest = next(iter(counters.unauthenticated), None)
             if oldest is not None:
                 counters.evicted_idle += 1
                 oldest._uncount()
@@ -340,6 +347,9 @@ class _GuardedH11(H11Protocol):
         super().handle_events()
         cycle = self.cycle
         if cycle is not None and cycle is not before:
+            # In a request now (a pipelined one comes with no new data).
+            self.counters.idle_unauthenticated.pop(self, None)
+            self.counters.idle_authenticated.pop(self, None)
             scope: dict[str, Any] = cycle.scope  # type: ignore[assignment]
             extensions = scope.setdefault("extensions", {})
             extensions[HTTP_CONNECTION] = self
