@@ -311,7 +311,8 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             "share of `max_http_connections` that connections which have not yet sent a "
             "complete request with valid credentials (waiting for their headers, or with only "
             "public or refused requests so far) may hold together; one more closes the one of "
-            "them that has waited longest for its headers, so sockets that trickle headers "
+            "them that has waited longest for its headers (when all are in requests, the "
+            "oldest), so sockets that trickle headers "
             "cannot take the room of clients with credentials (on a server that needs none, "
             "any complete request counts)"
         ),
