@@ -216,7 +216,8 @@ _ERRORS: Final = (
         http_status=413,
         retry="no",
         meaning="an inbound WebSocket message over `max_frame_bytes`, an HTTP body over "
-        "`max_http_body_bytes`, or a presence state over 1 KiB of JSON",
+        "`max_http_body_bytes`, a presence state over 1 KiB of JSON, or a connection's "
+        "presence over `max_connection_presence_bytes`",
         close_code=CLOSE_MESSAGE_TOO_BIG,
     ),
     ErrorCode(

@@ -298,11 +298,34 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     max_http_connections: Annotated[
         PosInt,
         _d(
-            "open HTTP connections (WebSockets are counted by `max_connections`); past it a "
-            "new connection gets only `/healthz`, `/readyz` and `/metrics`, anything else "
-            "503 with `Retry-After`"
+            "open HTTP connections (WebSockets are counted by `max_connections` only: an "
+            "upgrade is never refused by this cap); past it a new connection gets only "
+            "`/healthz`, `/readyz` and `/metrics` and WebSocket upgrades, anything else 503 "
+            "with `Retry-After`. Shares of it are kept apart: see "
+            "`http_unauthenticated_share` and `http_parked_share`"
         ),
     ] = 1000
+    http_unauthenticated_share: Annotated[
+        Annotated[float, Meta(gt=0, lt=1)],
+        _d(
+            "share of `max_http_connections` that connections which have not yet sent a "
+            "complete request with valid credentials (waiting for their headers, or with only "
+            "public or refused requests so far) may hold together; one more closes the one of "
+            "them that has waited longest for its headers (when all are in requests, the "
+            "oldest), so sockets that trickle headers "
+            "cannot take the room of clients with credentials (on a server that needs none, "
+            "any complete request counts)"
+        ),
+    ] = 0.25
+    http_parked_share: Annotated[
+        Annotated[float, Meta(gt=0, lt=1)],
+        _d(
+            "share of `max_http_connections` that parked live reads (Durable Streams "
+            "`live=long-poll` and `live=sse`) may hold together; one more is answered 503 "
+            "`unavailable` with `Retry-After` at once. With `http_unauthenticated_share` it "
+            "must leave a share (their sum below 1) for other requests with credentials"
+        ),
+    ] = 0.5
 
     # --- outbound queue per connection (lagged when over either) ---
     queue_max_frames: Annotated[
@@ -446,6 +469,15 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             "`GET .../presence` lists none"
         ),
     ] = 100
+    max_connection_presence_bytes: Annotated[
+        PosInt,
+        _d(
+            "bytes the presence one connection states may hold, over every transcript it is a "
+            "member of (each member's state as compact JSON, and 640 bytes); a `presence` op "
+            "past it gets `too-large` naming this setting (leave a transcript's presence, or "
+            "state less). 25,600 members with 1 KiB states once held 83 MB"
+        ),
+    ] = 64 << 10
     presence_ttl_s: Annotated[
         Annotated[float, Meta(gt=0)],
         _d(
@@ -625,6 +657,17 @@ def load_config(
             f"{where}={config.ws_hard_max_bytes}: below max_frame_bytes "
             f"({config.max_frame_bytes}); messages in between could never be answered",
             "ws_hard_max_bytes",
+        )
+    if config.http_unauthenticated_share + config.http_parked_share >= 1:
+        name = "http_unauthenticated_share"
+        if "http_parked_share" in origin:
+            name = "http_parked_share"
+        raise ConfigError(
+            f"{origin.get(name, name)}: http_unauthenticated_share "
+            f"({config.http_unauthenticated_share:g}) and http_parked_share "
+            f"({config.http_parked_share:g}) add up to 1 or more, leaving no HTTP connection "
+            "for requests with credentials",
+            name,
         )
     if check_store:
         from server.store.base import SharedStore

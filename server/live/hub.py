@@ -111,6 +111,7 @@ class Hub:
         self.presence = PresenceRegistry(
             interval_s=config.presence_interval_s,
             max_members=config.presence_max_members,
+            max_connection_bytes=config.max_connection_presence_bytes,
             frames_made=self.metrics.presence_frames.inc,
         )
         self.metrics.presence_members.set_function(self.presence.member_count)

@@ -401,7 +401,11 @@ class OutboundQueue:
         """Send or queue a frame shared by the subscribers of a followed
         transcript (a ``presence`` frame; nothing if it is not followed).
         Counted like an answer and never dropped on lag: its sender makes
-        at most one a second per transcript."""
+        at most one a second per transcript. Its encoding is shared, but a
+        queued one keeps it alive for as long as this client does not read
+        it: past the byte budget and ``CONTROL_BYTES_SLACK`` (as answers) the
+        connection is closed with 4008 (presence frames of 256 transcripts,
+        100 members each with 1 KiB states, would pile up 25 MB a second)."""
         if self.closed or item.transcript_id not in self._sent:
             return
         raw = self._raw
@@ -410,6 +414,9 @@ class OutboundQueue:
             self.seq += 1
             raw.raw_write(ws_header(BINARY if self.binary else TEXT, len(data)) + data)
             self._count_sent(1, 1, len(data))
+            return
+        if self._counted_bytes() + item.size > self._limit() + CONTROL_BYTES_SLACK:
+            self._cut("outbound queue full of presence frames it does not read")
             return
         self._queue.append(item)
         self._queued_bytes += item.size

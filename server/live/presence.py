@@ -51,6 +51,7 @@ from protocol.wire import Member, PresenceCounts, PresenceFrame
 from server.errors import Refused
 from server.live.frames import SharedFrame
 from server.live.outbound import OutboundQueue
+from server.tuning import PRESENCE_MEMBER_COST
 
 __all__ = ["PresenceRegistry", "PresenceRelay", "TranscriptPresence", "check_state"]
 
@@ -101,6 +102,7 @@ class TranscriptPresence:
 
     __slots__ = (
         "_snapshot",
+        "costs",
         "crowd",
         "dirty",
         "last_flush",
@@ -119,6 +121,8 @@ class TranscriptPresence:
         self.members: dict[str, Member] = {}
         #: This replica's members: id -> the connection that stated it.
         self.local: dict[str, OutboundQueue] = {}
+        #: What each of them counts against its connection's budget.
+        self.costs: dict[str, int] = {}
         #: Other replicas' members: id -> the replica that holds it.
         self.owners: dict[str, str] = {}
         #: The members as the watchers know them (as of the last frame).
@@ -202,6 +206,11 @@ class TranscriptPresence:
         return frame
 
 
+def member_cost(member: Member) -> int:
+    """What ``member`` counts against ``max_connection_presence_bytes``."""
+    return wire.presence_state_bytes(member.state) + PRESENCE_MEMBER_COST
+
+
 def _order(member: Member) -> tuple[str, str]:
     return (member.who, member.id)
 
@@ -214,11 +223,17 @@ class PresenceRegistry:
         *,
         interval_s: float,
         max_members: int,
+        max_connection_bytes: int = 64 << 10,
         clock: Callable[[], float] | None = None,
         frames_made: Callable[[], None] | None = None,
     ) -> None:
         self.interval_s = interval_s
         self.max_members = max_members
+        #: ``max_connection_presence_bytes``.
+        self.max_connection_bytes = max_connection_bytes
+        #: Per connection, what its members hold (``member_cost``), and in all.
+        self._held: dict[OutboundQueue, int] = {}
+        self.held_bytes = 0
         #: The link to other replicas (``attach``), ``None`` standalone.
         self.relay: PresenceRelay | None = None
         self._clock = clock
@@ -271,7 +286,9 @@ class PresenceRegistry:
         (``who``, ``kind`` ``None``: keep them; a new one is ``anonymous``,
         a ``viewer``; ``state``
         unset: keep it; ``None``: clear it). The caller checked that the
-        connection subscribes to the transcript and the state's size."""
+        connection subscribes to the transcript and the state's size.
+        Raises ``Refused`` (``too-large``) when the connection's members
+        would hold more than ``max_connection_presence_bytes``."""
         presence = self._of(transcript_id)
         member_id = queue.id
         old = presence.members.get(member_id) if member_id in presence.local else None
@@ -284,12 +301,41 @@ class PresenceRegistry:
             ),
         )
         if new != old:
+            cost = member_cost(new)
+            held = self._held.get(queue, 0) - presence.costs.get(member_id, 0) + cost
+            if held > self.max_connection_bytes:
+                self._drop_if_idle(presence)
+                raise Refused(
+                    wire.TOO_LARGE,
+                    f"this connection's presence would hold {held} bytes, over "
+                    f"max_connection_presence_bytes ({self.max_connection_bytes}); leave "
+                    "the presence of a transcript or state less",
+                )
+            self._hold(queue, presence, member_id, cost)
             presence.members[member_id] = new
             presence.local[member_id] = queue
             presence.owners.pop(member_id, None)
             self._tie(queue, transcript_id)
             self._changed(presence, member_id, local=True)
         return new
+
+    def _hold(
+        self, queue: OutboundQueue, presence: TranscriptPresence, member_id: str, cost: int
+    ) -> None:
+        """Count ``cost`` (0: none) for ``queue``'s member of ``presence``."""
+        delta = cost - presence.costs.pop(member_id, 0)
+        if cost:
+            presence.costs[member_id] = cost
+        held = self._held.get(queue, 0) + delta
+        if held:
+            self._held[queue] = held
+        else:
+            self._held.pop(queue, None)
+        self.held_bytes += delta
+
+    def held(self, queue: OutboundQueue) -> int:
+        """What the members of ``queue`` hold (``max_connection_presence_bytes``)."""
+        return self._held.get(queue, 0)
 
     def leave(self, queue: OutboundQueue, transcript_id: str) -> bool:
         """The member of ``queue`` leaves ``transcript_id``; False if it was none."""
@@ -298,6 +344,7 @@ class PresenceRegistry:
             return False
         del presence.local[queue.id]
         del presence.members[queue.id]
+        self._hold(queue, presence, queue.id, 0)
         self._changed(presence, queue.id, local=True)
         return True
 

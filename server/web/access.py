@@ -27,6 +27,7 @@ from protocol import api, codes, rights, wire
 from protocol.rights import EVERYTHING, Grant, Need
 from server.auth import Authenticator, bearer, handshake_token, unauthorized
 from server.errors import Refused
+from server.extensions import HTTP_CONNECTION
 from server.store.base import TranscriptInfo
 from server.web.origins import OriginPolicy
 from server.web.problems import problem_response
@@ -271,7 +272,33 @@ class HttpAccess:
                 await _problem(refused)(scope, receive, send)
                 return
             scope[GRANT_KEY] = grant
+            connection = scope.get("extensions", {}).get(HTTP_CONNECTION)
+            if connection is not None and not connection.authenticated(parks(scope)):
+                refusal = _problem(_PARKED_FULL)
+                # The connection goes too: kept alive, it would hold a place
+                # of the cap's share for requests with credentials.
+                refusal.headers["connection"] = "close"
+                await refusal(scope, receive, send)
+                return
         await self.app(scope, receive, send)
+
+
+#: A live read past ``http_parked_share`` (``tsync serve``'s HTTP protocol).
+_PARKED_FULL: Final = Refused(
+    codes.UNAVAILABLE,
+    "the server holds as many parked live reads as it may (http_parked_share); retry shortly",
+)
+_LIVE_READ: Final = re.compile(rb"(?:^|&)live=(?:long-poll|sse)(?:&|$)")
+
+
+def parks(scope: dict[str, Any]) -> bool:
+    """Whether the request is a Durable Streams live read (``live=long-poll``
+    or ``live=sse``), which may wait long for data."""
+    return (
+        scope["method"] == "GET"
+        and scope["path"].startswith("/v1/stream/")
+        and _LIVE_READ.search(scope.get("query_string", b"")) is not None
+    )
 
 
 def _problem(refused: Refused) -> Response:

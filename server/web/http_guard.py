@@ -17,10 +17,26 @@ descriptors (``accept()`` then failed, and every failure was logged).
   slow but honest upload goes on; a trickle does not);
 - **a send deadline**: a response whose bytes the client stops reading for
   ``http_send_timeout_s`` is cut (its memory is freed);
+- **shares of the cap kept apart**: a connection is *unauthenticated* until
+  one of its requests passed ``HttpAccess`` with credentials (any complete
+  request to a route that is not public, on a server that needs none);
+  those may hold ``http_unauthenticated_share`` of the cap together, and a
+  new connection past that closes the one of them that has waited longest
+  for its headers, or when all of them are in requests (public ones: a
+  client that does not read a page's answer holds it for
+  ``http_send_timeout_s``), the oldest. Parked live reads
+  (Durable Streams ``live=long-poll``, ``live=sse``) may hold
+  ``http_parked_share``; ``HttpAccess`` answers one more 503 at once. What is
+  left (at least ``1 - both shares``) is for other requests with credentials:
+  1,000 sockets trickling headers and every long-poll a reader may park do
+  not keep a client with a token out (``tests/robustness/test_http_cap.py``).
+  The app reaches its connection through the scope extension
+  ``HTTP_CONNECTION`` (its ``authenticated``);
 - **a connection cap**: past ``max_http_connections`` open HTTP connections
-  (WebSockets are counted by ``max_connections``), a new connection may
-  still ask ``/healthz``, ``/readyz`` and ``/metrics`` (so that a monitor
-  sees the server is alive) under a short deadline; anything else is
+  (WebSockets are counted by ``max_connections`` only: an upgrade is served
+  whatever this count), a new connection may still ask ``/healthz``,
+  ``/readyz`` and ``/metrics`` (so that a monitor sees the server is alive)
+  and upgrade to a WebSocket under a short deadline; anything else is
   answered 503 with ``Retry-After`` and closed. At most ``OVERFLOW`` such
   connections wait for their headers at once: a new one past that closes
   the one that waited longest, so a flood of idle sockets cannot keep a
@@ -57,9 +73,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from protocol import codes
 from server.config import ServerConfig
 from server.errors import Failure
-from server.extensions import RAW_BODY
+from server.extensions import HTTP_CONNECTION, RAW_BODY
 
-__all__ = ["RAW_BODY", "GuardCounters", "RawBody", "guarded_protocol"]
+__all__ = ["HTTP_CONNECTION", "RAW_BODY", "GuardCounters", "RawBody", "guarded_protocol"]
 
 
 #: Connections past the cap that may still ask for the health endpoints;
@@ -94,14 +110,28 @@ class GuardCounters:
     """What the guard did, for metrics and tests (shared by a server's connections)."""
 
     open: int = 0
+    #: Connections within the cap (``open`` less those past it).
+    admitted: int = 0
+    #: Parked live reads now (``http_parked_share``).
+    parked: int = 0
     header_timeouts: int = 0
     body_timeouts: int = 0
     send_timeouts: int = 0
     over_capacity: int = 0
     #: Connections past the cap closed to make room for newer ones.
     evicted: int = 0
+    #: Idle connections within the cap closed to make room for newer ones.
+    evicted_idle: int = 0
+    #: Live reads answered 503 because ``http_parked_share`` was taken.
+    parked_refused: int = 0
     #: Connections past the cap still waiting for their headers, oldest first.
     waiting: dict[_GuardedH11, None] = field(default_factory=dict)
+    #: Admitted connections with no authenticated request yet.
+    unauthenticated: dict[_GuardedH11, None] = field(default_factory=dict)
+    #: Those of them waiting for a request's headers (not in a request), oldest first.
+    idle_unauthenticated: dict[_GuardedH11, None] = field(default_factory=dict)
+    #: Authenticated connections kept alive with no byte of a next request yet.
+    idle_authenticated: dict[_GuardedH11, None] = field(default_factory=dict)
 
 
 def guarded_protocol(
@@ -117,9 +147,16 @@ def guarded_protocol(
         body_min_rate = config.http_body_min_rate
         send_timeout_s = config.http_send_timeout_s
         max_connections = config.max_http_connections
+        max_unauthenticated = _share(config.max_http_connections, config.http_unauthenticated_share)
+        max_parked = _share(config.max_http_connections, config.http_parked_share)
         counters = shared
 
     return Guarded
+
+
+def _share(cap: int, share: float) -> int:
+    """``share`` of ``cap`` connections, at least one."""
+    return max(1, int(cap * share))
 
 
 async def _over_capacity(scope: Any, receive: Any, send: Any) -> None:
@@ -176,6 +213,8 @@ class _GuardedH11(H11Protocol):
     body_min_rate: ClassVar[float]
     send_timeout_s: ClassVar[float]
     max_connections: ClassVar[int]
+    max_unauthenticated: ClassVar[int]
+    max_parked: ClassVar[int]
     counters: ClassVar[GuardCounters]
 
     _timer: asyncio.TimerHandle | None = None
@@ -183,6 +222,9 @@ class _GuardedH11(H11Protocol):
     _deadline = 0.0
     _counted = False
     _over = False
+    _admitted = False
+    _authenticated = False
+    _parked = False
 
     # --- counting ---------------------------------------------------------------
 
@@ -191,7 +233,29 @@ class _GuardedH11(H11Protocol):
         counters = self.counters
         counters.open += 1
         self._counted = True
-        if counters.open > self.max_connections:
+        if self._full():
+            # Make room: the unauthenticated connection that has waited
+            # longest for its headers goes (it had a whole deadline to send
+            # them); when the cap itself is full, else the authenticated one
+            # kept alive longest with no request (its client opens another).
+            oldest = next(iter(counters.idle_unauthenticated), None)
+            if oldest is None and counters.admitted >= self.max_connections:
+                oldest = next(iter(counters.idle_authenticated), None)
+            if oldest is None and len(counters.unauthenticated) >= self.max_unauthenticated:
+                # All of them are in requests: public ones (a page, the API
+                # description) whose answers may go unread for as long as
+                # the send deadline. The oldest goes.
+                oldest = next(iter(counters.unauthenticated), None)
+            if oldest is not None:
+                counters.evicted_idle += 1
+                oldest._uncount()
+                oldest.transport.abort()
+        if not self._full():
+            self._admitted = True
+            counters.admitted += 1
+            counters.unauthenticated[self] = None
+            counters.idle_unauthenticated[self] = None
+        else:
             counters.over_capacity += 1
             self._over = True
             self.app = _ServeOnly(self.app)
@@ -209,11 +273,62 @@ class _GuardedH11(H11Protocol):
         self._disarm()
         super().connection_lost(exc)
 
+    def _full(self) -> bool:
+        counters = self.counters
+        return (
+            counters.admitted >= self.max_connections
+            or len(counters.unauthenticated) >= self.max_unauthenticated
+        )
+
     def _uncount(self) -> None:
-        self.counters.waiting.pop(self, None)
+        counters = self.counters
+        counters.waiting.pop(self, None)
+        counters.unauthenticated.pop(self, None)
+        counters.idle_unauthenticated.pop(self, None)
+        counters.idle_authenticated.pop(self, None)
+        self._unpark()
+        if self._admitted:
+            self._admitted = False
+            counters.admitted -= 1
         if self._counted:
             self._counted = False
-            self.counters.open -= 1
+            counters.open -= 1
+
+    def _unpark(self) -> None:
+        if self._parked:
+            self._parked = False
+            self.counters.parked -= 1
+
+    def authenticated(self, parks: bool) -> bool:
+        """The app found valid credentials on this connection's request (the
+        scope extension ``HTTP_CONNECTION``): it no longer counts as
+        unauthenticated. ``parks``: the request is a live read that may wait
+        long; False when ``http_parked_share`` is taken (answer 503)."""
+        counters = self.counters
+        if not self._authenticated:
+            self._authenticated = True
+            counters.unauthenticated.pop(self, None)
+            counters.idle_unauthenticated.pop(self, None)
+        if not parks or not self._counted:
+            return True
+        if self._parked:  # (a pipelined request after a parked one)
+            return True
+        if counters.parked >= self.max_parked:
+            counters.parked_refused += 1
+            return False
+        self._parked = True
+        counters.parked += 1
+        return True
+
+    def on_response_complete(self) -> None:
+        self._unpark()
+        if self._admitted and not self.transport.is_closing():
+            # Kept alive, waiting for the next request.
+            if self._authenticated:
+                self.counters.idle_authenticated[self] = None
+            else:
+                self.counters.idle_unauthenticated[self] = None
+        super().on_response_complete()
 
     def handle_websocket_upgrade(self, event: h11.Request) -> None:
         # From here on the connection is a WebSocket: ``max_connections``
@@ -221,9 +336,6 @@ class _GuardedH11(H11Protocol):
         self._disarm()
         self._uncount()
         super().handle_websocket_upgrade(event)
-
-    def _should_upgrade(self) -> bool:
-        return not self._over and super()._should_upgrade()
 
     def _header_timeout(self) -> float:
         if self._over:
@@ -234,14 +346,21 @@ class _GuardedH11(H11Protocol):
         before = self.cycle
         super().handle_events()
         cycle = self.cycle
-        if cycle is not None and cycle is not before and self.conn.their_http_version == b"1.1":
-            # A response to HTTP/1.1 without a length is sent chunked.
+        if cycle is not None and cycle is not before:
+            # In a request now (a pipelined one comes with no new data).
+            self.counters.idle_unauthenticated.pop(self, None)
+            self.counters.idle_authenticated.pop(self, None)
             scope: dict[str, Any] = cycle.scope  # type: ignore[assignment]
-            scope.setdefault("extensions", {})[RAW_BODY] = RawBody(self, cycle)
+            extensions = scope.setdefault("extensions", {})
+            extensions[HTTP_CONNECTION] = self
+            if self.conn.their_http_version == b"1.1":
+                # A response to HTTP/1.1 without a length is sent chunked.
+                extensions[RAW_BODY] = RawBody(self, cycle)
 
     # --- deadlines --------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        self.counters.idle_authenticated.pop(self, None)
         if not self._phase and self.conn.their_state is h11.IDLE:
             # The first byte of the next request on a kept-alive connection.
             self._arm("headers", self._header_timeout())
@@ -258,6 +377,7 @@ class _GuardedH11(H11Protocol):
             self._disarm()  # the request is in: the app's time is not the client's
         if state is not h11.IDLE:
             self.counters.waiting.pop(self, None)
+            self.counters.idle_unauthenticated.pop(self, None)
 
     def pause_writing(self) -> None:
         super().pause_writing()

@@ -138,26 +138,26 @@ def test_an_idle_keep_alive_connection_is_closed(connect: Callable[[], socket.so
     assert time.monotonic() - began < 1.0 + SLACK_S
 
 
-def test_past_the_cap_healthz_still_answers_and_the_log_stays_small(
+def test_idle_sockets_give_way_and_the_log_stays_small(
     slow_target: Target, sockets: list[socket.socket]
 ) -> None:
     log_before = slow_target.log_bytes()
     fds_before = slow_target.open_fds()
-    # Four times the cap, idle: past the cap, only the newest 64 are kept.
+    # Four times the cap, idle: none has sent a request, so together they hold
+    # http_unauthenticated_share (0.25) of it, the newest 10; a newer one
+    # closes the oldest.
     for _ in range(160):
         sockets.append(raw_socket(slow_target.port))
     # (Closed ones leave the server's table a loop turn after they are accepted.)
-    kept = fds_before + 40 + 64 + 10
+    kept = fds_before + 10 + 10
     deadline = time.monotonic() + 2
     while slow_target.open_fds() >= kept and time.monotonic() < deadline:
         time.sleep(0.02)
     assert slow_target.open_fds() < kept
     health = httpx.get(slow_target.url + "/healthz", timeout=5)
     assert health.status_code == 200
-    refused = httpx.get(slow_target.url + "/v1/transcripts", timeout=5)
-    assert refused.status_code == 503
-    assert refused.headers["retry-after"] == "1"
-    assert refused.json()["code"] == "unavailable"
+    # They were 503 while idle sockets held the cap.
+    assert httpx.get(slow_target.url + "/v1/transcripts", timeout=5).status_code == 200
     # Every idle one is closed by its deadline; the file descriptors come back.
     deadline = time.monotonic() + 1.0 + SLACK_S + 2
     while time.monotonic() < deadline and slow_target.open_fds() > fds_before + 5:
@@ -165,3 +165,56 @@ def test_past_the_cap_healthz_still_answers_and_the_log_stays_small(
     assert slow_target.open_fds() <= fds_before + 5
     assert httpx.get(slow_target.url + "/v1/transcripts", timeout=5).status_code == 200
     assert slow_target.log_bytes() - log_before < 20_000
+
+
+def test_past_the_cap_healthz_and_websockets_still_get_in(
+    target_factory: Callable[..., Target], sockets: list[socket.socket]
+) -> None:
+    # Bodies wait long enough for the test to fill the cap with them.
+    target = target_factory(
+        settings={**SETTINGS, "http_body_timeout_s": 60.0, "max_connections": 1000}
+    )
+    # Forty requests in flight (no credentials needed here), their bodies
+    # still coming: the cap is full of requests with credentials.
+    for _ in range(40):
+        sock = raw_socket(target.port)
+        sockets.append(sock)
+        sock.sendall(
+            b"POST /v1/transcripts HTTP/1.1\r\nhost: localhost\r\n"
+            b"content-type: application/json\r\ncontent-length: 1000\r\n\r\n{"
+        )
+    log_before = target.log_bytes()
+    for _ in range(100):  # past the cap, only the newest 64 are kept
+        sockets.append(raw_socket(target.port))
+    assert httpx.get(target.url + "/healthz", timeout=5).status_code == 200
+    refused = httpx.get(target.url + "/v1/transcripts", timeout=5)
+    assert refused.status_code == 503
+    assert refused.headers["retry-after"] == "1"
+    assert refused.json()["code"] == "unavailable"
+    # A WebSocket counts against max_connections only (it was 503 here).
+    with raw_socket(target.port) as sock:
+        sock.sendall(
+            (
+                f"GET /v1/ws HTTP/1.1\r\nhost: 127.0.0.1:{target.port}\r\n"
+                "upgrade: websocket\r\nconnection: Upgrade\r\n"
+                "sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n"
+            ).encode()
+        )
+        assert _head(sock).startswith(b"HTTP/1.1 101"), _head(sock)
+    assert target.log_bytes() - log_before < 20_000
+
+
+def _head(sock: socket.socket, timeout: float = 5.0) -> bytes:
+    """The status line and headers of the answer on ``sock``."""
+    sock.settimeout(timeout)
+    data = b""
+    deadline = time.monotonic() + timeout
+    while b"\r\n\r\n" not in data and time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except (TimeoutError, ConnectionResetError):
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data

@@ -12,9 +12,18 @@ import pytest
 
 from protocol import wire
 from protocol.types import Message, MessagesAppended, TranscriptEvent
-from protocol.wire import Baseline, ErrorFrame, Increment, Pong, accept_transcript_update
+from protocol.wire import (
+    Baseline,
+    ErrorFrame,
+    Increment,
+    Member,
+    Pong,
+    PresenceCounts,
+    PresenceFrame,
+    accept_transcript_update,
+)
 from server.live.baselines import EncodedMessages
-from server.live.frames import EncodedEvent, EncodedSnapshot
+from server.live.frames import EncodedEvent, EncodedSnapshot, SharedFrame
 from server.live.outbound import OutboundQueue
 from server.model.transcript import Transcript
 from server.tuning import MAX_ERROR_MESSAGE_CHARS
@@ -220,6 +229,30 @@ async def test_answers_a_client_never_reads_close_it_once_past_the_slack() -> No
     assert queue.closed
     _, size = queue.queued
     assert size < 1000 + (1 << 20) + 1000  # the budget plus CONTROL_BYTES_SLACK
+    await queue.stop()
+
+
+async def test_presence_frames_a_client_never_reads_close_it_once_past_the_slack() -> None:
+    """Issue "The Durable Streams face as tight as the WebSocket face", item 9:
+    the presence of other members a connection is sent (shared frames) was
+    queued without bound for a client that does not read."""
+    raw = FakeRaw()
+    queue = make_queue(raw, frames=2, size=1000)
+    queue.push_resume("t", 0, [])
+    raw.paused = True
+    members = [
+        Member(id=f"m{i}", who=f"w{i}", kind="viewer", state={"note": "x" * 1000})
+        for i in range(100)
+    ]
+    frame = PresenceFrame(seq=0, transcript_id="t", counts=PresenceCounts(), members=members)
+    pushed = 0
+    while not queue.closed and pushed < 10_000:
+        queue.push_shared(SharedFrame(frame))  # one a second per transcript, for hours
+        pushed += 1
+    assert queue.closed
+    assert raw.failed == 4008
+    _, size = queue.queued
+    assert size < 1000 + (1 << 20) + 110_000  # the budget, CONTROL_BYTES_SLACK and a frame
     await queue.stop()
 
 

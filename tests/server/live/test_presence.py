@@ -16,6 +16,7 @@ import pytest
 from protocol import wire
 from protocol.presence import PresenceCopy
 from protocol.wire import Baseline, ErrorFrame, Pong, PresenceFrame
+from server.tuning import PRESENCE_MEMBER_COST
 from tests.server.live.test_drafts import create, msg
 from tests.support.servers import RunningServer, running_server
 from tests.support.wsclient import RawClient
@@ -229,3 +230,51 @@ async def test_a_resubscribe_without_presence_stops_the_frames() -> None:
             await asyncio.sleep(0)  # nothing to wait for: nothing must come
             assert await w.nothing_pending(0.5)
         await w.close()
+
+
+async def test_a_connections_presence_is_held_within_its_budget() -> None:
+    """Issue "The Durable Streams face as tight as the WebSocket face", item 9:
+    25,600 members with 1 KiB states held 83 MB, counted by no limit."""
+    budget = 8 << 10
+    state = {"note": "x" * 900}  # 911 bytes of JSON, and 640 per member: 1,551
+    cost = len('{"note":""}') + 900 + PRESENCE_MEMBER_COST
+    fits = budget // cost
+    async with running_server(**FAST, max_connection_presence_bytes=budget) as srv:
+        tids = [f"t{i}" for i in range(fits + 4)]
+        for tid in tids:
+            await create(srv, tid, msg("hi"))
+        async with await RawClient.connect(srv.ws_url) as c:
+            for tid in tids:
+                await c.send(op="subscribe", transcriptId=tid)
+                await c.expect(Baseline)
+            for tid in tids[:fits]:
+                await c.send(op="presence", transcriptId=tid, state=state, ref=tid)
+                assert (await c.expect(Pong)).ref == tid
+            for tid in tids[fits:]:
+                await c.send(op="presence", transcriptId=tid, state=state, ref=tid)
+                error = await c.expect(ErrorFrame)
+                assert (error.code, error.ref, error.transcript_id) == (wire.TOO_LARGE, tid, tid)
+                assert "max_connection_presence_bytes (8192)" in error.message
+                assert srv.hub.presence.members(tid)[0] == []
+                # A member with no state still costs its entry.
+                await c.send(op="presence", transcriptId=tid, ref="empty")
+                assert (await c.expect(ErrorFrame)).code == wire.TOO_LARGE
+            held = srv.hub.presence.held_bytes
+            assert fits * cost == held <= budget
+            # A smaller state in place of a big one fits; leaving makes room.
+            await c.send(op="presence", transcriptId=tids[0], state={}, ref="small")
+            assert (await c.expect(Pong)).ref == "small"
+            await c.send(op="presence", transcriptId=tids[-1], state=state, ref="more")
+            assert (await c.expect(ErrorFrame)).ref == "more"  # 909 bytes freed, 1,551 needed
+            await c.send(op="presence", transcriptId=tids[-1], state={"n": "x" * 100}, ref="less")
+            assert (await c.expect(Pong)).ref == "less"
+            await c.send(op="presence", transcriptId=tids[1], leave=True)
+            await c.send(op="presence", transcriptId=tids[-2], state=state, ref="again")
+            assert (await c.expect(Pong)).ref == "again"
+            assert srv.hub.presence.held_bytes <= budget
+        # Gone with its connection.
+        for _ in range(200):
+            if srv.hub.presence.held_bytes == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert srv.hub.presence.held_bytes == 0

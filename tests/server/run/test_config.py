@@ -174,3 +174,12 @@ def test_every_flag_is_in_the_readme_synopsis_and_the_precedence_paragraph() -> 
     for flag in FLAGS.values():
         assert f"[{flag}" in synopsis, flag
         assert f"`{flag}`" in precedence, flag
+
+
+def test_the_http_shares_must_leave_room_for_requests_with_credentials() -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config({"TSYNC_HTTP_PARKED_SHARE": "0.8"}, check_store=False)
+    assert raised.value.setting == "http_parked_share"
+    assert str(raised.value).startswith("TSYNC_HTTP_PARKED_SHARE: ")
+    assert "add up to 1 or more" in str(raised.value)
+    assert load_config({"TSYNC_HTTP_PARKED_SHARE": "0.7"}, check_store=False)
