@@ -268,7 +268,11 @@ async def _create(request: Request, path: str) -> Response:
         if sub > 0 and fork_offset is None:
             raise StreamError(400, f"a {FORK_SUB_OFFSET} above 0 needs a {FORK_OFFSET}")
     body = await _body(request, _settings(request).max_body_bytes)
-    values = await _json_values(request, body, content_type, allow_empty=True)
+    kind = content_type
+    if kind is None and forked_from is not None and len(body) > JSON_INLINE_BYTES:
+        source = await _registry(request).get(forked_from)  # a fork takes its source's type
+        kind = source.content_type if source is not None else None
+    values = await _json_values(request, body, kind, allow_empty=True)
     stream, created = await _registry(request).create(
         path,
         content_type=content_type,
