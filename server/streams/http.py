@@ -636,9 +636,12 @@ def _sse_data_event(stream: Stream, message: Message) -> bytes:
     return b"event: data\n" + _sse_data(payload)
 
 
+_CTRL: Final = b"event: control\n"
+
+
 def _sse_control_event(stream: Stream, offset: str, cursor: str | None) -> bytes:
     """The control event after the data event that ends at ``offset``."""
-    return b"event: control\n" + _sse_data(_control(stream, offset, cursor))
+    return _CTRL + _sse_data(_control(stream, offset, cursor))
 
 
 class _SseResponse(Response):
@@ -755,14 +758,10 @@ class _SseResponse(Response):
             while follower.pending:
                 # Queued events stay queued while they are sent, so that an
                 # append made meanwhile queues behind them (not raw, ahead);
-                # sent in writes of ``SEND_BYTES`` (or one larger event), each
-                # once the reader took the one before.
-                count, size = 0, 0
-                for event in follower.pending:
-                    if count and size + len(event) > SEND_BYTES:
-                        break
-                    count += 1
-                    size += len(event)
+                # sent in writes of about ``SEND_BYTES`` (a data event and its
+                # control event always together), each once the reader took
+                # the one before.
+                count = _send_count(follower.pending)
                 await body(b"".join(follower.pending[:count]))
                 fanout.sent(stream.path, follower, count)
                 if follower.over():
@@ -779,6 +778,19 @@ class _SseResponse(Response):
                 await body(
                     b"event: control\n" + _sse_data(_control(stream, follower.offset, cursor))
                 )
+
+
+def _send_count(pending: list[bytes]) -> int:
+    """How many of the queued events go in the next write: about
+    ``SEND_BYTES`` (one event larger alone), and never a data event
+    without the control event after it."""
+    count = size = 0
+    for event in pending:
+        if count and size + len(event) > SEND_BYTES and not event.startswith(_CTRL):
+            break
+        count += 1
+        size += len(event)
+    return count
 
 
 def _control(stream: Stream, offset: str, cursor: str | None) -> str:

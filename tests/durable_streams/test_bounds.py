@@ -245,3 +245,22 @@ async def test_a_fork_of_a_json_stream_counts_its_body_off_the_loop_too() -> Non
             )
         assert fork.status_code == 413 and "max_stream_append_values" in fork.text
         assert worst[0] < 0.3, worst[0]  # was 0.6-1.1 s on the loop; now about 0.03
+
+
+def test_a_queue_is_sent_in_bounded_writes_that_keep_each_event_whole() -> None:
+    """A reader's task sends its queue in writes of about 64 KiB (it sent
+    all of it, up to 4 MiB, in one copy of its own), and never a data
+    event without its control event."""
+    from server.streams.http import _send_count
+
+    data, big, control = (
+        b"event: data\ndata:x\n\n",
+        b"event: data\n" + b"x" * 70_000,
+        b"event: control\n{}",
+    )
+    assert _send_count([data, control, data, control]) == 4
+    assert _send_count([big, control, data, control]) == 2
+    assert _send_count([b"event: data\n" + b"x" * 60_000, control, big, control]) == 2
+    many = [data, control] * 10_000
+    assert _send_count(many) < len(many)
+    assert sum(len(e) for e in many[: _send_count(many)]) <= 64 * 1024 + len(data)
