@@ -223,6 +223,20 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         PosInt,
         _d("most bytes all Durable Streams hold together; an append past it gets 507"),
     ] = 256 << 20
+    max_stream_append_values: Annotated[
+        PosInt,
+        _d(
+            "most JSON values one Durable Streams JSON-mode append (or create) may hold; "
+            "more gets 413"
+        ),
+    ] = 10_000
+    max_sse_queued_bytes: Annotated[
+        PosInt,
+        _d(
+            "most bytes of events all Durable Streams SSE readers of the process may have "
+            "queued together; a reader past its share is ended and resumes"
+        ),
+    ] = 64 << 20
     stream_long_poll_s: Annotated[
         PosFloat,
         _d("how long a Durable Streams long-poll read waits for data before its 204"),

@@ -2,22 +2,27 @@
 to every reader at once.
 
 A reader that has caught up with its stream follows it here (``follow``).
-When an append is made (``Registry._apply``), ``deliver`` encodes its event
-once per kind of reader (the SSE bytes differ only by the reader's request
-cursor, which the control event carries) and frames it once as an HTTP/1.1
-chunk; then, as the hub does for WebSockets (``server.outbound``), each
-reader whose connection takes data now gets those shared bytes written
-straight to its transport, in the appender's own step: no task woken, no
-ASGI ``send``, nothing encoded per reader. ``server.web.http_guard.RawBody`` is
-that raw write.
+When an append is made (``Registry._apply``), ``deliver`` encodes its data
+event once per kind of reader, whatever the readers' cursors: the cursor is
+in the small control event that follows it, made once per cursor. Then, as
+the hub does for WebSockets (``server.outbound``), each reader whose
+connection takes data now gets those bytes, framed as an HTTP/1.1 chunk,
+written straight to its transport, in the appender's own step: no task
+woken, no ASGI ``send``, nothing encoded per reader.
+``server.web.http_guard.RawBody`` is that raw write.
 
 A reader that cannot be written to now (its transport is paused: the
 client reads slower than we write; or no raw write is offered: another ASGI
 server, HTTP/1.0) gets the event queued and its own task woken, which sends
-what is queued through ASGI, in order, coalesced. The queue is bounded
-(``max_queued_bytes``): a reader past it is cut (``cut``), its response is
-ended, and, the protocol being resumable, it reads again from the last
-offset it got. Nothing else waits for it.
+what is queued through ASGI, in order, coalesced into writes of at most
+``SEND_BYTES``. A queue holds the shared data event (not a copy of its
+own) and its own control event. The queues are bounded, each and all
+together: a reader past its share is cut (``cut``), its response is ended,
+and, the protocol being resumable, it reads again from the last offset it
+got. Its share is ``max_queued_bytes``, or less when many readers queue:
+``max_total_queued_bytes`` (setting ``max_sse_queued_bytes``) over the
+number of readers, as the WebSocket hub bounds its slow consumers. Nothing
+else waits for it.
 
 Everything here runs on the event loop without awaiting: a follower sees
 every append after the offset it followed from, exactly once, in order.
@@ -36,6 +41,14 @@ __all__ = ["Fanout", "Follower", "RawWrite"]
 #: Bytes of events a reader that does not keep up may have queued before
 #: its response is ended (it reads again from its offset).
 MAX_QUEUED_BYTES: Final = 4 * 1024 * 1024
+#: Bytes of events all the readers of a process may have queued together
+#: (counting an event shared by several readers once per reader): a reader
+#: past its share of it is cut. Setting ``max_sse_queued_bytes``.
+MAX_TOTAL_QUEUED_BYTES: Final = 64 * 1024 * 1024
+#: A reader's task sends its queue in writes of at most this many bytes
+#: (an event larger than it alone): each write is a copy the transport may
+#: hold while the reader does not read.
+SEND_BYTES: Final = 64 * 1024
 
 
 class RawWrite(Protocol):
@@ -46,8 +59,10 @@ class RawWrite(Protocol):
     def raw_write(self, data: bytes) -> None: ...
 
 
-#: ``(stream, message, cursor) -> event bytes`` for one reader's kind.
-Encode = Callable[[Stream, Message, str | None], bytes]
+#: ``(stream, message) -> data event bytes`` for one reader's kind (no cursor).
+Encode = Callable[[Stream, Message], bytes]
+#: ``(stream, offset, cursor) -> control event bytes`` after a data event.
+Control = Callable[[Stream, str, str | None], bytes]
 
 
 class Follower:
@@ -55,6 +70,7 @@ class Follower:
 
     __slots__ = (
         "closed_sent",
+        "control",
         "cursor",
         "cut",
         "encode",
@@ -66,13 +82,22 @@ class Follower:
         "wake",
     )
 
-    def __init__(self, raw: RawWrite | None, cursor: str | None, encode: Encode, offset: str):
+    def __init__(
+        self,
+        raw: RawWrite | None,
+        cursor: str | None,
+        encode: Encode,
+        control: Control,
+        offset: str,
+    ):
         self.raw = raw
         self.cursor = cursor
         self.encode = encode
+        self.control = control
         #: The offset after the last event given to this reader (sent or queued).
         self.offset = offset
-        #: Events (unframed) waiting for the reader's task to send them.
+        #: Events (unframed) waiting for the reader's task to send them: a
+        #: data event (shared with the other readers) and its control event.
         self.pending: list[bytes] = []
         self.pending_bytes = 0
         #: Set whenever the reader's task has something to do.
@@ -92,27 +117,64 @@ class Follower:
 class Fanout:
     """The live SSE readers of every stream of one ``Registry``."""
 
-    def __init__(self, max_queued_bytes: int = MAX_QUEUED_BYTES) -> None:
+    def __init__(
+        self,
+        max_queued_bytes: int = MAX_QUEUED_BYTES,
+        max_total_queued_bytes: int = MAX_TOTAL_QUEUED_BYTES,
+    ) -> None:
         self.max_queued_bytes = max_queued_bytes
+        self.max_total_queued_bytes = max_total_queued_bytes
         self._followers: dict[str, set[Follower]] = {}
+        self._count = 0
+        #: The bytes queued for every reader together (an event queued for
+        #: several counts for each).
+        self.queued_bytes = 0
         #: Since the start (for metrics and tests): events written raw, events
-        #: queued for a reader's task, readers cut for falling behind.
+        #: queued for a reader's task, readers cut for falling behind, data
+        #: events encoded.
         self.raw_count = 0
         self.queued_count = 0
         self.cut_count = 0
+        self.encoded_count = 0
 
     def __len__(self) -> int:
-        return sum(len(group) for group in self._followers.values())
+        return self._count
+
+    def share(self) -> int:
+        """The bytes one reader may have queued now."""
+        return min(self.max_queued_bytes, self.max_total_queued_bytes // max(1, self._count))
 
     def follow(self, path: str, follower: Follower) -> None:
-        self._followers.setdefault(path, set()).add(follower)
+        group = self._followers.setdefault(path, set())
+        if follower not in group:
+            group.add(follower)
+            self._count += 1
+            self.queued_bytes += follower.pending_bytes
 
     def unfollow(self, path: str, follower: Follower) -> None:
         group = self._followers.get(path)
-        if group is not None:
+        if group is not None and follower in group:
             group.discard(follower)
+            self._count -= 1
+            self.queued_bytes -= follower.pending_bytes
             if not group:
                 del self._followers[path]
+
+    def queue(self, path: str, follower: Follower, events: list[bytes]) -> None:
+        """Queue ``events`` for ``follower``'s task (events it read itself)."""
+        size = sum(len(event) for event in events)
+        follower.pending += events
+        follower.pending_bytes += size
+        if follower in self._followers.get(path, ()):
+            self.queued_bytes += size
+
+    def sent(self, path: str, follower: Follower, count: int) -> None:
+        """The first ``count`` events queued for ``follower`` were sent."""
+        size = sum(len(event) for event in follower.pending[:count])
+        del follower.pending[:count]
+        follower.pending_bytes -= size
+        if follower in self._followers.get(path, ()):
+            self.queued_bytes -= size
 
     def follows(self, path: str) -> bool:
         """Whether a reader follows the stream at ``path``."""
@@ -136,32 +198,45 @@ class Fanout:
         group = self._followers.get(stream.path)
         if not group:
             return
-        events: dict[tuple[Encode, str | None], tuple[bytes, bytes]] = {}
+        datas: dict[Encode, bytes] = {}
+        controls: dict[tuple[Control, str | None], bytes] = {}
+        frames: dict[tuple[Encode, Control, str | None], bytes] = {}
         closed = stream.closed
         cut: list[Follower] = []
         raw_writes = queued = 0
+        share = self.share()
         for follower in group:
             if follower.offset != after:
                 follower.wake.set()
                 continue
-            key = (follower.encode, follower.cursor)
-            event = events.get(key)
-            if event is None:
-                payload = follower.encode(stream, message, follower.cursor)
-                event = events[key] = (payload, b"%x\r\n%b\r\n" % (len(payload), payload))
+            data = datas.get(follower.encode)
+            if data is None:
+                data = datas[follower.encode] = follower.encode(stream, message)
+                self.encoded_count += 1
+            key = (follower.control, follower.cursor)
+            control = controls.get(key)
+            if control is None:
+                control = controls[key] = follower.control(stream, message.offset, follower.cursor)
             follower.offset = message.offset
             follower.closed_sent = closed
             raw = follower.raw
             if not follower.pending and raw is not None and raw.raw_ready():
-                raw.raw_write(event[1])
+                frame_key = (follower.encode, follower.control, follower.cursor)
+                frame = frames.get(frame_key)
+                if frame is None:
+                    size = len(data) + len(control)
+                    frame = frames[frame_key] = b"%x\r\n%b%b\r\n" % (size, data, control)
+                raw.raw_write(frame)
                 raw_writes += 1
                 if closed:
                     follower.wake.set()  # its task ends the response
                 continue
-            follower.pending.append(event[0])
-            follower.pending_bytes += len(event[0])
+            follower.pending += (data, control)
+            size = len(data) + len(control)
+            follower.pending_bytes += size
+            self.queued_bytes += size
             queued += 1
-            if follower.pending_bytes > self.max_queued_bytes:
+            if follower.pending_bytes > share:
                 follower.cut = True
                 cut.append(follower)
             follower.wake.set()
@@ -184,3 +259,5 @@ class Fanout:
                 follower.cut = True
                 follower.wake.set()
         self._followers.clear()
+        self._count = 0
+        self.queued_bytes = 0

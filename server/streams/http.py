@@ -31,18 +31,23 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from protocol import codes
+from server.errors import Refused
 from server.extensions import RAW_BODY
-from server.streams.fanout import Follower
+from server.streams.fanout import SEND_BYTES, Follower
 from server.streams.memory import AppendResult, Registry
 from server.streams.model import (
     Message,
     Stream,
     StreamError,
+    is_json,
     json_body,
+    json_values_job,
     media_type,
     parse_expires_at,
     valid_offset,
 )
+from server.web.offload import Offload
 
 __all__ = ["PREFIX", "StreamSettings", "routes"]
 
@@ -85,6 +90,10 @@ SECURITY: Final = {
     "cross-origin-resource-policy": "cross-origin",
 }
 CATCH_UP_CACHE: Final = "public, max-age=60, stale-while-revalidate=300"
+#: A JSON-mode body up to this size is parsed on the loop (a few ms at
+#: most); a larger one in a worker process (``server.web.offload``), which
+#: counts its values before encoding any (``max_stream_append_values``).
+JSON_INLINE_BYTES: Final = 256 * 1024
 
 _DECIMAL: Final = re.compile(r"0|[1-9][0-9]*")
 _INTEGER: Final = re.compile(r"[0-9]+")
@@ -259,6 +268,11 @@ async def _create(request: Request, path: str) -> Response:
         if sub > 0 and fork_offset is None:
             raise StreamError(400, f"a {FORK_SUB_OFFSET} above 0 needs a {FORK_OFFSET}")
     body = await _body(request, _settings(request).max_body_bytes)
+    kind = content_type
+    if kind is None and forked_from is not None and len(body) > JSON_INLINE_BYTES:
+        source = await _registry(request).get(forked_from)  # a fork takes its source's type
+        kind = source.content_type if source is not None else None
+    values = await _json_values(request, body, kind, allow_empty=True)
     stream, created = await _registry(request).create(
         path,
         content_type=content_type,
@@ -270,6 +284,7 @@ async def _create(request: Request, path: str) -> Response:
         forked_from=forked_from,
         fork_offset=fork_offset,
         fork_sub_offset=sub,
+        values=values,
     )
     answer = {
         "content-type": stream.content_type or "application/octet-stream",
@@ -323,6 +338,7 @@ async def _append(request: Request, path: str) -> Response:
     content_type = request.headers.get("content-type")
     if not content_type:
         raise StreamError(400, "Content-Type header is required")
+    values = await _json_values(request, body, content_type, allow_empty=False)
     result = await registry.append(
         path,
         body,
@@ -330,8 +346,36 @@ async def _append(request: Request, path: str) -> Response:
         stream_seq=request.headers.get(SEQ),
         producer=producer,
         close=close,
+        values=values,
     )
     return _appended(result, producer, body=True)
+
+
+async def _json_values(
+    request: Request, body: bytes, content_type: str | None, *, allow_empty: bool
+) -> tuple[str, ...] | None:
+    """The JSON values of a large JSON-mode body, parsed in a worker
+    process: on the loop, 15 MiB of a flat array held every connection for
+    seconds. ``None`` for the rest (the registry parses a small body, and
+    a body for a stream of another type is refused there)."""
+    if len(body) <= JSON_INLINE_BYTES or not is_json(content_type):
+        return None
+    offload: Offload | None = getattr(request.app.state, "offload", None)
+    if offload is None:  # an app without its lifespan (some tests)
+        return None
+    max_values = _registry(request).limits.max_append_values
+    try:
+        status, reason, values = await offload.run(
+            "reading a JSON body", json_values_job, body, allow_empty, max_values
+        )
+    except Refused as refused:
+        busy = refused.code == codes.UNAVAILABLE
+        raise StreamError(
+            503 if busy else 413, refused.message, {"retry-after": "1"} if busy else None
+        ) from None
+    if status:
+        raise StreamError(status, reason)
+    return values
 
 
 def _appended(
@@ -577,18 +621,27 @@ def _base64(stream: Stream) -> bool:
 def _sse_event(stream: Stream, message: Message, cursor: str | None) -> bytes:
     """One message's data event and the control event after it, together:
     a reader never sees one without the other in a read."""
+    return _sse_data_event(stream, message) + _sse_control_event(stream, message.offset, cursor)
+
+
+def _sse_data_event(stream: Stream, message: Message) -> bytes:
+    """One message's data event: the same for every reader (the fan-out
+    encodes it once, whatever the readers' cursors)."""
     if stream.json:
         payload = json_body([message]).decode()
     elif _base64(stream):
         payload = base64.b64encode(message.data).decode()
     else:
         payload = message.data.decode("utf-8", errors="replace")
-    return (
-        b"event: data\n"
-        + _sse_data(payload)
-        + b"event: control\n"
-        + _sse_data(_control(stream, message.offset, cursor))
-    )
+    return b"event: data\n" + _sse_data(payload)
+
+
+_CTRL: Final = b"event: control\n"
+
+
+def _sse_control_event(stream: Stream, offset: str, cursor: str | None) -> bytes:
+    """The control event after the data event that ends at ``offset``."""
+    return _CTRL + _sse_data(_control(stream, offset, cursor))
 
 
 class _SseResponse(Response):
@@ -619,7 +672,7 @@ class _SseResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         raw = scope.get("extensions", {}).get(RAW_BODY)
-        follower = Follower(raw, self.cursor, _sse_event, self.start)
+        follower = Follower(raw, self.cursor, _sse_data_event, _sse_control_event, self.start)
 
         async def disconnect() -> None:
             while (await receive())["type"] != "http.disconnect":
@@ -640,6 +693,7 @@ class _SseResponse(Response):
 
     async def _events(self, send: Send, follower: Follower) -> None:
         registry, stream, cursor = self.registry, self.stream, self.cursor
+        fanout = registry.fanout
 
         async def body(data: bytes) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": True})
@@ -651,14 +705,20 @@ class _SseResponse(Response):
         if not registry.read(stream, offset):  # nothing to catch up: say where it is
             offset = offset or stream.tail
             await body(b"event: control\n" + _sse_data(_control(stream, offset, cursor)))
-        while True:  # catch up; nothing waits between the last read and following
+        # Catch up page by page (``read_chunk_bytes`` of messages each), each
+        # page written once the reader took the one before (``send`` waits
+        # for the socket to drain): a reader holds one page, however much it
+        # has to read and however slowly. Nothing waits between the last
+        # read and following.
+        while True:
             if not await registry.still(stream):
                 return
-            messages = registry.read(stream, offset)
+            messages, _ = _page(registry.read(stream, offset), self.settings.read_chunk_bytes)
             if not messages:
                 break
             offset = messages[-1].offset
-            await body(b"".join(_sse_event(stream, m, cursor) for m in messages))
+            await body(b"".join([_sse_event(stream, m, cursor) for m in messages]))
+            del messages
         tail = offset or stream.tail
         if stream.closed and tail == stream.tail:
             return
@@ -683,19 +743,27 @@ class _SseResponse(Response):
                 return
             # What the fan-out did not bring: appends another replica made
             # (a shared store's copy learns of them here). Queued behind
-            # anything already queued, so that the order holds.
-            missed = registry.read(stream, follower.offset)
+            # anything already queued, so that the order holds; a page at
+            # a time (the next once it is sent).
+            missed, all_read = _page(
+                registry.read(stream, follower.offset), self.settings.read_chunk_bytes
+            )
             if missed:
                 follower.offset = missed[-1].offset
                 follower.closed_sent = stream.closed and follower.offset == stream.tail
-                follower.pending += [_sse_event(stream, m, cursor) for m in missed]
-            if follower.pending:
+                fanout.queue(stream.path, follower, [_sse_event(stream, m, cursor) for m in missed])
+                if not all_read:
+                    follower.wake.set()
+            del missed
+            while follower.pending:
                 # Queued events stay queued while they are sent, so that an
-                # append made meanwhile queues behind them (not raw, ahead).
-                count = len(follower.pending)
+                # append made meanwhile queues behind them (not raw, ahead);
+                # sent in writes of about ``SEND_BYTES`` (a data event and its
+                # control event always together), each once the reader took
+                # the one before.
+                count = _send_count(follower.pending)
                 await body(b"".join(follower.pending[:count]))
-                del follower.pending[:count]
-                follower.pending_bytes = sum(len(p) for p in follower.pending)
+                fanout.sent(stream.path, follower, count)
                 if follower.over():
                     return
             await registry.touch(stream)
@@ -710,6 +778,19 @@ class _SseResponse(Response):
                 await body(
                     b"event: control\n" + _sse_data(_control(stream, follower.offset, cursor))
                 )
+
+
+def _send_count(pending: list[bytes]) -> int:
+    """How many of the queued events go in the next write: about
+    ``SEND_BYTES`` (one event larger alone), and never a data event
+    without the control event after it."""
+    count = size = 0
+    for event in pending:
+        if count and size + len(event) > SEND_BYTES and not event.startswith(_CTRL):
+            break
+        count += 1
+        size += len(event)
+    return count
 
 
 def _control(stream: Stream, offset: str, cursor: str | None) -> str:

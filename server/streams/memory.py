@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from server.streams.fanout import Fanout
+from server.streams.fanout import MAX_TOTAL_QUEUED_BYTES, Fanout
 from server.streams.log import NoLog, StreamLog
 from server.streams.model import (
     ZERO_OFFSET,
@@ -72,10 +72,14 @@ class Stale(Exception):
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What the streams of one process may hold (settings ``max_streams`` and
-    ``max_stream_bytes``)."""
+    ``max_stream_bytes``), and the JSON values one append may bring
+    (``max_stream_append_values``)."""
 
     max_streams: int = 10_000
     max_bytes: int = 256 * 1024 * 1024
+    max_append_values: int = 10_000
+    #: What all live SSE readers may have queued together (``Fanout``).
+    max_sse_queued_bytes: int = MAX_TOTAL_QUEUED_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +121,7 @@ class Registry:
         self._streams: dict[str, Stream] = {}
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         #: Live SSE readers, written to on each append (``server.streams.fanout``).
-        self.fanout = Fanout()
+        self.fanout = Fanout(max_total_queued_bytes=self.limits.max_sse_queued_bytes)
         self._bytes = 0
         self._swept = self.clock()
         if log is not None:
@@ -178,6 +182,12 @@ class Registry:
     async def _write_touch(self, stream: Stream, now: float) -> None:
         self._log.touch(stream.path, now)
 
+    def _make_room(self, keep: str, streams: int = 0, size: int = 0) -> None:
+        """Drop what this process's copy need not hold (a shared store's
+        copies of streams nobody here uses) until it has room for
+        ``streams`` more and ``size`` more bytes within the limits; the
+        streams of a store of its own are all it holds: nothing to drop."""
+
     # --- looking up ------------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -234,12 +244,14 @@ class Registry:
         forked_from: str | None,
         fork_offset: str | None,
         fork_sub_offset: int,
+        values: tuple[str, ...] | None = None,
     ) -> tuple[Stream, bool]:
         """The stream at ``path``, made now (``True``) or already there with
-        this configuration (``False``); ``StreamError`` 409 for another one."""
+        this configuration (``False``); ``StreamError`` 409 for another one.
+        ``values``: a JSON body's values, parsed already (off the loop)."""
         args = (content_type, ttl_s, expires_at, expires_at_ts, body, closed)
         fork = (forked_from, fork_offset, fork_sub_offset)
-        return await self._decided(lambda: self._create(path, *args, *fork))
+        return await self._decided(lambda: self._create(path, *args, *fork, values))
 
     async def _create(
         self,
@@ -253,6 +265,7 @@ class Registry:
         forked_from: str | None,
         fork_offset: str | None,
         fork_sub_offset: int,
+        values: tuple[str, ...] | None = None,
     ) -> tuple[Stream, bool]:
         await self._sync(path)
         if forked_from is not None:
@@ -288,6 +301,7 @@ class Registry:
                 if not same:
                     raise StreamError(409, "Stream already exists with different configuration")
                 return existing, False
+        self._make_room(path, streams=1)
         if len(self._streams) >= self.limits.max_streams:
             raise StreamError(
                 429,
@@ -333,8 +347,12 @@ class Registry:
             stream.add_raw(prefix.data, prefix.values)
             stream.fork_sub_offset = fork_sub_offset
         if body:
-            self._check_room(len(body))
-            stream.add(body, create=True)
+            message = stream.encode(
+                body, create=True, values=values, max_values=self.limits.max_append_values
+            )
+            if message is not None:
+                self._check_room(path, message.held)
+                stream.push(message)
         stream.closed = closed
         await self._write_create(stream, source)  # the new stream is in no index yet
         if source is not None:
@@ -380,9 +398,12 @@ class Registry:
         stream_seq: str | None,
         producer: tuple[str, int, int] | None,
         close: bool,
+        values: tuple[str, ...] | None = None,
     ) -> AppendResult:
+        """Append ``body`` (``values``: a JSON body's values, parsed already
+        off the loop), or close, or both."""
         return await self._decided(
-            lambda: self._append(path, body, content_type, stream_seq, producer, close)
+            lambda: self._append(path, body, content_type, stream_seq, producer, close, values)
         )
 
     async def _append(
@@ -393,6 +414,7 @@ class Registry:
         stream_seq: str | None,
         producer: tuple[str, int, int] | None,
         close: bool,
+        values: tuple[str, ...] | None = None,
     ) -> AppendResult:
         stream = await self.live(path)
         now = self.clock()
@@ -416,9 +438,9 @@ class Registry:
             raise StreamError(409, "Sequence conflict")
         message: Message | None = None
         if body:
-            message = stream.encode(body)
+            message = stream.encode(body, values=values, max_values=self.limits.max_append_values)
             if message is not None:
-                self._check_room(len(message.data))
+                self._check_room(path, message.held)
         update = Update(
             tail=stream.tail if message is None else message.offset,
             last_access=now,
@@ -520,7 +542,8 @@ class Registry:
                 if source is not None:
                     source.refs = max(0, source.refs - 1)
 
-    def _check_room(self, size: int) -> None:
+    def _check_room(self, path: str, size: int) -> None:
+        self._make_room(path, size=size)
         if self._bytes + size > self.limits.max_bytes:
             raise StreamError(
                 507, f"the streams of this server hold {self._bytes} bytes (max_stream_bytes)"

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal
 
+import msgspec
+
 __all__ = [
     "ZERO_OFFSET",
     "Message",
@@ -39,6 +41,9 @@ __all__ = [
 ZERO_OFFSET: Final = "0000000000000000_0000000000000000"
 FRAME_BYTES: Final = 5  # the reference server's 4-byte length and newline per message
 OFFSET_RE: Final = re.compile(r"\d+_\d+")
+#: What a JSON value held as its own ``str`` costs besides its text
+#: (CPython's object header and the tuple's slot), counted by ``Message.held``.
+VALUE_OVERHEAD: Final = 64
 #: 7 days, as the protocol recommends for a store that forgets producers.
 PRODUCER_TTL_S: Final = 7 * 24 * 3600.0
 
@@ -82,10 +87,11 @@ def parse_expires_at(value: str) -> float:
     return moment.timestamp()
 
 
-def json_values(body: bytes, *, allow_empty: bool) -> list[str]:
+def json_values(body: bytes, *, allow_empty: bool, max_values: int | None = None) -> list[str]:
     """The messages a JSON-mode body holds: one level of an array flattened,
     each value as compact JSON text. ``StreamError`` 400 for invalid JSON
-    or an empty array (unless ``allow_empty``: a create may be empty)."""
+    or an empty array (unless ``allow_empty``: a create may be empty), 413
+    for more than ``max_values`` values (refused before any is encoded)."""
     try:
         parsed = json.loads(body)
     except (ValueError, RecursionError):
@@ -93,8 +99,39 @@ def json_values(body: bytes, *, allow_empty: bool) -> list[str]:
     if isinstance(parsed, list):
         if not parsed and not allow_empty:
             raise StreamError(400, "Empty arrays are not allowed")
+        if max_values is not None and len(parsed) > max_values:
+            raise too_many_values(len(parsed), max_values)
         return [_compact(v) for v in parsed]
     return [_compact(parsed)]
+
+
+def too_many_values(count: int, max_values: int) -> StreamError:
+    return StreamError(
+        413,
+        f"the body holds {count} JSON values, over {max_values} per append"
+        " (max_stream_append_values)",
+    )
+
+
+def json_values_job(
+    body: bytes, allow_empty: bool, max_values: int
+) -> tuple[int, str, tuple[str, ...]]:
+    """``json_values`` in a worker process (``server.web.offload``): a
+    refusal comes back as its status and reason (status 0: the values).
+    The values of an array past the limit are counted (by msgspec, fast),
+    never encoded."""
+    try:
+        parsed = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        parsed = None  # what ``json_values`` says of it (it reads NaN, msgspec does not)
+    if isinstance(parsed, list) and len(parsed) > max_values:
+        return 413, too_many_values(len(parsed), max_values).reason, ()
+    del parsed
+    try:
+        values = json_values(body, allow_empty=allow_empty, max_values=max_values)
+        return 0, "", tuple(values)
+    except StreamError as error:
+        return error.status, error.reason, ()
 
 
 def _compact(value: object) -> str:
@@ -114,6 +151,15 @@ class Message:
     data: bytes
     offset: str
     values: tuple[str, ...] = ()
+
+    @property
+    def held(self) -> int:
+        """The bytes this message holds in memory, as limits count them
+        (``max_stream_bytes``): its bytes and, in JSON mode, each value's
+        text and the object that holds it (``VALUE_OVERHEAD``)."""
+        if not self.values:
+            return len(self.data)
+        return 2 * len(self.data) + VALUE_OVERHEAD * len(self.values)
 
 
 @dataclass(slots=True)
@@ -196,30 +242,45 @@ class Stream:
 
     # --- writing ---------------------------------------------------------------------
 
-    def encode(self, body: bytes, *, create: bool = False) -> Message | None:
+    def encode(
+        self,
+        body: bytes,
+        *,
+        create: bool = False,
+        values: tuple[str, ...] | None = None,
+        max_values: int | None = None,
+    ) -> Message | None:
         """The next message the bytes of one request make, not added yet
-        (``StreamError`` 400 for bad JSON); ``None`` for an empty JSON array
-        at creation (nothing to add)."""
-        values: tuple[str, ...] = ()
+        (``StreamError`` 400 for bad JSON, 413 past ``max_values``); ``None``
+        for an empty JSON array at creation (nothing to add). ``values``:
+        the body's JSON values, already parsed (off the loop)."""
         data = body
         if self.json:
-            values = tuple(json_values(body, allow_empty=create))
+            if values is None:
+                values = tuple(json_values(body, allow_empty=create, max_values=max_values))
             if not values:
                 return None
             try:
                 data = (",".join(values) + ",").encode()
             except UnicodeEncodeError:  # "\ud800": valid JSON, but no text to keep
                 raise StreamError(400, "Invalid JSON: a lone surrogate is not text") from None
-        return self.next_message(data, values)
+        return self.next_message(data, values or ())
 
     def next_message(self, data: bytes, values: tuple[str, ...] = ()) -> Message:
         """The message ``data`` would be if appended now (nothing changes)."""
         read_seq, position = _parse_offset(self.tail)
         return Message(data, format_offset(read_seq, position + FRAME_BYTES + len(data)), values)
 
-    def add(self, body: bytes, *, create: bool = False) -> Message | None:
+    def add(
+        self,
+        body: bytes,
+        *,
+        create: bool = False,
+        values: tuple[str, ...] | None = None,
+        max_values: int | None = None,
+    ) -> Message | None:
         """Append the bytes of one request (see ``encode``)."""
-        message = self.encode(body, create=create)
+        message = self.encode(body, create=create, values=values, max_values=max_values)
         if message is not None:
             self.push(message)
         return message
@@ -234,7 +295,7 @@ class Stream:
         self.messages.append(message)
         self.offsets.append(message.offset)
         self.tail = message.offset
-        self.size += len(message.data)
+        self.size += message.held
 
     def apply(self, update: Update) -> None:
         """Make in memory the change ``update`` describes."""

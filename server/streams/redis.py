@@ -47,7 +47,10 @@ only collects what nobody asks about any more.
 
 The limits (``max_streams``, ``max_stream_bytes``) count what this replica
 holds in its copy: the streams it was asked about, each dropped once unused
-for ``IDLE_COPY_S`` (Redis keeps it).
+for ``IDLE_COPY_S`` (Redis keeps it). A read or a create that would take the
+copy past them first drops the least recently used copies nobody here reads
+or waits on (``_make_room``): reads on one replica cannot make it hold more
+than its limits allow, only what its live readers and forks need.
 
 Why one module of over 600 lines: one backend of the streams' registry: the Lua scripts
 that read a stream's copy and write a change only if that copy was current (text in this
@@ -291,6 +294,8 @@ class RedisRegistry(Registry):
         #: equal to the present ones, the copy holds every change announced.
         self._synced: dict[str, tuple[int, int]] = {}
         self._syncing: dict[str, int] = {}
+        #: Paths a request is looking up now: their copies are not dropped.
+        self._pinned: dict[str, int] = {}
         #: Subscribed to the notices now.
         self._listening = False
         #: Paths whose waiting readers need a fresh copy (the worker reads them).
@@ -301,6 +306,8 @@ class RedisRegistry(Registry):
         self.subscribed = 0
         #: Reads of a stream from Redis (tests count them).
         self.reads = 0
+        #: Copies dropped to stay within the limits (``_make_room``).
+        self.evicted = 0
         self._read = _Script(_READ)
         self._create_script = _Script(_CREATE)
         self._update = _Script(_UPDATE)
@@ -347,14 +354,67 @@ class RedisRegistry(Registry):
         trusted = _TRUSTED.get()
         if trusted is not None and trusted.path == path and not trusted.stale:
             return
-        await self._sync_one(path)
-        seen = {path}
-        stream = self._streams.get(path)
-        # A fork reads through its sources: their copies too.
-        while stream is not None and stream.forked_from and stream.forked_from not in seen:
-            seen.add(stream.forked_from)
-            await self._sync_one(stream.forked_from)
-            stream = self._streams.get(stream.forked_from)
+        seen = [path]
+        self._pin(seen)
+        try:
+            await self._sync_one(path)
+            stream = self._streams.get(path)
+            # A fork reads through its sources: their copies too.
+            while stream is not None and stream.forked_from and stream.forked_from not in seen:
+                seen.append(stream.forked_from)
+                self._pin(seen[-1:])
+                await self._sync_one(stream.forked_from)
+                stream = self._streams.get(stream.forked_from)
+        finally:
+            self._unpin(seen)
+
+    async def get(self, path: str) -> Stream | None:
+        self._pin([path])
+        try:
+            return await super().get(path)
+        finally:
+            self._unpin([path])
+
+    def _pin(self, paths: list[str]) -> None:
+        for path in paths:
+            self._pinned[path] = self._pinned.get(path, 0) + 1
+
+    def _unpin(self, paths: list[str]) -> None:
+        for path in paths:
+            left = self._pinned.pop(path) - 1
+            if left:
+                self._pinned[path] = left
+
+    def _make_room(self, keep: str, streams: int = 0, size: int = 0) -> None:
+        """Drop the least recently used copies that nobody here needs now
+        (no request looks them up, no reader waits on them, no fork reads
+        through them) until the copy is within this replica's limits, with
+        room for ``streams`` more and ``size`` more bytes. Redis keeps them:
+        a later read brings one back."""
+        limits = self.limits
+
+        def within() -> bool:
+            return (
+                len(self._streams) + streams <= limits.max_streams
+                and self._bytes + size <= limits.max_bytes
+            )
+
+        if within():
+            return
+        idle = sorted(
+            (stream.last_access, path)
+            for path, stream in self._streams.items()
+            if path != keep
+            and stream.refs == 0
+            and path not in self._pinned
+            and path not in self._syncing
+            and not self._watched(path)
+        )
+        for _, path in idle:
+            if within():
+                return
+            self.evicted += 1
+            self._forget(path)
 
     async def _sync_one(self, path: str) -> bool:
         """Read the stream at ``path`` into the copy; wake its readers if it
@@ -404,7 +464,7 @@ class RedisRegistry(Registry):
             for blob in blobs[max(0, len(cached.messages) - count) :]:
                 message = _message_of(blob)
                 cached.push(message)
-                self._bytes += len(message.data)
+                self._bytes += message.held
             stream = cached
         else:
             if cached is not None:
@@ -415,6 +475,7 @@ class RedisRegistry(Registry):
             self._streams[path] = stream
             self._bytes += stream.size
             changed = True
+            self._make_room(path)
         for name, value in zip(_STATE_FIELDS, _decode(state), strict=True):
             setattr(stream, name, value)
         if stream.closed_by is not None:
@@ -469,6 +530,7 @@ class RedisRegistry(Registry):
         stream_seq: str | None,
         producer: tuple[str, int, int] | None,
         close: bool,
+        values: tuple[str, ...] | None = None,
     ) -> AppendResult:
         return await self._optimistic(
             path,
@@ -480,6 +542,7 @@ class RedisRegistry(Registry):
                 stream_seq=stream_seq,
                 producer=producer,
                 close=close,
+                values=values,
             ),
         )
 
@@ -584,7 +647,7 @@ class RedisRegistry(Registry):
         return True
 
     async def _write_update(self, stream: Stream, update: Update) -> bool:
-        size = stream.size + (len(update.message.data) if update.message else 0)
+        size = stream.size + (update.message.held if update.message else 0)
         state = self._state(
             stream,
             tail=update.tail,

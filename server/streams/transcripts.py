@@ -64,6 +64,11 @@ __all__ = ["routes"]
 _ID: Final = re.compile(ID_PATTERN)
 #: Events per answer at most (a catch-up read pages through a long history).
 PAGE_EVENTS: Final = 1000
+#: Bytes of events per answer (a GET's body, an SSE data event) at most,
+#: past the first event: what one reader holds, whatever the events' size.
+PAGE_BYTES: Final = 1 << 20
+#: Events read first for a page; the next reads follow the sizes seen.
+FIRST_READ: Final = 16
 _ENCODER: Final = msgspec.json.Encoder()
 
 
@@ -141,10 +146,10 @@ async def _read(request: Request, transcript_id: str) -> Response:
             "cache-control": "no-store",
         }
         return _answer(200, headers, b"[]", "application/json")
-    events = await _events(hub, transcript_id, after)
+    events, end = await _page(hub, transcript_id, after)
     if live == "long-poll" and not events:
         await hub.reads.wait_change(transcript_id, after, settings.long_poll_s)
-        events = await _events(hub, transcript_id, after)
+        events, end = await _page(hub, transcript_id, after)
         if not events:
             headers = {
                 NEXT_OFFSET: offset_of(epoch, after),
@@ -152,7 +157,6 @@ async def _read(request: Request, transcript_id: str) -> Response:
                 CURSOR: response_cursor(cursor),
             }
             return _answer(204, headers)
-    end = events[-1].revision if events else after
     current = (await hub.reads.head(transcript_id)).revision
     headers = {NEXT_OFFSET: offset_of(epoch, end), "content-type": "application/json"}
     if end >= current:
@@ -165,14 +169,44 @@ async def _read(request: Request, transcript_id: str) -> Response:
     headers["etag"] = etag
     if request.headers.get("if-none-match") == etag:
         return _answer(304, {"etag": etag})
-    return _answer(200, headers, _ENCODER.encode(events), "application/json")
+    return _answer(200, headers, _array(events), "application/json")
 
 
-async def _events(hub: Hub, transcript_id: str, after: int) -> list[TranscriptEvent]:
-    events = await hub.reads.events_after(transcript_id, after, limit=PAGE_EVENTS)
+async def _events(hub: Hub, transcript_id: str, after: int, limit: int) -> list[TranscriptEvent]:
+    events = await hub.reads.events_after(transcript_id, after, limit=limit)
     if events is None:
         raise StreamError(410, "these events are no longer held: read GET /v1/transcripts/{id}")
     return events
+
+
+async def _page(hub: Hub, transcript_id: str, after: int) -> tuple[list[bytes], int]:
+    """The events after revision ``after``, each encoded, up to
+    ``PAGE_BYTES`` (past the first) and ``PAGE_EVENTS``; and the revision
+    of the last. Read a few at a time first, then as many as the sizes seen
+    say fit: a page of large events never reads a thousand of them."""
+    items: list[bytes] = []
+    size = 0
+    end = after
+    want = FIRST_READ
+    while len(items) < PAGE_EVENTS:
+        want = min(want, PAGE_EVENTS - len(items))
+        events = await _events(hub, transcript_id, end, want)
+        for event in events:
+            item = _ENCODER.encode(event)
+            if items and size + len(item) > PAGE_BYTES:
+                return items, end
+            items.append(item)
+            size += len(item)
+            end = event.revision
+        if len(events) < want:
+            break
+        want = max(1, (PAGE_BYTES - size) // max(1, size // len(items)) + 1)
+    return items, end
+
+
+def _array(items: list[bytes]) -> bytes:
+    """The JSON array of encoded items (what the encoder makes of their list)."""
+    return b"[" + b",".join(items) + b"]"
 
 
 def _sse(
@@ -188,14 +222,16 @@ def _sse(
         deadline = time.monotonic() + settings.sse_max_s
         while True:
             try:
-                found = await _events(hub, transcript_id, revision)
+                found, revision = await _page(hub, transcript_id, revision)
                 current = (await hub.reads.head(transcript_id)).revision
             except (StreamError, Refused):
                 return  # deleted or no longer held: the reader reconnects and is told
             data = b""
             if found:
-                revision = found[-1].revision
-                data = b"event: data\n" + _sse_data(_ENCODER.encode(found).decode())
+                # One page (``PAGE_BYTES``) at a time: the next is read once
+                # the reader took this one (the response waits for it).
+                data = b"event: data\n" + _sse_data(_array(found).decode())
+                del found
             control: dict[str, object] = {
                 "streamNextOffset": offset_of(epoch, revision),
                 "streamCursor": response_cursor(cursor),

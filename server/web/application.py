@@ -303,7 +303,12 @@ def create_app(
     # on the Redis store, shared by its replicas.
     app.state.streams = registry_for_store(
         the_store,
-        Limits(max_streams=config.max_streams, max_bytes=config.max_stream_bytes),
+        Limits(
+            max_streams=config.max_streams,
+            max_bytes=config.max_stream_bytes,
+            max_append_values=config.max_stream_append_values,
+            max_sse_queued_bytes=config.max_sse_queued_bytes,
+        ),
         resync_s=config.backplane_resync_s,
     )
     app.state.stream_settings = streams_http.StreamSettings(

@@ -1,5 +1,6 @@
-"""Live SSE readers through ``server.streams.fanout``: each append encoded
-once per cursor and written raw to readers that take data, queued in order
+"""Live SSE readers through ``server.streams.fanout``: each append's data
+encoded once whatever the readers' cursors (its control event once per
+cursor) and written raw to readers that take data, queued in order
 for one that does not, and a reader too far behind cut (it reads again from
 its offset); end to end, many SSE readers of a real server get every append
 in order and the stream's closing."""
@@ -30,42 +31,55 @@ class FakeRaw:
 
 
 class Encoder:
+    """A data event ``offset|``; its control event ``cursor;``."""
+
     def __init__(self) -> None:
         self.calls = 0
+        self.controls = 0
 
-    def __call__(self, stream: Stream, message: Message, cursor: str | None) -> bytes:
+    def __call__(self, stream: Stream, message: Message) -> bytes:
         self.calls += 1
-        return f"{message.offset}|{cursor}".encode()
+        return f"{message.offset}|".encode()
+
+    def control(self, stream: Stream, offset: str, cursor: str | None) -> bytes:
+        self.controls += 1
+        return f"{cursor};".encode()
+
+
+def follower(raw: FakeRaw | None, cursor: str | None, encode: Encoder, offset: str) -> Follower:
+    return Follower(raw, cursor, encode, encode.control, offset)
 
 
 def stream(path: str = "/v1/stream/s") -> Stream:
     return Stream(path=path, content_type="text/plain", created_at=0.0, last_access=0.0)
 
 
-def test_an_append_is_encoded_once_per_cursor_and_written_raw() -> None:
+def test_an_append_is_encoded_once_and_written_raw() -> None:
     fanout, encode, s = Fanout(), Encoder(), stream()
     fast = [FakeRaw(), FakeRaw()]
     other, paused = FakeRaw(), FakeRaw(ready=False)
-    followers = [Follower(raw, None, encode, "0") for raw in fast]
-    followers += [Follower(other, "7", encode, "0"), Follower(paused, None, encode, "0")]
-    for follower in followers:
-        fanout.follow(s.path, follower)
+    followers = [follower(raw, None, encode, "0") for raw in fast]
+    followers += [follower(other, "7", encode, "0"), follower(paused, None, encode, "0")]
+    for each in followers:
+        fanout.follow(s.path, each)
     fanout.deliver(s, Message(b"x", "1"), "0")
-    assert encode.calls == 2  # one per cursor, whatever the number of readers
-    assert fast[0].written == fast[1].written == [b"6\r\n1|None\r\n"]
-    assert other.written == [b"3\r\n1|7\r\n"]
+    # The data once, whatever the number of readers and of cursors; the
+    # control event once per cursor.
+    assert (encode.calls, encode.controls, fanout.encoded_count) == (1, 2, 1)
+    assert fast[0].written == fast[1].written == [b"7\r\n1|None;\r\n"]
+    assert other.written == [b"4\r\n1|7;\r\n"]
     # The paused reader's event waits, unframed, and its task is woken.
-    assert paused.written == [] and followers[3].pending == [b"1|None"]
+    assert paused.written == [] and followers[3].pending == [b"1|", b"None;"]
     assert followers[3].wake.is_set() and not followers[0].wake.is_set()
     assert all(f.offset == "1" for f in followers)
     # Once something is queued, later events queue behind it, even if the
     # transport takes data again: never written raw ahead of the queue.
     paused.ready = True
     fanout.deliver(s, Message(b"y", "2"), "1")
-    assert paused.written == [] and followers[3].pending == [b"1|None", b"2|None"]
+    assert paused.written == [] and followers[3].pending == [b"1|", b"None;", b"2|", b"None;"]
     # Another stream's readers hear nothing.
     fanout.deliver(stream("/v1/stream/other"), Message(b"z", "3"), "2")
-    assert fast[0].written == [b"6\r\n1|None\r\n", b"6\r\n2|None\r\n"]
+    assert fast[0].written == [b"7\r\n1|None;\r\n", b"7\r\n2|None;\r\n"]
 
 
 def test_a_reader_before_the_append_is_woken_to_read_what_it_missed() -> None:
@@ -74,7 +88,7 @@ def test_a_reader_before_the_append_is_woken_to_read_what_it_missed() -> None:
     nothing written (it would skip those), only its task woken."""
     fanout, encode, s = Fanout(), Encoder(), stream()
     raw = FakeRaw()
-    behind = Follower(raw, None, encode, "1")
+    behind = follower(raw, None, encode, "1")
     fanout.follow(s.path, behind)
     fanout.deliver(s, Message(b"x", "3"), "2")
     assert raw.written == [] and behind.pending == [] and behind.offset == "1"
@@ -83,9 +97,9 @@ def test_a_reader_before_the_append_is_woken_to_read_what_it_missed() -> None:
 
 def test_a_reader_too_far_behind_is_cut_and_nobody_else_waits() -> None:
     fanout, encode, s = Fanout(max_queued_bytes=10), Encoder(), stream()
-    slow = Follower(FakeRaw(ready=False), None, encode, "0")
+    slow = follower(FakeRaw(ready=False), None, encode, "0")
     fast_raw = FakeRaw()
-    fast = Follower(fast_raw, None, encode, "0")
+    fast = follower(fast_raw, None, encode, "0")
     fanout.follow(s.path, slow)
     fanout.follow(s.path, fast)
     for n in range(1, 5):
@@ -98,14 +112,65 @@ def test_a_reader_too_far_behind_is_cut_and_nobody_else_waits() -> None:
 
 def test_closing_and_shutdown_wake_the_readers() -> None:
     fanout, encode, s = Fanout(), Encoder(), stream()
-    follower = Follower(FakeRaw(), None, encode, "0")
-    fanout.follow(s.path, follower)
+    reader = follower(FakeRaw(), None, encode, "0")
+    fanout.follow(s.path, reader)
     s.closed = True
     fanout.deliver(s, Message(b"x", "1"), "0")  # an append that closes the stream
-    assert follower.closed_sent and follower.wake.is_set()
-    follower.wake.clear()
+    assert reader.closed_sent and reader.wake.is_set()
+    reader.wake.clear()
     fanout.end_all()
-    assert follower.cut and follower.wake.is_set() and len(fanout) == 0
+    assert reader.cut and reader.wake.is_set() and len(fanout) == 0
+
+
+def test_readers_with_distinct_cursors_share_each_data_event() -> None:
+    """300 readers that do not read, each with its own cursor, and 20
+    appends of 64 KiB: each append's data event is encoded once and every
+    queue holds that one object (it was one encoding per cursor: 300 copies
+    of each event, 4 MiB queued per reader)."""
+    from server.streams.http import _sse_control_event, _sse_data_event
+
+    s = Stream(path="/v1/stream/b", content_type="application/octet-stream", created_at=0.0,
+               last_access=0.0)  # fmt: skip
+    fanout = Fanout(max_total_queued_bytes=1 << 40)
+    readers = [
+        Follower(FakeRaw(ready=False), str(10**9 + n), _sse_data_event, _sse_control_event, s.tail)
+        for n in range(300)
+    ]
+    for reader in readers:
+        fanout.follow(s.path, reader)
+    for _ in range(20):
+        after = s.tail
+        fanout.deliver(s, s.add_raw(b"\x00" * 65536), after)
+    assert fanout.encoded_count == 20
+    held = {id(event): len(event) for reader in readers for event in reader.pending}
+    data = 20 * (65536 * 4 // 3 + 64)
+    assert sum(held.values()) <= data + 300 * 20 * 200
+    assert fanout.queued_bytes == sum(r.pending_bytes for r in readers)
+
+
+def test_what_all_readers_queue_together_is_bounded() -> None:
+    """Readers that do not read share ``max_total_queued_bytes``: one past
+    its share is cut (it resumes from its offset), whatever the number of
+    readers; the total queued never passes the bound."""
+    fanout, encode, s = Fanout(max_total_queued_bytes=1000), Encoder(), stream()
+    slow = [follower(FakeRaw(ready=False), str(n), encode, "0") for n in range(20)]
+    fast_raw = FakeRaw()
+    fast = follower(fast_raw, None, encode, "0")
+    for reader in [*slow, fast]:
+        fanout.follow(s.path, reader)
+    assert fanout.share() == 1000 // 21
+    for n in range(1, 40):
+        fanout.deliver(s, Message(b"x" * 20, str(n)), str(n - 1))
+        assert fanout.queued_bytes <= 1000
+    assert all(reader.cut for reader in slow) and not fast.cut
+    assert len(fanout) == 1 and fanout.queued_bytes == 0 and len(fast_raw.written) == 39
+    # What a reader's task sends leaves the count.
+    late = follower(FakeRaw(ready=False), None, encode, "39")
+    fanout.follow(s.path, late)
+    fanout.deliver(s, Message(b"y", "40"), "39")
+    assert fanout.queued_bytes == late.pending_bytes > 0
+    fanout.sent(s.path, late, len(late.pending))
+    assert fanout.queued_bytes == late.pending_bytes == 0 and late.pending == []
 
 
 async def read_sse(http: httpx.AsyncClient, url: str, ready: asyncio.Event) -> list[object]:

@@ -1,0 +1,64 @@
+"""A replica's copies of the Redis streams stay within its own limits
+(``max_streams``, ``max_stream_bytes``) whatever made them: a read of
+streams another replica wrote drops the least recently used idle copies."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from server.store.redis import RedisStore
+from server.streams.fanout import Follower
+from server.streams.memory import Limits
+from server.streams.redis import RedisRegistry
+from tests.support.redis_server import RedisServer
+
+pytestmark = pytest.mark.redis
+
+BLOB = b"x" * 1000
+
+
+async def _create(registry: RedisRegistry, path: str, body: bytes) -> None:
+    await registry.create(
+        path, content_type="application/octet-stream", ttl_s=None, expires_at=None,
+        expires_at_ts=None, body=body, closed=False, forked_from=None, fork_offset=None,
+        fork_sub_offset=0,
+    )  # fmt: skip
+
+
+async def test_reads_keep_a_replica_within_its_limits(shared_redis: RedisServer) -> None:
+    url = f"{shared_redis.url}?prefix=l{uuid.uuid4().hex[:8]}:"
+    stores = [RedisStore(url), RedisStore(url)]
+    for store in stores:
+        await store.open()
+    limits = Limits(max_streams=5, max_bytes=6 * len(BLOB))
+    one, two = (RedisRegistry(store, limits) for store in stores)
+    try:
+        for index in range(5):
+            await _create(one, f"/a{index}", BLOB)
+            await _create(two, f"/b{index}", BLOB)
+        # One reads all ten, each answered in full, holding at most five
+        # (it held ten: every read kept its copy).
+        for index in range(5):
+            for path in (f"/b{index}", f"/a{index}"):
+                stream = await one.live(path)
+                assert b"".join(m.data for m in one.read(stream, None)) == BLOB
+                assert len(one) <= 5 and one.size <= limits.max_bytes
+        assert one.evicted >= 5
+        # A stream it dropped is read again from Redis, whole.
+        stream = await one.live("/b0")
+        assert b"".join(m.data for m in one.read(stream, None)) == BLOB
+        # Room is made for a create too: the idle copies give way.
+        await _create(one, "/a5", BLOB)
+        assert len(one) <= 5 and one.size <= limits.max_bytes
+        # A copy a reader waits on is kept: only idle ones are dropped.
+        stream = await one.live("/b1")
+        reader = Follower(None, None, lambda s, m: b"", lambda s, o, c: b"", stream.tail)
+        one.fanout.follow("/b1", reader)
+        for index in range(5):
+            await one.live(f"/a{index}")
+        assert "/b1" in one._streams
+    finally:
+        for store in stores:
+            await store.close()
