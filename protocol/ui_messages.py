@@ -39,6 +39,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from protocol.chat import attachment_bytes
 from protocol.types import AttachmentPart, ContentPart, ImageUrl, ImageUrlPart, Message, TextPart
 
 __all__ = [
@@ -116,8 +117,6 @@ def _file_part(part: ImageUrlPart | AttachmentPart) -> dict[str, Any]:
             "mediaType": _media_type(part.image_url.url),
             "url": part.image_url.url,
         }
-    from protocol.chat import attachment_bytes
-
     data = attachment_bytes(part)
     raw = data if data is not None else part.content.encode("utf-8")
     url = f"data:{part.mime};base64,{base64.b64encode(raw).decode('ascii')}"
@@ -433,12 +432,12 @@ def from_ui_message(message: Mapping[str, Any]) -> list[Message]:
         steps[-1].append(part)
     out: list[Message] = []
     for n, step in enumerate(steps):
-        out += _step_messages(id_, str(role), step, message.get("metadata") if n == 0 else None, n)
+        out += _step_messages(id_, str(role), step, message.get("metadata") if n == 0 else None)
     return out
 
 
 def _step_messages(
-    id_: str, role: str, parts: Sequence[Mapping[str, Any]], metadata: Any, step: int
+    id_: str, role: str, parts: Sequence[Mapping[str, Any]], metadata: Any
 ) -> list[Message]:
     content: list[ContentPart] = []
     layout: list[Any] = []
@@ -497,5 +496,4 @@ def _step_messages(
         tool_calls=tuple(calls) if calls else None,
         metadata={UI_KEY: ui},
     )
-    del step
     return [head, *results]
