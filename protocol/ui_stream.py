@@ -7,9 +7,11 @@
 into the message they describe, exactly as the SDK's own
 ``readUIMessageStream`` does (held to it, chunk by chunk, by a test that runs
 ``ai`` from npm on the same chunks: tests/server/web/test_ui_stream_sdk.py).
-``UIMessageState.chunks`` writes the state back as the fewest chunks that
-rebuild it (one delta per text, reasoning and tool input): what a reader that
-joins late, or resumes, is sent instead of every token.
+``UIMessageState.chunks`` is the stream so far, compacted (a run of deltas
+of one part is one delta, a data part updated by id is one chunk): what a
+reader that joins late, or resumes, is sent instead of every token. Folded,
+it gives the same message, and the live chunks go on from it (held to the SDK
+on drawn streams cut anywhere).
 
 The port keeps the SDK's notion of "absent" (JavaScript's ``undefined``) apart
 from JSON ``null``: an absent key is left out of what ``message()`` returns.
@@ -348,6 +350,12 @@ class UIMessageState:
     def __init__(self, message_id: str = "") -> None:
         self._reset(message_id)
         self.finish_reason: Any = UNDEF
+        self._log: list[dict[str, Any]] = []
+        # Where the delta that the next delta of a part joins sits in the log.
+        self._text_runs: dict[Any, int] = {}
+        self._reasoning_runs: dict[Any, int] = {}
+        self._tool_runs: dict[Any, int] = {}
+        self._data_at: dict[tuple[str, Any], int] = {}
 
     def _reset(self, message_id: str) -> None:
         self.msg: dict[str, Any] = {
@@ -373,6 +381,18 @@ class UIMessageState:
         """The message as the SDK shows it now (a copy, JSON-ready)."""
         message: dict[str, Any] = _strip(self.msg)
         return message
+
+    def chunks(self) -> list[dict[str, Any]]:
+        """The chunks so far, compacted: what a reader that joins late or
+        resumes gets instead of every token. Folded (by the SDK or by this
+        class) they give this state, and the writer's next chunks go on from
+        them. Each run of deltas of one text, reasoning or tool input is one
+        delta (a run ends where another chunk touches that part or a step
+        begins); a ``data-*`` part updated by id is its first chunk with the
+        last data; chunks that change nothing (``finish-step``, ``abort``,
+        ``error``, transient data) are left out; a ``start`` with a new
+        message id begins the log anew, as it begins the message."""
+        return copy.deepcopy(self._log)
 
     # -- helpers, named as the SDK's --
 
@@ -451,7 +471,8 @@ class UIMessageState:
         if not _nullish(_get(options, "inputEncoding")):
             new["inputEncoding"] = options["inputEncoding"]
         new["output"] = _get(options, "output")
-        new["rawInput"] = _get(options, "rawInput")
+        if not dynamic:  # the SDK's new dynamic part has no rawInput (until its next update)
+            new["rawInput"] = _get(options, "rawInput")
         new["errorText"] = _get(options, "errorText")
         new["providerExecuted"] = _get(options, "providerExecuted")
         new["preliminary"] = _get(options, "preliminary")
@@ -485,12 +506,67 @@ class UIMessageState:
         handler = _HANDLERS.get(kind)
         own: dict[str, Any] = copy.deepcopy(dict(chunk))
         if handler is not None:
-            return handler(self, own) is not False
+            shown = handler(self, own) is not False
+        elif kind.startswith("data-"):
+            shown = self._data(own)
+        else:
+            # Any other type (abort, error and what a newer SDK adds) changes
+            # nothing here, as in the SDK.
+            return False
+        self._keep(kind, own)
+        return shown
+
+    def _keep(self, kind: str, chunk: dict[str, Any]) -> None:
+        """Add a chunk that was folded in to the compacted log."""
+        log = self._log
+        if kind in ("text-delta", "reasoning-delta", "tool-input-delta"):
+            runs = (
+                self._text_runs
+                if kind == "text-delta"
+                else self._reasoning_runs
+                if kind == "reasoning-delta"
+                else self._tool_runs
+            )
+            key = chunk.get("toolCallId") if kind == "tool-input-delta" else chunk.get("id")
+            at = runs.get(key)
+            if at is None:
+                runs[key] = len(log)
+                log.append(chunk)
+                return
+            field = "inputTextDelta" if kind == "tool-input-delta" else "delta"
+            log[at][field] = log[at].get(field, "") + str(chunk.get(field, ""))
+            if not _nullish(_get(chunk, "providerMetadata")):
+                log[at]["providerMetadata"] = chunk["providerMetadata"]
+            return
+        if kind == "finish-step":
+            return
         if kind.startswith("data-"):
-            return self._data(own)
-        # Any other type (abort, error and what a newer SDK adds) changes
-        # nothing here, as in the SDK.
-        return False
+            if chunk.get("transient"):
+                return
+            if not _nullish(_get(chunk, "id")):
+                key = (kind, chunk["id"])
+                at = self._data_at.get(key)
+                if at is not None:
+                    log[at]["data"] = _get(chunk, "data")
+                    return
+                self._data_at[key] = len(log)
+            log.append(chunk)
+            return
+        if kind in ("text-start", "text-end"):
+            self._text_runs.pop(chunk.get("id"), None)
+        elif kind in ("reasoning-start", "reasoning-end"):
+            self._reasoning_runs.pop(chunk.get("id"), None)
+        elif "toolCallId" in chunk:
+            self._tool_runs.pop(chunk["toolCallId"], None)
+        else:
+            # A step begins or ends, an approval answers some call, the
+            # message begins anew: the next delta of a tool input starts a run.
+            self._tool_runs.clear()
+        if kind in ("reset-step", "start"):
+            self._text_runs.clear()
+            self._reasoning_runs.clear()
+            self._data_at.clear()
+        log.append(chunk)
 
     def apply_all(self, chunks: Iterable[Mapping[str, Any]]) -> None:
         for chunk in chunks:
@@ -790,6 +866,7 @@ class UIMessageState:
         if not _nullish(message_id) and message_id != self.msg["id"]:
             self._reset(message_id)
             self.finish_reason = UNDEF
+            self._log.clear()  # the message begins anew, and so does its log
         if not _nullish(message_id):
             self.msg["id"] = message_id
         return self._metadata(_get(chunk, "messageMetadata")) or not _nullish(message_id)

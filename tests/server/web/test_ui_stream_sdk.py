@@ -288,3 +288,64 @@ def test_partial_json_as_the_sdk_repairs_it() -> None:
     assert parse_partial_json('{"n": -') == {}
     assert parse_partial_json("NaN") is not None  # undefined, not a number
     assert parse_partial_json('"\\u00') == ""
+
+
+def test_the_compacted_chunks_rebuild_the_message_and_take_the_live_ones() -> None:
+    """A late joiner gets ``state.chunks()`` instead of every token: the SDK
+    makes the same message of them, and of them followed by the rest of the
+    stream (the writer's next chunks name the parts still open)."""
+    cases: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
+
+    @settings(max_examples=120, suppress_health_check=list(HealthCheck), deadline=None)
+    @given(chunk_streams(), st.data())
+    def collect(chunks: list[dict[str, Any]], data: st.DataObject) -> None:
+        _, error_at = ours(chunks)
+        valid = chunks if error_at is None else chunks[:error_at]
+        cut = data.draw(st.integers(0, len(valid)))
+        cases.append((valid[:cut], valid[cut:]))
+
+    collect()
+    # The SDK shows a state when a chunk changes it visibly; an empty metadata
+    # update at the end makes it show the last one (the same on both sides).
+    show = [{"type": "message-metadata", "messageMetadata": {}}]
+    streams: list[list[dict[str, Any]]] = []
+    for before, after in cases:
+        state = UIMessageState()
+        state.apply_all(before)
+        streams += [before + after + show, state.chunks() + after + show]
+    answers = sdk_reads(streams)
+    for n in range(len(cases)):
+        whole, compacted = answers[2 * n], answers[2 * n + 1]
+        assert compacted["errorAt"] is None, json.dumps(
+            {"compacted": streams[2 * n + 1], "at": compacted["errorAt"]}
+        )
+        theirs, mine = whole["prefixes"][-1], compacted["prefixes"][-1]
+        assert mine == theirs, _difference(streams[2 * n + 1], mine, theirs)
+    assert UIMessageState().chunks() == []
+
+
+def test_a_long_stream_compacts_to_a_chunk_per_part() -> None:
+    state = UIMessageState()
+    state.apply({"type": "start", "messageId": "m"})
+    state.apply({"type": "text-start", "id": "t"})
+    state.apply({"type": "tool-input-start", "toolCallId": "c", "toolName": "w"})
+    for n in range(1000):
+        state.apply({"type": "text-delta", "id": "t", "delta": "ab"})
+        state.apply(
+            {
+                "type": "tool-input-delta",
+                "toolCallId": "c",
+                "inputTextDelta": "[1" if n == 0 else ",1",
+            }
+        )
+        state.apply({"type": "data-x", "id": "progress", "data": {"n": n}})
+    state.apply({"type": "finish-step"})
+    assert state.chunks() == [
+        {"type": "start", "messageId": "m"},
+        {"type": "text-start", "id": "t"},
+        {"type": "tool-input-start", "toolCallId": "c", "toolName": "w"},
+        {"type": "text-delta", "id": "t", "delta": "ab" * 1000},
+        {"type": "tool-input-delta", "toolCallId": "c", "inputTextDelta": "[1" + ",1" * 999},
+        {"type": "data-x", "id": "progress", "data": {"n": 999}},
+    ]
+    assert state.message()["parts"][1]["input"] == [1] * 1000
