@@ -26,7 +26,8 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 __all__ = [
@@ -503,6 +504,9 @@ class UIMessageState:
         if not isinstance(chunk, Mapping) or not isinstance(chunk.get("type"), str):
             raise UIStreamError("a chunk is an object with a string type")
         kind: str = chunk["type"]
+        for key in _REQUIRED.get(kind, ()):
+            if not isinstance(chunk.get(key), str):
+                raise UIStreamError(f"a {kind} chunk needs {key} (a string)")
         handler = _HANDLERS.get(kind)
         own: dict[str, Any] = copy.deepcopy(dict(chunk))
         if handler is not None:
@@ -568,9 +572,19 @@ class UIMessageState:
             self._data_at.clear()
         log.append(chunk)
 
-    def apply_all(self, chunks: Iterable[Mapping[str, Any]]) -> None:
+    def apply_all(self, chunks: Iterable[Mapping[str, Any]]) -> bool:
+        """Fold chunks in, in order; True when any would show a new state."""
+        shown = False
         for chunk in chunks:
-            self.apply(chunk)
+            shown = self.apply(chunk) or shown
+        return shown
+
+    def check(self, chunks: Sequence[Any]) -> None:
+        """Raise ``UIStreamError`` (saying which chunk and why) when one of
+        ``chunks``, folded in after those before it, would be refused;
+        changes nothing. So a writer's batch of chunks is taken whole or not
+        at all: ``apply_all`` of checked chunks does not raise."""
+        _Dry(self).run(chunks)
 
     def _text_start(self, chunk: dict[str, Any]) -> None:
         part = {
@@ -920,3 +934,148 @@ _HANDLERS: Final[dict[str, Callable[[UIMessageState, dict[str, Any]], bool | Non
     "finish": UIMessageState._finish,
     "message-metadata": UIMessageState._message_metadata,
 }
+
+
+#: The fields each chunk type must carry as strings (the SDK's schema; the
+#: fold reads them).
+_REQUIRED: Final[dict[str, tuple[str, ...]]] = {
+    "text-start": ("id",),
+    "text-delta": ("id", "delta"),
+    "text-end": ("id",),
+    "reasoning-start": ("id",),
+    "reasoning-delta": ("id", "delta"),
+    "reasoning-end": ("id",),
+    "custom": ("kind",),
+    "error": ("errorText",),
+    "tool-input-start": ("toolCallId", "toolName"),
+    "tool-input-delta": ("toolCallId", "inputTextDelta"),
+    "tool-input-available": ("toolCallId", "toolName"),
+    "tool-input-error": ("toolCallId", "toolName", "errorText"),
+    "tool-approval-request": ("approvalId", "toolCallId"),
+    "tool-approval-response": ("approvalId",),
+    "tool-output-available": ("toolCallId",),
+    "tool-output-error": ("toolCallId", "errorText"),
+    "tool-output-denied": ("toolCallId",),
+    "source-url": ("sourceId", "url"),
+    "source-document": ("sourceId", "mediaType", "title"),
+    "file": ("url", "mediaType"),
+    "reasoning-file": ("url", "mediaType"),
+    "steering-message": ("id",),
+}
+
+
+class _Dry:
+    """What ``UIMessageState.apply`` checks, followed through a batch of
+    chunks without changing the state: the open texts, reasonings and tool
+    inputs, and the tool calls and approvals there are (all, and in the
+    current step)."""
+
+    def __init__(self, state: UIMessageState) -> None:
+        self.message_id = state.msg["id"]
+        self.texts = set(state.active_text)
+        self.reasonings = set(state.active_reasoning)
+        self.partials = set(state.partial_tools)
+        self.calls: Counter[Any] = Counter()
+        self.approvals: Counter[Any] = Counter()
+        self.step_calls: list[Any] = []
+        self.step_approvals: list[Any] = []
+        for part in state.parts:
+            if part["type"] == "step-start":
+                self.step_calls, self.step_approvals = [], []
+            elif _is_tool(part):
+                self._add_call(part.get("toolCallId"))
+                approval = part.get("approval")
+                if isinstance(approval, Mapping):
+                    self.approvals[approval.get("id")] += 1
+                    self.step_approvals.append(approval.get("id"))
+
+    def _add_call(self, call: Any) -> None:
+        self.calls[call] += 1
+        self.step_calls.append(call)
+
+    def run(self, chunks: Sequence[Any]) -> None:
+        for index, chunk in enumerate(chunks):
+            try:
+                self._one(chunk)
+            except UIStreamError as exc:
+                raise UIStreamError(f"chunk {index}: {exc}") from None
+
+    def _one(self, chunk: Any) -> None:
+        if not isinstance(chunk, Mapping) or not isinstance(chunk.get("type"), str):
+            raise UIStreamError("a chunk is an object with a string type")
+        kind = chunk["type"]
+        for key in _REQUIRED.get(kind, ()):
+            if not isinstance(chunk.get(key), str):
+                raise UIStreamError(f"a {kind} chunk needs {key} (a string)")
+        if kind == "tool-approval-response" and not isinstance(chunk.get("approved"), bool):
+            raise UIStreamError("a tool-approval-response chunk needs approved (true or false)")
+        if kind.startswith("data-") and "data" not in chunk:
+            raise UIStreamError(f"a {kind} chunk needs data")
+        if kind == "text-start":
+            self.texts.add(chunk["id"])
+        elif kind in ("text-delta", "text-end"):
+            if chunk["id"] not in self.texts:
+                raise UIStreamError(f'{kind} for missing text part with ID "{chunk["id"]}"')
+            if kind == "text-end":
+                self.texts.discard(chunk["id"])
+        elif kind == "reasoning-start":
+            self.reasonings.add(chunk["id"])
+        elif kind in ("reasoning-delta", "reasoning-end"):
+            if chunk["id"] not in self.reasonings:
+                raise UIStreamError(f'{kind} for missing reasoning part with ID "{chunk["id"]}"')
+            if kind == "reasoning-end":
+                self.reasonings.discard(chunk["id"])
+        elif kind == "tool-input-start":
+            self.partials.add(chunk["toolCallId"])
+            self._ensure_in_step(chunk["toolCallId"])
+        elif kind == "tool-input-delta":
+            if chunk["toolCallId"] not in self.partials:
+                raise UIStreamError(
+                    f'tool-input-delta for missing tool call with ID "{chunk["toolCallId"]}"'
+                )
+            self._ensure_in_step(chunk["toolCallId"])
+        elif kind in ("tool-input-available", "tool-input-error"):
+            self._ensure_in_step(chunk["toolCallId"])
+        elif kind in (
+            "tool-approval-request",
+            "tool-output-available",
+            "tool-output-error",
+            "tool-output-denied",
+        ):
+            if not self.calls[chunk["toolCallId"]]:
+                raise UIStreamError(
+                    f'no tool invocation found for tool call ID "{chunk["toolCallId"]}"'
+                )
+            if kind == "tool-approval-request":
+                self.approvals[chunk["approvalId"]] += 1
+                if chunk["toolCallId"] in self.step_calls:
+                    self.step_approvals.append(chunk["approvalId"])
+        elif kind == "tool-approval-response":
+            if not self.approvals[chunk["approvalId"]]:
+                raise UIStreamError(
+                    f'no tool invocation found for approval ID "{chunk["approvalId"]}"'
+                )
+        elif kind == "start-step":
+            self.step_calls, self.step_approvals = [], []
+        elif kind == "reset-step":
+            self.calls.subtract(self.step_calls)
+            self.approvals.subtract(self.step_approvals)
+            self.step_calls, self.step_approvals = [], []
+            self.texts.clear()
+            self.reasonings.clear()
+            self.partials.clear()
+        elif kind == "start":
+            message_id = chunk.get("messageId")
+            if message_id is not None and message_id != self.message_id:
+                self.message_id = message_id
+                self.texts.clear()
+                self.reasonings.clear()
+                self.partials.clear()
+                self.calls.clear()
+                self.approvals.clear()
+                self.step_calls, self.step_approvals = [], []
+
+    def _ensure_in_step(self, call: Any) -> None:
+        # The fold updates the call's part in the current step, else adds one.
+        if call not in self.step_calls:
+            self._add_call(call)

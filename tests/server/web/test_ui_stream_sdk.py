@@ -204,7 +204,27 @@ def chunk_streams(draw: st.DrawFn) -> list[dict[str, Any]]:
             calls.clear()
             approvals.clear()
         elif kind == "wrong":
-            chunks.append({"type": "text-delta", "id": "never-started", "delta": "x"})
+            chunks.append(
+                draw(
+                    st.sampled_from(
+                        [
+                            {"type": "text-delta", "id": "never-started", "delta": "x"},
+                            {"type": "reasoning-end", "id": "never-started"},
+                            {
+                                "type": "tool-input-delta",
+                                "toolCallId": "nope",
+                                "inputTextDelta": "1",
+                            },
+                            {"type": "tool-output-available", "toolCallId": "nope", "output": 1},
+                            {
+                                "type": "tool-approval-response",
+                                "approvalId": "nope",
+                                "approved": True,
+                            },
+                        ]
+                    )
+                )
+            )
     return chunks
 
 
