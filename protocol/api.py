@@ -209,6 +209,13 @@ class PresenceBody(Struct, frozen=True, rename="camel"):
     counts: PresenceCounts
 
 
+class UIMessagesBody(Struct, frozen=True, rename="camel"):
+    """The transcript (or a window of it) as the AI SDK's ``UIMessage``s
+    (``protocol.ui_messages``), from the message at ``start`` on."""
+
+    messages: list[dict[str, Any]]
+
+
 class ChatBody(Struct, frozen=True, omit_defaults=True):
     """Messages ready for a model call: chat-completions ``messages``
     (``format=openai``), or Anthropic's ``messages`` and ``system``

@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Final, Literal, TypeAlias
 
+from protocol.ui_stream import UIMessageState, UIStreamError
 from protocol.wire import DraftFrame
 
 __all__ = ["ClosedAs", "DraftClosed", "DraftCopy", "DraftUpdated"]
@@ -89,7 +90,17 @@ class DraftCopy:
     transcript's copy to reach its revision.
     """
 
-    __slots__ = ("_parts", "draft_id", "final_revision", "n", "role", "stale", "waiting")
+    __slots__ = (
+        "_parts",
+        "draft_id",
+        "final_revision",
+        "n",
+        "role",
+        "stale",
+        "ui",
+        "ui_behind",
+        "waiting",
+    )
 
     def __init__(self, draft_id: str, role: str) -> None:
         self.draft_id = draft_id
@@ -99,6 +110,12 @@ class DraftCopy:
         self.waiting = False
         self.stale = False
         self.final_revision: int | None = None
+        #: A reply with parts: its ``UIMessage`` as of update ``n`` (folded
+        #: from the frames' ``chunks`` and ``replay``); ``None`` for a draft
+        #: of text alone. ``ui_behind``: an update's chunks were missed (its
+        #: text came whole without them); the next ``replay`` mends it.
+        self.ui: UIMessageState | None = None
+        self.ui_behind = False
 
     def __repr__(self) -> str:
         return f"<DraftCopy {self.draft_id!r} n={self.n} {len(self.text)} chars>"
@@ -111,13 +128,21 @@ class DraftCopy:
             parts[:] = ["".join(parts)]
         return parts[0] if parts else ""
 
+    @property
+    def message(self) -> dict[str, object] | None:
+        """A reply with parts as the AI SDK's ``UIMessage`` (a copy), ``None``
+        for a draft of text alone."""
+        return None if self.ui is None else self.ui.message()
+
     def take(self, frame: DraftFrame) -> bool:
-        """Apply an open draft's frame; True when the text changed."""
+        """Apply an open draft's frame; True when the text (or a reply's
+        parts) changed."""
         if frame.text is not None:
             if frame.n >= self.n:
                 self.stale = False  # the server still has it
             if frame.n <= self.n:
                 return False
+            self._take_parts(frame, follows=frame.n == self.n + 1)
             self._parts = [frame.text]
             self.n = frame.n
             self.waiting = False
@@ -128,6 +153,32 @@ class DraftCopy:
             self.waiting = True  # missed updates: wait for the next text
             return False
         assert frame.delta is not None  # accept_transcript_update checked the shape
+        self._take_parts(frame, follows=True)
         self._parts.append(frame.delta)
         self.n = frame.n
+        return True
+
+    def _take_parts(self, frame: DraftFrame, *, follows: bool) -> None:
+        """Fold a frame's ``replay`` (a new reply) or ``chunks`` (update
+        ``n`` + 1 when ``follows``) into the reply."""
+        if frame.replay is not None:
+            self.ui = UIMessageState(self.draft_id)
+            self.ui_behind = not self._fold(frame.replay)
+            return
+        if frame.chunks is None:
+            return
+        if self.ui is None:
+            self.ui = UIMessageState(self.draft_id)
+            self.ui_behind = self.n > 0  # parts began in an update this copy missed
+        if not follows:
+            self.ui_behind = True
+        elif not self.ui_behind:
+            self.ui_behind = not self._fold(frame.chunks)
+
+    def _fold(self, chunks: list[dict[str, object]]) -> bool:
+        assert self.ui is not None
+        try:
+            self.ui.apply_all(chunks)
+        except UIStreamError:
+            return False  # not what the server folded: wait for its replay
         return True

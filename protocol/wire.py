@@ -185,9 +185,12 @@ class Draft(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="
     ``assistant``; later ops keep the role it was opened with). ``delta``
     appends text, ``text`` replaces the whole text, ``cancel`` drops the
     draft; an op with none of them only keeps the draft alive. At most one
-    of the three. Answered with ``ack {draftId, n}`` only when the op
-    carries a ``ref``; refusals are ``error`` frames whatever the op
-    carries. An ``append`` with ``draftId`` commits it.
+    of the three. ``chunks`` (instead of ``delta`` and ``text``) writes a
+    reply with parts: AI SDK ``UIMessageChunk``s folded into the draft's
+    ``UIMessage`` (``protocol.ui_stream``), taken whole or refused whole.
+    Answered with ``ack {draftId, n}`` only when the op carries a ``ref``;
+    refusals are ``error`` frames whatever the op carries. An ``append``
+    with ``draftId`` commits it.
     """
 
     transcript_id: TranscriptId
@@ -196,6 +199,7 @@ class Draft(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="
     delta: str | None = None
     text: str | None = None
     cancel: bool = False
+    chunks: list[dict[str, Any]] | None = None
     ref: Ref = None
 
 
@@ -340,6 +344,13 @@ class DraftFrame(
     ``n``). A closed one (``state`` not ``open``) carries neither; ``final``
     carries the ``revision`` whose messages replaced it. Drafts never change
     the transcript's revision.
+
+    A reply with parts (written with ``chunks``) carries, beside the
+    ``delta`` or ``text`` of its text parts joined (what a consumer of text
+    alone shows), the ``chunks`` of update ``n`` (fold them into the
+    ``UIMessage`` of update ``n`` - 1) with a ``delta`` or a ``text``, or
+    ``replay`` with a ``text``: the whole reply so far as compacted chunks
+    (fold them into a new ``UIMessage``).
     """
 
     seq: Positive
@@ -351,6 +362,8 @@ class DraftFrame(
     text: str | None = None
     state: DraftState = "open"
     revision: NonNegative | None = None
+    chunks: list[dict[str, Any]] | None = None
+    replay: list[dict[str, Any]] | None = None
 
 
 class Member(Struct, frozen=True, rename="camel", omit_defaults=True):
@@ -475,9 +488,16 @@ def check_draft_frame(frame: DraftFrame) -> None:
             raise InvalidFrame("an open draft's frame has n >= 1 and one of delta and text")
         if frame.revision is not None:
             raise InvalidFrame("only a final draft frame carries a revision")
+        if frame.replay is not None and (frame.chunks is not None or frame.text is None):
+            raise InvalidFrame("a draft frame's replay comes with its text and no chunks")
         return
-    if frame.delta is not None or frame.text is not None:
-        raise InvalidFrame(f"a {frame.state} draft frame carries no delta or text")
+    if (
+        frame.delta is not None
+        or frame.text is not None
+        or frame.chunks is not None
+        or frame.replay is not None
+    ):
+        raise InvalidFrame(f"a {frame.state} draft frame carries no delta or text (nor chunks)")
     if (frame.revision is None) == (frame.state == "final"):
         raise InvalidFrame("a final draft frame carries the revision, no other close does")
 
@@ -485,8 +505,8 @@ def check_draft_frame(frame: DraftFrame) -> None:
 def check_draft_op(op: Draft) -> None:
     """Raise ``InvalidFrame`` when a ``draft`` op carries more than one of
     ``delta``, ``text`` and ``cancel``."""
-    if (op.delta is not None) + (op.text is not None) + op.cancel > 1:
-        raise InvalidFrame("a draft op carries at most one of delta, text and cancel")
+    if (op.delta is not None) + (op.text is not None) + op.cancel + (op.chunks is not None) > 1:
+        raise InvalidFrame("a draft op carries at most one of delta, text, chunks and cancel")
 
 
 _json_plain_decoder: Final = msgspec.json.Decoder()

@@ -425,6 +425,14 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             "bounded by `max_message_bytes`"
         ),
     ] = 16
+    max_draft_parts: Annotated[
+        PosInt,
+        _d(
+            "parts a reply with parts (a draft written with `chunks`: text, reasoning, tool "
+            "calls, files, sources, data, steps) may have; a chunk past it gets "
+            "`draft-too-large`"
+        ),
+    ] = 1000
     draft_ttl_s: Annotated[
         Annotated[float, Meta(gt=0)],
         _d(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 from protocol import wire
 from server.live.drafts import DraftBudget, Drafts
@@ -94,6 +95,7 @@ class DraftFanOut:
             coalesce=config.draft_coalesce_s,
             max_closed=config.max_closed_drafts,
             budget=self.budget,
+            max_parts=config.max_draft_parts,
         )
 
     def park(self, live: LiveTranscript) -> None:
@@ -122,6 +124,7 @@ class DraftFanOut:
         cancel: bool = False,
         flush: bool = False,
         writer: str | None = None,
+        chunks: list[dict[str, Any]] | None = None,
     ) -> tuple[int, int]:
         """Apply one ``draft`` op (open, ``delta``, ``text``, ``cancel`` or a
         keep-alive); returns the transcript's revision and the draft's ``n``.
@@ -137,7 +140,14 @@ class DraftFanOut:
         # No await from here on: the op and its fan-out are one step.
         now = time.monotonic()
         written = live.drafts.write(
-            draft_id, now=now, role=role, delta=delta, text=text, cancel=cancel, writer=writer
+            draft_id,
+            now=now,
+            role=role,
+            delta=delta,
+            text=text,
+            cancel=cancel,
+            writer=writer,
+            chunks=chunks,
         )
         live.touch()
         n = written.n

@@ -62,9 +62,13 @@ its I/O lives in ``server.live.draft_fanout``.
 
 from __future__ import annotations
 
-from typing import Final, Literal, NamedTuple
+from collections.abc import Sequence
+from typing import Any, Final, Literal, NamedTuple
+
+import msgspec
 
 from protocol import codes, wire
+from protocol.ui_stream import UIMessageState, UIStreamError
 from server.errors import Refused
 from server.live.frames import EncodedDraft
 from server.tuning import CLOSED_DRAFT_COST, OPEN_DRAFT_COST, REMOTE_DRAFT_GRACE_S
@@ -84,6 +88,90 @@ def _utf8_length(text: str) -> int:
 
 def _encode(text: str) -> bytes:
     return text.encode(_UTF8, _ERRORS)
+
+
+_CHUNKS_ENCODER: Final = msgspec.json.Encoder()
+
+#: What a reply with parts holds for each byte of the chunks it took: the
+#: folded message, its compacted log and the text of its text parts.
+UI_BYTES_HELD: Final = 3
+#: Chunk types that may add a part to a reply (counted against ``max_parts``).
+_PART_CHUNKS: Final = frozenset(
+    {
+        "text-start",
+        "reasoning-start",
+        "tool-input-start",
+        "tool-input-available",
+        "tool-input-error",
+        "file",
+        "reasoning-file",
+        "source-url",
+        "source-document",
+        "custom",
+        "steering-message",
+        "start-step",
+    }
+)
+#: Chunks that leave the text of a reply's text parts as it is.
+_TEXT_KEPT: Final = frozenset(
+    {
+        "text-end",
+        "reasoning-start",
+        "reasoning-delta",
+        "reasoning-end",
+        "tool-input-start",
+        "tool-input-delta",
+        "tool-input-available",
+        "tool-input-error",
+        "tool-approval-request",
+        "tool-approval-response",
+        "tool-output-available",
+        "tool-output-error",
+        "tool-output-denied",
+        "file",
+        "reasoning-file",
+        "source-url",
+        "source-document",
+        "custom",
+        "steering-message",
+        "start-step",
+        "finish-step",
+        "message-metadata",
+        "finish",
+        "abort",
+        "error",
+    }
+)
+
+
+def _joined_text(ui: UIMessageState) -> str:
+    """The text of a reply's text parts, joined (what a text consumer shows)."""
+    return "".join(part["text"] for part in ui.parts if part["type"] == "text")
+
+
+def _text_growth(ui: UIMessageState, chunks: Sequence[dict[str, Any]]) -> str | None:
+    """What folding ``chunks`` in appends to the reply's joined text, when
+    all they do to it is append (deltas to its last text part); ``None`` when
+    it cannot tell without folding (the caller joins the text again)."""
+    last: Any = None
+    for part in reversed(ui.parts):
+        if part["type"] == "text":
+            last = next((k for k, v in ui.active_text.items() if v is part), None)
+            break
+    grown: list[str] = []
+    for chunk in chunks:
+        kind = chunk["type"]
+        if kind == "text-delta":
+            if chunk["id"] != last or last is None:
+                return None
+            grown.append(chunk["delta"])
+        elif kind == "text-start":
+            last = chunk["id"]
+        elif kind.startswith("data-"):
+            continue
+        elif kind not in _TEXT_KEPT:
+            return None
+    return "".join(grown)
 
 
 class DraftBudget:
@@ -155,6 +243,7 @@ class OpenDraft:
     __slots__ = (
         "_buffer",
         "_held",
+        "_held_chunks",
         "_held_size",
         "_text",
         "_text_frame",
@@ -167,6 +256,8 @@ class OpenDraft:
         "size",
         "stream_closed",
         "transcript_id",
+        "ui",
+        "ui_size",
         "updated",
         "writer",
     )
@@ -174,6 +265,14 @@ class OpenDraft:
     def __init__(
         self, transcript_id: str, draft_id: str, role: str, now: float, *, remote: bool = False
     ) -> None:
+        #: A reply with parts (written with ``chunks``): its ``UIMessage`` as
+        #: the AI SDK folds it, and the bytes of the chunks it took (the
+        #: compact JSON each came as, a bound on what its log holds);
+        #: ``None`` for a draft of text alone.
+        self.ui: UIMessageState | None = None
+        self.ui_size = 0
+        #: The chunks of the held deltas (a reply with parts), in order.
+        self._held_chunks: list[dict[str, Any]] = []
         self.transcript_id = transcript_id
         self.draft_id = draft_id
         self.role = role
@@ -207,8 +306,8 @@ class OpenDraft:
 
     @property
     def held(self) -> bool:
-        """Whether deltas wait to go out as the next update."""
-        return bool(self._held_size)
+        """Whether deltas (or chunks) wait to go out as the next update."""
+        return bool(self._held_size or self._held_chunks)
 
     @property
     def text(self) -> str:
@@ -240,8 +339,17 @@ class OpenDraft:
         """The ``text`` frame of the current update, encoded once per update."""
         cached = self._text_frame
         if cached is None or cached.frame.n != self.n:
-            cached = self._text_frame = EncodedDraft(self._frame(text=self.text), self)
+            replay = None if self.ui is None else self._replay()
+            cached = self._text_frame = EncodedDraft(
+                self._frame(text=self.text, replay=replay), self
+            )
         return cached
+
+    def _replay(self) -> list[dict[str, Any]]:
+        """The reply as of update ``n``, as compacted chunks (held chunks are
+        not folded in until they go out as the next update)."""
+        assert self.ui is not None
+        return self.ui.chunks()
 
     def _frame(
         self,
@@ -250,6 +358,8 @@ class OpenDraft:
         text: str | None = None,
         state: wire.DraftState = "open",
         revision: int | None = None,
+        chunks: list[dict[str, Any]] | None = None,
+        replay: list[dict[str, Any]] | None = None,
     ) -> wire.DraftFrame:
         return wire.DraftFrame(
             seq=0,
@@ -261,6 +371,8 @@ class OpenDraft:
             text=text,
             state=state,
             revision=revision,
+            chunks=chunks,
+            replay=replay,
         )
 
     def _add(self, delta: str, size: int, now: float) -> None:
@@ -313,14 +425,48 @@ class OpenDraft:
         self.size = size
         self.updated = now
 
+    def hold_chunks(self, chunks: Sequence[dict[str, Any]], now: float) -> None:
+        """Keep ``chunks`` (checked) for the next update: they are folded in
+        when it goes out, so that a ``replay`` is always of update ``n``."""
+        self._held_chunks += chunks
+        self.updated = now
+
+    @property
+    def held_chunks(self) -> list[dict[str, Any]]:
+        """The chunks that wait for the next update, in order."""
+        return self._held_chunks
+
     def release(self, now: float) -> EncodedDraft | None:
-        """The held deltas as one ``delta`` update (``None``: none held)."""
+        """The held deltas (or chunks) as one update (``None``: none held)."""
+        if self._held_chunks:
+            return self.folded((), now)
         if not self._held_size:
             return None
         delta = self._held.decode(_UTF8, _ERRORS)
         self._held = bytearray()
         self._held_size = 0
         return self.appended(delta, self.size, now)
+
+    def folded(self, chunks: Sequence[dict[str, Any]], now: float) -> EncodedDraft:
+        """Fold the held chunks and ``chunks`` (checked) into the reply:
+        update ``n`` + 1, with the ``delta`` its text grew by, or its
+        ``text`` when it did not only grow."""
+        ui = self.ui
+        assert ui is not None
+        taken = self._held_chunks
+        taken += chunks
+        self._held_chunks = []
+        grew = _text_growth(ui, taken)
+        ui.apply_all(taken)
+        if grew is None:
+            text = _joined_text(ui)
+            old = self.text
+            if not text.startswith(old):
+                self._set(text, _utf8_length(text), now)
+                return EncodedDraft(self._frame(text=text, chunks=taken), self)
+            grew = text[len(old) :]
+        self._add(grew, self.size + _utf8_length(grew), now)
+        return EncodedDraft(self._frame(delta=grew, chunks=taken), self)
 
     def appended(self, delta: str, size: int, now: float) -> EncodedDraft:
         """Append ``delta`` (the text is then ``size`` bytes): update ``n`` + 1."""
@@ -383,6 +529,7 @@ class Drafts:
     this many seconds after the draft's latest update is held and goes out
     with the others held then as one update, ``coalesce`` after that update
     (``draft_coalesce_s``; 0: every delta is its own update);
+    ``max_parts``: parts of a reply with parts (``max_draft_parts``);
     ``max_closed``: closes remembered at once (``max_closed_drafts``): every
     close is remembered for the whole ``ttl``, and while this many are,
     opening a draft or cancelling one that is not open is refused instead
@@ -399,6 +546,7 @@ class Drafts:
         "max_bytes",
         "max_closed",
         "max_open",
+        "max_parts",
         "open",
         "transcript_id",
         "ttl",
@@ -414,8 +562,10 @@ class Drafts:
         coalesce: float = 0.0,
         max_closed: int = 1024,
         budget: DraftBudget | None = None,
+        max_parts: int = 1000,
     ) -> None:
         self.transcript_id = transcript_id
+        self.max_parts = max_parts
         self.max_open = max_open
         self.max_bytes = max_bytes
         self.ttl = ttl
@@ -459,12 +609,21 @@ class Drafts:
         text: str | None = None,
         cancel: bool = False,
         writer: str | None = None,
+        chunks: list[dict[str, Any]] | None = None,
     ) -> Written:
         """Apply one ``draft`` op (at most one of ``delta``, ``text``,
-        ``cancel``: ``wire.check_draft_op`` refused the others) that the
-        connection ``writer`` sent. Raises ``Refused`` and then changes
-        nothing."""
+        ``chunks``, ``cancel``: ``wire.check_draft_op`` refused the others)
+        that the connection ``writer`` sent. Raises ``Refused`` and then
+        changes nothing."""
+        if chunks is not None:
+            return self._write_chunks(draft_id, chunks, now=now, role=role, writer=writer)
         draft = self.open.get(draft_id)
+        if draft is not None and draft.ui is not None and (delta is not None or text is not None):
+            raise Refused(
+                codes.INVALID_FRAME,
+                f"draft {draft_id!r} is a reply with parts: write it with chunks, not "
+                "delta or text",
+            )
         if draft is None:
             closed = self.closed.get(draft_id)
             if closed is not None:
@@ -515,6 +674,95 @@ class Drafts:
         self._take_over(draft, writer, draft.size)
         draft.updated = now  # keep-alive
         return Written(draft.n, None)
+
+    def _write_chunks(
+        self,
+        draft_id: str,
+        chunks: list[dict[str, Any]],
+        *,
+        now: float,
+        role: str | None,
+        writer: str | None,
+    ) -> Written:
+        """A ``draft`` op with ``chunks``: a reply with parts (the first such
+        op opens it, or turns an open draft that holds no text yet into one).
+        The chunks are checked whole against the reply so far, its size
+        (``max_message_bytes``) and its parts (``max_draft_parts``) before
+        anything changes."""
+        draft = self.open.get(draft_id)
+        if draft is None:
+            self._check_opening(draft_id)
+            ui = UIMessageState(draft_id)
+            held: list[dict[str, Any]] = []
+            size = 0
+        else:
+            if draft.ui is None and (draft.size or draft.held):
+                raise Refused(
+                    codes.INVALID_FRAME,
+                    f"draft {draft_id!r} holds text: write it with delta or text, or write "
+                    "a reply with parts under another draftId",
+                )
+            ui = draft.ui or UIMessageState(draft_id)
+            held = draft.held_chunks
+            size = draft.ui_size
+        try:
+            ui.check(held + chunks)
+        except UIStreamError as exc:
+            raise Refused(
+                codes.INVALID_FRAME, f"draft {draft_id!r}: {exc}; nothing was applied"
+            ) from None
+        size += len(_CHUNKS_ENCODER.encode(chunks)) if chunks else 0
+        if size > self.max_bytes:
+            raise Refused(
+                codes.DRAFT_TOO_LARGE,
+                f"draft {draft_id!r} would be {size} bytes of chunks, over the limit of "
+                f"{self.max_bytes} (max_message_bytes); the update was not applied",
+            )
+        parts = len(ui.parts) + sum(
+            1 for c in held + chunks if c["type"] in _PART_CHUNKS or c["type"].startswith("data-")
+        )
+        if parts > self.max_parts:
+            raise Refused(
+                codes.DRAFT_TOO_LARGE,
+                f"draft {draft_id!r} would have {parts} parts, over the limit of "
+                f"{self.max_parts} (max_draft_parts); the update was not applied",
+            )
+        if draft is None:
+            cost = OPEN_DRAFT_COST + UI_BYTES_HELD * size
+            self._check_budget(draft_id, cost, writer, cost)
+            draft = OpenDraft(self.transcript_id, draft_id, role or DEFAULT_ROLE, now)
+            draft.ui, draft.ui_size = ui, size
+            self._charge(draft, writer, cost)
+            self.open[draft_id] = draft
+            return Written(1, draft.folded(chunks, now))
+        self._take_over(draft, writer, UI_BYTES_HELD * size)
+        draft.ui, draft.ui_size = ui, size
+        if not chunks:
+            draft.updated = now
+            return Written(draft.n, None)
+        if self.coalesce and (draft.held or now - draft.sent_at < self.coalesce):
+            first = not draft.held
+            draft.hold_chunks(chunks, now)
+            return Written(draft.n, None, draft.sent_at + self.coalesce if first else None)
+        return Written(draft.n + 1, draft.folded(chunks, now))
+
+    def _check_opening(self, draft_id: str) -> None:
+        """Refuse to open ``draft_id``: closed already, too many closes
+        remembered, or too many open."""
+        closed = self.closed.get(draft_id)
+        if closed is not None:
+            raise Refused(
+                codes.DRAFT_CLOSED,
+                f"draft {draft_id!r} of transcript {self.transcript_id!r} was "
+                f"{closed.state} already: write a new draft under another draftId",
+            )
+        self._check_closed_room(draft_id)
+        if len(self.open) >= self.max_open:
+            raise Refused(
+                codes.TOO_MANY_DRAFTS,
+                f"transcript {self.transcript_id!r} has {len(self.open)} open drafts, the "
+                f"most it may (max_drafts_per_transcript); commit, cancel or let one expire",
+            )
 
     def _take_over(self, draft: OpenDraft, writer: str | None, size: int) -> None:
         """``writer`` changes ``draft`` to ``size`` bytes: check and charge it

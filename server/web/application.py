@@ -274,6 +274,7 @@ def create_app(
         _route("/v1/transcripts/{transcript_id}/presence", get=http_views.get_presence),
         _route("/v1/transcripts/{transcript_id}/segments", post=http_api.start_segment),
         _route("/v1/transcripts/{transcript_id}/chat", get=http_lmml.chat),
+        _route("/v1/transcripts/{transcript_id}/ui-messages", get=http_lmml.ui_messages),
         _route("/v1/transcripts/{transcript_id}/export.lmml", get=http_lmml.export_lmml),
         _route("/v1/transcripts/{transcript_id}/export.lmmlz", get=http_lmml.export_lmmlz),
         _route("/v1/auth", get=http_api.auth_info),

@@ -4,6 +4,8 @@
   transcript, one message per turn, created as a single append (revision 1).
 - ``GET /v1/transcripts/{id}/chat``: the body of a chat API call, OpenAI's
   (``{"messages": [...]}``) or Anthropic's (``format=anthropic``).
+- ``GET /v1/transcripts/{id}/ui-messages``: the messages as the AI SDK's
+  ``UIMessage``s (``protocol.ui_messages``).
 - ``GET /v1/transcripts/{id}/export.lmml`` and ``export.lmmlz``: the transcript
   written so that importing it gives the same messages back.
 """
@@ -20,6 +22,7 @@ from starlette.responses import Response
 
 from protocol import api, codes, lmml
 from protocol import chat as chat_api
+from protocol import ui_messages as ui_api
 from protocol.digest import history_digest
 from protocol.types import Message, MessagesAppended, TranscriptSnapshot
 from server.errors import Refused
@@ -176,6 +179,53 @@ async def chat(request: Request) -> Response:
         tid,
         active_only=segment == "active",
         render=lambda messages: chat_api.openai_messages(messages, context=context),
+    )
+
+
+async def ui_messages(request: Request) -> Response:
+    """The transcript as the AI SDK's ``UIMessage``s (``protocol.ui_messages``),
+    for ``useChat({messages})``: every message (``?segment=all``, the
+    default), the active segment (``segment=active``), the last ``tail``
+    messages or those from index ``from`` on (one window at a time); a
+    window that starts inside a reply shows its tool results as dynamic
+    tools. Streamed past ``STREAM_MIN_ITEMS`` messages, as ``.../chat``."""
+    tid = _transcript_id(request)
+    tail = _int_param(request, "tail")
+    since = _int_param(request, "from")
+    given = [name for name in ("segment", "tail", "from") if name in request.query_params]
+    if len(given) > 1:
+        raise Refused(
+            codes.INVALID_QUERY, f"give one of segment, tail and from, not {' and '.join(given)}"
+        )
+    if (tail is not None and tail < 0) or (since is not None and since < 0):
+        raise Refused(codes.INVALID_QUERY, "tail and from are non-negative integers")
+    segment = _choice(request, "segment", ("all", "active"))
+    context = _choice(request, "context", ("omit", "system"))
+
+    def first(head: TranscriptSnapshot) -> int:
+        if tail is not None:
+            return max(0, head.length - tail)
+        if since is not None:
+            return min(since, head.length)
+        return head.active_start if segment == "active" else 0
+
+    renderer: list[ui_api.UIMessageRenderer] = []
+
+    def render(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+        return renderer[0].feed(messages)
+
+    def begin(head: TranscriptSnapshot) -> int:
+        start = first(head)
+        renderer.append(ui_api.UIMessageRenderer(start, context=context))
+        return start
+
+    return await http_reads.chat_response(
+        _hub(request),
+        tid,
+        active_only=False,
+        render=render,
+        finish=lambda: (renderer[0].finish(), None),
+        first=begin,
     )
 
 

@@ -246,15 +246,17 @@ async def chat_response(
     active_only: bool,
     render: Callable[[tuple[Message, ...]], list[dict[str, Any]]],
     finish: Callable[[], tuple[list[dict[str, Any]], str | None]] | None = None,
+    first: Callable[[TranscriptSnapshot], int] | None = None,
 ) -> Response:
     """``GET .../chat``: ``{"messages": render(messages)}`` of the active
     segment or of every message, streamed past ``STREAM_MIN_ITEMS``
     messages, with ``X-Transcript-Revision``. ``render`` works a page of
     messages at a time (a page's messages become that page's items);
     ``finish``, when given, returns the last items and a ``system`` string
-    (Anthropic's), known once every page was rendered."""
+    (Anthropic's), known once every page was rendered. ``first``, when
+    given, says where the messages start instead (a window of the head)."""
     head = await hub.reads.head(transcript_id)
-    start = head.active_start if active_only else 0
+    start = (head.active_start if active_only else 0) if first is None else first(head)
     if head.length - start <= STREAM_MIN_ITEMS:
         snapshot = await hub.reads.snapshot(transcript_id, start, head.length)
         items = render(snapshot.messages)

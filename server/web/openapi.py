@@ -420,6 +420,29 @@ OPERATIONS: Final = (
     ),
     Operation(
         "get",
+        "/v1/transcripts/{transcript_id}/ui-messages",
+        "The messages as the AI SDK's UIMessages (useChat({messages}))",
+        {200: api.UIMessagesBody, 400: _PROBLEM, 404: _PROBLEM},
+        params=(
+            _ID,
+            Param("segment", "query", "all (default) or active", {"enum": ["all", "active"]}),
+            Param("tail", "query", "the last N messages", {"type": "integer", "minimum": 0}),
+            Param(
+                "from",
+                "query",
+                "the messages from this index on",
+                {"type": "integer", "minimum": 0},
+            ),
+            Param(
+                "context",
+                "query",
+                "omit (default) or system: how context messages are shown",
+                {"enum": ["omit", "system"]},
+            ),
+        ),
+    ),
+    Operation(
+        "get",
         "/v1/transcripts/{transcript_id}/export.lmml",
         "The transcript as an LMML narrative",
         {200: ("text/markdown", {"type": "string"}), 400: _PROBLEM, 404: _PROBLEM},

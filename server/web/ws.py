@@ -402,6 +402,7 @@ class OpHandler:
                     delta=op.delta,
                     text=op.text,
                     cancel=op.cancel,
+                    chunks=op.chunks,
                     flush=op.ref is not None,  # its ack's n counts every delta sent
                     writer=queue.id,
                 )

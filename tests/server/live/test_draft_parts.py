@@ -1,0 +1,175 @@
+"""Replies with parts (issue 39, section 1): a draft written with AI SDK
+``UIMessageChunk``s reaches JSON and MessagePack subscribers as frames whose
+folded state is the writer's message, a late joiner gets it whole in one
+``replay`` frame, a consumer of text alone still sees the reply's text, and
+a batch of chunks is taken whole or refused whole with the setting named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from protocol import codes
+from protocol.drafts import DraftCopy
+from protocol.ui_stream import UIMessageState
+from protocol.wire import Ack, DraftFrame, ErrorFrame
+from tests.server.live.test_drafts import create, next_draft, subscribed
+from tests.support.servers import running_server
+from tests.support.wsclient import RawClient
+
+#: A reply of every kind of part, as ``streamText(...).toUIMessageStream()``
+#: writes it, in the batches a writer sends.
+REPLY: list[list[dict[str, Any]]] = [
+    [{"type": "start", "messageId": "reply-1", "messageMetadata": {"model": "m"}}],
+    [{"type": "start-step"}, {"type": "reasoning-start", "id": "r"}],
+    [{"type": "reasoning-delta", "id": "r", "delta": "The user wants "}],
+    [{"type": "reasoning-delta", "id": "r", "delta": "the weather."}],
+    [{"type": "reasoning-end", "id": "r"}],
+    [{"type": "tool-input-start", "toolCallId": "c1", "toolName": "weather"}],
+    [{"type": "tool-input-delta", "toolCallId": "c1", "inputTextDelta": '{"city": "Pa'}],
+    [{"type": "tool-input-delta", "toolCallId": "c1", "inputTextDelta": 'ris"}'}],
+    [
+        {
+            "type": "tool-input-available",
+            "toolCallId": "c1",
+            "toolName": "weather",
+            "input": {"city": "Paris"},
+        }
+    ],
+    [{"type": "tool-output-available", "toolCallId": "c1", "output": {"celsius": 18}}],
+    [{"type": "finish-step"}, {"type": "start-step"}, {"type": "text-start", "id": "t"}],
+    [{"type": "text-delta", "id": "t", "delta": "It is 18 "}],
+    [{"type": "text-delta", "id": "t", "delta": "°C in Paris."}],
+    [{"type": "source-url", "sourceId": "s", "url": "https://example.com/w"}],
+    [{"type": "data-weather", "id": "d", "data": {"status": "loading"}}],
+    [{"type": "data-weather", "id": "d", "data": {"status": "done"}}],
+    [{"type": "text-end", "id": "t"}, {"type": "finish-step"}],
+    [{"type": "finish", "finishReason": "stop"}],
+]
+
+EACH = {"draft_coalesce_s": 0}
+
+
+def folded(batches: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    state = UIMessageState("d1")
+    for batch in batches:
+        state.apply_all(batch)
+    return state.message()
+
+
+async def write(w: RawClient, batches: list[list[dict[str, Any]]], **op: Any) -> None:
+    for batch in batches:
+        await w.send(op="draft", transcriptId="t", draftId="d1", chunks=batch, **op)
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "msgpack"])
+async def test_a_reply_with_parts_reaches_every_subscriber_as_the_sdk_folds_it(
+    binary: bool,
+) -> None:
+    async with running_server(**EACH) as srv:
+        await create(srv, "t")
+        reader = await RawClient.connect(srv.ws_url, binary=binary)
+        await reader.send(op="subscribe", transcriptId="t")
+        await reader.recv()  # the baseline
+        writer = await RawClient.connect(srv.ws_url)
+        await write(writer, REPLY)
+        copy = DraftCopy("d1", "assistant")
+        # Every batch that changes what the SDK shows is one update.
+        while copy.n < len(REPLY) - 1:
+            frame = await next_draft(reader)
+            assert frame.chunks is not None and frame.replay is None
+            assert copy.take(frame)
+        assert copy.message == folded(REPLY)
+        assert copy.text == "It is 18 °C in Paris."  # what a text consumer shows
+        assert not copy.ui_behind
+
+        # A late joiner: the whole reply in one frame, as compacted chunks.
+        late = await subscribed(srv, "t")
+        await late.recv()
+        replay = await next_draft(late)
+        assert replay.replay is not None and replay.text == "It is 18 °C in Paris."
+        assert len(replay.replay) < sum(len(b) for b in REPLY)
+        joined = DraftCopy("d1", "assistant")
+        assert joined.take(replay)
+        assert joined.message == folded(REPLY)
+        for client in (reader, writer, late):
+            await client.close()
+
+
+async def test_a_late_joiner_in_the_middle_of_a_tool_input_sees_the_input_so_far() -> None:
+    async with running_server(**EACH) as srv:
+        await create(srv, "t")
+        writer = await RawClient.connect(srv.ws_url)
+        await write(writer, REPLY[:7], ref="r")
+        for _ in REPLY[:7]:
+            await writer.expect(Ack)
+        late = await subscribed(srv, "t")
+        await late.recv()
+        replay = await next_draft(late)
+        copy = DraftCopy("d1", "assistant")
+        copy.take(replay)
+        assert copy.message is not None
+        [tool] = [p for p in copy.message["parts"] if p["type"] == "tool-weather"]  # type: ignore[union-attr, index]
+        assert tool["state"] == "input-streaming" and tool["input"] == {"city": "Pa"}
+        # ...and goes on with the live chunks.
+        await write(writer, REPLY[7:9])
+        while copy.n < replay.n + 2:
+            copy.take(await next_draft(late))
+        assert copy.message == folded(REPLY[:9])
+        await writer.close()
+        await late.close()
+
+
+async def test_chunks_that_do_not_fit_the_reply_are_refused_whole() -> None:
+    async with running_server(**EACH, max_draft_parts=4) as srv:
+        await create(srv, "t")
+        reader = await subscribed(srv, "t")
+        await reader.recv()
+        writer = await RawClient.connect(srv.ws_url)
+        await write(writer, [[{"type": "text-start", "id": "t"}]], ref="open")
+        await writer.expect(Ack)
+        first = await next_draft(reader)
+        # A good chunk then a delta for a part never started: nothing applied.
+        bad = [
+            {"type": "text-delta", "id": "t", "delta": "kept?"},
+            {"type": "text-delta", "id": "nope", "delta": "x"},
+        ]
+        await write(writer, [bad], ref="bad")
+        error = await writer.expect(ErrorFrame)
+        assert error.code == codes.INVALID_FRAME and "chunk 1" in error.message
+        # Past max_draft_parts: refused with the setting named.
+        many = [{"type": "source-url", "sourceId": f"s{i}", "url": "https://e/"} for i in range(4)]
+        await write(writer, [many], ref="many")
+        error = await writer.expect(ErrorFrame)
+        assert error.code == codes.DRAFT_TOO_LARGE and "max_draft_parts" in error.message
+        # A draft of parts takes no delta, and a text draft no chunks.
+        await writer.send(op="draft", transcriptId="t", draftId="d1", delta="x", ref="mix")
+        assert (await writer.expect(ErrorFrame)).code == codes.INVALID_FRAME
+        await writer.send(op="draft", transcriptId="t", draftId="d2", delta="text", ref="t2")
+        await writer.expect(Ack)
+        await writer.send(
+            op="draft", transcriptId="t", draftId="d2", chunks=[{"type": "start"}], ref="m2"
+        )
+        assert (await writer.expect(ErrorFrame)).code == codes.INVALID_FRAME
+        # The reply is as it was: the next good chunk is update 2.
+        await write(writer, [[{"type": "text-delta", "id": "t", "delta": "ok"}]])
+        frames = [await next_draft(reader), await next_draft(reader)]
+        update = next(f for f in frames if f.draft_id == "d1")
+        assert isinstance(update, DraftFrame) and update.n == first.n + 1
+        assert update.delta == "ok"
+        await writer.close()
+        await reader.close()
+
+
+async def test_a_reply_past_max_message_bytes_is_refused_with_the_setting_named() -> None:
+    async with running_server(**EACH, max_message_bytes=2000) as srv:
+        await create(srv, "t")
+        writer = await RawClient.connect(srv.ws_url)
+        await write(writer, [[{"type": "text-start", "id": "t"}]], ref="open")
+        await writer.expect(Ack)
+        big = [{"type": "text-delta", "id": "t", "delta": "x" * 3000}]
+        await write(writer, [big], ref="big")
+        error = await writer.expect(ErrorFrame)
+        assert error.code == codes.DRAFT_TOO_LARGE and "max_message_bytes" in error.message
+        await writer.close()
