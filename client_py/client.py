@@ -387,7 +387,7 @@ class Client:
         *,
         timeout: float | None = None,
         draft_id: str | None = None,
-        format: Literal["openai", "anthropic"] | None = None,
+        format: Literal["openai", "anthropic", "ui"] | None = None,
         system: Any = None,
     ) -> Ack:
         """Append one batch (``Message`` structs or plain dicts) over the WebSocket.

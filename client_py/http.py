@@ -264,7 +264,7 @@ class HttpApi:
         *,
         expected_revision: int | None = None,
         idempotency_key: str | None = None,
-        format: Literal["openai", "anthropic"] | None = None,
+        format: Literal["openai", "anthropic", "ui"] | None = None,
         system: Any = None,
     ) -> Receipt:
         """``POST /v1/transcripts/{id}/messages``: append one batch;

@@ -37,12 +37,15 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
+import msgspec
+
+from protocol import ui_messages
 from protocol.errors import InvalidMessage
 
-__all__ = ["SDK_FORMATS", "SdkFormat", "from_anthropic", "from_openai", "from_sdk"]
+__all__ = ["SDK_FORMATS", "SdkFormat", "from_anthropic", "from_openai", "from_sdk", "from_ui"]
 
-SdkFormat = Literal["openai", "anthropic"]
-SDK_FORMATS: Final = ("openai", "anthropic")
+SdkFormat = Literal["openai", "anthropic", "ui"]
+SDK_FORMATS: Final = ("openai", "anthropic", "ui")
 
 _DATA_URI_RE: Final = re.compile(r"data:([^;,]*);base64,(.*)", re.DOTALL)
 _OPENAI_FIELDS: Final = frozenset(
@@ -87,7 +90,30 @@ def from_sdk(format: str | None, messages: object, system: object = None) -> obj
         return from_openai(messages)
     if format == "anthropic":
         return from_anthropic(messages, system)
+    if format == "ui":
+        if system is not None:
+            raise InvalidMessage(
+                "system", "is Anthropic's; a UIMessage's system prompt is a message"
+            )
+        return from_ui(messages)
     raise InvalidMessage("format", f"must be one of {', '.join(SDK_FORMATS)}")
+
+
+def from_ui(messages: object, *, path: str = "messages") -> list[dict[str, Any]]:
+    """The AI SDK's ``UIMessage``s (``useChat``'s messages, a reply as
+    ``readUIMessageStream`` made it) as the stored messages they stand for
+    (``protocol.ui_messages.from_ui_message``: one per step of a reply, tool
+    results as ``tool`` messages, the rest in ``metadata.ui``)."""
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(_list(messages, path)):
+        try:
+            converted = ui_messages.from_ui_message(_object(message, f"{path}[{i}]"))
+        except ValueError as exc:
+            if isinstance(exc, InvalidMessage):
+                raise
+            raise InvalidMessage(f"{path}[{i}]", str(exc)) from None
+        out += msgspec.to_builtins(converted)
+    return out
 
 
 def _object(value: object, path: str) -> dict[str, Any]:

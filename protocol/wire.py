@@ -132,8 +132,10 @@ class Append(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field=
     its ``final`` frame right behind the increment) in the same step.
 
     ``format``: the messages are in the shape of OpenAI's or Anthropic's API
-    (what their SDKs return), converted by ``protocol.sdk_in``; ``system``
-    is Anthropic's system prompt (with ``format="anthropic"`` only)."""
+    (what their SDKs return), or the AI SDK's ``UIMessage``s (``ui``: a reply
+    with parts commits as ``from_ui_message`` maps it), converted by
+    ``protocol.sdk_in``; ``system`` is Anthropic's system prompt (with
+    ``format="anthropic"`` only)."""
 
     transcript_id: TranscriptId
     messages: list[Any]
@@ -141,7 +143,7 @@ class Append(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field=
     idempotency_key: IdempotencyKey | None = None
     ref: Ref = None
     draft_id: DraftId | None = None
-    format: Literal["openai", "anthropic"] | None = None
+    format: Literal["openai", "anthropic", "ui"] | None = None
     system: Any = None
 
 

@@ -312,9 +312,10 @@ OPERATIONS: Final = (
                 "format",
                 "query",
                 "absent: the transcript's own messages; openai (chat-completions messages,"
-                " as the openai SDK returns them) or anthropic (Messages API messages, with"
-                " the body's system): converted as docs/protocol.md says (SDK input)",
-                {"enum": ["openai", "anthropic"]},
+                " as the openai SDK returns them), anthropic (Messages API messages, with"
+                " the body's system) or ui (the AI SDK's UIMessages): converted as"
+                " docs/protocol.md says (SDK input, UI messages)",
+                {"enum": ["openai", "anthropic", "ui"]},
             ),
             Param(
                 "Idempotency-Key",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
 from protocol import codes
@@ -173,3 +174,45 @@ async def test_a_reply_past_max_message_bytes_is_refused_with_the_setting_named(
         error = await writer.expect(ErrorFrame)
         assert error.code == codes.DRAFT_TOO_LARGE and "max_message_bytes" in error.message
         await writer.close()
+
+
+async def test_the_reply_commits_as_the_ui_message_it_was_streamed_as() -> None:
+    """The writer commits what it streamed (``append`` with ``format: "ui"``
+    and the draft's id): the stored messages carry the reply's parts, and
+    ``GET .../ui-messages`` gives the very UIMessage back (same id, parts in
+    their final state); ``/chat`` gives a model the tool call and its result."""
+    async with running_server(**EACH) as srv:
+        await create(srv, "t", {"role": "user", "content": "Weather in Paris?"})
+        reader = await subscribed(srv, "t")
+        await reader.recv()
+        writer = await RawClient.connect(srv.ws_url)
+        await write(writer, REPLY)
+        reply = folded(REPLY)
+        await writer.send(
+            op="append", transcriptId="t", draftId="d1", format="ui", messages=[reply], ref="c"
+        )
+        ack = await writer.expect(Ack)
+        assert ack.count == 3  # the tool call's step, its result, the answer's step
+        async with httpx.AsyncClient(base_url=srv.url) as http:
+            ui = (await http.get("/v1/transcripts/t/ui-messages")).json()["messages"]
+            assert ui[1] == reply and ui[1]["id"] == "reply-1"
+            chat = (await http.get("/v1/transcripts/t/chat")).json()["messages"]
+            assert [m["role"] for m in chat] == ["user", "assistant", "tool", "assistant"]
+            assert chat[1]["tool_calls"][0]["function"]["name"] == "weather"
+            # The same over HTTP: a UIMessage appended with ?format=ui.
+            user = {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "Thanks!"}]}
+            r = await http.post(
+                "/v1/transcripts/t/messages", params={"format": "ui"}, json={"messages": [user]}
+            )
+            assert r.status_code == 201, r.text
+            assert (await http.get("/v1/transcripts/t/ui-messages?tail=1")).json()["messages"] == [
+                user
+            ]
+            r = await http.post(
+                "/v1/transcripts/t/messages",
+                params={"format": "ui"},
+                json={"messages": [{"id": "x", "role": "tool", "parts": []}]},
+            )
+            assert r.status_code == 422 and "messages[0]" in r.text
+        await writer.close()
+        await reader.close()
