@@ -523,17 +523,27 @@ class Client:
         (``drafts.StreamedCalls``). The draft's live text is the text only.
         ``fields`` are laid over the message (see ``DraftWriter.commit``).
         When the chunks raise, or the commit is refused, the draft is
-        cancelled and the error goes on.
+        cancelled and the error goes on. When a reader stops the reply
+        (``docs/protocol.md``, Stop), it stops reading ``chunks`` at once and
+        returns the server's commit of what was written (``stopped`` set).
         """
         streamed = StreamedCalls()
         async with self.draft(transcript_id, role=role, draft_id=draft_id) as writer:
-            async for chunk in iterate_chunks(chunks):
-                text = chunk_text(chunk)
-                if text:
-                    await writer.write(text)
-                refusal = streamed.add(chunk)
-                if refusal:
-                    await writer.write(refusal)
+            try:
+                async for chunk in iterate_chunks(chunks):
+                    if writer.stopped_at is not None:
+                        break  # a reader stopped the reply: read no more of the model
+                    text = chunk_text(chunk)
+                    if text:
+                        await writer.write(text)
+                    refusal = streamed.add(chunk)
+                    if refusal:
+                        await writer.write(refusal)
+            except ServerError:
+                if writer.stopped_at is None:
+                    raise
+            if writer.stopped_at is not None:
+                return Ack(transcript_id, writer.stopped_at, stopped=True)
             message = streamed.fields()  # ClientError: the draft is cancelled
             if fields:
                 message.update(fields)

@@ -99,6 +99,8 @@ class DraftWriter:
         self._resend = False  # the next update sends the whole text
         self._adopted = False  # the client knows it (and re-sends it on a new connection)
         self._sent = False  # an op went out (the role rides on the first and on texts)
+        #: A reader stopped the draft: the revision that committed what it held.
+        self.stopped_at: int | None = None
 
     def __repr__(self) -> str:
         where = f"{self.transcript_id}/{self.draft_id}"
@@ -276,6 +278,8 @@ class DraftWriter:
         if frame.code in _RESEND_CODES:
             self._resend = True
         else:
+            if frame.code == codes.DRAFT_CLOSED and frame.revision is not None:
+                self.stopped_at = frame.revision  # stopped by a reader, and committed
             self._failed(error)
 
     def _failed(self, error: ServerError) -> None:

@@ -49,6 +49,9 @@ class Receipt:
     start: int | None = None
     count: int | None = None
     duplicate: bool = False
+    #: ``client.stream``'s reply was stopped by a reader: what it held was
+    #: committed (by the server) as ``revision``, marked stopped.
+    stopped: bool = False
 
 
 #: The old name of ``Receipt`` (``protocol.wire.Ack`` is the frame); kept so

@@ -291,7 +291,8 @@ _ERRORS: Final = (
         http_status=409,
         retry="no",
         meaning="the draft was committed, cancelled or expired: it takes no more updates "
-        "(write a new draft under another `draftId`)",
+        "(write a new draft under another `draftId`); a draft a reader stopped tells its "
+        "writer so at once, with the `revision` that committed what it held",
     ),
     ErrorCode(
         code=UNAVAILABLE,

@@ -9,6 +9,11 @@ The hot path of the server never re-encodes an event per subscriber: it
 encodes the event once (``encode_event_json``) and splices the connection's
 ``seq`` in front of it (``increment_json``), which yields exactly the bytes that
 encoding the whole ``Increment`` would.
+
+Why one module of over 600 lines: the ops and the frames are two tagged
+unions that msgspec decodes in one pass each, and their shape checks must
+stay beside the structs they check; split, a new field would be added in one
+place and checked in another.
 """
 
 from __future__ import annotations
@@ -190,6 +195,8 @@ class Draft(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="
     of the three. ``chunks`` (instead of ``delta`` and ``text``) writes a
     reply with parts: AI SDK ``UIMessageChunk``s folded into the draft's
     ``UIMessage`` (``protocol.ui_stream``), taken whole or refused whole.
+    ``stop`` (alone) ends a reply someone else is writing: what it holds is
+    committed as its message, marked ``stopped``, and its writer is told.
     Answered with ``ack {draftId, n}`` only when the op carries a ``ref``;
     refusals are ``error`` frames whatever the op carries. An ``append``
     with ``draftId`` commits it.
@@ -202,6 +209,7 @@ class Draft(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="
     text: str | None = None
     cancel: bool = False
     chunks: list[dict[str, Any]] | None = None
+    stop: bool = False
     ref: Ref = None
 
 
@@ -507,8 +515,9 @@ def check_draft_frame(frame: DraftFrame) -> None:
 def check_draft_op(op: Draft) -> None:
     """Raise ``InvalidFrame`` when a ``draft`` op carries more than one of
     ``delta``, ``text`` and ``cancel``."""
-    if (op.delta is not None) + (op.text is not None) + op.cancel + (op.chunks is not None) > 1:
-        raise InvalidFrame("a draft op carries at most one of delta, text, chunks and cancel")
+    given = (op.delta is not None) + (op.text is not None) + op.cancel + (op.chunks is not None)
+    if given + op.stop > 1:
+        raise InvalidFrame("a draft op carries at most one of delta, text, chunks, cancel and stop")
 
 
 _json_plain_decoder: Final = msgspec.json.Decoder()

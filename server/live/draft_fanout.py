@@ -164,6 +164,18 @@ class DraftFanOut:
             )
         return live.transcript.revision, n
 
+    async def stop_draft(
+        self, transcript_id: str, draft_id: str, by: str
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """``Drafts.stop`` on the transcript's drafts: what the draft held back
+        goes out first; returns the messages to commit in its place and the
+        connection that wrote it last."""
+        live = await self.hub.load(transcript_id)
+        messages, writer, update = live.drafts.stop(draft_id, time.monotonic(), by)
+        if update is not None:
+            self.send(live, update)
+        return messages, writer
+
     def send(self, live: LiveTranscript, update: EncodedDraft) -> None:
         """A local update or close: to every subscriber, then to the other
         replicas."""

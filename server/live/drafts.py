@@ -67,7 +67,7 @@ from typing import Any, Final, Literal, NamedTuple
 
 import msgspec
 
-from protocol import codes, wire
+from protocol import codes, ui_messages, wire
 from protocol.ui_stream import UIMessageState, UIStreamError
 from server.errors import Refused
 from server.live.frames import EncodedDraft
@@ -254,6 +254,7 @@ class OpenDraft:
         "role",
         "sent_at",
         "size",
+        "stopped_by",
         "stream_closed",
         "transcript_id",
         "ui",
@@ -271,6 +272,9 @@ class OpenDraft:
         #: ``None`` for a draft of text alone.
         self.ui: UIMessageState | None = None
         self.ui_size = 0
+        #: Who stopped it (``Drafts.stop``): it takes no more updates while
+        #: its commit is under way.
+        self.stopped_by: str | None = None
         #: The chunks of the held deltas (a reply with parts), in order.
         self._held_chunks: list[dict[str, Any]] = []
         self.transcript_id = transcript_id
@@ -615,6 +619,7 @@ class Drafts:
         ``chunks``, ``cancel``: ``wire.check_draft_op`` refused the others)
         that the connection ``writer`` sent. Raises ``Refused`` and then
         changes nothing."""
+        self._check_not_stopped(draft_id)
         if chunks is not None:
             return self._write_chunks(draft_id, chunks, now=now, role=role, writer=writer)
         draft = self.open.get(draft_id)
@@ -745,6 +750,48 @@ class Drafts:
             draft.hold_chunks(chunks, now)
             return Written(draft.n, None, draft.sent_at + self.coalesce if first else None)
         return Written(draft.n + 1, draft.folded(chunks, now))
+
+    def _check_not_stopped(self, draft_id: str) -> None:
+        draft = self.open.get(draft_id)
+        if draft is not None and draft.stopped_by is not None:
+            raise Refused(
+                codes.DRAFT_CLOSED,
+                f"draft {draft_id!r} of transcript {self.transcript_id!r} was stopped by "
+                f"{draft.stopped_by}: what it held is being committed; stop writing it",
+            )
+
+    def stop(
+        self, draft_id: str, now: float, by: str
+    ) -> tuple[list[dict[str, Any]], str | None, EncodedDraft | None]:
+        """A reader stops an open draft (``by`` names who): it takes no more
+        updates, and what it holds is the message to commit in its place,
+        marked ``stopped`` in its metadata (a reply with parts: its
+        ``UIMessage`` as ``from_ui_message`` maps it, ``stopped`` in the
+        UIMessage's metadata too). Returns those messages, the connection
+        that wrote it last (to tell) and the update of what it held back
+        (``None``: nothing). Raises ``draft-closed`` when it is not open or
+        is being stopped already; then nothing changes."""
+        self._check_not_stopped(draft_id)
+        draft = self.open.get(draft_id)
+        if draft is None:
+            closed = self.closed.get(draft_id)
+            raise Refused(
+                codes.DRAFT_CLOSED,
+                f"draft {draft_id!r} of transcript {self.transcript_id!r} "
+                + (f"was {closed.state} already" if closed else "is not open")
+                + ": there is nothing to stop",
+            )
+        update = draft.release(now)
+        draft.stopped_by = by
+        if draft.ui is not None:
+            ui = draft.ui.message()
+            ui["metadata"] = {**(ui.get("metadata") or {}), "stopped": True}
+            messages = msgspec.to_builtins(ui_messages.from_ui_message(ui))
+        else:
+            messages = [{"role": draft.role, "content": draft.text}]
+        for message in messages:
+            message["metadata"] = {**(message.get("metadata") or {}), "stopped": True}
+        return messages, draft.writer, update
 
     def _check_opening(self, draft_id: str) -> None:
         """Refuse to open ``draft_id``: closed already, too many closes

@@ -22,8 +22,8 @@ import json
 import random
 import re
 import time
-from collections.abc import Mapping
-from typing import Final, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
@@ -47,7 +47,6 @@ from server.streams.model import (
     parse_expires_at,
     valid_offset,
 )
-from server.web.offload import Offload
 
 __all__ = ["PREFIX", "StreamSettings", "routes"]
 
@@ -351,6 +350,17 @@ async def _append(request: Request, path: str) -> Response:
     return _appended(result, producer, body=True)
 
 
+_T = TypeVar("_T")
+
+
+class _Offload(Protocol):
+    """What this face needs of the app's worker processes
+    (``server.web.offload.Offload``, which the app assembles: a face does not
+    import the other)."""
+
+    async def run(self, what: str, fn: Callable[..., _T], *args: Any) -> _T: ...
+
+
 async def _json_values(
     request: Request, body: bytes, content_type: str | None, *, allow_empty: bool
 ) -> tuple[str, ...] | None:
@@ -360,7 +370,7 @@ async def _json_values(
     a body for a stream of another type is refused there)."""
     if len(body) <= JSON_INLINE_BYTES or not is_json(content_type):
         return None
-    offload: Offload | None = getattr(request.app.state, "offload", None)
+    offload: _Offload | None = getattr(request.app.state, "offload", None)
     if offload is None:  # an app without its lifespan (some tests)
         return None
     max_values = _registry(request).limits.max_append_values

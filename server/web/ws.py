@@ -339,6 +339,31 @@ class OpHandler:
                 revision=failure.fields.get("revision"),
             )
 
+    async def _stop_draft(self, op: wire.Draft) -> None:
+        """A ``draft`` op with ``stop``: commit what the draft holds as its
+        message (marked stopped), then tell the connection that wrote it, at
+        once (a ``draft-closed`` error naming the transcript: its client
+        stops reading the model's stream), and answer the stopper."""
+        hub, queue = self.hub, self.queue
+        by = self.access.sub or queue.id
+        messages, writer = await hub.drafts.stop_draft(op.transcript_id, op.draft_id, by)
+        result = await hub.writes.append(
+            op.transcript_id, messages, origin=self.origin, draft_id=op.draft_id
+        )
+        revision = result.receipt.revision
+        told = hub.subscriptions.connections.get(writer) if writer is not None else None
+        if told is not None and told is not queue:
+            told.push_error(
+                codes.DRAFT_CLOSED,
+                f"draft {op.draft_id!r} was stopped by {by}: what it held is committed as "
+                f"revision {revision}; stop writing it",
+                transcript_id=op.transcript_id,
+                revision=revision,
+            )
+        queue.push_control(
+            _ack(op, revision, start=result.receipt.start, count=result.receipt.count)
+        )
+
     async def _dispatch(self, op: wire.ClientOp) -> None:
         hub, queue = self.hub, self.queue
         match op:
@@ -394,6 +419,8 @@ class OpHandler:
                         op.transcript_id, op.name, origin=self.origin
                     )
                 queue.push_control(_ack(op, result.receipt.revision, duplicate=result.duplicate))
+            case wire.Draft(stop=True):
+                await self._stop_draft(op)
             case wire.Draft():
                 revision, n = await hub.drafts.write(
                     op.transcript_id,

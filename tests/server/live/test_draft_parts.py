@@ -216,3 +216,48 @@ async def test_the_reply_commits_as_the_ui_message_it_was_streamed_as() -> None:
             assert r.status_code == 422 and "messages[0]" in r.text
         await writer.close()
         await reader.close()
+
+
+@pytest.mark.parametrize("parts", [False, True], ids=["text", "parts"])
+async def test_a_stop_commits_what_was_said_once_and_tells_the_writer(parts: bool) -> None:
+    async with running_server(**EACH) as srv:
+        await create(srv, "t", {"role": "user", "content": "Tell me a story"})
+        reader = await subscribed(srv, "t")
+        await reader.recv()
+        writer = await RawClient.connect(srv.ws_url)
+        if parts:
+            await write(writer, REPLY[:11])  # reasoning, a tool call, a step, a text begun
+            await write(writer, REPLY[11:12], ref="w")  # "It is 18 "
+            said = folded(REPLY[:12])
+        else:
+            await writer.send(
+                op="draft", transcriptId="t", draftId="d1", delta="Once upon", ref="w"
+            )
+        await writer.expect(Ack)
+        stopper = await RawClient.connect(srv.ws_url)
+        await stopper.send(op="draft", transcriptId="t", draftId="d1", stop=True, ref="stop")
+        told = await writer.expect(ErrorFrame)  # the writer learns at once, unasked
+        assert told.code == codes.DRAFT_CLOSED and "stopped" in told.message
+        ack = await stopper.expect(Ack)
+        assert ack.revision == 2
+        # A second stop and a late token change nothing.
+        await stopper.send(op="draft", transcriptId="t", draftId="d1", stop=True, ref="again")
+        assert (await stopper.expect(ErrorFrame)).code == codes.DRAFT_CLOSED
+        late: dict[str, Any] = {"chunks": REPLY[12]} if parts else {"delta": " a time"}
+        await writer.send(op="draft", transcriptId="t", draftId="d1", ref="late", **late)
+        assert (await writer.expect(ErrorFrame)).code == codes.DRAFT_CLOSED
+        async with httpx.AsyncClient(base_url=srv.url) as http:
+            body = (await http.get("/v1/transcripts/t")).json()
+            assert body["revision"] == 2  # committed once
+            stored = body["messages"][1:]
+            assert all(m["metadata"]["stopped"] is True for m in stored)
+            if parts:
+                ui = (await http.get("/v1/transcripts/t/ui-messages")).json()["messages"]
+                assert ui[1]["id"] == "reply-1" and ui[1]["metadata"]["stopped"] is True
+                assert ui[1]["parts"] == said["parts"]
+            else:
+                assert stored == [
+                    {"role": "assistant", "content": "Once upon", "metadata": {"stopped": True}}
+                ]
+        for client in (reader, writer, stopper):
+            await client.close()
