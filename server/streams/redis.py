@@ -350,11 +350,21 @@ class RedisRegistry(Registry):
         await self._sync_one(path)
         seen = {path}
         stream = self._streams.get(path)
-        # A fork reads through its sources: their copies too.
+        cap: str | None = None
+        # A fork reads through its sources: their copies too, each read
+        # only when it lacks messages up to the offset read from it (what
+        # a source holds before a fork's offset never changes): a read of
+        # a deep chain costs one script, not one per source, once copied.
         while stream is not None and stream.forked_from and stream.forked_from not in seen:
-            seen.add(stream.forked_from)
-            await self._sync_one(stream.forked_from)
-            stream = self._streams.get(stream.forked_from)
+            source_path = stream.forked_from
+            seen.add(source_path)
+            if stream.fork_offset is not None:
+                cap = stream.fork_offset if cap is None else min(cap, stream.fork_offset)
+            source = self._streams.get(source_path)
+            if source is None or cap is None or source.tail < cap:
+                await self._sync_one(source_path)
+                source = self._streams.get(source_path)
+            stream = source
 
     async def _sync_one(self, path: str) -> bool:
         """Read the stream at ``path`` into the copy; wake its readers if it
@@ -421,10 +431,11 @@ class RedisRegistry(Registry):
             stream.closed_by = tuple(stream.closed_by)  # type: ignore[assignment]
         stream.gen, stream.version = gen, ver
         self._moved(stream, access, forks)
-        stream.producers = {
-            _text(producers[i]): Producer(*_decode(producers[i + 1]))
-            for i in range(0, len(producers), 2)
-        }
+        held = stream.producer_bytes
+        stream.producers, stream.producer_bytes = {}, 0
+        for i in range(0, len(producers), 2):
+            stream.put_producer(_text(producers[i]), Producer(*_decode(producers[i + 1])))
+        self._bytes += stream.producer_bytes - held
         if changed:
             self._wake(path)
         return changed
@@ -453,7 +464,7 @@ class RedisRegistry(Registry):
         """Drop the copy of a stream that is gone (or another incarnation)."""
         stream = self._streams.pop(path, None)
         if stream is not None:
-            self._bytes -= stream.size
+            self._bytes -= stream.held
             self._wake(path)
         self._noticed.pop(path, None)
         self._synced.pop(path, None)

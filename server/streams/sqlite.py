@@ -214,7 +214,7 @@ class SQLiteStreamLog:
             for key, producer_id, epoch, last_seq, updated in self.conn.execute(
                 "SELECT stream_id, producer_id, epoch, last_seq, updated FROM producers"
             ):
-                by_id[key].producers[producer_id] = Producer(epoch, last_seq, updated)
+                by_id[key].put_producer(producer_id, Producer(epoch, last_seq, updated))
         finally:
             self.conn.execute("COMMIT")
         for key, stream in by_id.items():

@@ -303,7 +303,13 @@ def create_app(
     # on the Redis store, shared by its replicas.
     app.state.streams = registry_for_store(
         the_store,
-        Limits(max_streams=config.max_streams, max_bytes=config.max_stream_bytes),
+        Limits(
+            max_streams=config.max_streams,
+            max_bytes=config.max_stream_bytes,
+            max_producers=config.max_stream_producers,
+            max_producer_id_bytes=config.max_producer_id_bytes,
+            max_fork_depth=config.max_fork_depth,
+        ),
         resync_s=config.backplane_resync_s,
     )
     app.state.stream_settings = streams_http.StreamSettings(
