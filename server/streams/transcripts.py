@@ -53,11 +53,12 @@ from server.streams.http import (
     StreamSettings,
     _answer,
     _preflight,
+    _refused,
     _sse_data,
     read_params,
     response_cursor,
 )
-from server.streams.model import StreamError
+from server.streams.model import StreamError, valid_offset
 
 __all__ = ["routes"]
 
@@ -80,9 +81,9 @@ def offset_of(epoch: str, revision: int) -> str:
 def _revision(offset: str, epoch: str) -> int:
     """The revision an offset names; ``StreamError`` 400 if it is no offset,
     410 if it belongs to another incarnation of the transcript."""
-    number, sep, revision = offset.partition("_")
-    if not sep or not number.isdigit() or not revision.isdigit():
+    if not valid_offset(offset):  # ASCII digits, 16 and 16 (``int()`` takes others)
         raise StreamError(400, "Invalid offset format")
+    number, _, revision = offset.partition("_")
     if int(number) != epoch_number(epoch):
         raise StreamError(410, "the transcript was created again since this offset")
     return int(revision)
@@ -107,7 +108,7 @@ async def endpoint(request: Request) -> Response:
             )
         return await _read(request, request.path_params["transcript_id"])
     except StreamError as error:
-        return _answer(error.status, error.headers, error.reason)
+        return _refused(error)
     except Exception as exc:  # the transcript API's errors, in this face's plain text
         failure = failure_for(exc)
         if failure is None:
@@ -245,7 +246,7 @@ async def draft_endpoint(request: Request) -> Response:
             )
         return await _read_draft(request, transcript_id, draft_id)
     except StreamError as error:
-        return _answer(error.status, error.headers, error.reason)
+        return _refused(error)
     except Exception as exc:  # the transcript API's errors, in this face's plain text
         failure = failure_for(exc)
         if failure is None:
