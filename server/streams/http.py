@@ -43,7 +43,9 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from protocol import codes, rights
-from server.errors import Refused
+from protocol.rights import Grant
+from server.auth import GRANT_KEY
+from server.errors import Refused, failure_for
 from server.extensions import RAW_BODY
 from server.streams.fanout import Follower
 from server.streams.memory import AppendResult, Registry
@@ -56,8 +58,6 @@ from server.streams.model import (
     parse_expires_at,
     valid_offset,
 )
-from server.web.access import grant_of
-from server.web.problems import problem_response
 
 __all__ = ["PREFIX", "StreamSettings", "routes"]
 
@@ -175,6 +175,15 @@ def _refused(error: StreamError) -> Response:
     return _answer(error.status, error.headers, body, "application/problem+json")
 
 
+def problem_of(exc: Exception) -> Response:
+    """An error with a ``protocol.codes`` code (``server.errors``) as its
+    problem document, with this face's security headers."""
+    failure = failure_for(exc)
+    assert failure is not None, exc
+    body = json.dumps(failure.problem(), ensure_ascii=True).encode()
+    return _answer(failure.spec.http_status, None, body, "application/problem+json")
+
+
 def source_path(header: str) -> str:
     """The path ``Stream-Forked-From`` names: the URL path percent-decoded
     once, as the ASGI server decodes a request's (``StreamError`` 400 when
@@ -238,15 +247,12 @@ async def endpoint(request: Request) -> Response:
                 return _answer(204)
             case "OPTIONS":
                 return _preflight(request)
-        return _answer(
-            405, {"allow": "GET, HEAD, PUT, POST, DELETE, OPTIONS"}, "Method not allowed"
-        )
+        allow = {"allow": "GET, HEAD, PUT, POST, DELETE, OPTIONS"}
+        return _refused(StreamError(405, "Method not allowed", allow))
     except StreamError as error:
         return _refused(error)
     except Refused as refused:
-        answer = problem_response(refused)
-        answer.headers.update(SECURITY)
-        return answer
+        return problem_of(refused)
 
 
 def _preflight(request: Request) -> Response:
@@ -331,7 +337,9 @@ async def _create(request: Request, path: str) -> Response:
 
 def _may_read(request: Request, name: str) -> None:
     """A fork reads its source: ``Refused`` (403) unless the caller may."""
-    grant = grant_of(request)
+    # What HttpAccess admitted the request with (a request it did not see
+    # has none: a bug, which fails closed).
+    grant: Grant = request.scope[GRANT_KEY]
     if not grant.satisfies(rights.READ, name):
         who = f"the token of {grant.sub!r}" if grant.sub else "this token"
         raise Refused(
@@ -395,7 +403,9 @@ def _appended(
     stream = result.stream
     outcome = result.producer
     if result.refused_closed:
-        return _answer(409, {CLOSED: "true", NEXT_OFFSET: stream.tail}, "Stream is closed")
+        return _refused(
+            StreamError(409, "Stream is closed", {CLOSED: "true", NEXT_OFFSET: stream.tail})
+        )
     if outcome is not None and outcome.status != "accepted":
         assert producer is not None
         match outcome.status:
@@ -409,15 +419,13 @@ def _appended(
                     headers[NEXT_OFFSET] = stream.tail
                 return _answer(204, headers)
             case "stale_epoch":
-                return _answer(403, {PRODUCER_EPOCH: str(outcome.epoch)}, "Stale producer epoch")
+                stale = {PRODUCER_EPOCH: str(outcome.epoch)}
+                return _refused(StreamError(403, "Stale producer epoch", stale))
             case "invalid_epoch_seq":
-                return _answer(400, None, "New epoch must start with sequence 0")
+                return _refused(StreamError(400, "New epoch must start with sequence 0"))
             case _:
-                return _answer(
-                    409,
-                    {EXPECTED_SEQ: str(outcome.expected), RECEIVED_SEQ: str(outcome.seq)},
-                    "Producer sequence gap",
-                )
+                gap = {EXPECTED_SEQ: str(outcome.expected), RECEIVED_SEQ: str(outcome.seq)}
+                return _refused(StreamError(409, "Producer sequence gap", gap))
     headers = {NEXT_OFFSET: result.message.offset if result.message else stream.tail}
     if producer is not None:
         headers[PRODUCER_EPOCH] = str(producer[1])

@@ -39,7 +39,6 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from protocol import codes
 from protocol.limits import ID_PATTERN
 from protocol.types import TranscriptEvent
 from server.errors import Refused, failure_for
@@ -55,6 +54,7 @@ from server.streams.http import (
     _preflight,
     _refused,
     _sse_data,
+    problem_of,
     read_params,
     response_cursor,
 )
@@ -101,19 +101,22 @@ async def endpoint(request: Request) -> Response:
         if request.method == "OPTIONS":
             return _preflight(request)
         if request.method not in ("GET", "HEAD"):
-            return _answer(
-                405,
-                {"allow": "GET, HEAD, OPTIONS"},
-                "a transcript is read-only here: append with POST /v1/transcripts/{id}/messages",
+            allow = {"allow": "GET, HEAD, OPTIONS"}
+            return _refused(
+                StreamError(
+                    405,
+                    "a transcript is read-only here:"
+                    " append with POST /v1/transcripts/{id}/messages",
+                    allow,
+                )
             )
         return await _read(request, request.path_params["transcript_id"])
     except StreamError as error:
         return _refused(error)
-    except Exception as exc:  # the transcript API's errors, in this face's plain text
-        failure = failure_for(exc)
-        if failure is None:
+    except Exception as exc:  # the transcript API's errors, as its problem documents
+        if failure_for(exc) is None:
             raise
-        return _answer(codes.error(failure.code).http_status, None, failure.message)
+        return problem_of(exc)
 
 
 async def _read(request: Request, transcript_id: str) -> Response:
@@ -239,19 +242,21 @@ async def draft_endpoint(request: Request) -> Response:
         if request.method == "OPTIONS":
             return _preflight(request)
         if request.method not in ("GET", "HEAD"):
-            return _answer(
-                405,
-                {"allow": "GET, HEAD, OPTIONS"},
-                "a draft is read-only here: write it with the WebSocket protocol's draft op",
+            allow = {"allow": "GET, HEAD, OPTIONS"}
+            return _refused(
+                StreamError(
+                    405,
+                    "a draft is read-only here: write it with the WebSocket protocol's draft op",
+                    allow,
+                )
             )
         return await _read_draft(request, transcript_id, draft_id)
     except StreamError as error:
         return _refused(error)
-    except Exception as exc:  # the transcript API's errors, in this face's plain text
-        failure = failure_for(exc)
-        if failure is None:
+    except Exception as exc:  # the transcript API's errors, as its problem documents
+        if failure_for(exc) is None:
             raise
-        return _answer(codes.error(failure.code).http_status, None, failure.message)
+        return problem_of(exc)
 
 
 async def _draft(

@@ -342,3 +342,25 @@ def test_a_chain_deeper_than_the_recursion_limit_reads() -> None:
         return b"".join(m.data for m in registry.read(stream, None))
 
     assert asyncio.run(build()) == b"a" + b"b" * 1499
+
+
+async def test_every_refusal_of_the_face_is_a_problem_document() -> None:
+    async with (
+        running_server() as srv,
+        httpx.AsyncClient(base_url=srv.url) as http,
+    ):
+        url = "/v1/stream/r"
+        assert (await http.put(url, headers=TEXT)).status_code == 201
+        gap = await http.post(url, headers={**TEXT, **producer("p", 3)}, content=b"x")
+        assert is_problem(gap, 409) and gap.headers["producer-expected-seq"] == "0"
+        assert (await http.post(url, headers={**TEXT, **producer("p")}, content=b"x")).is_success
+        stale = {**TEXT, **producer("p"), "producer-epoch": "1"}
+        assert (await http.post(url, headers=stale, content=b"y")).status_code == 200
+        old = await http.post(url, headers={**TEXT, **producer("p", 1)}, content=b"z")
+        assert is_problem(old, 403) and old.headers["producer-epoch"] == "1"
+        assert is_problem(await http.post(url, headers=TEXT), 400)  # empty body
+        assert is_problem(await http.get("/v1/stream/nope"), 404)
+        assert is_problem(await http.post("/v1/stream/transcripts/t1", headers=TEXT), 405)
+        assert (await http.post(url, headers={**TEXT, "stream-closed": "true"})).is_success
+        closed = await http.post(url, headers=TEXT, content=b"late")
+        assert is_problem(closed, 409) and closed.headers["stream-closed"] == "true"
