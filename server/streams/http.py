@@ -83,12 +83,15 @@ FORKED_FROM: Final = "Stream-Forked-From"
 FORK_OFFSET: Final = "Stream-Fork-Offset"
 FORK_SUB_OFFSET: Final = "Stream-Fork-Sub-Offset"
 SSE_ENCODING: Final = "Stream-SSE-Data-Encoding"
+#: ``DELETE`` with ``true``: forks get a copy of what they read through the
+#: stream, which is deleted at once (its path free), not soft-deleted.
+DETACH_FORKS: Final = "Stream-Detach-Forks"
 
 #: What a browser may send and read (CORS), for the answers to preflights.
 REQUEST_HEADERS: Final = (
     "content-type, authorization, if-none-match, stream-seq, stream-ttl, stream-expires-at, "
     "stream-closed, producer-id, producer-epoch, producer-seq, stream-forked-from, "
-    "stream-fork-offset, stream-fork-sub-offset"
+    "stream-fork-offset, stream-fork-sub-offset, stream-detach-forks"
 )
 EXPOSED_HEADERS: Final = (
     "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, "
@@ -243,7 +246,8 @@ async def endpoint(request: Request) -> Response:
             case "HEAD":
                 return await _head(request, path)
             case "DELETE":
-                await _registry(request).delete(path)
+                detach = _closed_header(request.headers.get(DETACH_FORKS))
+                await _registry(request).delete(path, detach_forks=detach)
                 return _answer(204)
             case "OPTIONS":
                 return _preflight(request)

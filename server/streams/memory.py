@@ -187,6 +187,19 @@ class Registry:
     async def _write_touch(self, stream: Stream, now: float) -> None:
         self._log.touch(stream.path, now)
 
+    async def _fork_paths(self, stream: Stream) -> list[str]:
+        """The paths of the forks that read through ``stream`` directly."""
+        return [p for p, s in self._streams.items() if s.forked_from == stream.path]
+
+    async def _write_unfork(self, source: Stream, fork_path: str) -> None:
+        """Write that the fork at ``fork_path`` reads through ``source`` no
+        more (a shared store keeps its sources' forks: nothing here)."""
+
+    async def _write_detach(self, fork: Stream, source: Stream, inherited: list[Message]) -> None:
+        """Write that ``fork`` holds ``inherited`` itself and reads through
+        ``source`` no more."""
+        self._log.detach(fork.path, inherited)
+
     # --- looking up ------------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -499,8 +512,38 @@ class Registry:
         await self._apply(stream, update)
         return AppendResult(stream, producer=outcome, closed_now=True)
 
-    async def delete(self, path: str) -> None:
+    async def delete(self, path: str, *, detach_forks: bool = False) -> None:
+        """Delete the stream at ``path``: soft-deleted while forks read
+        through it (the protocol's rule), or, with ``detach_forks``, at once
+        (a soft-deleted one too) after each fork got a copy of what it read
+        through it: the path is free for a new stream."""
+        if detach_forks:
+            await self._decided(lambda: self._detach_and_delete(path))
+            return
         await self._decided(lambda: self._delete(path))
+
+    async def _detach_and_delete(self, path: str) -> None:
+        stream = await self.get(path)
+        if stream is None:
+            raise StreamError(404, "Stream not found")
+        for fork_path in await self._fork_paths(stream):
+            await self._sync(fork_path)
+            fork = self._streams.get(fork_path)
+            if fork is None or fork.forked_from != stream.path:
+                await self._write_unfork(stream, fork_path)  # detached or gone already
+                continue
+            inherited = [
+                m for s, cap in reversed(self._sources(fork, None)) for m in s.own_after(None, cap)
+            ]
+            await self._write_detach(fork, stream, inherited)
+            fork.messages[:0] = inherited
+            fork.offsets[:0] = [m.offset for m in inherited]
+            added = sum(len(m.data) for m in inherited)
+            fork.size += added
+            self._bytes += added
+            fork.forked_from = None
+            stream.refs = max(0, stream.refs - 1)
+        await self._remove(path)
 
     async def _delete(self, path: str) -> None:
         stream = await self.live(path)

@@ -206,6 +206,29 @@ return redis.call('SCARD', KEYS[4])
 """
 )
 
+# On a fork that takes what it read through its source. KEYS meta msgs prod forks
+# calls; ARGV token gen ver newgen s gc channel path messages... -> 1 written,
+# 2 written by this call before (a retry), 0 stale. A new gen: every replica's
+# copy is read again whole (its messages moved).
+_DETACH = (
+    _EXPIRE
+    + f"""
+local cur = redis.call('HMGET', KEYS[1], 'gen', 'ver')
+if cur[1] ~= ARGV[2] or cur[2] ~= ARGV[3] then
+  if cur[1] == ARGV[4] and redis.call('LPOS', KEYS[5], ARGV[1]) then return 2 end
+  return 0
+end
+for i = #ARGV, 9, -1 do redis.call('LPUSH', KEYS[2], ARGV[i]) end
+redis.call('HSET', KEYS[1], 'gen', ARGV[4], 'ver', tonumber(ARGV[3]) + 1, 's', ARGV[5],
+           'gc', ARGV[6])
+redis.call('LPUSH', KEYS[5], ARGV[1])
+redis.call('LTRIM', KEYS[5], 0, {CALLS_KEPT - 1})
+expire_all(ARGV[6])
+redis.call('PUBLISH', ARGV[7], ARGV[8])
+return 1
+"""
+)
+
 _KEY_NAMES: Final = ("meta", "msgs", "prod", "forks", "calls", "gone")
 
 #: A stream's metadata in ``s``: the fields of ``Stream`` below, in order.
@@ -308,6 +331,7 @@ class RedisRegistry(Registry):
         self._remove_script = _Script(_REMOVE)
         self._fork = _Script(_FORK)
         self._unfork = _Script(_UNFORK)
+        self._detach = _Script(_DETACH)
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -616,6 +640,36 @@ class RedisRegistry(Registry):
     async def _write_soft_delete(self, stream: Stream) -> None:
         state = self._state(stream, soft_deleted=True)
         await self._cas(stream, state=state, last_access=stream.last_access, soft=True)
+
+    async def _fork_paths(self, stream: Stream) -> list[str]:
+        try:
+            members = await self.store._client().smembers(self._keys(stream.path)[3])
+        except _FAILURES as err:
+            reason = str(self.store._unavailable(err))
+            raise StreamError(503, reason, {"retry-after": "1"}) from None
+        return [_text(member) for member in members]
+
+    async def _write_unfork(self, source: Stream, fork_path: str) -> None:
+        await self._call(self._unfork, source.path, [_wire(fork_path)])
+
+    async def _write_detach(self, fork: Stream, source: Stream, inherited: list[Message]) -> None:
+        new_gen = uuid.uuid4().hex
+        size = fork.size + sum(len(m.data) for m in inherited)
+        args = [
+            uuid.uuid4().hex,
+            fork.gen,
+            fork.version,
+            new_gen,
+            self._state(fork, forked_from=None, size=size),
+            _gc_ms(fork, fork.last_access),
+            self.channel,
+            _wire(fork.path),
+            *(_message_blob(m) for m in inherited),
+        ]
+        if not await self._call(self._detach, fork.path, args):
+            raise Stale
+        fork.gen, fork.version = new_gen, fork.version + 1
+        await self._call(self._unfork, source.path, [_wire(fork.path)])
 
     async def _write_touch(self, stream: Stream, now: float) -> None:
         await self._call(self._touch, stream.path, [stream.gen, repr(now), _gc_ms(stream, now)])

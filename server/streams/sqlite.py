@@ -316,6 +316,18 @@ class SQLiteStreamLog:
             ),
         )
 
+    def detach(self, path: str, inherited: Sequence[Message]) -> None:
+        key = self._ids[path]
+
+        def steps(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT INTO messages (stream_id, next_offset, data) VALUES (?, ?, ?)",
+                [(key, m.offset, m.data) for m in inherited],
+            )
+            conn.execute("UPDATE streams SET forked_from = NULL WHERE id = ?", (key,))
+
+        self._write("a fork's detachment", steps)
+
     def remove(self, paths: Sequence[str]) -> None:
         keys = [self._ids[path] for path in paths if path in self._ids]
 

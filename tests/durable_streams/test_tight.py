@@ -364,3 +364,89 @@ async def test_every_refusal_of_the_face_is_a_problem_document() -> None:
         assert (await http.post(url, headers={**TEXT, "stream-closed": "true"})).is_success
         closed = await http.post(url, headers=TEXT, content=b"late")
         assert is_problem(closed, 409) and closed.headers["stream-closed"] == "true"
+
+
+@pytest.mark.parametrize("store", STORES)
+async def test_the_owner_deletes_a_forked_stream_for_good_and_makes_it_again(
+    store: str, tmp_path: Path, redis_once: Callable[[], RedisServer]
+) -> None:
+    async with served(store, tmp_path, redis_once) as (srv, http):
+        src, mid, leaf = "/v1/stream/o/src", "/v1/stream/o/mid", "/v1/stream/o/leaf"
+        assert (await http.put(src, headers=TEXT, content=b"ab")).status_code == 201
+        assert (await http.post(src, headers=TEXT, content=b"cd")).status_code == 204
+        fork = {**TEXT, "stream-forked-from": src}
+        assert (await http.put(mid, headers=fork, content=b"M")).status_code == 201
+        assert (await http.post(src, headers=TEXT, content=b"late")).status_code == 204
+        assert (
+            await http.put(leaf, headers={**TEXT, "stream-forked-from": mid}, content=b"L")
+        ).status_code == 201
+        # The protocol's delete: soft, the path held while forks read through it.
+        assert (await http.delete(src)).status_code == 204
+        assert (await http.put(src, headers=TEXT)).status_code == 409
+        # The owner's: the forks keep what they shared, the path is free at once.
+        assert (await http.delete(src, headers={"stream-detach-forks": "true"})).status_code == 204
+        again = await http.put(src, headers=TEXT, content=b"new")
+        assert again.status_code == 201
+        assert (await http.get(mid, params={"offset": "-1"})).content == b"abcdM"
+        assert (await http.get(leaf, params={"offset": "-1"})).content == b"abcdML"
+        assert (await http.get(src, params={"offset": "-1"})).content == b"new"
+        # Offsets are kept: a reader of the fork resumes where it was.
+        first = await http.get(mid, params={"offset": "-1"})
+        tail = first.headers["stream-next-offset"]
+        assert (await http.post(mid, headers=TEXT, content=b"N")).status_code == 204
+        assert (await http.get(mid, params={"offset": tail})).content == b"N"
+        # A live stream with forks goes at once too; deleting its forks later is plain.
+        assert (await http.delete(mid, headers={"stream-detach-forks": "true"})).status_code == 204
+        assert (await http.get(mid)).status_code == 404
+        assert (await http.get(leaf, params={"offset": "-1"})).content == b"abcdML"
+        assert (await http.delete(leaf)).status_code == 204
+        assert (await http.delete(src)).status_code == 204
+        if store == "memory":
+            assert srv.app.state.streams.size == 0
+
+
+async def test_a_detached_fork_is_what_the_sqlite_file_holds(tmp_path: Path) -> None:
+    src, fork = "/v1/stream/src", "/v1/stream/fork"
+    async with (
+        running_server(store=SQLiteStore(tmp_path)) as srv,
+        httpx.AsyncClient(base_url=srv.url) as http,
+    ):
+        assert (await http.put(src, headers=TEXT, content=b"ab")).status_code == 201
+        made = await http.put(fork, headers={**TEXT, "stream-forked-from": src}, content=b"F")
+        assert made.status_code == 201
+        assert (await http.delete(src, headers={"stream-detach-forks": "true"})).status_code == 204
+        assert (await http.put(src, headers=TEXT, content=b"new")).status_code == 201
+    async with (
+        running_server(store=SQLiteStore(tmp_path)) as srv,
+        httpx.AsyncClient(base_url=srv.url) as http,
+    ):
+        assert (await http.get(fork, params={"offset": "-1"})).content == b"abF"
+        assert (await http.get(src, params={"offset": "-1"})).content == b"new"
+        assert (await http.delete(src)).status_code == 204  # no fork holds it now
+        assert (await http.get(src)).status_code == 404
+
+
+@pytest.mark.redis
+async def test_a_detachment_on_one_replica_is_what_another_reads(
+    redis_once: Callable[[], RedisServer],
+) -> None:
+    url = f"{redis_once().url}?prefix=d{uuid.uuid4().hex[:8]}:"
+    src, fork = "/v1/stream/src", "/v1/stream/fork"
+    async with (
+        running_server(store=RedisStore(url)) as a,
+        running_server(store=RedisStore(url)) as b,
+        httpx.AsyncClient(base_url=a.url) as on_a,
+        httpx.AsyncClient(base_url=b.url) as on_b,
+    ):
+        assert (await on_a.put(src, headers=TEXT, content=b"ab")).status_code == 201
+        made = await on_a.put(fork, headers={**TEXT, "stream-forked-from": src}, content=b"F")
+        assert made.status_code == 201
+        assert (await on_b.post(fork, headers=TEXT, content=b"G")).status_code == 204
+        assert (await on_b.get(fork, params={"offset": "-1"})).content == b"abFG"
+        detached = await on_a.delete(src, headers={"stream-detach-forks": "true"})
+        assert detached.status_code == 204
+        assert (await on_b.put(src, headers=TEXT, content=b"new")).status_code == 201
+        assert (await on_b.get(fork, params={"offset": "-1"})).content == b"abFG"
+        assert (await on_b.post(fork, headers=TEXT, content=b"H")).status_code == 204
+        assert (await on_a.get(fork, params={"offset": "-1"})).content == b"abFGH"
+        assert (await on_a.get(src, params={"offset": "-1"})).content == b"new"
