@@ -66,6 +66,7 @@ class CredentialSettings(Protocol):
 
 
 __all__ = [
+    "GRANT_KEY",
     "Authenticator",
     "SettingError",
     "bearer",
@@ -73,6 +74,10 @@ __all__ = [
     "handshake_token",
     "unauthorized",
 ]
+
+#: The ASGI scope key under which ``server.web.access.HttpAccess`` leaves
+#: the grant of a request it admitted (the stream face reads it there).
+GRANT_KEY: Final = "tsync.grant"
 
 #: RFC 7518 3.2: an HS256 key is at least as long as the hash (256 bits).
 MIN_SECRET_BYTES: Final = 32

@@ -237,6 +237,24 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             "queued together; a reader past its share is ended and resumes"
         ),
     ] = 64 << 20
+    max_stream_producers: Annotated[
+        PosInt,
+        _d(
+            "most idempotent producers (`Producer-Id`) one Durable Stream keeps, those heard"
+            " from in 7 days; a new one past it gets 409 (their state counts in"
+            " `max_stream_bytes`)"
+        ),
+    ] = 1024
+    max_producer_id_bytes: Annotated[
+        PosInt, _d("longest Durable Streams `Producer-Id` (UTF-8 bytes); longer gets 400")
+    ] = 256
+    max_fork_depth: Annotated[
+        PosInt,
+        _d(
+            "most sources a Durable Streams fork reads through (its source, that one's...);"
+            " creating a deeper fork gets 400"
+        ),
+    ] = 64
     stream_long_poll_s: Annotated[
         PosFloat,
         _d("how long a Durable Streams long-poll read waits for data before its 204"),

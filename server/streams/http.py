@@ -4,8 +4,17 @@ A stream's identity is its whole URL path (``/v1/stream/a/b``), which is what
 ``Stream-Forked-From`` names. Each method maps to one operation of
 ``server.streams.memory.Registry``; what the protocol says about headers,
 status codes, ETags, cursors and the three read modes lives here. Errors are
-answered in plain text, as the protocol's reference server does, with the
-browser security headers every answer carries.
+answered as ``application/problem+json`` documents (RFC 9457: ``status``,
+``title``, ``detail``), as the server's other HTTP errors, with the browser
+security headers every answer carries.
+
+A stream's name is the route's ``stream_path``: the request's path as the
+ASGI server percent-decoded it, after ``/v1/stream/``. It is what the rights
+are checked on (``server.web.access.HttpAccess``) and what the registry
+knows, so one stream has one name, whatever the spelling of its URL (``%3F``
+is a ``?`` of the name, not the start of a query). ``Stream-Forked-From``
+names its source as a URL path, percent-decoded once the same way
+(``source_path``), and creating a fork needs the right to read its source.
 
 Why one module of over 600 lines: the protocol's HTTP surface (every method,
 header, status code, ETag and cursor rule, and the catch-up, long-poll and SSE
@@ -23,7 +32,9 @@ import random
 import re
 import time
 from collections.abc import Callable, Mapping
+from http import HTTPStatus
 from typing import Any, Final, NamedTuple, Protocol, TypeVar
+from urllib.parse import unquote
 
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
@@ -31,8 +42,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from protocol import codes
-from server.errors import Refused
+from protocol import codes, rights
+from protocol.rights import Grant
+from server.auth import GRANT_KEY
+from server.errors import Refused, failure_for
 from server.extensions import RAW_BODY
 from server.streams.fanout import SEND_BYTES, Follower
 from server.streams.memory import AppendResult, Registry
@@ -72,12 +85,15 @@ FORKED_FROM: Final = "Stream-Forked-From"
 FORK_OFFSET: Final = "Stream-Fork-Offset"
 FORK_SUB_OFFSET: Final = "Stream-Fork-Sub-Offset"
 SSE_ENCODING: Final = "Stream-SSE-Data-Encoding"
+#: ``DELETE`` with ``true``: forks get a copy of what they read through the
+#: stream, which is deleted at once (its path free), not soft-deleted.
+DETACH_FORKS: Final = "Stream-Detach-Forks"
 
 #: What a browser may send and read (CORS), for the answers to preflights.
 REQUEST_HEADERS: Final = (
     "content-type, authorization, if-none-match, stream-seq, stream-ttl, stream-expires-at, "
     "stream-closed, producer-id, producer-epoch, producer-seq, stream-forked-from, "
-    "stream-fork-offset, stream-fork-sub-offset"
+    "stream-fork-offset, stream-fork-sub-offset, stream-detach-forks"
 )
 EXPOSED_HEADERS: Final = (
     "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, "
@@ -94,8 +110,12 @@ CATCH_UP_CACHE: Final = "public, max-age=60, stale-while-revalidate=300"
 #: counts its values before encoding any (``max_stream_append_values``).
 JSON_INLINE_BYTES: Final = 256 * 1024
 
-_DECIMAL: Final = re.compile(r"0|[1-9][0-9]*")
-_INTEGER: Final = re.compile(r"[0-9]+")
+# ASCII digits only (``int()`` takes other scripts' digits too), and few
+# enough for ``int()`` (it refuses over 4,300) and for what they count.
+_DECIMAL: Final = re.compile(r"0|[1-9][0-9]{0,15}")
+_INTEGER: Final = re.compile(r"[0-9]{1,20}")
+#: The longest ``cursor`` a read may carry (this server's are 6-7 digits).
+MAX_CURSOR: Final = 20
 _CONTENT_TYPE: Final = re.compile(r"[\w.+-]+/[\w.+-]+")
 MAX_SAFE_INTEGER: Final = 2**53 - 1
 
@@ -153,7 +173,35 @@ def _answer(
 
 
 def _refused(error: StreamError) -> Response:
-    return _answer(error.status, error.headers, error.reason)
+    """A refusal as an ``application/problem+json`` document."""
+    problem = {
+        "type": "about:blank",
+        "title": HTTPStatus(error.status).phrase,
+        "status": error.status,
+        "detail": error.reason,
+    }
+    body = json.dumps(problem, ensure_ascii=True).encode()
+    return _answer(error.status, error.headers, body, "application/problem+json")
+
+
+def problem_of(exc: Exception) -> Response:
+    """An error with a ``protocol.codes`` code (``server.errors``) as its
+    problem document, with this face's security headers."""
+    failure = failure_for(exc)
+    assert failure is not None, exc
+    body = json.dumps(failure.problem(), ensure_ascii=True).encode()
+    return _answer(failure.spec.http_status, None, body, "application/problem+json")
+
+
+def source_path(header: str) -> str:
+    """The path ``Stream-Forked-From`` names: the URL path percent-decoded
+    once, as the ASGI server decodes a request's (``StreamError`` 400 when
+    it is no stream path)."""
+    path = unquote(header)
+    name = path[len(PREFIX) :] if path.startswith(PREFIX) else ""
+    if not 0 < len(name) <= MAX_PATH or _CONTROL.search(name):
+        raise StreamError(400, f"{FORKED_FROM} names no stream path ({PREFIX}...)")
+    return path
 
 
 def _registry(request: Request) -> Registry:
@@ -183,9 +231,9 @@ async def _body(request: Request, limit: int) -> bytes:
 
 async def endpoint(request: Request) -> Response:
     """Every method on ``/v1/stream/{path}``."""
-    path = request.url.path
     try:
-        name = path[len(PREFIX) :]
+        name: str = request.path_params["stream_path"]
+        path = PREFIX + name
         if not 0 < len(name) <= MAX_PATH or _CONTROL.search(name):
             raise StreamError(400, f"a stream path is 1 to {MAX_PATH} characters, none a control")
         if path.startswith(TRANSCRIPTS):
@@ -204,15 +252,17 @@ async def endpoint(request: Request) -> Response:
             case "HEAD":
                 return await _head(request, path)
             case "DELETE":
-                await _registry(request).delete(path)
+                detach = _closed_header(request.headers.get(DETACH_FORKS))
+                await _registry(request).delete(path, detach_forks=detach)
                 return _answer(204)
             case "OPTIONS":
                 return _preflight(request)
-        return _answer(
-            405, {"allow": "GET, HEAD, PUT, POST, DELETE, OPTIONS"}, "Method not allowed"
-        )
+        allow = {"allow": "GET, HEAD, PUT, POST, DELETE, OPTIONS"}
+        return _refused(StreamError(405, "Method not allowed", allow))
     except StreamError as error:
         return _refused(error)
+    except Refused as refused:
+        return problem_of(refused)
 
 
 def _preflight(request: Request) -> Response:
@@ -235,6 +285,9 @@ def _preflight(request: Request) -> Response:
 async def _create(request: Request, path: str) -> Response:
     headers = request.headers
     forked_from = headers.get(FORKED_FROM)
+    if forked_from is not None:
+        forked_from = source_path(forked_from)
+        _may_read(request, forked_from[len(PREFIX) :])
     content_type = headers.get("content-type")
     if not content_type or not _CONTENT_TYPE.match(content_type.strip()):
         content_type = None if forked_from else "application/octet-stream"
@@ -296,6 +349,18 @@ async def _create(request: Request, path: str) -> Response:
     if stream.closed:
         answer[CLOSED] = "true"
     return _answer(201 if created else 200, answer)
+
+
+def _may_read(request: Request, name: str) -> None:
+    """A fork reads its source: ``Refused`` (403) unless the caller may."""
+    # What HttpAccess admitted the request with (a request it did not see
+    # has none: a bug, which fails closed).
+    grant: Grant = request.scope[GRANT_KEY]
+    if not grant.satisfies(rights.READ, name):
+        who = f"the token of {grant.sub!r}" if grant.sub else "this token"
+        raise Refused(
+            codes.FORBIDDEN, f"{who} may not read stream {name!r}, the source of this fork"
+        )
 
 
 # --- append and close ------------------------------------------------------------------------
@@ -394,7 +459,9 @@ def _appended(
     stream = result.stream
     outcome = result.producer
     if result.refused_closed:
-        return _answer(409, {CLOSED: "true", NEXT_OFFSET: stream.tail}, "Stream is closed")
+        return _refused(
+            StreamError(409, "Stream is closed", {CLOSED: "true", NEXT_OFFSET: stream.tail})
+        )
     if outcome is not None and outcome.status != "accepted":
         assert producer is not None
         match outcome.status:
@@ -408,15 +475,13 @@ def _appended(
                     headers[NEXT_OFFSET] = stream.tail
                 return _answer(204, headers)
             case "stale_epoch":
-                return _answer(403, {PRODUCER_EPOCH: str(outcome.epoch)}, "Stale producer epoch")
+                stale = {PRODUCER_EPOCH: str(outcome.epoch)}
+                return _refused(StreamError(403, "Stale producer epoch", stale))
             case "invalid_epoch_seq":
-                return _answer(400, None, "New epoch must start with sequence 0")
+                return _refused(StreamError(400, "New epoch must start with sequence 0"))
             case _:
-                return _answer(
-                    409,
-                    {EXPECTED_SEQ: str(outcome.expected), RECEIVED_SEQ: str(outcome.seq)},
-                    "Producer sequence gap",
-                )
+                gap = {EXPECTED_SEQ: str(outcome.expected), RECEIVED_SEQ: str(outcome.seq)}
+                return _refused(StreamError(409, "Producer sequence gap", gap))
     headers = {NEXT_OFFSET: result.message.offset if result.message else stream.tail}
     if producer is not None:
         headers[PRODUCER_EPOCH] = str(producer[1])
@@ -474,12 +539,15 @@ def read_params(request: Request) -> ReadParams:
     offset = offsets[0] if offsets else None
     if offset == "":
         raise StreamError(400, "Empty offset parameter")
+    cursor = params.get("cursor")
+    if cursor is not None and len(cursor) > MAX_CURSOR:
+        raise StreamError(400, f"a cursor is at most {MAX_CURSOR} characters")
     live = params.get("live")
     if live in ("long-poll", "sse") and offset is None:
         raise StreamError(
             400, f"{'SSE' if live == 'sse' else 'Long-poll'} requires offset parameter"
         )
-    return ReadParams(offset, live, params.get("cursor"))
+    return ReadParams(offset, live, cursor)
 
 
 async def _read(request: Request, path: str) -> Response:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from server.streams.model import Stream, Update
+from server.streams.model import Message, Stream, Update
 
 __all__ = ["NoLog", "StreamLog"]
 
@@ -51,6 +51,11 @@ class StreamLog(Protocol):
         """A read moved the stream's sliding TTL along."""
         ...
 
+    def detach(self, path: str, inherited: Sequence[Message]) -> None:
+        """A fork that now holds ``inherited`` (what it read through its
+        sources, offsets kept) itself, and reads through no source."""
+        ...
+
     def remove(self, paths: Sequence[str]) -> None:
         """Streams gone for good, with everything they held."""
         ...
@@ -74,6 +79,9 @@ class NoLog:
         pass
 
     def touch(self, path: str, last_access: float) -> None:
+        pass
+
+    def detach(self, path: str, inherited: Sequence[Message]) -> None:
         pass
 
     def remove(self, paths: Sequence[str]) -> None:

@@ -37,6 +37,7 @@ from typing import Final, TypeVar
 from server.streams.fanout import MAX_TOTAL_QUEUED_BYTES, Fanout
 from server.streams.log import NoLog, StreamLog
 from server.streams.model import (
+    PRODUCER_TTL_S,
     ZERO_OFFSET,
     Message,
     Producer,
@@ -45,6 +46,7 @@ from server.streams.model import (
     StreamError,
     Update,
     media_type,
+    producer_bytes,
 )
 
 __all__ = ["AppendResult", "Limits", "Registry", "Stale", "Wait"]
@@ -71,8 +73,9 @@ class Stale(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What the streams of one process may hold (settings ``max_streams`` and
-    ``max_stream_bytes``), and the JSON values one append may bring
+    """What the streams of one process may hold (settings ``max_streams``,
+    ``max_stream_bytes``, ``max_stream_producers``, ``max_producer_id_bytes``
+    and ``max_fork_depth``), and the JSON values one append may bring
     (``max_stream_append_values``)."""
 
     max_streams: int = 10_000
@@ -80,6 +83,12 @@ class Limits:
     max_append_values: int = 10_000
     #: What all live SSE readers may have queued together (``Fanout``).
     max_sse_queued_bytes: int = MAX_TOTAL_QUEUED_BYTES
+    #: Idempotent producers heard from within ``PRODUCER_TTL_S``, per stream.
+    max_producers: int = 1024
+    #: The longest ``Producer-Id``, in UTF-8 bytes.
+    max_producer_id_bytes: int = 256
+    #: How many sources a fork may read through (its source, theirs...).
+    max_fork_depth: int = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +150,7 @@ class Registry:
             source = self._streams.get(stream.forked_from or "")
             if source is not None:
                 source.refs += 1
-        self._bytes = sum(stream.size for stream in streams)
+        self._bytes = sum(stream.held for stream in streams)
         self._log = log
 
     def detach(self) -> None:
@@ -187,6 +196,19 @@ class Registry:
         copies of streams nobody here uses) until it has room for
         ``streams`` more and ``size`` more bytes within the limits; the
         streams of a store of its own are all it holds: nothing to drop."""
+
+    async def _fork_paths(self, stream: Stream) -> list[str]:
+        """The paths of the forks that read through ``stream`` directly."""
+        return [p for p, s in self._streams.items() if s.forked_from == stream.path]
+
+    async def _write_unfork(self, source: Stream, fork_path: str) -> None:
+        """Write that the fork at ``fork_path`` reads through ``source`` no
+        more (a shared store keeps its sources' forks: nothing here)."""
+
+    async def _write_detach(self, fork: Stream, source: Stream, inherited: list[Message]) -> None:
+        """Write that ``fork`` holds ``inherited`` itself and reads through
+        ``source`` no more."""
+        self._log.detach(fork.path, inherited)
 
     # --- looking up ------------------------------------------------------------------
 
@@ -318,6 +340,12 @@ class Registry:
                 raise StreamError(409, "source stream was deleted but still has active forks")
             if content_type and media_type(content_type) != media_type(source.content_type):
                 raise StreamError(409, "Content type mismatch with source stream")
+            if self.fork_depth(source) + 1 > self.limits.max_fork_depth:
+                raise StreamError(
+                    400,
+                    f"a fork reads through at most {self.limits.max_fork_depth} sources"
+                    " (max_fork_depth): fork a stream nearer the root",
+                )
             fork_offset = fork_offset or source.tail
             if not (ZERO_OFFSET <= fork_offset <= source.tail):
                 raise StreamError(400, "Fork offset beyond source stream length")
@@ -358,7 +386,7 @@ class Registry:
         if source is not None:
             source.refs += 1
         self._streams[path] = stream
-        self._bytes += stream.size
+        self._bytes += stream.held
         return stream, True
 
     def _sub_offset_prefix(self, source: Stream, offset: str, sub: int) -> Message:
@@ -416,6 +444,7 @@ class Registry:
         close: bool,
         values: tuple[str, ...] | None = None,
     ) -> AppendResult:
+        self._check_producer_id(producer)
         stream = await self.live(path)
         now = self.clock()
         if stream.closed:
@@ -426,10 +455,12 @@ class Registry:
         if body and media_type(content_type) != media_type(stream.content_type):
             raise StreamError(409, "Content-type mismatch")
         outcome: ProducerOutcome | None = None
+        new_state = 0
         if producer is not None:
             outcome = stream.check_producer(producer[0], producer[1], producer[2], now)
             if outcome.status != "accepted":
                 return AppendResult(stream, producer=outcome)
+            new_state = self._admit_producer(stream, producer[0], now)
         if (
             stream_seq is not None
             and stream.stream_seq is not None
@@ -439,8 +470,8 @@ class Registry:
         message: Message | None = None
         if body:
             message = stream.encode(body, values=values, max_values=self.limits.max_append_values)
-            if message is not None:
-                self._check_room(path, message.held)
+        if message is not None or new_state:
+            self._check_room(path, (message.held if message else 0) + new_state)
         update = Update(
             tail=stream.tail if message is None else message.offset,
             last_access=now,
@@ -458,9 +489,9 @@ class Registry:
         stream's readers."""
         if not await self._write_update(stream, update):
             return
-        before, after = stream.size, stream.tail
+        before, after = stream.held, stream.tail
         stream.apply(update)
-        self._bytes += stream.size - before
+        self._bytes += stream.held - before
         self._wake_waiters(stream.path)
         if update.message is not None:
             self.fanout.deliver(stream, update.message, after)
@@ -473,6 +504,7 @@ class Registry:
         return await self._decided(lambda: self._close(path, producer))
 
     async def _close(self, path: str, producer: tuple[str, int, int] | None) -> AppendResult:
+        self._check_producer_id(producer)
         stream = await self.live(path)
         now = self.clock()
         if producer is None:
@@ -488,6 +520,9 @@ class Registry:
         outcome = stream.check_producer(producer[0], producer[1], producer[2], now)
         if outcome.status != "accepted":
             return AppendResult(stream, producer=outcome)
+        new_state = self._admit_producer(stream, producer[0], now)
+        if new_state:
+            self._check_room(path, new_state)
         update = Update(
             stream.tail,
             now,
@@ -499,8 +534,38 @@ class Registry:
         await self._apply(stream, update)
         return AppendResult(stream, producer=outcome, closed_now=True)
 
-    async def delete(self, path: str) -> None:
+    async def delete(self, path: str, *, detach_forks: bool = False) -> None:
+        """Delete the stream at ``path``: soft-deleted while forks read
+        through it (the protocol's rule), or, with ``detach_forks``, at once
+        (a soft-deleted one too) after each fork got a copy of what it read
+        through it: the path is free for a new stream."""
+        if detach_forks:
+            await self._decided(lambda: self._detach_and_delete(path))
+            return
         await self._decided(lambda: self._delete(path))
+
+    async def _detach_and_delete(self, path: str) -> None:
+        stream = await self.get(path)
+        if stream is None:
+            raise StreamError(404, "Stream not found")
+        for fork_path in await self._fork_paths(stream):
+            await self._sync(fork_path)
+            fork = self._streams.get(fork_path)
+            if fork is None or fork.forked_from != stream.path:
+                await self._write_unfork(stream, fork_path)  # detached or gone already
+                continue
+            inherited = [
+                m for s, cap in reversed(self._sources(fork, None)) for m in s.own_after(None, cap)
+            ]
+            await self._write_detach(fork, stream, inherited)
+            fork.messages[:0] = inherited
+            fork.offsets[:0] = [m.offset for m in inherited]
+            added = sum(len(m.data) for m in inherited)
+            fork.size += added
+            self._bytes += added
+            fork.forked_from = None
+            stream.refs = max(0, stream.refs - 1)
+        await self._remove(path)
 
     async def _delete(self, path: str) -> None:
         stream = await self.live(path)
@@ -535,12 +600,40 @@ class Registry:
                 raise
         for gone in doomed:
             del self._streams[gone.path]
-            self._bytes -= gone.size
+            self._bytes -= gone.held
             self._wake(gone.path)
             if gone.forked_from is not None:
                 source = self._streams.get(gone.forked_from)
                 if source is not None:
                     source.refs = max(0, source.refs - 1)
+
+    def _check_producer_id(self, producer: tuple[str, int, int] | None) -> None:
+        limit = self.limits.max_producer_id_bytes
+        if producer is not None and len(producer[0].encode("utf-8", "surrogatepass")) > limit:
+            raise StreamError(
+                400, f"Invalid Producer-Id: longer than {limit} bytes (max_producer_id_bytes)"
+            )
+
+    def _admit_producer(self, stream: Stream, producer_id: str, now: float) -> int:
+        """The bytes the state of ``producer_id`` adds to ``stream`` (0 when
+        the stream has it already); ``StreamError`` 409 when the stream has
+        ``max_producers`` others heard from within ``PRODUCER_TTL_S``. Those
+        not heard from for longer are dropped from this copy here (only
+        when the stream is full: no request scans its producers otherwise)."""
+        if producer_id in stream.producers:
+            return 0
+        limit = self.limits.max_producers
+        if len(stream.producers) >= limit:
+            for key, state in list(stream.producers.items()):
+                if now - state.updated > PRODUCER_TTL_S:
+                    before = stream.producer_bytes
+                    stream.drop_producer(key)
+                    self._bytes -= before - stream.producer_bytes
+            if len(stream.producers) >= limit:
+                raise StreamError(
+                    409, f"this stream has {limit} idempotent producers (max_stream_producers)"
+                )
+        return producer_bytes(producer_id)
 
     def _check_room(self, path: str, size: int) -> None:
         self._make_room(path, size=size)
@@ -560,29 +653,41 @@ class Registry:
 
     def read(self, stream: Stream, offset: str | None) -> list[Message]:
         """The messages after ``offset`` (``None``: from the start), the
-        inherited ones of a fork first."""
+        inherited ones of a fork first (its sources' up to its fork offset,
+        theirs up to theirs...: a loop, not a recursion, over at most
+        ``max_fork_depth`` sources, more only if a log held a deeper chain)."""
         if stream.forked_from is None or stream.fork_offset is None:
             return stream.own_after(offset)
         found: list[Message] = []
-        if offset is None or offset < stream.fork_offset:
-            found += self._inherited(stream.forked_from, offset, stream.fork_offset)
+        for source, cap in reversed(self._sources(stream, offset)):
+            found += source.own_after(offset, cap)
         found += stream.own_after(offset)
         return found
 
-    def _inherited(self, path: str, offset: str | None, cap: str) -> list[Message]:
-        source = self._streams.get(path)
-        if source is None:
-            return []
-        found: list[Message] = []
-        fork_offset = source.fork_offset
-        if (
-            source.forked_from is not None
-            and fork_offset is not None
-            and (offset is None or offset < fork_offset)
-        ):
-            found += self._inherited(source.forked_from, offset, min(fork_offset, cap))
-        found += source.own_after(offset, cap)
-        return found
+    def _sources(self, stream: Stream, offset: str | None) -> list[tuple[Stream, str]]:
+        """The sources a read of ``stream`` after ``offset`` reads through,
+        nearest first, each with the last offset read from it."""
+        chain: list[tuple[Stream, str]] = []
+        current: Stream | None = stream
+        cap: str | None = None
+        seen = {stream.path}
+        while current is not None:
+            fork_offset, source_path = current.fork_offset, current.forked_from
+            if source_path is None or fork_offset is None:
+                break
+            if offset is not None and offset >= fork_offset:
+                break
+            cap = fork_offset if cap is None else min(cap, fork_offset)
+            current = self._streams.get(source_path)
+            if current is None or current.path in seen:
+                break
+            seen.add(current.path)
+            chain.append((current, cap))
+        return chain
+
+    def fork_depth(self, stream: Stream) -> int:
+        """How many sources ``stream`` reads through (0: it is no fork)."""
+        return len(self._sources(stream, None))
 
     async def touch(self, stream: Stream) -> None:
         """A read: the stream's sliding TTL starts again (written to the log

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,16 +37,28 @@ __all__ = [
     "json_values",
     "media_type",
     "parse_expires_at",
+    "producer_bytes",
 ]
 
 ZERO_OFFSET: Final = "0000000000000000_0000000000000000"
 FRAME_BYTES: Final = 5  # the reference server's 4-byte length and newline per message
-OFFSET_RE: Final = re.compile(r"\d+_\d+")
+#: An offset as this server writes it: ASCII digits only (``\d`` and
+#: ``int()`` take other scripts' digits too), and bounded (``int()`` refuses
+#: over 4,300 digits, and nothing needs more than 16).
+OFFSET_RE: Final = re.compile(r"[0-9]{16}_[0-9]{16}")
 #: What a JSON value held as its own ``str`` costs besides its text
 #: (CPython's object header and the tuple's slot), counted by ``Message.held``.
 VALUE_OVERHEAD: Final = 64
 #: 7 days, as the protocol recommends for a store that forgets producers.
 PRODUCER_TTL_S: Final = 7 * 24 * 3600.0
+#: What one producer's state costs besides its id's bytes (its epoch,
+#: sequence and time, and the index entry), counted with the stream's bytes.
+PRODUCER_STATE_BYTES: Final = 64
+
+
+def producer_bytes(producer_id: str) -> int:
+    """What a producer's state counts against ``max_stream_bytes``."""
+    return len(producer_id.encode("utf-8", "surrogatepass")) + PRODUCER_STATE_BYTES
 
 
 class StreamError(Exception):
@@ -93,7 +106,7 @@ def json_values(body: bytes, *, allow_empty: bool, max_values: int | None = None
     or an empty array (unless ``allow_empty``: a create may be empty), 413
     for more than ``max_values`` values (refused before any is encoded)."""
     try:
-        parsed = json.loads(body)
+        parsed = json.loads(body, parse_constant=_no_constant, parse_float=_finite)
     except (ValueError, RecursionError):
         raise StreamError(400, "Invalid JSON") from None
     if isinstance(parsed, list):
@@ -132,6 +145,21 @@ def json_values_job(
         return 0, "", tuple(values)
     except StreamError as error:
         return error.status, error.reason, ()
+
+
+def _no_constant(name: str) -> object:
+    """``NaN``, ``Infinity`` and ``-Infinity``: Python's parser takes them,
+    JSON has no such values (every reader would get text that is not JSON)."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    """A JSON number as a float, refused when it is too large for one
+    (``1e999`` would be written back as ``Infinity``)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range")
+    return value
 
 
 def _compact(value: object) -> str:
@@ -220,6 +248,8 @@ class Stream:
     fork_sub_offset: int = 0
     stream_seq: str | None = None
     producers: dict[str, Producer] = field(default_factory=dict)
+    #: What ``producers`` counts against ``max_stream_bytes`` (``producer_bytes``).
+    producer_bytes: int = 0
     #: ``last_access`` as the stream log last wrote it (reads move
     #: ``last_access`` without writing it every time: ``Registry.touch``).
     logged_access: float = 0.0
@@ -227,6 +257,25 @@ class Stream:
     #: is (made at each create) and how many changes it holds.
     gen: str = ""
     version: int = 0
+
+    @property
+    def held(self) -> int:
+        """The bytes this stream counts against ``max_stream_bytes``: its
+        own messages' and its producers' state."""
+        return self.size + self.producer_bytes
+
+    def put_producer(self, producer_id: str, state: Producer) -> None:
+        if producer_id not in self.producers:
+            self.producer_bytes += producer_bytes(producer_id)
+        self.producers[producer_id] = state
+
+    def drop_producer(self, producer_id: str) -> None:
+        if self.producers.pop(producer_id, None) is not None:
+            self.producer_bytes -= producer_bytes(producer_id)
+
+    def live_producers(self, now: float) -> int:
+        """How many producers were heard from within ``PRODUCER_TTL_S``."""
+        return sum(1 for p in self.producers.values() if now - p.updated <= PRODUCER_TTL_S)
 
     @property
     def json(self) -> bool:
@@ -302,8 +351,7 @@ class Stream:
         if update.message is not None:
             self.push(update.message)
         if update.producer is not None:
-            producer_id, state = update.producer
-            self.producers[producer_id] = state
+            self.put_producer(*update.producer)
         self.tail = update.tail
         self.closed = update.closed
         self.closed_by = update.closed_by
@@ -311,10 +359,12 @@ class Stream:
         self.last_access = self.logged_access = update.last_access
 
     def check_producer(self, producer_id: str, epoch: int, seq: int, now: float) -> ProducerOutcome:
-        """Kafka-style validation of one producer request (changes nothing)."""
-        for key in [k for k, p in self.producers.items() if now - p.updated > PRODUCER_TTL_S]:
-            del self.producers[key]
+        """Kafka-style validation of one producer request (changes nothing).
+        One look-up by id: a producer not heard from for ``PRODUCER_TTL_S``
+        is as new (its state is replaced when it is accepted)."""
         state = self.producers.get(producer_id)
+        if state is not None and now - state.updated > PRODUCER_TTL_S:
+            state = None
         if state is None:
             if seq != 0:
                 return ProducerOutcome("gap", epoch, seq, expected=0)

@@ -209,6 +209,29 @@ return redis.call('SCARD', KEYS[4])
 """
 )
 
+# On a fork that takes what it read through its source. KEYS meta msgs prod forks
+# calls; ARGV token gen ver newgen s gc channel path messages... -> 1 written,
+# 2 written by this call before (a retry), 0 stale. A new gen: every replica's
+# copy is read again whole (its messages moved).
+_DETACH = (
+    _EXPIRE
+    + f"""
+local cur = redis.call('HMGET', KEYS[1], 'gen', 'ver')
+if cur[1] ~= ARGV[2] or cur[2] ~= ARGV[3] then
+  if cur[1] == ARGV[4] and redis.call('LPOS', KEYS[5], ARGV[1]) then return 2 end
+  return 0
+end
+for i = #ARGV, 9, -1 do redis.call('LPUSH', KEYS[2], ARGV[i]) end
+redis.call('HSET', KEYS[1], 'gen', ARGV[4], 'ver', tonumber(ARGV[3]) + 1, 's', ARGV[5],
+           'gc', ARGV[6])
+redis.call('LPUSH', KEYS[5], ARGV[1])
+redis.call('LTRIM', KEYS[5], 0, {CALLS_KEPT - 1})
+expire_all(ARGV[6])
+redis.call('PUBLISH', ARGV[7], ARGV[8])
+return 1
+"""
+)
+
 _KEY_NAMES: Final = ("meta", "msgs", "prod", "forks", "calls", "gone")
 
 #: A stream's metadata in ``s``: the fields of ``Stream`` below, in order.
@@ -315,6 +338,7 @@ class RedisRegistry(Registry):
         self._remove_script = _Script(_REMOVE)
         self._fork = _Script(_FORK)
         self._unfork = _Script(_UNFORK)
+        self._detach = _Script(_DETACH)
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -359,12 +383,22 @@ class RedisRegistry(Registry):
         try:
             await self._sync_one(path)
             stream = self._streams.get(path)
-            # A fork reads through its sources: their copies too.
+            cap: str | None = None
+            # A fork reads through its sources: their copies too, each read
+            # only when it lacks messages up to the offset read from it (what
+            # a source holds before a fork's offset never changes): a read of
+            # a deep chain costs one script, not one per source, once copied.
             while stream is not None and stream.forked_from and stream.forked_from not in seen:
-                seen.append(stream.forked_from)
-                self._pin(seen[-1:])
-                await self._sync_one(stream.forked_from)
-                stream = self._streams.get(stream.forked_from)
+                source_path = stream.forked_from
+                seen.append(source_path)
+                self._pin([source_path])
+                if stream.fork_offset is not None:
+                    cap = stream.fork_offset if cap is None else min(cap, stream.fork_offset)
+                source = self._streams.get(source_path)
+                if source is None or cap is None or source.tail < cap:
+                    await self._sync_one(source_path)
+                    source = self._streams.get(source_path)
+                stream = source
         finally:
             self._unpin(seen)
 
@@ -482,10 +516,11 @@ class RedisRegistry(Registry):
             stream.closed_by = tuple(stream.closed_by)  # type: ignore[assignment]
         stream.gen, stream.version = gen, ver
         self._moved(stream, access, forks)
-        stream.producers = {
-            _text(producers[i]): Producer(*_decode(producers[i + 1]))
-            for i in range(0, len(producers), 2)
-        }
+        held = stream.producer_bytes
+        stream.producers, stream.producer_bytes = {}, 0
+        for i in range(0, len(producers), 2):
+            stream.put_producer(_text(producers[i]), Producer(*_decode(producers[i + 1])))
+        self._bytes += stream.producer_bytes - held
         if changed:
             self._wake(path)
         return changed
@@ -514,7 +549,7 @@ class RedisRegistry(Registry):
         """Drop the copy of a stream that is gone (or another incarnation)."""
         stream = self._streams.pop(path, None)
         if stream is not None:
-            self._bytes -= stream.size
+            self._bytes -= stream.held
             self._wake(path)
         self._noticed.pop(path, None)
         self._synced.pop(path, None)
@@ -668,6 +703,36 @@ class RedisRegistry(Registry):
     async def _write_soft_delete(self, stream: Stream) -> None:
         state = self._state(stream, soft_deleted=True)
         await self._cas(stream, state=state, last_access=stream.last_access, soft=True)
+
+    async def _fork_paths(self, stream: Stream) -> list[str]:
+        try:
+            members = await self.store._client().smembers(self._keys(stream.path)[3])
+        except _FAILURES as err:
+            reason = str(self.store._unavailable(err))
+            raise StreamError(503, reason, {"retry-after": "1"}) from None
+        return [_text(member) for member in members]
+
+    async def _write_unfork(self, source: Stream, fork_path: str) -> None:
+        await self._call(self._unfork, source.path, [_wire(fork_path)])
+
+    async def _write_detach(self, fork: Stream, source: Stream, inherited: list[Message]) -> None:
+        new_gen = uuid.uuid4().hex
+        size = fork.size + sum(len(m.data) for m in inherited)
+        args = [
+            uuid.uuid4().hex,
+            fork.gen,
+            fork.version,
+            new_gen,
+            self._state(fork, forked_from=None, size=size),
+            _gc_ms(fork, fork.last_access),
+            self.channel,
+            _wire(fork.path),
+            *(_message_blob(m) for m in inherited),
+        ]
+        if not await self._call(self._detach, fork.path, args):
+            raise Stale
+        fork.gen, fork.version = new_gen, fork.version + 1
+        await self._call(self._unfork, source.path, [_wire(fork.path)])
 
     async def _write_touch(self, stream: Stream, now: float) -> None:
         await self._call(self._touch, stream.path, [stream.gen, repr(now), _gc_ms(stream, now)])

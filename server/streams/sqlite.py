@@ -214,7 +214,7 @@ class SQLiteStreamLog:
             for key, producer_id, epoch, last_seq, updated in self.conn.execute(
                 "SELECT stream_id, producer_id, epoch, last_seq, updated FROM producers"
             ):
-                by_id[key].producers[producer_id] = Producer(epoch, last_seq, updated)
+                by_id[key].put_producer(producer_id, Producer(epoch, last_seq, updated))
         finally:
             self.conn.execute("COMMIT")
         for key, stream in by_id.items():
@@ -315,6 +315,18 @@ class SQLiteStreamLog:
                 "UPDATE streams SET last_access = ? WHERE id = ?", (last_access, key)
             ),
         )
+
+    def detach(self, path: str, inherited: Sequence[Message]) -> None:
+        key = self._ids[path]
+
+        def steps(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT INTO messages (stream_id, next_offset, data) VALUES (?, ?, ?)",
+                [(key, m.offset, m.data) for m in inherited],
+            )
+            conn.execute("UPDATE streams SET forked_from = NULL WHERE id = ?", (key,))
+
+        self._write("a fork's detachment", steps)
 
     def remove(self, paths: Sequence[str]) -> None:
         keys = [self._ids[path] for path in paths if path in self._ids]

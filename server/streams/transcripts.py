@@ -39,7 +39,6 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from protocol import codes
 from protocol.limits import ID_PATTERN
 from protocol.types import TranscriptEvent
 from server.errors import Refused, failure_for
@@ -53,11 +52,13 @@ from server.streams.http import (
     StreamSettings,
     _answer,
     _preflight,
+    _refused,
     _sse_data,
+    problem_of,
     read_params,
     response_cursor,
 )
-from server.streams.model import StreamError
+from server.streams.model import StreamError, valid_offset
 
 __all__ = ["routes"]
 
@@ -85,9 +86,9 @@ def offset_of(epoch: str, revision: int) -> str:
 def _revision(offset: str, epoch: str) -> int:
     """The revision an offset names; ``StreamError`` 400 if it is no offset,
     410 if it belongs to another incarnation of the transcript."""
-    number, sep, revision = offset.partition("_")
-    if not sep or not number.isdigit() or not revision.isdigit():
+    if not valid_offset(offset):  # ASCII digits, 16 and 16 (``int()`` takes others)
         raise StreamError(400, "Invalid offset format")
+    number, _, revision = offset.partition("_")
     if int(number) != epoch_number(epoch):
         raise StreamError(410, "the transcript was created again since this offset")
     return int(revision)
@@ -105,19 +106,22 @@ async def endpoint(request: Request) -> Response:
         if request.method == "OPTIONS":
             return _preflight(request)
         if request.method not in ("GET", "HEAD"):
-            return _answer(
-                405,
-                {"allow": "GET, HEAD, OPTIONS"},
-                "a transcript is read-only here: append with POST /v1/transcripts/{id}/messages",
+            allow = {"allow": "GET, HEAD, OPTIONS"}
+            return _refused(
+                StreamError(
+                    405,
+                    "a transcript is read-only here:"
+                    " append with POST /v1/transcripts/{id}/messages",
+                    allow,
+                )
             )
         return await _read(request, request.path_params["transcript_id"])
     except StreamError as error:
-        return _answer(error.status, error.headers, error.reason)
-    except Exception as exc:  # the transcript API's errors, in this face's plain text
-        failure = failure_for(exc)
-        if failure is None:
+        return _refused(error)
+    except Exception as exc:  # the transcript API's errors, as its problem documents
+        if failure_for(exc) is None:
             raise
-        return _answer(codes.error(failure.code).http_status, None, failure.message)
+        return problem_of(exc)
 
 
 async def _read(request: Request, transcript_id: str) -> Response:
@@ -274,19 +278,21 @@ async def draft_endpoint(request: Request) -> Response:
         if request.method == "OPTIONS":
             return _preflight(request)
         if request.method not in ("GET", "HEAD"):
-            return _answer(
-                405,
-                {"allow": "GET, HEAD, OPTIONS"},
-                "a draft is read-only here: write it with the WebSocket protocol's draft op",
+            allow = {"allow": "GET, HEAD, OPTIONS"}
+            return _refused(
+                StreamError(
+                    405,
+                    "a draft is read-only here: write it with the WebSocket protocol's draft op",
+                    allow,
+                )
             )
         return await _read_draft(request, transcript_id, draft_id)
     except StreamError as error:
-        return _answer(error.status, error.headers, error.reason)
-    except Exception as exc:  # the transcript API's errors, in this face's plain text
-        failure = failure_for(exc)
-        if failure is None:
+        return _refused(error)
+    except Exception as exc:  # the transcript API's errors, as its problem documents
+        if failure_for(exc) is None:
             raise
-        return _answer(codes.error(failure.code).http_status, None, failure.message)
+        return problem_of(exc)
 
 
 async def _draft(

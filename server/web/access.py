@@ -25,7 +25,7 @@ from starlette.routing import BaseRoute, Match, Mount
 
 from protocol import api, codes, rights, wire
 from protocol.rights import EVERYTHING, Grant, Need
-from server.auth import Authenticator, bearer, handshake_token, unauthorized
+from server.auth import GRANT_KEY, Authenticator, bearer, handshake_token, unauthorized
 from server.errors import Refused
 from server.extensions import HTTP_CONNECTION
 from server.store.base import TranscriptInfo
@@ -47,8 +47,6 @@ __all__ = [
     "list_readable",
 ]
 
-#: The scope key under which ``HttpAccess`` leaves the request's grant.
-GRANT_KEY: Final = "tsync.grant"
 
 #: What each op needs, by its struct (``protocol.rights.OPS`` names them by tag).
 _OP_NEEDS: Final[dict[type, Need]] = {

@@ -309,6 +309,9 @@ def create_app(
             max_bytes=config.max_stream_bytes,
             max_append_values=config.max_stream_append_values,
             max_sse_queued_bytes=config.max_sse_queued_bytes,
+            max_producers=config.max_stream_producers,
+            max_producer_id_bytes=config.max_producer_id_bytes,
+            max_fork_depth=config.max_fork_depth,
         ),
         resync_s=config.backplane_resync_s,
     )
