@@ -209,6 +209,23 @@ class PresenceBody(Struct, frozen=True, rename="camel"):
     counts: PresenceCounts
 
 
+class ReplyAnswer(Struct, frozen=True, rename="camel", omit_defaults=True):
+    """What ``POST .../replies`` answers: the reply committed (``revision``,
+    ``start``, ``count``, ``duplicate`` as an append's ack), cancelled by its
+    stream (``cancelled``, ``reason``), or stopped by a reader, whose stop
+    committed what it held (``stopped``, ``revision``)."""
+
+    transcript_id: str
+    draft_id: str
+    revision: NonNegative | None = None
+    start: NonNegative | None = None
+    count: NonNegative | None = None
+    duplicate: bool = False
+    cancelled: bool = False
+    stopped: bool = False
+    reason: str | None = None
+
+
 class UIMessagesBody(Struct, frozen=True, rename="camel"):
     """The transcript (or a window of it) as the AI SDK's ``UIMessage``s
     (``protocol.ui_messages``), from the message at ``start`` on."""

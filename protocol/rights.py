@@ -219,6 +219,7 @@ ROUTES: Final[Mapping[tuple[str, str], Rule]] = {
     ("POST", "/v1/transcripts/{transcript_id}/segments"): Rule(need=WRITE),
     ("GET", "/v1/transcripts/{transcript_id}/chat"): Rule(need=READ),
     ("GET", "/v1/transcripts/{transcript_id}/ui-messages"): Rule(need=READ),
+    ("POST", "/v1/transcripts/{transcript_id}/replies"): Rule(need=WRITE),
     ("GET", "/v1/transcripts/{transcript_id}/export.lmml"): Rule(need=READ),
     ("GET", "/v1/transcripts/{transcript_id}/export.lmmlz"): Rule(need=READ),
     ("GET", "/v1/transcripts/{transcript_id}/views"): Rule(need=READ),

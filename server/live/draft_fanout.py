@@ -176,6 +176,20 @@ class DraftFanOut:
             self.send(live, update)
         return messages, writer
 
+    async def finished(self, transcript_id: str, draft_id: str) -> list[dict[str, Any]]:
+        """``Drafts.finished``: what the draft held back goes out first;
+        returns the messages to commit in its place."""
+        live = await self.hub.load(transcript_id)
+        messages, update = live.drafts.finished(draft_id, time.monotonic())
+        if update is not None:
+            self.send(live, update)
+        return messages
+
+    async def committed_as(self, transcript_id: str, draft_id: str) -> int | None:
+        """``Drafts.committed_as`` on the transcript's drafts."""
+        live = await self.hub.load(transcript_id)
+        return live.drafts.committed_as(draft_id)
+
     def send(self, live: LiveTranscript, update: EncodedDraft) -> None:
         """A local update or close: to every subscriber, then to the other
         replicas."""

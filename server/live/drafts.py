@@ -492,6 +492,24 @@ class OpenDraft:
         return EncodedDraft(self._frame(state=state, revision=revision))
 
 
+def _messages_of(draft: OpenDraft, *, stopped: bool) -> list[dict[str, Any]]:
+    """What an open draft holds as the messages to commit in its place: a
+    reply with parts as its ``UIMessage`` maps (one message per step, tool
+    results as ``tool`` messages), a text draft as one message; ``stopped``
+    marks each (and the UIMessage) as stopped by a reader."""
+    if draft.ui is not None:
+        ui = draft.ui.message()
+        if stopped:
+            ui["metadata"] = {**(ui.get("metadata") or {}), "stopped": True}
+        messages: list[dict[str, Any]] = msgspec.to_builtins(ui_messages.from_ui_message(ui))
+    else:
+        messages = [{"role": draft.role, "content": draft.text}]
+    if stopped:
+        for message in messages:
+            message["metadata"] = {**(message.get("metadata") or {}), "stopped": True}
+    return messages
+
+
 class ClosedDraft(NamedTuple):
     """A draft closed at ``closed_at`` (monotonic) as ``state``, remembered
     for ``draft_ttl_s`` (a late op on it is ``draft-closed``). ``final``: the
@@ -783,15 +801,34 @@ class Drafts:
             )
         update = draft.release(now)
         draft.stopped_by = by
-        if draft.ui is not None:
-            ui = draft.ui.message()
-            ui["metadata"] = {**(ui.get("metadata") or {}), "stopped": True}
-            messages = msgspec.to_builtins(ui_messages.from_ui_message(ui))
-        else:
-            messages = [{"role": draft.role, "content": draft.text}]
-        for message in messages:
-            message["metadata"] = {**(message.get("metadata") or {}), "stopped": True}
-        return messages, draft.writer, update
+        return _messages_of(draft, stopped=True), draft.writer, update
+
+    def finished(
+        self, draft_id: str, now: float
+    ) -> tuple[list[dict[str, Any]], EncodedDraft | None]:
+        """A reply with parts whose writer finished it: the messages to
+        commit in its place (its ``UIMessage`` as ``from_ui_message`` maps
+        it), and the update of what it held back. Raises ``draft-closed``
+        when it is not open (a reader stopped it, say)."""
+        self._check_not_stopped(draft_id)
+        draft = self.open.get(draft_id)
+        if draft is None:
+            closed = self.closed.get(draft_id)
+            raise Refused(
+                codes.DRAFT_CLOSED,
+                f"draft {draft_id!r} of transcript {self.transcript_id!r} "
+                + (f"was {closed.state} already" if closed else "is not open"),
+            )
+        update = draft.release(now)
+        return _messages_of(draft, stopped=False), update
+
+    def committed_as(self, draft_id: str) -> int | None:
+        """The revision that committed ``draft_id`` within ``ttl`` (``None``:
+        not committed, or forgotten)."""
+        closed = self.closed.get(draft_id)
+        if closed is None or closed.final is None:
+            return None
+        return closed.final.frame.revision
 
     def _check_opening(self, draft_id: str) -> None:
         """Refuse to open ``draft_id``: closed already, too many closes

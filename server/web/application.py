@@ -52,7 +52,16 @@ from server.streams import http as streams_http
 from server.streams import transcripts as streams_transcripts
 from server.streams.memory import Limits, Registry
 from server.streams.open import log_for_store, registry_for_store
-from server.web import http_api, http_lmml, http_ops, http_views, openapi, pages, problems
+from server.web import (
+    http_api,
+    http_lmml,
+    http_ops,
+    http_replies,
+    http_views,
+    openapi,
+    pages,
+    problems,
+)
 from server.web.access import HttpAccess
 from server.web.offload import Offload
 from server.web.origins import BrowserGuard, CORSMiddleware, OriginPolicy, cors_options
@@ -275,6 +284,7 @@ def create_app(
         _route("/v1/transcripts/{transcript_id}/segments", post=http_api.start_segment),
         _route("/v1/transcripts/{transcript_id}/chat", get=http_lmml.chat),
         _route("/v1/transcripts/{transcript_id}/ui-messages", get=http_lmml.ui_messages),
+        _route("/v1/transcripts/{transcript_id}/replies", post=http_replies.post_reply),
         _route("/v1/transcripts/{transcript_id}/export.lmml", get=http_lmml.export_lmml),
         _route("/v1/transcripts/{transcript_id}/export.lmmlz", get=http_lmml.export_lmmlz),
         _route("/v1/auth", get=http_api.auth_info),

@@ -443,6 +443,31 @@ OPERATIONS: Final = (
         ),
     ),
     Operation(
+        "post",
+        "/v1/transcripts/{transcript_id}/replies",
+        "Write a reply from an AI SDK UI message stream (server-sent events); answered"
+        " when it is committed",
+        {
+            200: api.ReplyAnswer,
+            201: api.ReplyAnswer,
+            400: _PROBLEM,
+            404: _PROBLEM,
+            409: _PROBLEM,
+            413: _PROBLEM,
+            415: _PROBLEM,
+        },
+        body={"text/event-stream": {"type": "string"}},
+        params=(
+            _ID,
+            Param(
+                "draftId",
+                "query",
+                "the draft's id (default: reply- and a random id)",
+                _ID_SCHEMA,
+            ),
+        ),
+    ),
+    Operation(
         "get",
         "/v1/transcripts/{transcript_id}/export.lmml",
         "The transcript as an LMML narrative",
