@@ -3,6 +3,8 @@ pieces fall."""
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -35,6 +37,6 @@ def test_the_same_events_however_the_bytes_are_cut(cuts: list[int]) -> None:
     bounds = [0, *sorted(cuts), len(raw)]
     decoder = SSEDecoder()
     events: list[str] = []
-    for a, b in zip(bounds, bounds[1:], strict=False):
+    for a, b in itertools.pairwise(bounds):
         events += decoder.feed(raw[a:b])
     assert events + decoder.close() == EVENTS
