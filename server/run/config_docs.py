@@ -62,7 +62,7 @@ is opened. A `TSYNC_*` variable that names no setting is logged as a warning at 
 ignored; `TSYNC_URL`, `TSYNC_REQUIRE_ALL`, `TSYNC_VENV`, `TSYNC_EXTRAS` and `TSYNC_FAULT_SEEDS`
 belong to the client commands, the tests and the scripts).
 
-```sh
+```sh after-install
 tsync serve --port 9000 --store sqlite:/var/lib/tsync --set queue_max_frames=5000
 TSYNC_STORE=redis://10.0.0.5:6379/0 TSYNC_TOKEN=s3cret tsync serve --host 0.0.0.0
 TSYNC_STORE=memory TSYNC_TOKEN=s3cret uvicorn server.app:app --port 9000
@@ -101,7 +101,7 @@ The store URL (`--store`, `TSYNC_STORE`) may end in `?name=value&...`: the optio
 backend. An unknown or misspelled name, a name given twice or a bad value stops the server before
 anything is opened, with one line that names it (and the closest known name).
 
-```sh
+```sh after-install
 tsync serve --store 'sqlite:/var/lib/tsync?synchronous=full'
 TSYNC_STORE='redis://10.0.0.5:6379/0?prefix=prod:&socket_timeout=0.5' tsync serve
 ```
