@@ -1051,7 +1051,10 @@ class Drafts:
             draft.ui, draft.ui_size = ui
         draft.n = frame.n
         draft.remote = True
-        self._charge(draft, None, OPEN_DRAFT_COST + draft.size + UI_BYTES_HELD * draft.ui_size)
+        # Charged as the writing replica charges it (a reply: its chunks' bytes
+        # held three times, its text among them).
+        held = draft.size if draft.ui is None else UI_BYTES_HELD * draft.ui_size
+        self._charge(draft, None, OPEN_DRAFT_COST + held)
         shared = EncodedDraft(frame, draft)
         if frame.text is not None and frame.chunks is None:
             draft._text_frame = shared  # a text frame of this update, as a late joiner's

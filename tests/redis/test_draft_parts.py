@@ -16,7 +16,9 @@ import pytest
 
 from protocol import wire
 from protocol.drafts import DraftCopy
+from server.live.drafts import UI_BYTES_HELD
 from server.store.base import RelayedDraft
+from server.tuning import OPEN_DRAFT_COST
 from tests.redis.replicas import create
 from tests.redis.test_drafts import relay_of, two_replicas
 from tests.server.live.test_draft_parts import REPLY, folded
@@ -105,6 +107,10 @@ async def test_a_reply_with_parts_on_a_reaches_b_live_and_b_late_joiners_get_its
                 assert [f.n for f in frames] == list(range(1, len(frames) + 1))
                 assert copy.text == TEXT and not copy.ui_behind
                 assert relay_of(b).counters.gaps == 0
+                # B's copy is counted as A counts the reply: its chunks' bytes.
+                held = b.hub.live["t"].drafts.open["d1"]
+                assert held.ui_size > len(TEXT.encode())
+                assert held.cost == OPEN_DRAFT_COST + UI_BYTES_HELD * held.ui_size
 
             # A late joiner on B: one frame, the whole reply as a replay.
             async with reader_on(b, "t") as late:
@@ -210,5 +216,6 @@ async def test_a_replica_that_relays_no_chunks_turns_the_copies_into_text(
                 frame = b.hub.live["t"].drafts.text("d1")
                 assert frame is not None
                 assert (frame.frame.text, frame.frame.replay) == ("plain", None)
+                assert b.hub.live["t"].drafts.open["d1"].cost == OPEN_DRAFT_COST + len("plain")
         finally:
             await writer.close()
