@@ -219,3 +219,35 @@ async def test_a_replica_that_relays_no_chunks_turns_the_copies_into_text(
                 assert b.hub.live["t"].drafts.open["d1"].cost == OPEN_DRAFT_COST + len("plain")
         finally:
             await writer.close()
+
+
+async def test_a_writer_that_moves_to_b_goes_on_with_its_reply(shared_redis: RedisServer) -> None:
+    async with (
+        two_replicas(shared_redis.url, draft_coalesce_s=0) as (_, a, b),
+        httpx.AsyncClient() as http,
+    ):
+        await create(http, a.url, "t")
+        async with reader_on(a, "t") as on_a, reader_on(b, "t") as on_b:
+            writer = await RawClient.connect(a.ws_url)
+            try:
+                await warm(writer, on_b, "t")
+                await write(writer, "t", REPLY[:9])
+                copies = [DraftCopy("d1", "assistant") for _ in (on_a, on_b)]
+                for reader, copy in zip((on_a, on_b), copies, strict=True):
+                    await drafts_until(reader, copy, message_is(folded(REPLY[:9])))
+            finally:
+                await writer.close()
+            # Reconnected to B, which holds the reply: its chunks go on from
+            # there. A wrote the entry last, so B relays the whole reply once.
+            writer = await RawClient.connect(b.ws_url)
+            try:
+                await write(writer, "t", REPLY[9:])
+                for reader, copy in zip((on_a, on_b), copies, strict=True):
+                    await drafts_until(reader, copy, message_is(folded(REPLY)))
+                    assert copy.text == TEXT and not copy.ui_behind
+                await until(lambda: relay_of(b).counters.resent >= 1)
+            finally:
+                await writer.close()
+        # A late joiner on A gets the reply B wrote.
+        async with reader_on(a, "t") as late:
+            await drafts_until(late, DraftCopy("d1", "assistant"), message_is(folded(REPLY)))
