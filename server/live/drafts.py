@@ -45,8 +45,10 @@ The hooks of the Redis backplane (helper C), both on ``server.live.hub.Hub``:
 (b) ``DraftFanOut.apply_remote(frame: wire.DraftFrame) -> bool``: an update or
     close another replica published. Applied to the local copy and fanned
     out to the local subscribers exactly like a local one, never passed to
-    ``publish_draft``. Returns False on a gap (a ``delta`` whose ``n`` does
-    not follow the copy's, or that would open a draft at ``n`` > 1): the
+    ``publish_draft``. A reply with parts folds the frame's ``chunks`` (or
+    ``replay``) into the copy's ``ui``. Returns False on a gap (a ``delta``
+    or ``chunks`` whose ``n`` does not follow the copy's, chunks that do not
+    fold, or a delta that would open a draft at ``n`` > 1): the
     caller then applies the draft's current text (a ``text`` frame read
     from Redis). A transcript not held here ignores it (True): seed a copy
     with ``text`` frames when the hub starts holding it
@@ -1036,9 +1038,15 @@ class Drafts:
         """Apply an update or close another replica made. Returns the frame
         to fan out locally, ``None`` when it changes nothing here (old, or a
         close of a draft not open here, which is remembered as closed all the
-        same), ``False`` on a gap (a ``delta`` that does not follow the copy:
-        apply the current ``text`` instead). Never refused: its bytes are
-        charged to the total (the writing replica bounds them)."""
+        same), ``False`` on a gap (a ``delta``, or ``chunks``, that does not
+        follow the copy, or chunks that do not fold into it: apply the
+        current ``text`` instead). Never refused: its bytes are charged to
+        the total (the writing replica bounds them).
+
+        A reply with parts: ``chunks`` are folded into the copy's ``ui``,
+        a ``replay`` makes it anew, so that the copy's ``text_frame`` gives
+        its late joiners a ``replay``; an update with neither makes the copy
+        a draft of text alone (a replica that relays no chunks wrote it)."""
         draft_id = frame.draft_id
         draft = self.open.get(draft_id)
         if frame.state != "open":
@@ -1064,17 +1072,54 @@ class Drafts:
         if frame.n <= draft.n:
             draft.updated = now
             return None
+        if frame.text is None and frame.n != draft.n + 1:
+            return False
+        ui = _remote_ui(draft, frame)
+        if ui is False:
+            return False
         if frame.text is not None:
             draft._set(frame.text, _utf8_length(frame.text), now)
-        elif frame.n == draft.n + 1:
+        else:
             assert frame.delta is not None  # the shape of an open draft's frame
             draft._add(frame.delta, draft.size + _utf8_length(frame.delta), now)
+        if ui is None:
+            draft.ui, draft.ui_size = None, 0
         else:
-            return False
+            draft.ui, draft.ui_size = ui
         draft.n = frame.n
         draft.remote = True
-        self._charge(draft, None, OPEN_DRAFT_COST + draft.size)
+        # Charged as the writing replica charges it (a reply: its chunks' bytes
+        # held three times, its text among them).
+        held = draft.size if draft.ui is None else UI_BYTES_HELD * draft.ui_size
+        self._charge(draft, None, OPEN_DRAFT_COST + held)
         shared = EncodedDraft(frame, draft)
-        if frame.text is not None:
-            draft._text_frame = shared
+        if frame.text is not None and frame.chunks is None:
+            draft._text_frame = shared  # a text frame of this update, as a late joiner's
         return shared
+
+
+def _remote_ui(
+    draft: OpenDraft, frame: wire.DraftFrame
+) -> tuple[UIMessageState, int] | Literal[False] | None:
+    """The reply with parts of ``draft``'s copy after the remote update
+    ``frame`` (an open draft's, newer than the copy) and the bytes of the
+    chunks it took: ``frame.replay`` folded anew, or ``frame.chunks`` folded
+    into the copy's reply (they follow it only when ``frame`` is update
+    ``n`` + 1); ``None`` for a draft of text alone; ``False`` when the
+    chunks do not follow or do not fold (a gap: read the stored reply).
+    The copy's reply is changed only when ``frame`` is taken."""
+    chunks = frame.replay if frame.replay is not None else frame.chunks
+    if chunks is None:
+        return None
+    if frame.replay is not None:
+        ui, size = UIMessageState(draft.draft_id), 0
+    elif frame.n != draft.n + 1 or (draft.ui is None and draft.size):
+        return False
+    else:
+        ui, size = draft.ui or UIMessageState(draft.draft_id), draft.ui_size
+    try:
+        ui.check(chunks)
+    except UIStreamError:
+        return False
+    ui.apply_all(chunks)
+    return ui, size + len(_CHUNKS_ENCODER.encode(chunks))

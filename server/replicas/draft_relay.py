@@ -16,12 +16,16 @@ moved here mid-draft, before this replica had read it back) renumbers the
 copy here past the entry's update and relays its whole text. Keep-alives change no frame, so
 every ``draft_ttl_s`` / 3 the drafts that were kept alive since their last
 relay are relayed as keep-alives: the other replicas then do not expire them.
+A reply with parts relays each update's ``chunks`` beside its ``delta`` or
+``text``, and a whole resend its ``replay``; the store keeps the chunks
+beside the text (``server.store.redis_drafts``).
 
 In (``received``, from the backplane's listener): an update of another
 replica is applied with ``DraftFanOut.apply_remote`` (never relayed again). A
 gap (a delta that does not follow the local copy) means pub/sub dropped
-something: the transcript's drafts are read from the store
-(``SharedDrafts.drafts_of``) and applied as ``text`` frames; what arrives
+something (or chunks that do not fold into the copy's reply): the
+transcript's drafts are read from the store (``SharedDrafts.drafts_of``) and
+applied as ``text`` frames (a reply's with its ``replay``); what arrives
 for that transcript during the read is held and applied after it. The same
 read seeds a transcript the hub starts holding (a late joiner here gets the
 text of drafts written elsewhere) and repairs every held transcript after
@@ -108,6 +112,8 @@ def frame_of(update: RelayedDraft) -> wire.DraftFrame:
         text=update.text,
         state=update.state,
         revision=update.revision,
+        chunks=update.chunks,
+        replay=update.replay,
     )
 
 
@@ -224,6 +230,8 @@ class DraftRelay:
             state=frame.state,
             revision=frame.revision,
             origin=self.origin,
+            chunks=frame.chunks,
+            replay=frame.replay,
         )
 
     async def _relay_loop(self) -> None:
@@ -289,6 +297,7 @@ class DraftRelay:
                 role=update.role,
                 n=stored_n + 1,
                 text=draft.text,
+                replay=None if draft.ui is None else draft.ui.chunks(),
             )
             self.hub.drafts.apply_remote(text)
         draft.remote = False  # written here: still this replica's to expire and relay
@@ -351,7 +360,10 @@ class DraftRelay:
             return
         self._apply(frame)
 
-    def _apply(self, frame: wire.DraftFrame) -> None:
+    def _apply(self, frame: wire.DraftFrame, *, repair: bool = True) -> None:
+        """Apply ``frame`` to the copy here; a gap is repaired by reading the
+        transcript's drafts back (unless ``repair`` is false: it was read
+        back, and reading it again would find the same)."""
         live = self.hub.live.get(frame.transcript_id)
         if live is None:
             return  # not held: its entry seeds the copy if it ever is
@@ -363,7 +375,14 @@ class DraftRelay:
             live.deliver_pending()  # its increment leaves first
         if not self.hub.drafts.apply_remote(frame):
             self.counters.gaps += 1
-            self.recover((frame.transcript_id,))
+            if repair:
+                self.recover((frame.transcript_id,))
+            else:
+                log.warning(
+                    "drafts: the stored draft %r of %r does not apply (its chunks do not fold)",
+                    frame.draft_id,
+                    frame.transcript_id,
+                )
 
     def after_sync(self, live: LiveTranscript) -> None:
         """``live`` took changes from the store: the parked finals of the
@@ -465,7 +484,7 @@ class DraftRelay:
                 continue  # written here: this copy is the newest
             if entry.state == "open" and local is not None and local.n >= entry.n:
                 continue
-            self._apply(frame_of(entry))
+            self._apply(frame_of(entry), repair=False)
             copy = live.drafts.open_draft(entry.draft_id)
             if copy is not None and copy.remote and entry.state == "open":
                 copy.updated = min(copy.updated, now - max(0.0, self.ttl - expires_in_s))

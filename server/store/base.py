@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Final, Literal, NamedTuple, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Final, Literal, NamedTuple, Protocol, TypeAlias, runtime_checkable
 
 import msgspec
 
@@ -238,6 +238,12 @@ class RelayedDraft(msgspec.Struct, frozen=True, rename="camel", omit_defaults=Tr
     carries its ``state`` (``final`` with the ``revision`` of its messages,
     ``cancelled``, ``expired``) and no text. Read back from the store
     (``SharedDrafts.drafts_of``), an open draft carries its whole ``text``.
+
+    A reply with parts carries, beside its ``delta`` or ``text``, the
+    ``chunks`` of update ``n`` (fold them into the reply of update ``n`` -
+    1) or, with a ``text``, its ``replay`` (the whole reply as chunks: fold
+    them into a new one); read back from the store, its ``replay``. Neither:
+    a draft of text alone (and all a replica before them relays).
     """
 
     transcript_id: TranscriptId
@@ -249,6 +255,8 @@ class RelayedDraft(msgspec.Struct, frozen=True, rename="camel", omit_defaults=Tr
     state: DraftState = "open"
     revision: NonNegative | None = None
     origin: str = ""
+    chunks: list[dict[str, Any]] | None = None
+    replay: list[dict[str, Any]] | None = None
 
 
 class StoredDraft(NamedTuple):

@@ -9,6 +9,12 @@ Keys (the transcript's hash tag, so one script changes them on one slot)::
                                 it last); expires ``ttl`` after its last write
     <prefix>{<id>}:draft:<did>  string: the open draft's text as of update n;
                                 expires ``ttl`` after its last update
+    <prefix>{<id>}:ui:<did>     string, a reply with parts only: its chunks, one
+                                line ``<n> <JSON array>`` per update (``APPEND``ed;
+                                a whole resend sets it to one line, its replay);
+                                valid when its last line is of update n (else,
+                                as with no key, the draft is of text alone);
+                                expires with the text
 
 One script per update (``_UPDATE``) applies it to the entry and publishes it
 on the transcript's channel (the one that carries its change notices:
@@ -25,6 +31,15 @@ it had read the draft back, so the replica numbers its copy past the
 entry's and sends its whole text. A closed entry keeps its state (and
 ``revision``) for ``ttl`` without its text, so that a replica that loads the
 transcript later knows the draft closed, and takes no more updates.
+
+A reply with parts: each update's ``chunks`` are appended to the ``ui`` key
+only where its text may be (an update that carries them with a whole
+``text`` too must follow update n - 1 of the same replica, as a delta
+must), and a resend's ``replay`` sets it; an update of text alone drops it.
+What it holds is bounded like the text: the writing replica counts the
+bytes of every chunk a reply takes against ``max_message_bytes`` (a replay
+is compacted, never longer). The replica that reads it folds the lines into
+its copy (``Drafts.apply_remote``), which compacts them for its late joiners.
 
 Why per update rather than a write of the text every 100 ms beside a bare
 ``PUBLISH``: the relay pipelines whatever is pending in one round trip, so
@@ -54,10 +69,12 @@ log = logging.getLogger("tsync.store.redis")
 
 _FAILURES: Final = (RedisError, RedisClusterException)
 
-# KEYS: drafts hash, the draft's text key. ARGV: draft id, n, kind ('d' delta,
+# KEYS: drafts hash, the draft's text key, its chunks key. ARGV: draft id, n, kind ('d' delta,
 # 't' text, 'k' keep-alive, 'c' close), body (delta or text), role, state,
 # revision ('' for none), ttl ms, publish command, channel, message, text key
-# prefix, origin -> {outcome, the entry's n or -1}: 1 stored and announced;
+# prefix, origin, chunks mode ('' none: drop them, 'a' append, 's' set), the
+# chunks' line, chunks key prefix -> {outcome, the entry's n or -1}: 1 stored
+# and announced;
 # and, with nothing stored or announced: 0 stale (a delta or keep-alive the
 # entry cannot take: not on update n - 1, or from another replica than the
 # entry's last writer, or no entry), 2 closed (the entry is closed), 3 behind
@@ -66,7 +83,7 @@ _FAILURES: Final = (RedisError, RedisClusterException)
 _UPDATE: Final = """
 local did, n, kind, body = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local role, state, rev, ttl = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
-local origin = ARGV[13]
+local origin, uimode, uibody = ARGV[13], ARGV[14], ARGV[15]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cur = redis.call('HGET', KEYS[1], did)
@@ -78,25 +95,27 @@ end
 if curstate and curstate ~= 'open' then return {2, curn} end
 local entryn = n
 if kind == 'c' then
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', KEYS[2], KEYS[3])
   local all = redis.call('HGETALL', KEYS[1])
   for i = 1, #all, 2 do
     if tonumber(string.match(all[i + 1], '^%d+:(%d+):')) < now then
       redis.call('HDEL', KEYS[1], all[i])
-      redis.call('DEL', ARGV[12] .. all[i])
+      redis.call('DEL', ARGV[12] .. all[i], ARGV[16] .. all[i])
     end
   end
 elseif kind == 'k' then
   if not curn then return {0, -1} end
   entryn = curn
   redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('PEXPIRE', KEYS[3], ttl)
 else
+  local follows = kind == 'd' or uimode == 'a'
   if curn then
     local same = curorigin == origin
     if n < curn or (n == curn and not same) then return {3, curn} end
     if n == curn then return {4, curn} end
-    if kind == 'd' and (n ~= curn + 1 or not same) then return {0, curn} end
-  elseif kind == 'd' and n ~= 1 then
+    if follows and (n ~= curn + 1 or not same) then return {0, curn} end
+  elseif follows and n ~= 1 then
     return {0, -1}
   end
   if kind == 't' then
@@ -104,6 +123,14 @@ else
   else
     redis.call('APPEND', KEYS[2], body)
     redis.call('PEXPIRE', KEYS[2], ttl)
+  end
+  if uimode == 's' then
+    redis.call('SET', KEYS[3], uibody, 'PX', ttl)
+  elseif uimode == 'a' then
+    redis.call('APPEND', KEYS[3], uibody)
+    redis.call('PEXPIRE', KEYS[3], ttl)
+  else
+    redis.call('DEL', KEYS[3])
   end
 end
 redis.call('HSET', KEYS[1], did, entryn .. ':' .. (now + ttl) .. ':' .. state .. ':' .. rev ..
@@ -113,8 +140,9 @@ redis.call(ARGV[9], ARGV[10], ARGV[11])
 return {1, entryn}
 """
 
-# KEYS: drafts hash. ARGV: text key prefix -> {did, entry, text or nil, ms
-# left, ...} of the entries not past their time (the others are deleted).
+# KEYS: drafts hash. ARGV: text key prefix, chunks key prefix -> {did,
+# entry, text or nil, chunks or nil, ms left, ...} of the entries not past
+# their time (the others are deleted).
 _READ: Final = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -125,13 +153,17 @@ for i = 1, #all, 2 do
   local u, st = string.match(entry, '^%d+:(%d+):(%a+):')
   if tonumber(u) < now then
     redis.call('HDEL', KEYS[1], did)
-    redis.call('DEL', ARGV[1] .. did)
+    redis.call('DEL', ARGV[1] .. did, ARGV[2] .. did)
   else
-    local text = false
-    if st == 'open' then text = redis.call('GET', ARGV[1] .. did) end
+    local text, ui = false, false
+    if st == 'open' then
+      text = redis.call('GET', ARGV[1] .. did)
+      ui = redis.call('GET', ARGV[2] .. did)
+    end
     out[#out + 1] = did
     out[#out + 1] = entry
     out[#out + 1] = text
+    out[#out + 1] = ui
     out[#out + 1] = tonumber(u) - now
   end
 end
@@ -163,6 +195,7 @@ class RedisDrafts(RedisPart):
 
     def _call(self, update: RelayedDraft, ttl_ms: int) -> tuple[list[str], list[Any]]:
         tag = self._tag(update.transcript_id)
+        uimode, uibody = "", b""
         if update.state != "open":
             kind, body = "c", ""
         elif update.delta is not None:
@@ -171,6 +204,10 @@ class RedisDrafts(RedisPart):
             kind, body = "t", update.text
         else:
             kind, body = "k", ""
+        if kind == "t" and update.replay is not None:
+            uimode, uibody = "s", self._line(update.n, update.replay)
+        elif kind in ("d", "t") and update.chunks is not None:
+            uimode, uibody = "a", self._line(update.n, update.chunks)
         args = [
             update.draft_id,
             update.n,
@@ -185,8 +222,17 @@ class RedisDrafts(RedisPart):
             self._encode(update),
             tag + "draft:",
             update.origin,
+            uimode,
+            uibody,
+            tag + "ui:",
         ]
-        return [tag + "drafts", tag + "draft:" + update.draft_id], args
+        keys = [tag + "drafts", tag + "draft:" + update.draft_id, tag + "ui:" + update.draft_id]
+        return keys, args
+
+    def _line(self, n: int, chunks: list[dict[str, Any]]) -> bytes:
+        """One line of a reply's chunks key: ``<n> <JSON array>`` (compact
+        JSON holds no newline)."""
+        return b"%d %s\n" % (n, self._encode(chunks))
 
     async def relay(self, updates: Sequence[RelayedDraft], ttl_s: float) -> list[RelayedOutcome]:
         """Store and announce ``updates`` in order, pipelined (one round trip
@@ -215,7 +261,10 @@ class RedisDrafts(RedisPart):
         ids = list(transcript_ids)
         if not ids:
             return {}
-        calls = [([self._tag(tid) + "drafts"], [self._tag(tid) + "draft:"]) for tid in ids]
+        calls = [
+            ([self._tag(tid) + "drafts"], [self._tag(tid) + "draft:", self._tag(tid) + "ui:"])
+            for tid in ids
+        ]
         try:
             replies = await self._read.many(self._client(), calls)
         except _FAILURES as err:
@@ -227,18 +276,21 @@ class RedisDrafts(RedisPart):
             if isinstance(reply, Exception):
                 raise StoreError(f"reading the drafts of {tid!r} failed: {reply}")
             drafts = out[tid] = []
-            for i in range(0, len(reply), 4):
+            for i in range(0, len(reply), 5):
                 try:
-                    draft = _entry(tid, reply[i], reply[i + 1], reply[i + 2])
+                    draft = _entry(tid, reply[i], reply[i + 1], reply[i + 2], reply[i + 3])
                 except (ValueError, msgspec.ValidationError) as err:
                     log.warning("ignored a malformed draft entry of %r: %s", tid, err)
                     continue
-                drafts.append(StoredDraft(draft, max(0, int(reply[i + 3])) / 1000))
+                drafts.append(StoredDraft(draft, max(0, int(reply[i + 4])) / 1000))
         return out
 
 
-def _entry(transcript_id: str, draft_id: bytes, entry: bytes, text: bytes | None) -> RelayedDraft:
-    """A stored entry as a ``RelayedDraft`` (validated as one read from the channel)."""
+def _entry(
+    transcript_id: str, draft_id: bytes, entry: bytes, text: bytes | None, ui: bytes | None
+) -> RelayedDraft:
+    """A stored entry as a ``RelayedDraft`` (validated as one read from the
+    channel), with its chunks as ``replay`` when they are of its update."""
     n, _until, state, revision, _origin, role = entry.decode().split(":", 5)
     fields = {
         "transcriptId": transcript_id,
@@ -249,6 +301,31 @@ def _entry(transcript_id: str, draft_id: bytes, entry: bytes, text: bytes | None
     }
     if state == "open":
         fields["text"] = (text or b"").decode()
+        replay = _replay(ui, int(n))
+        if replay is not None:
+            fields["replay"] = replay
     if revision:
         fields["revision"] = int(revision)
     return msgspec.convert(fields, RelayedDraft)
+
+
+def _replay(ui: bytes | None, n: int) -> list[Any] | None:
+    """The chunks a reply's ``ui`` key holds, in order, when its last line
+    is of update ``n`` (else ``None``: a draft of text alone, or chunks left
+    behind by a replica that relays none)."""
+    if not ui:
+        return None
+    lines = ui.splitlines()
+    try:
+        if int(lines[-1].split(b" ", 1)[0]) != n:
+            return None
+        replay: list[Any] = []
+        for line in lines:
+            replay += _DECODE(line.split(b" ", 1)[1])
+    except (ValueError, IndexError, msgspec.DecodeError) as err:
+        log.warning("ignored the malformed chunks of a draft: %s", err)
+        return None
+    return replay
+
+
+_DECODE: Final = msgspec.json.Decoder(list[dict[str, Any]]).decode

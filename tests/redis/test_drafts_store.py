@@ -138,3 +138,73 @@ async def test_updates_are_announced_in_order_with_the_change_notices(
         update(2, delta="b", origin="r1"),
         update(2, state="cancelled"),
     ]
+
+
+async def test_a_reply_with_parts_keeps_its_chunks_beside_its_text(store: RedisStore) -> None:
+    start = [{"type": "start", "messageId": "m"}, {"type": "text-start", "id": "x"}]
+    hel = [{"type": "text-delta", "id": "x", "delta": "Hel"}]
+    lo = [{"type": "text-delta", "id": "x", "delta": "lo"}]
+    assert (
+        await relay(
+            store,
+            update(1, delta="", chunks=start, origin="a"),
+            update(2, delta="Hel", chunks=hel, origin="a"),
+            update(3, delta="lo", chunks=lo, origin="a"),
+        )
+        == ["stored"] * 3
+    )
+    # Read back: the text and every chunk since the draft began, in order.
+    [entry] = await drafts(store)
+    assert (entry.n, entry.text, entry.replay) == (3, "Hello", start + hel + lo)
+    assert entry.chunks is None
+
+    # A whole text with chunks of its update follows update n - 1 of its
+    # replica, as a delta does: else stale, and nothing changes.
+    rewrite = [{"type": "text-start", "id": "y"}]
+    assert await store.relay_drafts([update(5, text="Hello", chunks=rewrite, origin="a")], 30) == [
+        ("stale", 3)
+    ]
+    assert await store.relay_drafts([update(4, text="Hi", chunks=rewrite, origin="c")], 30) == [
+        ("stale", 3)
+    ]
+    assert (await drafts(store))[0].replay == start + hel + lo
+    # The resend: the whole text and its replay replace both.
+    replay = [*start, {"type": "text-delta", "id": "x", "delta": "Hello"}]
+    assert await relay(store, update(5, text="Hello", replay=replay, origin="a")) == ["stored"]
+    assert await relay(store, update(6, delta="!", chunks=[{**hel[0], "delta": "!"}], origin="a"))
+    [entry] = await drafts(store)
+    assert (entry.n, entry.text) == (6, "Hello!")
+    assert entry.replay == [*replay, {"type": "text-delta", "id": "x", "delta": "!"}]
+    # A keep-alive keeps them.
+    assert await relay(store, update(6, origin="a")) == ["stored"]
+    assert (await drafts(store))[0].replay == entry.replay
+
+    # An update of text alone (a replica that relays no chunks): a text draft.
+    assert await relay(store, update(7, text="plain", origin="old")) == ["stored"]
+    [entry] = await drafts(store)
+    assert (entry.n, entry.text, entry.replay) == (7, "plain", None)
+
+    # A close drops the chunks with the text.
+    await relay(store, update(1, draft_id="e", delta="", chunks=start, origin="a"))
+    await relay(store, update(1, draft_id="e", state="cancelled"))
+    client = store._client()
+    assert await client.exists(store.prefix + "{t}:ui:e") == 0
+
+
+async def test_chunks_of_another_update_than_the_entry_s_are_not_read_back(
+    store: RedisStore,
+) -> None:
+    # An older replica's delta (its script knows nothing of the chunks key)
+    # leaves the chunks of update 1 behind update 2: the entry reads as text.
+    start = [{"type": "start", "messageId": "m"}]
+    await relay(store, update(1, delta="", chunks=start, origin="a"))
+    client = store._client()
+    tag = store.prefix + "{t}:"
+    entry_of_1 = await client.hget(tag + "drafts", "d")
+    await client.hset(tag + "drafts", "d", entry_of_1.replace(b"1:", b"2:", 1))
+    [entry] = await drafts(store)
+    assert (entry.n, entry.replay) == (2, None)
+    # A malformed chunks key is left out too (the text is still read).
+    await client.set(tag + "ui:d", b"2 not json\n")
+    [entry] = await drafts(store)
+    assert (entry.n, entry.text, entry.replay) == (2, "", None)
