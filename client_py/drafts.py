@@ -254,6 +254,10 @@ class DraftWriter:
             ack = await self._client._draft_call(op, timeout)
         except ServerError as exc:
             self._failed(exc)
+            if self.error is not None and self.error is not exc:
+                # It ended before this answer came (a reply with parts lost
+                # on a reconnect, which cancelled it): that is the cause.
+                raise self.error from exc
             raise
         # The server answers in order: a refusal of an update sent before
         # came before this answer.

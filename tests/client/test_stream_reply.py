@@ -192,3 +192,62 @@ async def test_ui_message_chunks_and_a_plain_list_are_taken_too() -> None:
                 "parts": [{"type": "text", "text": "Hello", "state": "done"}],
             }
         ]
+
+
+HELLO = [
+    {"type": "start", "messageId": "m1"},
+    {"type": "text-start", "id": "t"},
+    {"type": "text-delta", "id": "t", "delta": "Hello"},
+]
+
+
+async def test_a_reconnect_with_no_chunk_in_flight_goes_on_with_the_reply() -> None:
+    """The server keeps the draft: what it answered (``sync``) is not lost."""
+    async with (
+        running_server() as srv,
+        client_py.connect(srv.ws_url, backoff_min=0.01, backoff_max=0.05) as writer,
+    ):
+        await writer.create("t")
+        async with writer.draft("t", draft_id="r", parts=True) as d:
+            await d.write_chunks(HELLO)
+            await d.sync()
+            ws = writer._ws
+            assert ws is not None
+            await ws.close()
+            await d.sync()  # answered on the next connection
+            assert writer.counters.reconnects == 1
+            await d.write_chunks([{"type": "text-delta", "id": "t", "delta": ", world"}])
+            await d.write_chunks([{"type": "text-end", "id": "t"}])
+            await d.commit()
+        async with httpx.AsyncClient(base_url=srv.url) as http:
+            ui = (await http.get("/v1/transcripts/t/ui-messages")).json()["messages"]
+        assert ui[0]["parts"] == [{"type": "text", "text": "Hello, world", "state": "done"}]
+
+
+async def test_a_reconnect_with_chunks_in_flight_cancels_the_reply() -> None:
+    """Chunks sent into a connection that dropped may be lost, and a reply
+    with parts cannot be sent again whole: the writer cancels the draft (no
+    reader sees a reply with a hole) and says so with ``Disconnected``."""
+    async with (
+        running_server() as srv,
+        client_py.connect(srv.ws_url, backoff_min=0.01, backoff_max=0.05) as writer,
+        await RawClient.connect(srv.ws_url) as reader,
+    ):
+        await writer.create("t")
+        await reader.send(op="subscribe", transcriptId="t")
+        await reader.recv()
+        async with writer.draft("t", draft_id="r", parts=True) as d:
+            await d.write_chunks(HELLO)
+            ws = writer._ws
+            assert ws is not None
+            await ws.close()
+            with pytest.raises(client_py.Disconnected):
+                await d.sync()
+            assert d.state == "failed"
+            with pytest.raises(client_py.Disconnected):
+                await d.commit()
+        frame = await reader.expect(DraftFrame, TIMEOUT)
+        while frame.state == "open":
+            frame = await reader.expect(DraftFrame, TIMEOUT)
+        assert frame.state == "cancelled"
+        assert (await writer.get("t")).revision == 0
