@@ -587,7 +587,10 @@ class Client:
         one is told by its first item (``client_py.ui_chunks.UIChunks``
         says what each becomes). The items that arrived while an op was
         being sent go together in the next ``draft`` op's ``chunks`` (never
-        a ``ref``: not answered), and the writer folds them too, so its
+        a ``ref``: not answered; a plain iterable, such as the sync SDK
+        clients' streams, is read one item per op, in the event loop as
+        ``stream`` reads it: prefer the async clients), and the writer folds
+        them too, so its
         ``UIMessage`` is the one the subscribers see (``DraftCopy.message``).
         ``message_id`` names the message (default: the model's response
         id); ``fields`` are laid over it (``{"metadata": {...}}``).

@@ -32,7 +32,9 @@ is still open. An item is any of:
 - an AI SDK ``UIMessageChunk`` (a dict whose ``type`` is one of theirs):
   passed on as it is.
 
-``message_id`` (optional) names the reply in place of the model's own id.
+``message_id`` (optional) names the reply in place of the model's own id
+(or of the ``messageId`` of the ``start`` chunks of a ``UIMessageChunk``
+stream; one is put first when it has none).
 The chunks are checked nowhere here: ``UIMessageState.check`` does that
 (the converters give only chunks it takes, in the order it takes them).
 Duck-typed (no SDK is imported) and pure: no I/O.
@@ -169,7 +171,15 @@ class UIChunks:
         elif kind != self.kind:
             raise TypeError(f"a stream of {self.kind} items holds an item of {kind}: {item!r:.200}")
         if kind == "ui":
-            return [dict(item)]
+            chunk = dict(item)
+            out: list[dict[str, Any]] = []
+            if self.message_id:
+                if chunk["type"] == "start":
+                    chunk["messageId"] = self.message_id
+                elif not self.started:
+                    out.append({"type": "start", "messageId": self.message_id})
+            self.started = True
+            return [*out, chunk]
         if kind == "openai":
             return self._openai(item)
         return self._anthropic(item)

@@ -19,6 +19,7 @@ import pytest
 import client_py
 from protocol import codes
 from protocol.drafts import DraftCopy
+from protocol.ui_stream import UIMessageState
 from protocol.wire import Ack, DraftFrame, ErrorFrame, Increment
 from tests.client.test_ui_chunks import (
     ANTHROPIC_REPLY,
@@ -251,3 +252,34 @@ async def test_a_reconnect_with_chunks_in_flight_cancels_the_reply() -> None:
             frame = await reader.expect(DraftFrame, TIMEOUT)
         assert frame.state == "cancelled"
         assert (await writer.get("t")).revision == 0
+
+
+async def test_what_arrived_while_an_op_was_sent_goes_in_one_op() -> None:
+    """A stream whose items are all there at once is one draft op (no ref),
+    not one per item; each op's chunks are one update for a subscriber."""
+    async with (
+        running_server(draft_coalesce_s=0) as srv,
+        client_py.connect(srv.ws_url) as writer,
+        await RawClient.connect(srv.ws_url) as reader,
+    ):
+        await writer.create("t")
+        await reader.send(op="subscribe", transcriptId="t")
+        await reader.recv()
+
+        async def at_once() -> AsyncIterator[Any]:
+            for item in OPENAI_STREAM:
+                yield item
+
+        await writer.stream_reply("t", at_once(), draft_id="d1")
+        updates: list[DraftFrame] = []
+        while True:
+            frame = await reader.recv(TIMEOUT)
+            if isinstance(frame, DraftFrame):
+                if frame.state != "open":
+                    break
+                if frame.chunks:
+                    updates.append(frame)
+        assert len(updates) == 1
+        state = UIMessageState("d1")
+        state.apply_all(updates[0].chunks or [])
+        assert state.message() == OPENAI_REPLY

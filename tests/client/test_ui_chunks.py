@@ -282,3 +282,12 @@ def test_ui_chunks_pass_as_they_are_and_streams_do_not_mix() -> None:
         convert.add(OPENAI_STREAM[0])
     with pytest.raises(TypeError):
         UIChunks().add(42)
+
+
+def test_the_message_id_names_a_stream_of_ui_chunks_too() -> None:
+    text = {"type": "text-start", "id": "t"}
+    assert UIChunks("m").add(text) == [{"type": "start", "messageId": "m"}, text]
+    assert UIChunks("m").add({"type": "start", "messageId": "x"}) == [
+        {"type": "start", "messageId": "m"}
+    ]
+    assert UIChunks().add(text) == [text]
