@@ -291,3 +291,27 @@ def test_the_message_id_names_a_stream_of_ui_chunks_too() -> None:
         {"type": "start", "messageId": "m"}
     ]
     assert UIChunks().add(text) == [text]
+
+
+def test_the_anthropic_sdks_helper_events_are_skipped() -> None:
+    """``messages.stream(...)`` yields, besides the raw events, ``text`` and
+    ``input_json`` events repeating their deltas (and ``ping``): the reply
+    is the same, said once."""
+    from anthropic.lib.streaming import InputJsonEvent, TextEvent
+
+    stream: list[Any] = []
+    for event in ANTHROPIC_STREAM:
+        stream.append(event)
+        delta = getattr(event, "delta", None)
+        if isinstance(delta, at.TextDelta):
+            stream.append(TextEvent(type="text", text=delta.text, snapshot=delta.text))
+        elif isinstance(delta, at.InputJSONDelta):
+            stream.append(
+                InputJsonEvent(type="input_json", partial_json=delta.partial_json, snapshot={})
+            )
+    stream.insert(1, {"type": "ping"})
+    state, _ = fold(stream)
+    assert state.message() == ANTHROPIC_REPLY
+    # And as dicts.
+    dicts, _ = fold([e.model_dump() if hasattr(e, "model_dump") else e for e in stream])
+    assert dicts.message() == ANTHROPIC_REPLY
