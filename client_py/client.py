@@ -44,7 +44,7 @@ import msgspec
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from client_py.drafts import DraftWriter, StreamedCalls, chunk_text, iterate_chunks
+from client_py.drafts import DraftWriter, StreamedCalls, batches, chunk_text, iterate_chunks
 from client_py.errors import (
     ClientClosed,
     Disconnected,
@@ -57,6 +57,7 @@ from client_py.errors import (
 from client_py.http import Ack, Created, HttpApi, sdk_plain
 from client_py.mirror import Mirror
 from client_py.tokens import TokenProvider
+from client_py.ui_chunks import UIChunks
 from protocol import codes, wire
 from protocol.consumer import (
     Answered,
@@ -479,7 +480,12 @@ class Client:
         return _ack(frame)
 
     def draft(
-        self, transcript_id: str, *, role: Role = "assistant", draft_id: str | None = None
+        self,
+        transcript_id: str,
+        *,
+        role: Role = "assistant",
+        draft_id: str | None = None,
+        parts: bool = False,
     ) -> DraftWriter:
         """A writer of a new draft of the transcript (``draft_id``: a fresh
         uuid4 by default). Use it as ``async with client.draft(tid) as d:``,
@@ -491,9 +497,13 @@ class Client:
                 async for token in tokens:
                     await d.write(token)
                 await d.commit({"metadata": {"model": "m1"}})
+
+        ``parts=True``: a reply with parts, written with AI SDK
+        ``UIMessageChunk``s (``d.write_chunks``) and committed as the
+        ``UIMessage`` they fold into (see ``stream_reply``).
         """
         self._check_open()
-        return DraftWriter(self, transcript_id, draft_id or uuid.uuid4().hex, role)
+        return DraftWriter(self, transcript_id, draft_id or uuid.uuid4().hex, role, parts=parts)
 
     async def stream(
         self,
@@ -549,6 +559,70 @@ class Client:
                 message.update(fields)
             return await writer.commit(
                 message or None,
+                expected_revision=expected_revision,
+                idempotency_key=idempotency_key,
+                timeout=timeout,
+            )
+
+    async def stream_reply(
+        self,
+        transcript_id: str,
+        stream: AsyncIterable[object] | Iterable[object],
+        *,
+        draft_id: str | None = None,
+        message_id: str | None = None,
+        fields: Mapping[str, Any] | None = None,
+        expected_revision: int | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack:
+        """Stream a model's reply as a draft with parts (its text, its
+        reasoning, its tool calls as they are written), then commit it as
+        the ``UIMessage`` it folds into; returns the append's ``Ack``.
+
+        ``stream`` (async or not) is what the ``openai`` SDK streams
+        (``ChatCompletionChunk``s), what the ``anthropic`` SDK streams
+        (``MessageStreamEvent``s: ``messages.create(..., stream=True)`` or
+        ``messages.stream(...)``), or AI SDK ``UIMessageChunk`` dicts; which
+        one is told by its first item (``client_py.ui_chunks.UIChunks``
+        says what each becomes). The items that arrived while an op was
+        being sent go together in the next ``draft`` op's ``chunks`` (never
+        a ``ref``: not answered; a plain iterable, such as the sync SDK
+        clients' streams, is read one item per op, in the event loop as
+        ``stream`` reads it: prefer the async clients), and the writer folds
+        them too, so its
+        ``UIMessage`` is the one the subscribers see (``DraftCopy.message``).
+        ``message_id`` names the message (default: the model's response
+        id); ``fields`` are laid over it (``{"metadata": {...}}``).
+
+        Committed with ``append(format="ui", messages=[message],
+        draft_id=...)``: ``GET .../ui-messages`` gives the same UIMessage
+        back, ``/chat`` the tool calls with their parsed arguments. When the
+        stream raises (or holds what no chunk stands for), the draft is
+        cancelled and the error goes on. When a reader stops the reply, it
+        stops reading the stream at once (an async one is closed) and
+        returns the server's commit of what was written (``stopped`` set),
+        as ``stream`` does. A connection lost while chunks were in flight
+        cancels the draft and raises ``Disconnected`` (a reply with parts
+        is not sent again whole: see ``client_py.drafts``).
+        """
+        converter = UIChunks(message_id)
+        writer = self.draft(transcript_id, draft_id=draft_id, parts=True)
+        async with writer:
+            try:
+                async with contextlib.aclosing(batches(stream, writer)) as items:
+                    async for batch in items:
+                        chunks = [chunk for item in batch for chunk in converter.add(item)]
+                        await writer.write_chunks(chunks)
+                if writer.state == "open":
+                    await writer.write_chunks(converter.end())
+            except ServerError:
+                if writer.stopped_at is None:
+                    raise
+            if writer.stopped_at is not None:
+                return Ack(transcript_id, writer.stopped_at, stopped=True)
+            return await writer.commit(
+                fields,
                 expected_revision=expected_revision,
                 idempotency_key=idempotency_key,
                 timeout=timeout,

@@ -17,17 +17,40 @@ the whole text, so the subscribers' copies catch up. One client writing
 several drafts of one transcript at once cannot tell which of them such a
 refusal was about: each of them takes it. ``sync()`` asks the server for an
 answer (an op with a ``ref``) and raises a refusal exactly.
+
+A reply with parts (``client.draft(tid, parts=True)``, ``client.stream_reply``)
+is written with AI SDK ``UIMessageChunk``s (``write_chunks``) and folded by
+the writer too (``UIMessageState``: ``message`` is its ``UIMessage``); its
+commit appends that message (``format="ui"``). It cannot be sent again whole
+after a reconnect as a text is (the server has no op that replaces a reply's
+chunks): the server keeps the draft as it got it, and a writer that sent
+chunks the server never answered (no ``sync`` since) cannot tell whether the
+old connection delivered them, so on the new connection it cancels the
+draft and fails with ``Disconnected`` (its next call raises it): the readers
+never see a reply with a hole. A commit already under way is not touched:
+its append, re-sent, carries the writer's whole message.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+import asyncio
+import contextlib
+import inspect
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Mapping,
+)
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from client_py.errors import ClientError, ServerError
+from client_py.errors import ClientError, Disconnected, ServerError
 from protocol import codes, wire
 from protocol.types import Role
+from protocol.ui_stream import UIMessageState, UIStreamError
 
 if TYPE_CHECKING:
     from client_py.http import Ack
@@ -37,6 +60,10 @@ __all__ = ["DraftView", "DraftWriter", "StreamedCalls", "chunk_text"]
 #: The refusals of a ref-less update after which the writer goes on, sending
 #: its whole text with the next update (the server did not apply one).
 _RESEND_CODES = frozenset({codes.RATE_LIMITED, codes.UNAVAILABLE, codes.INTERNAL})
+
+#: The refusals that end the writer but leave the draft open on the server,
+#: as it was: ``cancel`` still drops it.
+_STILL_OPEN_CODES = frozenset({codes.DRAFT_TOO_LARGE, codes.INVALID_FRAME})
 
 
 class _Sender(Protocol):
@@ -55,6 +82,7 @@ class _Sender(Protocol):
         *,
         timeout: float | None = None,
         draft_id: str | None = None,
+        format: Literal["openai", "anthropic", "ui"] | None = None,
     ) -> Ack: ...
 
     def _adopt_writer(self, writer: DraftWriter) -> None: ...
@@ -83,9 +111,21 @@ class DraftWriter:
     same step; ``await d.cancel()`` drops it. Leaving the ``async with``
     block without a commit cancels the draft, and so does leaving it on an
     exception (the exception goes on). ``text`` is the writer's whole text.
+
+    With ``parts`` (a reply with parts) it takes ``write_chunks`` instead of
+    ``write`` and ``replace``, ``message`` is the ``UIMessage`` folded so far
+    and ``commit`` appends it (see the module).
     """
 
-    def __init__(self, client: _Sender, transcript_id: str, draft_id: str, role: Role) -> None:
+    def __init__(
+        self,
+        client: _Sender,
+        transcript_id: str,
+        draft_id: str,
+        role: Role,
+        *,
+        parts: bool = False,
+    ) -> None:
         self._client = client
         self.transcript_id = transcript_id
         self.draft_id = draft_id
@@ -94,13 +134,22 @@ class DraftWriter:
         #: ``open`` while it takes updates; ``committing`` while its append
         #: is under way; then ``committed``, ``cancelled`` or ``failed``.
         self.state: Literal["open", "committing", "committed", "cancelled", "failed"] = "open"
-        #: The refusal that ended the writer (raised by its next call).
-        self.error: ServerError | None = None
+        #: The refusal that ended the writer (raised by its next call), or
+        #: ``Disconnected`` for a reply with parts whose chunks may be lost.
+        self.error: ClientError | None = None
         self._resend = False  # the next update sends the whole text
         self._adopted = False  # the client knows it (and re-sends it on a new connection)
         self._sent = False  # an op went out (the role rides on the first and on texts)
         #: A reader stopped the draft: the revision that committed what it held.
         self.stopped_at: int | None = None
+        #: A reply with parts: the UIMessage as the writer folded its chunks.
+        self.ui: UIMessageState | None = UIMessageState(draft_id) if parts else None
+        # Chunk ops sent since the server last answered one of this writer's ops.
+        self._unanswered = 0
+        #: Called once when the writer ends other than by its own doing (a
+        #: refusal, a stop, a lost reply): ``Client.stream_reply`` stops
+        #: reading the model at once.
+        self.on_end: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         where = f"{self.transcript_id}/{self.draft_id}"
@@ -108,7 +157,10 @@ class DraftWriter:
 
     @property
     def text(self) -> str:
-        """The whole text written so far."""
+        """The whole text written so far (of a reply with parts: its text
+        parts, joined)."""
+        if self.ui is not None:
+            return "".join(p["text"] for p in self.ui.parts if p["type"] == "text")
         parts = self._parts
         if len(parts) > 1:
             parts[:] = ["".join(parts)]
@@ -123,16 +175,47 @@ class DraftWriter:
         then on the client sends the writer's whole text on every new
         connection."""
         self._check_open()
+        op = self._op(chunks=[]) if self.ui is not None else self._op()
         try:
-            await self._client._draft_call(self._op(), timeout)
+            await self._client._draft_call(op, timeout)
         except ServerError as exc:
             self._failed(exc)
             raise
         self._adopt()
 
+    @property
+    def message(self) -> dict[str, Any]:
+        """A reply with parts: its ``UIMessage`` as written so far (a copy)."""
+        if self.ui is None:
+            raise ClientError("a text draft has no UIMessage: open it with parts=True")
+        return self.ui.message()
+
+    async def write_chunks(self, chunks: Iterable[Mapping[str, Any]]) -> None:
+        """A reply with parts: fold AI SDK ``UIMessageChunk``s into the
+        message and send them in one op (not answered). Raises
+        ``ClientError`` and sends nothing when one of them does not fit the
+        reply so far (``UIMessageState.check``: the server would refuse the
+        op whole)."""
+        self._check_open()
+        if self.ui is None:
+            raise ClientError("write_chunks writes a reply with parts: open it with parts=True")
+        batch = [dict(chunk) for chunk in chunks]
+        if not batch:
+            return
+        try:
+            self.ui.check(batch)
+        except UIStreamError as exc:
+            raise ClientError(f"draft {self.draft_id!r}: {exc}") from None
+        if not self._adopted:
+            self._adopt()
+        self.ui.apply_all(batch)
+        self._unanswered += 1
+        await self._client._send(self._op(chunks=batch))
+
     async def write(self, delta: str) -> None:
         """Append ``delta`` to the text and send it (not answered)."""
         self._check_open()
+        self._check_text()
         if not delta:
             return
         if not self._adopted:
@@ -149,6 +232,7 @@ class DraftWriter:
         ``draft_ttl_s`` (30 s) after its last update: ``sync()`` keeps an
         idle one alive."""
         self._check_open()
+        self._check_text()
         if not self._adopted:
             self._adopt()
         self._parts = [text]
@@ -162,16 +246,23 @@ class DraftWriter:
         before it. It also keeps an idle draft alive (a draft expires
         ``draft_ttl_s`` after its last update)."""
         self._check_open()
-        op = self._op(text=self.text) if self._resend else self._op()
+        resend = self._resend and self.ui is None
+        op = self._op(text=self.text) if resend else self._op()
         self._resend = False
+        unanswered = self._unanswered
         try:
             ack = await self._client._draft_call(op, timeout)
         except ServerError as exc:
             self._failed(exc)
+            if self.error is not None and self.error is not exc:
+                # It ended before this answer came (a reply with parts lost
+                # on a reconnect, which cancelled it): that is the cause.
+                raise self.error from exc
             raise
         # The server answers in order: a refusal of an update sent before
         # came before this answer.
         self._check_open()
+        self._unanswered -= unanswered
         return ack.n or 0
 
     async def commit(
@@ -188,9 +279,18 @@ class DraftWriter:
         ``content`` of its own). Like every append it lands exactly once
         across reconnects. A refused append (``RevisionConflict``,
         ``InvalidMessage``) leaves the draft open: fix and commit again, or
-        cancel."""
+        cancel.
+
+        A reply with parts commits its ``UIMessage`` (``message``, with
+        ``fields`` laid over it: ``metadata``, say) as ``format="ui"``: the
+        stored messages are what ``protocol.ui_messages.from_ui_message``
+        makes of it, and ``GET .../ui-messages`` gives it back."""
         self._check_open()
-        message: dict[str, Any] = {"role": self.role, "content": self.text}
+        message: dict[str, Any]
+        if self.ui is not None:
+            message = self.ui.message()
+        else:
+            message = {"role": self.role, "content": self.text}
         if fields:
             message.update(fields)
         self.state = "committing"
@@ -202,6 +302,7 @@ class DraftWriter:
                 idempotency_key,
                 timeout=timeout,
                 draft_id=self.draft_id,
+                format="ui" if self.ui is not None else None,
             )
         except BaseException:
             if self.state == "committing":
@@ -215,9 +316,10 @@ class DraftWriter:
         """Drop the draft: the subscribers see it closed with no message.
         Does nothing once it is committed or cancelled, nor after a refusal
         that closed it on the server (a writer failed on ``draft-too-large``
-        still cancels: the server kept the draft as it was)."""
+        or ``invalid-frame`` still cancels: the server kept the draft as it
+        was)."""
         if self.state == "failed" and self.error is not None:
-            if self.error.code == codes.DRAFT_TOO_LARGE:
+            if isinstance(self.error, ServerError) and self.error.code in _STILL_OPEN_CODES:
                 self.error = None  # once
                 await self._client._send(self._op(cancel=True))
             return
@@ -237,11 +339,17 @@ class DraftWriter:
     # -- the client's side -------------------------------------------------------------
 
     def _op(
-        self, *, delta: str | None = None, text: str | None = None, cancel: bool = False
+        self,
+        *,
+        delta: str | None = None,
+        text: str | None = None,
+        cancel: bool = False,
+        chunks: list[dict[str, Any]] | None = None,
     ) -> wire.Draft:
         # A token carries no role: the op that opened the draft (or a text
         # sent again after a reconnect, which may open it anew) did.
-        role = None if delta is not None and self._sent else self.role
+        token = delta is not None or bool(chunks)
+        role = None if token and self._sent else self.role
         self._sent = True
         return wire.Draft(
             transcript_id=self.transcript_id,
@@ -250,6 +358,7 @@ class DraftWriter:
             delta=delta,
             text=text,
             cancel=cancel,
+            chunks=chunks,
         )
 
     def _adopt(self) -> None:
@@ -269,7 +378,18 @@ class DraftWriter:
         if self.state != "open":
             return None
         self._resend = False
-        return self._op(text=self.text)
+        if self.ui is None:
+            return self._op(text=self.text)
+        if not self._unanswered:
+            return None  # the server has all of it, and keeps the draft
+        self._failed(
+            Disconnected(
+                f"the connection dropped while draft {self.draft_id!r} was written: chunks "
+                "sent may be lost and a reply with parts cannot be sent again whole, so "
+                "the draft was cancelled"
+            )
+        )
+        return self._op(cancel=True)
 
     def _refused(self, frame: wire.ErrorFrame, error: ServerError) -> None:
         """A ref-less update of this transcript was refused (see the module)."""
@@ -282,11 +402,18 @@ class DraftWriter:
                 self.stopped_at = frame.revision  # stopped by a reader, and committed
             self._failed(error)
 
-    def _failed(self, error: ServerError) -> None:
+    def _failed(self, error: ClientError) -> None:
         if self.state == "open":
             self.state = "failed"
             self.error = error
             self._client._forget_writer(self)
+            on_end, self.on_end = self.on_end, None
+            if on_end is not None:
+                on_end()
+
+    def _check_text(self) -> None:
+        if self.ui is not None:
+            raise ClientError("a reply with parts is written with write_chunks")
 
     def _check_open(self) -> None:
         if self.state == "open":
@@ -419,3 +546,77 @@ class StreamedCalls:
         if self._refusal:
             out["metadata"] = {"refusal": "".join(self._refusal)}
         return out
+
+
+async def _close_stream(stream: object) -> None:
+    """Close a model's stream read no further (an async generator's
+    ``aclose``, the SDKs' ``AsyncStream.close``): the model stops writing."""
+    for name in ("aclose", "close"):
+        close = getattr(stream, name, None)
+        if callable(close):
+            with contextlib.suppress(Exception):
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+            return
+
+
+async def batches(
+    stream: AsyncIterable[object] | Iterable[object], writer: DraftWriter
+) -> AsyncGenerator[list[object], None]:
+    """The items of a model's stream in batches: each batch is every item
+    that arrived while the one before was being sent (so a fast stream costs
+    fewer ops, and a slow one one op per item). An async iterable is read by
+    a task of its own; a plain iterable one item at a time, in the loop (as
+    ``Client.stream`` reads it). Ends at once, without the items read
+    meanwhile, when the writer ends (a reader stopped the reply, a refusal):
+    the model's stream is closed and read no further. Use it with
+    ``contextlib.aclosing``."""
+    if not isinstance(stream, AsyncIterable):
+        for item in stream:
+            if writer.state != "open":
+                return
+            yield [item]
+        return
+    queue: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
+
+    async def read() -> None:
+        try:
+            async for item in stream:
+                queue.put_nowait(("item", item))
+        except Exception as exc:
+            queue.put_nowait(("error", exc))
+        else:
+            queue.put_nowait(("end", None))
+
+    reader = asyncio.create_task(read(), name="tsync-reply-reader")
+    writer.on_end = lambda: queue.put_nowait(("ended", None))
+    finished = False
+    try:
+        while True:
+            entries = [await queue.get()]
+            while not queue.empty():
+                entries.append(queue.get_nowait())
+            batch: list[object] = []
+            for kind, value in entries:
+                if kind == "item":
+                    batch.append(value)
+                elif kind == "error":
+                    assert isinstance(value, Exception)
+                    raise value
+                elif kind == "ended":
+                    return
+                else:
+                    finished = True
+            if batch:
+                yield batch
+            if finished:
+                return
+    finally:
+        writer.on_end = None
+        if not reader.done():
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        if not finished:
+            await _close_stream(stream)

@@ -89,6 +89,15 @@ async def websocket_calls(url: str) -> None:
         await cancelled.open()
         await cancelled.cancel()
         streamed: Ack = await client.stream("t", tokens(), expected_revision=committed.revision)
+        async with client.draft("t", parts=True) as reply:
+            await reply.write_chunks([{"type": "text-start", "id": "a"}])
+            ui: dict[str, Any] = reply.message
+            await reply.commit({"metadata": {"model": "m1"}})
+            del ui
+        replied: Ack = await client.stream_reply(
+            "t", [{"type": "text-start", "id": "a"}], message_id="m", fields={"metadata": {}}
+        )
+        del replied
         try:
             await client.append("t", [], expected_revision=0, idempotency_key="k")
         except RevisionConflict as conflict:
