@@ -4,6 +4,10 @@
 // example that uses every public API type-checks with `tsc --noEmit --strict`
 // and runs against a real server.
 
+import type { UIMessageChunkLike, UIMessageLike, UIMessageState } from "./ui_stream.js";
+
+export type { UIMessageChunkLike, UIMessageLike } from "./ui_stream.js";
+
 // --- the model (docs/protocol.md section 1) -------------------------------------------
 
 export type Role = "user" | "assistant" | "system" | "tool" | "context";
@@ -357,7 +361,19 @@ export class DraftCopy {
   waiting: boolean;
   stale: boolean;
   finalRevision: number | null;
-  take(frame: { n: number; delta?: string | null; text?: string | null }): boolean;
+  /** A reply with parts: its fold as of update n; null for a draft of text alone. */
+  ui: UIMessageState | null;
+  /** An update's chunks were missed: message is behind until the next replay. */
+  uiBehind: boolean;
+  /** A reply with parts as the AI SDK's UIMessage (a copy); null for a draft of text alone. */
+  readonly message: UIMessageLike | null;
+  take(frame: {
+    n: number;
+    delta?: string | null;
+    text?: string | null;
+    chunks?: UIMessageChunkLike[] | null;
+    replay?: UIMessageChunkLike[] | null;
+  }): boolean;
 }
 
 export type DraftState = "open" | "final" | "cancelled" | "expired" | "gone";
@@ -631,6 +647,8 @@ export interface DraftEvent {
   delta: string | null;
   /** Its whole text now (its last text when closed). */
   text: string;
+  /** A reply with parts: its UIMessage now (its last when closed); null for text alone. */
+  message: UIMessageLike | null;
   /** With "final": the revision that committed it. */
   revision: number | null;
   mirror: ClientCopy | null;
@@ -758,6 +776,8 @@ export interface DraftSnapshot {
   readonly role: Role;
   readonly n: number;
   readonly text: string;
+  /** A reply with parts: its UIMessage as the AI SDK shows it; null for a draft of text alone. */
+  readonly message: UIMessageLike | null;
 }
 
 /** What a UI renders of one transcript; the same object until something changed. */

@@ -24,6 +24,9 @@
 //   client.connect();
 //   await client.append("t1", [{ role: "user", content: "hi" }]);
 
+// The AI SDK's fold of a reply with parts (drafts written with chunks).
+import { UIMessageState, UIStreamError } from "./ui_stream.js";
+
 export const SUBPROTOCOL_JSON = "tsync.v1.json";
 
 /**
@@ -916,7 +919,10 @@ function barrierNumber(ref) {
  * delta whose n is n + 1 is appended, a newer text replaces, anything older
  * is ignored, a delta past n + 1 makes it wait for the next text (waiting);
  * stale after a resubscribe until a text refreshes it; finalRevision while a
- * final waits for the transcript's copy to reach its revision.
+ * final waits for the transcript's copy to reach its revision. A reply with
+ * parts also folds the frames' chunks (update n + 1) and replay (the whole
+ * reply) into message, its UIMessage; uiBehind when an update's chunks were
+ * missed, until the next replay (tests/cases/ui_stream/drafts.json).
  */
 export class DraftCopy {
   constructor(draftId, role) {
@@ -927,13 +933,26 @@ export class DraftCopy {
     this.waiting = false;
     this.stale = false;
     this.finalRevision = null;
+    /**
+     * A reply with parts: its UIMessageState as of update n (folded from
+     * the frames' chunks and replay); null for a draft of text alone.
+     * uiBehind: an update's chunks were missed; the next replay mends it.
+     */
+    this.ui = null;
+    this.uiBehind = false;
   }
 
-  /** Apply an open draft's frame; true when the text changed. */
+  /** A reply with parts as the AI SDK's UIMessage (a copy), null for a draft of text alone. */
+  get message() {
+    return this.ui === null ? null : this.ui.message();
+  }
+
+  /** Apply an open draft's frame; true when the text (or a reply's parts) changed. */
   take(frame) {
     if (frame.text !== undefined && frame.text !== null) {
       if (frame.n >= this.n) this.stale = false; // the server still has it
       if (frame.n <= this.n) return false;
+      this._takeParts(frame, frame.n === this.n + 1);
       this.text = frame.text;
       this.n = frame.n;
       this.waiting = false;
@@ -944,8 +963,35 @@ export class DraftCopy {
       this.waiting = true; // missed updates: wait for the next text
       return false;
     }
+    this._takeParts(frame, true);
     this.text += frame.delta;
     this.n = frame.n;
+    return true;
+  }
+
+  /** Fold a frame's replay (a new reply) or chunks (update n + 1 when follows) into the reply. */
+  _takeParts(frame, follows) {
+    if (Array.isArray(frame.replay)) {
+      this.ui = new UIMessageState(this.draftId);
+      this.uiBehind = !this._fold(frame.replay);
+      return;
+    }
+    if (!Array.isArray(frame.chunks)) return;
+    if (this.ui === null) {
+      this.ui = new UIMessageState(this.draftId);
+      this.uiBehind = this.n > 0; // parts began in an update this copy missed
+    }
+    if (!follows) this.uiBehind = true;
+    else if (!this.uiBehind) this.uiBehind = !this._fold(frame.chunks);
+  }
+
+  _fold(chunks) {
+    try {
+      this.ui.applyAll(chunks);
+    } catch (err) {
+      if (err instanceof UIStreamError) return false; // not what the server folded: wait for its replay
+      throw err;
+    }
     return true;
   }
 }
@@ -1101,6 +1147,7 @@ export class Subscription {
       state,
       revision,
       text: draft.text,
+      message: draft.message,
     };
   }
 
@@ -1934,9 +1981,10 @@ export class StreamFaceSocket {
  * - "view"     {transcriptId, name, start, end, left, revision, mirror}: a View was set or left.
  * - "earlier"  {transcriptId, start, messages, mirror}: loadEarlier() widened the copy at start.
  * - "stop"     {transcriptId, code, message}: the subscription is over.
- * - "draft"    {transcriptId, draftId, role, state, n, delta, text, revision, mirror}: a
+ * - "draft"    {transcriptId, draftId, role, state, n, delta, text, message, revision, mirror}: a
  *              message being written changed. state "open": its text grew by delta
- *              (null when it was replaced); text is its whole text now. Otherwise it
+ *              (null when it was replaced); text is its whole text now; message, for a
+ *              reply with parts, the AI SDK's UIMessage it is now (else null). Otherwise it
  *              closed: "final" (committed as the messages of revision; sent right after
  *              the "messages" event that added them, in the same task, so a page that
  *              swaps the two never shows both or neither), "cancelled", "expired" or
@@ -2542,7 +2590,7 @@ export class TsyncClient {
     return this.core.subscriptions.get(transcriptId)?.presence ?? null;
   }
 
-  /** The open drafts of a subscribed transcript: draftId -> DraftCopy {draftId, role, n, text}. */
+  /** The open drafts of a subscribed transcript: draftId -> DraftCopy {draftId, role, n, text, message}. */
   drafts(transcriptId) {
     return this.core.subscriptions.get(transcriptId)?.drafts ?? new Map();
   }
@@ -2775,6 +2823,8 @@ export class TsyncClient {
       delta: open ? update.delta : null,
       // Later frames of the same message may be in the copy already: its text is the newest.
       text: open ? (this.drafts(transcriptId).get(draftId)?.text ?? update.text ?? "") : update.text,
+      // A reply with parts: its UIMessage (the AI SDK's), else null.
+      message: open ? (this.drafts(transcriptId).get(draftId)?.message ?? null) : (update.message ?? null),
       revision: open ? null : update.revision,
       mirror: this.mirror(transcriptId),
     });
@@ -2832,7 +2882,8 @@ const NOTHING = Object.freeze([]);
  * status is the client's state ("idle", "connecting", "live", "reconnecting",
  * ...); revision and epoch are null before the first baseline; messages are
  * the copy's [start, length) (the same array until messages change); drafts
- * the open drafts [{draftId, role, n, text}] in the order they opened;
+ * the open drafts [{draftId, role, n, text, message}] in the order they opened (message:
+ * a reply with parts as the AI SDK's UIMessage, else null);
  * stopped {code, message} once the subscription is over (not found,
  * forbidden, ...), else null. A committed draft leaves drafts in the same
  * snapshot that adds its message: no snapshot shows both or neither.
@@ -2907,7 +2958,7 @@ export function createTranscriptStore(client, transcriptId, { window = null } = 
       length: copy?.length ?? 0,
       messages,
       drafts: open.length
-        ? Object.freeze(open.map((d) => Object.freeze({ draftId: d.draftId, role: d.role, n: d.n, text: d.text })))
+        ? Object.freeze(open.map((d) => Object.freeze({ draftId: d.draftId, role: d.role, n: d.n, text: d.text, message: d.message })))
         : NOTHING,
       stopped,
     });
