@@ -1956,6 +1956,158 @@ export class StreamFaceSocket {
   }
 }
 
+const TICK = Symbol("tick");
+/** A macrotask later: the chunks a stream has ready before it go out in one op. */
+const nextTask = () => new Promise((resolve) => setTimeout(() => resolve(TICK), 0));
+/** At most this many chunks in one draft op. */
+const MAX_BATCH = 256;
+
+/** A stream's reader: a ReadableStream's, else an async (or sync) iterable's iterator. */
+function chunkReader(stream) {
+  if (stream && typeof stream.getReader === "function") {
+    const reader = stream.getReader();
+    return { next: () => reader.read(), cancel: (reason) => reader.cancel(reason).catch(() => {}) };
+  }
+  const iterable = stream?.[Symbol.asyncIterator] ? stream : stream?.[Symbol.iterator] ? stream : null;
+  if (iterable === null) throw new TypeError("stream: a ReadableStream or an (async) iterable of UIMessageChunks");
+  const it = stream[Symbol.asyncIterator] ? stream[Symbol.asyncIterator]() : stream[Symbol.iterator]();
+  return {
+    next: async () => it.next(),
+    cancel: async () => {
+      try {
+        await it.return?.();
+      } catch {
+        // the iterator's own cleanup failed: nothing more to do
+      }
+    },
+  };
+}
+
+/** One writeUIMessageStream: reads the chunks, folds them, sends them, commits or cancels. */
+class UIStreamWriter {
+  constructor(client, transcriptId, draftId, signal) {
+    this.client = client;
+    this.transcriptId = transcriptId;
+    this.draftId = draftId;
+    this.signal = signal;
+    this.state = new UIMessageState(draftId);
+    this._end = null; // {stopped, revision} | {error}
+    this._wake = null;
+    this.ended = new Promise((resolve) => {
+      this._wake = resolve;
+    });
+  }
+
+  _finish(end) {
+    if (this._end !== null) return;
+    this._end = end;
+    this._wake(end);
+  }
+
+  /** A ref-less error about this transcript: a stop (draft-closed with a revision) or a refused op. */
+  refused(frame) {
+    if (frame.code === "draft-closed" && frame.revision !== undefined && frame.revision !== null) {
+      this._finish({ stopped: true, revision: frame.revision });
+    } else {
+      this._finish({ error: new ServerError(frame) });
+    }
+  }
+
+  _send(chunks) {
+    const op = { op: "draft", transcriptId: this.transcriptId, draftId: this.draftId, chunks };
+    if (!this.client._send(op)) this._finish({ error: new Error("not connected: the reply could not be written") });
+  }
+
+  _cancel() {
+    this.client._send({ op: "draft", transcriptId: this.transcriptId, draftId: this.draftId, cancel: true });
+  }
+
+  async run(stream, { expectedRevision, idempotencyKey }) {
+    const reader = chunkReader(stream);
+    const onAbort = () => this._finish({ error: this.signal.reason ?? new Error("aborted") });
+    if (this.signal) {
+      if (this.signal.aborted) onAbort();
+      else this.signal.addEventListener("abort", onAbort, { once: true });
+    }
+    let pending = null;
+    const next = () => (pending ??= reader.next());
+    let finished = false;
+    let done = false;
+    try {
+      while (this._end === null && !done && !finished) {
+        const first = await Promise.race([next(), this.ended]);
+        if (this._end !== null) break;
+        pending = null;
+        if (first.done) break;
+        const batch = [];
+        let item = first;
+        for (;;) {
+          const verdict = this._take(item.value, batch);
+          if (verdict === "finish") finished = true;
+          if (verdict !== "more" || batch.length >= MAX_BATCH) break;
+          // What the stream has ready before the next task goes in the same op.
+          const ready = await Promise.race([next(), nextTask(), this.ended]);
+          if (ready === TICK || this._end !== null) break;
+          pending = null;
+          if (ready.done) {
+            done = true;
+            break;
+          }
+          item = ready;
+        }
+        if (this._end === null && batch.length) this._send(batch);
+      }
+    } catch (err) {
+      this._finish({ error: err });
+    } finally {
+      this.signal?.removeEventListener("abort", onAbort);
+    }
+    const end = this._end;
+    if (end !== null && end.stopped) {
+      await reader.cancel("stopped by a reader");
+      return { transcriptId: this.transcriptId, revision: end.revision, stopped: true };
+    }
+    if (end !== null) {
+      await reader.cancel(end.error);
+      this._cancel();
+      throw end.error;
+    }
+    try {
+      return await this.client.append(this.transcriptId, [this.state.message()], {
+        draftId: this.draftId,
+        format: "ui",
+        expectedRevision,
+        idempotencyKey,
+      });
+    } catch (err) {
+      this._cancel();
+      throw err;
+    }
+  }
+
+  /** Fold one chunk in and add it to the batch: "more", "finish", or (an end) "end". */
+  _take(chunk, batch) {
+    const kind = chunk?.type;
+    if (kind === "abort") {
+      this._finish({ error: new Error(`the stream was aborted${chunk.reason ? `: ${chunk.reason}` : ""}`) });
+      return "end";
+    }
+    if (kind === "error") {
+      this._finish({ error: new Error(String(chunk.errorText)) });
+      return "end";
+    }
+    try {
+      this.state.apply(chunk);
+    } catch (err) {
+      this._finish({ error: err });
+      return "end";
+    }
+    batch.push(chunk);
+    return kind === "finish" ? "finish" : "more";
+  }
+}
+
+
 /**
  * One logical connection to a transcript-sync server, kept open across
  * reconnects: a driver of the Consumer core, which decides everything about
@@ -2074,6 +2226,7 @@ export class TsyncClient {
     this.core = new Consumer();
     /** ref -> {key, op, resolve, reject}, in the order the appends were made */
     this._pending = new Map();
+    this._writers = new Map(); // transcriptId -> Set of UIStreamWriter (writeUIMessageStream)
     this._listeners = new Map();
     this._ws = null;
     this._open = false;
@@ -2663,7 +2816,7 @@ export class TsyncClient {
    * connections: it is sent again on the next one with the same
    * idempotency key, so it is applied once.
    */
-  append(transcriptId, messages, { idempotencyKey, expectedRevision } = {}) {
+  append(transcriptId, messages, { idempotencyKey, expectedRevision, draftId, format } = {}) {
     if (this._closed && this.state !== "idle") {
       return Promise.reject(new Error(`client ${this.state}`));
     }
@@ -2673,6 +2826,9 @@ export class TsyncClient {
     if (expectedRevision !== undefined && expectedRevision !== null) {
       op.expectedRevision = expectedRevision;
     }
+    // draftId: the append commits that draft; format "ui": messages are AI SDK UIMessages.
+    if (draftId !== undefined && draftId !== null) op.draftId = draftId;
+    if (format !== undefined && format !== null) op.format = format;
     return new Promise((resolve, reject) => {
       this._pending.set(ref, { key, op, resolve, reject });
       this._send(op);
@@ -2681,7 +2837,64 @@ export class TsyncClient {
 
   /** The appends sent or waiting to be sent, not yet acknowledged: [{key, op}]. */
   get pendingAppends() {
-    return [...this._pending.values()].map(({ key, op }) => ({ key, op }));
+    return [...this._pending.values()].filter(({ op }) => op.op === "append").map(({ key, op }) => ({ key, op }));
+  }
+
+  /**
+   * Stop a reply someone else is writing (a draft of a transcript this
+   * client may write): the server commits what it holds as its message,
+   * marked stopped, and tells its writer. Resolves with the ack (revision:
+   * the commit's); rejects with a ServerError (draft-closed: it was not open).
+   * Sent again after a reconnect until answered.
+   */
+  stopDraft(transcriptId, draftId) {
+    if (this._closed && this.state !== "idle") {
+      return Promise.reject(new Error(`client ${this.state}`));
+    }
+    const ref = `stop:${this._newKey()}`;
+    const op = { op: "draft", transcriptId, draftId, stop: true, ref };
+    return new Promise((resolve, reject) => {
+      this._pending.set(ref, { key: null, op, resolve, reject });
+      this._send(op);
+    });
+  }
+
+  /**
+   * Pipe an AI SDK UI message stream (a ReadableStream of UIMessageChunks,
+   * as streamText(...).toUIMessageStream() returns, or any async iterable
+   * of chunks) into a draft of the transcript: draft ops with the chunks
+   * (those that arrive together in one op), folded here as the SDK folds
+   * them; at the finish chunk (or the stream's end) the reply commits as
+   * its UIMessage (append with format "ui" and the draft's id) and this
+   * resolves with the append's ack. An abort chunk, an error chunk, a chunk
+   * the fold refuses, an error of the stream, signal's abort or a refused
+   * commit cancels the draft and rejects with the reason. When a reader
+   * stops the reply (stopDraft), the stream is read no more (cancelled) and
+   * this resolves {transcriptId, revision, stopped: true}: the server
+   * committed what was written. The draft's id is draftId, else a new uuid
+   * (also the UIMessage's id until the stream's start chunk names one).
+   */
+  async writeUIMessageStream(transcriptId, stream, { draftId = null, signal = null, expectedRevision, idempotencyKey } = {}) {
+    if (this._closed && this.state !== "idle") throw new Error(`client ${this.state}`);
+    const id = draftId ?? this._newKey();
+    const writer = new UIStreamWriter(this, transcriptId, id, signal);
+    let writers = this._writers.get(transcriptId);
+    if (!writers) this._writers.set(transcriptId, (writers = new Set()));
+    writers.add(writer);
+    try {
+      return await writer.run(stream, { expectedRevision, idempotencyKey });
+    } finally {
+      writers.delete(writer);
+      if (writers.size === 0) this._writers.delete(transcriptId);
+    }
+  }
+
+  /** A ref-less error naming a transcript: its writers' draft ops were refused, or a reader stopped them. */
+  _toWriters(frame) {
+    if (frame.ref !== undefined && frame.ref !== null) return;
+    const writers = this._writers.get(frame.transcriptId);
+    if (!writers) return;
+    for (const writer of writers) writer.refused(frame);
   }
 
   // -- frames ---------------------------------------------------------------------------
@@ -2746,6 +2959,7 @@ export class TsyncClient {
         this._onAnswer(update.frame);
         break;
       case "error":
+        this._toWriters(update.frame);
         this._emit("error", update.frame);
         break;
       case "invalid":
