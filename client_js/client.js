@@ -1961,6 +1961,8 @@ const TICK = Symbol("tick");
 const nextTask = () => new Promise((resolve) => setTimeout(() => resolve(TICK), 0));
 /** At most this many chunks in one draft op. */
 const MAX_BATCH = 256;
+/** How long a writer whose op was refused as draft-closed waits for a stop's notice. */
+const STOP_NOTICE_WAIT_MS = 5000;
 
 /** A stream's reader: a ReadableStream's, else an async (or sync) iterable's iterator. */
 function chunkReader(stream) {
@@ -1992,6 +1994,8 @@ class UIStreamWriter {
     this.signal = signal;
     this.state = new UIMessageState(draftId);
     this._end = null; // {stopped, revision} | {error}
+    this._closed = false; // the server refused an op: the draft is closed
+    this._closedTimer = null;
     this._wake = null;
     this.ended = new Promise((resolve) => {
       this._wake = resolve;
@@ -2006,16 +2010,29 @@ class UIStreamWriter {
 
   /** A ref-less error about this transcript: a stop (draft-closed with a revision) or a refused op. */
   refused(frame) {
-    if (frame.code === "draft-closed" && frame.revision !== undefined && frame.revision !== null) {
-      this._finish({ stopped: true, revision: frame.revision });
-    } else {
+    if (frame.code !== "draft-closed") {
       this._finish({ error: new ServerError(frame) });
+    } else if (frame.revision !== undefined && frame.revision !== null) {
+      this._finish({ stopped: true, revision: frame.revision });
+    } else if (this._closedTimer === null) {
+      // An op refused because the draft closed: a stop closes it before its
+      // writer is told (the notice, with the revision, follows once the
+      // commit is done). Write no more; wait a while for the notice.
+      this._closed = true;
+      this._closedTimer = setTimeout(() => this._finish({ error: new ServerError(frame) }), STOP_NOTICE_WAIT_MS);
     }
   }
 
-  _send(chunks) {
+  /** Send a batch; while the client is not connected, wait for it (or for the end). */
+  async _send(chunks) {
     const op = { op: "draft", transcriptId: this.transcriptId, draftId: this.draftId, chunks };
-    if (!this.client._send(op)) this._finish({ error: new Error("not connected: the reply could not be written") });
+    while (this._end === null && !this.client._send(op)) {
+      if (this.client._closed) {
+        this._finish({ error: new Error(`client ${this.client.state}: the reply could not be written`) });
+        break;
+      }
+      await Promise.race([this.client._whenOpen(), this.ended]);
+    }
   }
 
   _cancel() {
@@ -2035,6 +2052,10 @@ class UIStreamWriter {
     let done = false;
     try {
       while (this._end === null && !done && !finished) {
+        if (this._closed) {
+          await this.ended; // the stop's notice, or the wait for it ran out
+          break;
+        }
         const first = await Promise.race([next(), this.ended]);
         if (this._end !== null) break;
         pending = null;
@@ -2055,12 +2076,13 @@ class UIStreamWriter {
           }
           item = ready;
         }
-        if (this._end === null && batch.length) this._send(batch);
+        if (this._end === null && !this._closed && batch.length) await this._send(batch);
       }
     } catch (err) {
       this._finish({ error: err });
     } finally {
       this.signal?.removeEventListener("abort", onAbort);
+      clearTimeout(this._closedTimer);
     }
     const end = this._end;
     if (end !== null && end.stopped) {
@@ -2227,6 +2249,7 @@ export class TsyncClient {
     /** ref -> {key, op, resolve, reject}, in the order the appends were made */
     this._pending = new Map();
     this._writers = new Map(); // transcriptId -> Set of UIStreamWriter (writeUIMessageStream)
+    this._openWaiters = [];
     this._listeners = new Map();
     this._ws = null;
     this._open = false;
@@ -2512,7 +2535,13 @@ export class TsyncClient {
     this.core.connectionMade();
     this._flush();
     for (const pending of this._pending.values()) this._send(pending.op);
+    for (const wake of this._openWaiters.splice(0)) wake(); // writers waiting to send
     this._startHeartbeat();
+  }
+
+  /** Resolves once the connection is open (at once when it is). */
+  _whenOpen() {
+    return this._open ? Promise.resolve() : new Promise((resolve) => this._openWaiters.push(resolve));
   }
 
   _onClose(ws, close) {
