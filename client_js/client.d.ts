@@ -706,6 +706,14 @@ export interface ClientStats {
   fallbacks: number;
 }
 
+/** What writeUIMessageStream resolves with when a reader stopped the reply. */
+export interface StoppedReply {
+  transcriptId: string;
+  /** The revision that committed what was written. */
+  revision: number;
+  stopped: true;
+}
+
 /** The ack of an append: where its messages landed. */
 export interface AppendAck extends Ack {
   start: number;
@@ -757,12 +765,40 @@ export class TsyncClient {
   mirror(transcriptId: string): ClientCopy | null;
   /** Widen the copy backwards by up to count messages; resolves with how many were added. */
   loadEarlier(transcriptId: string, count: number): Promise<number>;
-  /** Append messages, exactly once across reconnects; rejects with a ServerError. */
+  /**
+   * Append messages, exactly once across reconnects; rejects with a ServerError. draftId: the
+   * append commits that draft; format "ui": the messages are AI SDK UIMessages.
+   */
   append(
     transcriptId: string,
-    messages: MessageInput[],
-    options?: { idempotencyKey?: string; expectedRevision?: number | null },
+    messages: MessageInput[] | UIMessageLike[],
+    options?: {
+      idempotencyKey?: string;
+      expectedRevision?: number | null;
+      draftId?: string | null;
+      format?: "ui" | "openai" | "anthropic" | null;
+    },
   ): Promise<AppendAck>;
+  /**
+   * Pipe an AI SDK UI message stream (streamText(...).toUIMessageStream(), or any async iterable
+   * of UIMessageChunks) into a draft of the transcript, then commit the reply as its UIMessage
+   * (append with format "ui") and resolve with the ack. Abort and error chunks, a stream error, a
+   * chunk the fold refuses, signal's abort or a refused commit cancel the draft and reject with
+   * the reason. A reader's stopDraft ends it: the stream is cancelled and this resolves
+   * {transcriptId, revision, stopped: true} (the server committed what was written).
+   */
+  writeUIMessageStream(
+    transcriptId: string,
+    stream: ReadableStream<UIMessageChunkLike> | AsyncIterable<UIMessageChunkLike> | Iterable<UIMessageChunkLike>,
+    options?: {
+      draftId?: string | null;
+      signal?: AbortSignal | null;
+      expectedRevision?: number | null;
+      idempotencyKey?: string;
+    },
+  ): Promise<AppendAck | StoppedReply>;
+  /** Stop a reply someone else is writing: the server commits what it holds (marked stopped). */
+  stopDraft(transcriptId: string, draftId: string): Promise<AppendAck>;
   /** The appends sent or waiting to be sent, not yet acknowledged. */
   readonly pendingAppends: Array<{ key: string; op: ClientOp }>;
   /** Handle one decoded server frame (for custom transports and tests). */
