@@ -8,6 +8,8 @@
 // stop: pipe a reply that never ends (createUIMessageStream); another
 //   connection stops it once its draft shows text; print what the pipe
 //   resolved with, whether the stream was cancelled and GET .../ui-messages.
+// error, abort: a reply that ends with an error chunk, or whose signal
+//   aborts; print what the pipe rejected with and what a reader saw.
 //
 // Prints {"ready": true}, then one JSON line; exits 1 on a failure or after 20 s.
 import { createUIMessageStream, readUIMessageStream, simulateReadableStream } from "ai";
@@ -68,6 +70,39 @@ if (mode === "finish") {
   ours.applyAll(CHUNKS);
   out.ours = ours.message();
   console.log(JSON.stringify(out));
+} else if (mode === "error" || mode === "abort") {
+  const reader = new TsyncClient(url, { heartbeatMs: 0 }).connect();
+  reader.subscribe(transcriptId);
+  const drafts = [];
+  const closed = new Promise((resolve) => {
+    reader.on("draft", (event) => {
+      drafts.push({ state: event.state, n: event.n });
+      if (event.state !== "open") resolve();
+    });
+  });
+  await new Promise((resolve) => reader.on("status", ({ state }) => state === "live" && resolve()));
+  const controller = new AbortController();
+  const stream = createUIMessageStream({
+    execute: async ({ writer: w }) => {
+      w.write({ type: "start-step" });
+      w.write({ type: "text-start", id: "t" });
+      w.write({ type: "text-delta", id: "t", delta: "Let me" });
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      if (mode === "error") throw new Error("the model failed");
+      controller.abort(new Error("the user left"));
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+    },
+    onError: (error) => error.message,
+  });
+  let rejected = null;
+  try {
+    await writer.writeUIMessageStream(transcriptId, stream, { draftId: `d-${mode}`, signal: controller.signal });
+  } catch (err) {
+    rejected = err.message;
+  }
+  await closed;
+  console.log(JSON.stringify({ rejected, drafts, stored: await uiMessages() }));
+  reader.close();
 } else {
   const reader = new TsyncClient(url, { heartbeatMs: 0 }).connect();
   reader.subscribe(transcriptId);

@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -209,6 +210,12 @@ async def test_the_package_takes_the_server_url_as_the_python_client_does(instal
     assert "user:pw" not in errors[refused[-1]]
 
 
+async def ui_stream(url: str, transcript_id: str, mode: str) -> Any:
+    """What tests/js_package/node_ui_stream.mjs saw in ``mode``."""
+    async with node_script("node_ui_stream.mjs", url, transcript_id, mode, cwd=npm.PROJECT) as run:
+        return await run.finish()
+
+
 async def test_a_ui_message_stream_of_the_ai_sdk_is_piped_into_a_draft_and_committed(
     installed: Path,
 ) -> None:
@@ -217,8 +224,7 @@ async def test_a_ui_message_stream_of_the_ai_sdk_is_piped_into_a_draft_and_commi
     very UIMessage the SDK's own readUIMessageStream makes of the chunks."""
     async with running_server() as srv, client_py.connect(srv.url) as setup:
         await setup.create("ui-1", [{"role": "user", "content": "Weather in Paris?"}])
-        async with node_script("node_ui_stream.mjs", srv.url, "ui-1", "finish", cwd=npm.PROJECT) as run:
-            seen = await run.finish()
+        seen = await ui_stream(srv.url, "ui-1", "finish")
     assert seen["ack"]["transcriptId"] == "ui-1" and seen["ack"]["start"] == 1
     expected = seen["expected"]
     assert expected["id"] == "reply-1"
@@ -231,8 +237,7 @@ async def test_a_stop_from_another_connection_ends_the_pipe_with_the_partial_rep
 ) -> None:
     async with running_server() as srv, client_py.connect(srv.url) as setup:
         await setup.create("ui-2", [{"role": "user", "content": "Talk forever"}])
-        async with node_script("node_ui_stream.mjs", srv.url, "ui-2", "stop", cwd=npm.PROJECT) as run:
-            seen = await run.finish()
+        seen = await ui_stream(srv.url, "ui-2", "stop")
     result, stop = seen["result"], seen["stopAck"]
     assert result["stopped"] is True and result["transcriptId"] == "ui-2"
     assert result["revision"] == stop["revision"] == 2
@@ -244,3 +249,14 @@ async def test_a_stop_from_another_connection_ends_the_pipe_with_the_partial_rep
     assert text["text"].startswith("word word ")
     assert any(d["parts"] for d in seen["drafts"] if d["state"] == "open")  # the reader saw parts
     assert seen["drafts"][-1]["state"] == "final"
+
+
+@pytest.mark.parametrize("mode", ["error", "abort"])
+async def test_an_error_chunk_or_an_abort_cancels_the_draft_with_the_reason(mode: str) -> None:
+    async with running_server() as srv, client_py.connect(srv.url) as setup:
+        await setup.create("ui-3", [{"role": "user", "content": "hi"}])
+        seen = await ui_stream(srv.url, "ui-3", mode)
+    reason = "the model failed" if mode == "error" else "the user left"
+    assert seen["rejected"] == reason
+    assert seen["drafts"][-1]["state"] == "cancelled"  # a reader saw it end with nothing
+    assert len(seen["stored"]) == 1
