@@ -7,6 +7,8 @@
 import type { UIMessageChunkLike, UIMessageLike, UIMessageState } from "./ui_stream.js";
 
 export type { UIMessageChunkLike, UIMessageLike } from "./ui_stream.js";
+/** The AI SDK's fold of a reply with parts (also the package's "./ui-stream" entry). */
+export { UIMessageState, UIStreamError, fixJson, parsePartialJson } from "./ui_stream.js";
 
 // --- the model (docs/protocol.md section 1) -------------------------------------------
 
