@@ -2658,8 +2658,9 @@ export class StreamFaceSocket {
     if (op.expectedRevision !== undefined && op.expectedRevision !== null) body.expectedRevision = op.expectedRevision;
     if (op.draftId !== undefined && op.draftId !== null) body.draftId = op.draftId;
     try {
+      const format = op.format ? `?format=${encodeURIComponent(op.format)}` : "";
       const response = await this._request(
-        `/v1/transcripts/${encodeURIComponent(op.transcriptId)}/messages`,
+        `/v1/transcripts/${encodeURIComponent(op.transcriptId)}/messages${format}`,
         { method: "POST", headers: this._headers({ "Content-Type": "application/json" }), body: JSON.stringify(body) },
         controller.signal,
       );
@@ -2743,9 +2744,15 @@ class UIStreamWriter {
     }
   }
 
+  /** Draft ops need the WebSocket: on the HTTP fallback the reply shows when it is committed. */
+  get _live() {
+    return !(this.client._ws instanceof StreamFaceSocket);
+  }
+
   /** Send a batch; while the client is not connected, wait for it (or for the end). */
   async _send(chunks) {
     const op = { op: "draft", transcriptId: this.transcriptId, draftId: this.draftId, chunks };
+    if (this.client._open && !this._live) return;
     while (this._end === null && !this.client._send(op)) {
       if (this.client._closed) {
         this._finish({ error: new Error(`client ${this.client.state}: the reply could not be written`) });
@@ -2756,6 +2763,7 @@ class UIStreamWriter {
   }
 
   _cancel() {
+    if (!this._live) return;
     this.client._send({ op: "draft", transcriptId: this.transcriptId, draftId: this.draftId, cancel: true });
   }
 

@@ -189,8 +189,7 @@ def _draft_sequences() -> dict[str, list[dict[str, Any]]]:
     bad = {"n": 4, "delta": "", "chunks": [{"type": "text-delta", "id": "nope", "delta": "x"}]}
     return {
         "live-chunks": [_live(x) for x in f],
-        "late-joiner-replay-then-chunks": [_whole(f[6], replay=True)]
-        + [_live(x) for x in f[7:12]],
+        "late-joiner-replay-then-chunks": [_whole(f[6], replay=True)] + [_live(x) for x in f[7:12]],
         "older-and-repeated-frames-are-ignored": [
             _live(f[0]),
             _live(f[1]),
