@@ -4,6 +4,12 @@
 // example that uses every public API type-checks with `tsc --noEmit --strict`
 // and runs against a real server.
 
+import type { UIMessageChunkLike, UIMessageLike, UIMessageState } from "./ui_stream.js";
+
+export type { UIMessageChunkLike, UIMessageLike } from "./ui_stream.js";
+/** The AI SDK's fold of a reply with parts (also the package's "./ui-stream" entry). */
+export { UIMessageState, UIStreamError, fixJson, parsePartialJson } from "./ui_stream.js";
+
 // --- the model (docs/protocol.md section 1) -------------------------------------------
 
 export type Role = "user" | "assistant" | "system" | "tool" | "context";
@@ -357,7 +363,19 @@ export class DraftCopy {
   waiting: boolean;
   stale: boolean;
   finalRevision: number | null;
-  take(frame: { n: number; delta?: string | null; text?: string | null }): boolean;
+  /** A reply with parts: its fold as of update n; null for a draft of text alone. */
+  ui: UIMessageState | null;
+  /** An update's chunks were missed: message is behind until the next replay. */
+  uiBehind: boolean;
+  /** A reply with parts as the AI SDK's UIMessage (a copy); null for a draft of text alone. */
+  readonly message: UIMessageLike | null;
+  take(frame: {
+    n: number;
+    delta?: string | null;
+    text?: string | null;
+    chunks?: UIMessageChunkLike[] | null;
+    replay?: UIMessageChunkLike[] | null;
+  }): boolean;
 }
 
 export type DraftState = "open" | "final" | "cancelled" | "expired" | "gone";
@@ -631,6 +649,8 @@ export interface DraftEvent {
   delta: string | null;
   /** Its whole text now (its last text when closed). */
   text: string;
+  /** A reply with parts: its UIMessage now (its last when closed); null for text alone. */
+  message: UIMessageLike | null;
   /** With "final": the revision that committed it. */
   revision: number | null;
   mirror: ClientCopy | null;
@@ -688,6 +708,14 @@ export interface ClientStats {
   fallbacks: number;
 }
 
+/** What writeUIMessageStream resolves with when a reader stopped the reply. */
+export interface StoppedReply {
+  transcriptId: string;
+  /** The revision that committed what was written. */
+  revision: number;
+  stopped: true;
+}
+
 /** The ack of an append: where its messages landed. */
 export interface AppendAck extends Ack {
   start: number;
@@ -739,12 +767,40 @@ export class TsyncClient {
   mirror(transcriptId: string): ClientCopy | null;
   /** Widen the copy backwards by up to count messages; resolves with how many were added. */
   loadEarlier(transcriptId: string, count: number): Promise<number>;
-  /** Append messages, exactly once across reconnects; rejects with a ServerError. */
+  /**
+   * Append messages, exactly once across reconnects; rejects with a ServerError. draftId: the
+   * append commits that draft; format "ui": the messages are AI SDK UIMessages.
+   */
   append(
     transcriptId: string,
-    messages: MessageInput[],
-    options?: { idempotencyKey?: string; expectedRevision?: number | null },
+    messages: MessageInput[] | UIMessageLike[],
+    options?: {
+      idempotencyKey?: string;
+      expectedRevision?: number | null;
+      draftId?: string | null;
+      format?: "ui" | "openai" | "anthropic" | null;
+    },
   ): Promise<AppendAck>;
+  /**
+   * Pipe an AI SDK UI message stream (streamText(...).toUIMessageStream(), or any async iterable
+   * of UIMessageChunks) into a draft of the transcript, then commit the reply as its UIMessage
+   * (append with format "ui") and resolve with the ack. Abort and error chunks, a stream error, a
+   * chunk the fold refuses, signal's abort or a refused commit cancel the draft and reject with
+   * the reason. A reader's stopDraft ends it: the stream is cancelled and this resolves
+   * {transcriptId, revision, stopped: true} (the server committed what was written).
+   */
+  writeUIMessageStream(
+    transcriptId: string,
+    stream: ReadableStream<UIMessageChunkLike> | AsyncIterable<UIMessageChunkLike> | Iterable<UIMessageChunkLike>,
+    options?: {
+      draftId?: string | null;
+      signal?: AbortSignal | null;
+      expectedRevision?: number | null;
+      idempotencyKey?: string;
+    },
+  ): Promise<AppendAck | StoppedReply>;
+  /** Stop a reply someone else is writing: the server commits what it holds (marked stopped). */
+  stopDraft(transcriptId: string, draftId: string): Promise<AppendAck>;
   /** The appends sent or waiting to be sent, not yet acknowledged. */
   readonly pendingAppends: Array<{ key: string; op: ClientOp }>;
   /** Handle one decoded server frame (for custom transports and tests). */
@@ -758,6 +814,8 @@ export interface DraftSnapshot {
   readonly role: Role;
   readonly n: number;
   readonly text: string;
+  /** A reply with parts: its UIMessage as the AI SDK shows it; null for a draft of text alone. */
+  readonly message: UIMessageLike | null;
 }
 
 /** What a UI renders of one transcript; the same object until something changed. */

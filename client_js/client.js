@@ -909,6 +909,729 @@ function barrierNumber(ref) {
   return null;
 }
 
+// --- replies with parts: the AI SDK's fold --------------------------------------------
+//
+// A port of protocol/ui_stream.py (UIMessageState.apply and its handlers,
+// message()) and protocol/partial_json.py (fixJson, parsePartialJson), which
+// are themselves a port of the fold of the AI SDK's readUIMessageStream; the
+// three are held to one another by the shared case files
+// tests/cases/ui_stream/*.json. Not ported: the compacted log and the dry
+// run (check), which only the server needs. A chunk the SDK would refuse
+// throws UIStreamError. Also the package's "@transcript-sync/client/ui-stream"
+// entry (ui_stream.js re-exports it). Here, not in ui_stream.js, because the
+// server serves this file alone at /v1/client.js, where a relative import of
+// ./ui_stream.js would not be found.
+
+/** A chunk that does not fit the stream so far (the SDK's UIMessageStreamError). */
+export class UIStreamError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "UIStreamError";
+  }
+}
+
+// partial JSON
+
+const DIGITS = "0123456789";
+const HEX = "0123456789abcdefABCDEF";
+
+/**
+ * The SDK's fixJson: the longest valid prefix of partial JSON text, closed
+ * (strings, arrays, objects, literals) so that it parses.
+ */
+export function fixJson(text) {
+  const stack = ["ROOT"];
+  let lastValid = -1;
+  let literalStart = 0;
+  let unicodeDigits = 0;
+  const top = () => (stack.length ? stack[stack.length - 1] : null);
+  const setTop = (s) => {
+    stack[stack.length - 1] = s;
+  };
+
+  const valueStart = (char, i, swap) => {
+    if (char === '"') {
+      lastValid = i;
+      setTop(swap);
+      stack.push("INSIDE_STRING");
+    } else if (char === "f" || char === "t" || char === "n") {
+      lastValid = i;
+      literalStart = i;
+      setTop(swap);
+      stack.push("INSIDE_LITERAL");
+    } else if (char === "-") {
+      setTop(swap);
+      stack.push("INSIDE_NUMBER");
+    } else if (DIGITS.includes(char)) {
+      lastValid = i;
+      setTop(swap);
+      stack.push("INSIDE_NUMBER");
+    } else if (char === "{") {
+      lastValid = i;
+      setTop(swap);
+      stack.push("INSIDE_OBJECT_START");
+    } else if (char === "[") {
+      lastValid = i;
+      setTop(swap);
+      stack.push("INSIDE_ARRAY_START");
+    }
+  };
+  const afterObjectValue = (char, i) => {
+    if (char === ",") setTop("INSIDE_OBJECT_AFTER_COMMA");
+    else if (char === "}") {
+      lastValid = i;
+      stack.pop();
+    }
+  };
+  const afterArrayValue = (char, i) => {
+    if (char === ",") setTop("INSIDE_ARRAY_AFTER_COMMA");
+    else if (char === "]") {
+      lastValid = i;
+      stack.pop();
+    }
+  };
+
+  for (let i = 0; i < text.length; i++) {
+    const char = text[i];
+    switch (top()) {
+      case "ROOT":
+        valueStart(char, i, "FINISH");
+        break;
+      case "INSIDE_OBJECT_START":
+        if (char === '"') setTop("INSIDE_OBJECT_KEY");
+        else if (char === "}") {
+          lastValid = i;
+          stack.pop();
+        }
+        break;
+      case "INSIDE_OBJECT_AFTER_COMMA":
+        if (char === '"') setTop("INSIDE_OBJECT_KEY");
+        break;
+      case "INSIDE_OBJECT_KEY":
+        if (char === '"') setTop("INSIDE_OBJECT_AFTER_KEY");
+        break;
+      case "INSIDE_OBJECT_AFTER_KEY":
+        if (char === ":") setTop("INSIDE_OBJECT_BEFORE_VALUE");
+        break;
+      case "INSIDE_OBJECT_BEFORE_VALUE":
+        valueStart(char, i, "INSIDE_OBJECT_AFTER_VALUE");
+        break;
+      case "INSIDE_OBJECT_AFTER_VALUE":
+        afterObjectValue(char, i);
+        break;
+      case "INSIDE_STRING":
+        if (char === '"') {
+          stack.pop();
+          lastValid = i;
+        } else if (char === "\\") {
+          stack.push("INSIDE_STRING_ESCAPE");
+        } else {
+          lastValid = i;
+        }
+        break;
+      case "INSIDE_ARRAY_START":
+        if (char === "]") {
+          lastValid = i;
+          stack.pop();
+        } else {
+          valueStart(char, i, "INSIDE_ARRAY_AFTER_VALUE");
+        }
+        break;
+      case "INSIDE_ARRAY_AFTER_VALUE":
+        if (char === ",") setTop("INSIDE_ARRAY_AFTER_COMMA");
+        else if (char === "]") {
+          lastValid = i;
+          stack.pop();
+        } else {
+          lastValid = i;
+        }
+        break;
+      case "INSIDE_ARRAY_AFTER_COMMA":
+        valueStart(char, i, "INSIDE_ARRAY_AFTER_VALUE");
+        break;
+      case "INSIDE_STRING_ESCAPE":
+        stack.pop();
+        if (char === "u") {
+          unicodeDigits = 0;
+          stack.push("INSIDE_STRING_UNICODE_ESCAPE");
+        } else {
+          lastValid = i;
+        }
+        break;
+      case "INSIDE_STRING_UNICODE_ESCAPE":
+        if (HEX.includes(char)) {
+          unicodeDigits += 1;
+          if (unicodeDigits === 4) {
+            stack.pop();
+            lastValid = i;
+          }
+        }
+        break;
+      case "INSIDE_NUMBER":
+        if (DIGITS.includes(char)) {
+          lastValid = i;
+        } else if ("eE-.".includes(char)) {
+          // part of the number, not yet valid
+        } else if (char === ",") {
+          stack.pop();
+          if (top() === "INSIDE_ARRAY_AFTER_VALUE") afterArrayValue(char, i);
+          if (top() === "INSIDE_OBJECT_AFTER_VALUE") afterObjectValue(char, i);
+        } else if (char === "}") {
+          stack.pop();
+          if (top() === "INSIDE_OBJECT_AFTER_VALUE") afterObjectValue(char, i);
+        } else if (char === "]") {
+          stack.pop();
+          if (top() === "INSIDE_ARRAY_AFTER_VALUE") afterArrayValue(char, i);
+        } else {
+          stack.pop();
+        }
+        break;
+      case "INSIDE_LITERAL": {
+        const partial = text.slice(literalStart, i + 1);
+        if (!["false", "true", "null"].some((word) => word.startsWith(partial))) {
+          stack.pop();
+          if (top() === "INSIDE_OBJECT_AFTER_VALUE") afterObjectValue(char, i);
+          else if (top() === "INSIDE_ARRAY_AFTER_VALUE") afterArrayValue(char, i);
+        } else {
+          lastValid = i;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  let result = text.slice(0, lastValid + 1);
+  for (let k = stack.length - 1; k >= 0; k--) {
+    const state = stack[k];
+    if (state === "INSIDE_STRING") result += '"';
+    else if (
+      state === "INSIDE_OBJECT_KEY" ||
+      state === "INSIDE_OBJECT_AFTER_KEY" ||
+      state === "INSIDE_OBJECT_AFTER_COMMA" ||
+      state === "INSIDE_OBJECT_START" ||
+      state === "INSIDE_OBJECT_BEFORE_VALUE" ||
+      state === "INSIDE_OBJECT_AFTER_VALUE"
+    ) {
+      result += "}";
+    } else if (state === "INSIDE_ARRAY_START" || state === "INSIDE_ARRAY_AFTER_COMMA" || state === "INSIDE_ARRAY_AFTER_VALUE") {
+      result += "]";
+    } else if (state === "INSIDE_LITERAL") {
+      const partial = text.slice(literalStart);
+      for (const word of ["true", "false", "null"]) {
+        if (word.startsWith(partial)) {
+          result += word.slice(partial.length);
+          break;
+        }
+      }
+    }
+  }
+  return result;
+}
+
+/**
+ * The SDK's parsePartialJson(text).value: the text parsed, else its fixJson
+ * repair parsed, else undefined.
+ */
+export function parsePartialJson(text) {
+  for (const candidate of [text, fixJson(text)]) {
+    try {
+      return JSON.parse(candidate);
+    } catch {
+      // try the repair, then give up
+    }
+  }
+  return undefined;
+}
+
+// the fold
+
+const jsonCopy = (v) => (v === undefined ? undefined : JSON.parse(JSON.stringify(v)));
+
+/** The SDK's mergeObjects: a deep merge of plain objects. */
+function mergeObjects(base, overrides) {
+  if (base === undefined && overrides === undefined) return undefined;
+  if (base === undefined) return overrides;
+  if (overrides === undefined) return base;
+  const result = { ...base };
+  for (const [key, value] of Object.entries(overrides)) {
+    if (key === "__proto__" || key === "constructor" || key === "prototype" || value === undefined) continue;
+    const baseValue = base[key];
+    if (isObject(value) && isObject(baseValue)) result[key] = mergeObjects(baseValue, value);
+    else result[key] = value;
+  }
+  return result;
+}
+
+const isTool = (part) => part.type.startsWith("tool-") || part.type === "dynamic-tool";
+const isStaticTool = (part) => part.type.startsWith("tool-");
+const staticName = (part) => part.type.split("-").slice(1).join("-");
+const RESULT_STATES = ["output-available", "output-error"];
+
+/** The fields each chunk type must carry as strings (the SDK's schema; the fold reads them). */
+const REQUIRED = {
+  "text-start": ["id"],
+  "text-delta": ["id", "delta"],
+  "text-end": ["id"],
+  "reasoning-start": ["id"],
+  "reasoning-delta": ["id", "delta"],
+  "reasoning-end": ["id"],
+  custom: ["kind"],
+  error: ["errorText"],
+  "tool-input-start": ["toolCallId", "toolName"],
+  "tool-input-delta": ["toolCallId", "inputTextDelta"],
+  "tool-input-available": ["toolCallId", "toolName"],
+  "tool-input-error": ["toolCallId", "toolName", "errorText"],
+  "tool-approval-request": ["approvalId", "toolCallId"],
+  "tool-approval-response": ["approvalId"],
+  "tool-output-available": ["toolCallId"],
+  "tool-output-error": ["toolCallId", "errorText"],
+  "tool-output-denied": ["toolCallId"],
+  "source-url": ["sourceId", "url"],
+  "source-document": ["sourceId", "mediaType", "title"],
+  file: ["url", "mediaType"],
+  "reasoning-file": ["url", "mediaType"],
+  "steering-message": ["id"],
+};
+
+/**
+ * One assistant UIMessage being streamed, as readUIMessageStream builds it
+ * from the chunks (with resetStateOnMessageIdChange). Port of
+ * protocol.ui_stream.UIMessageState (without its compacted log).
+ */
+export class UIMessageState {
+  constructor(messageId = "") {
+    this._reset(messageId);
+    this.finishReason = undefined;
+  }
+
+  _reset(messageId) {
+    this.msg = { id: messageId, metadata: undefined, role: "assistant", parts: [] };
+    this.activeText = new Map();
+    this.activeReasoning = new Map();
+    this.partialTools = new Map();
+  }
+
+  get id() {
+    return String(this.msg.id);
+  }
+
+  get parts() {
+    return this.msg.parts;
+  }
+
+  /** The message as the SDK shows it now (a copy, JSON-ready: keys set to undefined left out). */
+  message() {
+    return JSON.parse(JSON.stringify(this.msg));
+  }
+
+  /**
+   * Fold one chunk in (a copy of it). True when the SDK would show a new
+   * state of the message for it (not for start-step, finish-step, abort,
+   * error, a transient data part, nor a start, finish or message-metadata
+   * that changed nothing). Throws UIStreamError for a chunk that does not fit.
+   */
+  apply(chunk) {
+    if (!isObject(chunk) || typeof chunk.type !== "string") {
+      throw new UIStreamError("a chunk is an object with a string type");
+    }
+    const kind = chunk.type;
+    for (const key of REQUIRED[kind] ?? []) {
+      if (typeof chunk[key] !== "string") throw new UIStreamError(`a ${kind} chunk needs ${key} (a string)`);
+    }
+    const own = jsonCopy(chunk);
+    const handler = Object.hasOwn(HANDLERS, kind) ? HANDLERS[kind] : undefined;
+    if (handler !== undefined) return handler(this, own) !== false;
+    if (kind.startsWith("data-")) return this._data(own);
+    // Any other type (abort, error and what a newer SDK adds) changes nothing.
+    return false;
+  }
+
+  /** Fold chunks in, in order; true when any would show a new state. */
+  applyAll(chunks) {
+    let shown = false;
+    for (const chunk of chunks) shown = this.apply(chunk) || shown;
+    return shown;
+  }
+
+  // -- helpers, named as the SDK's --
+
+  _stepParts() {
+    const parts = this.parts;
+    let start = parts.length - 1;
+    while (start >= 0 && parts[start].type !== "step-start") start -= 1;
+    return parts.slice(start + 1);
+  }
+
+  _toolInvocation(callId) {
+    for (const part of this._stepParts()) {
+      if (isTool(part) && part.toolCallId === callId) return part;
+    }
+    for (let k = this.parts.length - 1; k >= 0; k--) {
+      const earlier = this.parts[k];
+      if (isTool(earlier) && earlier.toolCallId === callId) return earlier;
+    }
+    throw new UIStreamError(`No tool invocation found for tool call ID "${callId}".`);
+  }
+
+  _updateTool(options, existing, dynamic) {
+    let part = existing;
+    if (part === null) {
+      part =
+        this._stepParts().find(
+          (c) => (dynamic ? c.type === "dynamic-tool" : isStaticTool(c)) && c.toolCallId === options.toolCallId,
+        ) ?? null;
+    }
+    const state = options.state;
+    const providerMetadata = options.providerMetadata;
+    if (part !== null) {
+      part.state = state;
+      if (dynamic) part.toolName = options.toolName;
+      else part.type = `tool-${options.toolName}`;
+      part.input = options.input;
+      part.output = options.output;
+      part.errorText = options.errorText;
+      part.rawInput = options.rawInput;
+      if (options.inputEncoding != null) part.inputEncoding = options.inputEncoding;
+      else delete part.inputEncoding;
+      part.preliminary = options.preliminary;
+      if (options.title !== undefined) part.title = options.title;
+      if (options.toolMetadata !== undefined) part.toolMetadata = options.toolMetadata;
+      part.providerExecuted = options.providerExecuted ?? part.providerExecuted;
+      if (providerMetadata != null) {
+        part[RESULT_STATES.includes(state) ? "resultProviderMetadata" : "callProviderMetadata"] = providerMetadata;
+      }
+      return;
+    }
+    const created = dynamic ? { type: "dynamic-tool", toolName: options.toolName } : { type: `tool-${options.toolName}` };
+    created.toolCallId = options.toolCallId;
+    created.state = state;
+    created.title = options.title;
+    if (options.toolMetadata !== undefined) created.toolMetadata = options.toolMetadata;
+    created.input = options.input;
+    if (options.inputEncoding != null) created.inputEncoding = options.inputEncoding;
+    created.output = options.output;
+    if (!dynamic) created.rawInput = options.rawInput; // the SDK's new dynamic part has no rawInput
+    created.errorText = options.errorText;
+    created.providerExecuted = options.providerExecuted;
+    created.preliminary = options.preliminary;
+    if (providerMetadata != null) {
+      created[RESULT_STATES.includes(state) ? "resultProviderMetadata" : "callProviderMetadata"] = providerMetadata;
+    }
+    this.parts.push(created);
+  }
+
+  _metadata(metadata) {
+    if (metadata == null) return false;
+    const current = this.msg.metadata;
+    this.msg.metadata = current != null ? mergeObjects(current, metadata) : metadata;
+    return true;
+  }
+
+  // -- the chunks --
+
+  _textStart(chunk) {
+    const part = { type: "text", text: "", providerMetadata: chunk.providerMetadata, state: "streaming" };
+    this.activeText.set(chunk.id, part);
+    this.parts.push(part);
+  }
+
+  _textDelta(chunk) {
+    const part = this.activeText.get(chunk.id);
+    if (part === undefined) throw new UIStreamError(`Received text-delta for missing text part with ID "${chunk.id}".`);
+    part.text += String(chunk.delta ?? "");
+    part.providerMetadata = chunk.providerMetadata ?? part.providerMetadata;
+  }
+
+  _textEnd(chunk) {
+    const part = this.activeText.get(chunk.id);
+    if (part === undefined) throw new UIStreamError(`Received text-end for missing text part with ID "${chunk.id}".`);
+    part.state = "done";
+    if (chunk.citations != null) part.citations = chunk.citations;
+    part.providerMetadata = chunk.providerMetadata ?? part.providerMetadata;
+    this.activeText.delete(chunk.id);
+  }
+
+  _custom(chunk) {
+    this.parts.push({ type: "custom", kind: chunk.kind, providerMetadata: chunk.providerMetadata });
+  }
+
+  _reasoningStart(chunk) {
+    const part = { type: "reasoning", id: chunk.id, text: "", providerMetadata: chunk.providerMetadata, state: "streaming" };
+    this.activeReasoning.set(chunk.id, part);
+    this.parts.push(part);
+  }
+
+  _reasoningDelta(chunk) {
+    const part = this.activeReasoning.get(chunk.id);
+    if (part === undefined) {
+      throw new UIStreamError(`Received reasoning-delta for missing reasoning part with ID "${chunk.id}".`);
+    }
+    part.text += String(chunk.delta ?? "");
+    part.providerMetadata = chunk.providerMetadata ?? part.providerMetadata;
+  }
+
+  _reasoningEnd(chunk) {
+    const part = this.activeReasoning.get(chunk.id);
+    if (part === undefined) {
+      throw new UIStreamError(`Received reasoning-end for missing reasoning part with ID "${chunk.id}".`);
+    }
+    part.providerMetadata = chunk.providerMetadata ?? part.providerMetadata;
+    part.state = "done";
+    this.activeReasoning.delete(chunk.id);
+  }
+
+  _file(chunk) {
+    const part = { type: chunk.type, mediaType: chunk.mediaType, url: chunk.url };
+    if (chunk.providerMetadata != null) part.providerMetadata = chunk.providerMetadata;
+    this.parts.push(part);
+  }
+
+  _sourceUrl(chunk) {
+    this.parts.push({
+      type: "source-url",
+      sourceId: chunk.sourceId,
+      url: chunk.url,
+      title: chunk.title,
+      providerMetadata: chunk.providerMetadata,
+    });
+  }
+
+  _sourceDocument(chunk) {
+    this.parts.push({
+      type: "source-document",
+      sourceId: chunk.sourceId,
+      mediaType: chunk.mediaType,
+      title: chunk.title,
+      filename: chunk.filename,
+      providerMetadata: chunk.providerMetadata,
+    });
+  }
+
+  _toolInputStart(chunk) {
+    const statics = this._stepParts().filter(isStaticTool);
+    const dynamic = Boolean(chunk.dynamic);
+    this.partialTools.set(chunk.toolCallId, {
+      text: "",
+      inputEncoding: chunk.inputEncoding,
+      toolName: chunk.toolName,
+      index: statics.length,
+      dynamic,
+      title: chunk.title,
+      toolMetadata: chunk.toolMetadata,
+    });
+    this._updateTool(
+      {
+        toolCallId: chunk.toolCallId,
+        toolName: chunk.toolName,
+        state: "input-streaming",
+        inputEncoding: chunk.inputEncoding,
+        input: undefined,
+        providerExecuted: chunk.providerExecuted,
+        title: chunk.title,
+        toolMetadata: chunk.toolMetadata,
+        providerMetadata: chunk.providerMetadata,
+      },
+      null,
+      dynamic,
+    );
+  }
+
+  _toolInputDelta(chunk) {
+    const partial = this.partialTools.get(chunk.toolCallId);
+    if (partial === undefined) {
+      throw new UIStreamError(`Received tool-input-delta for missing tool call with ID "${chunk.toolCallId}".`);
+    }
+    partial.text += String(chunk.inputTextDelta ?? "");
+    const args = partial.inputEncoding === "text" ? partial.text : parsePartialJson(partial.text);
+    this._updateTool(
+      {
+        toolCallId: chunk.toolCallId,
+        toolName: partial.toolName,
+        state: "input-streaming",
+        inputEncoding: partial.inputEncoding,
+        input: args,
+        rawInput: partial.text,
+        title: partial.title,
+        toolMetadata: partial.toolMetadata,
+      },
+      null,
+      partial.dynamic,
+    );
+  }
+
+  _toolInputAvailable(chunk) {
+    this._updateTool(
+      {
+        toolCallId: chunk.toolCallId,
+        toolName: chunk.toolName,
+        state: "input-available",
+        input: chunk.input,
+        providerExecuted: chunk.providerExecuted,
+        providerMetadata: chunk.providerMetadata,
+        title: chunk.title,
+        toolMetadata: chunk.toolMetadata,
+      },
+      null,
+      Boolean(chunk.dynamic),
+    );
+  }
+
+  _toolInputError(chunk) {
+    const existing = this._stepParts().find((p) => isTool(p) && p.toolCallId === chunk.toolCallId);
+    const dynamic = existing ? existing.type === "dynamic-tool" : Boolean(chunk.dynamic);
+    this._updateTool(
+      {
+        toolCallId: chunk.toolCallId,
+        toolName: chunk.toolName,
+        state: "output-error",
+        input: chunk.input,
+        errorText: chunk.errorText,
+        providerExecuted: chunk.providerExecuted,
+        providerMetadata: chunk.providerMetadata,
+        toolMetadata: chunk.toolMetadata,
+      },
+      null,
+      dynamic,
+    );
+  }
+
+  _approvalRequest(chunk) {
+    const part = this._toolInvocation(chunk.toolCallId);
+    part.state = "approval-requested";
+    const approval = { id: chunk.approvalId };
+    if (chunk.approvalDescriptor != null) approval.descriptor = chunk.approvalDescriptor;
+    if (Object.hasOwn(chunk, "inputSchemaInput")) approval.inputSchemaInput = chunk.inputSchemaInput;
+    if (chunk.reason != null) approval.requestReason = chunk.reason;
+    if (chunk.isAutomatic === true) approval.isAutomatic = true;
+    if (chunk.signature != null) approval.signature = chunk.signature;
+    part.approval = approval;
+  }
+
+  _approvalResponse(chunk) {
+    const approvalId = chunk.approvalId;
+    const part = this.parts.find((p) => isTool(p) && isObject(p.approval) && p.approval.id === approvalId);
+    if (part === undefined) throw new UIStreamError(`No tool invocation found for approval ID "${approvalId}".`);
+    const approval = { ...(part.approval || { id: approvalId }) };
+    approval.id = approvalId;
+    approval.approved = chunk.approved;
+    if (chunk.reason != null) approval.reason = chunk.reason;
+    part.state = "approval-responded";
+    part.approval = approval;
+    if (chunk.providerExecuted != null) part.providerExecuted = chunk.providerExecuted;
+    if (chunk.providerMetadata != null) part.callProviderMetadata = chunk.providerMetadata;
+  }
+
+  _outputDenied(chunk) {
+    this._toolInvocation(chunk.toolCallId).state = "output-denied";
+  }
+
+  _output(chunk, state) {
+    const part = this._toolInvocation(chunk.toolCallId);
+    const dynamic = part.type === "dynamic-tool";
+    const options = {
+      toolCallId: chunk.toolCallId,
+      toolName: dynamic ? part.toolName : staticName(part),
+      state,
+      input: part.input,
+      providerExecuted: chunk.providerExecuted,
+      providerMetadata: chunk.providerMetadata,
+      title: part.title,
+      toolMetadata: chunk.toolMetadata ?? part.toolMetadata,
+    };
+    if (state === "output-available") {
+      options.output = chunk.output;
+      options.preliminary = chunk.preliminary;
+    } else {
+      options.errorText = chunk.errorText;
+      if (!dynamic) options.rawInput = part.rawInput;
+    }
+    this._updateTool(options, part, dynamic);
+  }
+
+  _steering(chunk) {
+    this.parts.push({ type: "steering-message", id: chunk.id, parts: chunk.parts });
+  }
+
+  _startStep() {
+    this.parts.push({ type: "step-start" });
+    return false;
+  }
+
+  _resetStep() {
+    const step = this._stepParts();
+    this.activeText = new Map();
+    this.activeReasoning = new Map();
+    this.partialTools = new Map();
+    if (step.length) this.parts.splice(this.parts.length - step.length);
+    return step.length > 0;
+  }
+
+  _start(chunk) {
+    const messageId = chunk.messageId;
+    if (messageId != null && messageId !== this.msg.id) {
+      this._reset(messageId);
+      this.finishReason = undefined;
+    }
+    if (messageId != null) this.msg.id = messageId;
+    return this._metadata(chunk.messageMetadata) || messageId != null;
+  }
+
+  _finish(chunk) {
+    if (chunk.finishReason != null) this.finishReason = chunk.finishReason;
+    return this._metadata(chunk.messageMetadata);
+  }
+
+  _messageMetadata(chunk) {
+    return this._metadata(chunk.messageMetadata);
+  }
+
+  _data(chunk) {
+    if (chunk.transient) return false;
+    const chunkId = chunk.id;
+    if (chunkId != null) {
+      for (const part of this.parts) {
+        if (part.type === chunk.type && part.id === chunkId) {
+          part.data = chunk.data;
+          return true;
+        }
+      }
+    }
+    this.parts.push(chunk);
+    return true;
+  }
+}
+
+const HANDLERS = {
+  "text-start": (s, c) => s._textStart(c),
+  "text-delta": (s, c) => s._textDelta(c),
+  "text-end": (s, c) => s._textEnd(c),
+  custom: (s, c) => s._custom(c),
+  "reasoning-start": (s, c) => s._reasoningStart(c),
+  "reasoning-delta": (s, c) => s._reasoningDelta(c),
+  "reasoning-end": (s, c) => s._reasoningEnd(c),
+  file: (s, c) => s._file(c),
+  "reasoning-file": (s, c) => s._file(c),
+  "source-url": (s, c) => s._sourceUrl(c),
+  "source-document": (s, c) => s._sourceDocument(c),
+  "tool-input-start": (s, c) => s._toolInputStart(c),
+  "tool-input-delta": (s, c) => s._toolInputDelta(c),
+  "tool-input-available": (s, c) => s._toolInputAvailable(c),
+  "tool-input-error": (s, c) => s._toolInputError(c),
+  "tool-approval-request": (s, c) => s._approvalRequest(c),
+  "tool-approval-response": (s, c) => s._approvalResponse(c),
+  "tool-output-denied": (s, c) => s._outputDenied(c),
+  "tool-output-available": (s, c) => s._output(c, "output-available"),
+  "tool-output-error": (s, c) => s._output(c, "output-error"),
+  "steering-message": (s, c) => s._steering(c),
+  "start-step": (s) => s._startStep(),
+  "reset-step": (s) => s._resetStep(),
+  start: (s, c) => s._start(c),
+  finish: (s, c) => s._finish(c),
+  "message-metadata": (s, c) => s._messageMetadata(c),
+};
+
 // --- drafts ---------------------------------------------------------------------------
 
 /**
@@ -916,7 +1639,10 @@ function barrierNumber(ref) {
  * delta whose n is n + 1 is appended, a newer text replaces, anything older
  * is ignored, a delta past n + 1 makes it wait for the next text (waiting);
  * stale after a resubscribe until a text refreshes it; finalRevision while a
- * final waits for the transcript's copy to reach its revision.
+ * final waits for the transcript's copy to reach its revision. A reply with
+ * parts also folds the frames' chunks (update n + 1) and replay (the whole
+ * reply) into message, its UIMessage; uiBehind when an update's chunks were
+ * missed, until the next replay (tests/cases/ui_stream/drafts.json).
  */
 export class DraftCopy {
   constructor(draftId, role) {
@@ -927,13 +1653,26 @@ export class DraftCopy {
     this.waiting = false;
     this.stale = false;
     this.finalRevision = null;
+    /**
+     * A reply with parts: its UIMessageState as of update n (folded from
+     * the frames' chunks and replay); null for a draft of text alone.
+     * uiBehind: an update's chunks were missed; the next replay mends it.
+     */
+    this.ui = null;
+    this.uiBehind = false;
   }
 
-  /** Apply an open draft's frame; true when the text changed. */
+  /** A reply with parts as the AI SDK's UIMessage (a copy), null for a draft of text alone. */
+  get message() {
+    return this.ui === null ? null : this.ui.message();
+  }
+
+  /** Apply an open draft's frame; true when the text (or a reply's parts) changed. */
   take(frame) {
     if (frame.text !== undefined && frame.text !== null) {
       if (frame.n >= this.n) this.stale = false; // the server still has it
       if (frame.n <= this.n) return false;
+      this._takeParts(frame, frame.n === this.n + 1);
       this.text = frame.text;
       this.n = frame.n;
       this.waiting = false;
@@ -944,8 +1683,35 @@ export class DraftCopy {
       this.waiting = true; // missed updates: wait for the next text
       return false;
     }
+    this._takeParts(frame, true);
     this.text += frame.delta;
     this.n = frame.n;
+    return true;
+  }
+
+  /** Fold a frame's replay (a new reply) or chunks (update n + 1 when follows) into the reply. */
+  _takeParts(frame, follows) {
+    if (Array.isArray(frame.replay)) {
+      this.ui = new UIMessageState(this.draftId);
+      this.uiBehind = !this._fold(frame.replay);
+      return;
+    }
+    if (!Array.isArray(frame.chunks)) return;
+    if (this.ui === null) {
+      this.ui = new UIMessageState(this.draftId);
+      this.uiBehind = this.n > 0; // parts began in an update this copy missed
+    }
+    if (!follows) this.uiBehind = true;
+    else if (!this.uiBehind) this.uiBehind = !this._fold(frame.chunks);
+  }
+
+  _fold(chunks) {
+    try {
+      this.ui.applyAll(chunks);
+    } catch (err) {
+      if (err instanceof UIStreamError) return false; // not what the server folded: wait for its replay
+      throw err;
+    }
     return true;
   }
 }
@@ -1101,6 +1867,7 @@ export class Subscription {
       state,
       revision,
       text: draft.text,
+      message: draft.message,
     };
   }
 
@@ -1891,8 +2658,9 @@ export class StreamFaceSocket {
     if (op.expectedRevision !== undefined && op.expectedRevision !== null) body.expectedRevision = op.expectedRevision;
     if (op.draftId !== undefined && op.draftId !== null) body.draftId = op.draftId;
     try {
+      const format = op.format ? `?format=${encodeURIComponent(op.format)}` : "";
       const response = await this._request(
-        `/v1/transcripts/${encodeURIComponent(op.transcriptId)}/messages`,
+        `/v1/transcripts/${encodeURIComponent(op.transcriptId)}/messages${format}`,
         { method: "POST", headers: this._headers({ "Content-Type": "application/json" }), body: JSON.stringify(body) },
         controller.signal,
       );
@@ -1908,6 +2676,187 @@ export class StreamFaceSocket {
     }
   }
 }
+
+const TICK = Symbol("tick");
+/** A macrotask later: the chunks a stream has ready before it go out in one op. */
+const nextTask = () => new Promise((resolve) => setTimeout(() => resolve(TICK), 0));
+/** At most this many chunks in one draft op. */
+const MAX_BATCH = 256;
+/** How long a writer whose op was refused as draft-closed waits for a stop's notice. */
+const STOP_NOTICE_WAIT_MS = 5000;
+
+/** A stream's reader: a ReadableStream's, else an async (or sync) iterable's iterator. */
+function chunkReader(stream) {
+  if (stream && typeof stream.getReader === "function") {
+    const reader = stream.getReader();
+    return { next: () => reader.read(), cancel: (reason) => reader.cancel(reason).catch(() => {}) };
+  }
+  const iterable = stream?.[Symbol.asyncIterator] ? stream : stream?.[Symbol.iterator] ? stream : null;
+  if (iterable === null) throw new TypeError("stream: a ReadableStream or an (async) iterable of UIMessageChunks");
+  const it = stream[Symbol.asyncIterator] ? stream[Symbol.asyncIterator]() : stream[Symbol.iterator]();
+  return {
+    next: async () => it.next(),
+    cancel: async () => {
+      try {
+        await it.return?.();
+      } catch {
+        // the iterator's own cleanup failed: nothing more to do
+      }
+    },
+  };
+}
+
+/** One writeUIMessageStream: reads the chunks, folds them, sends them, commits or cancels. */
+class UIStreamWriter {
+  constructor(client, transcriptId, draftId, signal) {
+    this.client = client;
+    this.transcriptId = transcriptId;
+    this.draftId = draftId;
+    this.signal = signal;
+    this.state = new UIMessageState(draftId);
+    this._end = null; // {stopped, revision} | {error}
+    this._closed = false; // the server refused an op: the draft is closed
+    this._closedTimer = null;
+    this._wake = null;
+    this.ended = new Promise((resolve) => {
+      this._wake = resolve;
+    });
+  }
+
+  _finish(end) {
+    if (this._end !== null) return;
+    this._end = end;
+    this._wake(end);
+  }
+
+  /** A ref-less error about this transcript: a stop (draft-closed with a revision) or a refused op. */
+  refused(frame) {
+    if (frame.code !== "draft-closed") {
+      this._finish({ error: new ServerError(frame) });
+    } else if (frame.revision !== undefined && frame.revision !== null) {
+      this._finish({ stopped: true, revision: frame.revision });
+    } else if (this._closedTimer === null) {
+      // An op refused because the draft closed: a stop closes it before its
+      // writer is told (the notice, with the revision, follows once the
+      // commit is done). Write no more; wait a while for the notice.
+      this._closed = true;
+      this._closedTimer = setTimeout(() => this._finish({ error: new ServerError(frame) }), STOP_NOTICE_WAIT_MS);
+    }
+  }
+
+  /** Draft ops need the WebSocket: on the HTTP fallback the reply shows when it is committed. */
+  get _live() {
+    return !(this.client._ws instanceof StreamFaceSocket);
+  }
+
+  /** Send a batch; while the client is not connected, wait for it (or for the end). */
+  async _send(chunks) {
+    const op = { op: "draft", transcriptId: this.transcriptId, draftId: this.draftId, chunks };
+    if (this.client._open && !this._live) return;
+    while (this._end === null && !this.client._send(op)) {
+      if (this.client._closed) {
+        this._finish({ error: new Error(`client ${this.client.state}: the reply could not be written`) });
+        break;
+      }
+      await Promise.race([this.client._whenOpen(), this.ended]);
+    }
+  }
+
+  _cancel() {
+    if (!this._live) return;
+    this.client._send({ op: "draft", transcriptId: this.transcriptId, draftId: this.draftId, cancel: true });
+  }
+
+  async run(stream, { expectedRevision, idempotencyKey }) {
+    const reader = chunkReader(stream);
+    const onAbort = () => this._finish({ error: this.signal.reason ?? new Error("aborted") });
+    if (this.signal) {
+      if (this.signal.aborted) onAbort();
+      else this.signal.addEventListener("abort", onAbort, { once: true });
+    }
+    let pending = null;
+    const next = () => (pending ??= reader.next());
+    let finished = false;
+    let done = false;
+    try {
+      while (this._end === null && !done && !finished) {
+        if (this._closed) {
+          await this.ended; // the stop's notice, or the wait for it ran out
+          break;
+        }
+        const first = await Promise.race([next(), this.ended]);
+        if (this._end !== null) break;
+        pending = null;
+        if (first.done) break;
+        const batch = [];
+        let item = first;
+        for (;;) {
+          const verdict = this._take(item.value, batch);
+          if (verdict === "finish") finished = true;
+          if (verdict !== "more" || batch.length >= MAX_BATCH) break;
+          // What the stream has ready before the next task goes in the same op.
+          const ready = await Promise.race([next(), nextTask(), this.ended]);
+          if (ready === TICK || this._end !== null) break;
+          pending = null;
+          if (ready.done) {
+            done = true;
+            break;
+          }
+          item = ready;
+        }
+        if (this._end === null && !this._closed && batch.length) await this._send(batch);
+      }
+    } catch (err) {
+      this._finish({ error: err });
+    } finally {
+      this.signal?.removeEventListener("abort", onAbort);
+      clearTimeout(this._closedTimer);
+    }
+    const end = this._end;
+    if (end !== null && end.stopped) {
+      await reader.cancel("stopped by a reader");
+      return { transcriptId: this.transcriptId, revision: end.revision, stopped: true };
+    }
+    if (end !== null) {
+      await reader.cancel(end.error);
+      this._cancel();
+      throw end.error;
+    }
+    try {
+      return await this.client.append(this.transcriptId, [this.state.message()], {
+        draftId: this.draftId,
+        format: "ui",
+        expectedRevision,
+        idempotencyKey,
+      });
+    } catch (err) {
+      this._cancel();
+      throw err;
+    }
+  }
+
+  /** Fold one chunk in and add it to the batch: "more", "finish", or (an end) "end". */
+  _take(chunk, batch) {
+    const kind = chunk?.type;
+    if (kind === "abort") {
+      this._finish({ error: new Error(`the stream was aborted${chunk.reason ? `: ${chunk.reason}` : ""}`) });
+      return "end";
+    }
+    if (kind === "error") {
+      this._finish({ error: new Error(String(chunk.errorText)) });
+      return "end";
+    }
+    try {
+      this.state.apply(chunk);
+    } catch (err) {
+      this._finish({ error: err });
+      return "end";
+    }
+    batch.push(chunk);
+    return kind === "finish" ? "finish" : "more";
+  }
+}
+
 
 /**
  * One logical connection to a transcript-sync server, kept open across
@@ -1934,9 +2883,10 @@ export class StreamFaceSocket {
  * - "view"     {transcriptId, name, start, end, left, revision, mirror}: a View was set or left.
  * - "earlier"  {transcriptId, start, messages, mirror}: loadEarlier() widened the copy at start.
  * - "stop"     {transcriptId, code, message}: the subscription is over.
- * - "draft"    {transcriptId, draftId, role, state, n, delta, text, revision, mirror}: a
+ * - "draft"    {transcriptId, draftId, role, state, n, delta, text, message, revision, mirror}: a
  *              message being written changed. state "open": its text grew by delta
- *              (null when it was replaced); text is its whole text now. Otherwise it
+ *              (null when it was replaced); text is its whole text now; message, for a
+ *              reply with parts, the AI SDK's UIMessage it is now (else null). Otherwise it
  *              closed: "final" (committed as the messages of revision; sent right after
  *              the "messages" event that added them, in the same task, so a page that
  *              swaps the two never shows both or neither), "cancelled", "expired" or
@@ -2026,6 +2976,8 @@ export class TsyncClient {
     this.core = new Consumer();
     /** ref -> {key, op, resolve, reject}, in the order the appends were made */
     this._pending = new Map();
+    this._writers = new Map(); // transcriptId -> Set of UIStreamWriter (writeUIMessageStream)
+    this._openWaiters = [];
     this._listeners = new Map();
     this._ws = null;
     this._open = false;
@@ -2311,7 +3263,13 @@ export class TsyncClient {
     this.core.connectionMade();
     this._flush();
     for (const pending of this._pending.values()) this._send(pending.op);
+    for (const wake of this._openWaiters.splice(0)) wake(); // writers waiting to send
     this._startHeartbeat();
+  }
+
+  /** Resolves once the connection is open (at once when it is). */
+  _whenOpen() {
+    return this._open ? Promise.resolve() : new Promise((resolve) => this._openWaiters.push(resolve));
   }
 
   _onClose(ws, close) {
@@ -2542,7 +3500,7 @@ export class TsyncClient {
     return this.core.subscriptions.get(transcriptId)?.presence ?? null;
   }
 
-  /** The open drafts of a subscribed transcript: draftId -> DraftCopy {draftId, role, n, text}. */
+  /** The open drafts of a subscribed transcript: draftId -> DraftCopy {draftId, role, n, text, message}. */
   drafts(transcriptId) {
     return this.core.subscriptions.get(transcriptId)?.drafts ?? new Map();
   }
@@ -2615,7 +3573,7 @@ export class TsyncClient {
    * connections: it is sent again on the next one with the same
    * idempotency key, so it is applied once.
    */
-  append(transcriptId, messages, { idempotencyKey, expectedRevision } = {}) {
+  append(transcriptId, messages, { idempotencyKey, expectedRevision, draftId, format } = {}) {
     if (this._closed && this.state !== "idle") {
       return Promise.reject(new Error(`client ${this.state}`));
     }
@@ -2625,6 +3583,9 @@ export class TsyncClient {
     if (expectedRevision !== undefined && expectedRevision !== null) {
       op.expectedRevision = expectedRevision;
     }
+    // draftId: the append commits that draft; format "ui": messages are AI SDK UIMessages.
+    if (draftId !== undefined && draftId !== null) op.draftId = draftId;
+    if (format !== undefined && format !== null) op.format = format;
     return new Promise((resolve, reject) => {
       this._pending.set(ref, { key, op, resolve, reject });
       this._send(op);
@@ -2633,7 +3594,64 @@ export class TsyncClient {
 
   /** The appends sent or waiting to be sent, not yet acknowledged: [{key, op}]. */
   get pendingAppends() {
-    return [...this._pending.values()].map(({ key, op }) => ({ key, op }));
+    return [...this._pending.values()].filter(({ op }) => op.op === "append").map(({ key, op }) => ({ key, op }));
+  }
+
+  /**
+   * Stop a reply someone else is writing (a draft of a transcript this
+   * client may write): the server commits what it holds as its message,
+   * marked stopped, and tells its writer. Resolves with the ack (revision:
+   * the commit's); rejects with a ServerError (draft-closed: it was not open).
+   * Sent again after a reconnect until answered.
+   */
+  stopDraft(transcriptId, draftId) {
+    if (this._closed && this.state !== "idle") {
+      return Promise.reject(new Error(`client ${this.state}`));
+    }
+    const ref = `stop:${this._newKey()}`;
+    const op = { op: "draft", transcriptId, draftId, stop: true, ref };
+    return new Promise((resolve, reject) => {
+      this._pending.set(ref, { key: null, op, resolve, reject });
+      this._send(op);
+    });
+  }
+
+  /**
+   * Pipe an AI SDK UI message stream (a ReadableStream of UIMessageChunks,
+   * as streamText(...).toUIMessageStream() returns, or any async iterable
+   * of chunks) into a draft of the transcript: draft ops with the chunks
+   * (those that arrive together in one op), folded here as the SDK folds
+   * them; at the finish chunk (or the stream's end) the reply commits as
+   * its UIMessage (append with format "ui" and the draft's id) and this
+   * resolves with the append's ack. An abort chunk, an error chunk, a chunk
+   * the fold refuses, an error of the stream, signal's abort or a refused
+   * commit cancels the draft and rejects with the reason. When a reader
+   * stops the reply (stopDraft), the stream is read no more (cancelled) and
+   * this resolves {transcriptId, revision, stopped: true}: the server
+   * committed what was written. The draft's id is draftId, else a new uuid
+   * (also the UIMessage's id until the stream's start chunk names one).
+   */
+  async writeUIMessageStream(transcriptId, stream, { draftId = null, signal = null, expectedRevision, idempotencyKey } = {}) {
+    if (this._closed && this.state !== "idle") throw new Error(`client ${this.state}`);
+    const id = draftId ?? this._newKey();
+    const writer = new UIStreamWriter(this, transcriptId, id, signal);
+    let writers = this._writers.get(transcriptId);
+    if (!writers) this._writers.set(transcriptId, (writers = new Set()));
+    writers.add(writer);
+    try {
+      return await writer.run(stream, { expectedRevision, idempotencyKey });
+    } finally {
+      writers.delete(writer);
+      if (writers.size === 0) this._writers.delete(transcriptId);
+    }
+  }
+
+  /** A ref-less error naming a transcript: its writers' draft ops were refused, or a reader stopped them. */
+  _toWriters(frame) {
+    if (frame.ref !== undefined && frame.ref !== null) return;
+    const writers = this._writers.get(frame.transcriptId);
+    if (!writers) return;
+    for (const writer of writers) writer.refused(frame);
   }
 
   // -- frames ---------------------------------------------------------------------------
@@ -2698,6 +3716,7 @@ export class TsyncClient {
         this._onAnswer(update.frame);
         break;
       case "error":
+        this._toWriters(update.frame);
         this._emit("error", update.frame);
         break;
       case "invalid":
@@ -2775,6 +3794,8 @@ export class TsyncClient {
       delta: open ? update.delta : null,
       // Later frames of the same message may be in the copy already: its text is the newest.
       text: open ? (this.drafts(transcriptId).get(draftId)?.text ?? update.text ?? "") : update.text,
+      // A reply with parts: its UIMessage (the AI SDK's), else null.
+      message: open ? (this.drafts(transcriptId).get(draftId)?.message ?? null) : (update.message ?? null),
       revision: open ? null : update.revision,
       mirror: this.mirror(transcriptId),
     });
@@ -2832,7 +3853,8 @@ const NOTHING = Object.freeze([]);
  * status is the client's state ("idle", "connecting", "live", "reconnecting",
  * ...); revision and epoch are null before the first baseline; messages are
  * the copy's [start, length) (the same array until messages change); drafts
- * the open drafts [{draftId, role, n, text}] in the order they opened;
+ * the open drafts [{draftId, role, n, text, message}] in the order they opened (message:
+ * a reply with parts as the AI SDK's UIMessage, else null);
  * stopped {code, message} once the subscription is over (not found,
  * forbidden, ...), else null. A committed draft leaves drafts in the same
  * snapshot that adds its message: no snapshot shows both or neither.
@@ -2907,7 +3929,7 @@ export function createTranscriptStore(client, transcriptId, { window = null } = 
       length: copy?.length ?? 0,
       messages,
       drafts: open.length
-        ? Object.freeze(open.map((d) => Object.freeze({ draftId: d.draftId, role: d.role, n: d.n, text: d.text })))
+        ? Object.freeze(open.map((d) => Object.freeze({ draftId: d.draftId, role: d.role, n: d.n, text: d.text, message: d.message })))
         : NOTHING,
       stopped,
     });

@@ -601,3 +601,27 @@ test("a runtime with no WebSocket at all (Node 20 without ws) uses the fallback 
   assert.deepEqual(statuses, ["connecting/websocket", "live/sse"]);
   client.close();
 });
+
+test("writeUIMessageStream over the fallback sends no draft ops and commits with POST ?format=ui", async () => {
+  const { client, server, statuses, events } = await fallenBack();
+  server.stream().control({ streamNextOffset: streamOffset(EPOCH, 2), upToDate: true });
+  await until(() => statuses().includes("live/sse"), "live over SSE");
+  const chunks = [
+    { type: "start", messageId: "reply-1" },
+    { type: "text-start", id: "t" },
+    { type: "text-delta", id: "t", delta: "Hi" },
+    { type: "text-end", id: "t" },
+    { type: "finish" },
+  ];
+  const ack = await client.writeUIMessageStream("t1", chunks, { draftId: "d1" });
+  assert.equal(ack.revision, 3);
+  const post = server.requests.find((r) => r.method === "POST");
+  assert.equal(post.query, "?format=ui");
+  const body = JSON.parse(post.body);
+  assert.equal(body.draftId, "d1");
+  assert.deepEqual(body.messages, [
+    { id: "reply-1", role: "assistant", parts: [{ type: "text", text: "Hi", state: "done" }] },
+  ]);
+  assert.equal(events.filter((e) => e.type === "error").length, 0); // no draft op refused
+  client.close();
+});

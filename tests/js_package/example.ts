@@ -56,7 +56,11 @@ import type {
   TranscriptStoreSnapshot,
   Transport,
   Window,
+  StoppedReply,
+  UIMessageChunkLike,
+  UIMessageLike,
 } from "@transcript-sync/client";
+import { UIMessageState, UIStreamError, fixJson, parsePartialJson } from "@transcript-sync/client/ui-stream";
 
 const options: ClientOptions = {
   getToken: async () => "token",
@@ -120,6 +124,31 @@ console.log(asCopy?.length, kept?.length);
 const view = copy?.view("recent");
 console.log(added, view?.end, copy?.segments.length, copy?.views.length);
 for (const [id, draft] of client.drafts("chat-1")) console.log(id, draft.role, draft.text, draft.n);
+for (const draft of client.drafts("chat-1").values()) console.log(draft.message?.parts.length, draft.uiBehind);
+async function* chunks(): AsyncGenerator<UIMessageChunkLike> {
+  yield { type: "start" };
+  yield { type: "text-start", id: "t" };
+  yield { type: "text-delta", id: "t", delta: "hi" };
+  yield { type: "text-end", id: "t" };
+  yield { type: "finish" };
+}
+const written: AppendAck | StoppedReply = await client.writeUIMessageStream("chat-1", chunks(), {
+  draftId: "reply-1",
+  signal: new AbortController().signal,
+});
+if ("stopped" in written) console.log(written.revision);
+else console.log(written.start, written.count);
+const stopped: AppendAck = await client.stopDraft("chat-1", "reply-2");
+console.log(stopped.revision);
+const fold = new UIMessageState("m");
+fold.applyAll([{ type: "text-start", id: "t" }]);
+const folded: UIMessageLike = fold.message();
+console.log(folded.parts, parsePartialJson(fixJson('{"a": 1')));
+try {
+  fold.apply({ type: "text-delta", id: "x", delta: "y" });
+} catch (err) {
+  if (err instanceof UIStreamError) console.log(err.message);
+}
 console.log(client.pendingAppends.map(({ key, op }) => key + op.op), client.stats.reconnects);
 console.log(client.state, client.seq.counters.gaps, client.subscriptions.size, client.core.connected);
 client.handleFrame({ type: "pong", seq: 1 });

@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -40,6 +41,8 @@ def test_the_packed_package_holds_the_module_its_types_and_readme(installed: Pat
         "client.d.ts",
         "render.js",
         "render.d.ts",
+        "ui_stream.js",
+        "ui_stream.d.ts",
         "README.md",
     }
     meta = json.loads((npm.INSTALLED / "package.json").read_text())
@@ -47,13 +50,21 @@ def test_the_packed_package_holds_the_module_its_types_and_readme(installed: Pat
     assert meta["types"] == "./client.d.ts"
     assert meta["exports"]["."] == {"types": "./client.d.ts", "default": "./client.js"}
     assert meta["exports"]["./render"] == {"types": "./render.d.ts", "default": "./render.js"}
+    assert meta["exports"]["./ui-stream"] == {
+        "types": "./ui_stream.d.ts",
+        "default": "./ui_stream.js",
+    }
     assert "dependencies" not in meta  # no runtime dependency; ws is an optional peer
     assert meta["peerDependenciesMeta"]["ws"]["optional"] is True
 
 
 @pytest.mark.parametrize(
     ("entry", "declarations"),
-    [("@transcript-sync/client", "client.d.ts"), ("@transcript-sync/client/render", "render.d.ts")],
+    [
+        ("@transcript-sync/client", "client.d.ts"),
+        ("@transcript-sync/client/render", "render.d.ts"),
+        ("@transcript-sync/client/ui-stream", "ui_stream.d.ts"),
+    ],
 )
 def test_the_declarations_name_every_export_and_nothing_else(
     installed: Path, entry: str, declarations: str
@@ -69,13 +80,10 @@ def test_the_declarations_name_every_export_and_nothing_else(
         check=True,
     )
     runtime = set(out.stdout.split())
-    declared = set(
-        re.findall(
-            r"^export (?:const|function|class) (\w+)",
-            (npm.INSTALLED / declarations).read_text(),
-            re.M,
-        )
-    )
+    text = (npm.INSTALLED / declarations).read_text()
+    declared = set(re.findall(r"^export (?:const|function|class) (\w+)", text, re.M))
+    for names in re.findall(r"^export \{([^}]*)\} from", text, re.M):  # re-exported values
+        declared |= {name.strip() for name in names.split(",")}
     assert runtime == declared
 
 
@@ -197,3 +205,55 @@ async def test_the_package_takes_the_server_url_as_the_python_client_does(instal
         assert "http(s)://host[:port][/base] or ws(s)://host[:port][/base][/v1/ws]" in error
     assert "no user or password" in errors[refused[-1]]
     assert "user:pw" not in errors[refused[-1]]
+
+
+async def ui_stream(url: str, transcript_id: str, mode: str) -> Any:
+    """What tests/js_package/node_ui_stream.mjs saw in ``mode``."""
+    async with node_script("node_ui_stream.mjs", url, transcript_id, mode, cwd=npm.PROJECT) as run:
+        return await run.finish()
+
+
+async def test_a_ui_message_stream_of_the_ai_sdk_is_piped_into_a_draft_and_committed(
+    installed: Path,
+) -> None:
+    """client.writeUIMessageStream in Node: the SDK's stream of a reply with
+    reasoning, a tool call and text goes in as a draft and commits as the
+    very UIMessage the SDK's own readUIMessageStream makes of the chunks."""
+    async with running_server() as srv, client_py.connect(srv.url) as setup:
+        await setup.create("ui-1", [{"role": "user", "content": "Weather in Paris?"}])
+        seen = await ui_stream(srv.url, "ui-1", "finish")
+    assert seen["ack"]["transcriptId"] == "ui-1" and seen["ack"]["start"] == 1
+    expected = seen["expected"]
+    assert expected["id"] == "reply-1"
+    assert seen["ours"] == expected
+    assert seen["stored"][1] == expected
+
+
+async def test_a_stop_from_another_connection_ends_the_pipe_with_the_partial_reply_committed(
+    installed: Path,
+) -> None:
+    async with running_server() as srv, client_py.connect(srv.url) as setup:
+        await setup.create("ui-2", [{"role": "user", "content": "Talk forever"}])
+        seen = await ui_stream(srv.url, "ui-2", "stop")
+    result, stop = seen["result"], seen["stopAck"]
+    assert result["stopped"] is True and result["transcriptId"] == "ui-2"
+    assert result["revision"] == stop["revision"] == 2
+    assert seen["cancelled"] is True  # the pipe read no more of the model
+    assert seen["writtenAfterStop"] <= 1
+    reply = seen["stored"][1]
+    assert reply["id"] == "reply-stopped"
+    [text] = [p for p in reply["parts"] if p["type"] == "text"]
+    assert text["text"].startswith("word word ")
+    assert any(d["parts"] for d in seen["drafts"] if d["state"] == "open")  # the reader saw parts
+    assert seen["drafts"][-1]["state"] == "final"
+
+
+@pytest.mark.parametrize("mode", ["error", "abort"])
+async def test_an_error_chunk_or_an_abort_cancels_the_draft_with_the_reason(mode: str) -> None:
+    async with running_server() as srv, client_py.connect(srv.url) as setup:
+        await setup.create("ui-3", [{"role": "user", "content": "hi"}])
+        seen = await ui_stream(srv.url, "ui-3", mode)
+    reason = "the model failed" if mode == "error" else "the user left"
+    assert seen["rejected"] == reason
+    assert seen["drafts"][-1]["state"] == "cancelled"  # a reader saw it end with nothing
+    assert len(seen["stored"]) == 1

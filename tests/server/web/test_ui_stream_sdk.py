@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +21,8 @@ from protocol.ui_stream import UIMessageState, UIStreamError, fix_json, parse_pa
 from tests.conftest import require_binary
 from tests.server.web.test_ui_messages_http import AI_SDK
 from tests.support.node import npm_ci
+
+CASES = Path(__file__).resolve().parents[2] / "cases"
 
 _TEXT = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=6)
 _JSON = st.recursive(
@@ -369,3 +372,13 @@ def test_a_long_stream_compacts_to_a_chunk_per_part() -> None:
         {"type": "data-x", "id": "progress", "data": {"n": 999}},
     ]
     assert state.message()["parts"][1]["input"] == [1] * 1000
+
+
+def test_the_shared_case_files_fold_as_the_sdk_folds_them() -> None:
+    """tests/cases/ui_stream/fold.json (written by the Python fold, read by
+    the JavaScript port's tests too) is what ``ai`` makes of its chunks."""
+    cases = json.loads((CASES / "ui_stream" / "fold.json").read_text("utf-8"))["cases"]
+    answers = sdk_reads([case["chunks"] for case in cases])
+    for case, answer in zip(cases, answers, strict=True):
+        assert answer["errorAt"] == case["errorAt"], case["name"]
+        assert answer["prefixes"] == case["messages"], case["name"]
