@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 
 __all__ = ["DraftView", "DraftWriter", "StreamedCalls", "chunk_text"]
 
+#: How long a commit refused during a reader's stop waits for the stop's
+#: notice (which follows the stop's own commit).
+_STOP_NOTICE_S = 5.0
 #: The refusals of a ref-less update after which the writer goes on, sending
 #: its whole text with the next update (the server did not apply one).
 _RESEND_CODES = frozenset({codes.RATE_LIMITED, codes.UNAVAILABLE, codes.INTERNAL})
@@ -142,6 +145,7 @@ class DraftWriter:
         self._sent = False  # an op went out (the role rides on the first and on texts)
         #: A reader stopped the draft: the revision that committed what it held.
         self.stopped_at: int | None = None
+        self._stop_notice = asyncio.Event()  # set with stopped_at
         #: A reply with parts: the UIMessage as the writer folded its chunks.
         self.ui: UIMessageState | None = UIMessageState(draft_id) if parts else None
         # Chunk ops sent since the server last answered one of this writer's ops.
@@ -304,6 +308,13 @@ class DraftWriter:
                 draft_id=self.draft_id,
                 format="ui" if self.ui is not None else None,
             )
+        except ServerError as exc:
+            if self.state == "committing":
+                self.state = "open"
+            stopped = await self._stopped_by_reader(exc)
+            if stopped is None:
+                raise
+            return stopped
         except BaseException:
             if self.state == "committing":
                 self.state = "open"
@@ -393,14 +404,40 @@ class DraftWriter:
 
     def _refused(self, frame: wire.ErrorFrame, error: ServerError) -> None:
         """A ref-less update of this transcript was refused (see the module)."""
+        stopped = frame.code == codes.DRAFT_CLOSED and frame.revision is not None
+        if stopped and self.state in ("open", "committing"):
+            # A reader stopped it, and its stop committed what it held (a
+            # commit under way hears of it too: it is refused for it).
+            self.stopped_at = frame.revision
+            self._stop_notice.set()
         if self.state != "open":
             return
         if frame.code in _RESEND_CODES:
             self._resend = True
         else:
-            if frame.code == codes.DRAFT_CLOSED and frame.revision is not None:
-                self.stopped_at = frame.revision  # stopped by a reader, and committed
             self._failed(error)
+
+    async def _stopped_by_reader(self, error: ServerError) -> Ack | None:
+        """The commit was refused because a reader stopped the draft (its
+        stop committed what it held): that commit's receipt, ``stopped``.
+        Waits a moment for the stop's notice when the commit met the draft
+        while the stop's own commit was under way. ``None``: not a stop."""
+        if error.code != codes.DRAFT_CLOSED:
+            return None
+        revision = error.details.get("revision")
+        if revision is None and "stopped" in error.message:
+            with contextlib.suppress(TimeoutError):  # the notice is on its way
+                await asyncio.wait_for(self._stop_notice.wait(), _STOP_NOTICE_S)
+            revision = self.stopped_at
+        if revision is None:
+            return None
+        from client_py.http import Receipt
+
+        self.stopped_at = revision
+        self.state = "failed"
+        self.error = error
+        self._client._forget_writer(self)
+        return Receipt(self.transcript_id, revision, stopped=True)
 
     def _failed(self, error: ClientError) -> None:
         if self.state == "open":

@@ -525,6 +525,8 @@ class ClosedDraft(NamedTuple):
     closed_at: float
     final: EncodedDraft | None = None
     text: bytes | None = None
+    #: Who stopped it (``Drafts.stop``): its writer's late commit is refused.
+    stopped_by: str | None = None
 
     @property
     def cost(self) -> int:
@@ -774,10 +776,31 @@ class Drafts:
     def _check_not_stopped(self, draft_id: str) -> None:
         draft = self.open.get(draft_id)
         if draft is not None and draft.stopped_by is not None:
+            # ``stopping``: its writer is told with the commit's revision as
+            # soon as it lands (a ref-less op's refusal need not be sent).
             raise Refused(
                 codes.DRAFT_CLOSED,
                 f"draft {draft_id!r} of transcript {self.transcript_id!r} was stopped by "
                 f"{draft.stopped_by}: what it held is being committed; stop writing it",
+                stopping=True,
+            )
+
+    def check_commit(self, draft_id: str, *, by_stop: bool = False) -> None:
+        """Refuse an append that would commit a draft a reader stopped (its
+        writer's commit, sent before it heard of the stop): the stop commits
+        what the draft held, once (``draft-closed``, with the stop's
+        ``revision`` once it landed). ``by_stop``: the stop's own append."""
+        if by_stop:
+            return
+        self._check_not_stopped(draft_id)
+        closed = self.closed.get(draft_id)
+        if closed is not None and closed.stopped_by is not None and closed.final is not None:
+            revision = closed.final.frame.revision
+            raise Refused(
+                codes.DRAFT_CLOSED,
+                f"draft {draft_id!r} of transcript {self.transcript_id!r} was stopped by "
+                f"{closed.stopped_by}: what it held is committed as revision {revision}",
+                revision=revision,
             )
 
     def stop(
@@ -932,7 +955,7 @@ class Drafts:
         self._charge(draft, None, 0)
         frame = draft.close_frame(state, revision)
         final = frame if state == "final" else None
-        self._remember(draft.draft_id, state, now, final, draft.stream(0)[0])
+        self._remember(draft.draft_id, state, now, final, draft.stream(0)[0], draft.stopped_by)
         return frame
 
     def _remember(
@@ -942,10 +965,11 @@ class Drafts:
         now: float,
         final: EncodedDraft | None = None,
         text: bytes | None = None,
+        stopped_by: str | None = None,
     ) -> None:
         closed = self.closed
         before = closed.pop(draft_id, None)
-        entry = closed[draft_id] = ClosedDraft(state, now, final, text)
+        entry = closed[draft_id] = ClosedDraft(state, now, final, text, stopped_by)
         if self.budget is not None:
             self.budget.charge(None, entry.cost - (0 if before is None else before.cost))
 

@@ -77,12 +77,14 @@ class Writes:
         origin: Origin | None = None,
         transport: str = "ws",
         draft_id: str | None = None,
+        stopping: bool = False,
     ) -> AppendResult:
         """Append one batch, all or nothing; the result's ``receipt`` is what
         to acknowledge, ``duplicate`` whether the key had been seen. Raises
         ``InvalidMessage``, ``RevisionConflict``, ``TranscriptNotFound``,
         ``StoreUnavailable``. ``draft_id``: the batch commits that draft (it
-        closes in the same step; a refused append leaves it open).
+        closes in the same step; a refused append leaves it open; a draft a
+        reader stopped is ``draft-closed``: its stop commits it, ``stopping``).
 
         Appends to one transcript that queue up while the store is busy are
         committed together (``server.live.appends``) and their increments leave
@@ -91,6 +93,9 @@ class Writes:
         started = time.perf_counter()
         parsed = self._parse(messages)
         live = await self.hub.load(transcript_id)
+        if draft_id is not None:
+            # ``stopping``: the append of a reader's stop (the others are refused).
+            live.drafts.check_commit(draft_id, by_stop=stopping)
         pending = PendingAppend(
             parsed, expected_revision, idempotency_key, origin, transport, draft_id
         )

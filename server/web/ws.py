@@ -348,7 +348,7 @@ class OpHandler:
         by = self.access.sub or queue.id
         messages, writer = await hub.drafts.stop_draft(op.transcript_id, op.draft_id, by)
         result = await hub.writes.append(
-            op.transcript_id, messages, origin=self.origin, draft_id=op.draft_id
+            op.transcript_id, messages, origin=self.origin, draft_id=op.draft_id, stopping=True
         )
         revision = result.receipt.revision
         told = hub.subscriptions.connections.get(writer) if writer is not None else None
@@ -422,17 +422,24 @@ class OpHandler:
             case wire.Draft(stop=True):
                 await self._stop_draft(op)
             case wire.Draft():
-                revision, n = await hub.drafts.write(
-                    op.transcript_id,
-                    op.draft_id,
-                    role=op.role,
-                    delta=op.delta,
-                    text=op.text,
-                    cancel=op.cancel,
-                    chunks=op.chunks,
-                    flush=op.ref is not None,  # its ack's n counts every delta sent
-                    writer=queue.id,
-                )
+                try:
+                    revision, n = await hub.drafts.write(
+                        op.transcript_id,
+                        op.draft_id,
+                        role=op.role,
+                        delta=op.delta,
+                        text=op.text,
+                        cancel=op.cancel,
+                        chunks=op.chunks,
+                        flush=op.ref is not None,  # its ack's n counts every delta sent
+                        writer=queue.id,
+                    )
+                except Refused as stopping:
+                    # A token for a draft being stopped: the stop tells the writer,
+                    # with the commit's revision, as soon as it lands.
+                    if op.ref is None and stopping.fields.get("stopping"):
+                        return
+                    raise
                 if op.ref is not None:  # tokens are too frequent to ack each
                     queue.push_control(_ack(op, revision, draft_id=op.draft_id, n=n))
             case wire.Ping():

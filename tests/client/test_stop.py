@@ -52,3 +52,21 @@ async def test_a_stop_ends_client_stream_and_keeps_what_was_said() -> None:
         said = snapshot.messages[1]
         assert said.metadata == {"stopped": True}
         assert isinstance(said.content, str) and said.content.startswith("0 1 2 ")
+
+
+async def test_a_commit_that_crossed_a_stop_returns_the_stops_commit() -> None:
+    async with (
+        running_server(draft_coalesce_s=0) as srv,
+        client_py.connect(srv.ws_url) as writer,
+    ):
+        await writer.create("t")
+        async with writer.draft("t", draft_id="d1") as draft:
+            await draft.write("partial")
+            await draft.sync()
+            async with await RawClient.connect(srv.ws_url) as stopper:
+                await stopper.send(op="draft", transcriptId="t", draftId="d1", stop=True, ref="s")
+                ack = await stopper.expect(Ack)
+            receipt = await draft.commit({"content": "partial and the rest"})
+        assert receipt.stopped and receipt.revision == ack.revision
+        snapshot = await writer.get("t")
+        assert [m.content for m in snapshot.messages] == ["partial"]

@@ -261,3 +261,34 @@ async def test_a_stop_commits_what_was_said_once_and_tells_the_writer(parts: boo
                 ]
         for client in (reader, writer, stopper):
             await client.close()
+
+
+async def test_a_writers_commit_after_a_stop_is_refused_and_nothing_is_stored_twice() -> None:
+    """The writer's commit crossed the stop (it had not heard of it yet): the
+    stop committed what the draft held, once; the commit is draft-closed with
+    the stop's revision, and stores nothing."""
+    async with running_server(**EACH) as srv:
+        await create(srv, "t")
+        writer = await RawClient.connect(srv.ws_url)
+        await writer.send(op="draft", transcriptId="t", draftId="d1", delta="partial", ref="w")
+        await writer.expect(Ack)
+        stopper = await RawClient.connect(srv.ws_url)
+        await stopper.send(op="draft", transcriptId="t", draftId="d1", stop=True, ref="s")
+        stop = await stopper.expect(Ack)
+        told = await writer.expect(ErrorFrame)
+        assert told.revision == stop.revision
+        await writer.send(
+            op="append",
+            transcriptId="t",
+            draftId="d1",
+            messages=[{"role": "assistant", "content": "partial and the rest"}],
+            ref="commit",
+        )
+        refused = await writer.expect(ErrorFrame)
+        assert refused.code == codes.DRAFT_CLOSED and refused.revision == stop.revision
+        async with httpx.AsyncClient(base_url=srv.url) as http:
+            body = (await http.get("/v1/transcripts/t")).json()
+        assert body["revision"] == 1
+        assert [m["content"] for m in body["messages"]] == ["partial"]
+        await writer.close()
+        await stopper.close()
