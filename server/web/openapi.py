@@ -69,7 +69,7 @@ _INT = {"type": "integer", "minimum": 0}
 _PROBLEM = api.Problem
 
 # The Durable Streams face (server.streams): the protocol's own headers and
-# plain-text errors; its bodies are the stream's bytes, of its content type.
+# problem+json errors; its bodies are the stream's bytes, of its content type.
 _STREAM = Param(
     "stream_path",
     "path",
@@ -77,14 +77,31 @@ _STREAM = Param(
     {"type": "string", "minLength": 1, "maxLength": 1024, "pattern": "^[^\\x00-\\x1f\\x7f]+$"},
     required=True,
 )
-_TEXT = ("text/plain", {"type": "string"})
 _DRAFT_PATH = "/v1/stream/transcripts/{transcript_id}/drafts/{draft_id}"
 _DRAFT_ID = Param("draft_id", "path", "the draft's id", _ID_SCHEMA, required=True)
 _ANY: tuple[str, dict[str, Any]] = ("*/*", {})
 
 
+#: The streams face's refusals: RFC 9457 problem documents, without the
+#: ``code`` of the transcripts' error table (the protocol's statuses say it).
+_STREAM_PROBLEM: Final = (
+    "application/problem+json",
+    {
+        "type": "object",
+        "required": ["type", "title", "status", "detail"],
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+        },
+    },
+)
+
+
 def _plain(*statuses: int) -> dict[int, Any]:
-    return dict.fromkeys(statuses, _TEXT)
+    """The streams face's refusals (``_STREAM_PROBLEM``)."""
+    return dict.fromkeys(statuses, _STREAM_PROBLEM)
 
 
 def _header(name: str, description: str, pattern: str | None = None) -> Param:
@@ -173,7 +190,7 @@ STREAM_OPERATIONS: Final = (
             method,
             "/v1/stream/transcripts/{transcript_id}",
             "Always 405: a transcript is written through /v1/transcripts/{id}/messages",
-            {405: _TEXT, **_plain(400)},
+            _plain(400, 405),
             params=(_ID,),
         )
         for method in ("put", "post", "delete")
@@ -208,7 +225,7 @@ STREAM_OPERATIONS: Final = (
             method,
             _DRAFT_PATH,
             "Always 405: a draft is written with the WebSocket protocol's draft op",
-            {405: _TEXT, **_plain(400)},
+            _plain(400, 405),
             params=(_ID, _DRAFT_ID),
         )
         for method in ("put", "post", "delete")
