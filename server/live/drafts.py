@@ -652,13 +652,7 @@ class Drafts:
                 "delta or text",
             )
         if draft is None:
-            closed = self.closed.get(draft_id)
-            if closed is not None:
-                raise Refused(
-                    codes.DRAFT_CLOSED,
-                    f"draft {draft_id!r} of transcript {self.transcript_id!r} was "
-                    f"{closed.state} already: write a new draft under another draftId",
-                )
+            self._check_not_closed(draft_id)
             self._check_closed_room(draft_id)
             if cancel:
                 # Never opened here (its first token may still be on the way):
@@ -814,16 +808,7 @@ class Drafts:
         that wrote it last (to tell) and the update of what it held back
         (``None``: nothing). Raises ``draft-closed`` when it is not open or
         is being stopped already; then nothing changes."""
-        self._check_not_stopped(draft_id)
-        draft = self.open.get(draft_id)
-        if draft is None:
-            closed = self.closed.get(draft_id)
-            raise Refused(
-                codes.DRAFT_CLOSED,
-                f"draft {draft_id!r} of transcript {self.transcript_id!r} "
-                + (f"was {closed.state} already" if closed else "is not open")
-                + ": there is nothing to stop",
-            )
+        draft = self._open_to_end(draft_id)
         update = draft.release(now)
         draft.stopped_by = by
         return _messages_of(draft, stopped=True), draft.writer, update
@@ -835,6 +820,13 @@ class Drafts:
         commit in its place (its ``UIMessage`` as ``from_ui_message`` maps
         it), and the update of what it held back. Raises ``draft-closed``
         when it is not open (a reader stopped it, say)."""
+        draft = self._open_to_end(draft_id)
+        update = draft.release(now)
+        return _messages_of(draft, stopped=False), update
+
+    def _open_to_end(self, draft_id: str) -> OpenDraft:
+        """The open draft a stop or a finish ends; ``draft-closed`` when it is
+        not open, or a stop is ending it already."""
         self._check_not_stopped(draft_id)
         draft = self.open.get(draft_id)
         if draft is None:
@@ -842,10 +834,10 @@ class Drafts:
             raise Refused(
                 codes.DRAFT_CLOSED,
                 f"draft {draft_id!r} of transcript {self.transcript_id!r} "
-                + (f"was {closed.state} already" if closed else "is not open"),
+                + (f"was {closed.state} already" if closed else "is not open")
+                + ": there is nothing to end",
             )
-        update = draft.release(now)
-        return _messages_of(draft, stopped=False), update
+        return draft
 
     def committed_as(self, draft_id: str) -> int | None:
         """The revision that committed ``draft_id`` within ``ttl`` (``None``:
@@ -855,9 +847,7 @@ class Drafts:
             return None
         return closed.final.frame.revision
 
-    def _check_opening(self, draft_id: str) -> None:
-        """Refuse to open ``draft_id``: closed already, too many closes
-        remembered, or too many open."""
+    def _check_not_closed(self, draft_id: str) -> None:
         closed = self.closed.get(draft_id)
         if closed is not None:
             raise Refused(
@@ -865,6 +855,11 @@ class Drafts:
                 f"draft {draft_id!r} of transcript {self.transcript_id!r} was "
                 f"{closed.state} already: write a new draft under another draftId",
             )
+
+    def _check_opening(self, draft_id: str) -> None:
+        """Refuse to open ``draft_id``: closed already, too many closes
+        remembered, or too many open."""
+        self._check_not_closed(draft_id)
         self._check_closed_room(draft_id)
         if len(self.open) >= self.max_open:
             raise Refused(

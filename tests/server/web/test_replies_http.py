@@ -8,8 +8,6 @@ reader's stop) ends it cleanly."""
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,11 +15,9 @@ import httpx
 
 from protocol.drafts import DraftCopy
 from protocol.wire import Ack, DraftFrame, Pong
-from tests.conftest import require_binary
 from tests.server.live.test_draft_parts import REPLY, create, subscribed
-from tests.server.web.test_ui_messages_http import AI_SDK
 from tests.server.web.test_ui_stream_sdk import sdk_reads
-from tests.support.node import npm_ci
+from tests.support.ai_sdk import run_ai_sdk
 from tests.support.servers import running_server
 from tests.support.wsclient import RawClient
 
@@ -31,18 +27,7 @@ SSE = {"content-type": "text/event-stream"}
 
 def sdk_body(chunks: list[dict[str, Any]]) -> tuple[dict[str, str], bytes]:
     """The headers and body the AI SDK's own response makes of ``chunks``."""
-    node = require_binary("node")
-    npm_ci(AI_SDK)
-    result = subprocess.run(
-        [node, "ui_stream_body.mjs"],
-        cwd=AI_SDK,
-        input=json.dumps(chunks),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    answer = json.loads(result.stdout)
+    answer = run_ai_sdk("ui_stream_body.mjs", chunks)
     return answer["headers"], answer["body"].encode()
 
 

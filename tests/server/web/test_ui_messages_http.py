@@ -5,8 +5,6 @@ tests/ai_sdk), on every kind of transcript the server accepts."""
 from __future__ import annotations
 
 import json
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,29 +14,15 @@ from hypothesis import strategies as st
 
 from protocol.types import Message
 from protocol.ui_messages import from_ui_message, to_ui_messages
-from tests.conftest import require_binary
 from tests.protocol.test_ui_messages import REPLY, USER
 from tests.strategies import messages as message_strategy
-from tests.support.node import npm_ci
+from tests.support.ai_sdk import run_ai_sdk
 from tests.support.servers import running_server
-
-AI_SDK = Path(__file__).resolve().parents[2] / "ai_sdk"
 
 
 def sdk_failures(lists: list[list[dict[str, Any]]]) -> list[Any]:
     """The lists of UIMessages that ``ai``'s validator refuses, with why."""
-    node = require_binary("node")
-    npm_ci(AI_SDK)
-    result = subprocess.run(
-        [node, "validate.mjs"],
-        cwd=AI_SDK,
-        input=json.dumps(lists),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    answer = json.loads(result.stdout)
+    answer = run_ai_sdk("validate.mjs", lists)
     assert answer["checked"] == len(lists)
     failures: list[Any] = answer["failures"]
     return failures

@@ -10,7 +10,6 @@ chunk type of ``ai`` 7 a reply can carry and, now and then, one out of place.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol.ui_stream import UIMessageState, UIStreamError, fix_json, parse_partial_json
-from tests.conftest import require_binary
-from tests.server.web.test_ui_messages_http import AI_SDK
-from tests.support.node import npm_ci
+from tests.support.ai_sdk import run_ai_sdk
 
 CASES = Path(__file__).resolve().parents[2] / "cases"
 
@@ -232,18 +229,8 @@ def chunk_streams(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 
 def sdk_reads(streams: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    node = require_binary("node")
-    npm_ci(AI_SDK)
-    result = subprocess.run(
-        [node, "read_stream.mjs"],
-        cwd=AI_SDK,
-        input=json.dumps(streams),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    answers: list[dict[str, Any]] = json.loads(result.stdout)
+    """What ``readUIMessageStream`` makes of each stream, after each chunk."""
+    answers: list[dict[str, Any]] = run_ai_sdk("read_stream.mjs", streams)
     return answers
 
 
