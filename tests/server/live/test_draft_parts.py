@@ -20,7 +20,9 @@ from tests.support.servers import running_server
 from tests.support.wsclient import RawClient
 
 #: A reply of every kind of part, as ``streamText(...).toUIMessageStream()``
-#: writes it, in the batches a writer sends.
+#: writes it, in the batches a writer sends: reasoning, a tool call streamed
+#: then answered, one that failed, one denied its approval, text, a file,
+#: sources, a data part replaced by id, metadata, two steps.
 REPLY: list[list[dict[str, Any]]] = [
     [{"type": "start", "messageId": "reply-1", "messageMetadata": {"model": "m"}}],
     [{"type": "start-step"}, {"type": "reasoning-start", "id": "r"}],
@@ -42,6 +44,23 @@ REPLY: list[list[dict[str, Any]]] = [
     [{"type": "finish-step"}, {"type": "start-step"}, {"type": "text-start", "id": "t"}],
     [{"type": "text-delta", "id": "t", "delta": "It is 18 "}],
     [{"type": "text-delta", "id": "t", "delta": "°C in Paris."}],
+    # A tool that failed, one that asked for approval and was denied.
+    [
+        {
+            "type": "tool-input-available",
+            "toolCallId": "c2",
+            "toolName": "search",
+            "input": {"q": "paris"},
+        }
+    ],
+    [{"type": "tool-output-error", "toolCallId": "c2", "errorText": "rate limited"}],
+    [{"type": "tool-input-available", "toolCallId": "c3", "toolName": "rm", "input": {"p": "/"}}],
+    [{"type": "tool-approval-request", "approvalId": "a1", "toolCallId": "c3"}],
+    [{"type": "tool-approval-response", "approvalId": "a1", "approved": False, "reason": "no"}],
+    [{"type": "tool-output-denied", "toolCallId": "c3"}],
+    [{"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,iVBORw0KGgo="}],
+    [{"type": "source-document", "sourceId": "s2", "mediaType": "application/pdf", "title": "R"}],
+    [{"type": "message-metadata", "messageMetadata": {"tokens": 42}}],
     [{"type": "source-url", "sourceId": "s", "url": "https://example.com/w"}],
     [{"type": "data-weather", "id": "d", "data": {"status": "loading"}}],
     [{"type": "data-weather", "id": "d", "data": {"status": "done"}}],
