@@ -9,7 +9,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -47,12 +47,12 @@ SHARED_WORKER = {
 #: (about a minute each on 2 cores: a whole file would end the run alone).
 PER_TEST = ("tests/durable_streams/test_conformance.py",)
 #: The longest units first (seconds of one serial run on 2 loaded cores: 240,
-#: 125, 135, 115, 70, 55, 50), so that none of them starts last and ends the
-#: run alone; then the rest, the files with the most tests first.
+#: 125, 115, 70, 55, 50), so that none of them starts last and ends the run
+#: alone; then the rest, the files with the most tests first; the QUIET
+#: robustness group last, when the others have little left to wait for.
 SLOW_FIRST = (
     "tests/durable_streams/test_conformance.py",
     "tests/test_new_user.py",
-    "robustness",
     "tests/lmml/test_linear_time.py",
     "tests/bench/test_smoke.py",
     "tests/bench/test_ceiling.py",
@@ -93,6 +93,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
                 for scope in sorted(self.workqueue, key=_rank, reverse=True):
                     if _rank(scope) < len(SLOW_FIRST):
                         self.workqueue.move_to_end(scope, last=False)
+                if "robustness" in self.workqueue:
+                    self.workqueue.move_to_end("robustness")
             super()._assign_work_unit(node)
 
     return FileOrGroupScheduling(config, log)
@@ -122,25 +124,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 QUIET = ("tests/robustness/",)
 
 
+#: The quiet lock files of this worker while it runs QUIET tests one after another.
+_held: list[IO[str]] = []
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
-    """On pytest-xdist workers, a QUIET test runs alone: it takes a file lock
-    that every other test shares. A second lock, a turnstile, lets no new
-    test start while a QUIET one waits (no worker starves it). Outside the
-    test's timeout: a wait is not the test's time."""
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """On pytest-xdist workers, QUIET tests run alone: they take a file lock
+    that every other test shares, and keep it from the first QUIET test in a
+    row to the last (one wait for the others to finish, not one per test). A
+    second lock, a turnstile, lets no new test start while a QUIET one waits
+    (no worker starves it). Outside the test's timeout: a wait is not the
+    test's time."""
     workerinput = getattr(item.config, "workerinput", None)
     if workerinput is None:
         yield
         return
     quiet = item.nodeid.startswith(QUIET)
-    base = Path(tempfile.gettempdir()) / f"tsync-tests-{workerinput['testrunuid']}"
-    with open(f"{base}.turnstile", "a") as turnstile, open(f"{base}.quiet", "a") as lock:
+    if not _held:
+        base = Path(tempfile.gettempdir()) / f"tsync-tests-{workerinput['testrunuid']}"
+        _held.extend([open(f"{base}.turnstile", "a"), open(f"{base}.quiet", "a")])  # noqa: SIM115
+        turnstile, lock = _held
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         fcntl.flock(lock, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
         if not quiet:
             fcntl.flock(turnstile, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
+    try:
+        yield
+    finally:
+        if not (quiet and nextitem is not None and nextitem.nodeid.startswith(QUIET)):
+            for held in _held:  # closing a file releases its lock
+                held.close()
+            _held.clear()
