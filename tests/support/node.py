@@ -1,11 +1,13 @@
-"""Node.js beside the tests: ``npm ci`` of a test project once per lock file,
-and a node script run against a real server (started, read until it says it
-is ready, then awaited for its JSON answer)."""
+"""Node.js beside the tests: ``npm ci`` of a test project once per lock file
+(one at a time across pytest-xdist workers), and a node script run against a
+real server (started, read until it says it is ready, then awaited for its
+JSON answer)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import subprocess
 from collections.abc import AsyncIterator
@@ -22,20 +24,28 @@ NODE_TIMEOUT_S = 30.0
 
 def npm_ci(project: Path) -> Path:
     """``project`` with its node_modules as its package-lock.json says
-    (``npm ci`` only when the lock file changed since the last one)."""
+    (``npm ci`` only when the lock file changed since the last one).
+
+    The suite's workers (pytest-xdist) share the folder: ``npm ci`` deletes
+    node_modules first, so one worker's install would pull the tools out from
+    under another's. The workers take turns on an exclusive lock of
+    package-lock.json itself; the one that waited finds the stamp and goes on.
+    """
     npm = require_binary("npm")
     stamp = project / "node_modules" / ".tsync-lock"
-    lock = (project / "package-lock.json").read_text()
-    if not stamp.exists() or stamp.read_text() != lock:
-        result = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=project,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert result.returncode == 0, f"npm ci failed:\n{result.stdout}\n{result.stderr}"
-        stamp.write_text(lock)
+    with open(project / "package-lock.json") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)  # released when the file closes
+        lock = lock_file.read()
+        if not stamp.exists() or stamp.read_text() != lock:
+            result = subprocess.run(
+                [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                cwd=project,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert result.returncode == 0, f"npm ci failed:\n{result.stdout}\n{result.stderr}"
+            stamp.write_text(lock)
     return project
 
 
