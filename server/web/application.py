@@ -53,6 +53,7 @@ from server.streams import transcripts as streams_transcripts
 from server.streams.memory import Limits, Registry
 from server.streams.open import log_for_store, registry_for_store
 from server.web import (
+    ai_chat,
     http_api,
     http_lmml,
     http_ops,
@@ -132,6 +133,11 @@ class TsyncApp:
                 await refuse(receive, send, GOING_AWAY, scope)
                 return
             await websocket_endpoint(scope, receive, send, self.state.hub)
+        elif kind == "websocket" and scope["path"] == ai_chat.PATH:
+            if self.lifecycle.draining:
+                await refuse(receive, send, GOING_AWAY, scope)
+                return
+            await ai_chat.ai_chat_endpoint(scope, receive, send, self.state.hub)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
         else:
