@@ -263,7 +263,7 @@ class _Request:
             return
         self.grant = self.chat.grant_for(frame)
         validate_id(self.transcript_id, what="id")
-        self._check(rights.WRITE)
+        self._check(rights.AI_CHAT_FRAMES["send"].need)
         self._check(rights.READ)
         messages = sdk_in.from_ui([message])
         try:
@@ -294,7 +294,7 @@ class _Request:
 
     async def _resume(self) -> None:
         self.grant = self.chat.grant_for(self.frame)
-        self._check(rights.READ)
+        self._check(rights.AI_CHAT_FRAMES["resume"].need)
         try:
             await self._subscribe()
         except TranscriptNotFound:
@@ -327,7 +327,7 @@ class _Request:
 
     async def _stop(self, draft_id: str) -> None:
         try:
-            self._check(rights.WRITE)
+            self._check(rights.AI_CHAT_FRAMES["abort"].need)
             by = (self.grant.sub if self.grant is not None else None) or self.chat.id
             await stop_draft(self.hub, self.transcript_id, draft_id, by, self.chat.origin)
         except Exception as exc:
