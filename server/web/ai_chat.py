@@ -30,7 +30,7 @@ import itertools
 import json
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from protocol import ai_chat, codes, rights, sdk_in, wire
@@ -43,6 +43,7 @@ from server.errors import INTERNAL_FAILURE, Refused, failure_for
 from server.live.hub import Hub
 from server.live.outbound import OutboundQueue
 from server.store.base import TranscriptNotFound
+from server.tasks import cancel_and_wait
 from server.web import access
 from server.web.access import forbidden
 from server.web.ws import close_reason, stop_draft
@@ -192,6 +193,51 @@ class _Chat:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+class _Inbox:
+    """The internal subscription's raw frame write (``RawFrames``): every frame
+    is taken as it is written, so that the queue never holds a draft's
+    updates back and merges them (a reply written and committed at once
+    would then reach the request as its ``final`` alone)."""
+
+    def __init__(self, inbox: asyncio.Queue[bytes | str]) -> None:
+        self.inbox = inbox
+        self.partial = bytearray()
+        self.open = True
+
+    def raw_ready(self) -> bool:
+        return self.open
+
+    def raw_write(self, data: bytes) -> None:
+        """Unframe ``data`` (whole server frames: unmasked, maybe fragmented)."""
+        view = memoryview(data)
+        at = 0
+        while at + 2 <= len(view):
+            first, size = view[at], view[at + 1] & 0x7F
+            at += 2
+            if size == 126:
+                size = int.from_bytes(view[at : at + 2], "big")
+                at += 2
+            elif size == 127:
+                size = int.from_bytes(view[at : at + 8], "big")
+                at += 8
+            opcode = first & 0x0F
+            if opcode in (0, 1, 2):
+                self.partial += view[at : at + size]
+                if first & 0x80:
+                    self.inbox.put_nowait(bytes(self.partial))
+                    self.partial.clear()
+            at += size
+
+    def raw_writelines(self, parts: Sequence[bytes | memoryview]) -> None:
+        self.raw_write(b"".join(parts))
+
+    async def raw_writable(self) -> bool:
+        return self.open
+
+    def raw_fail(self, code: int) -> None:
+        self.open = False
+
+
 class _Request:
     """One ``send`` or ``resume``: the reply it streams."""
 
@@ -216,6 +262,8 @@ class _Request:
             asyncio.get_running_loop().create_future()
         )
         self.queue: OutboundQueue | None = None
+        self.inbox: asyncio.Queue[bytes | str] = asyncio.Queue()
+        self.pump: asyncio.Task[None] | None = None
         self.aborted = False
 
     # -- the request --
@@ -340,8 +388,11 @@ class _Request:
         live = await hub.load(self.transcript_id)
         transcript = live.transcript
         if self.queue is None:
-            self.queue = hub.subscriptions.connect(f"{self.chat.id}-{self.request_id}", self._take)
+            self.queue = hub.subscriptions.connect(
+                f"{self.chat.id}-{self.request_id}", self._take, raw=_Inbox(self.inbox)
+            )
             self.queue.start()
+            self.pump = asyncio.create_task(self._pump(), name=f"ai-chat-pump-{self.request_id}")
         await hub.subscriptions.subscribe(
             self.queue,
             self.transcript_id,
@@ -351,6 +402,7 @@ class _Request:
         self.queue.push_control(wire.Pong(seq=0, ref=_CAUGHT_UP))
 
     async def _unsubscribe(self) -> None:
+        await cancel_and_wait([self.pump])
         queue = self.queue
         if queue is not None:
             self.queue = None
@@ -358,20 +410,26 @@ class _Request:
             await queue.stop()
 
     async def _take(self, message: dict[str, Any]) -> None:
-        """What the internal subscription sends (the queue's writer awaits it)."""
+        """What the internal subscription sends through ``send`` (it writes
+        through ``_Inbox`` whenever it can)."""
         data = message.get("text")
-        if data is None:
-            return
-        for raw in wire.split_frames(data):
-            try:
-                frame = wire.accept_transcript_update(raw)
-            except InvalidFrame:
-                continue
-            try:
-                await self._on_frame(frame)
-            except Exception:
-                log.exception("ai chat: a draft frame failed")
-                self._end(None)
+        if data is not None:
+            self.inbox.put_nowait(data)
+
+    async def _pump(self) -> None:
+        """The internal subscription's frames, in order."""
+        while True:
+            message = await self.inbox.get()
+            for raw in wire.split_frames(message):  # a commit's final rides with its increment
+                try:
+                    frame = wire.accept_transcript_update(raw)
+                except InvalidFrame:
+                    continue
+                try:
+                    await self._on_frame(frame)
+                except Exception:
+                    log.exception("ai chat: a draft frame failed")
+                    self._end(self._error_frame("internal: the reply could not be read"))
 
     async def _on_frame(self, frame: wire.ServerFrame) -> None:
         if isinstance(frame, wire.Pong) and frame.ref == _CAUGHT_UP:

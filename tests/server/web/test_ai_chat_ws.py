@@ -14,7 +14,9 @@ import httpx
 import jwt
 import websockets
 
+from protocol.wire import Increment
 from tests.support.servers import RunningServer, running_server
+from tests.support.wsclient import RawClient
 
 SECRET = "ai-chat-suite-secret-0123456789abcdef"
 USER = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
@@ -102,3 +104,32 @@ async def test_a_resume_needs_read_and_is_no_active_when_idle() -> None:
         assert idle == {"type": "no-active", "requestId": "q2"}
         refused = await answer(srv, frame, f"?token={token(read=['other'])}")
         assert refused["type"] == "error" and refused["errorText"].startswith("forbidden")
+
+
+async def test_a_reply_written_as_text_alone_comes_as_one_text_part() -> None:
+    async with running_server(draft_coalesce_s=0, ai_reply_timeout_s=5) as srv:
+        async with httpx.AsyncClient(base_url=srv.url) as http:
+            assert (await http.post("/v1/transcripts", json={"id": "chat-t"})).status_code == 201
+        agent = await RawClient.connect(srv.ws_url)
+        await agent.send(op="subscribe", transcriptId="chat-t")
+        await agent.recv()  # the baseline
+        url = srv.ws_url.removesuffix("/v1/ws") + "/v1/ai/chat"
+        async with websockets.connect(url) as ws:
+            await ws.send(send_frame("chat-t"))
+            while not isinstance(await agent.recv(), Increment):
+                pass  # the user's message
+            for word in ("Hello", " there"):
+                await agent.send(op="draft", transcriptId="chat-t", draftId="d", delta=word)
+            reply = {"role": "assistant", "content": "Hello there"}
+            await agent.send(op="append", transcriptId="chat-t", draftId="d", messages=[reply])
+            frames = []
+            while not frames or frames[-1]["type"] == "chunk":
+                frames.append(json.loads(await ws.recv(decode=True)))
+        await agent.close()
+    assert frames[-1] == {"type": "end", "requestId": "q1"}
+    assert [f["sequence"] for f in frames[:-1]] == list(range(len(frames) - 1))
+    chunks = [f["chunk"] for f in frames[:-1]]
+    assert chunks[0] == {"type": "start", "messageId": "d"}
+    assert [c["type"] for c in chunks[1:3]] == ["start-step", "text-start"]
+    assert "".join(c["delta"] for c in chunks if c["type"] == "text-delta") == "Hello there"
+    assert [c["type"] for c in chunks[-3:]] == ["text-end", "finish-step", "finish"]
