@@ -238,6 +238,11 @@ ROUTES: Final[Mapping[tuple[str, str], Rule]] = {
     ("DELETE", "/v1/transcripts/{transcript_id}/views/{name}"): Rule(need=WRITE),
     ("GET", "/v1/transcripts/{transcript_id}/usage"): Rule(need=READ),
     ("GET", "/v1/transcripts/{transcript_id}/presence"): Rule(need=READ),
+    ("POST", "/v1/ai/chat"): Rule(
+        need=CREDENTIALS,
+        note="the AI SDK's DefaultChatTransport: the body's `id` needs what a `send` frame's does",
+    ),
+    ("GET", "/v1/ai/chat/{transcript_id}/stream"): Rule(need=READ),
     ("GET", "/v1/auth"): Rule(
         need=CREDENTIALS, note="who the caller is and what it may do (`?transcriptId=`)"
     ),

@@ -48,7 +48,7 @@ from server.web import access
 from server.web.access import forbidden
 from server.web.ws import close_reason, stop_draft
 
-__all__ = ["ai_chat_endpoint"]
+__all__ = ["ChatConnection", "ChatRequest", "ai_chat_endpoint"]
 
 log = logging.getLogger("tsync.ai_chat")
 _ids = itertools.count(1)
@@ -85,7 +85,7 @@ async def ai_chat_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hub)
         )
         return
     await send({"type": "websocket.accept"})
-    chat = _Chat(hub, send, connection.grant, connection.authenticator)
+    chat = ChatConnection(hub, send, connection.grant, connection.authenticator)
     try:
         while True:
             message = await receive()
@@ -103,7 +103,7 @@ async def ai_chat_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hub)
         await chat.cancel()
 
 
-class _Chat:
+class ChatConnection:
     """One ``/v1/ai/chat`` connection: its requests, by ``requestId``."""
 
     def __init__(
@@ -120,7 +120,7 @@ class _Chat:
         self.authenticator = authenticator
         self.id = f"ai{next(_ids)}-{secrets.token_hex(3)}"
         self.origin = Origin(context_id=f"ai:{self.id}")
-        self.requests: dict[str, _Request] = {}
+        self.requests: dict[str, ChatRequest] = {}
         #: The stops aborts started (they run on after the connection ends).
         self.stops: set[asyncio.Task[None]] = set()
         self.closed = False
@@ -165,7 +165,7 @@ class _Chat:
             return
         if request_id in self.requests:
             raise _Closed(f"Invalid frame: request {request_id!r} is already active")
-        request = _Request(self, request_id, frame)
+        request = ChatRequest(self, request_id, frame)
         self.requests[request_id] = request
         request.task = asyncio.create_task(request.run(), name=f"ai-chat-{request_id}")
 
@@ -238,10 +238,10 @@ class _Inbox:
         self.open = False
 
 
-class _Request:
+class ChatRequest:
     """One ``send`` or ``resume``: the reply it streams."""
 
-    def __init__(self, chat: _Chat, request_id: str, frame: dict[str, Any]) -> None:
+    def __init__(self, chat: ChatConnection, request_id: str, frame: dict[str, Any]) -> None:
         self.chat = chat
         self.hub = chat.hub
         self.request_id = request_id

@@ -13,7 +13,12 @@
 //   safeValidateWebSocketChatTransportRequest; print each verdict.
 //
 // Prints {"ready": true}, then one JSON line; exits 1 after 20 s.
-import { WebSocketChatTransport, readUIMessageStream, safeValidateWebSocketChatTransportRequest } from "ai";
+import {
+  DefaultChatTransport,
+  WebSocketChatTransport,
+  readUIMessageStream,
+  safeValidateWebSocketChatTransportRequest,
+} from "ai";
 import WebSocket from "ws";
 
 const [url, chatId, mode, extra] = process.argv.slice(2);
@@ -53,9 +58,14 @@ async function read(stream, onMessage) {
 }
 
 console.log(JSON.stringify({ ready: true }));
-const transport = new WebSocketChatTransport({ url, webSocket: WebSocket });
+// http-send, http-resume: the same as send and resume, through DefaultChatTransport
+// (argv[2] is then the server's http:// URL of /v1/ai/chat).
+const http = mode.startsWith("http-");
+const transport = http
+  ? new DefaultChatTransport({ api: url })
+  : new WebSocketChatTransport({ url, webSocket: WebSocket });
 let out;
-if (mode === "send") {
+if (mode === "send" || mode === "http-send") {
   const stream = await transport.sendMessages({
     chatId,
     messages: [USER],
@@ -64,7 +74,7 @@ if (mode === "send") {
     abortSignal: undefined,
   });
   out = await read(stream);
-} else if (mode === "resume" || mode === "idle") {
+} else if (mode === "resume" || mode === "idle" || mode === "http-resume" || mode === "http-idle") {
   const stream = await transport.reconnectToStream({ chatId });
   out = stream === null ? { resolved: null } : { resolved: "stream", ...(await read(stream)) };
 } else if (mode === "abort") {
@@ -112,7 +122,7 @@ if (mode === "send") {
     out.push(result.success);
   }
 }
-transport.close();
+if (!http) transport.close();
 console.log(JSON.stringify(out));
 clearTimeout(timer);
 process.exit(0);

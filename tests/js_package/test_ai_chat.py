@@ -416,3 +416,60 @@ def test_the_python_check_agrees_with_the_sdks_validator() -> None:
     differ = [(i, PARITY[i], sdk[i]) for i in range(len(PARITY)) if sdk[i] != ours[i]]
     assert not differ, differ
     assert True in sdk and False in sdk
+
+
+@pytest.mark.parametrize("mode", ["send", "http-send"])
+async def test_the_default_chat_transport_gets_the_same_reply_over_http(mode: str) -> None:
+    async with running_server(draft_coalesce_s=0) as srv:
+        await create(srv, "chat-8")
+        agent = await Agent.start(srv, "chat-8")
+        url = srv.url + "/v1/ai/chat" if mode.startswith("http") else ai_url(srv)
+        async with node_script("node_ai_chat.mjs", url, "chat-8", mode, cwd=npm.PROJECT) as run:
+            await agent.user_message()
+            await agent.write(REPLY)
+            await agent.commit(REPLY)
+            seen = await run.finish()
+        stored = await ui_messages(srv, "chat-8")
+        await agent.close()
+    assert seen["error"] is None, seen
+    assert seen["message"]["id"] == "reply-1"
+    assert seen["message"]["parts"] == stored[1]["parts"]
+
+
+async def test_the_default_chat_transport_resumes_a_reply_and_gets_204_when_idle() -> None:
+    async with running_server(draft_coalesce_s=0) as srv:
+        await create(srv, "chat-9")
+        url = srv.url + "/v1/ai/chat"
+        idle = await chat_at(url, "chat-9", "http-idle")
+        agent = await Agent.start(srv, "chat-9")
+        async with httpx.AsyncClient(base_url=srv.url) as http:
+            user = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
+            r = await http.post(
+                "/v1/transcripts/chat-9/messages",
+                params={"format": "ui"},
+                json={"messages": [user]},
+            )
+            assert r.status_code in (200, 201), r.text
+            await agent.user_message()
+            await agent.write(REPLY[:5])
+            async with http.stream("GET", "/v1/ai/chat/chat-9/stream") as raw:  # half written
+                assert raw.status_code == 200
+                assert raw.headers["x-vercel-ai-ui-message-stream"] == "v1"
+                first = await anext(raw.aiter_lines())
+            assert json.loads(first.removeprefix("data: ")) == REPLY[0][0]
+        async with node_script(
+            "node_ai_chat.mjs", url, "chat-9", "http-resume", cwd=npm.PROJECT
+        ) as run:
+            await asyncio.sleep(0.5)
+            await agent.write(REPLY[5:])
+            await agent.commit(REPLY)
+            seen = await run.finish()
+        await agent.close()
+    assert idle == {"resolved": None}
+    assert seen["resolved"] == "stream" and seen["error"] is None, seen
+    assert seen["message"] == {**folded(REPLY), "id": "reply-1"}
+
+
+async def chat_at(url: str, tid: str, mode: str) -> Any:
+    async with node_script("node_ai_chat.mjs", url, tid, mode, cwd=npm.PROJECT) as run:
+        return await run.finish()
