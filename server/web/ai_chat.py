@@ -30,6 +30,7 @@ import itertools
 import json
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
@@ -42,7 +43,7 @@ from server.auth import Authenticator, bearer
 from server.errors import INTERNAL_FAILURE, Refused, failure_for
 from server.live.hub import Hub
 from server.live.outbound import OutboundQueue
-from server.store.base import TranscriptNotFound
+from server.store.base import TranscriptExists, TranscriptNotFound
 from server.tasks import cancel_and_wait
 from server.web import access
 from server.web.access import forbidden
@@ -85,6 +86,10 @@ async def ai_chat_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hub)
         )
         return
     await send({"type": "websocket.accept"})
+    if hub.subscriptions.is_full():  # each request holds a subscription
+        code = codes.CLOSE_SERVER_FULL
+        await send({"type": "websocket.close", "code": code, "reason": close_reason(code)})
+        return
     chat = ChatConnection(hub, send, connection.grant, connection.authenticator)
     try:
         while True:
@@ -172,8 +177,13 @@ class ChatConnection:
     def grant_for(self, frame: dict[str, Any]) -> rights.Grant:
         """The connection's credentials, else the frame's ``Authorization``
         header (the transport's ``headers`` travel inside its frames)."""
-        if self.grant is not None:
-            return self.grant
+        grant = self.grant
+        if grant is not None:
+            if grant.expired(time.time()):
+                raise Refused(
+                    codes.UNAUTHORIZED, "the token has expired: connect again with a new one"
+                )
+            return grant
         token = bearer(
             [(k.lower().encode(), v.encode()) for k, v in frame.get("headers", {}).items()]
         )
@@ -319,7 +329,7 @@ class ChatRequest:
         except TranscriptNotFound:
             if not self.grant.satisfies(rights.ADMIN, self.transcript_id):
                 raise
-            with contextlib.suppress(Refused):  # created meanwhile by another
+            with contextlib.suppress(TranscriptExists):  # created meanwhile by another
                 await self.hub.writes.create(self.transcript_id, origin=self.chat.origin)
             await self._subscribe()
         await self.hub.writes.append(

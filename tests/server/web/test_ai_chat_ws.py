@@ -6,6 +6,7 @@ tests/js_package/test_ai_chat.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -133,3 +134,16 @@ async def test_a_reply_written_as_text_alone_comes_as_one_text_part() -> None:
     assert [c["type"] for c in chunks[1:3]] == ["start-step", "text-start"]
     assert "".join(c["delta"] for c in chunks if c["type"] == "text-delta") == "Hello there"
     assert [c["type"] for c in chunks[-3:]] == ["text-end", "finish-step", "finish"]
+
+
+async def test_a_frame_after_the_connections_token_expired_is_refused() -> None:
+    async with running_server(jwt_secret=SECRET, ai_reply_timeout_s=0.3) as srv:
+        exp = int(time.time()) + 2
+        short = jwt.encode({"sub": "s", "exp": exp, "admin": True}, SECRET, "HS256")
+        url = srv.ws_url.removesuffix("/v1/ws") + f"/v1/ai/chat?token={short}"
+        async with websockets.connect(url) as ws:
+            await asyncio.sleep(exp - time.time() + 0.1)  # past exp
+            await ws.send(send_frame("chat-late"))
+            answer = json.loads(await ws.recv(decode=True))
+        assert "the token has expired" in answer["errorText"], answer
+        assert await stored(srv, "chat-late") is None
