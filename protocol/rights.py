@@ -204,6 +204,17 @@ OPS: Final[Mapping[str, Rule]] = {
     ),
 }
 
+#: The client frames of ``/v1/ai/chat`` (the AI SDK's ``WebSocketChatTransport``)
+#: and what each needs on the chat (a transcript id).
+AI_CHAT_FRAMES: Final[Mapping[str, Rule]] = {
+    "send": Rule(
+        need=WRITE,
+        note="and read (the reply comes back); a missing chat is created only for admin",
+    ),
+    "resume": Rule(need=READ),
+    "abort": Rule(need=WRITE, note="with the rights of the request it aborts: stops the reply"),
+}
+
 #: Every HTTP route (method and path template) and what it needs; HEAD is GET.
 ROUTES: Final[Mapping[tuple[str, str], Rule]] = {
     ("POST", "/v1/transcripts"): Rule(need=ADMIN),
@@ -227,6 +238,11 @@ ROUTES: Final[Mapping[tuple[str, str], Rule]] = {
     ("DELETE", "/v1/transcripts/{transcript_id}/views/{name}"): Rule(need=WRITE),
     ("GET", "/v1/transcripts/{transcript_id}/usage"): Rule(need=READ),
     ("GET", "/v1/transcripts/{transcript_id}/presence"): Rule(need=READ),
+    ("POST", "/v1/ai/chat"): Rule(
+        need=CREDENTIALS,
+        note="the AI SDK's DefaultChatTransport: the body's `id` needs what a `send` frame's does",
+    ),
+    ("GET", "/v1/ai/chat/{transcript_id}/stream"): Rule(need=READ),
     ("GET", "/v1/auth"): Rule(
         need=CREDENTIALS, note="who the caller is and what it may do (`?transcriptId=`)"
     ),
@@ -285,5 +301,9 @@ def render_markdown() -> str:
     ``rights`` markers (a test compares them)."""
     lines = ["| WebSocket op or HTTP route | needs | note |", "|---|---|---|"]
     lines += [f"| `{op}` op | {rule.need} | {rule.note} |" for op, rule in OPS.items()]
+    lines += [
+        f"| `{frame}` frame on `/v1/ai/chat` | {rule.need} | {rule.note} |"
+        for frame, rule in AI_CHAT_FRAMES.items()
+    ]
     lines += [f"| `{m} {path}` | {rule.need} | {rule.note} |" for (m, path), rule in ROUTES.items()]
     return "\n".join(lines) + "\n"

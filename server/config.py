@@ -459,6 +459,13 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             "`draft-closed`, a consumer that resumes from before a commit gets its `final`)"
         ),
     ] = 30.0
+    ai_reply_timeout_s: Annotated[
+        Annotated[float, Meta(gt=0)],
+        _d(
+            "seconds `/v1/ai/chat` (the AI SDK's transports) waits for an agent to open the "
+            "draft of a reply to a message it appended; none by then is an `error` frame"
+        ),
+    ] = 60.0
     max_closed_drafts: Annotated[
         PosInt,
         _d(

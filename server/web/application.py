@@ -53,6 +53,8 @@ from server.streams import transcripts as streams_transcripts
 from server.streams.memory import Limits, Registry
 from server.streams.open import log_for_store, registry_for_store
 from server.web import (
+    ai_chat,
+    ai_chat_http,
     http_api,
     http_lmml,
     http_ops,
@@ -132,6 +134,11 @@ class TsyncApp:
                 await refuse(receive, send, GOING_AWAY, scope)
                 return
             await websocket_endpoint(scope, receive, send, self.state.hub)
+        elif kind == "websocket" and scope["path"] == ai_chat.PATH:
+            if self.lifecycle.draining:
+                await refuse(receive, send, GOING_AWAY, scope)
+                return
+            await ai_chat.ai_chat_endpoint(scope, receive, send, self.state.hub)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
         else:
@@ -287,6 +294,8 @@ def create_app(
         _route("/v1/transcripts/{transcript_id}/replies", post=http_replies.post_reply),
         _route("/v1/transcripts/{transcript_id}/export.lmml", get=http_lmml.export_lmml),
         _route("/v1/transcripts/{transcript_id}/export.lmmlz", get=http_lmml.export_lmmlz),
+        _route("/v1/ai/chat", post=ai_chat_http.post_chat),
+        _route("/v1/ai/chat/{transcript_id}/stream", get=ai_chat_http.resume_stream),
         _route("/v1/auth", get=http_api.auth_info),
         _route("/v1/openapi.json", get=openapi.openapi_json),
         _route("/v1/schema.json", get=openapi.schema_json),

@@ -485,6 +485,30 @@ OPERATIONS: Final = (
         ),
     ),
     Operation(
+        "post",
+        "/v1/ai/chat",
+        "The AI SDK's DefaultChatTransport: append the last of `messages` (a UIMessage) to the"
+        " transcript `id` and answer with the reply an agent writes, as a UI message stream",
+        {
+            200: ("text/event-stream", {"type": "string"}),
+            400: _PROBLEM,
+            401: _PROBLEM,
+        },
+        body={"application/json": {"type": "object"}},
+    ),
+    Operation(
+        "get",
+        "/v1/ai/chat/{transcript_id}/stream",
+        "The AI SDK's reconnect: the reply being written as a UI message stream, from its start",
+        {
+            200: ("text/event-stream", {"type": "string"}),
+            204: None,
+            400: _PROBLEM,
+            403: _PROBLEM,
+        },
+        params=(_ID,),
+    ),
+    Operation(
         "get",
         "/v1/transcripts/{transcript_id}/export.lmml",
         "The transcript as an LMML narrative",

@@ -340,28 +340,13 @@ class OpHandler:
             )
 
     async def _stop_draft(self, op: wire.Draft) -> None:
-        """A ``draft`` op with ``stop``: commit what the draft holds as its
-        message (marked stopped), then tell the connection that wrote it, at
-        once (a ``draft-closed`` error naming the transcript: its client
-        stops reading the model's stream), and answer the stopper."""
-        hub, queue = self.hub, self.queue
-        by = self.access.sub or queue.id
-        messages, writer = await hub.drafts.stop_draft(op.transcript_id, op.draft_id, by)
-        result = await hub.writes.append(
-            op.transcript_id, messages, origin=self.origin, draft_id=op.draft_id, stopping=True
+        """A ``draft`` op with ``stop``: ``stop_draft``, then answer the stopper."""
+        by = self.access.sub or self.queue.id
+        receipt = await stop_draft(
+            self.hub, op.transcript_id, op.draft_id, by, self.origin, self.queue
         )
-        revision = result.receipt.revision
-        told = hub.subscriptions.connections.get(writer) if writer is not None else None
-        if told is not None and told is not queue:
-            told.push_error(
-                codes.DRAFT_CLOSED,
-                f"draft {op.draft_id!r} was stopped by {by}: what it held is committed as "
-                f"revision {revision}; stop writing it",
-                transcript_id=op.transcript_id,
-                revision=revision,
-            )
-        queue.push_control(
-            _ack(op, revision, start=result.receipt.start, count=result.receipt.count)
+        self.queue.push_control(
+            _ack(op, receipt.revision, start=receipt.start, count=receipt.count)
         )
 
     async def _dispatch(self, op: wire.ClientOp) -> None:
@@ -480,6 +465,36 @@ class OpHandler:
             check_state(state)
         who = sub[:MAX_PRESENCE_NAME_LENGTH] if sub else op.name
         registry.state(queue, op.transcript_id, who=who, kind=op.kind, state=state)
+
+
+async def stop_draft(
+    hub: Hub,
+    transcript_id: str,
+    draft_id: str,
+    by: str,
+    origin: Origin,
+    stopper: OutboundQueue | None = None,
+) -> Any:
+    """Stop a draft: commit what it holds as its message (marked stopped),
+    then tell the connection that wrote it, at once (a ``draft-closed`` error
+    naming the transcript: its client stops reading the model's stream),
+    unless that is ``stopper``. Returns the commit's receipt. (The ``draft``
+    op's ``stop`` and ``/v1/ai/chat``'s ``abort``.)"""
+    messages, writer = await hub.drafts.stop_draft(transcript_id, draft_id, by)
+    result = await hub.writes.append(
+        transcript_id, messages, origin=origin, draft_id=draft_id, stopping=True
+    )
+    revision = result.receipt.revision
+    told = hub.subscriptions.connections.get(writer) if writer is not None else None
+    if told is not None and told is not stopper:
+        told.push_error(
+            codes.DRAFT_CLOSED,
+            f"draft {draft_id!r} was stopped by {by}: what it held is committed as "
+            f"revision {revision}; stop writing it",
+            transcript_id=transcript_id,
+            revision=revision,
+        )
+    return result.receipt
 
 
 def _byte_length(data: str | bytes, limit: int) -> int:
