@@ -44,7 +44,7 @@ import msgspec
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from client_py.drafts import DraftWriter, StreamedCalls, batches, chunk_text, iterate_chunks
+from client_py.drafts import DraftWriter
 from client_py.errors import (
     ClientClosed,
     Disconnected,
@@ -56,6 +56,7 @@ from client_py.errors import (
 )
 from client_py.http import Ack, Created, HttpApi, sdk_plain
 from client_py.mirror import Mirror
+from client_py.model_streams import StreamedCalls, batches, chunk_text, iterate_chunks
 from client_py.tokens import TokenProvider
 from client_py.ui_chunks import UIChunks
 from protocol import codes, wire

@@ -199,5 +199,9 @@ def test_the_run_reached_what_it_tests() -> None:
     on_one = {op for op in operations if "{transcript_id}" in op}
     succeeded = {op for op, status in ANSWERS if 200 <= status < 300}
     reached = {op for op, status in ANSWERS if status not in (404, 405)}
-    assert operations - on_one <= succeeded, sorted(ANSWERS.items())
+    # Its success is a reply an agent writes (tests/js_package/test_ai_chat.py):
+    # a random request can only be answered, not succeed.
+    needs_an_agent = {"POST /v1/ai/chat"}
+    assert needs_an_agent <= reached, sorted(ANSWERS.items())
+    assert operations - on_one - needs_an_agent <= succeeded, sorted(ANSWERS.items())
     assert on_one - {"DELETE /v1/transcripts/{transcript_id}"} <= reached, sorted(ANSWERS.items())
