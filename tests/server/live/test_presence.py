@@ -19,6 +19,7 @@ from protocol.wire import Baseline, ErrorFrame, Pong, PresenceFrame
 from server.tuning import PRESENCE_MEMBER_COST
 from tests.server.live.test_drafts import create, msg
 from tests.support.servers import RunningServer, running_server
+from tests.support.waiting import until
 from tests.support.wsclient import RawClient
 
 BOTH = pytest.mark.parametrize("binary", [False, True], ids=["json", "msgpack"])
@@ -273,8 +274,4 @@ async def test_a_connections_presence_is_held_within_its_budget() -> None:
             assert (await c.expect(Pong)).ref == "again"
             assert srv.hub.presence.held_bytes <= budget
         # Gone with its connection.
-        for _ in range(200):
-            if srv.hub.presence.held_bytes == 0:
-                break
-            await asyncio.sleep(0.01)
-        assert srv.hub.presence.held_bytes == 0
+        await until(lambda: srv.hub.presence.held_bytes == 0)
