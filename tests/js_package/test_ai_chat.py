@@ -35,7 +35,7 @@ from tests.conftest import require_binary
 from tests.js_package import npm
 from tests.support.node import NodeRun, node_script
 from tests.support.redis_server import RedisServer
-from tests.support.servers import RunningServer, running_server
+from tests.support.servers import RunningServer, ServerProcess, running_server
 from tests.support.wsclient import RawClient
 
 pytestmark = [
@@ -172,7 +172,7 @@ class Agent:
         self.stopped: ErrorFrame | None = None
 
     @classmethod
-    async def start(cls, srv: RunningServer, tid: str) -> Agent:
+    async def start(cls, srv: RunningServer | ServerProcess, tid: str) -> Agent:
         reader = await RawClient.connect(srv.ws_url)
         await reader.send(op="subscribe", transcriptId=tid)
         await reader.recv()  # the baseline
