@@ -11,7 +11,9 @@ the reply resuming it with nothing twice.
 - ``@durable-streams/tanstack-ai-transport``: ``toDurableChatSessionResponse``
   (one session stream per chat), the read proxy route, and
   ``durableStreamConnection``'s ``subscribe``/``send`` with
-  ``materializeSnapshotFromDurableStream`` for the reload."""
+  ``materializeSnapshotFromDurableStream`` for the reload; then TanStack AI's
+  ``ChatClient`` (the engine of ``@tanstack/ai-react``'s ``useChat``) on that
+  connection, one tab sending and another seeing the turn."""
 
 from __future__ import annotations
 
@@ -100,3 +102,11 @@ async def test_the_tanstack_transport_keeps_a_chat_session_in_one_stream() -> No
     assert "".join(c["delta"] for c in contents) == "Say helloHello, world!AgainHello again."
     assert all("content" not in c for c in contents)
     assert "stream-closed" not in head.headers
+    # TanStack AI's ChatClient: the tab that sent and the one that watched
+    # hold the same turn, once.
+    sender, watcher = seen["tanstack"]["sender"], seen["tanstack"]["watcher"]
+    assert sender == watcher
+    assert [(m["role"], m["parts"]) for m in sender] == [
+        ("user", [{"type": "text", "content": "Hi"}]),
+        ("assistant", [{"type": "text", "content": "Hello there."}]),
+    ]

@@ -10,10 +10,13 @@
 // argv[2]: tsync's base URL. Tab 1 subscribes and sends; once the reply shows
 // text, a reload materializes the snapshot and subscribes from its offset;
 // only then does the model go on. A late tab subscribes with no offset (its
-// MESSAGES_SNAPSHOT), and a second turn follows on the same session.
+// MESSAGES_SNAPSHOT), and a second turn follows on the same session. Then
+// TanStack AI's ChatClient (what @tanstack/ai-react's useChat runs) on a
+// second session: one client sends, another one subscribed sees the turn.
 // Prints {"ready": true}, then one JSON line; exits 1 after 30 s.
 import http from "node:http";
 import { Readable } from "node:stream";
+import { ChatClient } from "@tanstack/ai-client";
 import {
   durableStreamConnection,
   ensureDurableChatSessionStream,
@@ -37,7 +40,7 @@ async function* reply(turn) {
   yield { type: "TEXT_MESSAGE_START", messageId, role: "assistant", model: "fake", timestamp: Date.now() };
   yield { type: "TEXT_MESSAGE_CONTENT", messageId, delta: "Hello", content: "Hello", model: "fake", timestamp: Date.now() };
   if (turn === 1) await reloaded;
-  const delta = turn === 1 ? ", world!" : " again.";
+  const delta = [", world!", " again.", " there."][turn - 1];
   yield { type: "TEXT_MESSAGE_CONTENT", messageId, delta, content: `Hello${delta}`, model: "fake", timestamp: Date.now() };
   yield { type: "TEXT_MESSAGE_END", messageId, model: "fake", timestamp: Date.now() };
   yield { type: "RUN_FINISHED", runId: `run-${turn}`, finishReason: "stop", model: "fake", timestamp: Date.now() };
@@ -81,10 +84,10 @@ const app = http.createServer(async (request, res) => {
 });
 await new Promise((resolve) => app.listen(0, "127.0.0.1", resolve));
 const base = `http://127.0.0.1:${app.address().port}`;
-const connection = (initialOffset) =>
+const connection = (initialOffset, id = "s1") =>
   durableStreamConnection({
-    sendUrl: `${base}/api/chat?id=s1`,
-    readUrl: `${base}/api/chat-stream?id=s1`,
+    sendUrl: `${base}/api/chat?id=${id}`,
+    readUrl: `${base}/api/chat-stream?id=${id}`,
     initialOffset,
   });
 
@@ -140,6 +143,33 @@ const secondChunks = follow(second, ended("reply-2"));
 await second.send([{ id: "user-2", role: "user", parts: [{ type: "text", content: "Again" }] }]);
 const turn2 = await secondChunks;
 
+// TanStack AI's ChatClient on a session: one tab sends, the other one sees it.
+await ensureDurableChatSessionStream({ writeUrl: writeUrl("s2") });
+const clients = ["sender", "watcher"].map((name) => {
+  let changed;
+  const client = new ChatClient({
+    threadId: "s2",
+    connection: connection(undefined, "s2"),
+    onMessagesChange: () => changed?.(),
+  });
+  client.subscribe();
+  const until = async (done) => {
+    while (!done(client.getMessages())) await new Promise((resolve) => (changed = resolve));
+  };
+  return { name, client, until };
+});
+const answered = (messages) =>
+  messages.some((m) => m.role === "assistant" && m.parts.some((p) => p.content === "Hello there."));
+await clients[0].client.sendMessage("Hi");
+await Promise.all(clients.map(({ until }) => until(answered)));
+const tanstack = Object.fromEntries(
+  clients.map(({ name, client }) => [
+    name,
+    client.getMessages().map((m) => ({ id: m.id, role: m.role, parts: m.parts })),
+  ]),
+);
+clients.forEach(({ client }) => client.unsubscribe());
+
 const types = (chunks) => chunks.map((c) => c.type);
 console.log(
   JSON.stringify({
@@ -148,6 +178,7 @@ console.log(
     after: { types: types(after), reply: textOf(after, "reply-1") },
     late,
     turn2: { types: types(turn2), user: textOf(turn2, "user-2"), reply: textOf(turn2, "reply-2") },
+    tanstack,
   }),
 );
 clearTimeout(timer);
