@@ -530,21 +530,23 @@ def test_the_python_check_agrees_with_the_sdks_validator() -> None:
     assert True in sdk and False in sdk
 
 
-@pytest.mark.parametrize("mode", ["send", "http-send"])
-async def test_the_default_chat_transport_gets_the_same_reply_over_http(mode: str) -> None:
-    async with running_server(draft_coalesce_s=0) as srv:
-        await create(srv, "chat-8")
-        agent = await Agent.start(srv, "chat-8")
-        url = srv.url + "/v1/ai/chat" if mode.startswith("http") else ai_url(srv)
-        async with node_script("node_ai_chat.mjs", url, "chat-8", mode, cwd=npm.PROJECT) as run:
+async def test_the_default_chat_transport_gets_the_same_reply_over_http(deploy: Deploy) -> None:
+    async with deploy(draft_coalesce_s=0) as at:
+        await create(at.chat, "chat-8")
+        agent = await Agent.start(at.agent, "chat-8")
+        url = at.chat.url + "/v1/ai/chat"
+        async with node_script(
+            "node_ai_chat.mjs", url, "chat-8", "http-send", cwd=npm.PROJECT
+        ) as run:
             await agent.user_message()
             await agent.write(REPLY)
             await agent.commit(REPLY)
             seen = await run.finish()
-        stored = await ui_messages(srv, "chat-8")
+        stored = await ui_messages(at.chat, "chat-8")
         await agent.close()
     assert seen["error"] is None, seen
     assert seen["message"]["id"] == "reply-1"
+    assert [m["role"] for m in stored] == ["user", "assistant"]
     assert seen["message"]["parts"] == stored[1]["parts"]
 
 
