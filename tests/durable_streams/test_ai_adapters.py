@@ -40,16 +40,31 @@ def texts(message: dict[str, Any]) -> list[str]:
     return [p["text"] for p in message["parts"] if p["type"] == "text"]
 
 
-async def test_the_aisdk_transport_streams_and_resumes_a_reply_through_a_stream() -> None:
-    async with running_server() as srv, httpx.AsyncClient() as http:
-        async with node_script("aisdk.mjs", srv.url, cwd=HERE) as run:
+TOKEN = "adapter-test-token"
+
+
+@pytest.mark.parametrize("token", [None, TOKEN], ids=["open", "token"])
+async def test_the_aisdk_transport_streams_and_resumes_a_reply_through_a_stream(
+    token: str | None,
+) -> None:
+    # With a token, the route writes with it and the browser reads through
+    # the app's read proxy (the transport's reader sends no headers).
+    bearer = {"authorization": f"Bearer {token}"} if token else {}
+    async with running_server(token=token) as srv, httpx.AsyncClient() as http:
+        args = (srv.url, token) if token else (srv.url,)
+        async with node_script("aisdk.mjs", *args, cwd=HERE) as run:
             seen = await run.finish()
-        stream_url = seen["streamUrl"]
-        assert isinstance(stream_url, str) and stream_url.startswith(
-            srv.url + "/v1/stream/chats/c1/"
-        ), seen
-        stored = await http.get(stream_url, params={"offset": "-1"})
-        head = await http.head(stream_url)
+        stream_url = srv.url + seen["streamPath"]
+        stored = await http.get(stream_url, params={"offset": "-1"}, headers=bearer)
+        head = await http.head(stream_url, headers=bearer)
+        bare = await http.get(stream_url, params={"offset": "-1"})
+    assert seen["streamPath"].startswith("/v1/stream/chats/c1/"), seen
+    if token:
+        assert seen["streamUrl"].endswith("/api/stream?path=%2Fv1%2Fstream%2Fchats%2Fc1%2F1")
+        assert bare.status_code == 401  # tsync's stream is not readable without the token
+    else:
+        assert seen["streamUrl"] == stream_url
+        assert bare.status_code == 200
     tab, reloaded = seen["tab"], seen["reloaded"]
     for chat in (tab, reloaded):
         assert chat["status"] == "ready" and chat["error"] is None, chat

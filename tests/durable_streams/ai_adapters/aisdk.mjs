@@ -7,7 +7,11 @@
 // Chat (AbstractChat with the plain state useChat keeps) on
 // createDurableChatTransport.
 //
-// argv[2]: tsync's base URL. A chat sends a message; once its reply shows
+// argv[2]: tsync's base URL; argv[3], if given, a token of tsync's: the route
+// then writes with it (the stream target's `headers`) and the browser reads
+// through the app's own read proxy (the README's buildReadProxyUrl), which
+// adds it: the transport's reader sends no headers of its own.
+// A chat sends a message; once its reply shows
 // text, a second Chat of the same id (a reload: the page's saved messages,
 // then resumeStream as useChat({resume: true}) does on mount) resumes it; only
 // then does the model go on. After the end, a third resumes again (204: null).
@@ -21,7 +25,8 @@ import {
   toDurableStreamResponse,
 } from "@durable-streams/aisdk-transport";
 
-const [tsync] = process.argv.slice(2);
+const [tsync, token] = process.argv.slice(2);
+const auth = token ? { Authorization: `Bearer ${token}` } : undefined;
 const timer = setTimeout(() => {
   console.log(JSON.stringify({ error: "timed out" }));
   process.exit(1);
@@ -55,8 +60,20 @@ const model = () =>
 // -- the app server: the README's routes --
 const chats = new Map(); // id -> { messages, activeStreamId }
 let streams = 0;
+let appBase = "";
+/** Where the browser reads a stream: tsync itself, or the app's read proxy. */
+const readUrlOf = (streamPath) =>
+  token ? `${appBase}/api/stream?path=${encodeURIComponent(streamPath)}` : tsync + streamPath;
 async function route(request, body) {
   const url = new URL(request.url, "http://app");
+  if (request.method === "GET" && url.pathname === "/api/stream") {
+    // The read proxy: the path names a chat stream; the reader's query goes on.
+    const path = url.searchParams.get("path") ?? "";
+    if (!path.startsWith("/v1/stream/chats/")) return new Response("no", { status: 403 });
+    const upstream = new URL(tsync + path);
+    for (const [key, value] of url.searchParams) if (key !== "path") upstream.searchParams.set(key, value);
+    return fetch(upstream, { headers: auth });
+  }
   const reconnect = url.pathname.match(/^\/api\/chat\/([^/]+)\/stream$/);
   if (request.method === "POST" && url.pathname === "/api/chat") {
     const { id, messages } = JSON.parse(body);
@@ -70,13 +87,13 @@ async function route(request, body) {
           chats.set(id, { messages: finalMessages, activeStreamId: null });
         },
       }),
-      stream: { writeUrl: tsync + streamPath, readUrl: tsync + streamPath },
+      stream: { writeUrl: tsync + streamPath, readUrl: readUrlOf(streamPath), headers: auth },
     });
   }
   if (request.method === "GET" && reconnect) {
     const chat = chats.get(reconnect[1]);
     if (!chat?.activeStreamId) return new Response(null, { status: 204 });
-    const streamUrl = tsync + chat.activeStreamId;
+    const streamUrl = readUrlOf(chat.activeStreamId);
     return Response.json({ streamUrl }, { status: 200, headers: { Location: streamUrl } });
   }
   return new Response("not found", { status: 404 });
@@ -85,12 +102,18 @@ const app = http.createServer(async (request, res) => {
   const chunks = [];
   for await (const chunk of request) chunks.push(chunk);
   const response = await route(request, Buffer.concat(chunks).toString("utf8"));
-  res.writeHead(response.status, Object.fromEntries(response.headers));
-  if (response.body) Readable.fromWeb(response.body).pipe(res);
-  else res.end();
+  const headers = Object.fromEntries(response.headers);
+  for (const name of ["content-encoding", "content-length", "transfer-encoding"]) delete headers[name];
+  res.writeHead(response.status, headers);
+  if (response.body) {
+    const body = Readable.fromWeb(response.body);
+    res.on("close", () => body.destroy());
+    body.pipe(res);
+  } else res.end();
 });
 await new Promise((resolve) => app.listen(0, "127.0.0.1", resolve));
-const api = `http://127.0.0.1:${app.address().port}/api/chat`;
+appBase = `http://127.0.0.1:${app.address().port}`;
+const api = `${appBase}/api/chat`;
 
 // -- the browser side: useChat's Chat, without React --
 class PlainState {
@@ -162,6 +185,7 @@ console.log(
     tab: tab.view,
     reloaded: reloaded.view,
     streamUrl: reconnected?.streamUrl ?? null,
+    streamPath: `/v1/stream/chats/c1/${streams}`,
     afterEnd,
   }),
 );
