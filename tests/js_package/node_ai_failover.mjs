@@ -1,7 +1,8 @@
 // A Chat of the AI SDK (`ai`'s AbstractChat, with the plain state a
-// framework binding would keep) on WebSocketChatTransport (through `ws`),
-// whose replica dies in the middle of a reply: argv[2] is the ws:// URL of
-// /v1/ai/chat (a forwarder in front of the replicas), argv[3] the chat id.
+// framework binding would keep) whose replica dies in the middle of a reply:
+// argv[2] is the URL of /v1/ai/chat (a forwarder in front of the replicas),
+// argv[3] the chat id, argv[4] the transport: "ws" (WebSocketChatTransport
+// through `ws`; a ws:// URL) or "http" (DefaultChatTransport; an http:// URL).
 //
 // It sends one user message and prints, one JSON line each:
 //   {"ready": true}
@@ -13,10 +14,10 @@
 //                            the reply (the server sent its `start`)
 //   {...}                    the end: status, error, messages
 // Exits 1 after 30 s.
-import { AbstractChat, WebSocketChatTransport } from "ai";
+import { AbstractChat, DefaultChatTransport, WebSocketChatTransport } from "ai";
 import WebSocket from "ws";
 
-const [url, chatId] = process.argv.slice(2);
+const [url, chatId, kind] = process.argv.slice(2);
 const timer = setTimeout(() => {
   console.log(JSON.stringify({ error: "timed out" }));
   process.exit(1);
@@ -70,7 +71,10 @@ class PlainChat extends AbstractChat {
   }
 }
 
-const transport = new WebSocketChatTransport({ url, webSocket: WebSocket });
+const transport =
+  kind === "http"
+    ? new DefaultChatTransport({ api: url })
+    : new WebSocketChatTransport({ url, webSocket: WebSocket });
 const reconnect = transport.reconnectToStream.bind(transport);
 transport.reconnectToStream = async (options) => {
   const stream = await reconnect(options);
@@ -83,7 +87,7 @@ say({ ready: true });
 await chat.sendMessage({ text: "Weather in Paris?" });
 say({ disconnected: chat.view });
 await chat.resumeStream();
-transport.close();
+transport.close?.();
 say(chat.view);
 clearTimeout(timer);
 process.exit(0);

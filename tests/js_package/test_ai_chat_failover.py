@@ -1,6 +1,6 @@
 """A reply survives its replica: two ``tsync serve`` processes on one Redis,
-the AI SDK's ``Chat`` on ``WebSocketChatTransport`` (Node, ``ws``) talking to
-replica A through a forwarder (a load balancer that goes to the first replica
+the AI SDK's ``Chat`` on ``WebSocketChatTransport`` (Node, ``ws``), or on
+``DefaultChatTransport``, talking to replica A through a forwarder (a load balancer that goes to the first replica
 that takes the connection), the agent writing the reply on replica B; A is
 SIGKILLed in the middle of the reply. The chat's ``resumeStream`` opens a new
 socket, which the forwarder takes to B; B replays the reply from its start and
@@ -96,16 +96,18 @@ def texts(message: dict[str, Any]) -> list[str]:
     return [p["text"] for p in message["parts"] if p["type"] == "text"]
 
 
+@pytest.mark.parametrize("kind", ["ws", "http"])
 async def test_a_reply_survives_the_replica_its_transport_was_on(
-    redis_server: RedisServer, tmp_path: Path
+    redis_server: RedisServer, tmp_path: Path, kind: str
 ) -> None:
     async with replicas(2, redis_server.url, tmp_path, "draft_coalesce_s=0") as (a, b):
         async with httpx.AsyncClient(base_url=b.url) as http:
             assert (await http.post("/v1/transcripts", json={"id": "crash"})).status_code == 201
         agent = await Agent.start(b, "crash")  # the third connection, on B
         async with forwarder([a.port, b.port]) as port:
-            url = f"ws://127.0.0.1:{port}/v1/ai/chat"
-            async with node_script("node_ai_failover.mjs", url, "crash", cwd=npm.PROJECT) as run:
+            url = f"{kind}://127.0.0.1:{port}/v1/ai/chat"
+            args = (url, "crash", kind)
+            async with node_script("node_ai_failover.mjs", *args, cwd=npm.PROJECT) as run:
                 await agent.user_message()  # the send, through A
                 await agent.write(REPLY[:5])  # up to "It is 18 "
                 assert await said(run, "seen") == "It is 18 "
@@ -121,7 +123,8 @@ async def test_a_reply_survives_the_replica_its_transport_was_on(
             stored = r.json()["messages"]
         await agent.close()
     # The user saw the reply cut when A died: the partial reply, then the error.
-    assert cut["status"] == "error" and "closed" in cut["error"], cut
+    dropped = {"ws": "WebSocket chat network connection closed", "http": "terminated"}[kind]
+    assert cut["status"] == "error" and dropped in cut["error"], cut
     assert [m["role"] for m in cut["messages"]] == ["user", "assistant"]
     assert texts(cut["messages"][1]) == ["It is 18 "]
     # The resume on B replaced it with the whole reply, nothing twice.
