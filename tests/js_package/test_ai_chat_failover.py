@@ -1,11 +1,11 @@
 """A reply survives its replica: two ``tsync serve`` processes on one Redis,
 the AI SDK's ``Chat`` on ``WebSocketChatTransport`` (Node, ``ws``), or on
-``DefaultChatTransport``, talking to replica A through a forwarder (a load balancer that goes to the first replica
-that takes the connection), the agent writing the reply on replica B; A is
-SIGKILLed in the middle of the reply. The chat's ``resumeStream`` opens a new
-socket, which the forwarder takes to B; B replays the reply from its start and
-the chat ends with the reply whole, equal to the committed message, its text
-once."""
+``DefaultChatTransport``, talking to replica A through a forwarder (a load
+balancer that goes to the first replica that takes the connection), the agent
+writing the reply on replica B; A is SIGKILLed in the middle of the reply.
+The chat's ``resumeStream`` opens a new connection, which the forwarder takes
+to B; B replays the reply from its start and the chat ends with the reply
+whole, equal to the committed message, its text once."""
 
 from __future__ import annotations
 
