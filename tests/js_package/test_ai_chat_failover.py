@@ -64,7 +64,11 @@ async def forwarder(ports: Sequence[int]) -> AsyncIterator[int]:
         else:
             down_w.close()
             return
-        await asyncio.gather(_pipe(down_r, up_w), _pipe(up_r, down_w))
+        try:
+            await asyncio.gather(_pipe(down_r, up_w), _pipe(up_r, down_w))
+        finally:  # cancelled at the end too: no socket left open
+            up_w.close()
+            down_w.close()
 
     def accept(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         task = asyncio.create_task(serve(r, w))
