@@ -319,8 +319,8 @@ async def test_an_abort_stops_the_reply_tells_the_agent_and_keeps_what_it_held(
     assert told is not None and told.code == codes.DRAFT_CLOSED, told
     if at.agent is at.chat:  # told at once, by the replica that stopped the reply
         assert "was stopped by ai" in told.message, told
-    else:  # across replicas: told on its next write (docs/protocol.md)
-        assert "was final already" in told.message, told
+    else:  # across replicas: told at once by its own replica, when the close arrives
+        assert "was stopped on another replica" in told.message, told
     assert [m["role"] for m in stored] == ["user", "assistant"]
     [text] = [p["text"] for p in stored[1]["parts"] if p["type"] == "text"]
     assert text.startswith("word word ")
