@@ -3,10 +3,18 @@ headers, and that a token-protected server still serves the page and client."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import httpx
 import pytest
 
 from tests.support.servers import running_server
+
+PACKAGE = Path(__file__).resolve().parents[2] / "client_js"
+# A static import or re-export of a module beside this one: `from "./x.js"`.
+RELATIVE_IMPORT = re.compile(r'^(?:import|export)\b[^;]*?\bfrom "\./([\w.-]+)";', re.M | re.S)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -43,3 +51,26 @@ async def test_the_page_the_client_and_the_static_files_are_served_without_a_tok
             assert module.headers["content-type"].startswith("text/javascript"), path
         assert (await http.get("/static/nope.js")).status_code == 404
         assert (await http.get("/t/a/b")).status_code != 200
+
+
+async def test_every_module_of_the_client_is_served_beside_it_as_the_package_ships_it() -> None:
+    """/v1/client.js imports its modules by relative paths (no build step): each one it,
+    the renderer or the fold imports, again and again, is served at /v1/, as the very file
+    of client_js/, and that is every JavaScript file the npm package ships."""
+    entries = ["client.js", "render.js", "ui_stream.js"]
+    seen: set[str] = set()
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        while entries:
+            name = entries.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            module = await http.get(f"/v1/{name}")
+            assert module.status_code == 200, name
+            assert module.headers["content-type"].startswith("text/javascript"), name
+            assert module.content == (PACKAGE / name).read_bytes(), name
+            entries += RELATIVE_IMPORT.findall(module.text)
+        assert (await http.get("/v1/nope.js")).status_code == 404
+    files = json.loads((PACKAGE / "package.json").read_text("utf-8"))["files"]
+    assert seen == {name for name in files if name.endswith(".js")}
+    assert len(seen) > 3  # the entries and the modules they import

@@ -1,6 +1,6 @@
 """client_js/ as the npm package a user installs: what ``npm pack`` puts in it,
-types that cover every export and check strictly, the same file served at
-/v1/client.js, and the client working in Node (20: through ``ws``) against a
+types that cover every export and check strictly, the same files served at
+/v1/client.js and beside it, and the client working in Node (20: through ``ws``) against a
 real server. The React component renders in Chromium in
 tests/browser/test_react_package.py."""
 
@@ -38,6 +38,22 @@ pytestmark = [
 ]
 
 
+# The modules client.js imports (relative imports, no build step): shipped, not entries.
+MODULES = {
+    "connection.js",
+    "consumer.js",
+    "continuity.js",
+    "copy.js",
+    "digest.js",
+    "drafts.js",
+    "events.js",
+    "fallback.js",
+    "store.js",
+    "ui_writer.js",
+    "wire.js",
+}
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     npm.tools()
@@ -51,6 +67,7 @@ def test_the_packed_package_holds_the_module_its_types_and_readme(installed: Pat
         "package.json",
         "client.js",
         "client.d.ts",
+        *MODULES,
         "render.js",
         "render.d.ts",
         "ui_stream.js",
@@ -154,7 +171,7 @@ def test_every_typescript_example_of_the_readme_type_checks_strictly(installed: 
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("name", ["client.js", "render.js"])
+@pytest.mark.parametrize("name", ["client.js", "render.js", "ui_stream.js", *sorted(MODULES)])
 async def test_the_server_serves_the_same_file(name: str) -> None:
     async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
         served = await http.get(f"/v1/{name}")
