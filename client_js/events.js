@@ -46,46 +46,16 @@
 /** The "messages", "segment" or "view" event of an applied event: [type, detail]. */
 export function appliedEvent(transcriptId, event, mirror) {
   const change = event.change;
+  const after = { revision: event.revision, event, mirror };
   if (change.kind === "messages-appended") {
-    return [
-      "messages",
-      {
-        transcriptId,
-        start: change.start,
-        messages: change.messages,
-        revision: event.revision,
-        event,
-        mirror,
-      },
-    ];
+    return ["messages", { transcriptId, start: change.start, messages: change.messages, ...after }];
   }
   if (change.kind === "segment-started") {
-    return [
-      "segment",
-      {
-        transcriptId,
-        previousStart: change.previousStart,
-        start: change.start,
-        end: change.end,
-        revision: event.revision,
-        event,
-        mirror,
-      },
-    ];
+    const { previousStart, start, end } = change;
+    return ["segment", { transcriptId, previousStart, start, end, ...after }];
   }
-  return [
-    "view",
-    {
-      transcriptId,
-      name: change.name,
-      start: change.start,
-      end: change.end ?? null,
-      left: change.kind === "view-left",
-      revision: event.revision,
-      event,
-      mirror,
-    },
-  ];
+  const left = change.kind === "view-left";
+  return ["view", { transcriptId, name: change.name, start: change.start, end: change.end ?? null, left, ...after }];
 }
 
 /**
