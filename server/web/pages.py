@@ -28,10 +28,10 @@ before it reaches the DOM, and this policy is the second wall behind that.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -80,18 +80,16 @@ CLIENT_MODULES: Final = (
 )
 
 
-def client_module(name: str) -> Callable[[Request], Awaitable[Response]]:
-    """The endpoint of one of the client's modules, as an ES module."""
-    path = STATIC / "client" / name
-
-    async def module(request: Request) -> Response:
-        return FileResponse(
-            path,
-            media_type="text/javascript; charset=utf-8",
-            headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
-        )
-
-    return module
+async def client_module(request: Request) -> Response:
+    """One of the client's modules (``CLIENT_MODULES``), as an ES module; 404 for another name."""
+    name = f"{request.path_params['module']}.js"
+    if name not in CLIENT_MODULES:
+        raise HTTPException(status_code=404)
+    return FileResponse(
+        STATIC / "client" / name,
+        media_type="text/javascript; charset=utf-8",
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+    )
 
 
 async def page(request: Request) -> Response:
@@ -111,10 +109,7 @@ def _page_html(remote_images: bool) -> str:
 
 
 routes: list[BaseRoute] = [
-    *(
-        Route(f"/v1/{name}", client_module(name), methods=["GET", "HEAD"])
-        for name in CLIENT_MODULES
-    ),
+    Route("/v1/{module}.js", client_module, methods=["GET", "HEAD"]),
     Route("/", page, methods=["GET", "HEAD"]),
     Route("/t/{transcript_id}", page, methods=["GET", "HEAD"]),
     Mount("/static", app=StaticFiles(directory=STATIC), name="static"),

@@ -55,11 +55,12 @@ async def test_the_page_the_client_and_the_static_files_are_served_without_a_tok
 
 async def test_every_module_of_the_client_is_served_beside_it_as_the_package_ships_it() -> None:
     """/v1/client.js imports its modules by relative paths (no build step): each one it,
-    the renderer or the fold imports, again and again, is served at /v1/, as the very file
-    of client_js/, and that is every JavaScript file the npm package ships."""
+    the renderer or the fold imports, again and again, is served at /v1/ without a token,
+    as the very file of client_js/, and that is every JavaScript file the npm package
+    ships."""
     entries = ["client.js", "render.js", "ui_stream.js"]
     seen: set[str] = set()
-    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+    async with running_server(token="s3cret") as srv, httpx.AsyncClient(base_url=srv.url) as http:
         while entries:
             name = entries.pop()
             if name in seen:
