@@ -72,6 +72,9 @@ async def test_every_module_of_the_client_is_served_beside_it_as_the_package_shi
             assert module.content == (PACKAGE / name).read_bytes(), name
             entries += RELATIVE_IMPORT.findall(module.text)
         assert (await http.get("/v1/nope.js")).status_code == 404
+        # The page asks for all of them at once, not one level of imports after another.
+        page = (await http.get("/")).text
+        assert set(re.findall(r'<link rel="modulepreload" href="/v1/([\w.]+)">', page)) == seen
     files = json.loads((PACKAGE / "package.json").read_text("utf-8"))["files"]
     assert seen == {name for name in files if name.endswith(".js")}
     assert len(seen) > 3  # the entries and the modules they import
