@@ -53,28 +53,36 @@ async def test_the_page_the_client_and_the_static_files_are_served_without_a_tok
         assert (await http.get("/t/a/b")).status_code != 200
 
 
-async def test_every_module_of_the_client_is_served_beside_it_as_the_package_ships_it() -> None:
-    """/v1/client.js imports its modules by relative paths (no build step): each one it,
-    the renderer or the fold imports, again and again, is served at /v1/ without a token,
-    as the very file of client_js/, and that is every JavaScript file the npm package
-    ships."""
-    entries = ["client.js", "render.js", "ui_stream.js"]
+async def served_modules(http: httpx.AsyncClient, entries: list[str]) -> set[str]:
+    """The modules served from these entries on, following their relative imports: each
+    asserted to be served at /v1/ as the very file of client_js/, as JavaScript."""
     seen: set[str] = set()
+    while entries:
+        name = entries.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        module = await http.get(f"/v1/{name}")
+        assert module.status_code == 200, name
+        assert module.headers["content-type"].startswith("text/javascript"), name
+        assert module.content == (PACKAGE / name).read_bytes(), name
+        entries += RELATIVE_IMPORT.findall(module.text)
+    return seen
+
+
+async def test_every_module_of_the_client_is_served_beside_it_as_the_package_ships_it() -> None:
+    """/v1/client.js imports its modules by relative paths (no build step): each one an
+    entry of the npm package imports, again and again, is served at /v1/ without a token,
+    as the very file of client_js/, and that is every JavaScript file the package ships."""
+    meta = json.loads((PACKAGE / "package.json").read_text("utf-8"))
+    exports = [e for e in meta["exports"].values() if isinstance(e, dict)]  # not package.json
+    entries = [e["default"].removeprefix("./") for e in exports]
     async with running_server(token="s3cret") as srv, httpx.AsyncClient(base_url=srv.url) as http:
-        while entries:
-            name = entries.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            module = await http.get(f"/v1/{name}")
-            assert module.status_code == 200, name
-            assert module.headers["content-type"].startswith("text/javascript"), name
-            assert module.content == (PACKAGE / name).read_bytes(), name
-            entries += RELATIVE_IMPORT.findall(module.text)
+        served = await served_modules(http, entries)
         assert (await http.get("/v1/nope.js")).status_code == 404
-        # The page asks for all of them at once, not one level of imports after another.
+        # The page asks for what it imports at once, not one level of imports after another.
         page = (await http.get("/")).text
-        assert set(re.findall(r'<link rel="modulepreload" href="/v1/([\w.]+)">', page)) == seen
-    files = json.loads((PACKAGE / "package.json").read_text("utf-8"))["files"]
-    assert seen == {name for name in files if name.endswith(".js")}
-    assert len(seen) > 3  # the entries and the modules they import
+        preloaded = set(re.findall(r'<link rel="modulepreload" href="/v1/([\w.]+)">', page))
+        assert preloaded == await served_modules(http, ["client.js", "render.js"])
+    assert served == {name for name in meta["files"] if name.endswith(".js")}
+    assert len(served) > 3  # the entries and the modules they import
