@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from server.web.pages import CLIENT_MODULES
 from tests.support.servers import running_server
 
 PACKAGE = Path(__file__).resolve().parents[2] / "client_js"
@@ -71,18 +72,21 @@ async def served_modules(http: httpx.AsyncClient, entries: list[str]) -> set[str
 
 
 async def test_every_module_of_the_client_is_served_beside_it_as_the_package_ships_it() -> None:
-    """/v1/client.js imports its modules by relative paths (no build step): each one an
-    entry of the npm package imports, again and again, is served at /v1/ without a token,
-    as the very file of client_js/, and that is every JavaScript file the package ships."""
-    meta = json.loads((PACKAGE / "package.json").read_text("utf-8"))
-    exports = [e for e in meta["exports"].values() if isinstance(e, dict)]  # not package.json
-    entries = [e["default"].removeprefix("./") for e in exports]
+    """/v1/client.js imports its modules by relative paths (no build step): each one it,
+    the renderer or the fold imports, again and again, is served at /v1/ without a token,
+    as the very file of client_js/; the server serves those and no other, and they are
+    every module the npm package ships that is not an entry of its own."""
     async with running_server(token="s3cret") as srv, httpx.AsyncClient(base_url=srv.url) as http:
-        served = await served_modules(http, entries)
+        served = await served_modules(http, ["client.js", "render.js", "ui_stream.js"])
         assert (await http.get("/v1/nope.js")).status_code == 404
         # The page asks for what it imports at once, not one level of imports after another.
         page = (await http.get("/")).text
         preloaded = set(re.findall(r'<link rel="modulepreload" href="/v1/([\w.]+)">', page))
         assert preloaded == await served_modules(http, ["client.js", "render.js"])
-    assert served == {name for name in meta["files"] if name.endswith(".js")}
-    assert len(served) > 3  # the entries and the modules they import
+    assert served == set(CLIENT_MODULES)
+    meta = json.loads((PACKAGE / "package.json").read_text("utf-8"))
+    shipped = {name for name in meta["files"] if name.endswith(".js")}
+    exports = [e for e in meta["exports"].values() if isinstance(e, dict)]  # not package.json
+    entries = {e["default"].removeprefix("./") for e in exports}
+    assert shipped - entries <= served <= shipped
+    assert len(served - entries) > 3  # the modules the entries import
