@@ -75,6 +75,17 @@ def test_the_packed_package_holds_the_module_its_types_and_readme(installed: Pat
     }
     assert "dependencies" not in meta  # no runtime dependency; ws is an optional peer
     assert meta["peerDependenciesMeta"]["ws"]["optional"] is True
+    # The modules behind the entries are no API: exports names none of them.
+    script = "import('@transcript-sync/client/wire.js').catch((e) => console.log(e.code))"
+    refused = subprocess.run(
+        [require_binary("node"), "--input-type=module", "-e", script],
+        cwd=npm.PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert refused.stdout.strip() == "ERR_PACKAGE_PATH_NOT_EXPORTED"
 
 
 @pytest.mark.parametrize(
