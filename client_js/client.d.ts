@@ -1,6 +1,7 @@
-// Types of @transcript-sync/client (client.js). Written by hand beside the
-// module and held to it by the test suite: every runtime export is declared
-// here (tests/js_package: a check against the module's own exports), and an
+// Types of @transcript-sync/client (client.js, the entry that re-exports the
+// public API of the package's modules). Written by hand beside them and held
+// to them by the test suite: every runtime export is declared here
+// (tests/js_package: a check against the entry's own exports), and an
 // example that uses every public API type-checks with `tsc --noEmit --strict`
 // and runs against a real server.
 

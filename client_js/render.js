@@ -21,7 +21,7 @@
 // message holds goes in as textContent. KaTeX builds its output with DOM calls (no HTML
 // parsing), with `trust: false`: no links, classes or styles from the TeX.
 
-import { attachmentBytes } from "./client.js";
+import { attachmentBytes } from "./wire.js";
 
 const ROLE_LABELS = { user: "User", assistant: "Assistant", system: "System", tool: "Tool", context: "Context" };
 const PREVIEW_CHARS = 120;

@@ -8,7 +8,7 @@ copy (``TranscriptState``: events applied with the very checks the server's
 entity makes), resubscribing, and the barrier that tells when a resubscribe
 was answered. The Python client, the load-test subscribers, the test
 followers of the replica tests and the server's backplane are drivers: they
-move bytes in and ops out and act on the updates. ``server/static/client.js``
+move bytes in and ops out and act on the updates. ``client_js/consumer.js``
 is the same machine in JavaScript; the shared frame-sequence cases
 (``tests/cases/consumer``) run against both.
 

@@ -277,8 +277,9 @@ ROUTES: Final[Mapping[tuple[str, str], Rule]] = {
     ("OPTIONS", "/v1/stream/transcripts/{transcript_id}/drafts/{draft_id}"): Rule(need=PUBLIC),
     ("GET", "/v1/openapi.json"): Rule(need=PUBLIC),
     ("GET", "/v1/schema.json"): Rule(need=PUBLIC),
-    ("GET", "/v1/client.js"): Rule(need=PUBLIC),
-    ("GET", "/v1/render.js"): Rule(need=PUBLIC),
+    ("GET", "/v1/{module}.js"): Rule(
+        need=PUBLIC, note="the JavaScript client's modules: `/v1/client.js` and beside it"
+    ),
     ("GET", "/healthz"): Rule(need=PUBLIC),
     ("GET", "/readyz"): Rule(need=PUBLIC),
     ("GET", "/metrics"): Rule(need=PUBLIC),

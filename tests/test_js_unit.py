@@ -30,3 +30,10 @@ def test_node_unit_tests_pass() -> None:
     assert result.returncode == 0, summary
     assert "# fail 0" in result.stdout, summary
     assert "# pass 0\n" not in result.stdout, summary
+
+
+def test_no_module_of_the_client_is_over_1000_lines() -> None:
+    """Issue 41: client_js/ is modules of one job each, none over 1,000 lines."""
+    sizes = {p.name: len(p.read_text("utf-8").splitlines()) for p in ROOT.glob("client_js/*.js")}
+    assert len(sizes) > 3 and "client.js" in sizes
+    assert {name: n for name, n in sizes.items() if n > 1000} == {}

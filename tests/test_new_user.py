@@ -161,10 +161,12 @@ def test_pip_install_and_the_readme_quick_start_work_from_a_clean_copy(
     )  # fmt: skip
     served.append(server)
     assert server.healthy(f"http://127.0.0.1:{port}", timeout=30), server.output()
-    # The installed package holds the page's files: the renderer that is a symlink into
-    # client_js/ in a checkout, and the vendored libraries (KaTeX's fonts two folders down).
+    # The installed package holds the page's files: the client's modules and the renderer,
+    # symlinks into client_js/ in a checkout, and the vendored libraries (KaTeX's fonts two
+    # folders down).
     for path in (
         "/v1/client.js",
+        "/v1/wire.js",
         "/v1/render.js",
         "/static/messages.js",
         "/static/vendor/katex/katex.min.js",

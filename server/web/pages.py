@@ -1,10 +1,13 @@
 """The browser side: the JavaScript client and the live chat page.
 
-- ``/v1/client.js``: the dependency-free ES module client (``server/static/client.js``).
-- ``/v1/render.js``: the npm package's renderer (``@transcript-sync/client/render``,
-  ``server/static/render.js``), which the page uses with its vendored libraries. Served
-  here, beside ``client.js`` (it imports ``./client.js``), because both are symlinks into
-  ``client_js/`` in a checkout, and ``/static`` serves no file from outside its folder.
+- ``/v1/client.js``: the dependency-free JavaScript client, the entry of its ES modules,
+  and beside it the modules it imports by relative paths (``/v1/wire.js``,
+  ``/v1/consumer.js``, ...: ``CLIENT_MODULES``), which a browser resolves there; among them
+  ``/v1/render.js``, the npm package's renderer (``@transcript-sync/client/render``), which
+  the page uses with its vendored libraries. Each is ``server/static/client/<name>``, a
+  symlink into ``client_js/`` in a checkout (the files of the npm package, served as they
+  are, no build step), and so served here: ``/static`` serves no file from outside its
+  folder.
 - ``/``: the transcript list and a form to create one.
 - ``/t/{transcript_id}``: one transcript, live.
 - ``/static/...``: the page's modules (``app.js``, ``timeline.js``, ``messages.js``), its
@@ -28,6 +31,7 @@ import functools
 from pathlib import Path
 from typing import Final
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -55,19 +59,34 @@ def page_headers(remote_images: bool) -> dict[str, str]:
     }
 
 
-async def client_js(request: Request) -> Response:
-    """The JavaScript client, as an ES module."""
-    return FileResponse(
-        STATIC / "client.js",
-        media_type="text/javascript; charset=utf-8",
-        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
-    )
+#: The JavaScript client's ES modules (``client_js/``), each served at ``/v1/<name>``:
+#: ``client.js``, the package's entry, and every module it, ``render.js`` or
+#: ``ui_stream.js`` imports (tests/browser/test_pages.py holds the list to the imports).
+CLIENT_MODULES: Final = (
+    "client.js",
+    "connection.js",
+    "consumer.js",
+    "continuity.js",
+    "copy.js",
+    "digest.js",
+    "drafts.js",
+    "events.js",
+    "fallback.js",
+    "render.js",
+    "store.js",
+    "ui_stream.js",
+    "ui_writer.js",
+    "wire.js",
+)
 
 
-async def render_js(request: Request) -> Response:
-    """The package's renderer (one message as the page shows it), as an ES module."""
+async def client_module(request: Request) -> Response:
+    """One of the client's modules (``CLIENT_MODULES``), as an ES module; 404 for another name."""
+    name = f"{request.path_params['module']}.js"
+    if name not in CLIENT_MODULES:
+        raise HTTPException(status_code=404)
     return FileResponse(
-        STATIC / "render.js",
+        STATIC / "client" / name,
         media_type="text/javascript; charset=utf-8",
         headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
     )
@@ -90,8 +109,7 @@ def _page_html(remote_images: bool) -> str:
 
 
 routes: list[BaseRoute] = [
-    Route("/v1/client.js", client_js, methods=["GET", "HEAD"]),
-    Route("/v1/render.js", render_js, methods=["GET", "HEAD"]),
+    Route("/v1/{module}.js", client_module, methods=["GET", "HEAD"]),
     Route("/", page, methods=["GET", "HEAD"]),
     Route("/t/{transcript_id}", page, methods=["GET", "HEAD"]),
     Mount("/static", app=StaticFiles(directory=STATIC), name="static"),

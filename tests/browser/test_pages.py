@@ -3,10 +3,19 @@ headers, and that a token-protected server still serves the page and client."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import httpx
 import pytest
 
+from server.web.pages import CLIENT_MODULES
 from tests.support.servers import running_server
+
+PACKAGE = Path(__file__).resolve().parents[2] / "client_js"
+# A static import or re-export of a module beside this one: `from "./x.js"`.
+RELATIVE_IMPORT = re.compile(r'^(?:import|export)\b[^;]*?\bfrom "\./([\w.-]+)";', re.M | re.S)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -43,3 +52,41 @@ async def test_the_page_the_client_and_the_static_files_are_served_without_a_tok
             assert module.headers["content-type"].startswith("text/javascript"), path
         assert (await http.get("/static/nope.js")).status_code == 404
         assert (await http.get("/t/a/b")).status_code != 200
+
+
+async def served_modules(http: httpx.AsyncClient, entries: list[str]) -> set[str]:
+    """The modules served from these entries on, following their relative imports: each
+    asserted to be served at /v1/ as the very file of client_js/, as JavaScript."""
+    seen: set[str] = set()
+    while entries:
+        name = entries.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        module = await http.get(f"/v1/{name}")
+        assert module.status_code == 200, name
+        assert module.headers["content-type"].startswith("text/javascript"), name
+        assert module.content == (PACKAGE / name).read_bytes(), name
+        entries += RELATIVE_IMPORT.findall(module.text)
+    return seen
+
+
+async def test_every_module_of_the_client_is_served_beside_it_as_the_package_ships_it() -> None:
+    """/v1/client.js imports its modules by relative paths (no build step): each one it,
+    the renderer or the fold imports, again and again, is served at /v1/ without a token,
+    as the very file of client_js/; the server serves those and no other, and they are
+    every module the npm package ships that is not an entry of its own."""
+    async with running_server(token="s3cret") as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        served = await served_modules(http, ["client.js", "render.js", "ui_stream.js"])
+        assert (await http.get("/v1/nope.js")).status_code == 404
+        # The page asks for what it imports at once, not one level of imports after another.
+        page = (await http.get("/")).text
+        preloaded = set(re.findall(r'<link rel="modulepreload" href="/v1/([\w.]+)">', page))
+        assert preloaded == await served_modules(http, ["client.js", "render.js"])
+    assert served == set(CLIENT_MODULES)
+    meta = json.loads((PACKAGE / "package.json").read_text("utf-8"))
+    shipped = {name for name in meta["files"] if name.endswith(".js")}
+    exports = [e for e in meta["exports"].values() if isinstance(e, dict)]  # not package.json
+    entries = {e["default"].removeprefix("./") for e in exports}
+    assert shipped - entries <= served <= shipped
+    assert len(served - entries) > 3  # the modules the entries import

@@ -1,6 +1,6 @@
 """client_js/ as the npm package a user installs: what ``npm pack`` puts in it,
-types that cover every export and check strictly, the same file served at
-/v1/client.js, and the client working in Node (20: through ``ws``) against a
+types that cover every export and check strictly, the same files served at
+/v1/client.js and beside it, and the client working in Node (20: through ``ws``) against a
 real server. The React component renders in Chromium in
 tests/browser/test_react_package.py."""
 
@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 import client_py
+from server.web.pages import CLIENT_MODULES
 from tests.conftest import require_binary
 from tests.js_package import npm
 from tests.support.node import node_script
@@ -38,6 +39,11 @@ pytestmark = [
 ]
 
 
+# The modules client.js imports (relative imports, no build step): shipped and served, not
+# entries (tests/browser/test_pages.py holds the server's list to the imports).
+MODULES = set(CLIENT_MODULES) - {"client.js", "render.js", "ui_stream.js"}
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     npm.tools()
@@ -51,6 +57,7 @@ def test_the_packed_package_holds_the_module_its_types_and_readme(installed: Pat
         "package.json",
         "client.js",
         "client.d.ts",
+        *MODULES,
         "render.js",
         "render.d.ts",
         "ui_stream.js",
@@ -68,6 +75,17 @@ def test_the_packed_package_holds_the_module_its_types_and_readme(installed: Pat
     }
     assert "dependencies" not in meta  # no runtime dependency; ws is an optional peer
     assert meta["peerDependenciesMeta"]["ws"]["optional"] is True
+    # The modules behind the entries are no API: exports names none of them.
+    script = "import('@transcript-sync/client/wire.js').catch((e) => console.log(e.code))"
+    refused = subprocess.run(
+        [require_binary("node"), "--input-type=module", "-e", script],
+        cwd=npm.PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert refused.stdout.strip() == "ERR_PACKAGE_PATH_NOT_EXPORTED"
 
 
 @pytest.mark.parametrize(
@@ -154,7 +172,7 @@ def test_every_typescript_example_of_the_readme_type_checks_strictly(installed: 
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("name", ["client.js", "render.js"])
+@pytest.mark.parametrize("name", ["client.js", "render.js", "ui_stream.js", *sorted(MODULES)])
 async def test_the_server_serves_the_same_file(name: str) -> None:
     async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
         served = await http.get(f"/v1/{name}")

@@ -1,6 +1,6 @@
 """Runs the shared frame-sequence cases in ``tests/cases/consumer/*.json``
 against ``protocol.consumer.Consumer``; ``tests/js/consumer.test.mjs`` runs
-the same files against the port in ``client_js/client.js``, so the two
+the same files against the port in ``client_js/consumer.js``, so the two
 cannot drift apart. One file is one case::
 
     {"name": str, "description": str,

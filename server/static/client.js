@@ -1,1 +1,0 @@
-../../client_js/client.js
