@@ -175,7 +175,8 @@ export function syncChat(chat, options = {}) {
     ),
   );
   if (typeof chat["~registerStatusCallback"] === "function") {
-    removers.push(chat["~registerStatusCallback"](() => apply()));
+    // After the Chat's own step (a request reads chat.messages right after it sets its status).
+    removers.push(chat["~registerStatusCallback"](() => queueMicrotask(apply)));
   }
   follow();
   if (own) client.connect();

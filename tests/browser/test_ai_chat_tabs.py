@@ -350,6 +350,8 @@ async def test_two_tabs_see_one_turn_a_reload_resumes_it_and_a_stop_stops_it_for
                     assert await twice(tab.page) == []
 
                 # Tab 2 sends; Stop in it: the agent is told, both tabs show what was kept.
+                for tab in tabs:
+                    await tab.page.evaluate(WATCH_ONCE, "Rome is")
                 await send(b, "And in Rome?")
                 assert await agent.user_message() == "And in Rome?"
                 await agent.write("d2", [{"type": "start", "messageId": "reply-2"}])
@@ -369,7 +371,7 @@ async def test_two_tabs_see_one_turn_a_reload_resumes_it_and_a_stop_stops_it_for
                 for tab in tabs:
                     await expect(tab.page.locator(".status")).to_have_text("ready")
                     assert tab.errors_other_than() == [], tab.errors
-                assert await twice(a.page) == []
+                    assert await twice(tab.page) == []
                 await side_by_side(
                     context,
                     tabs,
