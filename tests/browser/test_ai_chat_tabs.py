@@ -1,6 +1,7 @@
 """``useChat`` in two Chromium tabs, on each of the AI SDK's transports, kept
-equal to the transcript by ``syncChat`` (client_js/ai_chat.js): the component
-of client_js/README.md ("useChat in every tab"), as written, bundled with
+equal to the transcript by ``useTranscriptChat`` (client_js/ai_chat_react.js,
+``syncChat`` of client_js/ai_chat.js as a hook): the component of
+client_js/README.md ("useChat in every tab"), as written, bundled with
 React, ``@ai-sdk/react``, ``ai`` and the packed package by esbuild, served on
 an origin of its own.
 

@@ -57,6 +57,8 @@ def test_the_packed_package_holds_the_module_its_types_and_readme(installed: Pat
         "ui_stream.d.ts",
         "ai_chat.js",
         "ai_chat.d.ts",
+        "ai_chat_react.js",
+        "ai_chat_react.d.ts",
         "README.md",
     }
     meta = json.loads((npm.INSTALLED / "package.json").read_text())
@@ -69,6 +71,10 @@ def test_the_packed_package_holds_the_module_its_types_and_readme(installed: Pat
         "default": "./ui_stream.js",
     }
     assert meta["exports"]["./ai-chat"] == {"types": "./ai_chat.d.ts", "default": "./ai_chat.js"}
+    assert meta["exports"]["./ai-chat/react"] == {
+        "types": "./ai_chat_react.d.ts",
+        "default": "./ai_chat_react.js",
+    }
     assert "dependencies" not in meta  # no runtime dependency; ws is an optional peer
     assert meta["peerDependenciesMeta"]["ws"]["optional"] is True
 
@@ -80,6 +86,7 @@ def test_the_packed_package_holds_the_module_its_types_and_readme(installed: Pat
         ("@transcript-sync/client/render", "render.d.ts"),
         ("@transcript-sync/client/ui-stream", "ui_stream.d.ts"),
         ("@transcript-sync/client/ai-chat", "ai_chat.d.ts"),
+        ("@transcript-sync/client/ai-chat/react", "ai_chat_react.d.ts"),
     ],
 )
 def test_the_declarations_name_every_export_and_nothing_else(
