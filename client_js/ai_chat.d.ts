@@ -25,7 +25,11 @@ export interface SyncChatOptions {
   getToken?: ClientOptions["getToken"];
   WebSocket?: ClientOptions["WebSocket"];
   fetch?: typeof globalThis.fetch;
-  /** A read of the transcript's UIMessages failed (it is tried again a second later). */
+  /**
+   * A read of the transcript's UIMessages failed (it is tried again a second later), or the
+   * transcript cannot be followed (forbidden, ...: "code: message"). A chat that does not
+   * exist yet is no error: it is followed once a send created it.
+   */
   onError?: (error: unknown) => void;
 }
 

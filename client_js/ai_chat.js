@@ -154,7 +154,19 @@ export function syncChat(chat, options = {}) {
     if (detail.transcriptId === transcriptId) handler(detail);
   };
   removers.push(
-    ...["baseline", "messages", "segment"].map((type) => client.on(type, mine(() => void read()))),
+    client.on(
+      "baseline",
+      mine(({ epochChanged }) => {
+        // The transcript was made again under its id: what was read belongs to another history.
+        if (epochChanged) {
+          committed = [];
+          committedAt = -1;
+          lingering.clear();
+        }
+        void read();
+      }),
+    ),
+    ...["messages", "segment"].map((type) => client.on(type, mine(() => void read()))),
     client.on(
       "draft",
       mine((draft) => {
@@ -168,9 +180,10 @@ export function syncChat(chat, options = {}) {
     // A chat that does not exist yet (the first send creates it): follow it again later.
     client.on(
       "stop",
-      mine(() => {
+      mine(({ code, message }) => {
         client.unsubscribe(transcriptId);
-        later(follow);
+        if (code === "not-found") later(follow);
+        else if (options.onError) options.onError(new Error(`${code}: ${message}`));
       }),
     ),
   );
