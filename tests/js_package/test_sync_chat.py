@@ -1,7 +1,7 @@
 """``syncChat`` (client_js/ai_chat.js, the packed package) on two of the AI
 SDK's own ``Chat``s in Node, on each transport: a chat that does not exist
 yet is followed from the send that creates it, the Chat that sent nothing
-shows the other's message and the reply growing, and its ``stopReply()``
+shows the other's message and the reply growing (with its parts), and its ``stopReply()``
 (Stop in a tab with no request of its own: over HTTP the only Stop that
 reaches the reply) tells the agent; both Chats end equal to the transcript."""
 
@@ -53,7 +53,9 @@ async def test_a_chat_that_sent_nothing_follows_the_turn_and_its_stop_stops_it(
             writer = await RawClient.connect(srv.ws_url)
             for batch in (
                 [{"type": "start", "messageId": "reply-rome"}],
-                [{"type": "start-step"}, {"type": "text-start", "id": "t"}],
+                [{"type": "start-step"}, {"type": "reasoning-start", "id": "r"}],
+                [{"type": "reasoning-delta", "id": "r", "delta": "Rome, in Italy."}],
+                [{"type": "reasoning-end", "id": "r"}, {"type": "text-start", "id": "t"}],
                 [{"type": "text-delta", "id": "t", "delta": "Rome is "}],
             ):
                 await writer.send(op="draft", transcriptId=tid, draftId="d1", chunks=batch)
@@ -78,6 +80,8 @@ async def test_a_chat_that_sent_nothing_follows_the_turn_and_its_stop_stops_it(
     stored = seen["stored"]
     assert [m["role"] for m in stored] == ["user", "assistant"]
     assert stored[1]["id"] == "reply-rome"
+    # The reply with its parts, not its text alone.
+    assert [p["type"] for p in stored[1]["parts"]] == ["step-start", "reasoning", "text"]
     text = "".join(p["text"] for p in stored[1]["parts"] if p["type"] == "text")
     assert text.startswith("Rome is ")
     assert seen["a"] == stored and seen["b"] == stored
