@@ -68,7 +68,7 @@ export function syncChat(chat, options = {}) {
   let reading = false;
   /** Replies committed at a revision the UIMessages read has not reached: draftId -> {message, revision}. */
   const lingering = new Map();
-  let retry = null;
+  const retries = new Map();
   const removers = [];
 
   const transcriptMessages = () => {
@@ -138,12 +138,16 @@ export function syncChat(chat, options = {}) {
     }
   };
 
+  /** Do what (a read, a follow) again in a second, once. */
   const later = (what) => {
-    if (retry === null && !stopped) {
-      retry = setTimeout(() => {
-        retry = null;
-        what();
-      }, RETRY_MS);
+    if (!retries.has(what) && !stopped) {
+      retries.set(
+        what,
+        setTimeout(() => {
+          retries.delete(what);
+          what();
+        }, RETRY_MS),
+      );
     }
   };
 
@@ -197,7 +201,7 @@ export function syncChat(chat, options = {}) {
   const stop = () => {
     if (stopped) return;
     stopped = true;
-    if (retry !== null) clearTimeout(retry);
+    for (const timer of retries.values()) clearTimeout(timer);
     for (const remove of removers) remove();
     if (own) client.close();
     else client.unsubscribe(transcriptId);
