@@ -8,7 +8,10 @@ import type { SyncChatOptions } from "./ai_chat.js";
 export interface UseTranscriptChatOptions<M extends UIMessage = UIMessage>
   extends Omit<SyncChatOptions, "onError">,
     Omit<ChatInit<M>, "id" | "transport" | "messages"> {
-  /** The transport of the Chat's own requests: WebSocketChatTransport on /v1/ai/chat, or DefaultChatTransport. */
+  /**
+   * The transport of the Chat's own requests: WebSocketChatTransport on /v1/ai/chat, or
+   * DefaultChatTransport. As with useChat, the latest render's is used (a new one keeps the Chat).
+   */
   transport: ChatTransport<M>;
   /** A Chat of your own (its id must be transcriptId); else one is made for transcriptId and transport. */
   chat?: Chat<M>;

@@ -18,9 +18,10 @@ import { syncChat } from "./ai_chat.js";
 const CALLBACKS = ["onError", "onToolCall", "onFinish", "onData", "sendAutomaticallyWhen"];
 
 export function useTranscriptChat(options) {
-  const { url, transcriptId, token, getToken, client, WebSocket, fetch, onSyncError } = options;
-  const { transport, chat: given, resume = true, throttle, ...init } = options;
-  for (const name of ["url", "token", "getToken", "client", "WebSocket", "fetch", "onSyncError", "transcriptId"]) {
+  const { url, transcriptId, token, getToken, client, WebSocket, fetch } = options;
+  const { chat: given, resume = true, throttle, ...init } = options;
+  const ours = ["url", "token", "getToken", "client", "WebSocket", "fetch", "onSyncError", "transcriptId", "transport"];
+  for (const name of ours) {
     delete init[name];
   }
   // The callbacks of the latest render, as useChat keeps them.
@@ -32,10 +33,20 @@ export function useTranscriptChat(options) {
     for (const name of CALLBACKS) {
       if (init[name] !== undefined) callbacks[name] = (...args) => latest.current[name]?.(...args);
     }
-    return new Chat({ ...init, ...callbacks, id: transcriptId, transport });
-    // A new Chat for another transcript or transport; the rest is read when it is made.
+    // The transport of the latest render, as useChat does: one made in the render
+    // (useTranscriptChat({ transport: new DefaultChatTransport(...) })) keeps the Chat.
+    const current = () => latest.current.transport;
+    const proxy = {
+      get resumeStreamIsReplay() {
+        return current().resumeStreamIsReplay;
+      },
+      sendMessages: (request) => current().sendMessages(request),
+      reconnectToStream: (request) => current().reconnectToStream(request),
+    };
+    return new Chat({ ...init, ...callbacks, id: transcriptId, transport: proxy });
+    // A new Chat for another transcript; the rest is read when it is made.
     // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [given, transcriptId, transport]);
+  }, [given, transcriptId]);
   const sync = useRef(null);
   useEffect(() => {
     const handle = syncChat(chat, {
