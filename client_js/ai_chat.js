@@ -69,6 +69,10 @@ export function syncChat(chat, options = {}) {
   /** Replies committed at a revision the UIMessages read has not reached: draftId -> {message, revision}. */
   const lingering = new Map();
   const retries = new Map();
+  /** The message id each reply had while it was written -> the revision that committed it. */
+  const committedReplies = new Map();
+  /** Whether message is a reply that the UIMessages read holds committed (maybe under another id). */
+  const superseded = (message) => (committedReplies.get(message.id) ?? Infinity) <= committedAt;
   const removers = [];
 
   const transcriptMessages = () => {
@@ -97,14 +101,16 @@ export function syncChat(chat, options = {}) {
     const local = chat.messages;
     if (BUSY.has(chat.status) && local.length > 0) {
       const ids = new Set(next.map((m) => m.id));
-      const streaming = chat.status === "streaming" ? local[local.length - 1] : null;
+      const last = local[local.length - 1];
+      const streaming = chat.status === "streaming" && !superseded(last) ? last : null;
       for (let i = 0; i < next.length; i += 1) {
         if (streaming && next[i].id === streaming.id) next[i] = streaming;
       }
-      // What the Chat sent and streams that the transcript does not hold yet.
+      // What the Chat sent and streams that the transcript does not hold yet. A reply
+      // written as text alone is committed under another id (msg-<index>): not twice.
       let from = local.length;
       while (from > 0 && !ids.has(local[from - 1].id)) from -= 1;
-      next.push(...local.slice(from));
+      next.push(...local.slice(from).filter((message) => !superseded(message)));
     }
     if (JSON.stringify(next) !== JSON.stringify(local)) chat.messages = next;
   };
@@ -166,6 +172,7 @@ export function syncChat(chat, options = {}) {
           committed = [];
           committedAt = -1;
           lingering.clear();
+          committedReplies.clear();
         }
         void read();
       }),
@@ -175,8 +182,12 @@ export function syncChat(chat, options = {}) {
       "draft",
       mine((draft) => {
         if (draft.role !== "assistant") return;
-        if (draft.state === "final" && draft.revision !== null && draft.revision > committedAt) {
-          lingering.set(draft.draftId, { message: draftMessage(draft), revision: draft.revision });
+        if (draft.state === "final" && draft.revision !== null) {
+          const message = draftMessage(draft);
+          committedReplies.set(message.id, draft.revision);
+          if (draft.revision > committedAt) {
+            lingering.set(draft.draftId, { message, revision: draft.revision });
+          }
         }
         apply();
       }),

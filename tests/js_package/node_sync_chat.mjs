@@ -1,20 +1,23 @@
 // syncChat (the packed @transcript-sync/client/ai-chat) on two AI SDK Chats
 // (@ai-sdk/react's Chat, no React rendering) in Node, through `ws`:
 // argv[2] is the server's http:// URL, argv[3] the chat (transcript) id,
-// argv[4] the transport (websocket or http) of both Chats.
+// argv[4] the transport (websocket or http) of both Chats, argv[5] the mode.
 //
 // Chat A sends "And in Rome?" on a chat that may not exist yet (the send
-// creates it). Once Chat B (which sends nothing) shows the reply growing,
-// B's stopReply() stops it. Then both wait until their messages equal the
-// transcript's UIMessages.
+// creates it). Once Chat B (which sends nothing) shows the reply growing:
+// stop: B's stopReply() stops it;
+// text: it says so on a line of its own ({"growing": ...}), and the agent
+//   goes on (a reply written as text alone) and commits it.
+// Then both wait until their messages equal the transcript's UIMessages.
 //
-// Prints {"ready": true}, then {a, b, stored, sawGrowing, statuses}; exits 1 after 25 s.
+// Prints {"ready": true}, then {a, b, stored, sawGrowing, statuses, most}
+// (most: the most assistant messages either Chat ever held); exits 1 after 25 s.
 import { Chat } from "@ai-sdk/react";
 import { DefaultChatTransport, WebSocketChatTransport } from "ai";
 import WebSocket from "ws";
 import { syncChat } from "@transcript-sync/client/ai-chat";
 
-const [server, chatId, kind] = process.argv.slice(2);
+const [server, chatId, kind, mode = "stop"] = process.argv.slice(2);
 const timer = setTimeout(() => {
   console.log(JSON.stringify({ error: "timed out", a: a.messages, b: b.messages }));
   process.exit(1);
@@ -48,10 +51,18 @@ const until = (chat, check) =>
 console.log(JSON.stringify({ ready: true }));
 const statuses = [];
 a["~registerStatusCallback"](() => statuses.push(a.status));
+const most = { a: 0, b: 0 };
+for (const [name, chat] of [["a", a], ["b", b]]) {
+  chat["~registerMessagesCallback"](() => {
+    const replies = chat.messages.filter((m) => m.role === "assistant").length;
+    most[name] = Math.max(most[name], replies);
+  });
+}
 const sent = a.sendMessage({ text: "And in Rome?" });
 await until(b, () => b.messages.length === 2 && text(b.messages[1]).startsWith("Rome is"));
 const sawGrowing = { user: text(b.messages[0]), reply: text(b.messages[1]), id: b.messages[1].id };
-await syncB.stopReply();
+if (mode === "text") console.log(JSON.stringify({ growing: sawGrowing })); // the agent goes on
+if (mode === "stop") await syncB.stopReply();
 await sent;
 
 let stored = null;
@@ -70,6 +81,6 @@ for (;;) {
 }
 syncA();
 syncB.stop();
-console.log(JSON.stringify({ a: a.messages, b: b.messages, stored, sawGrowing, statuses }));
+console.log(JSON.stringify({ a: a.messages, b: b.messages, stored, sawGrowing, statuses, most }));
 clearTimeout(timer);
 process.exit(0);

@@ -7,6 +7,7 @@ reaches the reply) tells the agent; both Chats end equal to the transcript."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -86,3 +87,33 @@ async def test_a_chat_that_sent_nothing_follows_the_turn_and_its_stop_stops_it(
     assert text.startswith("Rome is ")
     assert seen["a"] == stored and seen["b"] == stored
     assert seen["statuses"][-1] == "ready"
+
+
+@pytest.mark.parametrize("transport", ["websocket", "http"])
+async def test_a_reply_written_as_text_alone_shows_once_in_both_chats(transport: str) -> None:
+    """Its draft's id names it while it is written (the transports' messageId);
+    committed, the transcript names it msg-<index>: no Chat holds both."""
+    tid = f"sync-text-{transport}"
+    async with running_server(draft_coalesce_s=0) as srv:
+        args = (srv.url, tid, transport, "text")
+        async with node_script("node_sync_chat.mjs", *args, cwd=npm.PROJECT) as run:
+            reader = await agent_sees_the_user_message(srv, tid)
+            writer = await RawClient.connect(srv.ws_url)
+            await writer.send(op="draft", transcriptId=tid, draftId="d1", delta="Rome is ")
+            assert run.proc.stdout is not None
+            growing = json.loads(await run.proc.stdout.readline())["growing"]  # seen in B
+            for word in ("sunny", " today."):
+                await writer.send(op="draft", transcriptId=tid, draftId="d1", delta=word)
+            reply = {"role": "assistant", "content": "Rome is sunny today."}
+            await writer.send(op="append", transcriptId=tid, draftId="d1", messages=[reply])
+            seen: Any = await run.finish()
+            await writer.close()
+            await reader.close()
+    assert growing == {"user": "And in Rome?", "reply": "Rome is ", "id": "d1"}
+    stored = seen["stored"]
+    assert [(m["id"], m["role"]) for m in stored] == [
+        (stored[0]["id"], "user"),
+        ("msg-1", "assistant"),
+    ]
+    assert seen["a"] == stored and seen["b"] == stored
+    assert seen["most"] == {"a": 1, "b": 1}
