@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from protocol import wire
+from protocol import codes, wire
 from server.live.drafts import DraftBudget, Drafts
 from server.live.frames import EncodedDraft
 from server.live.live_transcript import LiveTranscript
@@ -52,6 +52,10 @@ class DraftFanOut:
         #: Told every local draft update and close (the Redis backplane
         #: publishes them; ``None`` when standalone): ``Hub.attach``.
         self.publisher: Callable[[wire.DraftFrame], None] | None = None
+        #: The open connections by id (``hub.subscriptions.connections``, set
+        #: by the hub): a writer here of a draft another replica stopped is
+        #: told at once.
+        self.connections: Mapping[str, OutboundQueue] = {}
         #: The bytes every transcript's drafts hold (``max_draft_bytes``,
         #: ``max_connection_draft_bytes``).
         self.budget = DraftBudget(config.max_draft_bytes, config.max_connection_draft_bytes)
@@ -239,12 +243,31 @@ class DraftFanOut:
         live = self.hub.copy_of(frame.transcript_id)
         if live is None:
             return True
+        held = live.drafts.open.get(frame.draft_id) if frame.state == "final" else None
+        writer = None if held is None or held.remote else held.writer
         result = live.drafts.apply_remote(frame, time.monotonic())
         if result is False:
             return False
         if result is not None:
             self._fan_out(live, result)
+        if writer is not None:
+            self._tell_writer_stopped(writer, frame)
         return True
+
+    def _tell_writer_stopped(self, writer: str, frame: wire.DraftFrame) -> None:
+        """A draft written here was committed by another replica: only a stop
+        there does that (``stop_draft``), so its writer is told at once, as a
+        stop on this replica tells it, instead of on its next op."""
+        told = self.connections.get(writer)
+        if told is None:
+            return
+        told.push_error(
+            codes.DRAFT_CLOSED,
+            f"draft {frame.draft_id!r} was stopped on another replica: what it held is "
+            f"committed as revision {frame.revision}; stop writing it",
+            transcript_id=frame.transcript_id,
+            revision=frame.revision,
+        )
 
     def _fan_out(self, live: LiveTranscript, update: EncodedDraft) -> None:
         live.push_draft(update)

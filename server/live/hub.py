@@ -116,6 +116,7 @@ class Hub:
         )
         self.metrics.presence_members.set_function(self.presence.member_count)
         self.subscriptions = Subscriptions(self, self.reads, self.drafts, self.presence)
+        self.drafts.connections = self.subscriptions.connections
         self.writes = Writes(self, self.committer)
 
     def attach(self, link: ReplicaLink) -> Callable[[], None]:

@@ -4,7 +4,9 @@
 //
 // send: send one user message; print the chunks' types and sequence of the
 //   reply and the message readUIMessageStream makes of them.
-// resume: reconnectToStream; print the same of the stream it resolves to.
+// resume: reconnectToStream; print {"first": <type>} when the stream's first
+//   chunk arrives (the server joined the reply: the test may go on writing
+//   it), then the same as send of the stream it resolves to.
 // idle: reconnectToStream; print what it resolved to (null: no-active).
 // abort: send one user message, abort once the reply shows text; print the
 //   partial message.
@@ -29,7 +31,7 @@ const timer = setTimeout(() => {
 
 const USER = { id: "user-msg-1", role: "user", parts: [{ type: "text", text: "Weather in Paris?" }] };
 
-async function read(stream, onMessage) {
+async function read(stream, onMessage, announce = false) {
   const seen = [];
   const [mine, theirs] = stream.tee();
   const reader = mine.getReader();
@@ -38,6 +40,7 @@ async function read(stream, onMessage) {
     for (;;) {
       const { done, value } = await reader.read();
       if (done) return;
+      if (announce && seen.length === 0) console.log(JSON.stringify({ first: value.type }));
       seen.push(value.type);
     }
   })().catch((err) => {
@@ -76,7 +79,11 @@ if (mode === "send" || mode === "http-send") {
   out = await read(stream);
 } else if (mode === "resume" || mode === "idle" || mode === "http-resume" || mode === "http-idle") {
   const stream = await transport.reconnectToStream({ chatId });
-  out = stream === null ? { resolved: null } : { resolved: "stream", ...(await read(stream)) };
+  const announce = mode === "resume" || mode === "http-resume";
+  out =
+    stream === null
+      ? { resolved: null }
+      : { resolved: "stream", ...(await read(stream, undefined, announce)) };
 } else if (mode === "abort") {
   const controller = new AbortController();
   const stream = await transport.sendMessages({

@@ -4,13 +4,23 @@ writes (a Python ``RawClient`` on ``/v1/ws``, sending ``draft`` ops with
 chunks and committing with ``format: "ui"``) streamed back and equal to the
 stored message; a resume in the middle of a reply; ``no-active`` when idle;
 an abort that stops the reply and keeps what it held; bad frames closed with
-1008, held to ``safeValidateWebSocketChatTransportRequest``'s verdicts."""
+1008, held to ``safeValidateWebSocketChatTransportRequest``'s verdicts.
+
+The tests of what differs per store run through memory, SQLite and two
+replicas on one Redis (``STORES``): there the agent writes on one replica and
+the transport talks to the other, so the reply crosses the backplane."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
 import subprocess
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,19 +29,14 @@ import pytest
 from protocol import ai_chat, codes
 from protocol.ui_stream import UIMessageState
 from protocol.wire import ErrorFrame, Increment
+from server.config import ServerConfig
+from server.store.redis import RedisStore
 from tests.conftest import require_binary
 from tests.js_package import npm
-from tests.support.node import node_script
-from tests.support.servers import RunningServer, running_server
-from tests.support.waiting import until
+from tests.support.node import NodeRun, node_script
+from tests.support.redis_server import RedisServer
+from tests.support.servers import RunningServer, ServerProcess, running_server
 from tests.support.wsclient import RawClient
-
-
-def subscribers(srv: RunningServer, tid: str) -> int:
-    """How many subscriptions the server holds on ``tid`` (a resume holds one)."""
-    live = srv.hub.copy_of(tid)
-    return 0 if live is None else len(live.subscribers)
-
 
 pytestmark = [
     pytest.mark.slow,
@@ -64,6 +69,71 @@ REPLY: list[list[dict[str, Any]]] = [
 @pytest.fixture(scope="module", autouse=True)
 def tools() -> None:
     npm.tools()
+
+
+@dataclass
+class Deployment:
+    """Where the agent writes (``agent``) and where the transport talks to
+    (``chat``): one server, or two replicas on one Redis."""
+
+    agent: RunningServer
+    chat: RunningServer
+
+
+Deploy = Callable[..., AbstractAsyncContextManager[Deployment]]
+
+#: The stores the tests of what differs per store run through.
+STORES = [
+    pytest.param("memory"),
+    pytest.param("sqlite"),
+    pytest.param("redis", marks=pytest.mark.redis),
+]
+_prefixes = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def module_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One Redis for the module (only its Redis tests start it); each test
+    keeps to a key prefix of its own."""
+    binary = require_binary("redis-server")
+    with RedisServer(binary, tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(params=STORES)
+def deploy(request: pytest.FixtureRequest, tmp_path: Path) -> Deploy:
+    """``deploy(**settings)``: the test's servers on the store of its param."""
+    kind: str = request.param
+    url = request.getfixturevalue("module_redis").url if kind == "redis" else ""
+
+    @contextlib.asynccontextmanager
+    async def servers(**settings: Any) -> AsyncIterator[Deployment]:
+        if kind == "redis":
+            store = f"{url}?prefix=ai{next(_prefixes)}:"
+            async with (
+                running_server(store=RedisStore(store), backplane_resync_s=0.2, **settings) as a,
+                running_server(store=RedisStore(store), backplane_resync_s=0.2, **settings) as b,
+            ):
+                yield Deployment(agent=a, chat=b)
+            return
+        where = "memory" if kind == "memory" else f"sqlite:{tmp_path / 'data'}"
+        config = ServerConfig(store=where, graceful_shutdown_s=2.0)
+        async with running_server(config, **settings) as srv:
+            yield Deployment(agent=srv, chat=srv)
+
+    return servers
+
+
+async def first_chunk(run: NodeRun) -> str:
+    """Wait for a resuming script to say its stream's first chunk came: the
+    server joined the reply, so what the agent writes next reaches it."""
+    assert run.proc.stdout is not None
+    async with asyncio.timeout(15):
+        line = await run.proc.stdout.readline()
+    said = json.loads(line or b"null")
+    assert isinstance(said, dict) and "first" in said, line
+    first: str = said["first"]
+    return first
 
 
 def ai_url(srv: RunningServer) -> str:
@@ -102,7 +172,7 @@ class Agent:
         self.stopped: ErrorFrame | None = None
 
     @classmethod
-    async def start(cls, srv: RunningServer, tid: str) -> Agent:
+    async def start(cls, srv: RunningServer | ServerProcess, tid: str) -> Agent:
         reader = await RawClient.connect(srv.ws_url)
         await reader.send(op="subscribe", transcriptId=tid)
         await reader.recv()  # the baseline
@@ -141,17 +211,19 @@ async def chat(srv: RunningServer, tid: str, mode: str, *extra: str) -> Any:
         return await run.finish()
 
 
-async def test_a_sent_message_is_answered_with_the_reply_an_agent_streams() -> None:
-    async with running_server(draft_coalesce_s=0) as srv:
-        await create(srv, "chat-1")
-        agent = await Agent.start(srv, "chat-1")
-        args = (ai_url(srv), "chat-1", "send")
+async def test_a_sent_message_is_answered_with_the_reply_an_agent_streams(
+    deploy: Deploy,
+) -> None:
+    async with deploy(draft_coalesce_s=0) as at:
+        await create(at.chat, "chat-1")
+        agent = await Agent.start(at.agent, "chat-1")
+        args = (ai_url(at.chat), "chat-1", "send")
         async with node_script("node_ai_chat.mjs", *args, cwd=npm.PROJECT) as run:
             await agent.user_message()
             await agent.write(REPLY)
             await agent.commit(REPLY)
             seen = await run.finish()
-        stored = await ui_messages(srv, "chat-1")
+        stored = await ui_messages(at.chat, "chat-1")
         await agent.close()
     assert seen["error"] is None, seen
     assert seen["types"][0] == "start"
@@ -172,11 +244,13 @@ async def test_the_chat_is_created_on_its_first_send_and_a_resent_message_append
     assert [m["id"] for m in stored] == ["user-msg-1"]
 
 
-async def test_a_resume_in_the_middle_of_a_reply_gets_it_whole_and_nothing_twice() -> None:
-    async with running_server(draft_coalesce_s=0) as srv:
-        await create(srv, "chat-2")
-        agent = await Agent.start(srv, "chat-2")
-        async with httpx.AsyncClient(base_url=srv.url) as http:
+async def test_a_resume_in_the_middle_of_a_reply_gets_it_whole_and_nothing_twice(
+    deploy: Deploy,
+) -> None:
+    async with deploy(draft_coalesce_s=0) as at:
+        await create(at.chat, "chat-2")
+        agent = await Agent.start(at.agent, "chat-2")
+        async with httpx.AsyncClient(base_url=at.chat.url) as http:
             user = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
             r = await http.post(
                 "/v1/transcripts/chat-2/messages",
@@ -186,15 +260,14 @@ async def test_a_resume_in_the_middle_of_a_reply_gets_it_whole_and_nothing_twice
             assert r.status_code in (200, 201), r.text
         await agent.user_message()
         await agent.write(REPLY[:5])
-        args = (ai_url(srv), "chat-2", "resume")
+        args = (ai_url(at.chat), "chat-2", "resume")
         async with node_script("node_ai_chat.mjs", *args, cwd=npm.PROJECT) as run:
-            # The resume joins the reply half written: its own subscription
-            # beside the agent's reader.
-            await until(lambda: subscribers(srv, "chat-2") >= 2, timeout=15)
+            # The resume joined the reply half written once its first chunk came.
+            assert await first_chunk(run) == "start"
             await agent.write(REPLY[5:])
             await agent.commit(REPLY)
             seen = await run.finish()
-        stored = await ui_messages(srv, "chat-2")
+        stored = await ui_messages(at.chat, "chat-2")
         await agent.close()
     assert seen["resolved"] == "stream" and seen["error"] is None, seen
     assert seen["types"][0] == "start"
@@ -204,20 +277,22 @@ async def test_a_resume_in_the_middle_of_a_reply_gets_it_whole_and_nothing_twice
     assert text == "It is 18 °C in Paris."  # nothing twice
 
 
-async def test_a_resume_with_no_reply_being_written_is_no_active() -> None:
-    async with running_server() as srv:
-        await create(srv, "chat-3")
-        idle = await chat(srv, "chat-3", "idle")
-        missing = await chat(srv, "no-such-chat", "idle")
+async def test_a_resume_with_no_reply_being_written_is_no_active(deploy: Deploy) -> None:
+    async with deploy() as at:
+        await create(at.agent, "chat-3")
+        idle = await chat(at.chat, "chat-3", "idle")
+        missing = await chat(at.chat, "no-such-chat", "idle")
     assert idle == {"resolved": None}
     assert missing == {"resolved": None}
 
 
-async def test_an_abort_stops_the_reply_tells_the_agent_and_keeps_what_it_held() -> None:
-    async with running_server(draft_coalesce_s=0) as srv:
-        await create(srv, "chat-4")
-        agent = await Agent.start(srv, "chat-4")
-        args = (ai_url(srv), "chat-4", "abort")
+async def test_an_abort_stops_the_reply_tells_the_agent_and_keeps_what_it_held(
+    deploy: Deploy,
+) -> None:
+    async with deploy(draft_coalesce_s=0) as at:
+        await create(at.chat, "chat-4")
+        agent = await Agent.start(at.agent, "chat-4")
+        args = (ai_url(at.chat), "chat-4", "abort")
         async with node_script("node_ai_chat.mjs", *args, cwd=npm.PROJECT) as run:
             await agent.user_message()
             await agent.write(REPLY[:3])
@@ -239,9 +314,13 @@ async def test_an_abort_stops_the_reply_tells_the_agent_and_keeps_what_it_held()
                     told = frame
                     break
             seen = await run.finish()
-        stored = await ui_messages(srv, "chat-4")
+        stored = await ui_messages(at.chat, "chat-4")
         await agent.close()
     assert told is not None and told.code == codes.DRAFT_CLOSED, told
+    if at.agent is at.chat:  # told at once, by the replica that stopped the reply
+        assert "was stopped by ai" in told.message, told
+    else:  # across replicas: told at once by its own replica, when the close arrives
+        assert "was stopped on another replica" in told.message, told
     assert [m["role"] for m in stored] == ["user", "assistant"]
     [text] = [p["text"] for p in stored[1]["parts"] if p["type"] == "text"]
     assert text.startswith("word word ")
@@ -286,6 +365,11 @@ BAD_FRAMES: list[Any] = [
 ]
 
 
+#: The bad frame each store is tried with beyond memory: a send with a user
+#: message the store would append if it got that far.
+STORE_BAD_FRAME = 6
+
+
 @pytest.mark.parametrize("frame", BAD_FRAMES, ids=range(len(BAD_FRAMES)))
 async def test_a_bad_frame_closes_with_1008_and_appends_nothing(frame: Any) -> None:
     text = frame if isinstance(frame, str) else json.dumps(frame)
@@ -296,6 +380,16 @@ async def test_a_bad_frame_closes_with_1008_and_appends_nothing(frame: Any) -> N
     assert seen["code"] == 1008, seen
     assert "Invalid frame" in seen["reason"], seen
     assert stored == []
+
+
+async def test_a_bad_frame_appends_nothing_through_each_store(deploy: Deploy) -> None:
+    async with deploy() as at:
+        await create(at.agent, "chat-6")
+        seen = await chat(at.chat, "chat-6", "bad", json.dumps(BAD_FRAMES[STORE_BAD_FRAME]))
+        stored = [await ui_messages(srv, "chat-6") for srv in (at.agent, at.chat)]
+    assert seen["code"] == 1008, seen
+    assert "Invalid frame" in seen["reason"], seen
+    assert stored == [[], []]
 
 
 def _send(messages: Any, **fields: Any) -> dict[str, Any]:
@@ -440,31 +534,35 @@ def test_the_python_check_agrees_with_the_sdks_validator() -> None:
     assert True in sdk and False in sdk
 
 
-@pytest.mark.parametrize("mode", ["send", "http-send"])
-async def test_the_default_chat_transport_gets_the_same_reply_over_http(mode: str) -> None:
-    async with running_server(draft_coalesce_s=0) as srv:
-        await create(srv, "chat-8")
-        agent = await Agent.start(srv, "chat-8")
-        url = srv.url + "/v1/ai/chat" if mode.startswith("http") else ai_url(srv)
-        async with node_script("node_ai_chat.mjs", url, "chat-8", mode, cwd=npm.PROJECT) as run:
+async def test_the_default_chat_transport_gets_the_same_reply_over_http(deploy: Deploy) -> None:
+    async with deploy(draft_coalesce_s=0) as at:
+        await create(at.chat, "chat-8")
+        agent = await Agent.start(at.agent, "chat-8")
+        url = at.chat.url + "/v1/ai/chat"
+        async with node_script(
+            "node_ai_chat.mjs", url, "chat-8", "http-send", cwd=npm.PROJECT
+        ) as run:
             await agent.user_message()
             await agent.write(REPLY)
             await agent.commit(REPLY)
             seen = await run.finish()
-        stored = await ui_messages(srv, "chat-8")
+        stored = await ui_messages(at.chat, "chat-8")
         await agent.close()
     assert seen["error"] is None, seen
     assert seen["message"]["id"] == "reply-1"
+    assert [m["role"] for m in stored] == ["user", "assistant"]
     assert seen["message"]["parts"] == stored[1]["parts"]
 
 
-async def test_the_default_chat_transport_resumes_a_reply_and_gets_204_when_idle() -> None:
-    async with running_server(draft_coalesce_s=0) as srv:
-        await create(srv, "chat-9")
-        url = srv.url + "/v1/ai/chat"
+async def test_the_default_chat_transport_resumes_a_reply_and_gets_204_when_idle(
+    deploy: Deploy,
+) -> None:
+    async with deploy(draft_coalesce_s=0) as at:
+        await create(at.chat, "chat-9")
+        url = at.chat.url + "/v1/ai/chat"
         idle = await chat_at(url, "chat-9", "http-idle")
-        agent = await Agent.start(srv, "chat-9")
-        async with httpx.AsyncClient(base_url=srv.url) as http:
+        agent = await Agent.start(at.agent, "chat-9")
+        async with httpx.AsyncClient(base_url=at.chat.url) as http:
             user = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
             r = await http.post(
                 "/v1/transcripts/chat-9/messages",
@@ -482,7 +580,8 @@ async def test_the_default_chat_transport_resumes_a_reply_and_gets_204_when_idle
         async with node_script(
             "node_ai_chat.mjs", url, "chat-9", "http-resume", cwd=npm.PROJECT
         ) as run:
-            await asyncio.sleep(0.5)  # TODO: no event says the HTTP resume joined yet
+            # The GET joined the reply half written once its first event came.
+            assert await first_chunk(run) == "start"
             await agent.write(REPLY[5:])
             await agent.commit(REPLY)
             seen = await run.finish()
@@ -490,6 +589,8 @@ async def test_the_default_chat_transport_resumes_a_reply_and_gets_204_when_idle
     assert idle == {"resolved": None}
     assert seen["resolved"] == "stream" and seen["error"] is None, seen
     assert seen["message"] == {**folded(REPLY), "id": "reply-1"}
+    [text] = [p["text"] for p in seen["message"]["parts"] if p["type"] == "text"]
+    assert text == "It is 18 °C in Paris."  # nothing twice
 
 
 async def chat_at(url: str, tid: str, mode: str) -> Any:
