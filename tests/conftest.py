@@ -40,6 +40,7 @@ SHARED_WORKER = {
     # npm.install() empties and refills tests/js_package/node_modules/@transcript-sync.
     "tests/js_package/": "js-package",
     "tests/browser/test_react_package.py": "js-package",
+    "tests/browser/test_ai_chat_tabs.py": "js-package",
     # They attack a server and measure how it keeps up: one attack at a time.
     "tests/robustness/": "robustness",
     # It counts the drafts its on-time subscribers saw close: beside three busy

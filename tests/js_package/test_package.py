@@ -62,6 +62,10 @@ def test_the_packed_package_holds_the_module_its_types_and_readme(installed: Pat
         "render.d.ts",
         "ui_stream.js",
         "ui_stream.d.ts",
+        "ai_chat.js",
+        "ai_chat.d.ts",
+        "ai_chat_react.js",
+        "ai_chat_react.d.ts",
         "README.md",
     }
     meta = json.loads((npm.INSTALLED / "package.json").read_text())
@@ -72,6 +76,11 @@ def test_the_packed_package_holds_the_module_its_types_and_readme(installed: Pat
     assert meta["exports"]["./ui-stream"] == {
         "types": "./ui_stream.d.ts",
         "default": "./ui_stream.js",
+    }
+    assert meta["exports"]["./ai-chat"] == {"types": "./ai_chat.d.ts", "default": "./ai_chat.js"}
+    assert meta["exports"]["./ai-chat/react"] == {
+        "types": "./ai_chat_react.d.ts",
+        "default": "./ai_chat_react.js",
     }
     assert "dependencies" not in meta  # no runtime dependency; ws is an optional peer
     assert meta["peerDependenciesMeta"]["ws"]["optional"] is True
@@ -94,6 +103,8 @@ def test_the_packed_package_holds_the_module_its_types_and_readme(installed: Pat
         ("@transcript-sync/client", "client.d.ts"),
         ("@transcript-sync/client/render", "render.d.ts"),
         ("@transcript-sync/client/ui-stream", "ui_stream.d.ts"),
+        ("@transcript-sync/client/ai-chat", "ai_chat.d.ts"),
+        ("@transcript-sync/client/ai-chat/react", "ai_chat_react.d.ts"),
     ],
 )
 def test_the_declarations_name_every_export_and_nothing_else(
@@ -157,7 +168,7 @@ def test_every_typescript_example_of_the_readme_type_checks_strictly(installed: 
             (folder / file).write_text(code)
         tsconfig = {
             "extends": "../tsconfig.json",
-            "compilerOptions": {"jsx": "react-jsx"},
+            "compilerOptions": {"jsx": "react-jsx", "types": ["node"]},
             "files": sorted(examples),
         }
         (folder / "tsconfig.json").write_text(json.dumps(tsconfig))
