@@ -114,7 +114,7 @@ def _names(request: Request, name: str) -> list[str] | None:
 
 
 async def get_presence(request: Request) -> Response:
-    """Who is on the transcript now (``server.presence``; this replica's
+    """Who is on the transcript now (``server.live.presence``; this replica's
     view: other replicas' members as relayed)."""
     tid = _transcript_id(request)
     hub = _hub(request)
