@@ -35,6 +35,16 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _from_base(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` reads from, relative imports resolved
+    against ``package``."""
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".") if package else []
+    parts = parts[: len(parts) - (node.level - 1)]
+    return ".".join([*parts, node.module] if node.module else parts)
+
+
 def imported_modules(path: Path, module: str | None = None) -> set[str]:
     """Every module an import statement in ``path`` (the module ``module``,
     by default named after its place under the root) may load, relative
@@ -46,12 +56,7 @@ def imported_modules(path: Path, module: str | None = None) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".") if package else []
-                parts = parts[: len(parts) - (node.level - 1)]
-                base = ".".join([*parts, node.module] if node.module else parts)
-            else:
-                base = node.module or ""
+            base = _from_base(node, package)
             if base:
                 found.add(base)
             found.update(f"{base}.{a.name}" if base else a.name for a in node.names)
@@ -143,12 +148,7 @@ def private_imports(path: Path, module: str | None = None) -> set[tuple[str, str
                 if alias.name.split(".")[0] in PRIVATE_RULE_PACKAGES:
                     aliases[alias.asname or alias.name] = alias.name
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                parts = package.split(".") if package else []
-                parts = parts[: len(parts) - (node.level - 1)]
-                base = ".".join([*parts, node.module] if node.module else parts)
-            else:
-                base = node.module or ""
+            base = _from_base(node, package)
             if base.split(".")[0] not in PRIVATE_RULE_PACKAGES:
                 continue
             for alias in node.names:
