@@ -58,6 +58,11 @@ The rules (what each subscription was sent, the budget, lag, draft slots)
 are ``server.live.outbound_policy.QueuePolicy``, pure; ``OutboundQueue`` is
 that policy with the two writers (the raw frame write and the ASGI task),
 ``seq`` numbering and what the client and the hub are told.
+
+Why one module of over 600 lines: the raw write in the pusher's step, the
+queued path and the streamed baseline number the same ``seq`` and take
+frames off the same queue by the policy's rules; they are kept together so
+that each path can be checked against the others.
 """
 
 from __future__ import annotations
