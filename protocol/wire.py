@@ -224,7 +224,8 @@ class Presence(
     the member is on a server that asks for no credentials (elsewhere the
     token's ``sub`` is, and a ``name`` is refused). ``state`` is a JSON
     object of at most ``MAX_PRESENCE_STATE_BYTES`` encoded (``too-large``).
-    Answered with ``pong {ref}`` only when the op carries a ``ref``.
+    Answered with ``pong {ref}`` only when the op carries a ``ref``. The rules,
+    in one place: ``protocol.presence.presence_change``.
     """
 
     transcript_id: TranscriptId
@@ -566,8 +567,9 @@ def presence_state_bytes(state: dict[str, Any]) -> int:
 
 def check_presence_op(op: Presence) -> None:
     """Raise ``InvalidFrame`` for a ``presence`` op that leaves and sets
-    something at once (the size of ``state`` is checked by the server:
-    ``too-large``)."""
+    something at once: the one rule of the op a frame alone breaks, checked
+    when it is decoded (the others need the connection:
+    ``protocol.presence.presence_change``, which checks this one too)."""
     if op.leave and (op.kind is not None or op.state is not msgspec.UNSET):
         raise InvalidFrame("a presence op that leaves carries no kind or state")
 

@@ -408,7 +408,7 @@ class SharedFrame:
     """A frame of one transcript shared by every subscriber that takes it
     (a ``presence`` frame): encoded once per format, JSON now and
     MessagePack on first use, numbered when sent. Queued like an answer:
-    never dropped on lag (``server.outbound.OutboundQueue.push_shared``)."""
+    never dropped on lag (``server.live.outbound.OutboundQueue.push_shared``)."""
 
     __slots__ = ("_msgpack", "frame", "head", "size", "tail", "transcript_id")
     data = False

@@ -54,10 +54,15 @@ revision up to which each followed transcript's frames were queued. Dropping
 frames on lag and forgetting the subscription are one step here; the hub
 learns of it through ``on_lagged``.
 
-Why one module of over 600 lines: one connection's queue has one set of invariants (what
-each subscription was sent, ``seq`` numbering, the byte and frame budget, lag) that the
-raw write path, the queued path and the draft slots must all keep; they are kept
-together so that each path can be checked against them.
+The rules (what each subscription was sent, the budget, lag, draft slots)
+are ``server.live.outbound_policy.QueuePolicy``, pure; ``OutboundQueue`` is
+that policy with the two writers (the raw frame write and the ASGI task),
+``seq`` numbering and what the client and the hub are told.
+
+Why one module of over 600 lines: the raw write in the pusher's step, the
+queued path and the streamed baseline number the same ``seq`` and take
+frames off the same queue by the policy's rules; they are kept together so
+that each path can be checked against the others.
 """
 
 from __future__ import annotations
@@ -73,7 +78,6 @@ from server.live.frames import (
     BINARY,
     TEXT,
     ControlFrame,
-    DraftSlot,
     EncodedDraft,
     EncodedEvent,
     EncodedSnapshot,
@@ -82,12 +86,8 @@ from server.live.frames import (
     Unencodable,
     ws_header,
 )
-from server.tuning import (
-    CONTROL_BYTES_SLACK,
-    CONTROL_FRAME_SLACK,
-    MAX_ERROR_MESSAGE_CHARS,
-    RAW_FLUSH_BYTES,
-)
+from server.live.outbound_policy import QUEUED, READS_NOTHING, QueuePolicy
+from server.tuning import MAX_ERROR_MESSAGE_CHARS, RAW_FLUSH_BYTES
 
 if TYPE_CHECKING:
     from server.metrics import Metrics
@@ -167,30 +167,20 @@ class WriteDelay:
         self._marked.clear()
 
 
-class OutboundQueue:
+class OutboundQueue(QueuePolicy):
     """What the server sends one client connection: the queue, its writer, and
     the revision each followed transcript has been queued up to."""
 
     # Thousands of these live at once: no per-instance __dict__.
     __slots__ = (
-        "_baseline_bytes",
         "_batch_bytes",
-        "_draft_items",
-        "_draft_slots",
         "_drained",
         "_marked",
-        "_max_bytes",
-        "_max_frames",
         "_metrics",
         "_on_lagged",
-        "_queue",
-        "_queued_bytes",
         "_raw",
         "_send",
-        "_sent",
         "_started",
-        "_stream",
-        "_stream_sent",
         "_waiter",
         "_write_delay",
         "_writer",
@@ -215,33 +205,14 @@ class OutboundQueue:
         write_delay: WriteDelay | None = None,
         raw: RawFrames | None = None,
     ) -> None:
+        super().__init__(queue_max_frames=queue_max_frames, queue_max_bytes=queue_max_bytes)
         self.id = conn_id
         self.context_id = f"ws:{conn_id}"
         self.binary = binary
         self.seq = 0
         self.closed = False
-        #: transcript id -> the revision its frames have been queued up to.
-        self._sent: dict[str, int] = {}
         self._send = send
         self._raw = raw
-        # A list, not a deque: an empty deque costs ~600 bytes per connection
-        # and the writer takes whole batches off the front anyway.
-        self._queue: list[Outbound] = []
-        #: Bytes of the queued increments and answers, and of the queued
-        #: baselines not sent yet.
-        self._queued_bytes = 0
-        self._baseline_bytes = 0
-        #: Draft frames queued (they count against no bound), and the slot
-        #: of each open draft queued, by (transcript id, draft id); made on
-        #: the first draft frame that has to wait.
-        self._draft_items = 0
-        self._draft_slots: dict[tuple[str, str], DraftSlot] | None = None
-        #: The next fragment of the baseline at the head being streamed, or None.
-        self._stream: int | None = None
-        #: Bytes of that baseline written so far.
-        self._stream_sent = 0
-        self._max_frames = queue_max_frames
-        self._max_bytes = queue_max_bytes
         self._batch_bytes = write_batch_bytes
         #: The writer's wake-up, made only while it waits (an Event and its
         #: waiter deque would cost ~700 bytes on every idle connection).
@@ -258,25 +229,6 @@ class OutboundQueue:
     def raw(self) -> bool:
         """Whether this connection takes raw frames (the fast path)."""
         return self._raw is not None
-
-    # --- subscriptions ------------------------------------------------------------
-
-    def follows(self, transcript_id: str) -> bool:
-        """Whether this connection is subscribed to ``transcript_id``."""
-        return transcript_id in self._sent
-
-    def followed(self) -> list[str]:
-        """The transcripts this connection is subscribed to."""
-        return list(self._sent)
-
-    @property
-    def subscription_count(self) -> int:
-        return len(self._sent)
-
-    def unfollow(self, transcript_id: str) -> bool:
-        """Stop sending ``transcript_id``'s increments; False if not subscribed.
-        (Frames already queued still go out: the consumer handles repeats.)"""
-        return self._sent.pop(transcript_id, None) is not None
 
     # --- pushing (hub side; synchronous) ---------------------------------------
 
@@ -369,33 +321,15 @@ class OutboundQueue:
             raw.raw_write(frame)
             self._count_sent(1, 1, len(frame))
             return
-        slots = self._draft_slots
-        key = (update.transcript_id, update.draft_id)
-        if slots is not None:
-            slot = slots.get(key)
-            if slot is not None:
-                if not update.closes:
-                    slot.merge(update)
-                    return
-                # The close goes last, in order behind the commit's increment.
-                del slots[key]
-                self._remove(slot)
-        if not catch_up and self._draft_items >= self._max_frames + CONTROL_FRAME_SLACK:
+        verdict = self._queue_draft(update, catch_up=catch_up)
+        if verdict is QUEUED:
+            self._have_written()
+        elif verdict is READS_NOTHING:
             # One slot per open draft and a close per draft ended: this many
             # waiting means the client reads nothing at all (4008), as for answers.
             log.warning("closing %s: outbound queue full of unread draft frames", self.id)
             self.closed = True
             self._wake_up()
-            return
-        item: EncodedDraft | DraftSlot = update
-        if not update.closes:
-            item = DraftSlot(update)
-            if slots is None:
-                slots = self._draft_slots = {}
-            slots[key] = item
-        q.append(item)
-        self._count(item, 1)
-        self._have_written()
 
     def push_shared(self, item: SharedFrame) -> None:
         """Send or queue a frame shared by the subscribers of a followed
@@ -415,20 +349,12 @@ class OutboundQueue:
             raw.raw_write(ws_header(BINARY if self.binary else TEXT, len(data)) + data)
             self._count_sent(1, 1, len(data))
             return
-        if self._counted_bytes() + item.size > self._limit() + CONTROL_BYTES_SLACK:
+        if not self._shared_fits(item.size):
             self._cut("outbound queue full of presence frames it does not read")
             return
         self._queue.append(item)
         self._queued_bytes += item.size
         self._have_written()
-
-    def _remove(self, slot: DraftSlot) -> None:
-        """Take a draft slot out of the queue (its draft closed)."""
-        for i, item in enumerate(self._queue):
-            if item is slot:
-                del self._queue[i]
-                self._count(item, -1)
-                return
 
     def _enqueue_data(self, item: EncodedEvent | EncodedSnapshot) -> bool:
         q = self._queue
@@ -469,22 +395,6 @@ class OutboundQueue:
             self._marked = True
             self._write_delay.mark(self)
 
-    def _drop_waiting(self, transcript_id: str) -> None:
-        """Forget the frames of ``transcript_id`` that have not started to go
-        out (a new baseline supersedes them; its drafts follow it anew)."""
-        q = self._queue
-        if not any(item.transcript_id == transcript_id and (item.data or item.draft) for item in q):
-            return
-        streaming = self._stream is not None
-        kept = [
-            item
-            for i, item in enumerate(q)
-            if not ((item.data or item.draft) and item.transcript_id == transcript_id)
-            or (i == 0 and streaming)
-        ]
-        self._queue = kept
-        self._recount()
-
     def _wake_writer(self) -> None:
         self._marked = False
         self._wake_up()
@@ -515,10 +425,7 @@ class OutboundQueue:
             self._count_sent(1, 1, len(data))
             return
         item = ControlFrame(frame, binary=self.binary)
-        if (
-            len(q) - self._draft_items >= self._max_frames + CONTROL_FRAME_SLACK
-            or self._counted_bytes() + item.size > self._limit() + CONTROL_BYTES_SLACK
-        ):
+        if not self._control_fits(item.size):
             # Only answers are left and the client still reads none of them:
             # it is not a slow consumer but a dead or abusive one.
             log.warning("closing %s: outbound queue full of unread answers", self.id)
@@ -567,17 +474,9 @@ class OutboundQueue:
         logged where the encoding failed): end that subscription alone, with
         an ``internal`` error. Its frames still waiting go (the next would
         follow a gap); nothing else changes."""
-        if queued is not None:
-            for i, item in enumerate(self._queue):
-                if item is queued:
-                    del self._queue[i]
-                    self._count(item, -1)
-                    break
-        if transcript_id is None:
-            return
-        self._drop_waiting(transcript_id)
-        if self._sent.pop(transcript_id, None) is None:
-            return  # no longer followed: its frames just go
+        if not self._forget(transcript_id, queued):
+            return  # no longer followed (or none): its frames just go
+        assert transcript_id is not None
         if self._on_lagged is not None:
             self._on_lagged(self, {transcript_id})
         self.push_error(
@@ -587,89 +486,8 @@ class OutboundQueue:
             transcript_id=transcript_id,
         )
 
-    def _counted_bytes(self) -> int:
-        """Queued bytes not sent yet (a streaming baseline's rest included)."""
-        return self._queued_bytes + self._baseline_bytes
-
-    def _limit(self) -> int:
-        """The byte budget now: ``queue_max_bytes`` on top of what is left
-        to send of the baselines queued."""
-        return self._max_bytes + self._baseline_bytes
-
-    def _count(self, item: Outbound, sign: int) -> None:
-        if item.draft:
-            # Counted apart: draft frames take no room from increments.
-            self._draft_items += sign
-            if sign < 0 and isinstance(item, DraftSlot) and self._draft_slots:
-                key = (item.transcript_id, item.update.draft_id)
-                if self._draft_slots.get(key) is item:
-                    del self._draft_slots[key]  # it went out: the next update waits anew
-        elif item.baseline:
-            self._baseline_bytes += sign * item.size
-        else:
-            self._queued_bytes += sign * item.size
-
-    def _recount(self) -> None:
-        q = self._queue
-        self._queued_bytes = sum(item.size for item in q if not (item.baseline or item.draft))
-        self._baseline_bytes = sum(item.size for item in q if item.baseline)
-        if self._stream is not None:
-            self._baseline_bytes -= self._stream_sent
-        self._draft_items = sum(1 for item in q if item.draft)
-        if self._draft_slots:
-            kept = {id(item) for item in q if isinstance(item, DraftSlot)}
-            self._draft_slots = {
-                key: slot for key, slot in self._draft_slots.items() if id(slot) in kept
-            }
-
-    def _fits(self, item: EncodedEvent | EncodedSnapshot) -> bool:
-        if not item.baseline:
-            return self.has_room(1, item.size)
-        # A baseline fits behind answers and other baselines whatever its
-        # size (one per transcript: it replaced that transcript's frames),
-        # behind increments only within the budget.
-        if len(self._queue) - self._draft_items >= self._max_frames:
-            return False
-        counted = self._counted_bytes()
-        if counted + item.size <= self._limit():
-            return True
-        return not any(queued.data and not queued.baseline for queued in self._queue)
-
-    def has_room(self, frames: int, size: int) -> bool:
-        """Whether ``frames`` more data frames of ``size`` bytes fit the queue."""
-        return (
-            len(self._queue) - self._draft_items + frames <= self._max_frames
-            and self._counted_bytes() + size <= self._limit()
-        )
-
-    def room(self, frame_bytes: float) -> int:
-        """How many more data frames of ``frame_bytes`` each fit the queue."""
-        frames = self._max_frames - (len(self._queue) - self._draft_items)
-        space = self._limit() - self._counted_bytes()
-        return max(0, min(frames, int(space // max(frame_bytes, 1.0))))
-
-    @property
-    def queued(self) -> tuple[int, int]:
-        """(frames, bytes) waiting to be written."""
-        return len(self._queue), self._queued_bytes + self._baseline_bytes
-
     def _lag(self, transcript_ids: set[str]) -> None:
-        kept: list[Outbound] = []
-        streaming = self._stream is not None
-        for i, item in enumerate(self._queue):
-            if item.data and item.transcript_id is not None and not (i == 0 and streaming):
-                transcript_ids.add(item.transcript_id)
-            else:
-                kept.append(item)
-        # The draft frames of the lagged transcripts go with their increments
-        # (the resubscribe brings each open draft's text); the others stay.
-        self._queue = [
-            item for item in kept if not (item.draft and item.transcript_id in transcript_ids)
-        ]
-        self._recount()
-        lagged = {t for t in transcript_ids if t in self._sent}
-        for transcript_id in lagged:
-            del self._sent[transcript_id]
+        lagged = self._drop_lagged(transcript_ids)
         if self._on_lagged is not None:
             self._on_lagged(self, lagged)
         for transcript_id in sorted(lagged):
@@ -771,19 +589,9 @@ class OutboundQueue:
             self.seq += 1
         parts, size, last = head.fragment(index, self.seq)
         raw.raw_writelines(parts)
+        self._streamed(head, index, size, last)
         if last:
-            self._stream = None
-            self._queue.pop(0)
-            self._count(head, -1)
-            self._baseline_bytes += self._stream_sent
-            self._stream_sent = 0
             self._count_sent(1, 1, head.size)
-        else:
-            self._stream = index + 1
-            # What is left of it counts; the rest went to the transport.
-            sent = min(size, head.size - self._stream_sent)
-            self._stream_sent += sent
-            self._baseline_bytes -= sent
         return size
 
     # --- writing (the queue's own task) ---------------------------------------------

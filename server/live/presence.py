@@ -38,48 +38,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, Final, Protocol
-
-import msgspec
+from typing import Protocol
 
 from protocol import wire
-from protocol.errors import InvalidMessage
-from protocol.limits import MAX_PRESENCE_STATE_BYTES
 from protocol.presence import changes, count
-from protocol.validation import check_value
 from protocol.wire import Member, PresenceCounts, PresenceFrame
 from server.errors import Refused
 from server.live.frames import SharedFrame
 from server.live.outbound import OutboundQueue
 from server.tuning import PRESENCE_MEMBER_COST
 
-__all__ = ["PresenceRegistry", "PresenceRelay", "TranscriptPresence", "check_state"]
+__all__ = ["PresenceRegistry", "PresenceRelay", "TranscriptPresence"]
 
 log = logging.getLogger("tsync.presence")
-
-#: Who a member is that gave no name on a server that asks for no credentials.
-ANONYMOUS = "anonymous"
-
-
-#: How deep a presence state may nest (1 KiB holds little more anyway).
-MAX_PRESENCE_STATE_DEPTH: Final = 16
-
-
-def check_state(state: dict[str, Any]) -> None:
-    """Raise ``Refused`` unless ``state`` may be a member's state: values
-    both formats carry exactly (``invalid-frame``, with the path), at most
-    ``MAX_PRESENCE_STATE_BYTES`` of compact JSON (``too-large``)."""
-    try:
-        check_value(state, "state", limit=MAX_PRESENCE_STATE_DEPTH)
-    except InvalidMessage as exc:
-        raise Refused(wire.INVALID_FRAME, f"invalid 'presence' op: {exc}") from None
-    size = wire.presence_state_bytes(state)
-    if size > MAX_PRESENCE_STATE_BYTES:
-        raise Refused(
-            wire.TOO_LARGE,
-            f"a presence state is at most {MAX_PRESENCE_STATE_BYTES} bytes of JSON "
-            f"(this one is {size})",
-        )
 
 
 class PresenceRelay(Protocol):
@@ -273,33 +244,23 @@ class PresenceRegistry:
 
     # --- members ---------------------------------------------------------------------
 
-    def state(
-        self,
-        queue: OutboundQueue,
-        transcript_id: str,
-        *,
-        who: str | None,
-        kind: wire.PresenceKind | None,
-        state: dict[str, Any] | Any | None = msgspec.UNSET,
-    ) -> Member:
-        """Join, or change the member of ``queue`` on ``transcript_id``
-        (``who``, ``kind`` ``None``: keep them; a new one is ``anonymous``,
-        a ``viewer``; ``state``
-        unset: keep it; ``None``: clear it). The caller checked that the
-        connection subscribes to the transcript and the state's size.
-        Raises ``Refused`` (``too-large``) when the connection's members
-        would hold more than ``max_connection_presence_bytes``."""
+    def member(self, queue: OutboundQueue, transcript_id: str) -> Member | None:
+        """The member ``queue`` is on ``transcript_id`` now, if any."""
+        presence = self.transcripts.get(transcript_id)
+        if presence is None or presence.local.get(queue.id) is not queue:
+            return None
+        return presence.members.get(queue.id)
+
+    def state(self, queue: OutboundQueue, transcript_id: str, new: Member) -> Member:
+        """Join, or change the member of ``queue`` on ``transcript_id``: it
+        is now ``new`` (``protocol.presence.presence_change`` made it from
+        the op, which checked that the connection subscribes to the
+        transcript and the state's size). Raises ``Refused``
+        (``too-large``) when the connection's members would hold more than
+        ``max_connection_presence_bytes``."""
         presence = self._of(transcript_id)
-        member_id = queue.id
+        member_id = new.id
         old = presence.members.get(member_id) if member_id in presence.local else None
-        new = Member(
-            id=member_id,
-            who=who or (old.who if old is not None else ANONYMOUS),
-            kind=kind or (old.kind if old is not None else "viewer"),
-            state=(
-                (old.state if old is not None else {}) if state is msgspec.UNSET else (state or {})
-            ),
-        )
         if new != old:
             cost = member_cost(new)
             held = self._held.get(queue, 0) - presence.costs.get(member_id, 0) + cost

@@ -1,4 +1,4 @@
-"""Presence across replicas: the backplane's part for ``server.presence``
+"""Presence across replicas: the backplane's part for ``server.live.presence``
 (through ``SharedPresence``, which the Redis store implements in
 ``store/redis_presence.py``).
 

@@ -29,7 +29,7 @@ log = logging.getLogger("tsync.http")
 Body = TypeVar("Body", bound=msgspec.Struct)
 
 
-def _hub(request: Request) -> Hub:
+def hub_of(request: Request) -> Hub:
     hub: Hub = request.app.state.hub
     return hub
 
@@ -38,7 +38,7 @@ def _hub(request: Request) -> Hub:
 _REQUEST_ID = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_ORIGIN_LENGTH - len('http:')}}}")
 
 
-def _origin(request: Request) -> Origin:
+def origin_of(request: Request) -> Origin:
     """``http:<X-Request-Id>``, or ``http:<random>`` when the header is absent
     or not a short id: an HTTP change can never pass for a WebSocket one
     (``ws:...``), and a client cannot make events carry kilobytes of it."""
@@ -60,7 +60,7 @@ def media_type(request: Request) -> str | None:
 
 
 async def read_body(request: Request) -> bytes:
-    limit = _hub(request).config.max_http_body_bytes
+    limit = hub_of(request).config.max_http_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise Refused(codes.TOO_LARGE, f"body of {declared} bytes is over the limit of {limit}")
@@ -111,7 +111,7 @@ async def read_json(request: Request, body_type: type[Body], *, allow_empty: boo
         raise Refused(codes.INVALID_JSON, "the body nests objects or lists too deeply") from None
 
 
-def _transcript_id(request: Request) -> str:
+def transcript_id_of(request: Request) -> str:
     return validate_id(request.path_params["transcript_id"])  # InvalidId: invalid-frame
 
 
@@ -125,7 +125,7 @@ def refuse_repeated_query(request: Request) -> None:
         seen.add(name)
 
 
-def _int_param(request: Request, name: str, default: int | None = None) -> int | None:
+def int_param(request: Request, name: str, default: int | None = None) -> int | None:
     raw = request.query_params.get(name)
     if raw is None:
         return default
@@ -154,18 +154,18 @@ def ack_body(transcript_id: str, result: AppendResult) -> api.AckBody:
 
 async def create_transcript(request: Request) -> Response:
     body = await read_json(request, api.CreateBody, allow_empty=True)
-    tid, epoch, revision = await _hub(request).writes.create(
-        body.id, body.messages or [], origin=_origin(request)
+    tid, epoch, revision = await hub_of(request).writes.create(
+        body.id, body.messages or [], origin=origin_of(request)
     )
     return json_response(api.Created(transcript_id=tid, epoch=epoch, revision=revision), 201)
 
 
 async def list_transcripts(request: Request) -> Response:
-    limit = _int_param(request, "limit", 100) or 100
+    limit = int_param(request, "limit", 100) or 100
     order = request.query_params.get("order", "id")  # present but empty is refused
     if order not in listing.ORDERS:
         raise Refused(codes.INVALID_QUERY, "query parameter 'order' must be 'id' or 'updated'")
-    by_id = _hub(request).list_transcripts
+    by_id = hub_of(request).list_transcripts
     infos = await access.list_readable(
         by_id if order == "id" else functools.partial(listing.newest_first, by_id),
         access.grant_of(request),
@@ -192,13 +192,13 @@ async def list_transcripts(request: Request) -> Response:
 
 
 async def get_transcript(request: Request) -> Response:
-    tid = _transcript_id(request)
-    start = _int_param(request, "start", 0) or 0
-    end = _int_param(request, "end")
+    tid = transcript_id_of(request)
+    start = int_param(request, "start", 0) or 0
+    end = int_param(request, "end")
     try:
         # Streamed past a few messages (server.web.http_reads): a long transcript
         # is never whole in memory, nor encoded in one call on the loop.
-        return await http_reads.snapshot_response(_hub(request), tid, start, end)
+        return await http_reads.snapshot_response(hub_of(request), tid, start, end)
     except ProtocolError:
         raise
     except ValueError as exc:  # the range is not within the transcript
@@ -206,9 +206,9 @@ async def get_transcript(request: Request) -> Response:
 
 
 async def get_events(request: Request) -> Response:
-    tid = _transcript_id(request)
-    after = _int_param(request, "after", 0) or 0
-    response = await http_reads.events_response(_hub(request), tid, after)
+    tid = transcript_id_of(request)
+    after = int_param(request, "after", 0) or 0
+    response = await http_reads.events_response(hub_of(request), tid, after)
     if response is None:
         raise Refused(
             codes.GONE, f"events after revision {after} are no longer held; load a snapshot"
@@ -217,7 +217,7 @@ async def get_events(request: Request) -> Response:
 
 
 async def append_messages(request: Request) -> Response:
-    tid = _transcript_id(request)
+    tid = transcript_id_of(request)
     body = await read_json(request, api.AppendBody)
     key = validate_idempotency_key(body.idempotency_key)
     header = request.headers.get("idempotency-key")
@@ -235,12 +235,12 @@ async def append_messages(request: Request) -> Response:
             f"query parameter 'format' must be one of {', '.join(sdk_in.SDK_FORMATS)}",
         )
     messages = sdk_in.from_sdk(chat_format, body.messages, body.system)
-    result = await _hub(request).writes.append(
+    result = await hub_of(request).writes.append(
         tid,
         messages,
         expected_revision=body.expected_revision,
         idempotency_key=key,
-        origin=_origin(request),
+        origin=origin_of(request),
         transport="http",
         draft_id=body.draft_id,
     )
@@ -250,16 +250,16 @@ async def append_messages(request: Request) -> Response:
 
 
 async def start_segment(request: Request) -> Response:
-    tid = _transcript_id(request)
+    tid = transcript_id_of(request)
     body = await read_json(request, api.SegmentBody, allow_empty=True)
-    result = await _hub(request).writes.start_segment(
-        tid, body.start, origin=_origin(request), transport="http"
+    result = await hub_of(request).writes.start_segment(
+        tid, body.start, origin=origin_of(request), transport="http"
     )
     return json_response(ack_body(tid, result), 201)
 
 
 async def delete_transcript(request: Request) -> Response:
-    await _hub(request).delete(_transcript_id(request))
+    await hub_of(request).delete(transcript_id_of(request))
     return Response(status_code=204)
 
 

@@ -28,12 +28,12 @@ from protocol.types import Message, MessagesAppended, TranscriptSnapshot
 from server.errors import Refused
 from server.web import http_reads, offload_jobs
 from server.web.http_api import (
-    _hub,
-    _int_param,
-    _origin,
-    _transcript_id,
+    hub_of,
+    int_param,
     media_type,
+    origin_of,
     read_body_as,
+    transcript_id_of,
 )
 from server.web.offload import Offload, encode_messages, inline_ok
 from server.web.problems import json_response
@@ -101,7 +101,7 @@ async def import_transcript(request: Request) -> Response:
     ``invalid-message`` when a turn is not a message this server accepts,
     409 when ``?id=`` exists, 413 for a body over ``max_http_body_bytes``.
     """
-    hub = _hub(request)
+    hub = hub_of(request)
     body = await read_body_as(request, LMML_TYPES)
     if not body:
         # No file at all is a client that forgot it (an empty transcript is
@@ -110,7 +110,7 @@ async def import_transcript(request: Request) -> Response:
             codes.INVALID_BODY, "the body is empty: send the .lmml narrative or .lmmlz bundle"
         )
     filename = _import_filename(request, body)
-    max_embed = _int_param(request, "maxEmbedBytes")
+    max_embed = int_param(request, "maxEmbedBytes")
     args = (body, filename, max_embed, hub.config.message_limits)
     try:
         if inline_ok(len(body)) and not body.startswith(b"PK"):
@@ -125,7 +125,7 @@ async def import_transcript(request: Request) -> Response:
     # Validated (with the configured limits) where they were read.
     messages = _decode_messages(encoded)
     tid, epoch, revision = await hub.writes.create(
-        request.query_params.get("id") or None, messages, origin=_origin(request)
+        request.query_params.get("id") or None, messages, origin=origin_of(request)
     )
     return json_response(
         api.Imported(
@@ -157,7 +157,7 @@ async def chat(request: Request) -> Response:
     or Anthropic's Messages (``format=anthropic``: ``{"messages": [...],
     "system": ...}``), converted as ``protocol.chat`` says; ``context``
     messages are left out unless ``?context=system``."""
-    tid = _transcript_id(request)
+    tid = transcript_id_of(request)
     segment = _choice(request, "segment", ("active", "all"))
     chat_format = _choice(request, "format", ("openai", "anthropic"))
     context: Literal["omit", "system"] = (
@@ -168,14 +168,14 @@ async def chat(request: Request) -> Response:
     if chat_format == "anthropic":
         renderer = chat_api.AnthropicRenderer(context)
         return await http_reads.chat_response(
-            _hub(request),
+            hub_of(request),
             tid,
             active_only=segment == "active",
             render=lambda messages: renderer.feed(messages),
             finish=lambda: (renderer.finish(), renderer.system),
         )
     return await http_reads.chat_response(
-        _hub(request),
+        hub_of(request),
         tid,
         active_only=segment == "active",
         render=lambda messages: chat_api.openai_messages(messages, context=context),
@@ -189,9 +189,9 @@ async def ui_messages(request: Request) -> Response:
     messages or those from index ``from`` on (one window at a time); a
     window that starts inside a reply shows its tool results as dynamic
     tools. Streamed past ``STREAM_MIN_ITEMS`` messages, as ``.../chat``."""
-    tid = _transcript_id(request)
-    tail = _int_param(request, "tail")
-    since = _int_param(request, "from")
+    tid = transcript_id_of(request)
+    tail = int_param(request, "tail")
+    since = int_param(request, "from")
     given = [name for name in ("segment", "tail", "from") if name in request.query_params]
     if len(given) > 1:
         raise Refused(
@@ -220,7 +220,7 @@ async def ui_messages(request: Request) -> Response:
         return start
 
     return await http_reads.chat_response(
-        _hub(request),
+        hub_of(request),
         tid,
         active_only=False,
         render=render,
@@ -266,8 +266,8 @@ async def _export(
 
 async def export_lmml(request: Request) -> Response:
     """The transcript as one ``.lmml`` narrative (embeds as inline fences)."""
-    tid = _transcript_id(request)
-    snapshot = await _hub(request).reads.snapshot(tid)
+    tid = transcript_id_of(request)
+    snapshot = await hub_of(request).reads.snapshot(tid)
     data = await _export(
         request,
         snapshot.messages,
@@ -280,8 +280,8 @@ async def export_lmml(request: Request) -> Response:
 
 async def export_lmmlz(request: Request) -> Response:
     """The transcript as a ``.lmmlz`` whose primary entry is ``<id>.lmml``."""
-    tid = _transcript_id(request)
-    snapshot = await _hub(request).reads.snapshot(tid)
+    tid = transcript_id_of(request)
+    snapshot = await hub_of(request).reads.snapshot(tid)
     name = _bundle_name(tid)
     data = await _export(
         request,

@@ -39,7 +39,7 @@ from protocol.sse import SSEDecoder, SSETooLong
 from protocol.validation import validate_id
 from server.errors import Refused
 from server.live.hub import Hub
-from server.web.http_api import _hub, _origin, _transcript_id, media_type
+from server.web.http_api import hub_of, media_type, origin_of, transcript_id_of
 from server.web.problems import json_response
 
 __all__ = ["post_reply"]
@@ -59,7 +59,7 @@ class _Cancelled(Exception):
 
 async def post_reply(request: Request) -> Response:
     """See the module."""
-    tid = _transcript_id(request)
+    tid = transcript_id_of(request)
     media = media_type(request)
     if media not in EVENT_STREAM_TYPES:
         raise Refused(
@@ -68,14 +68,14 @@ async def post_reply(request: Request) -> Response:
         )
     given = request.query_params.get("draftId")
     draft_id = validate_id(given, what="draftId") if given is not None else None
-    reply = _Reply(_hub(request), tid, draft_id or f"reply-{uuid.uuid4().hex[:16]}")
+    reply = _Reply(hub_of(request), tid, draft_id or f"reply-{uuid.uuid4().hex[:16]}")
     try:
         await reply.pipe(request)
         if not reply.opened:
             raise Refused(codes.INVALID_BODY, "the stream held no chunk to write a reply with")
         messages = await reply.hub.drafts.finished(tid, reply.draft_id)
         result = await reply.hub.writes.append(
-            tid, messages, origin=_origin(request), transport="http", draft_id=reply.draft_id
+            tid, messages, origin=origin_of(request), transport="http", draft_id=reply.draft_id
         )
     except _Cancelled as cancelled:
         await reply.cancel()

@@ -26,11 +26,11 @@ from protocol.limits import MAX_READ_MESSAGES, MAX_VIEW_NAME_LENGTH
 from server.errors import Refused
 from server.store.base import AppendResult
 from server.web.http_api import (
-    _hub,
-    _int_param,
-    _origin,
-    _transcript_id,
+    hub_of,
+    int_param,
+    origin_of,
     read_json,
+    transcript_id_of,
 )
 from server.web.problems import json_response
 
@@ -38,14 +38,14 @@ __all__ = ["get_messages", "get_presence", "get_usage", "get_views", "leave_view
 
 
 async def get_messages(request: Request) -> Response:
-    tid = _transcript_id(request)
-    start = _int_param(request, "start", 0) or 0
-    end = _int_param(request, "end")
+    tid = transcript_id_of(request)
+    start = int_param(request, "start", 0) or 0
+    end = int_param(request, "end")
     if end is not None and end < start:
         raise Refused(codes.INVALID_QUERY, f"end ({end}) is before start ({start})")
     epoch = request.query_params.get("epoch") or None
     stop = start + MAX_READ_MESSAGES if end is None else min(end, start + MAX_READ_MESSAGES)
-    found, revision = await _hub(request).reads.read_messages(tid, start, stop, epoch=epoch)
+    found, revision = await hub_of(request).reads.read_messages(tid, start, stop, epoch=epoch)
     return json_response(
         api.MessageRange(
             transcript_id=tid,
@@ -60,8 +60,8 @@ async def get_messages(request: Request) -> Response:
 
 
 async def get_views(request: Request) -> Response:
-    tid = _transcript_id(request)
-    revision, views = await _hub(request).reads.views(tid)
+    tid = transcript_id_of(request)
+    revision, views = await hub_of(request).reads.views(tid)
     return json_response(api.ViewList(transcript_id=tid, revision=revision, views=list(views)))
 
 
@@ -79,19 +79,19 @@ def _view_name(request: Request) -> str:
 
 
 async def put_view(request: Request) -> Response:
-    tid = _transcript_id(request)
+    tid = transcript_id_of(request)
     name = _view_name(request)
     body = await read_json(request, api.ViewBody)
-    result = await _hub(request).writes.set_view(
-        tid, name, body.start, body.end, origin=_origin(request), transport="http"
+    result = await hub_of(request).writes.set_view(
+        tid, name, body.start, body.end, origin=origin_of(request), transport="http"
     )
     return json_response(_ack(tid, body.start, result), 200 if result.duplicate else 201)
 
 
 async def leave_view(request: Request) -> Response:
-    tid = _transcript_id(request)
-    result = await _hub(request).writes.leave_view(
-        tid, _view_name(request), origin=_origin(request), transport="http"
+    tid = transcript_id_of(request)
+    result = await hub_of(request).writes.leave_view(
+        tid, _view_name(request), origin=origin_of(request), transport="http"
     )
     return json_response(_ack(tid, 0, result))
 
@@ -114,17 +114,17 @@ def _names(request: Request, name: str) -> list[str] | None:
 
 
 async def get_presence(request: Request) -> Response:
-    """Who is on the transcript now (``server.presence``; this replica's
+    """Who is on the transcript now (``server.live.presence``; this replica's
     view: other replicas' members as relayed)."""
-    tid = _transcript_id(request)
-    hub = _hub(request)
+    tid = transcript_id_of(request)
+    hub = hub_of(request)
     await hub.reads.head(tid)  # not-found for a transcript that does not exist
     members, counts = hub.presence.members(tid)
     return json_response(api.PresenceBody(transcript_id=tid, members=members, counts=counts))
 
 
 async def get_usage(request: Request) -> Response:
-    tid = _transcript_id(request)
+    tid = transcript_id_of(request)
     views = _names(request, "views")
     raw = _names(request, "segments")
     segments: str | list[int] | None
@@ -138,7 +138,7 @@ async def get_usage(request: Request) -> Response:
     else:
         raise Refused(codes.INVALID_QUERY, "segments: 'all', 'active' or segment indices (0,2,...)")
     try:
-        revision, usage = await _hub(request).reads.usage(tid, segments=segments, views=views)
+        revision, usage = await hub_of(request).reads.usage(tid, segments=segments, views=views)
     except ProtocolError:
         raise  # invalid-view: no such View
     except ValueError as exc:  # no such segment

@@ -21,7 +21,7 @@ from driving this server through the user's browser.
   and read its answers; Starlette's ``CORSMiddleware`` answers preflights.
 
 State-changing requests must also carry a JSON body (``application/json``; the
-LMML types on import): see ``server.web.http_api.require_media_type``. Together
+LMML types on import): see ``server.web.http_api.read_body_as``. Together
 these leave no "simple" cross-site request (a form post, a ``text/plain``
 fetch, a no-cors beacon) that can change anything.
 """

@@ -20,12 +20,12 @@ from typing import Any, Final
 
 from protocol import codes, rights, sdk_in, wire
 from protocol.errors import InvalidFrame
-from protocol.limits import MAX_PRESENCE_NAME_LENGTH, MAX_REF_LENGTH
+from protocol.limits import MAX_REF_LENGTH
+from protocol.presence import presence_change
 from protocol.types import Origin
 from server.errors import INTERNAL_FAILURE, Refused, failure_for
 from server.live.hub import Hub
 from server.live.outbound import RAW_FRAMES, OutboundQueue
-from server.live.presence import check_state
 from server.tuning import CLOSE_SEND_TIMEOUT_S, MAX_APPENDS_IN_FLIGHT, OPS_PER_YIELD
 from server.web import access
 from server.web.access import OPEN, ConnectionAccess, forbidden
@@ -439,32 +439,23 @@ class OpHandler:
                 queue.push_control(wire.Pong(seq=0, ref=op.ref))
 
     def _presence(self, op: wire.Presence) -> None:
-        """State, change or end this connection's presence (``server.presence``)."""
-        hub, queue = self.hub, self.queue
-        registry = hub.presence
-        if op.leave:
-            registry.leave(queue, op.transcript_id)
-            return
-        if not queue.follows(op.transcript_id):
-            raise Refused(
-                wire.INVALID_FRAME,
-                "presence is stated on a transcript this connection subscribes to: subscribe first",
-            )
-        sub = self.access.sub
-        if sub is not None and op.name is not None and op.name != sub:
-            raise Refused(
-                wire.FORBIDDEN,
-                f"members of this server are named by their token's sub ({sub!r}): leave out name",
-            )
-        if op.kind in ("writer", "agent"):
-            grant = self.access.grant
-            if grant is not None and not grant.satisfies(rights.WRITE, op.transcript_id):
-                raise forbidden(grant, rights.WRITE, op.transcript_id)
-        state = op.state
-        if isinstance(state, dict):
-            check_state(state)
-        who = sub[:MAX_PRESENCE_NAME_LENGTH] if sub else op.name
-        registry.state(queue, op.transcript_id, who=who, kind=op.kind, state=state)
+        """State, change or end this connection's presence (``server.live.presence``;
+        the op's rules: ``protocol.presence.presence_change``)."""
+        queue, registry = self.queue, self.hub.presence
+        transcript_id = op.transcript_id
+        grant = self.access.grant
+        member = presence_change(
+            op,
+            registry.member(queue, transcript_id),
+            member_id=queue.id,
+            follows=queue.follows(transcript_id),
+            sub=self.access.sub,
+            may_write=grant is None or grant.satisfies(rights.WRITE, transcript_id),
+        )
+        if member is None:
+            registry.leave(queue, transcript_id)
+        else:
+            registry.state(queue, transcript_id, member)
 
 
 async def stop_draft(

@@ -1,4 +1,4 @@
-"""``server.presence.TranscriptPresence`` without sockets: whatever members
+"""``server.live.presence.TranscriptPresence`` without sockets: whatever members
 join, change and leave between frames, a watcher that applies every frame
 from its first (``PresenceCopy.take``) holds the members as they are (or
 counts only, over the limit), and the counts are always right."""
