@@ -65,7 +65,9 @@ const root = document.getElementById("root");
 if (root === null) throw new Error("no #root");
 const initialMessages = await stored();
 (window as unknown as { initialCount: number }).initialCount = initialMessages.length;
-createRoot(root).render(<Chat id={id} tsyncUrl={tsyncUrl} token={token} initialMessages={initialMessages} />);
+createRoot(root).render(
+  <Chat id={id} tsyncUrl={tsyncUrl} token={token} initialMessages={initialMessages} />,
+);
 """
 HTML = (
     '<!doctype html><meta charset="utf-8"><div id="root"></div>'
