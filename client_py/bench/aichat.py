@@ -58,6 +58,7 @@ DRAFT_ID: Final = "reply"
 #: A chunk's delta: the time it was due (ns) and its number.
 TOKEN_RE: Final = re.compile(rb"T(\d{19});(\d+);")
 SEQUENCE_RE: Final = re.compile(rb'"sequence": ?(\d+)')
+START_RE: Final = re.compile(rb'"type": ?"start"')
 CONNECT_CONCURRENCY: Final = 64
 PROGRESS_INTERVAL_S: Final = 0.5
 
@@ -139,7 +140,7 @@ class _Reader:
         if self.ai:
             match = SEQUENCE_RE.search(data)
             if match is None:
-                if b'"type": "start"' not in data:  # end, error, no-active
+                if START_RE.search(data) is None:  # end, error, no-active
                     stats.errors += 1
                 return
             sequence = int(match.group(1))

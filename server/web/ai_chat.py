@@ -20,6 +20,15 @@ those opened after.
 
 Every client frame is checked as ``safeValidateWebSocketChatTransportRequest``
 checks it (``protocol.ai_chat``); a bad one closes the socket with 1008.
+
+A reply read by many costs per reader what it must and no more
+(``tsync bench aichat``): each update's chunks are encoded once for every
+request (``_encoded_chunks``, by transcript, draft and update number), a
+request that joined a reply of parts tracks the update numbers without
+folding the chunks again (its copy was only needed to join), and under
+``tsync serve`` the chunk frames of one update go out as pre-framed bytes in
+one write (the ``tsync.raw_frames`` extension, as ``/v1/ws`` does), not one
+ASGI ``send`` each.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import json
 import logging
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
@@ -41,8 +51,9 @@ from protocol.types import Origin
 from protocol.validation import validate_id
 from server.auth import Authenticator, bearer
 from server.errors import INTERNAL_FAILURE, Refused, failure_for
+from server.live.frames import TEXT, ws_header
 from server.live.hub import Hub
-from server.live.outbound import OutboundQueue
+from server.live.outbound import RAW_FRAMES, OutboundQueue, RawFrames
 from server.store.base import TranscriptExists, TranscriptNotFound
 from server.tasks import cancel_and_wait
 from server.web import access
@@ -63,6 +74,24 @@ PATH: Final = "/v1/ai/chat"
 _CAUGHT_UP: Final = "ai-chat-caught-up"
 #: The id of the text part of a reply written as text alone (no ``chunks``).
 _TEXT_ID: Final = "text-1"
+#: Updates whose encoded chunks are kept for the other requests reading them.
+_ENCODED_KEPT: Final = 256
+_encoded: OrderedDict[tuple[str, str, int], list[str]] = OrderedDict()
+
+
+def _encoded_chunks(
+    transcript_id: str, draft_id: str, n: int, chunks: list[dict[str, Any]]
+) -> list[str]:
+    """The JSON of update ``n``'s chunks, encoded by the first request that
+    sends them (every reader of the draft gets the same update ``n``)."""
+    key = (transcript_id, draft_id, n)
+    encoded = _encoded.get(key)
+    if encoded is None or len(encoded) != len(chunks):
+        encoded = [json.dumps(chunk, separators=(",", ":")) for chunk in chunks]
+        _encoded[key] = encoded
+        if len(_encoded) > _ENCODED_KEPT:
+            _encoded.popitem(last=False)
+    return encoded
 
 
 class _Closed(Exception):
@@ -91,6 +120,7 @@ async def ai_chat_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hub)
         await send({"type": "websocket.close", "code": code, "reason": close_reason(code)})
         return
     chat = ChatConnection(hub, send, connection.grant, connection.authenticator)
+    chat.raw = scope.get("extensions", {}).get(RAW_FRAMES)
     try:
         while True:
             message = await receive()
@@ -129,6 +159,8 @@ class ChatConnection:
         #: The stops aborts started (they run on after the connection ends).
         self.stops: set[asyncio.Task[None]] = set()
         self.closed = False
+        #: ``tsync serve``'s pre-framed write (None elsewhere: frames go through ``send``).
+        self.raw: RawFrames | None = None
 
     async def frame(self, frame: dict[str, Any]) -> None:
         """Send one server frame (one at a time: requests share the socket)."""
@@ -137,6 +169,26 @@ class ChatConnection:
         async with self._lock:
             with contextlib.suppress(Exception):  # gone: its reader ends the connection
                 await self._send({"type": "websocket.send", "text": json.dumps(frame)})
+
+    async def texts(self, texts: list[str]) -> None:
+        """Send server frames already encoded (JSON texts), in one write when
+        the connection takes pre-framed bytes."""
+        if self.closed or not texts:
+            return
+        async with self._lock:
+            raw = self.raw
+            if raw is None:
+                for text in texts:
+                    with contextlib.suppress(Exception):  # gone: its reader ends it
+                        await self._send({"type": "websocket.send", "text": text})
+                return
+            if not raw.raw_ready() and not await raw.raw_writable():
+                return  # closed
+            parts: list[bytes] = []
+            for text in texts:
+                data = text.encode()
+                parts += (ws_header(TEXT, len(data)), data)
+            raw.raw_writelines(parts)
 
     async def close(self, code: int, why: str) -> None:
         if self.closed:
@@ -502,6 +554,20 @@ class ChatRequest:
         copy = self.copy
         assert copy is not None
         follows = frame.n == copy.n + 1 and frame.replay is None
+        if not self.text_only:
+            # A reply of parts: its chunks go on as they come; the copy only
+            # counts the updates (its fold was for joining).
+            if frame.n <= copy.n:
+                return
+            if not follows or frame.chunks is None:
+                if frame.chunks is None and frame.replay is None and follows:
+                    copy.n = frame.n
+                    return  # text joined to parts it already has
+                self._end(self._error_frame("fell behind the reply: resume to read it whole"))
+                return
+            copy.n = frame.n
+            await self._chunks(frame.chunks, update=frame.n)
+            return
         before = copy.text
         if not copy.take(frame):
             return
@@ -545,8 +611,21 @@ class ChatRequest:
         if not self.ended.done():
             self.ended.set_result(None if self.aborted else frame)
 
-    async def _chunks(self, chunks: list[dict[str, Any]]) -> None:
+    async def _chunks(self, chunks: list[dict[str, Any]], update: int | None = None) -> None:
         if self.aborted:
+            return
+        if update is not None and self.chat.raw is not None and self.copy is not None:
+            head = (
+                f'{{"type":"chunk","requestId":{json.dumps(self.request_id)},"sequence":'
+            )
+            encoded = _encoded_chunks(self.transcript_id, self.copy.draft_id, update, chunks)
+            texts = []
+            for chunk, text in zip(chunks, encoded, strict=True):
+                if chunk.get("type") == "start" and not isinstance(chunk.get("messageId"), str):
+                    text = json.dumps({**chunk, "messageId": self.message_id})
+                texts.append(f'{head}{self.seq},"chunk":{text}}}')
+                self.seq += 1
+            await self.chat.texts(texts)
             return
         for chunk in chunks:
             if chunk.get("type") == "start" and not isinstance(chunk.get("messageId"), str):
