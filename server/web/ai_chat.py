@@ -74,9 +74,30 @@ PATH: Final = "/v1/ai/chat"
 _CAUGHT_UP: Final = "ai-chat-caught-up"
 #: The id of the text part of a reply written as text alone (no ``chunks``).
 _TEXT_ID: Final = "text-1"
-#: Updates whose encoded chunks are kept for the other requests reading them.
+#: Updates whose encoded chunks (and decoded frames) are kept for the other
+#: requests reading them.
 _ENCODED_KEPT: Final = 256
 _encoded: OrderedDict[tuple[str, str, int], list[str]] = OrderedDict()
+_decoded: OrderedDict[bytes, wire.ServerFrame] = OrderedDict()
+#: How every draft frame of a subscription begins; its ``seq`` (the
+#: subscription's own) is all that differs between two readers' copies.
+_DRAFT_HEAD: Final = b'{"type":"draft","seq":'
+
+
+def _accept(raw: bytes | str) -> wire.ServerFrame:
+    """``wire.accept_transcript_update``, a draft frame decoded once for
+    every request that gets it (keyed by what follows its ``seq``, which no
+    request reads)."""
+    if not isinstance(raw, bytes) or not raw.startswith(_DRAFT_HEAD):
+        return wire.accept_transcript_update(raw)
+    key = raw[raw.find(b",", len(_DRAFT_HEAD)) :]
+    frame = _decoded.get(key)
+    if frame is None:
+        frame = wire.accept_transcript_update(raw)
+        _decoded[key] = frame
+        if len(_decoded) > _ENCODED_KEPT:
+            _decoded.popitem(last=False)
+    return frame
 
 
 def _encoded_chunks(
@@ -327,6 +348,8 @@ class ChatRequest:
         self.inbox: asyncio.Queue[bytes | str] = asyncio.Queue()
         self.pump: asyncio.Task[None] | None = None
         self.aborted = False
+        #: The start of this request's chunk frames (JSON), to the sequence.
+        self.chunk_head = f'{{"type":"chunk","requestId":{json.dumps(request_id)},"sequence":'
 
     # -- the request --
 
@@ -484,7 +507,7 @@ class ChatRequest:
             message = await self.inbox.get()
             for raw in wire.split_frames(message):  # a commit's final rides with its increment
                 try:
-                    frame = wire.accept_transcript_update(raw)
+                    frame = _accept(raw)
                 except InvalidFrame:
                     continue
                 try:
@@ -571,23 +594,15 @@ class ChatRequest:
         before = copy.text
         if not copy.take(frame):
             return
-        if self.text_only:
-            if copy.ui is not None:
-                self._end(self._error_frame("the reply changed from text to parts"))
-                return
-            delta = copy.text[len(before) :] if copy.text.startswith(before) else None
-            if delta is None:
-                self._end(self._error_frame("the reply's text was replaced"))
-                return
-            if delta:
-                await self._chunks([{"type": "text-delta", "id": _TEXT_ID, "delta": delta}])
+        if copy.ui is not None:
+            self._end(self._error_frame("the reply changed from text to parts"))
             return
-        if not follows or frame.chunks is None:
-            if frame.chunks is None and frame.replay is None and follows:
-                return  # text joined to parts it already has
-            self._end(self._error_frame("fell behind the reply: resume to read it whole"))
+        delta = copy.text[len(before) :] if copy.text.startswith(before) else None
+        if delta is None:
+            self._end(self._error_frame("the reply's text was replaced"))
             return
-        await self._chunks(frame.chunks)
+        if delta:
+            await self._chunks([{"type": "text-delta", "id": _TEXT_ID, "delta": delta}])
 
     async def _close(self, frame: wire.DraftFrame) -> None:
         if frame.state == "final":
@@ -615,9 +630,7 @@ class ChatRequest:
         if self.aborted:
             return
         if update is not None and self.chat.raw is not None and self.copy is not None:
-            head = (
-                f'{{"type":"chunk","requestId":{json.dumps(self.request_id)},"sequence":'
-            )
+            head = self.chunk_head
             encoded = _encoded_chunks(self.transcript_id, self.copy.draft_id, update, chunks)
             texts = []
             for chunk, text in zip(chunks, encoded, strict=True):
