@@ -22,8 +22,8 @@ Every client frame is checked as ``safeValidateWebSocketChatTransportRequest``
 checks it (``protocol.ai_chat``); a bad one closes the socket with 1008.
 
 A reply read by many costs per reader what it must and no more
-(``tsync bench aichat``): each update's chunks are encoded once for every
-request (``_encoded_chunks``, by transcript, draft and update number), a
+(``tsync bench aichat``): each draft frame is decoded and its chunks encoded
+once for every request that gets it (``_accept``, ``_encoded_chunks``), a
 request that joined a reply of parts tracks the update numbers without
 folding the chunks again (its copy was only needed to join), and under
 ``tsync serve`` the chunk frames of one update go out as pre-framed bytes in
@@ -77,7 +77,7 @@ _TEXT_ID: Final = "text-1"
 #: Updates whose encoded chunks (and decoded frames) are kept for the other
 #: requests reading them.
 _ENCODED_KEPT: Final = 256
-_encoded: OrderedDict[tuple[str, str, int], list[str]] = OrderedDict()
+_encoded: OrderedDict[int, tuple[list[dict[str, Any]], list[str]]] = OrderedDict()
 _decoded: OrderedDict[bytes, wire.ServerFrame] = OrderedDict()
 #: How every draft frame of a subscription begins; its ``seq`` (the
 #: subscription's own) is all that differs between two readers' copies.
@@ -100,18 +100,18 @@ def _accept(raw: bytes | str) -> wire.ServerFrame:
     return frame
 
 
-def _encoded_chunks(
-    transcript_id: str, draft_id: str, n: int, chunks: list[dict[str, Any]]
-) -> list[str]:
-    """The JSON of update ``n``'s chunks, encoded by the first request that
-    sends them (every reader of the draft gets the same update ``n``)."""
-    key = (transcript_id, draft_id, n)
-    encoded = _encoded.get(key)
-    if encoded is None or len(encoded) != len(chunks):
-        encoded = [json.dumps(chunk, separators=(",", ":")) for chunk in chunks]
-        _encoded[key] = encoded
-        if len(_encoded) > _ENCODED_KEPT:
-            _encoded.popitem(last=False)
+def _encoded_chunks(chunks: list[dict[str, Any]]) -> list[str]:
+    """The JSON of an update's chunks, encoded by the first request that
+    sends them: the others get the very same list (``_accept`` decoded the
+    frame once), which the cache holds, so an id is never taken for another's."""
+    key = id(chunks)
+    entry = _encoded.get(key)
+    if entry is not None and entry[0] is chunks:
+        return entry[1]
+    encoded = [json.dumps(chunk, separators=(",", ":")) for chunk in chunks]
+    _encoded[key] = (chunks, encoded)
+    if len(_encoded) > _ENCODED_KEPT:
+        _encoded.popitem(last=False)
     return encoded
 
 
@@ -589,7 +589,7 @@ class ChatRequest:
                 self._end(self._error_frame("fell behind the reply: resume to read it whole"))
                 return
             copy.n = frame.n
-            await self._chunks(frame.chunks, update=frame.n)
+            await self._chunks(frame.chunks, shared=True)
             return
         before = copy.text
         if not copy.take(frame):
@@ -626,12 +626,14 @@ class ChatRequest:
         if not self.ended.done():
             self.ended.set_result(None if self.aborted else frame)
 
-    async def _chunks(self, chunks: list[dict[str, Any]], update: int | None = None) -> None:
+    async def _chunks(self, chunks: list[dict[str, Any]], shared: bool = False) -> None:
+        """Send ``chunks`` as chunk frames; ``shared``: a draft frame's own
+        list, which every request reading the draft gets."""
         if self.aborted:
             return
-        if update is not None and self.chat.raw is not None and self.copy is not None:
+        if shared and self.chat.raw is not None:
             head = self.chunk_head
-            encoded = _encoded_chunks(self.transcript_id, self.copy.draft_id, update, chunks)
+            encoded = _encoded_chunks(chunks)
             texts = []
             for chunk, text in zip(chunks, encoded, strict=True):
                 if chunk.get("type") == "start" and not isinstance(chunk.get("messageId"), str):
