@@ -219,7 +219,7 @@ async def open_chat(context: BrowserContext, site: str, srv: RunningServer, chat
     page.on("pageerror", lambda error: errors.append(str(error)))
     reader = token(read=[chat])  # the browser may only read its chat
     await page.goto(f"{site}/?tsync={srv.url}&token={reader}&id={chat}")
-    await expect(page.locator(".status")).to_have_text("ready")
+    await expect(page.locator(".status")).to_have_text("ready", timeout=20_000)
     assert errors == []
     return page
 
@@ -240,7 +240,7 @@ async def test_the_docs_route_writes_the_reply_into_tsync_and_the_component_show
         # A second tab opened while the reply is being written: it resumes
         # the reply from tsync (GET /v1/ai/chat/{id}/stream) and ends with it
         # whole, once.
-        await expect(assistant).to_contain_text("Hello from")
+        await expect(assistant).to_contain_text("Hello from", timeout=20_000)
         second = await open_chat_resuming(context, site, srv, "docs-1")
         for page in (first, second):
             await expect(page.locator("li.assistant")).to_have_text(REPLY, timeout=20_000)
@@ -272,7 +272,9 @@ async def open_chat_resuming(
     await page.goto(f"{site}/?tsync={srv.url}&token={reader}&id={chat}")
     # It loaded before the reply was committed: what it shows of it came
     # through the resume.
-    await expect(page.locator(".status")).to_have_text(re.compile("submitted|streaming|ready"))
+    await expect(page.locator(".status")).to_have_text(
+        re.compile("submitted|streaming|ready"), timeout=20_000
+    )
     assert await page.evaluate("window.initialCount") == 1
     assert errors == []
     return page
