@@ -49,7 +49,7 @@ from client_py.bench.workload import Workload
 from client_py.http import endpoints
 from protocol import wire
 
-__all__ = ["LEGS", "main", "run_aichat"]
+__all__ = ["LEGS", "Reader", "ReaderStats", "main", "run_aichat"]
 
 #: The two ways the reply is read: (label, path).
 LEGS: Final = (("draft frames", "/v1/ws"), ("ai chat", "/v1/ai/chat"))
@@ -84,7 +84,7 @@ def delta_chunk(due_ns: int, number: int) -> str:
 # --- the readers (a worker process) ------------------------------------------------
 
 
-class _Stats:
+class ReaderStats:
     def __init__(self) -> None:
         self.delivered = 0
         self.repeats = 0
@@ -96,11 +96,11 @@ class _Stats:
         self.latency = LatencyHistogram()
 
 
-class _Reader:
+class Reader:
     """One reader of the reply: a ``/v1/ws`` subscriber or a ``/v1/ai/chat``
     connection that resumed the chat."""
 
-    def __init__(self, url: str, transcript_id: str, ai: bool, stats: _Stats) -> None:
+    def __init__(self, url: str, transcript_id: str, ai: bool, stats: ReaderStats) -> None:
         self.url = url
         self.transcript_id = transcript_id
         self.ai = ai
@@ -201,11 +201,11 @@ def main(
 class _Worker:
     def __init__(self, url: str, workload: Workload, count: int, conn: Connection) -> None:
         self.channel = Channel(conn)
-        self.stats = _Stats()
+        self.stats = ReaderStats()
         self.drain_timeout = workload.drain_timeout
         ai = url.rstrip("/").endswith(AI_PATH)
         tid = workload.writer_transcript(0)
-        self.readers = [_Reader(url, tid, ai, self.stats) for _ in range(count)]
+        self.readers = [Reader(url, tid, ai, self.stats) for _ in range(count)]
         self.incomplete = 0
         self.missing = 0
 
@@ -215,7 +215,7 @@ class _Worker:
         try:
             gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
 
-            async def one(reader: _Reader) -> None:
+            async def one(reader: Reader) -> None:
                 async with gate:
                     await reader.open()
 

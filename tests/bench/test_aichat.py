@@ -23,8 +23,8 @@ def token(due_ns: int, n: int) -> bytes:
 
 
 async def test_a_draft_frame_counts_each_chunk_once_and_a_repeat_is_counted() -> None:
-    stats = aichat._Stats()
-    reader = aichat._Reader("ws://x/v1/ws", "t", ai=False, stats=stats)
+    stats = aichat.ReaderStats()
+    reader = aichat.Reader("ws://x/v1/ws", "t", ai=False, stats=stats)
     reader.on_message(b'{"type":"baseline","seq":1}')
     assert not reader.joined.is_set()
     now = time.time_ns()
@@ -42,8 +42,8 @@ async def test_a_draft_frame_counts_each_chunk_once_and_a_repeat_is_counted() ->
 
 
 async def test_an_ai_chat_reader_checks_the_sequence() -> None:
-    stats = aichat._Stats()
-    reader = aichat._Reader("ws://x/v1/ai/chat", "t", ai=True, stats=stats)
+    stats = aichat.ReaderStats()
+    reader = aichat.Reader("ws://x/v1/ai/chat", "t", ai=True, stats=stats)
     reader.on_message(b'{"type": "start", "requestId": "r1"}')
     assert stats.errors == 0
     frame = b'{"type":"chunk","requestId":"r1","sequence":%d,"chunk":%s}'
