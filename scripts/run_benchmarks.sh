@@ -9,6 +9,7 @@
 #   scripts/run_benchmarks.sh drafts          # the table of issue 17 (below)
 #   scripts/run_benchmarks.sh ds              # Durable Streams vs the Node reference (below)
 #   scripts/run_benchmarks.sh ceiling         # the server's ceiling, --workers scaling (below)
+#   scripts/run_benchmarks.sh aichat          # one reply via /v1/ai/chat beside /v1/ws (below)
 #
 # `issue15` measures the server, not the generator: the server and the
 # baseline are pinned to SERVER_CPUS (default 0), the generator and its
@@ -59,6 +60,14 @@
 # on any CPU, so that the workers have the rest (needs a writable
 # /sys/fs/cgroup/cpu, v1, or cgroup v2's cpu.max).
 #
+# `aichat` (issue 40) pins like `issue15` and runs `tsync bench aichat`
+# (aichat1000): one reply written at 50 chunks/s for 10 s, read by 1,000
+# readers through /v1/ai/chat (the AI SDK's WebSocketChatTransport protocol,
+# each reader resumes the chat) and, in the same run, by 1,000 /v1/ws
+# subscribers as plain draft frames (the baseline), against `tsync serve`
+# alone (STORES, default memory). Its rows: server CPU per delivered chunk
+# and p99 chunk -> delivery, ai chat / draft frames.
+#
 # Results: one JSON per run in $OUT (default /tmp/bench-results); then
 #   python scripts/bench_summary.py $OUT      # medians and ranges as Markdown
 #   python scripts/plot_bench.py $OUT docs    # docs/bench-*.png
@@ -94,6 +103,12 @@ elif [ "$MODE" = ceiling ]; then
   SERVER_CPUS="${SERVER_CPUS-0}"
   CLIENT_CPUS="${CLIENT_CPUS-1}"
   CHECK="${CHECK:-fast}"
+elif [ "$MODE" = aichat ]; then
+  STORES="${STORES:-memory}"
+  ONLY="${ONLY:-aichat1000}"
+  SERVER_CPUS="${SERVER_CPUS-0}"
+  CLIENT_CPUS="${CLIENT_CPUS-1}"
+  CHECK="${CHECK:-fast}"
 elif [ "$MODE" = all ]; then
   STORES="${STORES:-sqlite redis}"
   ONLY="${ONLY:-}"
@@ -101,7 +116,7 @@ elif [ "$MODE" = all ]; then
   CLIENT_CPUS="${CLIENT_CPUS-}"
   CHECK="${CHECK:-full}"
 else
-  echo "usage: $0 [all|issue15|drafts|ds|ceiling]" >&2
+  echo "usage: $0 [all|issue15|drafts|ds|ceiling|aichat]" >&2
   exit 2
 fi
 WORKERS_CPUS="${WORKERS_CPUS-0-$(($(nproc) - 1))}"
@@ -244,6 +259,26 @@ bench_ds() {  # $1 = name, $2 = store, $3 = run, then `tsync bench streams` argu
     >"$OUT/$name-$store-$run.md" || echo "   (run reported failures: see $out)" >&2
 }
 
+start_tsync() {  # $1 = store name: tsync serve alone on PORT (aichat compares within one run)
+  local url
+  url="$(store_url "$1")"
+  pinned "$server_cpus" "$py" -m server.run.cli serve --port "$PORT" --store "$url" \
+    --log-level warning >>"$OUT/server.log" 2>&1 &
+  server_pid=$!
+  wait_healthy "$PORT"
+}
+
+bench_aichat() {  # $1 = name, $2 = store, $3 = run, then `tsync bench aichat` arguments
+  local name="$1" store="$2" run="$3"
+  shift 3
+  local out="$OUT/$name-$store-$run.json"
+  echo "== $name ($store) run $run: tsync bench aichat $*" >&2
+  # shellcheck disable=SC2046
+  "$py" -m server.run.cli bench aichat "$@" --url "ws://127.0.0.1:$PORT/v1/ws" \
+    --server-pid "$server_pid" $(server_pin) --procs "$PROCS" --no-progress --json "$out" \
+    >"$OUT/$name-$store-$run.md" || echo "   (run reported failures: see $out)" >&2
+}
+
 bench_replicas() {  # $1 = name, $2 = store, $3 = run, then `tsync bench` arguments
   local name="$1" store="$2" run="$3"
   shift 3
@@ -372,6 +407,12 @@ for store in $STORES; do
       start_ds "$store"
       bench_ds ds1000lp "$store" "$run" --live long-poll --subscribers 1000 --rate 50 \
         --duration 10 --drain-timeout 120
+      stop_servers
+    fi
+    if wanted aichat1000; then
+      start_tsync "$store"
+      bench_aichat aichat1000 "$store" "$run" --subscribers 1000 --rate 50 --duration 10 \
+        --drain-timeout 120
       stop_servers
     fi
     if wanted ceil500; then

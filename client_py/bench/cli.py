@@ -46,7 +46,7 @@ def register(commands: Any) -> None:
     parser = commands.add_parser(
         "bench",
         help="load-test a server (fanout, chatroom, catchup, idle, slow, stream; streams: "
-        "any Durable Streams server)",
+        "any Durable Streams server; aichat: one reply through /v1/ai/chat beside /v1/ws)",
         description="Load-test a transcript-sync server and check every frame's continuity. "
         "Exits 1 if the server drops, repeats or reorders anything.",
     )
@@ -238,6 +238,10 @@ def main_args(args: argparse.Namespace) -> int:
         which = 0 if workload.scenario == "streams" else 1
         if workload.scenario == "streams" and args.writer_url:
             raise ValueError("--writer-url is not for the streams scenario")
+        if workload.scenario == "aichat" and (args.writer_url or args.compare):
+            raise ValueError(
+                "the aichat scenario compares its two legs in one run: no --writer-url or --compare"
+            )
         args.url = endpoints(args.url)[which]
         if args.writer_url:
             args.writer_url = endpoints(args.writer_url)[1]
@@ -288,6 +292,7 @@ def main_args(args: argparse.Namespace) -> int:
 async def bench(workload: Workload, args: argparse.Namespace, *, show: bool) -> dict[str, Any]:
     """Run the workload against ``--url`` (and ``--compare``); the JSON result."""
     from client_py.bench import report
+    from client_py.bench.aichat import run_aichat
     from client_py.bench.ceiling import run_ceiling
     from client_py.bench.dsrun import run_streams
     from client_py.bench.run import Live, run_workload
@@ -297,6 +302,20 @@ async def bench(workload: Workload, args: argparse.Namespace, *, show: bool) -> 
     if args.compare:
         targets.append((args.compare_label, args.compare, args.compare_pid))
     runs: list[dict[str, Any]] = []
+    if workload.scenario == "aichat":
+        live = Live(label=args.label)
+        async with _display(live, show):
+            runs = await run_aichat(
+                args.url,
+                workload,
+                server_pid=args.server_pid,
+                live=live,
+                client_cpus=args.client_cpus,
+            )
+        for run in runs:
+            run["failures"] = report.judge(run, workload.scenario)
+        targets = []  # both legs ran: the ai chat leg against the draft frames'
+        runs.reverse()
     for i, (label, url, pid) in enumerate(targets):
         live = Live(label=label)
         async with _display(live, show):

@@ -31,7 +31,7 @@ __all__ = ["FastSocket"]
 class FastSocket(asyncio.Protocol):
     """One connection; ``connect`` returns once the handshake succeeded."""
 
-    def __init__(self, on_message: Callable[[bytes], None], subprotocol: str) -> None:
+    def __init__(self, on_message: Callable[[bytes], None], subprotocol: str | None) -> None:
         self.on_message = on_message
         self.subprotocol = subprotocol
         self.protocol: ClientProtocol | None = None
@@ -47,14 +47,15 @@ class FastSocket(asyncio.Protocol):
         url: str,
         on_message: Callable[[bytes], None],
         *,
-        subprotocol: str,
+        subprotocol: str | None,
         sock: socket.socket | None = None,
         timeout: float = 30,
     ) -> FastSocket:
         uri = parse_uri(url)
         loop = asyncio.get_running_loop()
         conn = cls(on_message, subprotocol)
-        conn.protocol = ClientProtocol(uri, subprotocols=[Subprotocol(subprotocol)], max_size=None)
+        offered = [Subprotocol(subprotocol)] if subprotocol else None  # None: offer none
+        conn.protocol = ClientProtocol(uri, subprotocols=offered, max_size=None)
         async with asyncio.timeout(timeout):
             if sock is not None:
                 await loop.create_connection(lambda: conn, sock=sock)

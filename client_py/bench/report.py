@@ -207,6 +207,14 @@ def markdown(result: dict[str, Any]) -> str:
             f"{w['procs']} process(es), {w['writers']} writer(s) appending {w['rate']:g} "
             f"values/s each, {span}, {w['size']} B values."
         )
+    elif result["scenario"] == "aichat":
+        span = f"{w['duration']:g} s" if w.get("duration") else f"{w.get('count')} chunks"
+        shape = (
+            f"One reply written at {w['rate']:g} chunks/s for {span}, read by {w['subscribers']} "
+            f"readers over {w['procs']} process(es): `ai chat` through /v1/ai/chat (the "
+            "WebSocketChatTransport protocol, each reader resumes the chat), `draft frames` as "
+            "/v1/ws subscribers (draft frames with chunks); the same run, one leg after the other."
+        )
     elif result["scenario"] == "catchup":
         shape = (
             f"{w['subscribers']} subscribers resume {w['behind']} events behind; fresh baselines "

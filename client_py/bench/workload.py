@@ -16,7 +16,16 @@ import msgspec
 
 from protocol.views import Window
 
-SCENARIOS: Final = ("fanout", "chatroom", "catchup", "idle", "slow", "stream", "streams")
+SCENARIOS: Final = (
+    "fanout",
+    "chatroom",
+    "catchup",
+    "idle",
+    "slow",
+    "stream",
+    "streams",
+    "aichat",
+)
 #: How the readers of ``streams`` (Durable Streams) follow the stream.
 LIVE_MODES: Final = ("sse", "long-poll")
 
@@ -31,6 +40,8 @@ DEFAULTS: Final[dict[str, dict[str, float | int | None]]] = {
     "stream": {"subscribers": 500, "writers": 1, "transcripts": 1, "rate": 50, "duration": 10},
     # Durable Streams: readers of one stream, ``rate`` values/s per writer.
     "streams": {"subscribers": 100, "writers": 1, "transcripts": 1, "rate": 50, "duration": 10},
+    # One reply read through /v1/ai/chat beside /v1/ws: ``rate`` is chunks/s.
+    "aichat": {"subscribers": 1000, "writers": 1, "transcripts": 1, "rate": 50, "duration": 10},
 }
 
 # The message template: the writer's send time (ns) goes into ``metadata.t``.
@@ -99,6 +110,8 @@ class Workload:
             raise ValueError("the stream scenario needs --rate (tokens/s per writer)")
         if self.live not in LIVE_MODES:
             raise ValueError(f"--live is one of {', '.join(LIVE_MODES)}, not {self.live!r}")
+        if self.scenario == "aichat" and (self.rate is None or self.writers != 1):
+            raise ValueError("the aichat scenario needs --rate (chunks/s) and one writer")
         if self.scenario == "streams" and (self.rate is None or self.writers < 1):
             raise ValueError("the streams scenario needs --rate and at least one writer")
 

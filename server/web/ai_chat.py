@@ -20,6 +20,15 @@ those opened after.
 
 Every client frame is checked as ``safeValidateWebSocketChatTransportRequest``
 checks it (``protocol.ai_chat``); a bad one closes the socket with 1008.
+
+A reply read by many costs per reader what it must and no more
+(``tsync bench aichat``): each draft frame is decoded and its chunks encoded
+once for every request that gets it (``_accept``, ``_encoded_chunks``), a
+request that joined a reply of parts tracks the update numbers without
+folding the chunks again (its copy was only needed to join), and under
+``tsync serve`` the chunk frames of one update go out as pre-framed bytes in
+one write (the ``tsync.raw_frames`` extension, as ``/v1/ws`` does), not one
+ASGI ``send`` each.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import json
 import logging
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
@@ -41,8 +51,9 @@ from protocol.types import Origin
 from protocol.validation import validate_id
 from server.auth import Authenticator, bearer
 from server.errors import INTERNAL_FAILURE, Refused, failure_for
+from server.live.frames import TEXT, ws_header
 from server.live.hub import Hub
-from server.live.outbound import OutboundQueue
+from server.live.outbound import RAW_FRAMES, OutboundQueue, RawFrames
 from server.store.base import TranscriptExists, TranscriptNotFound
 from server.tasks import cancel_and_wait
 from server.web import access
@@ -63,6 +74,45 @@ PATH: Final = "/v1/ai/chat"
 _CAUGHT_UP: Final = "ai-chat-caught-up"
 #: The id of the text part of a reply written as text alone (no ``chunks``).
 _TEXT_ID: Final = "text-1"
+#: Updates whose encoded chunks (and decoded frames) are kept for the other
+#: requests reading them.
+_ENCODED_KEPT: Final = 256
+_encoded: OrderedDict[int, tuple[list[dict[str, Any]], list[str]]] = OrderedDict()
+_decoded: OrderedDict[bytes, wire.ServerFrame] = OrderedDict()
+#: How every draft frame of a subscription begins; its ``seq`` (the
+#: subscription's own) is all that differs between two readers' copies.
+_DRAFT_HEAD: Final = b'{"type":"draft","seq":'
+
+
+def _accept(raw: bytes | str) -> wire.ServerFrame:
+    """``wire.accept_transcript_update``, a draft frame decoded once for
+    every request that gets it (keyed by what follows its ``seq``, which no
+    request reads)."""
+    if not isinstance(raw, bytes) or not raw.startswith(_DRAFT_HEAD):
+        return wire.accept_transcript_update(raw)
+    key = raw[raw.find(b",", len(_DRAFT_HEAD)) :]
+    frame = _decoded.get(key)
+    if frame is None:
+        frame = wire.accept_transcript_update(raw)
+        _decoded[key] = frame
+        if len(_decoded) > _ENCODED_KEPT:
+            _decoded.popitem(last=False)
+    return frame
+
+
+def _encoded_chunks(chunks: list[dict[str, Any]]) -> list[str]:
+    """The JSON of an update's chunks, encoded by the first request that
+    sends them: the others get the very same list (``_accept`` decoded the
+    frame once), which the cache holds, so an id is never taken for another's."""
+    key = id(chunks)
+    entry = _encoded.get(key)
+    if entry is not None and entry[0] is chunks:
+        return entry[1]
+    encoded = [json.dumps(chunk, separators=(",", ":")) for chunk in chunks]
+    _encoded[key] = (chunks, encoded)
+    if len(_encoded) > _ENCODED_KEPT:
+        _encoded.popitem(last=False)
+    return encoded
 
 
 class _Closed(Exception):
@@ -91,6 +141,7 @@ async def ai_chat_endpoint(scope: Scope, receive: Receive, send: Send, hub: Hub)
         await send({"type": "websocket.close", "code": code, "reason": close_reason(code)})
         return
     chat = ChatConnection(hub, send, connection.grant, connection.authenticator)
+    chat.raw = scope.get("extensions", {}).get(RAW_FRAMES)
     try:
         while True:
             message = await receive()
@@ -129,6 +180,8 @@ class ChatConnection:
         #: The stops aborts started (they run on after the connection ends).
         self.stops: set[asyncio.Task[None]] = set()
         self.closed = False
+        #: ``tsync serve``'s pre-framed write (None elsewhere: frames go through ``send``).
+        self.raw: RawFrames | None = None
 
     async def frame(self, frame: dict[str, Any]) -> None:
         """Send one server frame (one at a time: requests share the socket)."""
@@ -137,6 +190,26 @@ class ChatConnection:
         async with self._lock:
             with contextlib.suppress(Exception):  # gone: its reader ends the connection
                 await self._send({"type": "websocket.send", "text": json.dumps(frame)})
+
+    async def texts(self, texts: list[str]) -> None:
+        """Send server frames already encoded (JSON texts), in one write when
+        the connection takes pre-framed bytes."""
+        if self.closed or not texts:
+            return
+        async with self._lock:
+            raw = self.raw
+            if raw is None:
+                for text in texts:
+                    with contextlib.suppress(Exception):  # gone: its reader ends it
+                        await self._send({"type": "websocket.send", "text": text})
+                return
+            if not raw.raw_ready() and not await raw.raw_writable():
+                return  # closed
+            parts: list[bytes] = []
+            for text in texts:
+                data = text.encode()
+                parts += (ws_header(TEXT, len(data)), data)
+            raw.raw_writelines(parts)
 
     async def close(self, code: int, why: str) -> None:
         if self.closed:
@@ -275,6 +348,8 @@ class ChatRequest:
         self.inbox: asyncio.Queue[bytes | str] = asyncio.Queue()
         self.pump: asyncio.Task[None] | None = None
         self.aborted = False
+        #: The start of this request's chunk frames (JSON), to the sequence.
+        self.chunk_head = f'{{"type":"chunk","requestId":{json.dumps(request_id)},"sequence":'
 
     # -- the request --
 
@@ -432,7 +507,7 @@ class ChatRequest:
             message = await self.inbox.get()
             for raw in wire.split_frames(message):  # a commit's final rides with its increment
                 try:
-                    frame = wire.accept_transcript_update(raw)
+                    frame = _accept(raw)
                 except InvalidFrame:
                     continue
                 try:
@@ -502,26 +577,32 @@ class ChatRequest:
         copy = self.copy
         assert copy is not None
         follows = frame.n == copy.n + 1 and frame.replay is None
+        if not self.text_only:
+            # A reply of parts: its chunks go on as they come; the copy only
+            # counts the updates (its fold was for joining).
+            if frame.n <= copy.n:
+                return
+            if not follows or frame.chunks is None:
+                if frame.chunks is None and frame.replay is None and follows:
+                    copy.n = frame.n
+                    return  # text joined to parts it already has
+                self._end(self._error_frame("fell behind the reply: resume to read it whole"))
+                return
+            copy.n = frame.n
+            await self._chunks(frame.chunks, shared=True)
+            return
         before = copy.text
         if not copy.take(frame):
             return
-        if self.text_only:
-            if copy.ui is not None:
-                self._end(self._error_frame("the reply changed from text to parts"))
-                return
-            delta = copy.text[len(before) :] if copy.text.startswith(before) else None
-            if delta is None:
-                self._end(self._error_frame("the reply's text was replaced"))
-                return
-            if delta:
-                await self._chunks([{"type": "text-delta", "id": _TEXT_ID, "delta": delta}])
+        if copy.ui is not None:
+            self._end(self._error_frame("the reply changed from text to parts"))
             return
-        if not follows or frame.chunks is None:
-            if frame.chunks is None and frame.replay is None and follows:
-                return  # text joined to parts it already has
-            self._end(self._error_frame("fell behind the reply: resume to read it whole"))
+        delta = copy.text[len(before) :] if copy.text.startswith(before) else None
+        if delta is None:
+            self._end(self._error_frame("the reply's text was replaced"))
             return
-        await self._chunks(frame.chunks)
+        if delta:
+            await self._chunks([{"type": "text-delta", "id": _TEXT_ID, "delta": delta}])
 
     async def _close(self, frame: wire.DraftFrame) -> None:
         if frame.state == "final":
@@ -545,8 +626,21 @@ class ChatRequest:
         if not self.ended.done():
             self.ended.set_result(None if self.aborted else frame)
 
-    async def _chunks(self, chunks: list[dict[str, Any]]) -> None:
+    async def _chunks(self, chunks: list[dict[str, Any]], shared: bool = False) -> None:
+        """Send ``chunks`` as chunk frames; ``shared``: a draft frame's own
+        list, which every request reading the draft gets."""
         if self.aborted:
+            return
+        if shared and self.chat.raw is not None:
+            head = self.chunk_head
+            encoded = _encoded_chunks(chunks)
+            texts = []
+            for chunk, text in zip(chunks, encoded, strict=True):
+                if chunk.get("type") == "start" and not isinstance(chunk.get("messageId"), str):
+                    text = json.dumps({**chunk, "messageId": self.message_id})
+                texts.append(f'{head}{self.seq},"chunk":{text}}}')
+                self.seq += 1
+            await self.chat.texts(texts)
             return
         for chunk in chunks:
             if chunk.get("type") == "start" and not isinstance(chunk.get("messageId"), str):
