@@ -19,11 +19,11 @@ import pytest
 
 from client_py.bench.workload import SCENARIOS
 from server.store.open import open_store
+from server.store.sqlite.streams import STREAMS_FILE, SQLiteStreamLog
 from server.streams.log import NoLog
 from server.streams.memory import Limits, Registry
 from server.streams.open import log_for_store, registry_for_store
 from server.streams.redis import RedisRegistry
-from server.streams.sqlite import STREAMS_FILE, SQLiteStreamLog
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

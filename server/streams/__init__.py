@@ -7,7 +7,7 @@ offset-addressed streams over plain HTTP, served at ``/v1/stream/{path}``.
   for what comes next (long-poll and SSE).
 - ``server.streams.log``: the port the registry writes each change through
   before answering (``StreamLog``; ``NoLog`` for the memory store).
-- ``server.streams.sqlite``: ``SQLiteStreamLog``, the streams of the SQLite
+- ``server.store.sqlite.streams``: ``SQLiteStreamLog``, the streams of the SQLite
   store in ``streams.sqlite3`` beside its database (durable across SIGKILL).
 - ``server.streams.redis``: ``RedisRegistry``, the streams of the Redis store
   in Redis, shared by its replicas (each answers from a copy it brings up to

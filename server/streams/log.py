@@ -9,7 +9,7 @@ so the registry leaves memory as it was and the client may retry.
 
 - ``NoLog``: nothing is written (the ``memory`` store; on Redis the streams
   live in Redis itself: ``server.streams.redis.RedisRegistry``).
-- ``server.streams.sqlite.SQLiteStreamLog``: a SQLite file in the data
+- ``server.store.sqlite.streams.SQLiteStreamLog``: a SQLite file in the data
   folder of the ``sqlite`` store.
 
 ``server.streams.open.log_for_store`` picks the log of a store.

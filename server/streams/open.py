@@ -7,10 +7,10 @@ from __future__ import annotations
 from server.store.base import Store
 from server.store.redis import RedisStore
 from server.store.sqlite import SQLiteStore
+from server.store.sqlite.streams import SQLiteStreamLog
 from server.streams.log import NoLog, StreamLog
 from server.streams.memory import Limits, Registry
 from server.streams.redis import RedisRegistry
-from server.streams.sqlite import SQLiteStreamLog
 
 __all__ = ["log_for_store", "registry_for_store"]
 
@@ -34,5 +34,5 @@ def registry_for_store(store: Store, limits: Limits, *, resync_s: float = 1.0) -
     for lost notices, ``server.streams.redis``); otherwise the process's own
     (its log attached at startup, ``log_for_store``)."""
     if isinstance(store, RedisStore):
-        return RedisRegistry(store, limits, resync_s=resync_s)
+        return RedisRegistry(store.parts, limits, resync_s=resync_s)
     return Registry(limits)

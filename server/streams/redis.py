@@ -65,27 +65,22 @@ import contextlib
 import hashlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import msgspec
-from redis.exceptions import RedisClusterException, RedisError
 
 from server.store.base import StoreError
-from server.store.redis import _Script
+from server.store.redis.link import FAILURES, Script, StoreLink, resubscribed
 from server.streams.memory import AppendResult, Limits, Registry, Stale, Wait
 from server.streams.model import Message, Producer, Stream, StreamError, Update
 from server.tasks import cancel_and_wait
-
-if TYPE_CHECKING:
-    from server.store.redis import RedisStore
 
 __all__ = ["RedisRegistry"]
 
 log = logging.getLogger("tsync.streams")
 
-_FAILURES: Final = (RedisError, RedisClusterException)
 #: Redis drops a stream this long after the deadline its TTL or Expires-At
 #: set (the registry has refused it since the deadline).
 GC_GRACE_S: Final = 60.0
@@ -301,15 +296,17 @@ class RedisRegistry(Registry):
 
     def __init__(
         self,
-        store: RedisStore,
+        link: StoreLink,
         limits: Limits | None = None,
         clock: Callable[[], float] | None = None,
         *,
         resync_s: float = 1.0,
     ) -> None:
         super().__init__(limits, clock)
-        self.store = store
-        self.channel = store.prefix + "streams"
+        #: The Redis store's link (``server.store.redis.link``), as its parts get it.
+        self.link = link
+        self.where = link.redis.where
+        self.channel = link.prefix + "streams"
         self.resync_s = resync_s
         #: Notices received per path held or being read.
         self._noticed: dict[str, int] = {}
@@ -331,14 +328,14 @@ class RedisRegistry(Registry):
         self.reads = 0
         #: Copies dropped to stay within the limits (``_make_room``).
         self.evicted = 0
-        self._read = _Script(_READ)
-        self._create_script = _Script(_CREATE)
-        self._update = _Script(_UPDATE)
-        self._touch = _Script(_TOUCH)
-        self._remove_script = _Script(_REMOVE)
-        self._fork = _Script(_FORK)
-        self._unfork = _Script(_UNFORK)
-        self._detach = _Script(_DETACH)
+        self._read = Script(_READ)
+        self._create_script = Script(_CREATE)
+        self._update = Script(_UPDATE)
+        self._touch = Script(_TOUCH)
+        self._remove_script = Script(_REMOVE)
+        self._fork = Script(_FORK)
+        self._unfork = Script(_UNFORK)
+        self._detach = Script(_DETACH)
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -357,15 +354,15 @@ class RedisRegistry(Registry):
 
     def _keys(self, path: str) -> list[str]:
         tag = hashlib.sha1(_wire(path)).hexdigest()
-        return [f"{self.store.prefix}ds{{{tag}}}:{name}" for name in _KEY_NAMES]
+        return [f"{self.link.prefix}ds{{{tag}}}:{name}" for name in _KEY_NAMES]
 
-    async def _call(self, script: _Script, path: str, args: Sequence[Any], keys: int = 5) -> Any:
+    async def _call(self, script: Script, path: str, args: Sequence[Any], keys: int = 5) -> Any:
         try:
-            return await script(self.store._client(), self._keys(path)[:keys], args)
+            return await script(self.link.client(), self._keys(path)[:keys], args)
         except StoreError as err:
             raise StreamError(503, str(err), {"retry-after": "1"}) from None
-        except _FAILURES as err:
-            reason = str(self.store._unavailable(err))
+        except FAILURES as err:
+            reason = str(self.link.unavailable(err))
             raise StreamError(503, reason, {"retry-after": "1"}) from None
 
     def _state(self, stream: Stream, **changed: Any) -> bytes:
@@ -706,9 +703,9 @@ class RedisRegistry(Registry):
 
     async def _fork_paths(self, stream: Stream) -> list[str]:
         try:
-            members = await self.store._client().smembers(self._keys(stream.path)[3])
-        except _FAILURES as err:
-            reason = str(self.store._unavailable(err))
+            members = await self.link.client().smembers(self._keys(stream.path)[3])
+        except FAILURES as err:
+            reason = str(self.link.unavailable(err))
             raise StreamError(503, reason, {"retry-after": "1"}) from None
         return [_text(member) for member in members]
 
@@ -830,47 +827,31 @@ class RedisRegistry(Registry):
             await asyncio.sleep(self.resync_s)
             self._recheck_waited()
 
-    def _subscriber(self, attempt: int) -> Any:
-        """A connection of its own, without retries (redis-py would otherwise
-        subscribe again silently, hiding what was published meanwhile). On
-        a cluster, any node: ``PUBLISH`` reaches every node."""
-        store = self.store
-        if store.cluster:
-            host, port = store.address.nodes[attempt % len(store.address.nodes)]
-            return store._node_client(host, port)
-        return store._new_client(retries=0, size=1)
-
     async def _listen(self, reconnect_delay: float = 0.1) -> None:
-        delay, lost, attempt = reconnect_delay, False, 0
-        while True:
-            client = self._subscriber(attempt)
-            pubsub = client.pubsub()
-            try:
-                await pubsub.subscribe(self.channel)
-                if lost:
-                    log.warning("streams: notices of %s subscribed again", self.store.where)
-                lost, delay = False, reconnect_delay
-                self.subscribed += 1
-                self._listening = True
-                self._recheck_waited()  # anything published before was missed
-                while True:
-                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                    if message is not None and message.get("type") == "message":
-                        self._noticed_change(_text(message["data"]))
-            except (*_FAILURES, OSError) as err:
-                log.log(
-                    logging.DEBUG if lost else logging.WARNING,
-                    "streams: notices of %s lost (%s); reconnecting",
-                    self.store.where,
-                    err,
-                )
-                lost = True
-                self._listening = False
-                attempt += 1
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
-                with contextlib.suppress(Exception):
-                    await client.aclose(close_connection_pool=True)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+        async with contextlib.aclosing(
+            resubscribed(
+                self.link.redis.subscriber,
+                self._subscription,
+                what=f"streams: notices of {self.where}",
+                delay=reconnect_delay,
+                logger=log,
+            )
+        ) as subscriptions:
+            async for _ in subscriptions:
+                pass
+
+    async def _subscription(self, pubsub: Any) -> AsyncGenerator[None, None]:
+        """One subscription to the notices: every copy waited on is read
+        again once it stands (anything published before was missed)."""
+        try:
+            await pubsub.subscribe(self.channel)
+            self.subscribed += 1
+            self._listening = True
+            self._recheck_waited()
+            yield None
+            while True:
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                if message is not None and message.get("type") == "message":
+                    self._noticed_change(_text(message["data"]))
+        finally:
+            self._listening = False

@@ -30,9 +30,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from server.store.sqlite.streams import STREAMS_FILE, SQLiteStreamLog
 from server.streams.memory import Limits, Registry
 from server.streams.model import Stream, StreamError
-from server.streams.sqlite import STREAMS_FILE, SQLiteStreamLog
 from tests.support.servers import ServerProcess
 
 _T = TypeVar("_T")

@@ -38,7 +38,7 @@ async def replay(url: str, ops: list[Any], where: list[int]) -> None:
     stores = [RedisStore(url), RedisStore(url)]
     for store in stores:
         await store.open()
-    replicas = [RedisRegistry(store, Limits(), clock=clock) for store in stores]
+    replicas = [RedisRegistry(store.parts, Limits(), clock=clock) for store in stores]
     try:
         for index, operation in enumerate(ops):
             now[0] += 1

@@ -28,15 +28,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import msgspec
-from redis.exceptions import RedisClusterException, RedisError
 
 from protocol.wire import Member
 from server.store.base import PRESENCE_MARK, RelayedPresence, StoredPresence, StoreError
-from server.store.redis_parts import RedisPart, StoreLink
+from server.store.redis.link import FAILURES, RedisPart, StoreLink
 
 __all__ = ["RedisPresence"]
 
-_FAILURES: Final = (RedisError, RedisClusterException)
 
 _VERSION_FIELD: Final = "~v"
 
@@ -120,10 +118,10 @@ class RedisPresence(RedisPart):
     async def _many(self, script: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         try:
             replies: list[Any] = await script.many(self._client(), calls)
-        except _FAILURES as err:
+        except FAILURES as err:
             raise self._unavailable(err) from err
         for reply in replies:
-            if isinstance(reply, _FAILURES):
+            if isinstance(reply, FAILURES):
                 raise self._unavailable(reply)
             if isinstance(reply, Exception):
                 raise StoreError(f"presence on Redis failed: {reply}")

@@ -58,16 +58,14 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 import msgspec
-from redis.exceptions import RedisClusterException, RedisError
 
 from server.store.base import RelayedDraft, RelayedKind, RelayedOutcome, StoredDraft, StoreError
-from server.store.redis_parts import RedisPart, StoreLink
+from server.store.redis.link import FAILURES, RedisPart, StoreLink
 
 __all__ = ["RedisDrafts"]
 
 log = logging.getLogger("tsync.store.redis")
 
-_FAILURES: Final = (RedisError, RedisClusterException)
 
 # KEYS: drafts hash, the draft's text key, its chunks key. ARGV: draft id, n, kind ('d' delta,
 # 't' text, 'k' keep-alive, 'c' close), body (delta or text), role, state,
@@ -245,10 +243,10 @@ class RedisDrafts(RedisPart):
             replies = await self._update.many(
                 self._client(), [self._call(update, ttl_ms) for update in updates]
             )
-        except _FAILURES as err:
+        except FAILURES as err:
             raise self._unavailable(err) from err
         for reply in replies:
-            if isinstance(reply, _FAILURES):
+            if isinstance(reply, FAILURES):
                 raise self._unavailable(reply)
             if isinstance(reply, Exception):
                 raise StoreError(f"relaying a draft failed: {reply}")
@@ -267,11 +265,11 @@ class RedisDrafts(RedisPart):
         ]
         try:
             replies = await self._read.many(self._client(), calls)
-        except _FAILURES as err:
+        except FAILURES as err:
             raise self._unavailable(err) from err
         out: dict[str, list[StoredDraft]] = {}
         for tid, reply in zip(ids, replies, strict=True):
-            if isinstance(reply, _FAILURES):
+            if isinstance(reply, FAILURES):
                 raise self._unavailable(reply)
             if isinstance(reply, Exception):
                 raise StoreError(f"reading the drafts of {tid!r} failed: {reply}")

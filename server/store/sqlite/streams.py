@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Final
 
 from server.store.base import StoreError, StoreUnavailable
+from server.store.sqlite.database import Step, connect, migrate, rollback, use_wal
 from server.streams.model import Message, Producer, Stream, StreamError, Update
 
 __all__ = ["STREAMS_FILE", "SQLiteStreamLog"]
@@ -54,8 +55,11 @@ log = logging.getLogger("tsync.streams")
 STREAMS_FILE: Final = "streams.sqlite3"
 SCHEMA_VERSION: Final = 1
 
-_SCHEMA: Final = (
-    """CREATE TABLE streams (
+#: ``MIGRATIONS[v]`` takes the file from version ``v`` to ``v + 1``
+#: (``server.store.sqlite.database.migrate``).
+MIGRATIONS: Final[dict[int, tuple[Step, ...]]] = {
+    0: (
+        """CREATE TABLE streams (
         id INTEGER PRIMARY KEY,
         path TEXT NOT NULL UNIQUE,
         content_type TEXT,
@@ -75,13 +79,13 @@ _SCHEMA: Final = (
         fork_sub_offset INTEGER NOT NULL,
         stream_seq TEXT
     )""",
-    """CREATE TABLE messages (
+        """CREATE TABLE messages (
         stream_id INTEGER NOT NULL,
         next_offset TEXT NOT NULL,
         data BLOB NOT NULL,
         PRIMARY KEY (stream_id, next_offset)
     )""",
-    """CREATE TABLE producers (
+        """CREATE TABLE producers (
         stream_id INTEGER NOT NULL,
         producer_id TEXT NOT NULL,
         epoch INTEGER NOT NULL,
@@ -89,7 +93,8 @@ _SCHEMA: Final = (
         updated REAL NOT NULL,
         PRIMARY KEY (stream_id, producer_id)
     ) WITHOUT ROWID""",
-)
+    ),
+}
 
 _COLUMNS: Final = (
     "path, content_type, created_at, last_access, ttl_s, expires_at, expires_at_ts, tail, "
@@ -128,15 +133,12 @@ class SQLiteStreamLog:
         self.path = folder / STREAMS_FILE
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout_s)
+            self.conn = connect(self.path, busy_timeout_s)
         except sqlite3.Error as err:
             raise StoreUnavailable(f"stream log {self.path}: {err}") from None
         try:
-            mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if mode != "wal":
-                raise StoreUnavailable(f"stream log {self.path}: cannot use WAL (got {mode})")
-            self.conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
-            self._migrate()
+            use_wal(self.conn, synchronous, what=f"stream log {self.path}")
+            migrate(self.conn, MIGRATIONS, SCHEMA_VERSION, what=f"stream log {self.path}")
         except sqlite3.Error as err:
             self.conn.close()
             raise StoreUnavailable(f"stream log {self.path}: {err}") from None
@@ -145,25 +147,6 @@ class SQLiteStreamLog:
             raise
         #: The row id of every stream written, by path.
         self._ids: dict[str, int] = {}
-
-    def _migrate(self) -> None:
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            version: int = self.conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"stream log {self.path}: schema version {version} is newer than "
-                    f"this program's {SCHEMA_VERSION}"
-                )
-            if version == 0:
-                for statement in _SCHEMA:
-                    self.conn.execute(statement)
-                self.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            self.conn.execute("COMMIT")
-        except BaseException:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            raise
 
     def close(self) -> None:
         self.conn.close()
@@ -234,8 +217,7 @@ class SQLiteStreamLog:
                 steps(conn)
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                rollback(conn)
                 raise
         except sqlite3.Error as err:
             log.error("stream log %s: cannot write %s: %s", self.path, what, err)
