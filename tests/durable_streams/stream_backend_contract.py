@@ -160,7 +160,7 @@ class StreamBackendContract:
         self, streams: Registry
     ) -> None:
         source, _ = await create(streams, "/src", b"base ")
-        fork, _ = await create(streams, "/fork", forked_from="/src", fork_offset=source.tail)
+        await create(streams, "/fork", forked_from="/src", fork_offset=source.tail)
         await append(streams, "/fork", b"fork")
         await append(streams, "/src", b"later")
         assert text(streams, await streams.live("/fork")) == b"base fork"
