@@ -43,6 +43,7 @@ from server.store.sqlite.checkpoints import (
 )
 from server.store.sqlite.readers import Reader
 from server.store.sqlite.schema import unavailable
+from server.store.sqlite.streams import SQLiteStreamLog
 from server.store.sqlite.writer import Write, Writer, append_writes
 
 __all__ = ["SQLiteStore"]
@@ -117,6 +118,15 @@ class SQLiteStore:
         #: ``committed_writes / commits`` is the mean group-commit batch).
         self.commits = 0
         self.committed_writes = 0
+
+    def streams_log(self) -> SQLiteStreamLog:
+        """The store's streams part, opened now: ``streams.sqlite3`` beside
+        its database, with its ``synchronous`` and ``busy_timeout_s``."""
+        return SQLiteStreamLog(
+            self.path,
+            synchronous=self.options.synchronous,
+            busy_timeout_s=self.options.busy_timeout_s,
+        )
 
     async def open(self) -> None:
         """Create the folder and the file if missing, switch to WAL, migrate."""
