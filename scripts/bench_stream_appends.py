@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.suppor
 from server.store.redis import RedisStore
 from server.store.sqlite.streams import SQLiteStreamLog
 from server.streams.log import StreamLog
-from server.streams.memory import Limits, Registry
 from server.streams.redis import RedisRegistry
+from server.streams.registry import Limits, StreamRegistry
 from tests.support.redis_server import RedisServer
 from tests.support.servers import ServerProcess
 
@@ -40,7 +40,7 @@ BODY = b"x" * 100
 async def registry_rate(log: StreamLog | None, count: int, redis_url: str = "") -> float:
     """Appends per second of one registry (on ``redis_url``'s Redis if given)."""
     store = None
-    registry = Registry(Limits(max_bytes=1 << 40), log=log)
+    registry = StreamRegistry(Limits(max_bytes=1 << 40), log=log)
     if redis_url:
         store = RedisStore(redis_url)
         await store.open()

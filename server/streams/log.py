@@ -1,4 +1,4 @@
-"""``StreamLog``: where the ``Registry`` writes each change of its streams
+"""``StreamLog``: where the ``StreamRegistry`` writes each change of its streams
 before the change is made in memory and answered.
 
 The registry stays the index every read is answered from; a log only makes
@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from server.streams.model import Message, Stream, Update
+from server.streams.model import Stream, StreamMessage, Update
 
 __all__ = ["NoLog", "StreamLog"]
 
 
 class StreamLog(Protocol):
-    """The persistence port of ``server.streams.memory.Registry``."""
+    """The persistence port of ``server.streams.registry.StreamRegistry``."""
 
     def load(self) -> list[Stream]:
         """Every stream written and not removed, with its own messages,
@@ -51,7 +51,7 @@ class StreamLog(Protocol):
         """A read moved the stream's sliding TTL along."""
         ...
 
-    def detach(self, path: str, inherited: Sequence[Message]) -> None:
+    def detach(self, path: str, inherited: Sequence[StreamMessage]) -> None:
         """A fork that now holds ``inherited`` (what it read through its
         sources, offsets kept) itself, and reads through no source."""
         ...
@@ -81,7 +81,7 @@ class NoLog:
     def touch(self, path: str, last_access: float) -> None:
         pass
 
-    def detach(self, path: str, inherited: Sequence[Message]) -> None:
+    def detach(self, path: str, inherited: Sequence[StreamMessage]) -> None:
         pass
 
     def remove(self, paths: Sequence[str]) -> None:

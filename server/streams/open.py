@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from server.store.base import Store
 from server.streams.log import NoLog, StreamLog
-from server.streams.memory import Limits, Registry
+from server.streams.registry import Limits, StreamRegistry
 
 __all__ = ["log_for_store", "registry_for_store"]
 
@@ -30,7 +30,7 @@ def log_for_store(store: Store) -> StreamLog:
     return NoLog()
 
 
-def registry_for_store(store: Store, limits: Limits, *, resync_s: float = 1.0) -> Registry:
+def registry_for_store(store: Store, limits: Limits, *, resync_s: float = 1.0) -> StreamRegistry:
     """The streams' registry of ``store``: on a shared store (Redis) one
     that keeps the streams there, shared by every replica (``resync_s``: its
     safety net for lost notices, ``server.streams.redis``); otherwise the
@@ -40,4 +40,4 @@ def registry_for_store(store: Store, limits: Limits, *, resync_s: float = 1.0) -
         from server.streams.redis import RedisRegistry
 
         return RedisRegistry(parts, limits, resync_s=resync_s)
-    return Registry(limits)
+    return StreamRegistry(limits)

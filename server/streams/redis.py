@@ -1,7 +1,7 @@
 """Durable Streams on Redis (one server or a Redis Cluster), shared by replicas.
 
 Every replica answers from its own copy of the streams it is asked about, as
-the memory registry does (``server.streams.memory.Registry``, whose rules
+the memory registry does (``server.streams.registry.StreamRegistry``, whose rules
 decide every request here too), but Redis holds the streams, not the copy:
 
 - Before each request the copy of the stream (and of the sources a fork
@@ -45,8 +45,8 @@ from typing import Final
 
 from server.store.redis.link import StoreLink
 from server.store.redis.streams import RedisStreams
-from server.streams.memory import AppendResult, Limits, Registry, Stale, Wait
-from server.streams.model import Message, Producer, Stream, StreamError, Update
+from server.streams.model import Producer, Stream, StreamError, StreamMessage, Update
+from server.streams.registry import Limits, Stale, StreamAppend, StreamRegistry, Wait
 from server.tasks import cancel_and_wait
 
 __all__ = ["RedisRegistry"]
@@ -75,7 +75,7 @@ class _Trusted:
 _TRUSTED: ContextVar[_Trusted | None] = ContextVar("trusted_copy", default=None)
 
 
-class RedisRegistry(Registry):
+class RedisRegistry(StreamRegistry):
     """The streams of a ``RedisStore``, shared by every replica on it.
 
     ``resync_s``: how often the streams with waiting readers are read again
@@ -326,10 +326,10 @@ class RedisRegistry(Registry):
         producer: tuple[str, int, int] | None,
         close: bool,
         values: tuple[str, ...] | None = None,
-    ) -> AppendResult:
+    ) -> StreamAppend:
         return await self._optimistic(
             path,
-            lambda: Registry.append(
+            lambda: StreamRegistry.append(
                 self,
                 path,
                 body,
@@ -341,12 +341,12 @@ class RedisRegistry(Registry):
             ),
         )
 
-    async def close(self, path: str, producer: tuple[str, int, int] | None) -> AppendResult:
-        return await self._optimistic(path, lambda: Registry.close(self, path, producer))
+    async def close(self, path: str, producer: tuple[str, int, int] | None) -> StreamAppend:
+        return await self._optimistic(path, lambda: StreamRegistry.close(self, path, producer))
 
     async def _optimistic(
-        self, path: str, attempt: Callable[[], Awaitable[AppendResult]]
-    ) -> AppendResult:
+        self, path: str, attempt: Callable[[], Awaitable[StreamAppend]]
+    ) -> StreamAppend:
         """An append or close decided first on the copy as it is, without
         reading Redis: the write's check refuses it if the copy was stale,
         and then it is decided again on a fresh copy. So a replica that
@@ -384,7 +384,7 @@ class RedisRegistry(Registry):
         state: bytes,
         last_access: float,
         soft: bool,
-        message: Message | None = None,
+        message: StreamMessage | None = None,
         producer: tuple[str, Producer] | None = None,
     ) -> bool:
         """Write one change of ``stream`` if its copy is current (``Stale``
@@ -439,7 +439,9 @@ class RedisRegistry(Registry):
     async def _write_unfork(self, source: Stream, fork_path: str) -> None:
         await self.redis.unfork(source.path, fork_path)
 
-    async def _write_detach(self, fork: Stream, source: Stream, inherited: list[Message]) -> None:
+    async def _write_detach(
+        self, fork: Stream, source: Stream, inherited: list[StreamMessage]
+    ) -> None:
         size = fork.size + sum(len(m.data) for m in inherited)
         new_gen = await self.redis.detach(fork, size, inherited)
         if new_gen is None:

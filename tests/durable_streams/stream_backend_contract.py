@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 import pytest
 
-from server.streams.memory import Registry
 from server.streams.model import Stream, StreamError
+from server.streams.registry import StreamRegistry
 from tests.support.waiting import until
 
 BYTES = "application/octet-stream"
@@ -34,13 +34,13 @@ class StreamBackend(Protocol):
     #: Several registries share the streams at once (replicas).
     shared: bool
 
-    async def open(self) -> Registry: ...
+    async def open(self) -> StreamRegistry: ...
 
     async def close_all(self) -> None: ...
 
 
 async def create(
-    registry: Registry,
+    registry: StreamRegistry,
     path: str,
     body: bytes = b"",
     *,
@@ -58,7 +58,7 @@ async def create(
 
 
 async def append(
-    registry: Registry,
+    registry: StreamRegistry,
     path: str,
     body: bytes,
     *,
@@ -71,7 +71,7 @@ async def append(
     )
 
 
-def text(registry: Registry, stream: Stream, offset: str | None = None) -> bytes:
+def text(registry: StreamRegistry, stream: Stream, offset: str | None = None) -> bytes:
     return b"".join(m.data for m in registry.read(stream, offset))
 
 
@@ -86,12 +86,12 @@ class StreamBackendContract:
             await stream_backend.close_all()
 
     @pytest.fixture
-    async def streams(self, backend: StreamBackend) -> Registry:
+    async def streams(self, backend: StreamBackend) -> StreamRegistry:
         return await backend.open()
 
     # --- create ------------------------------------------------------------------
 
-    async def test_a_stream_is_created_once_and_read_whole(self, streams: Registry) -> None:
+    async def test_a_stream_is_created_once_and_read_whole(self, streams: StreamRegistry) -> None:
         stream, made = await create(streams, "/a", b"hello")
         assert made
         assert text(streams, stream) == b"hello"
@@ -101,7 +101,7 @@ class StreamBackendContract:
             await create(streams, "/a", content_type="text/plain")
         assert refused.value.status == 409
 
-    async def test_an_unknown_stream_is_404(self, streams: Registry) -> None:
+    async def test_an_unknown_stream_is_404(self, streams: StreamRegistry) -> None:
         assert await streams.get("/nothing") is None
         with pytest.raises(StreamError) as refused:
             await streams.live("/nothing")
@@ -109,7 +109,9 @@ class StreamBackendContract:
 
     # --- append and read ---------------------------------------------------------
 
-    async def test_appends_read_back_in_order_from_any_offset(self, streams: Registry) -> None:
+    async def test_appends_read_back_in_order_from_any_offset(
+        self, streams: StreamRegistry
+    ) -> None:
         await create(streams, "/a")
         offsets = []
         for part in (b"one ", b"two ", b"three"):
@@ -123,7 +125,7 @@ class StreamBackendContract:
         assert text(streams, stream, offsets[-1]) == b""
         assert stream.tail == offsets[-1]
 
-    async def test_a_producer_is_accepted_once_per_sequence(self, streams: Registry) -> None:
+    async def test_a_producer_is_accepted_once_per_sequence(self, streams: StreamRegistry) -> None:
         await create(streams, "/p")
         first = await append(streams, "/p", b"a", producer=("w", 0, 0))
         assert first.producer.status == "accepted" and first.message is not None
@@ -137,7 +139,7 @@ class StreamBackendContract:
         assert stale.producer.status == "stale_epoch"
         assert text(streams, await streams.live("/p")) == b"ab"
 
-    async def test_a_stream_seq_must_grow(self, streams: Registry) -> None:
+    async def test_a_stream_seq_must_grow(self, streams: StreamRegistry) -> None:
         await create(streams, "/s")
         await append(streams, "/s", b"a", stream_seq="0001")
         with pytest.raises(StreamError) as refused:
@@ -146,7 +148,7 @@ class StreamBackendContract:
 
     # --- close -----------------------------------------------------------------------
 
-    async def test_a_closed_stream_refuses_appends(self, streams: Registry) -> None:
+    async def test_a_closed_stream_refuses_appends(self, streams: StreamRegistry) -> None:
         await create(streams, "/c", b"x")
         closed = await streams.close("/c", None)
         assert closed.closed_now and closed.stream.closed
@@ -157,7 +159,7 @@ class StreamBackendContract:
     # --- forks and delete --------------------------------------------------------------
 
     async def test_a_fork_reads_through_its_source_and_outlives_its_deletion(
-        self, streams: Registry
+        self, streams: StreamRegistry
     ) -> None:
         source, _ = await create(streams, "/src", b"base ")
         await create(streams, "/fork", forked_from="/src", fork_offset=source.tail)
@@ -176,7 +178,7 @@ class StreamBackendContract:
         assert made and text(streams, stream) == b"new"
 
     async def test_a_delete_with_detached_forks_frees_the_path_at_once(
-        self, streams: Registry
+        self, streams: StreamRegistry
     ) -> None:
         source, _ = await create(streams, "/src", b"base ")
         await create(streams, "/fork", forked_from="/src", fork_offset=source.tail)
@@ -189,7 +191,7 @@ class StreamBackendContract:
 
     # --- waiting -------------------------------------------------------------------------
 
-    async def test_a_waiting_reader_is_woken_by_an_append(self, streams: Registry) -> None:
+    async def test_a_waiting_reader_is_woken_by_an_append(self, streams: StreamRegistry) -> None:
         stream, _ = await create(streams, "/w")
         waiting = asyncio.create_task(streams.wait(stream, stream.tail, timeout=10))
         # The registry offers no event for "a reader waits": its waiters.
@@ -202,7 +204,7 @@ class StreamBackendContract:
     # --- what survives -------------------------------------------------------------------
 
     async def test_a_durable_backend_holds_every_change_when_opened_again(
-        self, backend: StreamBackend, streams: Registry
+        self, backend: StreamBackend, streams: StreamRegistry
     ) -> None:
         if not backend.durable:
             pytest.skip("the streams live as long as the process")
@@ -224,7 +226,7 @@ class StreamBackendContract:
         assert repeat.producer.status == "accepted"
 
     async def test_a_shared_backend_shows_each_replica_the_others_changes(
-        self, backend: StreamBackend, streams: Registry
+        self, backend: StreamBackend, streams: StreamRegistry
     ) -> None:
         if not backend.shared:
             pytest.skip("one process holds the streams")

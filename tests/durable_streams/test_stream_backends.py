@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from server.store.sqlite.streams import SQLiteStreamLog
-from server.streams.memory import Limits, Registry
+from server.streams.registry import Limits, StreamRegistry
 from tests.durable_streams.stream_backend_contract import StreamBackend, StreamBackendContract
 
 
@@ -17,8 +17,8 @@ class MemoryBackend:
     durable = False
     shared = False
 
-    async def open(self) -> Registry:
-        return Registry(Limits())
+    async def open(self) -> StreamRegistry:
+        return StreamRegistry(Limits())
 
     async def close_all(self) -> None:
         pass
@@ -30,13 +30,13 @@ class SQLiteBackend:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.opened: list[Registry] = []
+        self.opened: list[StreamRegistry] = []
 
-    async def open(self) -> Registry:
+    async def open(self) -> StreamRegistry:
         # One registry writes the file at a time, as one server per data folder.
         for registry in self.opened:
             registry.detach()
-        registry = Registry(Limits(), log=SQLiteStreamLog(self.folder))
+        registry = StreamRegistry(Limits(), log=SQLiteStreamLog(self.folder))
         self.opened.append(registry)
         return registry
 

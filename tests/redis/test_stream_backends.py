@@ -9,8 +9,8 @@ import uuid
 import pytest
 
 from server.store.redis import RedisStore
-from server.streams.memory import Limits, Registry
 from server.streams.redis import RedisRegistry
+from server.streams.registry import Limits, StreamRegistry
 from tests.durable_streams.stream_backend_contract import StreamBackend, StreamBackendContract
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
@@ -26,7 +26,7 @@ class RedisBackend:
         self.url = f"{url}?prefix=c{uuid.uuid4().hex[:8]}:"
         self.opened: list[tuple[RedisStore, RedisRegistry]] = []
 
-    async def open(self) -> Registry:
+    async def open(self) -> StreamRegistry:
         store = RedisStore(self.url)
         await store.open()
         registry = RedisRegistry(store.parts, Limits(), resync_s=0.2)

@@ -10,8 +10,8 @@ import pytest
 
 from server.store.redis import RedisStore
 from server.streams.fanout import Follower
-from server.streams.memory import Limits
 from server.streams.redis import RedisRegistry
+from server.streams.registry import Limits
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis

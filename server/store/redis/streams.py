@@ -53,7 +53,7 @@ import msgspec
 
 from server.store.base import StoreError
 from server.store.redis.link import FAILURES, RedisPart, StoreLink, resubscribed
-from server.streams.model import Message, Producer, Stream, StreamError
+from server.streams.model import Producer, Stream, StreamError, StreamMessage
 
 __all__ = ["CopyRead", "RedisStreams"]
 
@@ -224,13 +224,13 @@ def _wire(path: str) -> bytes:
     return path.encode("utf-8", "surrogatepass")
 
 
-def _message_blob(message: Message) -> bytes:
+def _message_blob(message: StreamMessage) -> bytes:
     return _encode((message.offset, message.data, list(message.values)))
 
 
-def _message_of(blob: bytes) -> Message:
+def _message_of(blob: bytes) -> StreamMessage:
     offset, data, values = _decode(blob)
-    return Message(data, offset, tuple(values))
+    return StreamMessage(data, offset, tuple(values))
 
 
 def _gc_ms(stream: Stream, last_access: float) -> str:
@@ -257,7 +257,7 @@ class CopyRead:
     access: float
     forks: int
     state: dict[str, Any] | None
-    messages: list[Message]
+    messages: list[StreamMessage]
     producers: list[tuple[str, Producer]]
 
 
@@ -375,7 +375,7 @@ class RedisStreams(RedisPart):
         state: bytes,
         last_access: float,
         soft: bool,
-        message: Message | None = None,
+        message: StreamMessage | None = None,
         producer: tuple[str, Producer] | None = None,
     ) -> bool:
         """Write one change of ``stream`` if Redis holds the version its
@@ -407,7 +407,9 @@ class RedisStreams(RedisPart):
         left: int = await self._call(self._unfork, source_path, [_wire(fork_path)])
         return left
 
-    async def detach(self, fork: Stream, size: int, inherited: Sequence[Message]) -> str | None:
+    async def detach(
+        self, fork: Stream, size: int, inherited: Sequence[StreamMessage]
+    ) -> str | None:
         """Write that ``fork`` holds ``inherited`` itself (``size`` bytes in
         all) and reads through no source, if its copy is current: its new
         incarnation (every replica reads it again whole), or ``None``."""

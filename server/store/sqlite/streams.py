@@ -45,7 +45,7 @@ from typing import Final
 
 from server.store.base import StoreError, StoreUnavailable
 from server.store.sqlite.database import Step, connect, migrate, rollback, use_wal
-from server.streams.model import Message, Producer, Stream, StreamError, Update
+from server.streams.model import Producer, Stream, StreamError, StreamMessage, Update
 
 __all__ = ["STREAMS_FILE", "SQLiteStreamLog"]
 
@@ -193,7 +193,7 @@ class SQLiteStreamLog:
                 "SELECT stream_id, next_offset, data FROM messages ORDER BY stream_id, next_offset"
             ):
                 stream = by_id[key]
-                stream.push(Message(data, offset, json_values(data) if stream.json else ()))
+                stream.push(StreamMessage(data, offset, json_values(data) if stream.json else ()))
             for key, producer_id, epoch, last_seq, updated in self.conn.execute(
                 "SELECT stream_id, producer_id, epoch, last_seq, updated FROM producers"
             ):
@@ -298,7 +298,7 @@ class SQLiteStreamLog:
             ),
         )
 
-    def detach(self, path: str, inherited: Sequence[Message]) -> None:
+    def detach(self, path: str, inherited: Sequence[StreamMessage]) -> None:
         key = self._ids[path]
 
         def steps(conn: sqlite3.Connection) -> None:

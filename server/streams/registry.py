@@ -1,4 +1,6 @@
-"""The Durable Streams of one process, and the readers waiting on them.
+"""``StreamRegistry``: the Durable Streams every request is answered from,
+and the readers waiting on them (named for what it is, not the memory
+store: every backend's streams go through it).
 
 Every operation is a coroutine that, on this registry, never suspends, so
 each is atomic: producer validation and the append it allows happen in one
@@ -39,17 +41,17 @@ from server.streams.log import NoLog, StreamLog
 from server.streams.model import (
     PRODUCER_TTL_S,
     ZERO_OFFSET,
-    Message,
     Producer,
     ProducerOutcome,
     Stream,
     StreamError,
+    StreamMessage,
     Update,
     media_type,
     producer_bytes,
 )
 
-__all__ = ["AppendResult", "Limits", "Registry", "Stale", "Wait"]
+__all__ = ["Limits", "Stale", "StreamAppend", "StreamRegistry", "Wait"]
 
 #: How often expired streams nobody touches are looked for, in seconds.
 SWEEP_EVERY_S: Final = 10.0
@@ -92,12 +94,12 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True)
-class AppendResult:
+class StreamAppend:
     """What an append (or close) did: ``message`` is ``None`` when nothing
     was appended (a close, a duplicate, a refusal of a closed stream)."""
 
     stream: Stream
-    message: Message | None = None
+    message: StreamMessage | None = None
     producer: ProducerOutcome | None = None
     closed_now: bool = False
     refused_closed: bool = False
@@ -108,12 +110,12 @@ class Wait:
     """What a live read waited for: messages, or none (``timed_out``, or the
     stream closed at the reader's offset)."""
 
-    messages: list[Message]
+    messages: list[StreamMessage]
     timed_out: bool = False
     closed: bool = False
 
 
-class Registry:
+class StreamRegistry:
     """Every stream of the process by path, with expiry, forks and waiters."""
 
     def __init__(
@@ -205,7 +207,9 @@ class Registry:
         """Write that the fork at ``fork_path`` reads through ``source`` no
         more (a shared store keeps its sources' forks: nothing here)."""
 
-    async def _write_detach(self, fork: Stream, source: Stream, inherited: list[Message]) -> None:
+    async def _write_detach(
+        self, fork: Stream, source: Stream, inherited: list[StreamMessage]
+    ) -> None:
         """Write that ``fork`` holds ``inherited`` itself and reads through
         ``source`` no more."""
         self._log.detach(fork.path, inherited)
@@ -331,7 +335,7 @@ class Registry:
                 {"retry-after": "1"},
             )
         source: Stream | None = None
-        prefix: Message | None = None
+        prefix: StreamMessage | None = None
         if forked_from is not None:
             source = self._streams.get(forked_from)
             if source is None or (source.expired(now) and source.refs == 0):
@@ -389,7 +393,7 @@ class Registry:
         self._bytes += stream.held
         return stream, True
 
-    def _sub_offset_prefix(self, source: Stream, offset: str, sub: int) -> Message:
+    def _sub_offset_prefix(self, source: Stream, offset: str, sub: int) -> StreamMessage:
         after = self.read(source, offset)
         if not after:
             raise StreamError(400, "Invalid fork sub-offset: no data past the fork offset")
@@ -398,10 +402,10 @@ class Registry:
             if sub > len(first.values):
                 raise StreamError(400, "Invalid fork sub-offset: past the message's values")
             values = first.values[:sub]
-            return Message((",".join(values) + ",").encode(), "", values)
+            return StreamMessage((",".join(values) + ",").encode(), "", values)
         if sub > len(first.data):
             raise StreamError(400, "Invalid fork sub-offset: past the message's bytes")
-        return Message(first.data[:sub], "")
+        return StreamMessage(first.data[:sub], "")
 
     # --- writing -----------------------------------------------------------------------
 
@@ -427,7 +431,7 @@ class Registry:
         producer: tuple[str, int, int] | None,
         close: bool,
         values: tuple[str, ...] | None = None,
-    ) -> AppendResult:
+    ) -> StreamAppend:
         """Append ``body`` (``values``: a JSON body's values, parsed already
         off the loop), or close, or both."""
         return await self._decided(
@@ -443,15 +447,15 @@ class Registry:
         producer: tuple[str, int, int] | None,
         close: bool,
         values: tuple[str, ...] | None = None,
-    ) -> AppendResult:
+    ) -> StreamAppend:
         self._check_producer_id(producer)
         stream = await self.live(path)
         now = self.clock()
         if stream.closed:
             if producer is not None and stream.closed_by == producer:
                 repeat = ProducerOutcome("duplicate", producer[1], producer[2])
-                return AppendResult(stream, producer=repeat)
-            return AppendResult(stream, refused_closed=True)
+                return StreamAppend(stream, producer=repeat)
+            return StreamAppend(stream, refused_closed=True)
         if body and media_type(content_type) != media_type(stream.content_type):
             raise StreamError(409, "Content-type mismatch")
         outcome: ProducerOutcome | None = None
@@ -459,7 +463,7 @@ class Registry:
         if producer is not None:
             outcome = stream.check_producer(producer[0], producer[1], producer[2], now)
             if outcome.status != "accepted":
-                return AppendResult(stream, producer=outcome)
+                return StreamAppend(stream, producer=outcome)
             new_state = self._admit_producer(stream, producer[0], now)
         if (
             stream_seq is not None
@@ -467,7 +471,7 @@ class Registry:
             and (stream_seq <= stream.stream_seq)
         ):
             raise StreamError(409, "Sequence conflict")
-        message: Message | None = None
+        message: StreamMessage | None = None
         if body:
             message = stream.encode(body, values=values, max_values=self.limits.max_append_values)
         if message is not None or new_state:
@@ -482,7 +486,7 @@ class Registry:
             producer=_producer_state(producer, outcome, now),
         )
         await self._apply(stream, update)
-        return AppendResult(stream, message=message, producer=outcome, closed_now=close)
+        return StreamAppend(stream, message=message, producer=outcome, closed_now=close)
 
     async def _apply(self, stream: Stream, update: Update) -> None:
         """Write ``update`` to the log, then make it in memory and wake the
@@ -498,12 +502,12 @@ class Registry:
         else:
             self.fanout.wake(stream.path)
 
-    async def close(self, path: str, producer: tuple[str, int, int] | None) -> AppendResult:
+    async def close(self, path: str, producer: tuple[str, int, int] | None) -> StreamAppend:
         """A close-only request: idempotent; with producer headers, part of
         the producer's sequence."""
         return await self._decided(lambda: self._close(path, producer))
 
-    async def _close(self, path: str, producer: tuple[str, int, int] | None) -> AppendResult:
+    async def _close(self, path: str, producer: tuple[str, int, int] | None) -> StreamAppend:
         self._check_producer_id(producer)
         stream = await self.live(path)
         now = self.clock()
@@ -512,14 +516,14 @@ class Registry:
                 stream,
                 Update(stream.tail, now, True, stream.closed_by, stream.stream_seq),
             )
-            return AppendResult(stream, closed_now=True)
+            return StreamAppend(stream, closed_now=True)
         if stream.closed:
             if stream.closed_by == producer:
-                return AppendResult(stream, producer=ProducerOutcome("duplicate", *producer[1:]))
-            return AppendResult(stream, refused_closed=True)
+                return StreamAppend(stream, producer=ProducerOutcome("duplicate", *producer[1:]))
+            return StreamAppend(stream, refused_closed=True)
         outcome = stream.check_producer(producer[0], producer[1], producer[2], now)
         if outcome.status != "accepted":
-            return AppendResult(stream, producer=outcome)
+            return StreamAppend(stream, producer=outcome)
         new_state = self._admit_producer(stream, producer[0], now)
         if new_state:
             self._check_room(path, new_state)
@@ -532,7 +536,7 @@ class Registry:
             producer=_producer_state(producer, outcome, now),
         )
         await self._apply(stream, update)
-        return AppendResult(stream, producer=outcome, closed_now=True)
+        return StreamAppend(stream, producer=outcome, closed_now=True)
 
     async def delete(self, path: str, *, detach_forks: bool = False) -> None:
         """Delete the stream at ``path``: soft-deleted while forks read
@@ -651,14 +655,14 @@ class Registry:
 
     # --- reading -----------------------------------------------------------------------
 
-    def read(self, stream: Stream, offset: str | None) -> list[Message]:
+    def read(self, stream: Stream, offset: str | None) -> list[StreamMessage]:
         """The messages after ``offset`` (``None``: from the start), the
         inherited ones of a fork first (its sources' up to its fork offset,
         theirs up to theirs...: a loop, not a recursion, over at most
         ``max_fork_depth`` sources, more only if a log held a deeper chain)."""
         if stream.forked_from is None or stream.fork_offset is None:
             return stream.own_after(offset)
-        found: list[Message] = []
+        found: list[StreamMessage] = []
         for source, cap in reversed(self._sources(stream, offset)):
             found += source.own_after(offset, cap)
         found += stream.own_after(offset)
