@@ -26,11 +26,34 @@ __all__ = ["NoLog", "StreamLog"]
 
 
 class StreamLog(Protocol):
-    """The persistence port of ``server.streams.registry.StreamRegistry``."""
+    """The persistence port of ``server.streams.registry.StreamRegistry``.
 
-    def load(self) -> list[Stream]:
-        """Every stream written and not removed, with its own messages,
-        producers, closure and soft deletion (``refs`` is the registry's)."""
+    A ``durable`` log holds every stream; the registry then holds copies of
+    the streams it is asked about, each read with ``load_one`` on demand and
+    let go again past ``max_live_bytes``, so that a server with 100,000
+    streams starts as fast as one with none. A log that is not durable
+    (``NoLog``) holds nothing: every stream is the registry's alone."""
+
+    #: Whether the log holds the streams (the registry loads them on demand).
+    durable: bool
+
+    def load_one(self, path: str) -> Stream | None:
+        """The stream at ``path`` with its own messages, producers, closure,
+        soft deletion and ``refs`` (the forks that read through it), or
+        ``None``."""
+        ...
+
+    def totals(self) -> tuple[int, int]:
+        """How many streams the log holds, and what they hold (the sum of
+        ``Stream.held``), without reading them."""
+        ...
+
+    def expired_paths(self, now: float) -> list[str]:
+        """The streams whose TTL or ``Expires-At`` passed by ``now``."""
+        ...
+
+    def fork_paths(self, path: str) -> list[str]:
+        """The forks that read through the stream at ``path`` directly."""
         ...
 
     def create(self, stream: Stream) -> None:
@@ -66,7 +89,18 @@ class StreamLog(Protocol):
 class NoLog:
     """Nothing is written: the streams live as long as the process."""
 
-    def load(self) -> list[Stream]:
+    durable = False
+
+    def load_one(self, path: str) -> Stream | None:
+        return None
+
+    def totals(self) -> tuple[int, int]:
+        return 0, 0
+
+    def expired_paths(self, now: float) -> list[str]:
+        return []
+
+    def fork_paths(self, path: str) -> list[str]:
         return []
 
     def create(self, stream: Stream) -> None:

@@ -211,6 +211,10 @@ class Update:
     message: StreamMessage | None = None
     #: The producer's state after this request, written with the message.
     producer: tuple[str, Producer] | None = None
+    #: What the stream holds after this change (``Stream.held``): a log that
+    #: loads streams one at a time keeps it, to count them all without
+    #: reading them (``StreamLog.totals``).
+    held: int = 0
 
 
 @dataclass(slots=True, frozen=True)

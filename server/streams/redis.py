@@ -41,11 +41,11 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Final
+from typing import Any, Final
 
 from server.store.redis.link import StoreLink
 from server.store.redis.streams import RedisStreams
-from server.streams.model import Producer, Stream, StreamError, StreamMessage, Update
+from server.streams.model import Stream, StreamError, StreamMessage, Update
 from server.streams.registry import Limits, Stale, StreamAppend, StreamRegistry, Wait
 from server.tasks import cancel_and_wait
 
@@ -114,8 +114,6 @@ class RedisRegistry(StreamRegistry):
         self.subscribed = 0
         #: Reads of a stream from Redis (tests count them).
         self.reads = 0
-        #: Copies dropped to stay within the limits (``_make_room``).
-        self.evicted = 0
         #: The store's streams part: every read and write of Redis.
         self.redis = RedisStreams(link)
 
@@ -377,28 +375,13 @@ class RedisRegistry(StreamRegistry):
         if stream.path in self._streams:  # a read found it first: this copy replaces it
             self._forget(stream.path)
 
-    async def _cas(
-        self,
-        stream: Stream,
-        *,
-        state: bytes,
-        last_access: float,
-        soft: bool,
-        message: StreamMessage | None = None,
-        producer: tuple[str, Producer] | None = None,
-    ) -> bool:
-        """Write one change of ``stream`` if its copy is current (``Stale``
-        otherwise); ``True`` if the copy is still to be changed."""
+    async def _cas(self, stream: Stream, **change: Any) -> bool:
+        """Write one change of ``stream`` (``RedisStreams.update``'s
+        arguments) if its copy is current (``Stale`` otherwise); ``True`` if
+        the copy is still to be changed."""
         expected = stream.version
         trusted = _TRUSTED.get()
-        written = await self.redis.update(
-            stream,
-            state=state,
-            last_access=last_access,
-            soft=soft,
-            message=message,
-            producer=producer,
-        )
+        written = await self.redis.update(stream, **change)
         if not written:
             if trusted is not None:
                 trusted.stale = True  # decided again on a fresh copy
@@ -506,11 +489,6 @@ class RedisRegistry(StreamRegistry):
             return await super().still(stream)
         finally:
             _TRUSTED.reset(token)
-
-    def _watched(self, path: str) -> bool:
-        """Whether readers here wait on the stream at ``path`` (long-polls)
-        or follow it (SSE, through the fan-out): its copy is kept current."""
-        return path in self._waiters or self.fanout.follows(path)
 
     def _noticed_change(self, path: str) -> None:
         if path in self._streams or path in self._syncing:

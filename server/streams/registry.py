@@ -19,7 +19,9 @@ first decided without touching memory, then written to the registry's
 ``StreamLog`` (``server.streams.log``: nothing for the memory store, a SQLite
 file for the SQLite store), and only then made in memory and answered: a
 change the log cannot write is refused (503) and leaves the stream as it
-was, and a change answered is in the log. ``attach`` loads what a log holds.
+was, and a change answered is in the log. A durable log (SQLite) holds every
+stream and the registry copies of those asked about, read on demand and let go
+past ``max_live_bytes`` (``_load``): ``attach`` only counts them.
 
 Why one module of over 600 lines: the registry decides every request of the
 protocol (create, append with its producer rules, read, close, fork, expiry,
@@ -91,6 +93,10 @@ class Limits:
     max_producer_id_bytes: int = 256
     #: How many sources a fork may read through (its source, theirs...).
     max_fork_depth: int = 64
+    #: What the copies of a durable log's streams may hold in memory
+    #: (setting ``max_live_bytes``, as for transcripts): past it the least
+    #: recently used ones nobody reads, waits on or forks are let go.
+    max_live_bytes: int = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,25 +140,33 @@ class StreamRegistry:
         #: Live SSE readers, written to on each append (``server.streams.fanout``).
         self.fanout = Fanout(max_total_queued_bytes=self.limits.max_sse_queued_bytes)
         self._bytes = 0
+        #: A durable log holds the streams and ``_streams`` holds copies,
+        #: loaded on demand (``_load``): ``_count`` and ``_bytes`` count them
+        #: all, ``_copy_bytes`` the copies.
+        self._lazy = False
+        self._count = 0
+        self._copy_bytes = 0
+        #: Streams read from the log, and copies let go (tests, metrics).
+        self.loads = 0
+        self.evicted = 0
         self._swept = self.clock()
         if log is not None:
             self.attach(log)
 
     def attach(self, log: StreamLog) -> None:
-        """Write every change to ``log`` from now on, and hold what it holds
-        (instead of anything held before). The log is the registry's from
-        now on: closed if it cannot be loaded (its error is raised)."""
+        """Write every change to ``log`` from now on, and answer from what it
+        holds (instead of anything held before): a durable log's streams are
+        counted now and read one at a time when asked for. The log is the
+        registry's from now on: closed if it cannot be read (its error is
+        raised)."""
         try:
-            streams = log.load()
+            count, held = log.totals()
         except BaseException:
             log.close()
             raise
-        self._streams = {stream.path: stream for stream in streams}
-        for stream in streams:
-            source = self._streams.get(stream.forked_from or "")
-            if source is not None:
-                source.refs += 1
-        self._bytes = sum(stream.held for stream in streams)
+        self._streams = {}
+        self._lazy = log.durable
+        self._count, self._bytes, self._copy_bytes = count, held, 0
         self._log = log
 
     def detach(self) -> None:
@@ -176,7 +190,54 @@ class StreamRegistry:
     # ``Stale`` write is decided again on a fresh copy).
 
     async def _sync(self, path: str) -> None:
-        """Bring this process's copy of the stream at ``path`` up to date."""
+        """Bring this process's copy of the stream at ``path`` up to date: on
+        a durable log, read it (and the sources it reads through) if it is
+        not held."""
+        if self._lazy:
+            self._load(path)
+
+    def _load(self, path: str) -> None:
+        """Hold the stream at ``path`` and its sources, read from the log
+        when not held; then let the least recently used other copies go
+        while they hold more than ``max_live_bytes``."""
+        chain: set[str] = set()
+        current: str | None = path
+        while current is not None and current not in chain:
+            chain.add(current)
+            stream = self._streams.get(current)
+            if stream is None:
+                stream = self._log.load_one(current)
+                if stream is None:
+                    break
+                self._streams[current] = stream
+                self._copy_bytes += stream.held
+                self.loads += 1
+            current = stream.forked_from
+        if self._copy_bytes > self.limits.max_live_bytes:
+            self._let_go(chain)
+
+    def _let_go(self, keep: set[str]) -> None:
+        sources = {s.forked_from for s in self._streams.values() if s.forked_from}
+        idle = sorted(
+            (stream.last_access, path)
+            for path, stream in self._streams.items()
+            if path not in keep and path not in sources and not self._watched(path)
+        )
+        for _, path in idle:
+            if self._copy_bytes <= self.limits.max_live_bytes:
+                return
+            self._copy_bytes -= self._streams.pop(path).held
+            self.evicted += 1
+
+    def _watched(self, path: str) -> bool:
+        """Whether readers here wait on the stream at ``path`` (long-polls)
+        or follow it (SSE, through the fan-out): its copy is kept."""
+        return path in self._waiters or self.fanout.follows(path)
+
+    def _grow(self, delta: int) -> None:
+        """The streams hold ``delta`` bytes more (or less)."""
+        self._bytes += delta
+        self._copy_bytes += delta
 
     async def _write_create(self, stream: Stream, source: Stream | None) -> None:
         self._log.create(stream)
@@ -201,6 +262,8 @@ class StreamRegistry:
 
     async def _fork_paths(self, stream: Stream) -> list[str]:
         """The paths of the forks that read through ``stream`` directly."""
+        if self._lazy:
+            return self._log.fork_paths(stream.path)
         return [p for p, s in self._streams.items() if s.forked_from == stream.path]
 
     async def _write_unfork(self, source: Stream, fork_path: str) -> None:
@@ -217,7 +280,8 @@ class StreamRegistry:
     # --- looking up ------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._streams)
+        """How many streams there are (held or not)."""
+        return self._count if self._lazy else len(self._streams)
 
     @property
     def size(self) -> int:
@@ -328,7 +392,7 @@ class StreamRegistry:
                     raise StreamError(409, "Stream already exists with different configuration")
                 return existing, False
         self._make_room(path, streams=1)
-        if len(self._streams) >= self.limits.max_streams:
+        if len(self) >= self.limits.max_streams:
             raise StreamError(
                 429,
                 f"this server holds {self.limits.max_streams} streams (max_streams)",
@@ -390,7 +454,9 @@ class StreamRegistry:
         if source is not None:
             source.refs += 1
         self._streams[path] = stream
-        self._bytes += stream.held
+        self._grow(stream.held)
+        if self._lazy:
+            self._count += 1
         return stream, True
 
     def _sub_offset_prefix(self, source: Stream, offset: str, sub: int) -> StreamMessage:
@@ -484,6 +550,7 @@ class StreamRegistry:
             stream_seq=stream.stream_seq if stream_seq is None else stream_seq,
             message=message,
             producer=_producer_state(producer, outcome, now),
+            held=stream.held + (message.held if message else 0) + new_state,
         )
         await self._apply(stream, update)
         return StreamAppend(stream, message=message, producer=outcome, closed_now=close)
@@ -495,7 +562,7 @@ class StreamRegistry:
             return
         before, after = stream.held, stream.tail
         stream.apply(update)
-        self._bytes += stream.held - before
+        self._grow(stream.held - before)
         self._wake_waiters(stream.path)
         if update.message is not None:
             self.fanout.deliver(stream, update.message, after)
@@ -514,7 +581,9 @@ class StreamRegistry:
         if producer is None:
             await self._apply(
                 stream,
-                Update(stream.tail, now, True, stream.closed_by, stream.stream_seq),
+                Update(
+                    stream.tail, now, True, stream.closed_by, stream.stream_seq, held=stream.held
+                ),
             )
             return StreamAppend(stream, closed_now=True)
         if stream.closed:
@@ -534,6 +603,7 @@ class StreamRegistry:
             closed_by=producer,
             stream_seq=stream.stream_seq,
             producer=_producer_state(producer, outcome, now),
+            held=stream.held + new_state,
         )
         await self._apply(stream, update)
         return StreamAppend(stream, producer=outcome, closed_now=True)
@@ -566,7 +636,7 @@ class StreamRegistry:
             fork.offsets[:0] = [m.offset for m in inherited]
             added = sum(len(m.data) for m in inherited)
             fork.size += added
-            self._bytes += added
+            self._grow(added)
             fork.forked_from = None
             stream.refs = max(0, stream.refs - 1)
         await self._remove(path)
@@ -604,7 +674,9 @@ class StreamRegistry:
                 raise
         for gone in doomed:
             del self._streams[gone.path]
-            self._bytes -= gone.held
+            self._grow(-gone.held)
+            if self._lazy:
+                self._count -= 1
             self._wake(gone.path)
             if gone.forked_from is not None:
                 source = self._streams.get(gone.forked_from)
@@ -632,7 +704,7 @@ class StreamRegistry:
                 if now - state.updated > PRODUCER_TTL_S:
                     before = stream.producer_bytes
                     stream.drop_producer(key)
-                    self._bytes -= before - stream.producer_bytes
+                    self._grow(stream.producer_bytes - before)
             if len(stream.producers) >= limit:
                 raise StreamError(
                     409, f"this stream has {limit} idempotent producers (max_stream_producers)"
@@ -652,6 +724,13 @@ class StreamRegistry:
         self._swept = now
         for path in [p for p, s in self._streams.items() if s.expired(now) and s.refs == 0]:
             await self._remove(path, expired=True)
+        if not self._lazy:
+            return
+        for path in self._log.expired_paths(now):  # those not held
+            self._load(path)
+            stream = self._streams.get(path)
+            if stream is not None and stream.expired(now) and stream.refs == 0:
+                await self._remove(path, expired=True)
 
     # --- reading -----------------------------------------------------------------------
 

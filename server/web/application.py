@@ -331,6 +331,7 @@ def create_app(
             max_producers=config.max_stream_producers,
             max_producer_id_bytes=config.max_producer_id_bytes,
             max_fork_depth=config.max_fork_depth,
+            max_live_bytes=config.max_live_bytes,
         ),
         resync_s=config.backplane_resync_s,
     )

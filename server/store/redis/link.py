@@ -285,8 +285,8 @@ class StoreLink:
 
 
 class RedisPart:
-    """A part of the Redis store: the link's handles as attributes, and
-    ``_encode`` (compact JSON)."""
+    """A part of the Redis store: the link's handles as attributes,
+    ``_encode`` (compact JSON) and ``_many`` (a script, pipelined)."""
 
     def __init__(self, link: StoreLink) -> None:
         self.prefix = link.prefix
@@ -295,3 +295,19 @@ class RedisPart:
         self._publish = link.publish
         self._unavailable = link.unavailable
         self._encode = msgspec.json.Encoder().encode
+
+    async def _many(
+        self, script: Any, calls: Sequence[tuple[Sequence[str], Sequence[Any]]], what: str
+    ) -> list[Any]:
+        """``script`` run for each call, pipelined; every answer, or the
+        store's error for the first that failed (``what`` names the job)."""
+        try:
+            replies: list[Any] = await script.many(self._client(), calls)
+        except FAILURES as err:
+            raise self._unavailable(err) from err
+        for reply in replies:
+            if isinstance(reply, FAILURES):
+                raise self._unavailable(reply)
+            if isinstance(reply, Exception):
+                raise StoreError(f"{what} failed: {reply}")
+        return replies
