@@ -149,6 +149,7 @@ class StreamRegistry:
         #: Streams read from the log, and copies let go (tests, metrics).
         self.loads = 0
         self.evicted = 0
+        self._letting_go = False
         self._swept = self.clock()
         if log is not None:
             self.attach(log)
@@ -197,31 +198,41 @@ class StreamRegistry:
             self._load(path)
 
     def _load(self, path: str) -> None:
-        """Hold the stream at ``path`` and its sources, read from the log
-        when not held; then let the least recently used other copies go
-        while they hold more than ``max_live_bytes``."""
-        chain: set[str] = set()
+        """Hold the stream at ``path`` and the sources it reads through,
+        each read from the log when not held. Past ``max_live_bytes`` the
+        least recently used other copies are let go, once this step of the
+        event loop is over (``_let_go``): an operation never loses a copy it
+        is deciding on."""
         current: str | None = path
+        chain: set[str] = set()
         while current is not None and current not in chain:
             chain.add(current)
             stream = self._streams.get(current)
             if stream is None:
                 stream = self._log.load_one(current)
                 if stream is None:
-                    break
+                    return
                 self._streams[current] = stream
                 self._copy_bytes += stream.held
                 self.loads += 1
             current = stream.forked_from
-        if self._copy_bytes > self.limits.max_live_bytes:
-            self._let_go(chain)
+        if self._copy_bytes > self.limits.max_live_bytes and not self._letting_go:
+            self._letting_go = True
+            try:
+                asyncio.get_running_loop().call_soon(self._let_go)
+            except RuntimeError:  # no loop (a script): at once
+                self._let_go()
 
-    def _let_go(self, keep: set[str]) -> None:
+    def _let_go(self) -> None:
+        """Let the least recently used copies go until they hold at most
+        ``max_live_bytes``: not those readers wait on or follow, nor the
+        sources of a fork held (the log keeps them all)."""
+        self._letting_go = False
         sources = {s.forked_from for s in self._streams.values() if s.forked_from}
         idle = sorted(
             (stream.last_access, path)
             for path, stream in self._streams.items()
-            if path not in keep and path not in sources and not self._watched(path)
+            if path not in sources and not self._watched(path)
         )
         for _, path in idle:
             if self._copy_bytes <= self.limits.max_live_bytes:
@@ -761,6 +772,8 @@ class StreamRegistry:
             if offset is not None and offset >= fork_offset:
                 break
             cap = fork_offset if cap is None else min(cap, fork_offset)
+            if self._lazy and source_path not in self._streams:
+                self._load(source_path)  # let go since the fork was looked up
             current = self._streams.get(source_path)
             if current is None or current.path in seen:
                 break

@@ -57,6 +57,7 @@ from server.streams.model import (
     StreamError,
     StreamMessage,
     Update,
+    is_json,
     producer_bytes,
 )
 
@@ -145,8 +146,7 @@ def _count_held(conn: sqlite3.Connection) -> None:
     held: dict[int, int] = {}
     modes = dict(conn.execute("SELECT id, content_type FROM streams").fetchall())
     for key, data in conn.execute("SELECT stream_id, data FROM messages"):
-        json_mode = Stream(path="", content_type=modes.get(key), created_at=0, last_access=0).json
-        message = StreamMessage(data, "", json_values(data) if json_mode else ())
+        message = StreamMessage(data, "", json_values(data) if is_json(modes.get(key)) else ())
         held[key] = held.get(key, 0) + message.held
     for key, producer_id in conn.execute("SELECT stream_id, producer_id FROM producers"):
         held[key] = held.get(key, 0) + producer_bytes(producer_id)
