@@ -4,11 +4,12 @@ Redis Cluster: ``tests/redis/test_stream_backends.py``."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from server.store.sqlite.streams import SQLiteStreamLog
+from server.store.sqlite.streams import STREAMS_FILE, SQLiteStreamLog
 from server.streams.model import StreamError
 from server.streams.registry import Limits, StreamRegistry
 from tests.durable_streams.stream_backend_contract import (
@@ -133,3 +134,27 @@ async def test_copies_of_the_streams_stay_within_max_live_bytes(tmp_path: Path) 
         assert reopened.size == again.size
     finally:
         reopened.detach()
+
+
+async def test_a_file_of_version_1_counts_what_each_stream_holds_once_migrated(
+    tmp_path: Path,
+) -> None:
+    """Version 2 adds ``held``: filled from the messages (JSON values
+    counted as ``StreamMessage.held`` counts them) and producers."""
+    registry = StreamRegistry(Limits(), log=SQLiteStreamLog(tmp_path))
+    await create(registry, "/j", b'[{"a": 1}, 2, "three"]', content_type="application/json")
+    await create(registry, "/b", b"bytes")
+    await append(registry, "/b", b" more", producer=("writer", 0, 0))
+    held = {path: (await registry.live(path)).held for path in ("/j", "/b")}
+    registry.detach()
+    with sqlite3.connect(tmp_path / STREAMS_FILE) as conn:  # back to version 1
+        conn.execute("DROP INDEX streams_by_source")
+        conn.execute("ALTER TABLE streams DROP COLUMN held")
+        conn.execute("PRAGMA user_version=1")
+    conn.close()
+    migrated = StreamRegistry(Limits(), log=SQLiteStreamLog(tmp_path))
+    try:
+        assert migrated.size == sum(held.values())
+        assert {path: (await migrated.live(path)).held for path in held} == held
+    finally:
+        migrated.detach()

@@ -11,8 +11,13 @@
   the type checker: the parts of a split module never
   import the whole (``hub`` imports ``live``, ``appends`` and ``outbound``,
   never the reverse).
-- Store backends share what they need through ``server.store.base`` (and
-  ``server.store.options``); none imports another.
+- Store backends (a module or a package of modules) share what they need
+  through ``server.store.base`` and ``server.store.options`` (and the
+  streams' model, ``server.streams.model``, a floor below the stores); none
+  imports another, and no module of ``server.store`` or ``server.streams``
+  is over 1,000 lines.
+- No module imports another module's private (``_name``) name (the older
+  ones are listed, to go; none may be added).
 - The HTTP and WebSocket layers only call the hub: they import no live
   transcript, committer or store internals and touch no live transcript.
 """
