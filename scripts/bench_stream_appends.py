@@ -27,10 +27,10 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
 
 from server.store.redis import RedisStore
+from server.store.sqlite.streams import SQLiteStreamLog
 from server.streams.log import StreamLog
-from server.streams.memory import Limits, Registry
 from server.streams.redis import RedisRegistry
-from server.streams.sqlite import SQLiteStreamLog
+from server.streams.registry import Limits, StreamRegistry
 from tests.support.redis_server import RedisServer
 from tests.support.servers import ServerProcess
 
@@ -40,11 +40,11 @@ BODY = b"x" * 100
 async def registry_rate(log: StreamLog | None, count: int, redis_url: str = "") -> float:
     """Appends per second of one registry (on ``redis_url``'s Redis if given)."""
     store = None
-    registry = Registry(Limits(max_bytes=1 << 40), log=log)
+    registry = StreamRegistry(Limits(max_bytes=1 << 40), log=log)
     if redis_url:
         store = RedisStore(redis_url)
         await store.open()
-        registry = RedisRegistry(store, Limits(max_bytes=1 << 40))
+        registry = RedisRegistry(store.parts, Limits(max_bytes=1 << 40))
     await registry.create(
         "/bench", content_type="text/plain", ttl_s=None, expires_at=None, expires_at_ts=None,
         body=b"", closed=False, forked_from=None, fork_offset=None, fork_sub_offset=0,

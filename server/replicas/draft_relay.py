@@ -18,7 +18,7 @@ every ``draft_ttl_s`` / 3 the drafts that were kept alive since their last
 relay are relayed as keep-alives: the other replicas then do not expire them.
 A reply with parts relays each update's ``chunks`` beside its ``delta`` or
 ``text``, and a whole resend its ``replay``; the store keeps the chunks
-beside the text (``server.store.redis_drafts``).
+beside the text (``server.store.redis.drafts``).
 
 In (``received``, from the backplane's listener): an update of another
 replica is applied with ``DraftFanOut.apply_remote`` (never relayed again). A

@@ -1,6 +1,6 @@
 """Presence across replicas: the backplane's part for ``server.live.presence``
 (through ``SharedPresence``, which the Redis store implements in
-``store/redis_presence.py``).
+``store/redis/presence.py``).
 
 - **Out**: the registry hands this replica's changes of a transcript to
   ``changed`` once per ``presence_interval_s``; a task writes them (with a

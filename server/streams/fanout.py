@@ -34,7 +34,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Final, Protocol
 
-from server.streams.model import Message, Stream
+from server.streams.model import Stream, StreamMessage
 
 __all__ = ["Fanout", "Follower", "RawWrite"]
 
@@ -60,7 +60,7 @@ class RawWrite(Protocol):
 
 
 #: ``(stream, message) -> data event bytes`` for one reader's kind (no cursor).
-Encode = Callable[[Stream, Message], bytes]
+Encode = Callable[[Stream, StreamMessage], bytes]
 #: ``(stream, offset, cursor) -> control event bytes`` after a data event.
 Control = Callable[[Stream, str, str | None], bytes]
 
@@ -115,7 +115,7 @@ class Follower:
 
 
 class Fanout:
-    """The live SSE readers of every stream of one ``Registry``."""
+    """The live SSE readers of every stream of one ``StreamRegistry``."""
 
     def __init__(
         self,
@@ -188,7 +188,7 @@ class Fanout:
         """The streams readers follow."""
         return list(self._followers)
 
-    def deliver(self, stream: Stream, message: Message, after: str) -> None:
+    def deliver(self, stream: Stream, message: StreamMessage, after: str) -> None:
         """``message`` was just appended to ``stream`` after offset
         ``after``: give it to every follower of the stream that is there
         (``stream`` is already updated: a closing append's control event

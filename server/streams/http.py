@@ -2,7 +2,7 @@
 
 A stream's identity is its whole URL path (``/v1/stream/a/b``), which is what
 ``Stream-Forked-From`` names. Each method maps to one operation of
-``server.streams.memory.Registry``; what the protocol says about headers,
+``server.streams.registry.StreamRegistry``; what the protocol says about headers,
 status codes, ETags, cursors and the three read modes lives here. Errors are
 answered as ``application/problem+json`` documents (RFC 9457: ``status``,
 ``title``, ``detail``), as the server's other HTTP errors, with the browser
@@ -48,11 +48,10 @@ from server.auth import GRANT_KEY
 from server.errors import Refused, failure_for
 from server.extensions import RAW_BODY
 from server.streams.fanout import SEND_BYTES, Follower
-from server.streams.memory import AppendResult, Registry
 from server.streams.model import (
-    Message,
     Stream,
     StreamError,
+    StreamMessage,
     is_json,
     json_body,
     json_values_job,
@@ -60,6 +59,7 @@ from server.streams.model import (
     parse_expires_at,
     valid_offset,
 )
+from server.streams.registry import StreamAppend, StreamRegistry
 
 __all__ = ["PREFIX", "StreamSettings", "routes"]
 
@@ -204,8 +204,8 @@ def source_path(header: str) -> str:
     return path
 
 
-def _registry(request: Request) -> Registry:
-    registry: Registry = request.app.state.streams
+def _registry(request: Request) -> StreamRegistry:
+    registry: StreamRegistry = request.app.state.streams
     return registry
 
 
@@ -454,7 +454,7 @@ async def _json_values(
 
 
 def _appended(
-    result: AppendResult, producer: tuple[str, int, int] | None, *, body: bool
+    result: StreamAppend, producer: tuple[str, int, int] | None, *, body: bool
 ) -> Response:
     stream = result.stream
     outcome = result.producer
@@ -630,7 +630,7 @@ def _woken(
     offset: str | None,
     position: str,
     cursor: str | None,
-    messages: list[Message],
+    messages: list[StreamMessage],
 ) -> Response:
     """The answer to a long-poll an append woke. Every reader that waited at
     ``position`` gets the same one (the response cursor differs only by the
@@ -665,7 +665,7 @@ def _woken(
     return _Prepared(raw_headers, body)
 
 
-def _page(messages: list[Message], limit: int) -> tuple[list[Message], bool]:
+def _page(messages: list[StreamMessage], limit: int) -> tuple[list[StreamMessage], bool]:
     """At most ``limit`` bytes of whole messages (at least one); whether that
     was all of them (``Stream-Up-To-Date``)."""
     size = 0
@@ -677,7 +677,7 @@ def _page(messages: list[Message], limit: int) -> tuple[list[Message], bool]:
 
 
 def _sse(
-    request: Request, registry: Registry, stream: Stream, start: str, cursor: str | None
+    request: Request, registry: StreamRegistry, stream: Stream, start: str, cursor: str | None
 ) -> Response:
     headers = {
         **SECURITY,
@@ -696,13 +696,13 @@ def _base64(stream: Stream) -> bool:
     return not (kind.startswith("text/") or kind == "application/json")
 
 
-def _sse_event(stream: Stream, message: Message, cursor: str | None) -> bytes:
+def _sse_event(stream: Stream, message: StreamMessage, cursor: str | None) -> bytes:
     """One message's data event and the control event after it, together:
     a reader never sees one without the other in a read."""
     return _sse_data_event(stream, message) + _sse_control_event(stream, message.offset, cursor)
 
 
-def _sse_data_event(stream: Stream, message: Message) -> bytes:
+def _sse_data_event(stream: Stream, message: StreamMessage) -> bytes:
     """One message's data event: the same for every reader (the fan-out
     encodes it once, whatever the readers' cursors)."""
     if stream.json:
@@ -731,7 +731,7 @@ class _SseResponse(Response):
 
     def __init__(
         self,
-        registry: Registry,
+        registry: StreamRegistry,
         stream: Stream,
         start: str,
         cursor: str | None,

@@ -1,4 +1,4 @@
-"""``StreamLog``: where the ``Registry`` writes each change of its streams
+"""``StreamLog``: where the ``StreamRegistry`` writes each change of its streams
 before the change is made in memory and answered.
 
 The registry stays the index every read is answered from; a log only makes
@@ -9,7 +9,7 @@ so the registry leaves memory as it was and the client may retry.
 
 - ``NoLog``: nothing is written (the ``memory`` store; on Redis the streams
   live in Redis itself: ``server.streams.redis.RedisRegistry``).
-- ``server.streams.sqlite.SQLiteStreamLog``: a SQLite file in the data
+- ``server.store.sqlite.streams.SQLiteStreamLog``: a SQLite file in the data
   folder of the ``sqlite`` store.
 
 ``server.streams.open.log_for_store`` picks the log of a store.
@@ -20,17 +20,40 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from server.streams.model import Message, Stream, Update
+from server.streams.model import Stream, StreamMessage, Update
 
 __all__ = ["NoLog", "StreamLog"]
 
 
 class StreamLog(Protocol):
-    """The persistence port of ``server.streams.memory.Registry``."""
+    """The persistence port of ``server.streams.registry.StreamRegistry``.
 
-    def load(self) -> list[Stream]:
-        """Every stream written and not removed, with its own messages,
-        producers, closure and soft deletion (``refs`` is the registry's)."""
+    A ``durable`` log holds every stream; the registry then holds copies of
+    the streams it is asked about, each read with ``load_one`` on demand and
+    let go again past ``max_live_bytes``, so that a server with 100,000
+    streams starts as fast as one with none. A log that is not durable
+    (``NoLog``) holds nothing: every stream is the registry's alone."""
+
+    #: Whether the log holds the streams (the registry loads them on demand).
+    durable: bool
+
+    def load_one(self, path: str) -> Stream | None:
+        """The stream at ``path`` with its own messages, producers, closure,
+        soft deletion and ``refs`` (the forks that read through it), or
+        ``None``."""
+        ...
+
+    def totals(self) -> tuple[int, int]:
+        """How many streams the log holds, and what they hold (the sum of
+        ``Stream.held``), without reading them."""
+        ...
+
+    def expired_paths(self, now: float) -> list[str]:
+        """The streams whose TTL or ``Expires-At`` passed by ``now``."""
+        ...
+
+    def fork_paths(self, path: str) -> list[str]:
+        """The forks that read through the stream at ``path`` directly."""
         ...
 
     def create(self, stream: Stream) -> None:
@@ -51,7 +74,7 @@ class StreamLog(Protocol):
         """A read moved the stream's sliding TTL along."""
         ...
 
-    def detach(self, path: str, inherited: Sequence[Message]) -> None:
+    def detach(self, path: str, inherited: Sequence[StreamMessage]) -> None:
         """A fork that now holds ``inherited`` (what it read through its
         sources, offsets kept) itself, and reads through no source."""
         ...
@@ -66,7 +89,18 @@ class StreamLog(Protocol):
 class NoLog:
     """Nothing is written: the streams live as long as the process."""
 
-    def load(self) -> list[Stream]:
+    durable = False
+
+    def load_one(self, path: str) -> Stream | None:
+        return None
+
+    def totals(self) -> tuple[int, int]:
+        return 0, 0
+
+    def expired_paths(self, now: float) -> list[str]:
+        return []
+
+    def fork_paths(self, path: str) -> list[str]:
         return []
 
     def create(self, stream: Stream) -> None:
@@ -81,7 +115,7 @@ class NoLog:
     def touch(self, path: str, last_access: float) -> None:
         pass
 
-    def detach(self, path: str, inherited: Sequence[Message]) -> None:
+    def detach(self, path: str, inherited: Sequence[StreamMessage]) -> None:
         pass
 
     def remove(self, paths: Sequence[str]) -> None:

@@ -25,11 +25,11 @@ import msgspec
 
 __all__ = [
     "ZERO_OFFSET",
-    "Message",
     "Producer",
     "ProducerOutcome",
     "Stream",
     "StreamError",
+    "StreamMessage",
     "Update",
     "format_offset",
     "is_json",
@@ -47,7 +47,7 @@ FRAME_BYTES: Final = 5  # the reference server's 4-byte length and newline per m
 #: over 4,300 digits, and nothing needs more than 16).
 OFFSET_RE: Final = re.compile(r"[0-9]{16}_[0-9]{16}")
 #: What a JSON value held as its own ``str`` costs besides its text
-#: (CPython's object header and the tuple's slot), counted by ``Message.held``.
+#: (CPython's object header and the tuple's slot), counted by ``StreamMessage.held``.
 VALUE_OVERHEAD: Final = 64
 #: 7 days, as the protocol recommends for a store that forgets producers.
 PRODUCER_TTL_S: Final = 7 * 24 * 3600.0
@@ -166,13 +166,13 @@ def _compact(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def json_body(messages: list[Message]) -> bytes:
+def json_body(messages: list[StreamMessage]) -> bytes:
     """The JSON array of every value the messages hold."""
     return ("[" + ",".join(v for m in messages for v in m.values) + "]").encode()
 
 
 @dataclass(slots=True, frozen=True)
-class Message:
+class StreamMessage:
     """One append: its bytes (``values``: its JSON values in JSON mode) and
     the offset after it."""
 
@@ -208,9 +208,13 @@ class Update:
     closed: bool
     closed_by: tuple[str, int, int] | None
     stream_seq: str | None
-    message: Message | None = None
+    message: StreamMessage | None = None
     #: The producer's state after this request, written with the message.
     producer: tuple[str, Producer] | None = None
+    #: What the stream holds after this change (``Stream.held``): a log that
+    #: loads streams one at a time keeps it, to count them all without
+    #: reading them (``StreamLog.totals``).
+    held: int = 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -235,7 +239,7 @@ class Stream:
     ttl_s: int | None = None
     expires_at: str | None = None
     expires_at_ts: float | None = None
-    messages: list[Message] = field(default_factory=list)
+    messages: list[StreamMessage] = field(default_factory=list)
     offsets: list[str] = field(default_factory=list)
     tail: str = ZERO_OFFSET
     size: int = 0
@@ -298,7 +302,7 @@ class Stream:
         create: bool = False,
         values: tuple[str, ...] | None = None,
         max_values: int | None = None,
-    ) -> Message | None:
+    ) -> StreamMessage | None:
         """The next message the bytes of one request make, not added yet
         (``StreamError`` 400 for bad JSON, 413 past ``max_values``); ``None``
         for an empty JSON array at creation (nothing to add). ``values``:
@@ -315,10 +319,12 @@ class Stream:
                 raise StreamError(400, "Invalid JSON: a lone surrogate is not text") from None
         return self.next_message(data, values or ())
 
-    def next_message(self, data: bytes, values: tuple[str, ...] = ()) -> Message:
+    def next_message(self, data: bytes, values: tuple[str, ...] = ()) -> StreamMessage:
         """The message ``data`` would be if appended now (nothing changes)."""
         read_seq, position = _parse_offset(self.tail)
-        return Message(data, format_offset(read_seq, position + FRAME_BYTES + len(data)), values)
+        return StreamMessage(
+            data, format_offset(read_seq, position + FRAME_BYTES + len(data)), values
+        )
 
     def add(
         self,
@@ -327,19 +333,19 @@ class Stream:
         create: bool = False,
         values: tuple[str, ...] | None = None,
         max_values: int | None = None,
-    ) -> Message | None:
+    ) -> StreamMessage | None:
         """Append the bytes of one request (see ``encode``)."""
         message = self.encode(body, create=create, values=values, max_values=max_values)
         if message is not None:
             self.push(message)
         return message
 
-    def add_raw(self, data: bytes, values: tuple[str, ...] = ()) -> Message:
+    def add_raw(self, data: bytes, values: tuple[str, ...] = ()) -> StreamMessage:
         message = self.next_message(data, values)
         self.push(message)
         return message
 
-    def push(self, message: Message) -> None:
+    def push(self, message: StreamMessage) -> None:
         """Add a message made by ``next_message`` (or read back from a log)."""
         self.messages.append(message)
         self.offsets.append(message.offset)
@@ -383,7 +389,7 @@ class Stream:
 
     # --- reading ---------------------------------------------------------------------
 
-    def own_after(self, offset: str | None, cap: str | None = None) -> list[Message]:
+    def own_after(self, offset: str | None, cap: str | None = None) -> list[StreamMessage]:
         """This stream's own messages after ``offset`` (all for ``None``), up
         to and including the one at ``cap``."""
         start = 0 if offset is None else bisect.bisect_right(self.offsets, offset)

@@ -1,11 +1,11 @@
 """Durable Streams on Redis (one server or a Redis Cluster), shared by replicas.
 
 Every replica answers from its own copy of the streams it is asked about, as
-the memory registry does (``server.streams.memory.Registry``, whose rules
+the memory registry does (``server.streams.registry.StreamRegistry``, whose rules
 decide every request here too), but Redis holds the streams, not the copy:
 
 - Before each request the copy of the stream (and of the sources a fork
-  reads through) is brought up to date with one script (``_READ``): the
+  reads through) is brought up to date with one script (``RedisStreams.read``): the
   messages past those it holds, the metadata, producers and forks.
 - A change is decided on that copy by the registry's rules, then written by
   one script that checks the copy was current: the stream's incarnation
@@ -14,36 +14,17 @@ decide every request here too), but Redis holds the streams, not the copy:
   the request is decided again on a fresh copy. So producer epochs and
   sequences, closure, ``Stream-Seq``, content types and offsets are decided
   exactly as on the memory store, and atomically across replicas.
-- redis-py retries a command after a connection error or a timeout: each
-  write carries a token of its call, kept with the stream (the last 32),
-  and a retried script that already ran finds it and answers as it did
-  instead of appending twice. A removal leaves its token for a minute.
 - Every write publishes the stream's path on ``<prefix>streams``. A replica
   whose readers wait on that stream (long-poll, SSE) brings its copy up to
   date and wakes them. Pub/sub is only a wake-up: after every
   (re)subscription, and every ``backplane_resync_s``, each stream with
   waiting readers is read again.
 
-Keys of one stream share the hash tag of its path's SHA-1, so a stream is
-on one slot of a cluster and each script changes it atomically::
-
-    <prefix>ds{<sha1>}:meta   hash: gen, ver, access (last access, for the
-                              sliding TTL), s (the rest, msgpack), gc (ms:
-                              when Redis may drop it), soft ("1": deleted,
-                              kept for its forks)
-    <prefix>ds{<sha1>}:msgs   list: its own messages (msgpack offset, data, values)
-    <prefix>ds{<sha1>}:prod   hash: producer id -> msgpack epoch, last seq, updated
-    <prefix>ds{<sha1>}:forks  set: the paths of the forks that read through it
-    <prefix>ds{<sha1>}:calls  list: tokens of the last writes (retries)
-    <prefix>ds{<sha1>}:gone   the token of the removal that deleted it (1 min)
-
-A fork lives on its own slot: creating one first adds it to its source's
-``forks`` (which keeps the source from expiring in Redis while a fork reads
-through it), then creates it; removing one takes it out again, and removes
-a source deleted or expired meanwhile once no fork is left. Streams with a
-TTL or ``Expires-At`` carry a Redis expiry a minute past their deadline
-(moved along by reads for a sliding TTL): the registry decides expiry, Redis
-only collects what nobody asks about any more.
+Every read and write of Redis (each retried call answered once), the
+scripts, the keys and the subscription to the notices are the store's
+streams part, ``server.store.redis.streams`` (``RedisStreams``, built from
+the store's ``StoreLink`` as its drafts and presence parts are); this
+module decides on the copies.
 
 The limits (``max_streams``, ``max_stream_bytes``) count what this replica
 holds in its copy: the streams it was asked about, each dropped once unused
@@ -51,227 +32,30 @@ for ``IDLE_COPY_S`` (Redis keeps it). A read or a create that would take the
 copy past them first drops the least recently used copies nobody here reads
 or waits on (``_make_room``): reads on one replica cannot make it hold more
 than its limits allow, only what its live readers and forks need.
-
-Why one module of over 600 lines: one backend of the streams' registry: the Lua scripts
-that read a stream's copy and write a change only if that copy was current (text in this
-module), the hooks of the memory registry they serve, and the notices that wake readers
-on other replicas share one key layout and one retry rule.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-import msgspec
-from redis.exceptions import RedisClusterException, RedisError
-
-from server.store.base import StoreError
-from server.store.redis import _Script
-from server.streams.memory import AppendResult, Limits, Registry, Stale, Wait
-from server.streams.model import Message, Producer, Stream, StreamError, Update
+from server.store.redis.link import StoreLink
+from server.store.redis.streams import RedisStreams
+from server.streams.model import Stream, StreamError, StreamMessage, Update
+from server.streams.registry import Limits, Stale, StreamAppend, StreamRegistry, Wait
 from server.tasks import cancel_and_wait
-
-if TYPE_CHECKING:
-    from server.store.redis import RedisStore
 
 __all__ = ["RedisRegistry"]
 
 log = logging.getLogger("tsync.streams")
 
-_FAILURES: Final = (RedisError, RedisClusterException)
-#: Redis drops a stream this long after the deadline its TTL or Expires-At
-#: set (the registry has refused it since the deadline).
-GC_GRACE_S: Final = 60.0
 #: A copy of a stream that no request of this replica used for this long
 #: (seconds) and no reader waits on is dropped (read again when asked for).
 IDLE_COPY_S: Final = 300.0
-#: Write tokens kept per stream (redis-py's retries of one call only).
-CALLS_KEPT: Final = 32
-
-# Shared head of every script that may move a stream's Redis expiry: KEYS
-# meta, msgs, prod, forks, calls. A source with forks never expires in Redis.
-_EXPIRE = """
-local function expire_all(gc)
-  local keep = redis.call('SCARD', KEYS[4]) > 0 or not gc or gc == ''
-  for _, i in ipairs({1, 2, 3, 5}) do
-    if keep then redis.call('PERSIST', KEYS[i]) else redis.call('PEXPIREAT', KEYS[i], gc) end
-  end
-end
-"""
-
-# KEYS meta msgs prod forks; ARGV gen count ver -> {} (none) or
-# {gen, ver, access, s, messages past count (all for another gen), producers, forks};
-# s (nil), messages and producers are left out when gen and ver are the caller's
-_READ = """
-local m = redis.call('HMGET', KEYS[1], 'gen', 'ver', 'access', 's')
-if not m[1] then return {} end
-local forks = redis.call('SCARD', KEYS[4])
-if m[1] == ARGV[1] and m[2] == ARGV[3] then return {m[1], m[2], m[3], false, {}, {}, forks} end
-local from = 0
-if m[1] == ARGV[1] then from = tonumber(ARGV[2]) end
-return {m[1], m[2], m[3], m[4], redis.call('LRANGE', KEYS[2], from, -1),
-        redis.call('HGETALL', KEYS[3]), forks}
-"""
-
-# KEYS meta msgs prod forks calls; ARGV token gen access s gc soft channel path
-# messages... -> 1 made, 2 made by this call before (a retry), 0 exists
-_CREATE = (
-    _EXPIRE
-    + """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  if redis.call('LPOS', KEYS[5], ARGV[1]) then return 2 end
-  return 0
-end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[5])
-redis.call('HSET', KEYS[1], 'gen', ARGV[2], 'ver', 1, 'access', ARGV[3], 's', ARGV[4],
-           'gc', ARGV[5], 'soft', ARGV[6])
-for i = 9, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
-redis.call('LPUSH', KEYS[5], ARGV[1])
-expire_all(ARGV[5])
-redis.call('PUBLISH', ARGV[7], ARGV[8])
-return 1
-"""
-)
-
-# KEYS meta msgs prod forks calls; ARGV token gen ver access s gc soft channel
-# path message producer-id producer -> 1 written, 2 written by this call
-# before (a retry), 0 stale (another gen or ver)
-_UPDATE = (
-    _EXPIRE
-    + f"""
-local cur = redis.call('HMGET', KEYS[1], 'gen', 'ver')
-if cur[1] ~= ARGV[2] or cur[2] ~= ARGV[3] then
-  if cur[1] == ARGV[2] and redis.call('LPOS', KEYS[5], ARGV[1]) then return 2 end
-  return 0
-end
-if ARGV[10] ~= '' then redis.call('RPUSH', KEYS[2], ARGV[10]) end
-if ARGV[11] ~= '' then redis.call('HSET', KEYS[3], ARGV[11], ARGV[12]) end
-redis.call('HSET', KEYS[1], 'ver', tonumber(ARGV[3]) + 1, 'access', ARGV[4], 's', ARGV[5],
-           'gc', ARGV[6], 'soft', ARGV[7])
-redis.call('LPUSH', KEYS[5], ARGV[1])
-redis.call('LTRIM', KEYS[5], 0, {CALLS_KEPT - 1})
-expire_all(ARGV[6])
-redis.call('PUBLISH', ARGV[8], ARGV[9])
-return 1
-"""
-)
-
-# KEYS meta msgs prod forks calls; ARGV gen access gc -> 1 (0: not this gen)
-_TOUCH = (
-    _EXPIRE
-    + """
-if redis.call('HGET', KEYS[1], 'gen') ~= ARGV[1] then return 0 end
-local cur = tonumber(redis.call('HGET', KEYS[1], 'access'))
-if cur and cur >= tonumber(ARGV[2]) then return 1 end
-redis.call('HSET', KEYS[1], 'access', ARGV[2], 'gc', ARGV[3])
-expire_all(ARGV[3])
-return 1
-"""
-)
-
-# KEYS meta msgs prod forks calls gone; ARGV token gen channel path -> 1
-# removed (now or by this call before), 0 not this gen, -1 it has forks
-_REMOVE = """
-if redis.call('GET', KEYS[6]) == ARGV[1] then return 1 end
-if redis.call('HGET', KEYS[1], 'gen') ~= ARGV[2] then return 0 end
-if redis.call('SCARD', KEYS[4]) > 0 then return -1 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5])
-redis.call('SET', KEYS[6], ARGV[1], 'PX', 60000)
-redis.call('PUBLISH', ARGV[3], ARGV[4])
-return 1
-"""
-
-# On a source. KEYS meta msgs prod forks calls; ARGV gen fork -> 1 (0: not this gen)
-_FORK = (
-    _EXPIRE
-    + """
-if redis.call('HGET', KEYS[1], 'gen') ~= ARGV[1] then return 0 end
-redis.call('SADD', KEYS[4], ARGV[2])
-expire_all(redis.call('HGET', KEYS[1], 'gc'))
-return 1
-"""
-)
-
-# On a source. KEYS meta msgs prod forks calls; ARGV fork -> forks left
-_UNFORK = (
-    _EXPIRE
-    + """
-redis.call('SREM', KEYS[4], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 1 then expire_all(redis.call('HGET', KEYS[1], 'gc')) end
-return redis.call('SCARD', KEYS[4])
-"""
-)
-
-# On a fork that takes what it read through its source. KEYS meta msgs prod forks
-# calls; ARGV token gen ver newgen s gc channel path messages... -> 1 written,
-# 2 written by this call before (a retry), 0 stale. A new gen: every replica's
-# copy is read again whole (its messages moved).
-_DETACH = (
-    _EXPIRE
-    + f"""
-local cur = redis.call('HMGET', KEYS[1], 'gen', 'ver')
-if cur[1] ~= ARGV[2] or cur[2] ~= ARGV[3] then
-  if cur[1] == ARGV[4] and redis.call('LPOS', KEYS[5], ARGV[1]) then return 2 end
-  return 0
-end
-for i = #ARGV, 9, -1 do redis.call('LPUSH', KEYS[2], ARGV[i]) end
-redis.call('HSET', KEYS[1], 'gen', ARGV[4], 'ver', tonumber(ARGV[3]) + 1, 's', ARGV[5],
-           'gc', ARGV[6])
-redis.call('LPUSH', KEYS[5], ARGV[1])
-redis.call('LTRIM', KEYS[5], 0, {CALLS_KEPT - 1})
-expire_all(ARGV[6])
-redis.call('PUBLISH', ARGV[7], ARGV[8])
-return 1
-"""
-)
-
-_KEY_NAMES: Final = ("meta", "msgs", "prod", "forks", "calls", "gone")
-
-#: A stream's metadata in ``s``: the fields of ``Stream`` below, in order.
-_STATE_FIELDS: Final = (
-    "content_type", "created_at", "ttl_s", "expires_at", "expires_at_ts", "tail", "size",
-    "closed", "closed_by", "stream_seq", "soft_deleted", "forked_from", "fork_offset",
-    "fork_sub_offset",
-)  # fmt: skip
-
-_encode = msgspec.msgpack.Encoder().encode
-_decode = msgspec.msgpack.Decoder().decode
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else value
-
-
-def _wire(path: str) -> bytes:
-    """A path as Redis keeps it (a lone surrogate survives the round trip)."""
-    return path.encode("utf-8", "surrogatepass")
-
-
-def _message_blob(message: Message) -> bytes:
-    return _encode((message.offset, message.data, list(message.values)))
-
-
-def _message_of(blob: bytes) -> Message:
-    offset, data, values = _decode(blob)
-    return Message(data, offset, tuple(values))
-
-
-def _gc_ms(stream: Stream, last_access: float) -> str:
-    """When Redis may drop the stream (ms since the epoch), ``""`` never."""
-    if stream.expires_at_ts is not None:
-        deadline = stream.expires_at_ts
-    elif stream.ttl_s is not None:
-        deadline = last_access + stream.ttl_s
-    else:
-        return ""
-    return str(int((deadline + GC_GRACE_S) * 1000))
 
 
 class _Trusted:
@@ -291,7 +75,7 @@ class _Trusted:
 _TRUSTED: ContextVar[_Trusted | None] = ContextVar("trusted_copy", default=None)
 
 
-class RedisRegistry(Registry):
+class RedisRegistry(StreamRegistry):
     """The streams of a ``RedisStore``, shared by every replica on it.
 
     ``resync_s``: how often the streams with waiting readers are read again
@@ -301,15 +85,16 @@ class RedisRegistry(Registry):
 
     def __init__(
         self,
-        store: RedisStore,
+        link: StoreLink,
         limits: Limits | None = None,
         clock: Callable[[], float] | None = None,
         *,
         resync_s: float = 1.0,
     ) -> None:
         super().__init__(limits, clock)
-        self.store = store
-        self.channel = store.prefix + "streams"
+        #: The Redis store's link (``server.store.redis.link``), as its parts get it.
+        self.link = link
+        self.where = link.redis.where
         self.resync_s = resync_s
         #: Notices received per path held or being read.
         self._noticed: dict[str, int] = {}
@@ -329,16 +114,8 @@ class RedisRegistry(Registry):
         self.subscribed = 0
         #: Reads of a stream from Redis (tests count them).
         self.reads = 0
-        #: Copies dropped to stay within the limits (``_make_room``).
-        self.evicted = 0
-        self._read = _Script(_READ)
-        self._create_script = _Script(_CREATE)
-        self._update = _Script(_UPDATE)
-        self._touch = _Script(_TOUCH)
-        self._remove_script = _Script(_REMOVE)
-        self._fork = _Script(_FORK)
-        self._unfork = _Script(_UNFORK)
-        self._detach = _Script(_DETACH)
+        #: The store's streams part: every read and write of Redis.
+        self.redis = RedisStreams(link)
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -356,21 +133,7 @@ class RedisRegistry(Registry):
     # --- Redis ------------------------------------------------------------------------
 
     def _keys(self, path: str) -> list[str]:
-        tag = hashlib.sha1(_wire(path)).hexdigest()
-        return [f"{self.store.prefix}ds{{{tag}}}:{name}" for name in _KEY_NAMES]
-
-    async def _call(self, script: _Script, path: str, args: Sequence[Any], keys: int = 5) -> Any:
-        try:
-            return await script(self.store._client(), self._keys(path)[:keys], args)
-        except StoreError as err:
-            raise StreamError(503, str(err), {"retry-after": "1"}) from None
-        except _FAILURES as err:
-            reason = str(self.store._unavailable(err))
-            raise StreamError(503, reason, {"retry-after": "1"}) from None
-
-    def _state(self, stream: Stream, **changed: Any) -> bytes:
-        values = [changed.get(name, getattr(stream, name)) for name in _STATE_FIELDS]
-        return _encode(values)
+        return self.redis.keys(path)
 
     # --- bringing the copy up to date -----------------------------------------------
 
@@ -475,28 +238,25 @@ class RedisRegistry(Registry):
         self.reads += 1
         cached = self._streams.get(path)
         count = len(cached.messages) if cached is not None else 0
-        known = [cached.gen, count, cached.version] if cached else ["", 0, 0]
-        reply = await self._call(self._read, path, known, keys=4)
+        found = await self.redis.read(path, cached)
         # Another read may have moved the copy meanwhile: messages past ``count``
         # it holds already are not pushed twice.
         cached = self._streams.get(path)
-        if not reply:
+        if found is None:
             if cached is None:
                 return False
             self._forget(path)
             return True
-        gen, ver, access, state, blobs, producers, forks = reply
-        gen, ver = _text(gen), int(ver)
-        if state is None:  # unchanged since the copy's version was read
+        gen, ver = found.gen, found.version
+        if found.state is None:  # unchanged since the copy's version was read
             if cached is not None and cached.gen == gen:
-                self._moved(cached, access, forks)
+                self._moved(cached, found.access, found.forks)
             return False
         if cached is not None and cached.gen == gen:
             if ver < cached.version:
                 return False  # read before a change the copy already holds
             changed = ver != cached.version
-            for blob in blobs[max(0, len(cached.messages) - count) :]:
-                message = _message_of(blob)
+            for message in found.messages[max(0, len(cached.messages) - count) :]:
                 cached.push(message)
                 self._bytes += message.held
             stream = cached
@@ -504,34 +264,32 @@ class RedisRegistry(Registry):
             if cached is not None:
                 self._forget(path)
             stream = Stream(path=path, content_type=None, created_at=0.0, last_access=0.0)
-            for blob in blobs:
-                stream.push(_message_of(blob))
+            for message in found.messages:
+                stream.push(message)
             self._streams[path] = stream
             self._bytes += stream.size
             changed = True
             self._make_room(path)
-        for name, value in zip(_STATE_FIELDS, _decode(state), strict=True):
+        for name, value in found.state.items():
             setattr(stream, name, value)
-        if stream.closed_by is not None:
-            stream.closed_by = tuple(stream.closed_by)  # type: ignore[assignment]
         stream.gen, stream.version = gen, ver
-        self._moved(stream, access, forks)
+        self._moved(stream, found.access, found.forks)
         held = stream.producer_bytes
         stream.producers, stream.producer_bytes = {}, 0
-        for i in range(0, len(producers), 2):
-            stream.put_producer(_text(producers[i]), Producer(*_decode(producers[i + 1])))
+        for producer_id, state in found.producers:
+            stream.put_producer(producer_id, state)
         self._bytes += stream.producer_bytes - held
         if changed:
             self._wake(path)
         return changed
 
     @staticmethod
-    def _moved(stream: Stream, access: bytes, forks: int) -> None:
+    def _moved(stream: Stream, access: float, forks: int) -> None:
         """What changes without a new version: reads (the sliding TTL) and forks."""
         # What Redis holds is what was written (a local read may be newer).
-        stream.logged_access = float(access)
+        stream.logged_access = access
         stream.last_access = max(stream.last_access, stream.logged_access)
-        stream.refs = int(forks)
+        stream.refs = forks
 
     async def _sweep(self, now: float) -> None:
         swept = self._swept
@@ -566,10 +324,10 @@ class RedisRegistry(Registry):
         producer: tuple[str, int, int] | None,
         close: bool,
         values: tuple[str, ...] | None = None,
-    ) -> AppendResult:
+    ) -> StreamAppend:
         return await self._optimistic(
             path,
-            lambda: Registry.append(
+            lambda: StreamRegistry.append(
                 self,
                 path,
                 body,
@@ -581,12 +339,12 @@ class RedisRegistry(Registry):
             ),
         )
 
-    async def close(self, path: str, producer: tuple[str, int, int] | None) -> AppendResult:
-        return await self._optimistic(path, lambda: Registry.close(self, path, producer))
+    async def close(self, path: str, producer: tuple[str, int, int] | None) -> StreamAppend:
+        return await self._optimistic(path, lambda: StreamRegistry.close(self, path, producer))
 
     async def _optimistic(
-        self, path: str, attempt: Callable[[], Awaitable[AppendResult]]
-    ) -> AppendResult:
+        self, path: str, attempt: Callable[[], Awaitable[StreamAppend]]
+    ) -> StreamAppend:
         """An append or close decided first on the copy as it is, without
         reading Redis: the write's check refuses it if the copy was stale,
         and then it is decided again on a fresh copy. So a replica that
@@ -612,65 +370,19 @@ class RedisRegistry(Registry):
         return await attempt()
 
     async def _write_create(self, stream: Stream, source: Stream | None) -> None:
-        if source is not None:
-            added = await self._call(self._fork, source.path, [source.gen, _wire(stream.path)])
-            if not added:
-                raise Stale
-        stream.gen, stream.version = uuid.uuid4().hex, 1
-        args = [
-            uuid.uuid4().hex,
-            stream.gen,
-            repr(stream.last_access),
-            self._state(stream),
-            _gc_ms(stream, stream.last_access),
-            "0",
-            self.channel,
-            _wire(stream.path),
-            *(_message_blob(m) for m in stream.messages),
-        ]
-        made = 0
-        try:
-            made = await self._call(self._create_script, stream.path, args)
-        finally:
-            if not made and source is not None:
-                with contextlib.suppress(StreamError):
-                    await self._call(self._unfork, source.path, [_wire(stream.path)])
-        if not made:
+        if not await self.redis.create(stream, source):
             raise Stale
         if stream.path in self._streams:  # a read found it first: this copy replaces it
             self._forget(stream.path)
 
-    async def _cas(
-        self,
-        stream: Stream,
-        *,
-        state: bytes,
-        last_access: float,
-        soft: bool,
-        message: Message | None = None,
-        producer: tuple[str, Producer] | None = None,
-    ) -> bool:
-        """Write one change of ``stream`` if its copy is current (``Stale``
-        otherwise); ``True`` if the copy is still to be changed."""
+    async def _cas(self, stream: Stream, **change: Any) -> bool:
+        """Write one change of ``stream`` (``RedisStreams.update``'s
+        arguments) if its copy is current (``Stale`` otherwise); ``True`` if
+        the copy is still to be changed."""
         expected = stream.version
-        args = [
-            uuid.uuid4().hex,
-            stream.gen,
-            expected,
-            repr(last_access),
-            state,
-            _gc_ms(stream, last_access),
-            "1" if soft else "0",
-            self.channel,
-            _wire(stream.path),
-            b"" if message is None else _message_blob(message),
-            "" if producer is None else producer[0],
-            b""
-            if producer is None
-            else _encode((producer[1].epoch, producer[1].last_seq, producer[1].updated)),
-        ]
         trusted = _TRUSTED.get()
-        if not await self._call(self._update, stream.path, args):
+        written = await self.redis.update(stream, **change)
+        if not written:
             if trusted is not None:
                 trusted.stale = True  # decided again on a fresh copy
             raise Stale
@@ -683,7 +395,7 @@ class RedisRegistry(Registry):
 
     async def _write_update(self, stream: Stream, update: Update) -> bool:
         size = stream.size + (update.message.held if update.message else 0)
-        state = self._state(
+        state = self.redis.state(
             stream,
             tail=update.tail,
             size=size,
@@ -701,41 +413,27 @@ class RedisRegistry(Registry):
         )
 
     async def _write_soft_delete(self, stream: Stream) -> None:
-        state = self._state(stream, soft_deleted=True)
+        state = self.redis.state(stream, soft_deleted=True)
         await self._cas(stream, state=state, last_access=stream.last_access, soft=True)
 
     async def _fork_paths(self, stream: Stream) -> list[str]:
-        try:
-            members = await self.store._client().smembers(self._keys(stream.path)[3])
-        except _FAILURES as err:
-            reason = str(self.store._unavailable(err))
-            raise StreamError(503, reason, {"retry-after": "1"}) from None
-        return [_text(member) for member in members]
+        return await self.redis.fork_paths(stream.path)
 
     async def _write_unfork(self, source: Stream, fork_path: str) -> None:
-        await self._call(self._unfork, source.path, [_wire(fork_path)])
+        await self.redis.unfork(source.path, fork_path)
 
-    async def _write_detach(self, fork: Stream, source: Stream, inherited: list[Message]) -> None:
-        new_gen = uuid.uuid4().hex
+    async def _write_detach(
+        self, fork: Stream, source: Stream, inherited: list[StreamMessage]
+    ) -> None:
         size = fork.size + sum(len(m.data) for m in inherited)
-        args = [
-            uuid.uuid4().hex,
-            fork.gen,
-            fork.version,
-            new_gen,
-            self._state(fork, forked_from=None, size=size),
-            _gc_ms(fork, fork.last_access),
-            self.channel,
-            _wire(fork.path),
-            *(_message_blob(m) for m in inherited),
-        ]
-        if not await self._call(self._detach, fork.path, args):
+        new_gen = await self.redis.detach(fork, size, inherited)
+        if new_gen is None:
             raise Stale
         fork.gen, fork.version = new_gen, fork.version + 1
-        await self._call(self._unfork, source.path, [_wire(fork.path)])
+        await self.redis.unfork(source.path, fork.path)
 
     async def _write_touch(self, stream: Stream, now: float) -> None:
-        await self._call(self._touch, stream.path, [stream.gen, repr(now), _gc_ms(stream, now)])
+        await self.redis.touch(stream, now)
 
     async def _remove(self, path: str, *, expired: bool = False) -> None:
         """Delete the stream for good, then take it out of its source's forks,
@@ -750,8 +448,7 @@ class RedisRegistry(Registry):
     async def _remove_chain(self, path: str, *, expired: bool) -> None:
         stream = self._streams.get(path)
         while stream is not None:
-            args = [uuid.uuid4().hex, stream.gen, self.channel, _wire(stream.path)]
-            removed = await self._call(self._remove_script, stream.path, args, keys=6)
+            removed = await self.redis.remove(stream)
             if removed == -1:  # a fork came meanwhile
                 if expired or stream.path != path:
                     return
@@ -760,7 +457,7 @@ class RedisRegistry(Registry):
             if removed == 0 or stream.forked_from is None:
                 return  # another replica removed it (and did what follows)
             source_path = stream.forked_from
-            left = await self._call(self._unfork, source_path, [_wire(stream.path)])
+            left = await self.redis.unfork(source_path, stream.path)
             await self._sync_one(source_path)
             source = self._streams.get(source_path)
             if source is None or left or not (source.soft_deleted or source.expired(self.clock())):
@@ -792,11 +489,6 @@ class RedisRegistry(Registry):
             return await super().still(stream)
         finally:
             _TRUSTED.reset(token)
-
-    def _watched(self, path: str) -> bool:
-        """Whether readers here wait on the stream at ``path`` (long-polls)
-        or follow it (SSE, through the fan-out): its copy is kept current."""
-        return path in self._waiters or self.fanout.follows(path)
 
     def _noticed_change(self, path: str) -> None:
         if path in self._streams or path in self._syncing:
@@ -830,47 +522,17 @@ class RedisRegistry(Registry):
             await asyncio.sleep(self.resync_s)
             self._recheck_waited()
 
-    def _subscriber(self, attempt: int) -> Any:
-        """A connection of its own, without retries (redis-py would otherwise
-        subscribe again silently, hiding what was published meanwhile). On
-        a cluster, any node: ``PUBLISH`` reaches every node."""
-        store = self.store
-        if store.cluster:
-            host, port = store.address.nodes[attempt % len(store.address.nodes)]
-            return store._node_client(host, port)
-        return store._new_client(retries=0, size=1)
-
     async def _listen(self, reconnect_delay: float = 0.1) -> None:
-        delay, lost, attempt = reconnect_delay, False, 0
-        while True:
-            client = self._subscriber(attempt)
-            pubsub = client.pubsub()
-            try:
-                await pubsub.subscribe(self.channel)
-                if lost:
-                    log.warning("streams: notices of %s subscribed again", self.store.where)
-                lost, delay = False, reconnect_delay
+        async with contextlib.aclosing(
+            self.redis.notices(lost=self._lost, reconnect_delay=reconnect_delay)
+        ) as notices:
+            async for path in notices:
+                if path is not None:
+                    self._noticed_change(path)
+                    continue
                 self.subscribed += 1
                 self._listening = True
                 self._recheck_waited()  # anything published before was missed
-                while True:
-                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                    if message is not None and message.get("type") == "message":
-                        self._noticed_change(_text(message["data"]))
-            except (*_FAILURES, OSError) as err:
-                log.log(
-                    logging.DEBUG if lost else logging.WARNING,
-                    "streams: notices of %s lost (%s); reconnecting",
-                    self.store.where,
-                    err,
-                )
-                lost = True
-                self._listening = False
-                attempt += 1
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
-                with contextlib.suppress(Exception):
-                    await client.aclose(close_connection_pool=True)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+
+    def _lost(self) -> None:
+        self._listening = False

@@ -50,8 +50,8 @@ from server.store.base import Store, StoreError
 from server.store.open import open_store
 from server.streams import http as streams_http
 from server.streams import transcripts as streams_transcripts
-from server.streams.memory import Limits, Registry
 from server.streams.open import log_for_store, registry_for_store
+from server.streams.registry import Limits, StreamRegistry
 from server.web import (
     ai_chat,
     ai_chat_http,
@@ -230,7 +230,7 @@ def create_app(
             # A read-only folder, a corrupt database, a schema from the future:
             # nothing a traceback would explain better than the error itself.
             raise StartupFailed(f"cannot open the {the_store.name} store: {exc}") from None
-        streams: Registry = app.state.streams
+        streams: StreamRegistry = app.state.streams
         try:
             streams.attach(log_for_store(the_store))
         except (StoreError, OSError) as exc:
@@ -331,6 +331,7 @@ def create_app(
             max_producers=config.max_stream_producers,
             max_producer_id_bytes=config.max_producer_id_bytes,
             max_fork_depth=config.max_fork_depth,
+            max_live_bytes=config.max_live_bytes,
         ),
         resync_s=config.backplane_resync_s,
     )

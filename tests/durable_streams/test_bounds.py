@@ -12,8 +12,8 @@ from contextlib import asynccontextmanager
 
 import httpx
 
-from server.streams.memory import Limits, Registry
 from server.streams.model import VALUE_OVERHEAD
+from server.streams.registry import Limits, StreamRegistry
 from tests.support.servers import running_server
 
 JSON = {"content-type": "application/json"}
@@ -88,7 +88,7 @@ def test_json_values_are_counted_with_what_holds_them() -> None:
     stream's size (``max_stream_bytes``) counts both and each value's object."""
     import asyncio as aio
 
-    registry = Registry(Limits(max_bytes=10_000))
+    registry = StreamRegistry(Limits(max_bytes=10_000))
     aio.run(registry.create(
         "/j", content_type="application/json", ttl_s=None, expires_at=None,
         expires_at_ts=None, body=b"", closed=False, forked_from=None, fork_offset=None,
@@ -127,7 +127,7 @@ async def test_an_sse_catch_up_is_written_a_page_at_a_time() -> None:
     follow each other to the stream's end. (It was one write of it all.)"""
     from server.streams.http import StreamSettings, _SseResponse
 
-    registry = Registry(Limits())
+    registry = StreamRegistry(Limits())
     await registry.create(
         "/s", content_type="text/plain", ttl_s=None, expires_at=None, expires_at_ts=None,
         body=b"", closed=False, forked_from=None, fork_offset=None, fork_sub_offset=0,

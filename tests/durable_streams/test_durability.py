@@ -30,9 +30,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.streams.memory import Limits, Registry
+from server.store.sqlite.streams import STREAMS_FILE, SQLiteStreamLog
 from server.streams.model import Stream, StreamError
-from server.streams.sqlite import STREAMS_FILE, SQLiteStreamLog
+from server.streams.registry import Limits, StreamRegistry
 from tests.support.servers import ServerProcess
 
 _T = TypeVar("_T")
@@ -303,8 +303,11 @@ def test_appends_in_flight_at_sigkill_are_there_whole_or_not_at_all(tmp_path: Pa
 # --- the registry on its log, without a server -----------------------------------------------
 
 
-def state(registry: Registry) -> dict[str, Any]:
-    """Everything a registry holds that a log must give back."""
+def state(registry: StreamRegistry, paths: Any = ()) -> dict[str, Any]:
+    """Everything a registry holds that a log must give back (``paths``: the
+    streams to read first, on a registry that reads them on demand)."""
+    for path in paths:
+        registry._load(path)
 
     def one(s: Stream) -> tuple[Any, ...]:
         return (
@@ -347,7 +350,7 @@ operation = st.one_of(
 operations = st.lists(operation, max_size=25)
 
 
-async def concrete(registry: Registry, operation: tuple[Any, ...]) -> tuple[Any, ...]:
+async def concrete(registry: StreamRegistry, operation: tuple[Any, ...]) -> tuple[Any, ...]:
     """The request ``operation`` stands for, given what ``registry`` holds:
     a fork's offset, the content type and a producer's next sequence."""
     match operation:
@@ -370,7 +373,7 @@ async def concrete(registry: Registry, operation: tuple[Any, ...]) -> tuple[Any,
     return operation
 
 
-async def perform(registry: Registry, request: tuple[Any, ...]) -> object:
+async def perform(registry: StreamRegistry, request: tuple[Any, ...]) -> object:
     """Make a ``concrete`` request; what was answered (``("refused", status)``
     for a ``StreamError``)."""
     try:
@@ -411,7 +414,7 @@ async def perform(registry: Registry, request: tuple[Any, ...]) -> object:
     return None
 
 
-def apply(registry: Registry, operation: tuple[Any, ...]) -> None:
+def apply(registry: StreamRegistry, operation: tuple[Any, ...]) -> None:
     async def both() -> None:
         await perform(registry, await concrete(registry, operation))
 
@@ -423,15 +426,16 @@ def apply(registry: Registry, operation: tuple[Any, ...]) -> None:
 def test_a_registry_loaded_from_its_log_holds_what_it_accepted(ops: list[Any]) -> None:
     now = [1_000_000.0]
     with tempfile.TemporaryDirectory() as folder:
-        registry = Registry(Limits(), clock=lambda: now[0], log=SQLiteStreamLog(folder))
+        registry = StreamRegistry(Limits(), clock=lambda: now[0], log=SQLiteStreamLog(folder))
         for operation in ops:
             now[0] += 1
             with contextlib.suppress(StreamError):
                 apply(registry, operation)
         held = state(registry)
         registry.detach()
-        loaded = Registry(Limits(), clock=lambda: now[0], log=SQLiteStreamLog(folder))
-        assert state(loaded) == held
+        loaded = StreamRegistry(Limits(), clock=lambda: now[0], log=SQLiteStreamLog(folder))
+        assert len(loaded) == len(held["streams"])
+        assert state(loaded, held["streams"]) == held
         loaded.detach()
 
 
@@ -453,7 +457,7 @@ class Refusing(SQLiteStreamLog):
 
 def test_a_change_the_log_cannot_write_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     log = Refusing(tmp_path)
-    registry = Registry(Limits(), log=log)
+    registry = StreamRegistry(Limits(), log=log)
     create: dict[str, Any] = {
         "ttl_s": None, "expires_at": None, "expires_at_ts": None, "body": b"", "closed": False,
         "forked_from": None, "fork_offset": None, "fork_sub_offset": 0,
@@ -498,7 +502,7 @@ def test_a_change_the_log_cannot_write_is_refused_and_changes_nothing(tmp_path: 
     )
     assert result.producer is not None and result.producer.status == "accepted"
     registry.detach()
-    again = Registry(Limits(), log=SQLiteStreamLog(tmp_path))
+    again = StreamRegistry(Limits(), log=SQLiteStreamLog(tmp_path))
     assert [m.data for m in again.read(sync(again.live("/s")), None)] == [b"kept", b"then"]
     assert "/t" not in again._streams
     again.detach()

@@ -14,8 +14,8 @@ import jwt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.streams.memory import Limits, Registry
 from server.streams.model import StreamError
+from server.streams.registry import Limits, StreamRegistry
 from tests.support.servers import running_server
 
 _T = TypeVar("_T")
@@ -83,7 +83,7 @@ async def test_the_face_refuses_past_its_limits_and_names_the_setting() -> None:
         ).status_code == 204
 
 
-def _create(registry: Registry, path: str, **options: object) -> None:
+def _create(registry: StreamRegistry, path: str, **options: object) -> None:
     defaults: dict[str, object] = {
         "content_type": "application/octet-stream",
         "ttl_s": None,
@@ -98,7 +98,7 @@ def _create(registry: Registry, path: str, **options: object) -> None:
     sync(registry.create(path, **{**defaults, **options}))  # type: ignore[arg-type]
 
 
-def _append(registry: Registry, path: str, data: bytes) -> str:
+def _append(registry: StreamRegistry, path: str, data: bytes) -> str:
     result = sync(registry.append(
         path, data, content_type="application/octet-stream", stream_seq=None, producer=None,
         close=False,
@@ -115,7 +115,7 @@ def _append(registry: Registry, path: str, data: bytes) -> str:
 def test_a_fork_reads_its_source_up_to_the_fork_then_its_own_appends(
     chunks: list[bytes], data: st.DataObject
 ) -> None:
-    registry = Registry(Limits())
+    registry = StreamRegistry(Limits())
     _create(registry, "/s")
     offsets = [_append(registry, "/s", chunk) for chunk in chunks]
     assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
@@ -142,7 +142,7 @@ def test_a_fork_reads_its_source_up_to_the_fork_then_its_own_appends(
 def test_json_mode_flattens_one_level_and_refuses_empty_appends(values: list[str]) -> None:
     import json
 
-    registry = Registry(Limits())
+    registry = StreamRegistry(Limits())
     _create(registry, "/j", content_type="application/json")
     body = json.dumps(values).encode()
     if not values:
@@ -168,7 +168,7 @@ def test_json_mode_flattens_one_level_and_refuses_empty_appends(values: list[str
 
 
 def test_json_with_a_lone_surrogate_is_refused_not_a_500() -> None:
-    registry = Registry(Limits())
+    registry = StreamRegistry(Limits())
     _create(registry, "/j", content_type="application/json")
     for body in (b'["\\ud800"]', b'{"a": "x\\udfff"}'):
         try:

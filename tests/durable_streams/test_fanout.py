@@ -13,7 +13,7 @@ import json
 import httpx
 
 from server.streams.fanout import Fanout, Follower
-from server.streams.model import Message, Stream
+from server.streams.model import Stream, StreamMessage
 from tests.support.servers import running_server
 from tests.support.waiting import until
 
@@ -37,7 +37,7 @@ class Encoder:
         self.calls = 0
         self.controls = 0
 
-    def __call__(self, stream: Stream, message: Message) -> bytes:
+    def __call__(self, stream: Stream, message: StreamMessage) -> bytes:
         self.calls += 1
         return f"{message.offset}|".encode()
 
@@ -62,7 +62,7 @@ def test_an_append_is_encoded_once_and_written_raw() -> None:
     followers += [follower(other, "7", encode, "0"), follower(paused, None, encode, "0")]
     for each in followers:
         fanout.follow(s.path, each)
-    fanout.deliver(s, Message(b"x", "1"), "0")
+    fanout.deliver(s, StreamMessage(b"x", "1"), "0")
     # The data once, whatever the number of readers and of cursors; the
     # control event once per cursor.
     assert (encode.calls, encode.controls, fanout.encoded_count) == (1, 2, 1)
@@ -75,10 +75,10 @@ def test_an_append_is_encoded_once_and_written_raw() -> None:
     # Once something is queued, later events queue behind it, even if the
     # transport takes data again: never written raw ahead of the queue.
     paused.ready = True
-    fanout.deliver(s, Message(b"y", "2"), "1")
+    fanout.deliver(s, StreamMessage(b"y", "2"), "1")
     assert paused.written == [] and followers[3].pending == [b"1|", b"None;", b"2|", b"None;"]
     # Another stream's readers hear nothing.
-    fanout.deliver(stream("/v1/stream/other"), Message(b"z", "3"), "2")
+    fanout.deliver(stream("/v1/stream/other"), StreamMessage(b"z", "3"), "2")
     assert fast[0].written == [b"7\r\n1|None;\r\n", b"7\r\n2|None;\r\n"]
 
 
@@ -90,7 +90,7 @@ def test_a_reader_before_the_append_is_woken_to_read_what_it_missed() -> None:
     raw = FakeRaw()
     behind = follower(raw, None, encode, "1")
     fanout.follow(s.path, behind)
-    fanout.deliver(s, Message(b"x", "3"), "2")
+    fanout.deliver(s, StreamMessage(b"x", "3"), "2")
     assert raw.written == [] and behind.pending == [] and behind.offset == "1"
     assert behind.wake.is_set() and encode.calls == 0
 
@@ -103,7 +103,7 @@ def test_a_reader_too_far_behind_is_cut_and_nobody_else_waits() -> None:
     fanout.follow(s.path, slow)
     fanout.follow(s.path, fast)
     for n in range(1, 5):
-        fanout.deliver(s, Message(b"x", str(n)), str(n - 1))
+        fanout.deliver(s, StreamMessage(b"x", str(n)), str(n - 1))
     assert slow.cut and slow.over() and slow.wake.is_set()
     assert fanout.cut_count == 1 and len(fanout) == 1
     assert (fanout.raw_count, fanout.queued_count) == (4, 2)  # cut at the second
@@ -115,7 +115,7 @@ def test_closing_and_shutdown_wake_the_readers() -> None:
     reader = follower(FakeRaw(), None, encode, "0")
     fanout.follow(s.path, reader)
     s.closed = True
-    fanout.deliver(s, Message(b"x", "1"), "0")  # an append that closes the stream
+    fanout.deliver(s, StreamMessage(b"x", "1"), "0")  # an append that closes the stream
     assert reader.closed_sent and reader.wake.is_set()
     reader.wake.clear()
     fanout.end_all()
@@ -160,14 +160,14 @@ def test_what_all_readers_queue_together_is_bounded() -> None:
         fanout.follow(s.path, reader)
     assert fanout.share() == 1000 // 21
     for n in range(1, 40):
-        fanout.deliver(s, Message(b"x" * 20, str(n)), str(n - 1))
+        fanout.deliver(s, StreamMessage(b"x" * 20, str(n)), str(n - 1))
         assert fanout.queued_bytes <= 1000
     assert all(reader.cut for reader in slow) and not fast.cut
     assert len(fanout) == 1 and fanout.queued_bytes == 0 and len(fast_raw.written) == 39
     # What a reader's task sends leaves the count.
     late = follower(FakeRaw(ready=False), None, encode, "39")
     fanout.follow(s.path, late)
-    fanout.deliver(s, Message(b"y", "40"), "39")
+    fanout.deliver(s, StreamMessage(b"y", "40"), "39")
     assert fanout.queued_bytes == late.pending_bytes > 0
     fanout.sent(s.path, late, len(late.pending))
     assert fanout.queued_bytes == late.pending_bytes == 0 and late.pending == []

@@ -323,9 +323,9 @@ def test_a_chain_deeper_than_the_recursion_limit_reads() -> None:
     larger one): reading it is a loop, not a recursion."""
     import asyncio
 
-    from server.streams.memory import Limits, Registry
+    from server.streams.registry import Limits, StreamRegistry
 
-    registry = Registry(Limits(max_fork_depth=5000))
+    registry = StreamRegistry(Limits(max_fork_depth=5000))
 
     async def build() -> bytes:
         await registry.create(

@@ -1,4 +1,4 @@
-"""The draft entries and relay of ``RedisStore`` (``server.store.redis_drafts``)
+"""The draft entries and relay of ``RedisStore`` (``server.store.redis.drafts``)
 on a real Redis and a real Redis Cluster: each update is stored and announced
 in order on the transcript's notice channel, a delta that does not follow the
 entry is ``stale``, a closed entry takes nothing more and keeps no text, and

@@ -120,7 +120,7 @@ async def test_a_repeated_script_without_caller_key_appends_once(
     # generated key is the same for both sends of one call.
     await redis_store.create("t1", EPOCH, CREATED_AT)
     fixed = uuid.UUID(int=7)
-    monkeypatch.setattr("server.store.redis.uuid.uuid4", lambda: fixed)
+    monkeypatch.setattr("server.store.redis.store.uuid.uuid4", lambda: fixed)
     first = await redis_store.append(appended(1, 0, 2))
     again = await redis_store.append(appended(1, 0, 2))
     assert first == again == AppendResult(Receipt(1, 0, 2), duplicate=False)
@@ -385,7 +385,7 @@ async def test_a_repeated_run_script_answers_what_the_first_did(
     # by the first (one token, the same generated keys).
     await redis_store.create("t1", EPOCH, CREATED_AT)
     numbers = itertools.count()
-    monkeypatch.setattr("server.store.redis.uuid.uuid4", lambda: uuid.UUID(int=next(numbers)))
+    monkeypatch.setattr("server.store.redis.store.uuid.uuid4", lambda: uuid.UUID(int=next(numbers)))
     run = [(appended(1, 0), None), (appended(2, 1), "k"), (appended(3, 2, 2), None)]
     first = await redis_store.append_many(run)
     numbers = itertools.count()  # the second send carries what the first did
@@ -411,7 +411,7 @@ async def test_a_resent_run_longer_than_the_generated_keys_kept_lands_once(
     # second send still recognises those appends, stored as these very events.
     await redis_store.create("t1", EPOCH, CREATED_AT)
     numbers = itertools.count()
-    monkeypatch.setattr("server.store.redis.uuid.uuid4", lambda: uuid.UUID(int=next(numbers)))
+    monkeypatch.setattr("server.store.redis.store.uuid.uuid4", lambda: uuid.UUID(int=next(numbers)))
     run = [(appended(r, r - 1), None) for r in range(1, INTERNAL_KEY_RETENTION + 11)]
     first = await redis_store.append_many(run)
     numbers = itertools.count()

@@ -10,8 +10,8 @@ import pytest
 
 from server.store.redis import RedisStore
 from server.streams.fanout import Follower
-from server.streams.memory import Limits
 from server.streams.redis import RedisRegistry
+from server.streams.registry import Limits
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -33,7 +33,7 @@ async def test_reads_keep_a_replica_within_its_limits(shared_redis: RedisServer)
     for store in stores:
         await store.open()
     limits = Limits(max_streams=5, max_bytes=6 * len(BLOB))
-    one, two = (RedisRegistry(store, limits) for store in stores)
+    one, two = (RedisRegistry(store.parts, limits) for store in stores)
     try:
         for index in range(5):
             await _create(one, f"/a{index}", BLOB)

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from server.store.redis import RedisStore
-from server.streams.memory import Limits, Registry
 from server.streams.redis import RedisRegistry
+from server.streams.registry import Limits, StreamRegistry
 from tests.durable_streams.test_durability import (
     PATHS,
     concrete,
@@ -34,11 +34,11 @@ async def replay(url: str, ops: list[Any], where: list[int]) -> None:
     def clock() -> float:
         return now[0]
 
-    reference = Registry(Limits(), clock=clock)
+    reference = StreamRegistry(Limits(), clock=clock)
     stores = [RedisStore(url), RedisStore(url)]
     for store in stores:
         await store.open()
-    replicas = [RedisRegistry(store, Limits(), clock=clock) for store in stores]
+    replicas = [RedisRegistry(store.parts, Limits(), clock=clock) for store in stores]
     try:
         for index, operation in enumerate(ops):
             now[0] += 1

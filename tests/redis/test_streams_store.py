@@ -14,7 +14,8 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from server.store.redis import RedisStore, _Script
+from server.store.redis import RedisStore
+from server.store.redis.link import Script
 from server.streams.redis import RedisRegistry
 from tests.support.redis_server import RedisServer
 from tests.support.servers import RunningServer, running_server
@@ -30,12 +31,12 @@ def registry(server: RunningServer) -> RedisRegistry:
     return streams
 
 
-class AnsweredTwice(_Script):
+class AnsweredTwice(Script):
     """A script whose first answer is lost: redis-py runs it again (as it
     does after a connection error or a timeout), and that answer is the one
     the caller gets."""
 
-    def __init__(self, script: _Script) -> None:
+    def __init__(self, script: Script) -> None:
         super().__init__(script.text)
 
     async def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -52,9 +53,9 @@ async def test_writes_retried_after_a_lost_answer_are_made_once(
         running_server(store=RedisStore(url)) as srv,
         httpx.AsyncClient(base_url=srv.url, timeout=20) as http,
     ):
-        streams = registry(srv)
-        for name in ("_create_script", "_update", "_remove_script", "_fork", "_unfork"):
-            setattr(streams, name, AnsweredTwice(getattr(streams, name)))
+        part = registry(srv).redis  # the store's streams part: its scripts
+        for name in ("_create", "_update", "_remove", "_fork", "_unfork"):
+            setattr(part, name, AnsweredTwice(getattr(part, name)))
         made = await http.put(path, headers=TEXT, content=b"one")
         assert made.status_code == 201
         appended = await http.post(path, headers=TEXT, content=b" two")

@@ -501,12 +501,12 @@ async def test_a_version_1_database_is_indexed_by_the_migration(tmp_path: Path) 
     migrated in place: message positions, segments, titles and previews are
     read from the stored events once, and nothing is lost; then (schema 3)
     every event gets the digest at its revision (issue 29)."""
-    from server.store.sqlite import _MIGRATIONS
+    from server.store.sqlite.schema import MIGRATIONS
 
     folder = tmp_path / "data"
     folder.mkdir()
     conn = sqlite3.connect(folder / DATABASE_FILE, isolation_level=None)
-    for statement in _MIGRATIONS[0]:
+    for statement in MIGRATIONS[0]:
         assert isinstance(statement, str)
         conn.execute(statement)
     conn.execute("PRAGMA user_version=1")
@@ -565,13 +565,13 @@ async def test_a_version_3_database_counts_its_keys_and_drops_its_previews(
     transcript's keys are counted once (an append then knows without a scan
     whether its key passes the retention), and the stored previews give way
     to the ones made when listed, from the newest append."""
-    from server.store.sqlite import _MIGRATIONS
+    from server.store.sqlite.schema import MIGRATIONS
 
     folder = tmp_path / "data"
     folder.mkdir()
     conn = sqlite3.connect(folder / DATABASE_FILE, isolation_level=None)
     for version in (0, 1, 2):
-        for step in _MIGRATIONS[version]:
+        for step in MIGRATIONS[version]:
             if callable(step):
                 step(conn)
             else:
@@ -665,7 +665,7 @@ async def test_the_writer_checkpoints_while_the_thread_fails(
     """Checkpoints that keep failing on their thread (a disk error, say)
     hand the WAL to SQLite's own checkpoint on the writer, so that it never
     grows without bound; the thread's first success takes it back."""
-    from server.store.sqlite import _Checkpointer
+    from server.store.sqlite.checkpoints import Checkpointer
 
     store = SQLiteStore(tmp_path, SQLiteOptions(checkpoint_pages=8))
     await store.open()
@@ -673,19 +673,19 @@ async def test_the_writer_checkpoints_while_the_thread_fails(
         assert store._writer is not None
         writer = store._writer.conn
         await store.create("t1", EPOCH, CREATED_AT)
-        works = _Checkpointer.catch_up
+        works = Checkpointer.catch_up
 
-        def fails(self: _Checkpointer) -> tuple[int, bool, bool]:
+        def fails(self: Checkpointer) -> tuple[int, bool, bool]:
             raise sqlite3.OperationalError("disk I/O error")
 
-        monkeypatch.setattr(_Checkpointer, "catch_up", fails)
+        monkeypatch.setattr(Checkpointer, "catch_up", fails)
         revision = 1
         while not store.autocheckpoint and revision < 1000:
             await store.append(appended(revision, revision - 1))
             revision += 1
         assert store.autocheckpoint
         assert writer.execute("PRAGMA wal_autocheckpoint").fetchone() == (8,)
-        monkeypatch.setattr(_Checkpointer, "catch_up", works)
+        monkeypatch.setattr(Checkpointer, "catch_up", works)
         first = revision
         while store.autocheckpoint and revision < first + 1000:
             await store.append(appended(revision, revision - 1))

@@ -1,4 +1,6 @@
-"""The Durable Streams of one process, and the readers waiting on them.
+"""``StreamRegistry``: the Durable Streams every request is answered from,
+and the readers waiting on them (named for what it is, not the memory
+store: every backend's streams go through it).
 
 Every operation is a coroutine that, on this registry, never suspends, so
 each is atomic: producer validation and the append it allows happen in one
@@ -17,7 +19,9 @@ first decided without touching memory, then written to the registry's
 ``StreamLog`` (``server.streams.log``: nothing for the memory store, a SQLite
 file for the SQLite store), and only then made in memory and answered: a
 change the log cannot write is refused (503) and leaves the stream as it
-was, and a change answered is in the log. ``attach`` loads what a log holds.
+was, and a change answered is in the log. A durable log (SQLite) holds every
+stream and the registry copies of those asked about, read on demand and let go
+past ``max_live_bytes`` (``_load``): ``attach`` only counts them.
 
 Why one module of over 600 lines: the registry decides every request of the
 protocol (create, append with its producer rules, read, close, fork, expiry,
@@ -39,17 +43,17 @@ from server.streams.log import NoLog, StreamLog
 from server.streams.model import (
     PRODUCER_TTL_S,
     ZERO_OFFSET,
-    Message,
     Producer,
     ProducerOutcome,
     Stream,
     StreamError,
+    StreamMessage,
     Update,
     media_type,
     producer_bytes,
 )
 
-__all__ = ["AppendResult", "Limits", "Registry", "Stale", "Wait"]
+__all__ = ["Limits", "Stale", "StreamAppend", "StreamRegistry", "Wait"]
 
 #: How often expired streams nobody touches are looked for, in seconds.
 SWEEP_EVERY_S: Final = 10.0
@@ -89,15 +93,19 @@ class Limits:
     max_producer_id_bytes: int = 256
     #: How many sources a fork may read through (its source, theirs...).
     max_fork_depth: int = 64
+    #: What the copies of a durable log's streams may hold in memory
+    #: (setting ``max_live_bytes``, as for transcripts): past it the least
+    #: recently used ones nobody reads, waits on or forks are let go.
+    max_live_bytes: int = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
-class AppendResult:
+class StreamAppend:
     """What an append (or close) did: ``message`` is ``None`` when nothing
     was appended (a close, a duplicate, a refusal of a closed stream)."""
 
     stream: Stream
-    message: Message | None = None
+    message: StreamMessage | None = None
     producer: ProducerOutcome | None = None
     closed_now: bool = False
     refused_closed: bool = False
@@ -108,12 +116,12 @@ class Wait:
     """What a live read waited for: messages, or none (``timed_out``, or the
     stream closed at the reader's offset)."""
 
-    messages: list[Message]
+    messages: list[StreamMessage]
     timed_out: bool = False
     closed: bool = False
 
 
-class Registry:
+class StreamRegistry:
     """Every stream of the process by path, with expiry, forks and waiters."""
 
     def __init__(
@@ -132,25 +140,34 @@ class Registry:
         #: Live SSE readers, written to on each append (``server.streams.fanout``).
         self.fanout = Fanout(max_total_queued_bytes=self.limits.max_sse_queued_bytes)
         self._bytes = 0
+        #: A durable log holds the streams and ``_streams`` holds copies,
+        #: loaded on demand (``_load``): ``_count`` and ``_bytes`` count them
+        #: all, ``_copy_bytes`` the copies.
+        self._lazy = False
+        self._count = 0
+        self._copy_bytes = 0
+        #: Streams read from the log, and copies let go (tests, metrics).
+        self.loads = 0
+        self.evicted = 0
+        self._letting_go = False
         self._swept = self.clock()
         if log is not None:
             self.attach(log)
 
     def attach(self, log: StreamLog) -> None:
-        """Write every change to ``log`` from now on, and hold what it holds
-        (instead of anything held before). The log is the registry's from
-        now on: closed if it cannot be loaded (its error is raised)."""
+        """Write every change to ``log`` from now on, and answer from what it
+        holds (instead of anything held before): a durable log's streams are
+        counted now and read one at a time when asked for. The log is the
+        registry's from now on: closed if it cannot be read (its error is
+        raised)."""
         try:
-            streams = log.load()
+            count, held = log.totals()
         except BaseException:
             log.close()
             raise
-        self._streams = {stream.path: stream for stream in streams}
-        for stream in streams:
-            source = self._streams.get(stream.forked_from or "")
-            if source is not None:
-                source.refs += 1
-        self._bytes = sum(stream.held for stream in streams)
+        self._streams = {}
+        self._lazy = log.durable
+        self._count, self._bytes, self._copy_bytes = count, held, 0
         self._log = log
 
     def detach(self) -> None:
@@ -174,7 +191,64 @@ class Registry:
     # ``Stale`` write is decided again on a fresh copy).
 
     async def _sync(self, path: str) -> None:
-        """Bring this process's copy of the stream at ``path`` up to date."""
+        """Bring this process's copy of the stream at ``path`` up to date: on
+        a durable log, read it (and the sources it reads through) if it is
+        not held."""
+        if self._lazy:
+            self._load(path)
+
+    def _load(self, path: str) -> None:
+        """Hold the stream at ``path`` and the sources it reads through,
+        each read from the log when not held. Past ``max_live_bytes`` the
+        least recently used other copies are let go, once this step of the
+        event loop is over (``_let_go``): an operation never loses a copy it
+        is deciding on."""
+        current: str | None = path
+        chain: set[str] = set()
+        while current is not None and current not in chain:
+            chain.add(current)
+            stream = self._streams.get(current)
+            if stream is None:
+                stream = self._log.load_one(current)
+                if stream is None:
+                    return
+                self._streams[current] = stream
+                self._copy_bytes += stream.held
+                self.loads += 1
+            current = stream.forked_from
+        if self._copy_bytes > self.limits.max_live_bytes and not self._letting_go:
+            self._letting_go = True
+            try:
+                asyncio.get_running_loop().call_soon(self._let_go)
+            except RuntimeError:  # no loop (a script): at once
+                self._let_go()
+
+    def _let_go(self) -> None:
+        """Let the least recently used copies go until they hold at most
+        ``max_live_bytes``: not those readers wait on or follow, nor the
+        sources of a fork held (the log keeps them all)."""
+        self._letting_go = False
+        sources = {s.forked_from for s in self._streams.values() if s.forked_from}
+        idle = sorted(
+            (stream.last_access, path)
+            for path, stream in self._streams.items()
+            if path not in sources and not self._watched(path)
+        )
+        for _, path in idle:
+            if self._copy_bytes <= self.limits.max_live_bytes:
+                return
+            self._copy_bytes -= self._streams.pop(path).held
+            self.evicted += 1
+
+    def _watched(self, path: str) -> bool:
+        """Whether readers here wait on the stream at ``path`` (long-polls)
+        or follow it (SSE, through the fan-out): its copy is kept."""
+        return path in self._waiters or self.fanout.follows(path)
+
+    def _grow(self, delta: int) -> None:
+        """The streams hold ``delta`` bytes more (or less)."""
+        self._bytes += delta
+        self._copy_bytes += delta
 
     async def _write_create(self, stream: Stream, source: Stream | None) -> None:
         self._log.create(stream)
@@ -199,13 +273,17 @@ class Registry:
 
     async def _fork_paths(self, stream: Stream) -> list[str]:
         """The paths of the forks that read through ``stream`` directly."""
+        if self._lazy:
+            return self._log.fork_paths(stream.path)
         return [p for p, s in self._streams.items() if s.forked_from == stream.path]
 
     async def _write_unfork(self, source: Stream, fork_path: str) -> None:
         """Write that the fork at ``fork_path`` reads through ``source`` no
         more (a shared store keeps its sources' forks: nothing here)."""
 
-    async def _write_detach(self, fork: Stream, source: Stream, inherited: list[Message]) -> None:
+    async def _write_detach(
+        self, fork: Stream, source: Stream, inherited: list[StreamMessage]
+    ) -> None:
         """Write that ``fork`` holds ``inherited`` itself and reads through
         ``source`` no more."""
         self._log.detach(fork.path, inherited)
@@ -213,7 +291,8 @@ class Registry:
     # --- looking up ------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._streams)
+        """How many streams there are (held or not)."""
+        return self._count if self._lazy else len(self._streams)
 
     @property
     def size(self) -> int:
@@ -324,14 +403,14 @@ class Registry:
                     raise StreamError(409, "Stream already exists with different configuration")
                 return existing, False
         self._make_room(path, streams=1)
-        if len(self._streams) >= self.limits.max_streams:
+        if len(self) >= self.limits.max_streams:
             raise StreamError(
                 429,
                 f"this server holds {self.limits.max_streams} streams (max_streams)",
                 {"retry-after": "1"},
             )
         source: Stream | None = None
-        prefix: Message | None = None
+        prefix: StreamMessage | None = None
         if forked_from is not None:
             source = self._streams.get(forked_from)
             if source is None or (source.expired(now) and source.refs == 0):
@@ -386,10 +465,12 @@ class Registry:
         if source is not None:
             source.refs += 1
         self._streams[path] = stream
-        self._bytes += stream.held
+        self._grow(stream.held)
+        if self._lazy:
+            self._count += 1
         return stream, True
 
-    def _sub_offset_prefix(self, source: Stream, offset: str, sub: int) -> Message:
+    def _sub_offset_prefix(self, source: Stream, offset: str, sub: int) -> StreamMessage:
         after = self.read(source, offset)
         if not after:
             raise StreamError(400, "Invalid fork sub-offset: no data past the fork offset")
@@ -398,10 +479,10 @@ class Registry:
             if sub > len(first.values):
                 raise StreamError(400, "Invalid fork sub-offset: past the message's values")
             values = first.values[:sub]
-            return Message((",".join(values) + ",").encode(), "", values)
+            return StreamMessage((",".join(values) + ",").encode(), "", values)
         if sub > len(first.data):
             raise StreamError(400, "Invalid fork sub-offset: past the message's bytes")
-        return Message(first.data[:sub], "")
+        return StreamMessage(first.data[:sub], "")
 
     # --- writing -----------------------------------------------------------------------
 
@@ -427,7 +508,7 @@ class Registry:
         producer: tuple[str, int, int] | None,
         close: bool,
         values: tuple[str, ...] | None = None,
-    ) -> AppendResult:
+    ) -> StreamAppend:
         """Append ``body`` (``values``: a JSON body's values, parsed already
         off the loop), or close, or both."""
         return await self._decided(
@@ -443,15 +524,15 @@ class Registry:
         producer: tuple[str, int, int] | None,
         close: bool,
         values: tuple[str, ...] | None = None,
-    ) -> AppendResult:
+    ) -> StreamAppend:
         self._check_producer_id(producer)
         stream = await self.live(path)
         now = self.clock()
         if stream.closed:
             if producer is not None and stream.closed_by == producer:
                 repeat = ProducerOutcome("duplicate", producer[1], producer[2])
-                return AppendResult(stream, producer=repeat)
-            return AppendResult(stream, refused_closed=True)
+                return StreamAppend(stream, producer=repeat)
+            return StreamAppend(stream, refused_closed=True)
         if body and media_type(content_type) != media_type(stream.content_type):
             raise StreamError(409, "Content-type mismatch")
         outcome: ProducerOutcome | None = None
@@ -459,7 +540,7 @@ class Registry:
         if producer is not None:
             outcome = stream.check_producer(producer[0], producer[1], producer[2], now)
             if outcome.status != "accepted":
-                return AppendResult(stream, producer=outcome)
+                return StreamAppend(stream, producer=outcome)
             new_state = self._admit_producer(stream, producer[0], now)
         if (
             stream_seq is not None
@@ -467,7 +548,7 @@ class Registry:
             and (stream_seq <= stream.stream_seq)
         ):
             raise StreamError(409, "Sequence conflict")
-        message: Message | None = None
+        message: StreamMessage | None = None
         if body:
             message = stream.encode(body, values=values, max_values=self.limits.max_append_values)
         if message is not None or new_state:
@@ -480,9 +561,10 @@ class Registry:
             stream_seq=stream.stream_seq if stream_seq is None else stream_seq,
             message=message,
             producer=_producer_state(producer, outcome, now),
+            held=stream.held + (message.held if message else 0) + new_state,
         )
         await self._apply(stream, update)
-        return AppendResult(stream, message=message, producer=outcome, closed_now=close)
+        return StreamAppend(stream, message=message, producer=outcome, closed_now=close)
 
     async def _apply(self, stream: Stream, update: Update) -> None:
         """Write ``update`` to the log, then make it in memory and wake the
@@ -491,35 +573,37 @@ class Registry:
             return
         before, after = stream.held, stream.tail
         stream.apply(update)
-        self._bytes += stream.held - before
+        self._grow(stream.held - before)
         self._wake_waiters(stream.path)
         if update.message is not None:
             self.fanout.deliver(stream, update.message, after)
         else:
             self.fanout.wake(stream.path)
 
-    async def close(self, path: str, producer: tuple[str, int, int] | None) -> AppendResult:
+    async def close(self, path: str, producer: tuple[str, int, int] | None) -> StreamAppend:
         """A close-only request: idempotent; with producer headers, part of
         the producer's sequence."""
         return await self._decided(lambda: self._close(path, producer))
 
-    async def _close(self, path: str, producer: tuple[str, int, int] | None) -> AppendResult:
+    async def _close(self, path: str, producer: tuple[str, int, int] | None) -> StreamAppend:
         self._check_producer_id(producer)
         stream = await self.live(path)
         now = self.clock()
         if producer is None:
             await self._apply(
                 stream,
-                Update(stream.tail, now, True, stream.closed_by, stream.stream_seq),
+                Update(
+                    stream.tail, now, True, stream.closed_by, stream.stream_seq, held=stream.held
+                ),
             )
-            return AppendResult(stream, closed_now=True)
+            return StreamAppend(stream, closed_now=True)
         if stream.closed:
             if stream.closed_by == producer:
-                return AppendResult(stream, producer=ProducerOutcome("duplicate", *producer[1:]))
-            return AppendResult(stream, refused_closed=True)
+                return StreamAppend(stream, producer=ProducerOutcome("duplicate", *producer[1:]))
+            return StreamAppend(stream, refused_closed=True)
         outcome = stream.check_producer(producer[0], producer[1], producer[2], now)
         if outcome.status != "accepted":
-            return AppendResult(stream, producer=outcome)
+            return StreamAppend(stream, producer=outcome)
         new_state = self._admit_producer(stream, producer[0], now)
         if new_state:
             self._check_room(path, new_state)
@@ -530,9 +614,10 @@ class Registry:
             closed_by=producer,
             stream_seq=stream.stream_seq,
             producer=_producer_state(producer, outcome, now),
+            held=stream.held + new_state,
         )
         await self._apply(stream, update)
-        return AppendResult(stream, producer=outcome, closed_now=True)
+        return StreamAppend(stream, producer=outcome, closed_now=True)
 
     async def delete(self, path: str, *, detach_forks: bool = False) -> None:
         """Delete the stream at ``path``: soft-deleted while forks read
@@ -562,7 +647,7 @@ class Registry:
             fork.offsets[:0] = [m.offset for m in inherited]
             added = sum(len(m.data) for m in inherited)
             fork.size += added
-            self._bytes += added
+            self._grow(added)
             fork.forked_from = None
             stream.refs = max(0, stream.refs - 1)
         await self._remove(path)
@@ -600,7 +685,9 @@ class Registry:
                 raise
         for gone in doomed:
             del self._streams[gone.path]
-            self._bytes -= gone.held
+            self._grow(-gone.held)
+            if self._lazy:
+                self._count -= 1
             self._wake(gone.path)
             if gone.forked_from is not None:
                 source = self._streams.get(gone.forked_from)
@@ -628,7 +715,7 @@ class Registry:
                 if now - state.updated > PRODUCER_TTL_S:
                     before = stream.producer_bytes
                     stream.drop_producer(key)
-                    self._bytes -= before - stream.producer_bytes
+                    self._grow(stream.producer_bytes - before)
             if len(stream.producers) >= limit:
                 raise StreamError(
                     409, f"this stream has {limit} idempotent producers (max_stream_producers)"
@@ -648,17 +735,24 @@ class Registry:
         self._swept = now
         for path in [p for p, s in self._streams.items() if s.expired(now) and s.refs == 0]:
             await self._remove(path, expired=True)
+        if not self._lazy:
+            return
+        for path in self._log.expired_paths(now):  # those not held
+            self._load(path)
+            stream = self._streams.get(path)
+            if stream is not None and stream.expired(now) and stream.refs == 0:
+                await self._remove(path, expired=True)
 
     # --- reading -----------------------------------------------------------------------
 
-    def read(self, stream: Stream, offset: str | None) -> list[Message]:
+    def read(self, stream: Stream, offset: str | None) -> list[StreamMessage]:
         """The messages after ``offset`` (``None``: from the start), the
         inherited ones of a fork first (its sources' up to its fork offset,
         theirs up to theirs...: a loop, not a recursion, over at most
         ``max_fork_depth`` sources, more only if a log held a deeper chain)."""
         if stream.forked_from is None or stream.fork_offset is None:
             return stream.own_after(offset)
-        found: list[Message] = []
+        found: list[StreamMessage] = []
         for source, cap in reversed(self._sources(stream, offset)):
             found += source.own_after(offset, cap)
         found += stream.own_after(offset)
@@ -678,6 +772,8 @@ class Registry:
             if offset is not None and offset >= fork_offset:
                 break
             cap = fork_offset if cap is None else min(cap, fork_offset)
+            if self._lazy and source_path not in self._streams:
+                self._load(source_path)  # let go since the fork was looked up
             current = self._streams.get(source_path)
             if current is None or current.path in seen:
                 break

@@ -28,9 +28,10 @@ from typing import Any, Final
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisClusterException, RedisError, SlotNotCoveredError
+from redis.exceptions import SlotNotCoveredError
 
 from server.store.base import Notice, Recheck, RelayedDraft, RelayedPresence
+from server.store.redis.link import FAILURES, resubscribed
 
 __all__ = ["ShardChannels"]
 
@@ -136,7 +137,7 @@ class ShardChannels:
                 else:
                     await self.cluster.initialize()
                 owners = self._owners()
-            except (RedisError, RedisClusterException, OSError) as err:
+            except (*FAILURES, OSError) as err:
                 failures += 1
                 log.log(
                     logging.WARNING if failures == 1 else logging.DEBUG,
@@ -204,44 +205,34 @@ class _NodeListener:
             await self._task
 
     async def _run(self) -> None:
-        delay, lost = self.base_delay, False
-        while True:
-            if not self.wanted:
+        async with contextlib.aclosing(
+            resubscribed(
+                lambda attempt: self.owner.connect(self.host, self.port),
+                self._session,
+                what=f"backplane: {self.owner.where} node {self.name}",
+                delay=self.base_delay,
+                lost_note="its transcripts' notices resume when it is back",
+            )
+        ) as confirmations:
+            async for confirmed in confirmations:
+                self.owner.confirmed.update(confirmed)
+                self.out.put_nowait(Recheck(frozenset(confirmed)))
+
+    async def _session(self, pubsub: Any) -> AsyncGenerator[list[str], None]:
+        """Once channels are wanted: the subscriptions on one connection
+        (``_listen``); a failure makes the owner read the slots again."""
+        try:
+            while not self.wanted:
                 self._wake.clear()
                 await self._wake.wait()
-                continue
-            client = self.owner.connect(self.host, self.port)
-            pubsub = client.pubsub()
-            try:
-                async for confirmed in self._listen(pubsub):
-                    if lost:
-                        log.warning(
-                            "backplane: %s node %s subscribed again", self.owner.where, self.name
-                        )
-                    lost, delay = False, self.base_delay
-                    self.owner.confirmed.update(confirmed)
-                    self.out.put_nowait(Recheck(frozenset(confirmed)))
-            except (RedisError, RedisClusterException, OSError) as err:
-                # Warn once per outage, not at every attempt to reconnect.
-                log.log(
-                    logging.DEBUG if lost else logging.WARNING,
-                    "backplane: %s node %s lost (%s); its transcripts' notices resume "
-                    "when it is back",
-                    self.owner.where,
-                    self.name,
-                    err,
-                )
-                lost = True
-                self.owner.topology_changed()
-            finally:
-                self.owner.confirmed.difference_update(self.subscribed.values())
-                self.subscribed = {}
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
-                with contextlib.suppress(Exception):
-                    await client.aclose(close_connection_pool=True)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            async for confirmed in self._listen(pubsub):
+                yield confirmed
+        except (*FAILURES, OSError):
+            self.owner.topology_changed()
+            raise
+        finally:
+            self.owner.confirmed.difference_update(self.subscribed.values())
+            self.subscribed = {}
 
     async def _listen(self, pubsub: Any) -> AsyncGenerator[list[str], None]:
         """Keep the subscriptions equal to ``wanted``; yield the transcripts

@@ -28,15 +28,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import msgspec
-from redis.exceptions import RedisClusterException, RedisError
 
 from protocol.wire import Member
-from server.store.base import PRESENCE_MARK, RelayedPresence, StoredPresence, StoreError
-from server.store.redis_parts import RedisPart, StoreLink
+from server.store.base import PRESENCE_MARK, RelayedPresence, StoredPresence
+from server.store.redis.link import RedisPart, StoreLink
 
 __all__ = ["RedisPresence"]
 
-_FAILURES: Final = (RedisError, RedisClusterException)
 
 _VERSION_FIELD: Final = "~v"
 
@@ -117,18 +115,6 @@ class RedisPresence(RedisPart):
         base = f"{self.prefix}{{{transcript_id}}}:presence"
         return [base, f"{base}:{replica}"]
 
-    async def _many(self, script: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        try:
-            replies: list[Any] = await script.many(self._client(), calls)
-        except _FAILURES as err:
-            raise self._unavailable(err) from err
-        for reply in replies:
-            if isinstance(reply, _FAILURES):
-                raise self._unavailable(reply)
-            if isinstance(reply, Exception):
-                raise StoreError(f"presence on Redis failed: {reply}")
-        return replies
-
     async def relay(self, updates: Sequence[RelayedPresence]) -> None:
         """Store and announce each replica's changes, pipelined."""
         calls = []
@@ -147,21 +133,21 @@ class RedisPresence(RedisPart):
             args += update.gone
             calls.append((self._keys(update.transcript_id, update.replica), args))
         if calls:
-            await self._many(self._write, calls)
+            await self._many(self._write, calls, "presence on Redis")
 
     async def renew(self, transcript_ids: Iterable[str], replica: str, ttl_ms: int) -> list[str]:
         """Renew ``replica``'s keys of ``transcript_ids``; the ones that had
         lapsed (to write again whole)."""
         ids = list(transcript_ids)
         calls = [(self._keys(tid, replica), [replica, ttl_ms]) for tid in ids]
-        replies = await self._many(self._renew, calls) if calls else []
+        replies = await self._many(self._renew, calls, "presence on Redis") if calls else []
         return [tid for tid, reply in zip(ids, replies, strict=True) if not int(reply)]
 
     async def read(self, transcript_ids: Iterable[str]) -> dict[str, list[StoredPresence]]:
         """Every live replica's members of each transcript."""
         ids = list(transcript_ids)
         calls = [([self._keys(tid, "")[0]], [self._keys(tid, "")[1]]) for tid in ids]
-        replies = await self._many(self._read, calls) if calls else []
+        replies = await self._many(self._read, calls, "presence on Redis") if calls else []
         out: dict[str, list[StoredPresence]] = {}
         for tid, reply in zip(ids, replies, strict=True):
             stored = out[tid] = []

@@ -22,12 +22,18 @@ Tables::
     streams   (id PK, path UNIQUE, content_type, created_at, last_access,
                ttl_s, expires_at, expires_at_ts, tail, closed,
                closed_by_id, closed_by_epoch, closed_by_seq, soft_deleted,
-               forked_from, fork_offset, fork_sub_offset, stream_seq)
+               forked_from, fork_offset, fork_sub_offset, stream_seq,
+               held)                     held: ``Stream.held`` (version 2)
+                                         index streams_by_source (forked_from)
     messages  (stream_id, next_offset, data)       PK (stream_id, next_offset)
                data = the bytes of one append; in JSON mode its values as
                compact JSON, each followed by a comma (``Stream.encode``)
     producers (stream_id, producer_id, epoch, last_seq, updated)
                                                    PK (stream_id, producer_id)
+
+The registry reads one stream at a time (``load_one``), when a request asks
+for it, and counts them all from ``streams`` alone (``totals``): nothing is
+read at startup.
 
 Times are epoch seconds (``time.time``), so a TTL or an ``Expires-At``
 that passed while the server was down has passed when it is back. The
@@ -41,21 +47,35 @@ import logging
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, TypeVar
 
-from server.store.base import StoreError, StoreUnavailable
-from server.streams.model import Message, Producer, Stream, StreamError, Update
+from server.store.base import StoreUnavailable
+from server.store.sqlite.database import Step, connect, migrate, rollback, use_wal
+from server.streams.model import (
+    Producer,
+    Stream,
+    StreamError,
+    StreamMessage,
+    Update,
+    is_json,
+    producer_bytes,
+)
 
 __all__ = ["STREAMS_FILE", "SQLiteStreamLog"]
 
 log = logging.getLogger("tsync.streams")
 
+_R = TypeVar("_R")
+
 #: The streams' database file inside the data folder.
 STREAMS_FILE: Final = "streams.sqlite3"
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
-_SCHEMA: Final = (
-    """CREATE TABLE streams (
+#: ``MIGRATIONS[v]`` takes the file from version ``v`` to ``v + 1``
+#: (``server.store.sqlite.database.migrate``).
+MIGRATIONS: Final[dict[int, tuple[Step, ...]]] = {
+    0: (
+        """CREATE TABLE streams (
         id INTEGER PRIMARY KEY,
         path TEXT NOT NULL UNIQUE,
         content_type TEXT,
@@ -75,13 +95,13 @@ _SCHEMA: Final = (
         fork_sub_offset INTEGER NOT NULL,
         stream_seq TEXT
     )""",
-    """CREATE TABLE messages (
+        """CREATE TABLE messages (
         stream_id INTEGER NOT NULL,
         next_offset TEXT NOT NULL,
         data BLOB NOT NULL,
         PRIMARY KEY (stream_id, next_offset)
     )""",
-    """CREATE TABLE producers (
+        """CREATE TABLE producers (
         stream_id INTEGER NOT NULL,
         producer_id TEXT NOT NULL,
         epoch INTEGER NOT NULL,
@@ -89,7 +109,16 @@ _SCHEMA: Final = (
         updated REAL NOT NULL,
         PRIMARY KEY (stream_id, producer_id)
     ) WITHOUT ROWID""",
-)
+    ),
+    1: (
+        # What each stream holds (``Stream.held``), kept with every write, so
+        # that the registry counts the streams without reading them; and the
+        # forks of a source found by index: streams are read one at a time.
+        "ALTER TABLE streams ADD COLUMN held INTEGER NOT NULL DEFAULT 0",
+        lambda conn: _count_held(conn),
+        "CREATE INDEX streams_by_source ON streams (forked_from)",
+    ),
+}
 
 _COLUMNS: Final = (
     "path, content_type, created_at, last_access, ttl_s, expires_at, expires_at_ts, tail, "
@@ -112,10 +141,52 @@ def json_values(data: bytes) -> tuple[str, ...]:
     return tuple(values)
 
 
+def _count_held(conn: sqlite3.Connection) -> None:
+    """Version 2: fill ``held`` from what each stream holds."""
+    held: dict[int, int] = {}
+    modes = dict(conn.execute("SELECT id, content_type FROM streams").fetchall())
+    for key, data in conn.execute("SELECT stream_id, data FROM messages"):
+        message = StreamMessage(data, "", json_values(data) if is_json(modes.get(key)) else ())
+        held[key] = held.get(key, 0) + message.held
+    for key, producer_id in conn.execute("SELECT stream_id, producer_id FROM producers"):
+        held[key] = held.get(key, 0) + producer_bytes(producer_id)
+    conn.executemany("UPDATE streams SET held = ? WHERE id = ?", [(h, k) for k, h in held.items()])
+
+
+def _stream_of(row: tuple[Any, ...]) -> tuple[int, str, Stream]:
+    """A ``streams`` row (``id, _COLUMNS``): its key, its tail and the stream
+    without messages or producers."""
+    (
+        key, path, content_type, created_at, last_access, ttl_s, expires_at,
+        expires_at_ts, tail, closed, by_id, by_epoch, by_seq, soft_deleted,
+        forked_from, fork_offset, fork_sub_offset, stream_seq,
+    ) = row  # fmt: skip
+    stream = Stream(
+        path=path,
+        content_type=content_type,
+        created_at=created_at,
+        last_access=last_access,
+        ttl_s=ttl_s,
+        expires_at=expires_at,
+        expires_at_ts=expires_at_ts,
+        closed=bool(closed),
+        closed_by=None if by_id is None else (by_id, by_epoch, by_seq),
+        soft_deleted=bool(soft_deleted),
+        forked_from=forked_from,
+        fork_offset=fork_offset,
+        fork_sub_offset=fork_sub_offset,
+        stream_seq=stream_seq,
+        logged_access=last_access,
+    )
+    return key, tail, stream
+
+
 class SQLiteStreamLog:
     """A ``StreamLog`` in ``streams.sqlite3`` inside the data folder
     ``folder``. Opened (created and migrated) when made; used and closed on
     the event loop's thread only."""
+
+    durable = True
 
     def __init__(
         self,
@@ -128,15 +199,12 @@ class SQLiteStreamLog:
         self.path = folder / STREAMS_FILE
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout_s)
+            self.conn = connect(self.path, busy_timeout_s)
         except sqlite3.Error as err:
             raise StoreUnavailable(f"stream log {self.path}: {err}") from None
         try:
-            mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if mode != "wal":
-                raise StoreUnavailable(f"stream log {self.path}: cannot use WAL (got {mode})")
-            self.conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
-            self._migrate()
+            use_wal(self.conn, synchronous, what=f"stream log {self.path}")
+            migrate(self.conn, MIGRATIONS, SCHEMA_VERSION, what=f"stream log {self.path}")
         except sqlite3.Error as err:
             self.conn.close()
             raise StoreUnavailable(f"stream log {self.path}: {err}") from None
@@ -146,81 +214,84 @@ class SQLiteStreamLog:
         #: The row id of every stream written, by path.
         self._ids: dict[str, int] = {}
 
-    def _migrate(self) -> None:
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            version: int = self.conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"stream log {self.path}: schema version {version} is newer than "
-                    f"this program's {SCHEMA_VERSION}"
-                )
-            if version == 0:
-                for statement in _SCHEMA:
-                    self.conn.execute(statement)
-                self.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            self.conn.execute("COMMIT")
-        except BaseException:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            raise
-
     def close(self) -> None:
         self.conn.close()
 
-    # --- reading it all back ------------------------------------------------------
+    # --- one stream at a time ---------------------------------------------------------
 
-    def load(self) -> list[Stream]:
+    def _reading(self, what: str, read: Callable[[], _R]) -> _R:
         try:
-            return self._load()
+            return read()
         except (sqlite3.Error, ValueError, KeyError) as err:
-            raise StoreError(f"stream log {self.path} cannot be read: {err}") from None
+            log.error("stream log %s: cannot read %s: %s", self.path, what, err)
+            raise StreamError(
+                503, f"the streams cannot be read now ({err})", {"retry-after": "1"}
+            ) from None
 
-    def _load(self) -> list[Stream]:
-        self.conn.execute("BEGIN")
+    def load_one(self, path: str) -> Stream | None:
+        return self._reading(path, lambda: self._load_one(path))
+
+    def _load_one(self, path: str) -> Stream | None:
+        conn = self.conn
+        conn.execute("BEGIN")
         try:
-            by_id: dict[int, Stream] = {}
-            tails: dict[int, str] = {}
-            for row in self.conn.execute(f"SELECT id, {_COLUMNS} FROM streams"):
-                (
-                    key, path, content_type, created_at, last_access, ttl_s, expires_at,
-                    expires_at_ts, tail, closed, by_id_, by_epoch, by_seq, soft_deleted,
-                    forked_from, fork_offset, fork_sub_offset, stream_seq,
-                ) = row  # fmt: skip
-                stream = Stream(
-                    path=path,
-                    content_type=content_type,
-                    created_at=created_at,
-                    last_access=last_access,
-                    ttl_s=ttl_s,
-                    expires_at=expires_at,
-                    expires_at_ts=expires_at_ts,
-                    closed=bool(closed),
-                    closed_by=None if by_id_ is None else (by_id_, by_epoch, by_seq),
-                    soft_deleted=bool(soft_deleted),
-                    forked_from=forked_from,
-                    fork_offset=fork_offset,
-                    fork_sub_offset=fork_sub_offset,
-                    stream_seq=stream_seq,
-                    logged_access=last_access,
-                )
-                by_id[key] = stream
-                tails[key] = tail
-            for key, offset, data in self.conn.execute(
-                "SELECT stream_id, next_offset, data FROM messages ORDER BY stream_id, next_offset"
+            row = conn.execute(f"SELECT id, {_COLUMNS} FROM streams WHERE path = ?", (path,))
+            found = row.fetchone()
+            if found is None:
+                return None
+            key, tail, stream = _stream_of(found)
+            for offset, data in conn.execute(
+                "SELECT next_offset, data FROM messages WHERE stream_id = ? ORDER BY next_offset",
+                (key,),
             ):
-                stream = by_id[key]
-                stream.push(Message(data, offset, json_values(data) if stream.json else ()))
-            for key, producer_id, epoch, last_seq, updated in self.conn.execute(
-                "SELECT stream_id, producer_id, epoch, last_seq, updated FROM producers"
+                stream.push(StreamMessage(data, offset, json_values(data) if stream.json else ()))
+            for producer_id, epoch, last_seq, updated in conn.execute(
+                "SELECT producer_id, epoch, last_seq, updated FROM producers WHERE stream_id = ?",
+                (key,),
             ):
-                by_id[key].put_producer(producer_id, Producer(epoch, last_seq, updated))
+                stream.put_producer(producer_id, Producer(epoch, last_seq, updated))
+            (refs,) = conn.execute(
+                "SELECT count(*) FROM streams WHERE forked_from = ?", (path,)
+            ).fetchone()
         finally:
-            self.conn.execute("COMMIT")
-        for key, stream in by_id.items():
-            stream.tail = tails[key]  # a fork's tail when it has no messages of its own
-        self._ids = {stream.path: key for key, stream in by_id.items()}
-        return list(by_id.values())
+            conn.execute("COMMIT")
+        stream.tail = tail  # a fork's tail when it has no messages of its own
+        stream.refs = refs
+        self._ids[path] = key
+        return stream
+
+    def totals(self) -> tuple[int, int]:
+        def read() -> tuple[int, int]:
+            count, held = self.conn.execute(
+                "SELECT count(*), coalesce(sum(held), 0) FROM streams"
+            ).fetchone()
+            return int(count), int(held)
+
+        return self._reading("the totals", read)
+
+    def expired_paths(self, now: float) -> list[str]:
+        return self._reading(
+            "the expired streams",
+            lambda: [
+                path
+                for (path,) in self.conn.execute(
+                    "SELECT path FROM streams WHERE expires_at_ts <= ?"
+                    " OR (ttl_s IS NOT NULL AND last_access + ttl_s <= ?)",
+                    (now, now),
+                )
+            ],
+        )
+
+    def fork_paths(self, path: str) -> list[str]:
+        return self._reading(
+            "the forks",
+            lambda: [
+                fork
+                for (fork,) in self.conn.execute(
+                    "SELECT path FROM streams WHERE forked_from = ?", (path,)
+                )
+            ],
+        )
 
     # --- writing --------------------------------------------------------------------
 
@@ -234,8 +305,7 @@ class SQLiteStreamLog:
                 steps(conn)
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                rollback(conn)
                 raise
         except sqlite3.Error as err:
             log.error("stream log %s: cannot write %s: %s", self.path, what, err)
@@ -264,6 +334,9 @@ class SQLiteStreamLog:
             )  # fmt: skip
             assert cursor.lastrowid is not None
             created.append(cursor.lastrowid)
+            conn.execute(
+                "UPDATE streams SET held = ? WHERE id = ?", (stream.held, cursor.lastrowid)
+            )
             conn.executemany(
                 "INSERT INTO messages (stream_id, next_offset, data) VALUES (?, ?, ?)",
                 [(cursor.lastrowid, m.offset, m.data) for m in stream.messages],
@@ -291,10 +364,10 @@ class SQLiteStreamLog:
             closed_by = update.closed_by or (None, None, None)
             conn.execute(
                 "UPDATE streams SET tail = ?, last_access = ?, closed = ?, closed_by_id = ?,"
-                " closed_by_epoch = ?, closed_by_seq = ?, stream_seq = ? WHERE id = ?",
+                " closed_by_epoch = ?, closed_by_seq = ?, stream_seq = ?, held = ? WHERE id = ?",
                 (
                     update.tail, update.last_access, int(update.closed), *closed_by,
-                    update.stream_seq, key,
+                    update.stream_seq, update.held, key,
                 ),
             )  # fmt: skip
 
@@ -316,7 +389,7 @@ class SQLiteStreamLog:
             ),
         )
 
-    def detach(self, path: str, inherited: Sequence[Message]) -> None:
+    def detach(self, path: str, inherited: Sequence[StreamMessage]) -> None:
         key = self._ids[path]
 
         def steps(conn: sqlite3.Connection) -> None:
@@ -324,7 +397,10 @@ class SQLiteStreamLog:
                 "INSERT INTO messages (stream_id, next_offset, data) VALUES (?, ?, ?)",
                 [(key, m.offset, m.data) for m in inherited],
             )
-            conn.execute("UPDATE streams SET forked_from = NULL WHERE id = ?", (key,))
+            conn.execute(
+                "UPDATE streams SET forked_from = NULL, held = held + ? WHERE id = ?",
+                (sum(m.held for m in inherited), key),
+            )
 
         self._write("a fork's detachment", steps)
 

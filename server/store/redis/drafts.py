@@ -58,16 +58,14 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 import msgspec
-from redis.exceptions import RedisClusterException, RedisError
 
-from server.store.base import RelayedDraft, RelayedKind, RelayedOutcome, StoredDraft, StoreError
-from server.store.redis_parts import RedisPart, StoreLink
+from server.store.base import RelayedDraft, RelayedKind, RelayedOutcome, StoredDraft
+from server.store.redis.link import RedisPart, StoreLink
 
 __all__ = ["RedisDrafts"]
 
 log = logging.getLogger("tsync.store.redis")
 
-_FAILURES: Final = (RedisError, RedisClusterException)
 
 # KEYS: drafts hash, the draft's text key, its chunks key. ARGV: draft id, n, kind ('d' delta,
 # 't' text, 'k' keep-alive, 'c' close), body (delta or text), role, state,
@@ -241,17 +239,8 @@ class RedisDrafts(RedisPart):
         if not updates:
             return []
         ttl_ms = max(1, int(ttl_s * 1000))
-        try:
-            replies = await self._update.many(
-                self._client(), [self._call(update, ttl_ms) for update in updates]
-            )
-        except _FAILURES as err:
-            raise self._unavailable(err) from err
-        for reply in replies:
-            if isinstance(reply, _FAILURES):
-                raise self._unavailable(reply)
-            if isinstance(reply, Exception):
-                raise StoreError(f"relaying a draft failed: {reply}")
+        calls = [self._call(update, ttl_ms) for update in updates]
+        replies = await self._many(self._update, calls, "relaying a draft")
         return [RelayedOutcome(_OUTCOMES[int(reply[0])], int(reply[1])) for reply in replies]
 
     async def drafts_of(self, transcript_ids: Iterable[str]) -> dict[str, list[StoredDraft]]:
@@ -265,16 +254,9 @@ class RedisDrafts(RedisPart):
             ([self._tag(tid) + "drafts"], [self._tag(tid) + "draft:", self._tag(tid) + "ui:"])
             for tid in ids
         ]
-        try:
-            replies = await self._read.many(self._client(), calls)
-        except _FAILURES as err:
-            raise self._unavailable(err) from err
+        replies = await self._many(self._read, calls, "reading drafts")
         out: dict[str, list[StoredDraft]] = {}
         for tid, reply in zip(ids, replies, strict=True):
-            if isinstance(reply, _FAILURES):
-                raise self._unavailable(reply)
-            if isinstance(reply, Exception):
-                raise StoreError(f"reading the drafts of {tid!r} failed: {reply}")
             drafts = out[tid] = []
             for i in range(0, len(reply), 5):
                 try:

@@ -1,104 +1,27 @@
-"""``RedisStore``: the ``Store`` interface on Redis, shared by several replicas.
+"""``RedisStore``: the ``Store`` interface on Redis (``server.store.redis``
+says how its keys, scripts and notices work).
 
-Keys of one transcript all carry the hash tag ``{<id>}`` so that they live on
-one Redis Cluster slot and one Lua script can change them atomically::
-
-    <prefix>{<id>}:meta     hash: epoch, created, updated, rev, len, active, ctoken,
-                            vchanges (View changes), title, preview, ix ("1": the
-                            three keys below hold the whole history)
-    <prefix>{<id>}:log      list: every event (msgpack), revision r at index r-1;
-                            the authoritative history, never trimmed
-    <prefix>{<id>}:stream   stream: the same events with ids ``0-<revision>``,
-                            trimmed to about ``stream_maxlen``; catch-up reads it
-    <prefix>{<id>}:keys     hash: caller's idempotency key -> ack ("rev:start:count:call")
-    <prefix>{<id>}:korder   zset: those keys by the time they were recorded (ms;
-                            pruned after ``idempotency_ttl_s`` and past
-                            ``idempotency_retention``, oldest first)
-    <prefix>{<id>}:ikeys    hash/zset pair for the keys this store generates
-    <prefix>{<id>}:iorder   itself when the caller gave none (see ``append``)
-    <prefix>{<id>}:ends     zset: each append's revision, scored by one past its
-                            last message: the appends holding messages [a, b) are
-                            the revisions from the first scored > a to the first
-                            scored >= b, read with one LRANGE of the log
-    <prefix>{<id>}:segs     list: every closed segment, "start:end", oldest first
-    <prefix>{<id>}:views    hash: View name -> "start:end" ("start:" when open)
-    <prefix>ids             zset of ids (score 0) for ``list``; kept outside the
-                            scripts (another slot), see ``create``/``delete``
-    <prefix>changes         pub/sub channel: ``[id, epoch, revision]`` per change,
-                            and every draft update relayed (a JSON object)
-    <prefix>{<id>}:changes  on a Redis Cluster instead: the transcript's own
-                            sharded channel (``SPUBLISH``), on its node only
-    <prefix>{<id>}:drafts   the open and recently closed drafts, and their
-    <prefix>{<id>}:draft:*  texts (``server.store.redis_drafts``)
-
-Every change is one script (``create``, ``append``, ``delete``): it checks the
-idempotency key, the epoch, the revision and the position (an append's start
-must be the stored length), stores the event in the log and the stream,
-records the key with its ack, and publishes a notice, all or nothing. The
-appends of one transcript that ``append_many`` gets (the committer's run) are
-ONE script: each is stored only where it was planned, and once one is not,
-none after it is, so another replica's append landing in between can never
-put a later one at a place computed for a history that did not happen.
-redis-py retries a command after a connection error or a timeout, so an
-append always carries an idempotency key (a generated one when the caller
-gave none) and records it with an ack holding a token of the call: a retried
-script that had already run finds its own token and answers as it did.
-
-``events_after`` reads the stream: when it no longer holds the range (trimmed)
-it returns ``None`` and the caller loads the whole transcript from the log.
-``load_recent`` and ``read_messages`` are one script each that reads the
-meta, ``segs``, ``views`` and, through ``ends``, only the events holding the
-messages asked for. A transcript stored before ``ends`` existed (no ``ix``)
-is indexed once, by a script that decodes its log with Redis's ``cmsgpack``,
-the first time it is read so.
-
-Errors: a connection error, a timeout, or a Redis still loading its data after
-a restart raise ``StoreUnavailable``. After a timeout the outcome is unknown
-(the command may still run once Redis answers again); a retry with the same
-idempotency key then answers the first ack instead of appending twice.
-
-URL: ``redis://[user:pass@]host:port/db`` or ``rediss://`` (TLS); its query
-parameters are the options (``server.store.options.RedisOptions``: ``prefix``,
-``stream_maxlen``, ``socket_timeout``...). An unknown one is refused.
-
-Redis Cluster: ``redis+cluster://host:port,host:port`` (``rediss+cluster://``
-with TLS; any nodes, the client learns the rest) uses redis-py's cluster
-client. Every script touches one transcript's keys, all on its slot, and
-publishes on the transcript's sharded channel (``server.store.redis_shards``
-subscribes to it while this replica holds the transcript). A node that is
-down makes its transcripts ``StoreUnavailable``; the others keep working.
-``create``, ``delete`` and ``list`` also need the node of the ``ids`` index.
-
-Why one module of over 600 lines: one backend for one Redis or a Redis Cluster; the Lua
-scripts that make a run of appends atomic and a retried call idempotent are text in this
-module, beside the code that calls and decodes them. The sharded notices and the drafts
-are modules of their own.
-"""
+Why one module of over 600 lines: one backend's every call of the ``Store``
+and ``SharedStore`` interfaces, each encoding its script's arguments and
+decoding its answers; the scripts, the connection and the parts are
+modules of their own."""
 
 from __future__ import annotations
 
 import asyncio
 import builtins
-import hashlib
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncGenerator, Iterable, Sequence
 from typing import Any, Final
 
 import msgspec
-import redis.asyncio as aioredis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import (
-    ClusterError,
-    NoScriptError,
     RedisClusterException,
     RedisError,
-    TryAgainError,
 )
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from protocol.summary import preview_of, title_of
 from protocol.types import (
@@ -144,298 +67,27 @@ from server.store.base import (
     position_of,
 )
 from server.store.options import RedisOptions, parse_query, redis_address, validated
-from server.store.redis_drafts import RedisDrafts
-from server.store.redis_parts import StoreLink
-from server.store.redis_presence import RedisPresence
-from server.store.redis_shards import ShardChannels
+from server.store.redis.drafts import RedisDrafts
+from server.store.redis.link import FAILURES, RedisLink, Script, StoreLink, resubscribed
+from server.store.redis.presence import RedisPresence
+from server.store.redis.scripts import (
+    APPEND_SCRIPT,
+    CREATE_SCRIPT,
+    DELETE_SCRIPT,
+    INDEX_SCRIPT,
+    KEY_NAMES,
+    RANGE_SCRIPT,
+    STATE_SCRIPT,
+)
+from server.store.redis.shards import ShardChannels
 
 __all__ = ["RedisStore"]
 
 log = logging.getLogger("tsync.store.redis")
 
-#: What redis-py raises when Redis cannot serve (its cluster client's own
-#: exceptions, e.g. a slot no node covers, are not ``RedisError``s).
-_FAILURES: Final = (RedisError, RedisClusterException)
-
 #: Keys generated for appends without one, kept per transcript: they only
 #: have to outlive redis-py's retries of one call.
 INTERNAL_KEY_RETENTION: Final = 64
-
-# --- the scripts -----------------------------------------------------------------------
-
-# KEYS: meta, log, stream, keys, korder, ikeys, iorder, ends, segs, views
-# Shared body: store one event (ARGV from index 4 on, see _event_args) and publish.
-_ACCEPT = """
-local function accept(rev, a)
-  local event, key, internal, ack = a[1], a[2], a[3], a[4]
-  local updated, length, active = a[5], a[6], a[7]
-  local retention, maxlen, channel = tonumber(a[8]), tonumber(a[9]), a[10]
-  local tid, epoch, publish, ttl_ms = a[11], a[12], a[13], tonumber(a[14])
-  local kind, item, vname, title, preview = a[15], a[16], a[17], a[18], a[19]
-  redis.call('RPUSH', KEYS[2], event)
-  if maxlen > 0 then
-    redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '0-' .. rev, 'e', event)
-  end
-  redis.call('HSET', KEYS[1], 'rev', rev, 'updated', updated)
-  if length ~= '' then redis.call('HSET', KEYS[1], 'len', length) end
-  if active ~= '' then redis.call('HSET', KEYS[1], 'active', active) end
-  if kind == 'a' then
-    redis.call('ZADD', KEYS[8], length, rev)
-    -- A transcript stored before titles were kept gets its own when indexed.
-    if title ~= '' and redis.call('HGET', KEYS[1], 'ix') == '1' then
-      redis.call('HSETNX', KEYS[1], 'title', title)
-    end
-    redis.call('HSET', KEYS[1], 'preview', preview)
-  elseif kind == 's' then
-    redis.call('RPUSH', KEYS[9], item)
-  elseif kind == 'v' then
-    redis.call('HSET', KEYS[10], vname, item)
-    redis.call('HINCRBY', KEYS[1], 'vchanges', 1)
-  elseif kind == 'l' then
-    redis.call('HDEL', KEYS[10], vname)
-    redis.call('HINCRBY', KEYS[1], 'vchanges', 1)
-  end
-  if key ~= '' and retention > 0 then
-    local h, z = KEYS[4], KEYS[5]
-    if internal == '1' then h, z = KEYS[6], KEYS[7] end
-    redis.call('HSET', h, key, ack)
-    redis.call('ZADD', z, updated, key)
-    local extra = redis.call('ZCARD', z) - retention
-    if extra > 0 then
-      local old = redis.call('ZPOPMIN', z, extra)
-      for i = 1, #old, 2 do redis.call('HDEL', h, old[i]) end
-    end
-    -- Keys older than the ttl, a bounded number per change.
-    local expired = redis.call('ZRANGEBYSCORE', z, '-inf', '(' .. (tonumber(updated) - ttl_ms),
-                               'LIMIT', 0, 100)
-    for i = 1, #expired do
-      redis.call('HDEL', h, expired[i])
-      redis.call('ZREM', z, expired[i])
-    end
-  end
-  redis.call(publish, channel, cjson.encode({tid, epoch, rev}))
-end
-"""
-
-#: ARGV per append of a run: epoch, revision, position ('' for none), then
-#: the 19 accept arguments (``_event_args``).
-_PER_APPEND: Final = 22
-
-# A run of appends of one transcript, in order, in one atomic step: ARGV is
-# ``_PER_APPEND`` arguments per append. -> one answer per append:
-# {'ok'} | {'dup', ack} | {'mismatch', current} | {'missing'}
-# An append is stored only at the revision AND the position (the length) it
-# was planned for; once one is not stored, none after it is (each was planned
-# on top of the ones before it): they answer 'mismatch'. Every append carries
-# a key (generated when the caller gave none) and the ack to record with it,
-# which holds a token of the call: a key recorded with this very ack was
-# stored by this call's first attempt (redis-py retried the call after a
-# connection error or a timeout), so it answers 'ok' again, not 'dup'; so
-# does an append whose key is no longer kept and whose very event (the same
-# bytes) is stored at its revision.
-_APPEND_SCRIPT = (
-    _ACCEPT
-    + f"local per = {_PER_APPEND}\n"
-    + """
-local n = #ARGV / per
-local answers = {}
-local m = redis.call('HMGET', KEYS[1], 'epoch', 'rev', 'len')
-if not m[1] then
-  for i = 1, n do answers[i] = {'missing'} end
-  return answers
-end
-local current, len = tonumber(m[2]), tonumber(m[3])
-local broken = false
-for i = 1, n do
-  local o = (i - 1) * per
-  local rev, pos = tonumber(ARGV[o + 2]), ARGV[o + 3]
-  local a = {unpack(ARGV, o + 4, o + per)}
-  local key, internal = a[2], a[3]
-  local answer = nil
-  if broken or ARGV[o + 1] ~= m[1] then
-    answer = {'mismatch', current}
-  else
-    if key ~= '' then
-      local h = KEYS[4]
-      if internal == '1' then h = KEYS[6] end
-      local ack = redis.call('HGET', h, key)
-      -- The very ack this call records (its token in it): its first attempt ran.
-      if ack == a[4] then answer = {'ok'}
-      elseif ack then answer = {'dup', ack} end
-    end
-    if not answer and rev <= current and redis.call('LINDEX', KEYS[2], rev - 1) == a[1] then
-      -- Stored as this very event, its key pruned since (a resent run longer
-      -- than the generated keys kept): the first attempt stored it.
-      answer = {'ok'}
-    end
-    if not answer then
-      if rev ~= current + 1 or (pos ~= '' and tonumber(pos) ~= len) then
-        answer = {'mismatch', current}
-      else
-        accept(rev, a)
-        current = rev
-        if a[6] ~= '' then len = tonumber(a[6]) end
-        answer = {'ok'}
-      end
-    end
-  end
-  if answer[1] ~= 'ok' then broken = true end
-  answers[i] = answer
-end
-return answers
-"""
-)
-
-# ARGV: epoch, created, ctoken, then the accept arguments (event '' for none).
-# -> {'ok'} | {'exists'}
-_CREATE_SCRIPT = (
-    _ACCEPT
-    + """
-local token = redis.call('HGET', KEYS[1], 'ctoken')
-if token then
-  -- The same create() retried by redis-py after its first attempt ran.
-  if token == ARGV[3] then return {'ok'} end
-  return {'exists'}
-end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
-           KEYS[10])
-redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'created', ARGV[2], 'updated', ARGV[2],
-           'rev', 0, 'len', 0, 'active', 0, 'ctoken', ARGV[3], 'vchanges', 0, 'ix', 1)
-local a = {unpack(ARGV, 4)}
-if a[1] ~= '' then
-  accept(1, a)
-else
-  redis.call(a[13], a[10], cjson.encode({a[11], ARGV[1], 0}))
-end
-return {'ok'}
-"""
-)
-
-# ARGV: channel, id, publish command -> 1 if it existed
-_DELETE_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8],
-           KEYS[9], KEYS[10])
-redis.call(ARGV[3], ARGV[1], cjson.encode({ARGV[2], '', 0}))
-return 1
-"""
-
-# The revisions of the appends holding messages [s, e) of a transcript of len
-# messages, as the log's index range: {first - 1, last - 1}, or nil (none).
-_SPAN = """
-local function span(s, e)
-  if s >= e then return nil end
-  local a = redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. s, '+inf', 'LIMIT', 0, 1)
-  local b = redis.call('ZRANGEBYSCORE', KEYS[8], e, '+inf', 'LIMIT', 0, 1)
-  if #a == 0 or #b == 0 then return nil end
-  return {tonumber(a[1]) - 1, tonumber(b[1]) - 1}
-end
-"""
-
-# ARGV: keep (-1: every message), loaded keys -> {'missing'} | {'unindexed'} |
-# {'ok', epoch, created, rev, len, active, vchanges, segs, views, first, blobs, acks, order,
-#  last} (the newest ``loaded keys`` idempotency keys, oldest first, and their acks; the
-# newest event, whose digest is the transcript's, '' at revision 0)
-_STATE_SCRIPT = (
-    _SPAN
-    + """
-local m = redis.call('HMGET', KEYS[1], 'epoch', 'created', 'rev', 'len', 'active', 'vchanges',
-                     'ix')
-if not m[1] then return {'missing'} end
-if m[7] ~= '1' then return {'unindexed'} end
-local len, keep = tonumber(m[4]), tonumber(ARGV[1])
-local first = 0
-if keep >= 0 and len > keep then first = len - keep end
-local blobs = {}
-local r = span(first, len)
-if r then blobs = redis.call('LRANGE', KEYS[2], r[1], r[2]) end
-local order = redis.call('ZRANGE', KEYS[5], -tonumber(ARGV[2]), -1)
-local acks = {}
-if #order > 0 then acks = redis.call('HMGET', KEYS[4], unpack(order)) end
-local last = ''
-if tonumber(m[3]) > 0 then last = redis.call('LINDEX', KEYS[2], tonumber(m[3]) - 1) or '' end
-return {'ok', m[1], m[2], m[3], m[4], m[5], m[6] or '0',
-        redis.call('LRANGE', KEYS[9], 0, -1), redis.call('HGETALL', KEYS[10]), first, blobs,
-        acks, order, last}
-"""
-)
-
-# ARGV: start, end -> {'missing'} | {'unindexed'} | {'ok', epoch, rev, len, first, blobs}
-_RANGE_SCRIPT = (
-    _SPAN
-    + """
-local m = redis.call('HMGET', KEYS[1], 'epoch', 'rev', 'len', 'ix')
-if not m[1] then return {'missing'} end
-if m[4] ~= '1' then return {'unindexed'} end
-local len = tonumber(m[3])
-local s, e = math.min(tonumber(ARGV[1]), len), math.min(tonumber(ARGV[2]), len)
-local blobs = {}
-local r = span(s, e)
-if r then blobs = redis.call('LRANGE', KEYS[2], r[1], r[2]) end
-return {'ok', m[1], m[2], m[3], s, blobs}
-"""
-)
-
-# Indexes a transcript stored before ``ends``/``segs``/``views`` existed (it has
-# no View events then): decodes its log once. -> 1 indexed now, 0 no such id.
-_INDEX_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if redis.call('HGET', KEYS[1], 'ix') == '1' then return 1 end
-redis.call('DEL', KEYS[8], KEYS[9], KEYS[10])
-local blobs = redis.call('LRANGE', KEYS[2], 0, -1)
-for i, blob in ipairs(blobs) do
-  local change = cmsgpack.unpack(blob)['change']
-  if change['kind'] == 'messages-appended' then
-    redis.call('ZADD', KEYS[8], change['start'] + #change['messages'], i)
-  elseif change['kind'] == 'segment-started' then
-    redis.call('RPUSH', KEYS[9], change['previousStart'] .. ':' .. change['end'])
-  end
-end
-redis.call('HSET', KEYS[1], 'ix', 1, 'vchanges', 0)
-return 1
-"""
-
-
-_KEY_NAMES: Final = (
-    "meta", "log", "stream", "keys", "korder", "ikeys", "iorder", "ends", "segs", "views"
-)  # fmt: skip
-
-
-class _Script:
-    """A Lua script sent by its SHA1 (``EVALSHA``), and whole (``EVAL``, which
-    also caches it there) on the node that answers ``NOSCRIPT`` (a restarted
-    Redis, a new cluster node): no separate ``SCRIPT LOAD`` that would need
-    every node up."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.sha = hashlib.sha1(text.encode()).hexdigest()
-
-    async def __call__(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        try:
-            return await client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            return await client.execute_command("EVAL", self.text, len(keys), *keys, *args)
-
-    async def many(
-        self, client: Any, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
-    ) -> list[Any]:
-        """Run ``calls`` (keys, args) pipelined (one round trip per node, in
-        order); one answer or error per call."""
-        answers: list[Any] = [None] * len(calls)
-        todo = list(range(len(calls)))
-        for command, body in (("EVALSHA", self.sha), ("EVAL", self.text)):
-            async with client.pipeline(transaction=False) as pipe:
-                for i in todo:
-                    keys, args = calls[i]
-                    pipe.execute_command(command, body, len(keys), *keys, *args)
-                replies = await pipe.execute(raise_on_error=False)
-            for i, reply in zip(todo, replies, strict=True):
-                answers[i] = reply
-            todo = [i for i in todo if isinstance(answers[i], NoScriptError)]
-            if not todo:
-                break
-        return answers
 
 
 def _receipt_text(receipt: Receipt) -> str:
@@ -509,24 +161,27 @@ class RedisStore:
         self._notice = msgspec.json.Decoder(tuple[str, str, int])
         self._relayed = msgspec.json.Decoder(RelayedDraft)
         self._relayed_presence = msgspec.json.Decoder(RelayedPresence)
-        self._redis: aioredis.Redis | RedisCluster | None = None
+        #: The connection, shared with the parts (``server.store.redis.link``).
+        self.link = RedisLink(address, options)
         self._shards: ShardChannels | None = None
-        self._append = _Script(_APPEND_SCRIPT)
-        self._create = _Script(_CREATE_SCRIPT)
-        self._delete = _Script(_DELETE_SCRIPT)
-        self._state = _Script(_STATE_SCRIPT)
-        self._range = _Script(_RANGE_SCRIPT)
-        self._index_script = _Script(_INDEX_SCRIPT)
-        link = StoreLink(
+        self._append = Script(APPEND_SCRIPT)
+        self._create = Script(CREATE_SCRIPT)
+        self._delete = Script(DELETE_SCRIPT)
+        self._state = Script(STATE_SCRIPT)
+        self._range = Script(RANGE_SCRIPT)
+        self._index_script = Script(INDEX_SCRIPT)
+        #: What each part is given (drafts, presence, the Durable Streams).
+        self.parts = StoreLink(
             prefix=self.prefix,
             client=self._client,
             channel_of=self.channel_of,
             publish=self._publish,
             unavailable=self._unavailable,
-            script=_Script,
+            script=Script,
+            redis=self.link,
         )
-        self._drafts = RedisDrafts(link)
-        self._presence = RedisPresence(link)
+        self._drafts = RedisDrafts(self.parts)
+        self._presence = RedisPresence(self.parts)
 
     def channel_of(self, transcript_id: str) -> str:
         """The channel that carries ``transcript_id``'s notices."""
@@ -536,124 +191,37 @@ class RedisStore:
 
     # --- lifecycle ------------------------------------------------------------------
 
-    def _tls(self) -> dict[str, Any]:
-        return {
-            name: value
-            for name in ("ssl_cert_reqs", "ssl_ca_certs", "ssl_check_hostname")
-            if (value := getattr(self.options, name)) is not None
-        }
-
-    def _retry(self, retries: int | None) -> Retry:
-        return Retry(
-            ExponentialWithJitterBackoff(base=0.02, cap=0.25),
-            self.options.retries if retries is None else retries,
-        )
-
-    def _new_client(self, *, retries: int | None = None, size: int | None = None) -> aioredis.Redis:
-        """A client of the one server (``size`` pooled connections)."""
-        options = self.options
-        pool = aioredis.BlockingConnectionPool.from_url(
-            self.url,
-            max_connections=size or options.max_connections,
-            timeout=options.pool_wait_s,
-            socket_timeout=options.socket_timeout,
-            socket_connect_timeout=options.socket_connect_timeout,
-            health_check_interval=options.health_check_interval,
-            retry=self._retry(retries),
-            **self._tls(),
-        )
-        return aioredis.Redis(connection_pool=pool)
-
-    def _new_cluster_client(self) -> RedisCluster:
-        """redis-py's cluster client: it learns the slots from the nodes in
-        the URL and follows MOVED/ASK; after a connection error it reads
-        the slots again before each retry."""
-        options, address = self.options, self.address
-        return RedisCluster(
-            startup_nodes=[ClusterNode(host, port) for host, port in address.nodes],
-            # Serve the slots that are up when one master is down.
-            require_full_coverage=False,
-            username=address.username,
-            password=address.password,
-            ssl=address.tls,
-            max_connections=options.max_connections,
-            socket_timeout=options.socket_timeout,
-            socket_connect_timeout=options.socket_connect_timeout,
-            health_check_interval=options.health_check_interval,
-            retry=self._retry(None),
-            **self._tls(),
-        )
-
-    def _node_client(self, host: str, port: int) -> aioredis.Redis:
-        """One connection to one cluster node, no retries (shard notices)."""
-        options, address = self.options, self.address
-        return aioredis.Redis(
-            host=host,
-            port=port,
-            username=address.username,
-            password=address.password,
-            ssl=address.tls,
-            socket_timeout=options.socket_timeout,
-            socket_connect_timeout=options.socket_connect_timeout,
-            retry=self._retry(0),
-            single_connection_client=True,
-            **self._tls(),
-        )
-
     async def open(self) -> None:
         """Make the connection pool; a Redis that is down now is not an error
         (every call then raises ``StoreUnavailable`` until it is back)."""
-        if self._redis is not None:
+        if self.link.redis is not None:
             return
-        if self.cluster:
-            cluster = self._new_cluster_client()
-            self._redis = cluster
+        client = self.link.open()
+        if isinstance(client, RedisCluster):
             self._shards = ShardChannels(
-                cluster,
+                client,
                 channel_of=self.channel_of,
-                connect=self._node_client,
+                connect=self.link.node_client,
                 decode=self._decode_notice,
                 where=self.where,
             )
-        else:
-            self._redis = self._new_client()
 
     async def close(self) -> None:
         """Close the pool. Every accepted change is already in Redis."""
-        client, self._redis = self._redis, None
-        if isinstance(client, RedisCluster):
-            await client.aclose()
-        elif client is not None:
-            await client.aclose(close_connection_pool=True)
+        await self.link.close()
 
     def _client(self) -> Any:
         """The client (``aioredis.Redis`` or ``RedisCluster``: the same commands)."""
-        if self._redis is None:
-            raise StoreUnavailable(f"{self.where} store is closed")
-        return self._redis
+        return self.link.client()
 
     def _unavailable(self, err: RedisError | RedisClusterException) -> StoreError:
-        node = getattr(err, "connection", None)
-        where = self.where
-        if isinstance(node, ClusterNode):
-            where = f"{self.where} (node {node.name}, which holds this data)"
-        if isinstance(err, RedisTimeoutError):
-            return StoreUnavailable(
-                f"{where} did not answer within {self.options.socket_timeout}s "
-                f"({self.options.retries} retries): {err}; the change may still be applied "
-                "when it answers again, retry with the same idempotency key"
-            )
-        if isinstance(err, RedisConnectionError):
-            return StoreUnavailable(f"{where} is unreachable: {err}")
-        if isinstance(err, ClusterError | TryAgainError | RedisClusterException):
-            return StoreUnavailable(f"{where} cannot serve this data now: {err}")
-        return StoreError(f"{where}: {type(err).__name__}: {err}")
+        return self.link.unavailable(err)
 
     # --- keys -----------------------------------------------------------------------
 
     def _keys(self, transcript_id: str) -> list[str]:
         tag = f"{self.prefix}{{{transcript_id}}}:"
-        return [tag + name for name in _KEY_NAMES]
+        return [tag + name for name in KEY_NAMES]
 
     def _event_args(
         self, event: TranscriptEvent | None, key: str, internal: bool, *, token: str = ""
@@ -734,7 +302,7 @@ class RedisStore:
             answer = await self._create(
                 client, self._keys(transcript_id), [epoch, created_at, token, *args]
             )
-        except _FAILURES as err:
+        except FAILURES as err:
             raise self._unavailable(err) from err
         if answer[0] == b"exists":
             raise TranscriptExists(transcript_id)
@@ -794,12 +362,12 @@ class RedisStore:
                 replies: list[Any] = [await self._append(client, *calls[0])]
             else:
                 replies = await self._append.many(client, calls)
-        except _FAILURES as err:
+        except FAILURES as err:
             raise self._unavailable(err) from err
         outcomes: list[AppendResult | Exception] = [StoreError("no answer")] * len(items)
         for indices, reply in zip(runs.values(), replies, strict=True):
             for n, i in enumerate(indices):
-                if isinstance(reply, _FAILURES):
+                if isinstance(reply, FAILURES):
                     outcomes[i] = self._unavailable(reply)
                 elif isinstance(reply, Exception):
                     outcomes[i] = StoreError(f"{self.where}: {reply}")
@@ -829,7 +397,7 @@ class RedisStore:
                 [self.channel_of(transcript_id), transcript_id, self._publish],
             )
             await client.zrem(self._index, transcript_id)
-        except _FAILURES as err:
+        except FAILURES as err:
             raise self._unavailable(err) from err
         return bool(existed)
 
@@ -848,7 +416,7 @@ class RedisStore:
                 (epoch, created), blobs, order = await pipe.execute()
             # Only the newest keys (the hub's memory); a key pruned meanwhile is left out.
             acks = await client.hmget(keys, order) if order else []
-        except _FAILURES as err:
+        except FAILURES as err:
             raise self._unavailable(err) from err
         if epoch is None:
             return None
@@ -886,7 +454,7 @@ class RedisStore:
                 if limit != 0:
                     pipe.xrange(stream, f"0-{revision + 1}", "+", count=limit)
                 replies = await pipe.execute()
-        except _FAILURES as err:
+        except FAILURES as err:
             raise self._unavailable(err) from err
         if replies[0] is None:
             raise TranscriptNotFound(transcript_id)
@@ -938,7 +506,7 @@ class RedisStore:
                 start = "(" + ids[-1].decode()
                 if len(ids) < want:
                     break
-        except _FAILURES as err:
+        except FAILURES as err:
             raise self._unavailable(err) from err
         return found
 
@@ -1016,7 +584,7 @@ class RedisStore:
                 await self._index_script(client, keys, [])
                 await self._backfill_summary(transcript_id)
                 answer = await script(client, keys, args)
-        except _FAILURES as err:
+        except FAILURES as err:
             raise self._unavailable(err) from err
         if answer[0] == b"missing":
             return None
@@ -1066,7 +634,7 @@ class RedisStore:
                     node = client.get_node_from_key(self._keys(tid)[0])
                     by_node.setdefault(node.name if node else "", []).append(tid)
                 groups = list(by_node.values())
-            except _FAILURES as err:
+            except FAILURES as err:
                 raise self._unavailable(err) from err
         replies = await asyncio.gather(
             *(self._heads_of(client, group) for group in groups), return_exceptions=True
@@ -1088,7 +656,7 @@ class RedisStore:
                 for tid in ids:
                     pipe.hmget(self._keys(tid)[0], "epoch", "rev")
                 replies = await pipe.execute()
-        except _FAILURES as err:
+        except FAILURES as err:
             raise self._unavailable(err) from err
         return {
             tid: None if epoch is None else Head(epoch.decode(), int(rev))
@@ -1118,13 +686,13 @@ class RedisStore:
             log.warning("ignored a malformed notice: %r", data[:200])
             return None
 
-    # --- drafts (``SharedDrafts``, ``server.store.redis_drafts``) ---------------------
+    # --- drafts (``SharedDrafts``, ``server.store.redis.drafts``) ---------------------
 
     async def relay_drafts(
         self, updates: Sequence[RelayedDraft], ttl_s: float
     ) -> builtins.list[RelayedOutcome]:
         """Store each draft update in its entry and announce it on the
-        transcript's channel, in order (see ``server.store.redis_drafts``)."""
+        transcript's channel, in order (see ``server.store.redis.drafts``)."""
         return await self._drafts.relay(updates, ttl_s)
 
     async def drafts_of(
@@ -1133,7 +701,7 @@ class RedisStore:
         """The open (with their text) and recently closed drafts of each transcript."""
         return await self._drafts.drafts_of(transcript_ids)
 
-    # --- presence (``SharedPresence``, ``server.store.redis_presence``) --------------------
+    # --- presence (``SharedPresence``, ``server.store.redis.presence``) --------------------
 
     async def relay_presence(self, updates: Sequence[RelayedPresence]) -> None:
         """Store and announce each replica's presence changes."""
@@ -1170,37 +738,28 @@ class RedisStore:
                 self._client()
                 yield item
             return
-        delay, lost = reconnect_delay, False
+        async with contextlib.aclosing(
+            resubscribed(
+                self.link.subscriber,
+                self._subscription,
+                what=f"backplane: {self.where}",
+                delay=reconnect_delay,
+            )
+        ) as notices:
+            async for notice in notices:
+                yield notice
+
+    async def _subscription(
+        self, pubsub: Any
+    ) -> AsyncGenerator[Notice | RelayedDraft | RelayedPresence | None, None]:
+        """One subscription to the one channel (one server): ``None`` once
+        subscribed, then the notices."""
+        await pubsub.subscribe(self.channel)
+        yield None
         while True:
-            self._client()
-            # A client of its own without retries: redis-py would otherwise
-            # reconnect and resubscribe silently, hiding the lost messages.
-            client = self._new_client(retries=0, size=1)
-            pubsub = client.pubsub()
-            try:
-                await pubsub.subscribe(self.channel)
-                if lost:
-                    log.warning("backplane: %s subscribed again", self.where)
-                lost, delay = False, reconnect_delay
-                yield None
-                while True:
-                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                    if message is None or message.get("type") != "message":
-                        continue
-                    notice = self._decode_notice(message["data"])
-                    if notice is not None:
-                        yield notice
-            except (*_FAILURES, OSError) as err:
-                # Warn once per outage, not at every attempt to reconnect.
-                log.log(
-                    logging.DEBUG if lost else logging.WARNING,
-                    "backplane: %s lost (%s); reconnecting",
-                    self.where,
-                    err,
-                )
-                lost = True
-            finally:
-                await pubsub.aclose()
-                await client.aclose(close_connection_pool=True)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if message is None or message.get("type") != "message":
+                continue
+            notice = self._decode_notice(message["data"])
+            if notice is not None:
+                yield notice

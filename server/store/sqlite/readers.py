@@ -1,0 +1,281 @@
+"""The read-only connection of the SQLite store and every query (``Reader``),
+used on the store's worker thread."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from protocol.summary import preview_of
+from protocol.types import (
+    Message,
+    MessagesAppended,
+    Segment,
+    TranscriptEvent,
+    TranscriptSnapshot,
+    View,
+)
+from server.store.base import (
+    LOADED_KEYS,
+    Receipt,
+    StoredRange,
+    StoredState,
+    StoredTranscript,
+    TranscriptInfo,
+    TranscriptNotFound,
+    digest_of_log,
+    head_digest,
+    messages_in,
+    recent_start,
+)
+from server.store.options import SQLiteOptions
+from server.store.sqlite.database import connect
+
+__all__ = ["Reader"]
+
+#: Previews the reader keeps between listings (all dropped past this many).
+_PREVIEWS_KEPT: Final = 10_000
+
+
+def _recorded(
+    conn: sqlite3.Connection, transcript_id: str, key: str, since_ms: int
+) -> Receipt | None:
+    row = conn.execute(
+        "SELECT revision, start, count FROM idempotency"
+        " WHERE transcript_id = ? AND key = ? AND created_at >= ?",
+        (transcript_id, key, since_ms),
+    ).fetchone()
+    return None if row is None else Receipt(*row)
+
+
+class Reader:
+    """The read-only connection and every query. Made, used and closed on the
+    store's worker thread only."""
+
+    def __init__(
+        self, path: Path, options: SQLiteOptions, ttl_ms: int, clock: Callable[[], float]
+    ) -> None:
+        self.conn = connect(path, options.busy_timeout_s)
+        self.conn.execute("PRAGMA query_only=ON")
+        self.ttl_ms = ttl_ms
+        self.clock = clock
+        self.decoder = msgspec.msgpack.Decoder(TranscriptEvent)
+        #: The listing's previews, by transcript, with the version they were
+        #: made at (``_preview``).
+        self.previews: dict[str, tuple[tuple[str, int, int, int], str | None]] = {}
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def load(self, transcript_id: str) -> StoredTranscript | None:
+        # One read transaction so the events and the keys are of one instant.
+        self.conn.execute("BEGIN")
+        try:
+            row = self.conn.execute(
+                "SELECT epoch, created_at FROM transcripts WHERE id = ?", (transcript_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            size = 0
+            decoded: list[TranscriptEvent] = []
+            for (data,) in self.conn.execute(
+                "SELECT data FROM events WHERE transcript_id = ? ORDER BY revision",
+                (transcript_id,),
+            ):
+                size += len(data)
+                decoded.append(self.decoder.decode(data))
+            return StoredTranscript(
+                transcript_id, row[0], row[1], tuple(decoded), self._keys(transcript_id), size
+            )
+        finally:
+            self.conn.execute("COMMIT")
+
+    def recorded(self, transcript_id: str, key: str) -> Receipt | None:
+        return _recorded(self.conn, transcript_id, key, int(self.clock() * 1000) - self.ttl_ms)
+
+    def events_after(
+        self, transcript_id: str, revision: int, limit: int | None
+    ) -> list[TranscriptEvent] | None:
+        self.conn.execute("BEGIN")
+        try:
+            row = self.conn.execute(
+                "SELECT revision FROM transcripts WHERE id = ?", (transcript_id,)
+            ).fetchone()
+            if row is None:
+                raise TranscriptNotFound(transcript_id)
+            if revision > row[0]:
+                return None
+            return [
+                self.decoder.decode(data)
+                for (data,) in self.conn.execute(
+                    "SELECT data FROM events WHERE transcript_id = ? AND revision > ?"
+                    " ORDER BY revision LIMIT ?",
+                    (transcript_id, revision, -1 if limit is None else limit),
+                )
+            ]
+        finally:
+            self.conn.execute("COMMIT")
+
+    def load_recent(self, transcript_id: str, messages: int | None) -> StoredState | None:
+        self.conn.execute("BEGIN")
+        try:
+            row = self.conn.execute(
+                "SELECT epoch, created_at, revision, length, active_start, view_changes"
+                " FROM transcripts WHERE id = ?",
+                (transcript_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            epoch, created_at, revision, length, active_start, view_changes = row
+            segments = [
+                Segment(start, end)
+                for start, end in self.conn.execute(
+                    'SELECT start, "end" FROM segments WHERE transcript_id = ? ORDER BY revision',
+                    (transcript_id,),
+                )
+            ]
+            segments.append(Segment(active_start, None))
+            views = tuple(
+                View(name, start, end)
+                for name, start, end in self.conn.execute(
+                    'SELECT name, start, "end" FROM views WHERE transcript_id = ? ORDER BY name',
+                    (transcript_id,),
+                )
+            )
+            first = recent_start(length, messages)
+            snapshot = TranscriptSnapshot(
+                transcript_id=transcript_id,
+                epoch=epoch,
+                revision=revision,
+                start=first,
+                messages=self._messages(transcript_id, first, length),
+                active_start=active_start,
+                segments=tuple(segments),
+                length=length,
+                views=views,
+                view_changes=view_changes,
+                digest=self._digest(transcript_id, revision),
+            )
+            return StoredState(snapshot, created_at, self._keys(transcript_id))
+        finally:
+            self.conn.execute("COMMIT")
+
+    def _digest(self, transcript_id: str, revision: int) -> str | None:
+        """The digest at ``revision``: its event's (one row), computed from
+        the log if that event has none (written by hand, not by a server)."""
+        row = self.conn.execute(
+            "SELECT data FROM events WHERE transcript_id = ? AND revision = ?",
+            (transcript_id, revision),
+        ).fetchone()
+        digest = head_digest(transcript_id, None if row is None else self.decoder.decode(row[0]))
+        if digest is not None:
+            return digest
+        return digest_of_log(
+            transcript_id,
+            (
+                self.decoder.decode(data)
+                for (data,) in self.conn.execute(
+                    "SELECT data FROM events WHERE transcript_id = ? ORDER BY revision",
+                    (transcript_id,),
+                )
+            ),
+        )
+
+    def read_messages(self, transcript_id: str, start: int, end: int) -> StoredRange:
+        self.conn.execute("BEGIN")
+        try:
+            row = self.conn.execute(
+                "SELECT epoch, revision, length FROM transcripts WHERE id = ?", (transcript_id,)
+            ).fetchone()
+            if row is None:
+                raise TranscriptNotFound(transcript_id)
+            epoch, revision, length = row
+            first, last = min(start, length), min(end, length)
+            return StoredRange(
+                epoch, revision, length, first, self._messages(transcript_id, first, last)
+            )
+        finally:
+            self.conn.execute("COMMIT")
+
+    def _messages(self, transcript_id: str, start: int, end: int) -> tuple[Message, ...]:
+        """Messages ``[start, end)`` from the appends that hold them (inside
+        the caller's read transaction)."""
+        if start >= end:
+            return ()
+        rows = self.conn.execute(
+            "SELECT data FROM events WHERE transcript_id = ? AND msg_end > ? ORDER BY msg_end",
+            (transcript_id, start),
+        )
+        events: list[TranscriptEvent] = []
+        for (data,) in rows:
+            event = self.decoder.decode(data)
+            events.append(event)
+            change = event.change
+            if isinstance(change, MessagesAppended) and change.end >= end:
+                break
+        rows.close()
+        return messages_in(events, start, end)
+
+    def _keys(self, transcript_id: str) -> dict[str, Receipt]:
+        """The newest ``LOADED_KEYS`` keys not expired, oldest first (the hub's
+        memory; older ones are looked up with ``recorded``)."""
+        newest = self.conn.execute(
+            "SELECT key, revision, start, count FROM idempotency"
+            " WHERE transcript_id = ? AND created_at >= ? ORDER BY revision DESC LIMIT ?",
+            (transcript_id, int(self.clock() * 1000) - self.ttl_ms, LOADED_KEYS),
+        ).fetchall()
+        return {
+            key: Receipt(revision, start, count) for key, revision, start, count in reversed(newest)
+        }
+
+    def list_transcripts(self, after: str | None, limit: int) -> list[TranscriptInfo]:
+        self.conn.execute("BEGIN")
+        try:
+            rows = self.conn.execute(
+                "SELECT id, epoch, revision, length, created_at, updated_at, title"
+                " FROM transcripts WHERE id > ? ORDER BY id LIMIT ?",
+                ("" if after is None else after, limit),
+            ).fetchall()
+            return [
+                TranscriptInfo(
+                    tid,
+                    epoch,
+                    rev,
+                    length,
+                    created,
+                    updated,
+                    title,
+                    self._preview(tid, (epoch, rev, created, updated)),
+                )
+                for tid, epoch, rev, length, created, updated, title in rows
+            ]
+        finally:
+            self.conn.execute("COMMIT")
+
+    def _preview(self, transcript_id: str, version: tuple[str, int, int, int]) -> str | None:
+        """The preview the newest append gives: made here, not on every
+        append, and again only once the transcript has changed (``version``:
+        its epoch, revision, created_at and updated_at)."""
+        made = self.previews.get(transcript_id)
+        if made is not None and made[0] == version:
+            return made[1]
+        if len(self.previews) >= _PREVIEWS_KEPT:
+            self.previews.clear()
+        preview = self._newest_preview(transcript_id)
+        self.previews[transcript_id] = (version, preview)
+        return preview
+
+    def _newest_preview(self, transcript_id: str) -> str | None:
+        row = self.conn.execute(
+            "SELECT data FROM events WHERE transcript_id = ? AND msg_end IS NOT NULL"
+            " ORDER BY msg_end DESC, revision DESC LIMIT 1",
+            (transcript_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        change = self.decoder.decode(row[0]).change
+        return preview_of(change.messages) if isinstance(change, MessagesAppended) else None
