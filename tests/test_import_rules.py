@@ -110,9 +110,6 @@ def test_importing_a_package_loads_none_of_its_forbidden_ones(package: str) -> N
 #: parallel (issue 41); each entry goes once its import is gone (a test checks
 #: that none is left over). (importer, module imported from, name).
 PRIVATE_ALLOWED: dict[tuple[str, str, str], str] = {
-    # The Durable Streams backends are being rebuilt on the store's own link
-    # (StoreLink / RedisPart), which ends this reach into RedisStore.
-    ("server.streams.redis", "server.store.redis", "_Script"): "issue 41 section 1",
     # server/streams/http.py is being rewritten; these helpers become public there.
     ("server.streams.transcripts", "server.streams.http", "_answer"): "http.py rewrite",
     ("server.streams.transcripts", "server.streams.http", "_preflight"): "http.py rewrite",

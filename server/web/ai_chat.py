@@ -29,6 +29,11 @@ folding the chunks again (its copy was only needed to join), and under
 ``tsync serve`` the chunk frames of one update go out as pre-framed bytes in
 one write (the ``tsync.raw_frames`` extension, as ``/v1/ws`` does), not one
 ASGI ``send`` each.
+
+Why one module of over 600 lines: one transport's protocol, its frames
+checked, its requests (send, resume, abort) and the per-update sharing of
+their encoding are one state machine over one socket; split, each half would
+reach into the other's request state.
 """
 
 from __future__ import annotations
