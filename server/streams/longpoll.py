@@ -46,6 +46,8 @@ access_log = logging.getLogger("tsync.access")
 #: Requests with these headers go the app's way: a browser's (CORS), a
 #: conditional read (304).
 _SLOW_HEADERS: Final = frozenset((b"origin", b"if-none-match"))
+#: Host rule answers kept at most (``FastPath._admit``).
+_MAX_HOSTS: Final = 1024
 #: What marks a long-poll read in a query string (the app checks the rest).
 _LONG_POLL: Final = b"live=long-poll"
 
@@ -159,7 +161,7 @@ async def send_answer(scope: Scope, send: Send, reply: Reply) -> None:
 class Metrics(Protocol):
     """``server.metrics.Metrics``: what ``FastPath`` observes."""
 
-    def observe_http(self, method: str, route: str, status: int, seconds: float) -> None: ...
+    def http_observer(self, method: str, route: str, status: int) -> Callable[[float], None]: ...
 
 
 #: ``(scope) -> Reply``, a ``Response`` (a refusal), or ``None`` (the app answers).
@@ -193,6 +195,8 @@ class FastPath:
         self.authenticator = authenticator
         self.metrics = metrics
         self.route = route
+        self._hosts: dict[tuple[bytes | None, object], bool] = {}
+        self._observers: dict[int, Callable[[float], None]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
@@ -230,10 +234,21 @@ class FastPath:
         no answer of theirs to add); also what ``HttpAccess`` leaves in the
         scope (the grant) and the connection (a parked read)."""
         headers = scope["headers"]
-        for header, _ in headers:
+        host = None
+        for header, value in headers:
             if header in _SLOW_HEADERS:
                 return False
-        if not self.host_ok(scope):
+            if header == b"host":
+                host = value
+        # The Host rule's answer depends on the header and on the address the
+        # request arrived on: kept (a thousand readers send the same).
+        known = (host, scope.get("server"))
+        allowed = self._hosts.get(known)
+        if allowed is None:
+            if len(self._hosts) >= _MAX_HOSTS:
+                self._hosts.clear()
+            allowed = self._hosts[known] = self.host_ok(scope)
+        if not allowed:
             return False
         try:
             grant = self.authenticator.verify(bearer(headers))
@@ -249,7 +264,12 @@ class FastPath:
 
     def _observe(self, scope: Scope, status: int, seconds: float) -> None:
         """What ``server.web.http_ops.RequestLog`` records of a request."""
-        self.metrics.observe_http("GET", self.route, status, seconds)
+        observe = self._observers.get(status)
+        if observe is None:
+            observe = self._observers[status] = self.metrics.http_observer(
+                "GET", self.route, status
+            )
+        observe(seconds)
         if access_log.isEnabledFor(logging.INFO):
             ms = round(seconds * 1000, 2)
             client = scope.get("client")
