@@ -60,7 +60,7 @@ from server.streams.http import (
 )
 from server.streams.model import StreamError, valid_offset
 
-__all__ = ["routes"]
+__all__ = ["PAGES", "routes"]
 
 _ID: Final = re.compile(ID_PATTERN)
 #: Events per answer at most (a catch-up read pages through a long history).
@@ -233,6 +233,19 @@ class _Page:
 #: revision when read (a page of those is the same for every reader: the
 #: readers one change wakes all ask for it at once).
 _PAGES: dict[tuple[str, str, int, int], _Page] = {}
+
+
+class PageCounts:
+    """Pages encoded, and pages taken as they were (for the tests)."""
+
+    __slots__ = ("built", "shared")
+
+    def __init__(self) -> None:
+        self.built = 0
+        self.shared = 0
+
+
+PAGES: Final = PageCounts()
 MAX_PAGES: Final = 256
 MAX_PAGE_BYTES: Final = 8 * 1024 * 1024
 _page_bytes = 0
@@ -248,7 +261,9 @@ async def _shared_page(hub: Hub, transcript_id: str, epoch: str, after: int) -> 
     key = (transcript_id, head.epoch, after, head.revision)
     page = _PAGES.get(key)
     if page is not None and page.epoch == epoch:
+        PAGES.shared += 1
         return page
+    PAGES.built += 1
     items, end = await _page(hub, transcript_id, after)
     page = _Page(_array(items), len(items), end, epoch)
     if head.epoch != epoch or len(page.array) > MAX_PAGE_BYTES:
