@@ -231,11 +231,10 @@ class RawBody:
         conn = protocol.conn
         # A 204 has no length (h11 frames it so, as uvicorn sends it).
         sized = status != 204
-        framing = [(b"content-length", length)] if sized else []
-        conn.send(h11.Response(status_code=status, headers=framing))
+        conn.send(_response_event(status, length if sized else None))
         if body:
             conn.send_with_data_passthrough(h11.Data(data=body))
-        conn.send(h11.EndOfMessage())
+        conn.send(_END)
         close = conn.our_state is h11.MUST_CLOSE or not cycle.keep_alive
         cycle.response_started = True
         cycle.response_complete = True
@@ -264,6 +263,22 @@ _STATUS_LINES: Final = {
     status: b"HTTP/1.1 %d %s\r\n" % (status, phrase.encode())
     for status, phrase in ((200, "OK"), (204, "No Content"))
 }
+_END: Final = h11.EndOfMessage()
+#: h11's events are immutable: the response of each status and length is
+#: made (and its header validated) once, not per answer.
+_responses: dict[tuple[int, bytes | None], h11.Response] = {}
+
+
+def _response_event(status: int, length: bytes | None) -> h11.Response:
+    event = _responses.get((status, length))
+    if event is None:
+        if len(_responses) >= 1024:
+            _responses.clear()
+        framing = [(b"content-length", length)] if length is not None else []
+        event = _responses[(status, length)] = h11.Response(status_code=status, headers=framing)
+    return event
+
+
 #: uvicorn's default headers (a new list each second, for ``date``), encoded once.
 _default_heads: dict[int, tuple[list[tuple[bytes, bytes]], bytes]] = {}
 
