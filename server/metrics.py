@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -159,6 +159,19 @@ class Metrics:
         labels = (method if method in HTTP_METHODS else "other", route, str(status))
         self.http_requests.labels(*labels).inc()
         self.http_duration.labels(*labels).observe(seconds)
+
+    def http_observer(self, method: str, route: str, status: int) -> Callable[[float], None]:
+        """``observe_http`` of one method, route and status, its labels
+        looked up once (``server.streams.longpoll`` keeps one per status)."""
+        labels = (method if method in HTTP_METHODS else "other", route, str(status))
+        requests = self.http_requests.labels(*labels)
+        duration = self.http_duration.labels(*labels)
+
+        def observe(seconds: float) -> None:
+            requests.inc()
+            duration.observe(seconds)
+
+        return observe
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -37,6 +37,7 @@ from typing import Any, Final, NamedTuple, Protocol, TypeVar
 from urllib.parse import unquote
 
 from starlette.convertors import Convertor, register_url_convertor
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -48,6 +49,7 @@ from server.auth import GRANT_KEY
 from server.errors import Refused, failure_for
 from server.extensions import RAW_BODY
 from server.streams.fanout import SEND_BYTES, Follower
+from server.streams.longpoll import Answer, Reply, SharedAnswers
 from server.streams.model import (
     Stream,
     StreamError,
@@ -61,7 +63,15 @@ from server.streams.model import (
 )
 from server.streams.registry import StreamAppend, StreamRegistry
 
-__all__ = ["PREFIX", "StreamSettings", "routes"]
+__all__ = [
+    "PREFIX",
+    "ROUTE",
+    "TRANSCRIPTS",
+    "StreamSettings",
+    "fast_long_poll",
+    "long_poll",
+    "routes",
+]
 
 PREFIX: Final = "/v1/stream/"
 TRANSCRIPTS: Final = PREFIX + "transcripts/"
@@ -532,7 +542,11 @@ def read_params(request: Request) -> ReadParams:
     refused as the protocol says: one ``offset`` at most, not empty, and
     the live modes only with one. What an offset may look like is the
     stream's own rule."""
-    params = request.query_params
+    return query_params(request.query_params)
+
+
+def query_params(params: QueryParams) -> ReadParams:
+    """``read_params`` of a query already parsed."""
     offsets = params.getlist("offset")
     if len(offsets) > 1:
         raise StreamError(400, "Multiple offset parameters not allowed")
@@ -566,32 +580,24 @@ async def _read(request: Request, path: str) -> Response:
         if stream.closed:
             headers[CLOSED] = "true"
         return _answer(200, headers, b"[]" if stream.json else b"", stream.content_type)
+    if live == "long-poll":
+        assert offset is not None  # (read_params)
+        reply = await long_poll(registry, _settings(request), stream, offset, cursor)
+        etag = reply.answer.etag
+        if etag is not None and request.headers.get("if-none-match") == etag:
+            return _answer(304, {"etag": etag, **SECURITY})
+        return _Prepared(reply)
     position = stream.tail if offset == "now" else (None if offset in (None, "-1") else offset)
-    messages = registry.read(stream, position)
-    up_to_date = True
-    if live == "long-poll" and not messages and (position == stream.tail or offset == "now"):
-        if stream.closed:
-            return _answer(204, {NEXT_OFFSET: stream.tail, UP_TO_DATE: "true", CLOSED: "true"})
-        assert position is not None
-        waited = await registry.wait(stream, position, _settings(request).long_poll_s)
-        await registry.touch(stream)
-        if not waited.messages:
-            headers = {NEXT_OFFSET: position, UP_TO_DATE: "true", CURSOR: response_cursor(cursor)}
-            if waited.closed or stream.closed:
-                headers[CLOSED] = "true"
-            return _answer(204, headers)
-        return _woken(request, stream, offset, position, cursor, waited.messages)
-    messages, up_to_date = _page(messages, _settings(request).read_chunk_bytes)
+    messages, up_to_date = _page(
+        registry.read(stream, position), _settings(request).read_chunk_bytes
+    )
     end = messages[-1].offset if messages else (position or stream.tail)
     if not messages and position is None:
         end = stream.tail
     headers = {NEXT_OFFSET: end}
     if stream.content_type:
         headers["content-type"] = stream.content_type
-    if live == "long-poll":
-        headers[CURSOR] = response_cursor(cursor)
-    else:
-        headers["cache-control"] = CATCH_UP_CACHE
+    headers["cache-control"] = CATCH_UP_CACHE
     if up_to_date:
         headers[UP_TO_DATE] = "true"
     at_end = stream.closed and up_to_date and end == stream.tail
@@ -605,64 +611,123 @@ async def _read(request: Request, path: str) -> Response:
     return _answer(200, headers, body, stream.content_type)
 
 
-#: Long-poll answers shared by the readers one append woke (``_woken``),
-#: kept until the end of the loop's turn: the readers one append wakes all
-#: run in the turn after it, and nothing is held longer.
-RawHeaders = list[tuple[bytes, bytes]]
-_SHARED: dict[tuple[str, str, str, str | None, str, bool], tuple[Stream, RawHeaders, bytes]]
-_SHARED = {}
+#: Long-poll answers, each encoded once for every reader that asks for it.
+ANSWERS: Final = SharedAnswers()
+
+
+async def long_poll(
+    registry: StreamRegistry,
+    settings: StreamSettings,
+    stream: Stream,
+    offset: str,
+    cursor: str | None,
+) -> Reply:
+    """The answer to a long-poll read of ``stream`` from ``offset`` (``now``
+    or ``-1`` included), waiting for the next append when there is nothing
+    to read. The readers that append wakes all get the same answer but for
+    their response cursor, so it is built and encoded once
+    (``server.streams.longpoll``), as the fan-out encodes an SSE event
+    once for all its readers. ``StreamError`` when the store cannot answer."""
+    position = stream.tail if offset == "now" else (None if offset == "-1" else offset)
+    messages = registry.read(stream, position)
+    if not messages and (position == stream.tail or offset == "now"):
+        if stream.closed:
+            closed = {NEXT_OFFSET: stream.tail, UP_TO_DATE: "true", CLOSED: "true"}
+            return Reply(Answer(204, {**SECURITY, **closed}, b""), None)
+        assert position is not None
+        waited = await registry.wait(stream, position, settings.long_poll_s)
+        await registry.touch(stream)
+        if not waited.messages:
+            ended = waited.closed or stream.closed
+            key: tuple[object, ...] = (stream.path, "204", position, ended)
+            answer = ANSWERS.get(key, stream)
+            if answer is None:
+                headers = {**SECURITY, NEXT_OFFSET: position, UP_TO_DATE: "true"}
+                if ended:
+                    headers[CLOSED] = "true"
+                answer = ANSWERS.put(key, Answer(204, headers, b"", stream))
+            return Reply(answer, response_cursor(cursor))
+        messages = waited.messages
+    last = messages[-1].offset if messages else None
+    key = (stream.path, offset, position, last, stream.tail, stream.closed)
+    answer = ANSWERS.get(key, stream)
+    if answer is None:
+        answer = ANSWERS.put(key, _long_poll_page(stream, offset, position, messages, settings))
+    return Reply(answer, response_cursor(cursor))
+
+
+def _long_poll_page(
+    stream: Stream,
+    offset: str,
+    position: str | None,
+    messages: list[StreamMessage],
+    settings: StreamSettings,
+) -> Answer:
+    page, up_to_date = _page(messages, settings.read_chunk_bytes)
+    end = page[-1].offset if page else (position or stream.tail)
+    headers = {**SECURITY, NEXT_OFFSET: end}
+    if stream.content_type:
+        headers["content-type"] = stream.content_type
+    if up_to_date:
+        headers[UP_TO_DATE] = "true"
+    at_end = stream.closed and up_to_date and end == stream.tail
+    if at_end:
+        headers[CLOSED] = "true"
+    headers["etag"] = _etag(stream, offset, end, at_end)
+    body = json_body(page) if stream.json else b"".join(m.data for m in page)
+    return Answer(200, headers, body, stream)
+
+
+async def fast_long_poll(state: Any, scope: Scope) -> Reply | Response | None:
+    """A long-poll read for ``server.streams.longpoll.FastPath``, the
+    request admitted (its rights checked): ``None`` when it is not one
+    that this answers as the endpoint would (a bad path, query or offset,
+    a stream that is not there...), before anything waited: then the app
+    answers it."""
+    name: str = scope["path"][len(PREFIX) :]
+    if not 0 < len(name) <= MAX_PATH or _CONTROL.search(name):
+        return None
+    try:
+        offset, live, cursor = query_params(_query(scope["query_string"]))
+    except StreamError:
+        return None
+    if live != "long-poll" or offset is None:
+        return None
+    if offset not in ("-1", "now") and not valid_offset(offset):
+        return None
+    registry: StreamRegistry = state.streams
+    try:
+        stream = await registry.live(PREFIX + name)
+    except (StreamError, Refused):
+        return None
+    try:
+        await registry.touch(stream)
+        return await long_poll(registry, state.stream_settings, stream, offset, cursor)
+    except StreamError as error:
+        return _refused(error)
+    except Refused as refused:
+        return problem_of(refused)
+
+
+def _query(raw: bytes) -> QueryParams:
+    """``raw`` parsed as ``Request.query_params`` parses it; a query with
+    nothing escaped (a reader's usual ``offset``, ``live`` and ``cursor``)
+    split here, without ``urllib``'s work for what it does not have."""
+    text = raw.decode("latin-1")
+    if "%" in text or "+" in text:
+        return QueryParams(raw)
+    return QueryParams([part.partition("=")[::2] for part in text.split("&") if part])
 
 
 class _Prepared(Response):
-    """A response whose headers are already encoded (``_woken``)."""
+    """A long-poll answer already encoded (``long_poll``)."""
 
-    def __init__(self, raw_headers: RawHeaders, body: bytes) -> None:
-        self.status_code = 200
+    def __init__(self, reply: Reply) -> None:
+        self.status_code = reply.answer.status
         self.background = None
-        self.body = body
-        # A copy: middlewares may add to the list of the response they send.
-        self.raw_headers = list(raw_headers)
-
-
-def _woken(
-    request: Request,
-    stream: Stream,
-    offset: str | None,
-    position: str,
-    cursor: str | None,
-    messages: list[StreamMessage],
-) -> Response:
-    """The answer to a long-poll an append woke. Every reader that waited at
-    ``position`` gets the same one (the response cursor differs only by the
-    request's cursor), so it is built and encoded once, as the hub encodes
-    an event once for all its subscribers: the rest of the readers that
-    append woke take it as it is."""
-    key = (stream.path, offset or "-1", position, cursor, messages[-1].offset, stream.closed)
-    shared = _SHARED.get(key)
-    if shared is None or shared[0] is not stream:
-        page, up_to_date = _page(messages, _settings(request).read_chunk_bytes)
-        end = page[-1].offset
-        headers = {NEXT_OFFSET: end, CURSOR: response_cursor(cursor)}
-        if stream.content_type:
-            headers["content-type"] = stream.content_type
-        if up_to_date:
-            headers[UP_TO_DATE] = "true"
-        at_end = stream.closed and up_to_date and end == stream.tail
-        if at_end:
-            headers[CLOSED] = "true"
-        headers["etag"] = _etag(stream, offset or "-1", end, at_end)
-        body = json_body(page) if stream.json else b"".join(m.data for m in page)
-        if not _SHARED:
-            asyncio.get_running_loop().call_soon(_SHARED.clear)
-        built = _answer(200, headers, body, stream.content_type)
-        shared = _SHARED[key] = (stream, built.raw_headers, body)
-    _, raw_headers, body = shared
-    match = request.headers.get("if-none-match")
-    if match is not None:
-        etag = next(v for k, v in raw_headers if k == b"etag").decode()
-        if match == etag:
-            return _answer(304, {"etag": etag, **SECURITY})
-    return _Prepared(raw_headers, body)
+        self.body = reply.answer.body
+        # A list of its own: middlewares may add to the headers they send.
+        self.raw_headers = reply.answer.asgi_headers(reply.cursor)
 
 
 def _page(messages: list[StreamMessage], limit: int) -> tuple[list[StreamMessage], bool]:
@@ -912,9 +977,12 @@ class _AnyPath(Convertor[str]):
 
 register_url_convertor("streampath", _AnyPath())
 
+#: The route's template (what the request log and metrics name).
+ROUTE: Final = "/v1/stream/{stream_path:streampath}"
+
 routes: Final = [
     Route(
-        "/v1/stream/{stream_path:streampath}",
+        ROUTE,
         endpoint,
         methods=["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"],
     )

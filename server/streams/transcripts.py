@@ -60,7 +60,7 @@ from server.streams.http import (
 )
 from server.streams.model import StreamError, valid_offset
 
-__all__ = ["routes"]
+__all__ = ["PAGES", "routes"]
 
 _ID: Final = re.compile(ID_PATTERN)
 #: Events per answer at most (a catch-up read pages through a long history).
@@ -150,17 +150,18 @@ async def _read(request: Request, transcript_id: str) -> Response:
             "cache-control": "no-store",
         }
         return _answer(200, headers, b"[]", "application/json")
-    events, end = await _page(hub, transcript_id, after)
-    if live == "long-poll" and not events:
+    page = await _shared_page(hub, transcript_id, epoch, after)
+    if live == "long-poll" and not page.count:
         await hub.reads.wait_change(transcript_id, after, settings.long_poll_s)
-        events, end = await _page(hub, transcript_id, after)
-        if not events:
+        page = await _shared_page(hub, transcript_id, epoch, after)
+        if not page.count:
             headers = {
                 NEXT_OFFSET: offset_of(epoch, after),
                 UP_TO_DATE: "true",
                 CURSOR: response_cursor(cursor),
             }
             return _answer(204, headers)
+    end = page.end
     current = (await hub.reads.head(transcript_id)).revision
     headers = {NEXT_OFFSET: offset_of(epoch, end), "content-type": "application/json"}
     if end >= current:
@@ -173,7 +174,7 @@ async def _read(request: Request, transcript_id: str) -> Response:
     headers["etag"] = etag
     if request.headers.get("if-none-match") == etag:
         return _answer(304, {"etag": etag})
-    return _answer(200, headers, _array(events), "application/json")
+    return _answer(200, headers, page.array, "application/json")
 
 
 async def _events(hub: Hub, transcript_id: str, after: int, limit: int) -> list[TranscriptEvent]:
@@ -208,6 +209,72 @@ async def _page(hub: Hub, transcript_id: str, after: int) -> tuple[list[bytes], 
     return items, end
 
 
+class _Page:
+    """A page of a transcript's events, encoded once for every reader that
+    reads the same (``_shared_page``): the JSON array, and the SSE data
+    event made of it when an SSE reader asks."""
+
+    __slots__ = ("_event", "array", "count", "end", "epoch")
+
+    def __init__(self, array: bytes, count: int, end: int, epoch: str) -> None:
+        self.array = array
+        self.count = count
+        self.end = end
+        self.epoch = epoch
+        self._event: bytes | None = None
+
+    def sse_event(self) -> bytes:
+        if self._event is None:
+            self._event = b"event: data\n" + _sse_data(self.array.decode())
+        return self._event
+
+
+#: Pages read lately, by transcript, epoch, start and the transcript's
+#: revision when read (a page of those is the same for every reader: the
+#: readers one change wakes all ask for it at once).
+_PAGES: dict[tuple[str, str, int, int], _Page] = {}
+
+
+class PageCounts:
+    """Pages encoded, and pages taken as they were (for the tests)."""
+
+    __slots__ = ("built", "shared")
+
+    def __init__(self) -> None:
+        self.built = 0
+        self.shared = 0
+
+
+PAGES: Final = PageCounts()
+MAX_PAGES: Final = 256
+MAX_PAGE_BYTES: Final = 8 * 1024 * 1024
+_page_bytes = 0
+
+
+async def _shared_page(hub: Hub, transcript_id: str, epoch: str, after: int) -> _Page:
+    """``_page`` of the events after ``after``, encoded once for every
+    reader (long-poll, SSE, the JS client's HTTP fallback) that reads the
+    same while the transcript is at the same revision; a new revision (or
+    epoch: the transcript made again) is another page."""
+    global _page_bytes
+    head = await hub.reads.head(transcript_id)
+    key = (transcript_id, head.epoch, after, head.revision)
+    page = _PAGES.get(key)
+    if page is not None and page.epoch == epoch:
+        PAGES.shared += 1
+        return page
+    PAGES.built += 1
+    items, end = await _page(hub, transcript_id, after)
+    page = _Page(_array(items), len(items), end, epoch)
+    if head.epoch != epoch or len(page.array) > MAX_PAGE_BYTES:
+        return page
+    _PAGES[key] = page
+    _page_bytes += len(page.array)
+    while len(_PAGES) > MAX_PAGES or _page_bytes > MAX_PAGE_BYTES:
+        _page_bytes -= len(_PAGES.pop(next(iter(_PAGES))).array)
+    return page
+
+
 def _array(items: list[bytes]) -> bytes:
     """The JSON array of encoded items (what the encoder makes of their list)."""
     return b"[" + b",".join(items) + b"]"
@@ -226,16 +293,18 @@ def _sse(
         deadline = time.monotonic() + settings.sse_max_s
         while True:
             try:
-                found, revision = await _page(hub, transcript_id, revision)
+                page = await _shared_page(hub, transcript_id, epoch, revision)
+                revision = page.end
                 current = (await hub.reads.head(transcript_id)).revision
             except (StreamError, Refused):
                 return  # deleted or no longer held: the reader reconnects and is told
             data = b""
-            if found:
+            if page.count:
                 # One page (``PAGE_BYTES``) at a time: the next is read once
-                # the reader took this one (the response waits for it).
-                data = b"event: data\n" + _sse_data(_array(found).decode())
-                del found
+                # the reader took this one (the response waits for it). The
+                # event is encoded once for the readers that read the same.
+                data = page.sse_event()
+            del page
             control: dict[str, object] = {
                 "streamNextOffset": offset_of(epoch, revision),
                 "streamCursor": response_cursor(cursor),

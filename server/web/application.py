@@ -30,7 +30,7 @@ import logging
 import sys
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -50,6 +50,7 @@ from server.store.base import Store, StoreError
 from server.store.open import open_store
 from server.streams import http as streams_http
 from server.streams import transcripts as streams_transcripts
+from server.streams.longpoll import FastPath
 from server.streams.open import log_for_store, registry_for_store
 from server.streams.registry import Limits, StreamRegistry
 from server.web import (
@@ -118,12 +119,15 @@ class TsyncApp:
         starlette: Starlette,
         metrics: Metrics,
         lifespan: Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]],
+        http_front: Callable[[Any], Any] | None = None,
     ) -> None:
         self.starlette = starlette
         self._lifespan_context = lifespan
         self.state = starlette.state
         self.lifecycle: http_ops.Lifecycle = starlette.state.lifecycle
-        self._http = http_ops.RequestLog(starlette, metrics, starlette.routes)
+        logged = http_ops.RequestLog(starlette, metrics, starlette.routes)
+        # In front of it all: the long-poll reads' own path (server.streams.longpoll).
+        self._http = http_front(logged) if http_front is not None else logged
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -342,13 +346,26 @@ def create_app(
     app.state.lifecycle = http_ops.Lifecycle()
     # Outermost last: Host and Origin first, then CORS (preflights carry no
     # credentials), then the credentials and rights of the route.
-    app.add_middleware(HttpAccess, routes=routes, authenticator=Authenticator.for_config(config))
+    authenticator = Authenticator.for_config(config)
+    app.add_middleware(HttpAccess, routes=routes, authenticator=authenticator)
     policy = OriginPolicy.for_config(config)
     cors = cors_options(policy)
     if cors is not None:
         app.add_middleware(CORSMiddleware, **cors)
     app.add_middleware(BrowserGuard, policy=policy)
-    return TsyncApp(app, metrics, lifespan)
+    # The common long-poll read skips the middlewares' and the router's work
+    # per request, checking what they would (server.streams.longpoll).
+    long_poll_front = functools.partial(
+        FastPath,
+        read=functools.partial(streams_http.fast_long_poll, app.state),
+        prefix=streams_http.PREFIX,
+        reserved=streams_http.TRANSCRIPTS,
+        host_ok=lambda scope: policy.host_refusal(cast(dict[str, Any], scope)) is None,
+        authenticator=authenticator,
+        metrics=metrics,
+        route=streams_http.ROUTE,
+    )
+    return TsyncApp(app, metrics, lifespan, long_poll_front)
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]

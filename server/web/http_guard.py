@@ -206,6 +206,92 @@ class RawBody:
         """Write whole chunks, framed (``size CRLF data CRLF``) by the caller."""
         self._protocol.transport.write(data)
 
+    def raw_answer(self, status: int, head: bytes, body: bytes) -> bool:
+        """Send a whole answer the app encoded itself, in one write: the
+        status line, the server's default headers (``date``, ``server``),
+        ``head`` (header lines, each ending in CRLF), ``content-length`` and
+        ``body``. h11 is told of a response of that length, so that the
+        connection goes on as after any other answer, but encodes nothing
+        (``server.streams.longpoll`` shares one encoding among the readers
+        one append wakes). False, and nothing sent, when the answer cannot
+        go now (the response started, the client is gone, the transport is
+        paused): the app sends it through ASGI instead. ``status``: 200
+        or 204 (without a body)."""
+        cycle = self._cycle
+        protocol = self._protocol
+        if (
+            cycle.response_started
+            or cycle.disconnected
+            or protocol.cycle is not cycle
+            or protocol.flow.write_paused
+            or protocol.transport.is_closing()
+        ):
+            return False
+        length = str(len(body)).encode()
+        conn = protocol.conn
+        # A 204 has no length (h11 frames it so, as uvicorn sends it).
+        sized = status != 204
+        conn.send(_response_event(status, length if sized else None))
+        if body:
+            conn.send_with_data_passthrough(h11.Data(data=body))
+        conn.send(_END)
+        close = conn.our_state is h11.MUST_CLOSE or not cycle.keep_alive
+        cycle.response_started = True
+        cycle.response_complete = True
+        cycle.message_event.set()
+        phrase = _STATUS_LINES.get(status) or b"HTTP/1.1 %d \r\n" % status
+        protocol.transport.write(
+            b"".join(
+                (
+                    phrase,
+                    _default_head(cycle.default_headers),
+                    head,
+                    b"connection: close\r\n" if close else b"",
+                    b"content-length: %s\r\n\r\n" % length if sized else b"\r\n",
+                    body,
+                )
+            )
+        )
+        if close:
+            conn.send(h11.ConnectionClosed())
+            protocol.transport.close()
+        cycle.on_response()
+        return True
+
+
+_STATUS_LINES: Final = {
+    status: b"HTTP/1.1 %d %s\r\n" % (status, phrase.encode())
+    for status, phrase in ((200, "OK"), (204, "No Content"))
+}
+_END: Final = h11.EndOfMessage()
+#: h11's events are immutable: the response of each status and length is
+#: made (and its header validated) once, not per answer.
+_responses: dict[tuple[int, bytes | None], h11.Response] = {}
+
+
+def _response_event(status: int, length: bytes | None) -> h11.Response:
+    event = _responses.get((status, length))
+    if event is None:
+        if len(_responses) >= 1024:
+            _responses.clear()
+        framing = [(b"content-length", length)] if length is not None else []
+        event = _responses[(status, length)] = h11.Response(status_code=status, headers=framing)
+    return event
+
+
+#: uvicorn's default headers (a new list each second, for ``date``), encoded once.
+_default_heads: dict[int, tuple[list[tuple[bytes, bytes]], bytes]] = {}
+
+
+def _default_head(headers: list[tuple[bytes, bytes]]) -> bytes:
+    cached = _default_heads.get(id(headers))
+    if cached is not None and cached[0] is headers:
+        return cached[1]
+    encoded = b"".join(b"%s: %s\r\n" % (name, value) for name, value in headers)
+    _default_heads.clear()
+    _default_heads[id(headers)] = (headers, encoded)
+    return encoded
+
 
 class _GuardedH11(H11Protocol):
     header_timeout_s: ClassVar[float]
