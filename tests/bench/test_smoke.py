@@ -216,8 +216,9 @@ def test_idle_reports_memory_and_the_time_to_connect_and_subscribe(tmp_path: Pat
     idle = json.loads(out.read_text())["runs"][0]["idle"]
     assert idle["connections"] == 60
     assert idle["connect_s"] > 0 and idle["subscribe_s"] > 0
+    # (subscribe_s is rounded to the ms: 0.0005 s over 60 connections is 8.3 µs)
     assert idle["subscribe_us_per_connection"] == pytest.approx(
-        idle["subscribe_s"] * 1e6 / 60, rel=0.01
+        idle["subscribe_s"] * 1e6 / 60, abs=9
     )
     assert idle["server_cpu_us_per_subscribe"] >= 0
     assert idle["generator_share_subscribing"] >= 0
