@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -153,6 +153,34 @@ def parse_messages(
     return ValidatedBatch(messages, MessageLimits(max_messages, max_message_bytes, max_depth))
 
 
+def accept_decoded(messages: Sequence[Message], limits: MessageLimits) -> ValidatedBatch | None:
+    """Messages decoded straight into ``Message`` structs
+    (``protocol.wire.decode_plain_append``), accepted as ``parse_messages``
+    accepts them when they are of the shape it needs no walk for: string
+    content, no tool calls, ``metadata`` absent or an object of plain scalars
+    (``_plain_scalars``), each message within ``limits``. ``None`` for any
+    other batch, valid or not: ``parse_messages`` of the plain data then
+    decides and says why. It accepts nothing ``parse_messages`` refuses: the
+    struct made the same conversion, and what that does not check (the
+    depth and values of ``metadata``, the strings, the size) is checked here
+    as there."""
+    if len(messages) > limits.max_messages_per_batch or limits.max_depth < 2:
+        return None
+    for message in messages:
+        if type(message.content) is not str or message.tool_calls is not None:
+            return None
+        metadata = message.metadata
+        if metadata is not None and not _plain_scalars(metadata):
+            return None
+        try:  # a lone surrogate fails the encoding, as in ``_encoded_size``
+            size = len(_json_encode(message))
+        except (UnicodeEncodeError, OverflowError, TypeError, msgspec.EncodeError):
+            return None
+        if size > limits.max_message_bytes:
+            return None
+    return ValidatedBatch(messages, limits)
+
+
 def parse_message(
     data: object,
     *,
@@ -200,7 +228,7 @@ def _check_free_fields(item: object, limit: int, path: str, index: int | None) -
             check_value(value, f"{at}.{key}", limit=limit, level=2)
 
 
-def _plain_scalars(value: dict[Any, Any]) -> bool:
+def _plain_scalars(value: Mapping[Any, Any]) -> bool:
     """Whether every key of ``value`` is an ASCII string and every value an
     ASCII string, an integer in range, a finite float, a bool or None: what
     ``check_value`` accepts without a walk (anything else, even if valid,

@@ -34,6 +34,7 @@ from protocol.limits import (
 )
 from protocol.state import InvalidChange, InvalidSnapshot, check_baseline, check_event
 from protocol.types import (
+    Message,
     NonNegative,
     Positive,
     Role,
@@ -144,6 +145,24 @@ class Append(Struct, frozen=True, rename="camel", omit_defaults=True, tag_field=
 
     transcript_id: TranscriptId
     messages: list[Any]
+    expected_revision: NonNegative | None = None
+    idempotency_key: IdempotencyKey | None = None
+    ref: Ref = None
+    draft_id: DraftId | None = None
+    format: Literal["openai", "anthropic", "ui"] | None = None
+    system: Any = None
+
+
+class PlainAppend(
+    Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="op", tag="append"
+):
+    """An ``Append`` whose messages are decoded straight into ``Message``
+    structs (``decode_plain_append``): the fast path of the common append, one
+    decode instead of a decode to dicts and a conversion. Same fields and
+    checks as ``Append``; only its ``messages`` differ."""
+
+    transcript_id: TranscriptId
+    messages: tuple[Message, ...]
     expected_revision: NonNegative | None = None
     idempotency_key: IdempotencyKey | None = None
     ref: Ref = None
@@ -556,6 +575,33 @@ def decode_client_op(data: bytes | str) -> ClientOp:
         check_draft_op(op)
     elif isinstance(op, Presence):
         check_presence_op(op)
+    return op
+
+
+_json_plain_append_decoder: Final = msgspec.json.Decoder(PlainAppend)
+#: How a JSON append op starts when a client writes ``op`` first (ours do).
+_APPEND_HEAD: Final = b'{"op":"append"'
+_APPEND_HEAD_TEXT: Final = _APPEND_HEAD.decode()
+
+
+def decode_plain_append(data: bytes | str) -> PlainAppend | None:
+    """A JSON ``append`` op in the transcript's own shape (no ``format``, no
+    ``system``), its messages decoded straight into ``Message`` structs; or
+    ``None`` for any other frame and for one that this decode refuses, valid
+    or not: ``decode_client_op`` then reads it as it reads every op and says
+    why. Never raises. The messages still need the checks ``Message`` does not
+    make itself (``protocol.validation.accept_decoded``)."""
+    if isinstance(data, str):
+        if not data.startswith(_APPEND_HEAD_TEXT):
+            return None
+    elif not data.startswith(_APPEND_HEAD):
+        return None
+    try:
+        op = _json_plain_append_decoder.decode(data)
+    except (msgspec.DecodeError, ValueError, TypeError, RecursionError, OverflowError):
+        return None  # (msgspec.ValidationError is a DecodeError)
+    if op.format is not None or op.system is not None:
+        return None
     return op
 
 

@@ -153,6 +153,10 @@ METRICS: tuple[tuple[str, str, str, bool], ...] = (
     ("baseline of N messages", "catchup.baseline.median_ms", "ms", False),
     ("RSS per idle connection", "idle.kb_per_connection", "KB", False),
     ("RSS per idle subscribed connection", "idle.kb_per_subscribed_connection", "KB", False),
+    ("time to connect every connection", "idle.connect_s", "s", False),
+    ("time to subscribe every connection", "idle.subscribe_s", "s", False),
+    ("server CPU per subscribe", "idle.server_cpu_us_per_subscribe", "µs", False),
+    ("generator CPU while subscribing", "idle.generator_cores_subscribing", "cores", False),
 )
 
 

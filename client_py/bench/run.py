@@ -295,9 +295,14 @@ async def run_workload(
     ]
     try:
         live.phase = f"connecting {workload.subscribers} subscribers"
+        connect_started = time.monotonic()
         await pool.start()
+        connect_s = time.monotonic() - connect_started
         if workload.scenario == "idle":
-            result["idle"] = await _idle(pool, sampler, rss_before if sampler else 0, workload)
+            result["idle"] = await _idle(
+                pool, sampler, rss_before if sampler else 0, workload, generator, client_cpus
+            )
+            result["idle"]["connect_s"] = round(connect_s, 3)
             answers: list[dict[str, Any]] = []
             cpu_used = None
         else:
@@ -514,20 +519,54 @@ async def _drive_writers(
         live.appends, live.acks = wstats.appends, wstats.acks
 
 
+async def _subscribe_all(
+    pool: WorkerPool,
+    sampler: ServerSampler | None,
+    generator: ServerSampler,
+    client_cpus: frozenset[int] | None,
+    n: int,
+) -> dict[str, Any]:
+    """Subscribe every open connection at once and time it: the wall time
+    until the last baseline is in, and the CPU the server and the generator
+    spent meanwhile (a generator near its CPUs' limit times itself)."""
+    server_start = sampler.cpu() if sampler else 0.0
+    generator_start = generator.cpu()
+    started = time.monotonic()
+    pool.send("subscribe")
+    await pool.expect("subscribed")
+    wall = max(time.monotonic() - started, 1e-9)
+    generator_cores = (generator.cpu() - generator_start) / wall
+    cpus = len(client_cpus) if client_cpus else (os.cpu_count() or 1)
+    out: dict[str, Any] = {
+        "subscribe_s": round(wall, 3),
+        "subscribe_us_per_connection": round(wall * 1e6 / n, 1),
+        "generator_cores_subscribing": round(generator_cores, 3),
+        "generator_share_subscribing": round(generator_cores / cpus, 3),
+    }
+    if sampler is not None:
+        server_cpu = sampler.cpu() - server_start
+        out["server_cpu_us_per_subscribe"] = round(server_cpu * 1e6 / n, 1)
+        out["server_cores_subscribing"] = round(server_cpu / wall, 3)
+    return out
+
+
 async def _idle(
-    pool: WorkerPool, sampler: ServerSampler | None, rss_before: int, workload: Workload
+    pool: WorkerPool,
+    sampler: ServerSampler | None,
+    rss_before: int,
+    workload: Workload,
+    generator: ServerSampler,
+    client_cpus: frozenset[int] | None,
 ) -> dict[str, Any]:
     n = workload.subscribers
     out: dict[str, Any] = {"connections": n}
     if sampler is None:
-        pool.send("subscribe")
-        await pool.expect("subscribed")
+        out.update(await _subscribe_all(pool, sampler, generator, client_cpus, n))
         out["note"] = "no --server-pid: RSS not measured"
         return out
     await asyncio.sleep(SETTLE_S)
     rss_connected = sampler.rss()
-    pool.send("subscribe")
-    await pool.expect("subscribed")
+    out.update(await _subscribe_all(pool, sampler, generator, client_cpus, n))
     await asyncio.sleep(SETTLE_S)
     rss_subscribed = sampler.rss()
     out.update(

@@ -199,3 +199,78 @@ def test_a_bad_window_is_a_usage_error() -> None:
     done = bench("catchup", "--window", "last:5", timeout=30)
     assert done.returncode == 2
     assert "--window 'last:5'" in done.stderr
+
+
+def test_idle_reports_memory_and_the_time_to_connect_and_subscribe(tmp_path: Path) -> None:
+    """The cost curve's figures (issue 42): RSS per connection, the wall time
+    to connect and to subscribe them all, the server's CPU per subscribe and
+    the generator's meanwhile."""
+    out = tmp_path / "result.json"
+    with ServerProcess(store="memory", log_path=tmp_path / "log") as server:
+        assert server.proc is not None
+        done = bench(
+            "idle", "--subscribers", "60", "--procs", "2", "--fast",
+            "--url", server.url, "--server-pid", str(server.proc.pid), "--json", str(out),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    idle = json.loads(out.read_text())["runs"][0]["idle"]
+    assert idle["connections"] == 60
+    assert idle["connect_s"] > 0 and idle["subscribe_s"] > 0
+    # (subscribe_s is rounded to the ms: 0.0005 s over 60 connections is 8.3 µs)
+    assert idle["subscribe_us_per_connection"] == pytest.approx(
+        idle["subscribe_s"] * 1e6 / 60, abs=9
+    )
+    assert idle["server_cpu_us_per_subscribe"] >= 0
+    assert idle["generator_share_subscribing"] >= 0
+    assert idle["rss_mb_subscribed"] >= idle["rss_mb_before"] > 0
+    assert "time to subscribe every connection" in done.stdout
+
+
+def test_the_cost_curve_table_takes_ratios_within_each_run(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import plot_bench
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+    def write(name: str, run: dict[str, object]) -> None:
+        (tmp_path / f"{name}.json").write_text(json.dumps({"runs": [run]}))
+
+    for number, (small, big, p99s) in enumerate(
+        [((10.0, 11.0), (10.5, 12.1), (20.0, 30.0)), ((10.0, 12.0), (10.2, 12.0), (10.0, 40.0))],
+        start=1,
+    ):
+        for n, (connected, subscribed) in ((2000, small), (15000, big)):
+            write(
+                f"idle{n}-memory-{number}",
+                {
+                    "idle": {
+                        "kb_per_connection": connected,
+                        "kb_per_subscribed_connection": subscribed,
+                        "connect_s": 1.0,
+                        "subscribe_s": 2.0,
+                        "subscribe_us_per_connection": 2e6 / n,
+                        "server_cpu_us_per_subscribe": 50.0,
+                        "generator_share_subscribing": 0.1,
+                    }
+                },
+            )
+        for name, p99 in zip(("curve1000x50", "curve10000x5"), p99s, strict=True):
+            write(
+                f"{name}-memory-{number}",
+                {
+                    "latency_ms": {"p99": p99},
+                    "delivered_per_s": 50000.0,
+                    "server_cpu": {"cpu_us_per_delivered": 5.0},
+                    "generator_cpu": {"share": 0.5},
+                    "bound": "offered-load",
+                    "latency_curve_ms": [[50.0, 1.0], [99.0, p99], [100.0, p99]],
+                },
+            )
+    table = plot_bench.curve_table(tmp_path)
+    # 15,000 against 2,000 in each run: 1.10x and 1.00x, median 1.05x.
+    assert "| 15,000 | 10.35 (10.20-10.50) | 12.05 (12.00-12.10) | 1.05 (1.00-1.10)x |" in table
+    # p99 ratios 1.50x and 4.00x: their median, not the ratio of the medians.
+    assert "| **median of the ratios** | | | **2.75x** |" in table
+    plot_bench.plot_curve(tmp_path, tmp_path)
+    assert (tmp_path / "bench-cost-curve.png").stat().st_size > 10_000
