@@ -67,6 +67,7 @@ _ID = Param("transcript_id", "path", "the transcript's id", _ID_SCHEMA, required
 _NAME = Param("name", "path", "the View's name", _NAME_SCHEMA, required=True)
 _INT = {"type": "integer", "minimum": 0}
 _PROBLEM = api.Problem
+_START = Param("start", "query", "index of the first message (default 0)", _INT)
 
 # The Durable Streams face (server.streams): the protocol's own headers and
 # problem+json errors; its bodies are the stream's bytes, of its content type.
@@ -80,6 +81,12 @@ _STREAM = Param(
 _DRAFT_PATH = "/v1/stream/transcripts/{transcript_id}/drafts/{draft_id}"
 _DRAFT_ID = Param("draft_id", "path", "the draft's id", _ID_SCHEMA, required=True)
 _ANY: tuple[str, dict[str, Any]] = ("*/*", {})
+#: Where a Durable Streams read begins and how it waits for more.
+_READ_FROM: Final = (
+    Param("offset", "query", "-1 (the start), now (the tail) or an offset"),
+    Param("live", "query", "long-poll or sse"),
+    Param("cursor", "query", "the last Stream-Cursor"),
+)
 
 
 #: The streams face's refusals: RFC 9457 problem documents, without the
@@ -149,9 +156,7 @@ STREAM_OPERATIONS: Final = (
         {200: _ANY, 204: None, 304: None, **_plain(400, 404, 410)},
         params=(
             _STREAM,
-            Param("offset", "query", "-1 (the start), now (the tail) or an offset"),
-            Param("live", "query", "long-poll or sse"),
-            Param("cursor", "query", "the last Stream-Cursor"),
+            *_READ_FROM,
         ),
     ),
     Operation(
@@ -180,9 +185,7 @@ STREAM_OPERATIONS: Final = (
         },
         params=(
             _ID,
-            Param("offset", "query", "-1 (the start), now (the tail) or an offset"),
-            Param("live", "query", "long-poll or sse"),
-            Param("cursor", "query", "the last Stream-Cursor"),
+            *_READ_FROM,
         ),
     ),
     *(
@@ -215,9 +218,7 @@ STREAM_OPERATIONS: Final = (
         params=(
             _ID,
             _DRAFT_ID,
-            Param("offset", "query", "-1 (the start), now (the tail) or an offset"),
-            Param("live", "query", "long-poll or sse"),
-            Param("cursor", "query", "the last Stream-Cursor"),
+            *_READ_FROM,
         ),
     ),
     *(
@@ -290,7 +291,7 @@ OPERATIONS: Final = (
         {200: TranscriptSnapshot, 400: _PROBLEM, 404: _PROBLEM},
         params=(
             _ID,
-            Param("start", "query", "index of the first message (default 0)", _INT),
+            _START,
             Param("end", "query", "index after the last message (default: the length)", _INT),
         ),
     ),
@@ -349,7 +350,7 @@ OPERATIONS: Final = (
         {200: api.MessageRange, 400: _PROBLEM, 404: _PROBLEM, 409: _PROBLEM},
         params=(
             _ID,
-            Param("start", "query", "index of the first message (default 0)", _INT),
+            _START,
             Param("end", "query", "index after the last message (default: start + 1000)", _INT),
             Param(
                 "epoch",
