@@ -116,6 +116,20 @@ def _header(name: str, description: str, pattern: str | None = None) -> Param:
     return Param(name, "header", description, schema)
 
 
+def _preflight(path: str, params: tuple[Param, ...], summary: str) -> Operation:
+    """The CORS preflight of a streams path."""
+    return Operation("options", path, summary, {204: None, **_plain(400)}, params=params)
+
+
+def _read_only(path: str, params: tuple[Param, ...], why: str) -> tuple[Operation, ...]:
+    """The writes of a read-only stream, always 405 (``why``), and its preflight."""
+    refusals = tuple(
+        Operation(method, path, f"Always 405: {why}", _plain(400, 405), params=params)
+        for method in ("put", "post", "delete")
+    )
+    return (*refusals, _preflight(path, params, "A CORS preflight"))
+
+
 STREAM_OPERATIONS: Final = (
     Operation(
         "put",
@@ -166,13 +180,7 @@ STREAM_OPERATIONS: Final = (
         {204: None, **_plain(400, 404, 405, 410)},
         params=(_STREAM,),
     ),
-    Operation(
-        "options",
-        "/v1/stream/{stream_path}",
-        "Durable Streams: a CORS preflight",
-        {204: None, **_plain(400)},
-        params=(_STREAM,),
-    ),
+    _preflight("/v1/stream/{stream_path}", (_STREAM,), "Durable Streams: a CORS preflight"),
     Operation(
         "get",
         "/v1/stream/transcripts/{transcript_id}",
@@ -183,27 +191,12 @@ STREAM_OPERATIONS: Final = (
             304: None,
             **_plain(400, 404, 410),
         },
-        params=(
-            _ID,
-            *_READ_FROM,
-        ),
+        params=(_ID, *_READ_FROM),
     ),
-    *(
-        Operation(
-            method,
-            "/v1/stream/transcripts/{transcript_id}",
-            "Always 405: a transcript is written through /v1/transcripts/{id}/messages",
-            _plain(400, 405),
-            params=(_ID,),
-        )
-        for method in ("put", "post", "delete")
-    ),
-    Operation(
-        "options",
+    *_read_only(
         "/v1/stream/transcripts/{transcript_id}",
-        "A CORS preflight",
-        {204: None, **_plain(400)},
-        params=(_ID,),
+        (_ID,),
+        "a transcript is written through /v1/transcripts/{id}/messages",
     ),
     Operation(
         "get",
@@ -215,28 +208,10 @@ STREAM_OPERATIONS: Final = (
             204: None,
             **_plain(400, 404, 410),
         },
-        params=(
-            _ID,
-            _DRAFT_ID,
-            *_READ_FROM,
-        ),
+        params=(_ID, _DRAFT_ID, *_READ_FROM),
     ),
-    *(
-        Operation(
-            method,
-            _DRAFT_PATH,
-            "Always 405: a draft is written with the WebSocket protocol's draft op",
-            _plain(400, 405),
-            params=(_ID, _DRAFT_ID),
-        )
-        for method in ("put", "post", "delete")
-    ),
-    Operation(
-        "options",
-        _DRAFT_PATH,
-        "A CORS preflight",
-        {204: None, **_plain(400)},
-        params=(_ID, _DRAFT_ID),
+    *_read_only(
+        _DRAFT_PATH, (_ID, _DRAFT_ID), "a draft is written with the WebSocket protocol's draft op"
     ),
 )
 

@@ -41,16 +41,8 @@ import msgspec
 
 from protocol.digest import genesis_digest, next_digest
 from protocol.summary import preview_of, title_of
-from protocol.types import (
-    MessagesAppended,
-    SegmentStarted,
-    TranscriptEvent,
-)
-from server.store.base import (
-    StoreError,
-    StoreUnavailable,
-    TranscriptNotFound,
-)
+from protocol.types import MessagesAppended, SegmentStarted, TranscriptEvent
+from server.store.base import StoreError, StoreUnavailable, TranscriptNotFound
 from server.store.sqlite.database import Step
 
 __all__ = ["DATABASE_FILE", "MIGRATIONS", "SCHEMA_VERSION", "transcript_row", "unavailable"]
