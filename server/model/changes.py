@@ -27,7 +27,7 @@ holds the entity the constructor could not return.
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from protocol.types import (
     MessagesAppended,
@@ -93,32 +93,24 @@ def record_of(event: TranscriptEvent, length: int = 0) -> TranscriptRecord:
     change the View's name and range (``length``: the transcript's length
     after the event, which an open View's end is recorded as)."""
     change = event.change
+    kind: Literal["messages-appended", "segment-started", "view-changed", "view-left"]
+    name: str | None = None
     if isinstance(change, MessagesAppended):
-        return TranscriptRecord(
-            transcript_id=event.transcript_id,
-            revision=event.revision,
-            kind="messages-appended",
-            start=change.start,
-            end=change.start + len(change.messages),
-            occurred_at=event.occurred_at,
-        )
-    if isinstance(change, SegmentStarted):
-        return TranscriptRecord(
-            transcript_id=event.transcript_id,
-            revision=event.revision,
-            kind="segment-started",
-            start=change.start,
-            end=change.end,
-            occurred_at=event.occurred_at,
-        )
+        kind, start, end = "messages-appended", change.start, change.start + len(change.messages)
+    elif isinstance(change, SegmentStarted):
+        kind, start, end = "segment-started", change.start, change.end
+    else:
+        kind = "view-changed" if isinstance(change, ViewChanged) else "view-left"
+        start, end = change.start, length if change.end is None else change.end
+        name = change.name
     return TranscriptRecord(
         transcript_id=event.transcript_id,
         revision=event.revision,
-        kind="view-changed" if isinstance(change, ViewChanged) else "view-left",
-        start=change.start,
-        end=length if change.end is None else change.end,
+        kind=kind,
+        start=start,
+        end=end,
         occurred_at=event.occurred_at,
-        name=change.name,
+        name=name,
     )
 
 

@@ -124,7 +124,22 @@ _encode = msgspec.json.Encoder().encode
 _decode_message = msgspec.json.Decoder(Message).decode
 
 
-class ChangeCaptureError(Exception):
+class _FailedAfterCommit(Exception):
+    """A port (``what``) raised ``cause`` (also ``__cause__``) for the
+    changes of these revisions, which the transcript kept nonetheless."""
+
+    transcript: Transcript | None = None
+
+    def __init__(self, what: str, revisions: list[int], cause: BaseException) -> None:
+        super().__init__(
+            f"{what} failed for revision {', '.join(map(str, revisions))}"
+            f" (the change is committed): {cause!r}"
+        )
+        self.cause = cause
+        self.__cause__ = cause
+
+
+class ChangeCaptureError(_FailedAfterCommit):
     """Capture refused events of changes that are committed nonetheless.
 
     ``events`` are the events the capture port did not take, ``cause`` is what
@@ -133,35 +148,21 @@ class ChangeCaptureError(Exception):
     ``transcript`` is the entity when its constructor raised (else ``None``).
     """
 
-    transcript: Transcript | None = None
-
     def __init__(self, events: tuple[TranscriptEvent, ...], cause: BaseException) -> None:
-        revisions = ", ".join(str(e.revision) for e in events)
-        super().__init__(
-            f"change capture failed for revision {revisions} (the change is committed): {cause!r}"
-        )
+        super().__init__("change capture", [e.revision for e in events], cause)
         self.events = events
-        self.cause = cause
-        self.__cause__ = cause
 
 
-class ObservationError(Exception):
+class ObservationError(_FailedAfterCommit):
     """Observation failed for changes that are committed nonetheless.
 
     ``records`` are the records it was given, ``cause`` is what it raised
     (also ``__cause__``). ``transcript`` as for ``ChangeCaptureError``.
     """
 
-    transcript: Transcript | None = None
-
     def __init__(self, records: tuple[TranscriptRecord, ...], cause: BaseException) -> None:
-        revisions = ", ".join(str(r.revision) for r in records)
-        super().__init__(
-            f"observation failed for revision {revisions} (the change is committed): {cause!r}"
-        )
+        super().__init__("observation", [r.revision for r in records], cause)
         self.records = records
-        self.cause = cause
-        self.__cause__ = cause
 
 
 class CaptureAndObservationError(ExceptionGroup[Exception], ChangeCaptureError):

@@ -109,47 +109,26 @@ def build_parser() -> argparse.ArgumentParser:
         "at /). Every setting also reads TSYNC_<NAME> from the environment.",
         epilog=_settings_epilog(),
     )
-    serve.add_argument("--host", metavar="ADDRESS", help=_flag_help("host", "address to bind"))
-    serve.add_argument(
-        "--port", metavar="PORT", help=_flag_help("port", "port to bind, 0 for any free one")
-    )
-    serve.add_argument(
-        "--store",
-        metavar="URL",
-        help=_flag_help("store", "where data goes: sqlite:PATH, memory, or redis://host:port/db"),
-    )
-    serve.add_argument(
-        "--token",
-        metavar="SECRET",
-        help=_flag_help("token", "a static admin token clients may send"),
-    )
     for name, metavar, text in (
+        ("host", "ADDRESS", "address to bind"),
+        ("port", "PORT", "port to bind, 0 for any free one"),
+        ("store", "URL", "where data goes: sqlite:PATH, memory, or redis://host:port/db"),
+        ("token", "SECRET", "a static admin token clients may send"),
         ("jwt_secret", "SECRET", "accept HS256 JWTs signed with this (32+ bytes)"),
         ("jwt_key", "FILE", "accept RS256/ES256 JWTs: a PEM public key or JWKS file"),
         ("allowed_origins", "LIST", "web origins whose pages may connect, comma-separated"),
         ("allowed_hosts", "LIST", "Host names requests may name, comma-separated"),
         ("cors_origins", "LIST", "web origins allowed to call the HTTP API (CORS)"),
+        ("page_remote_images", None, "let the chat page load images from anywhere"),
+        ("log_level", "{debug,info,warning,error}", "least severe log level written"),
+        ("log_format", "{text,json}", "log line format"),
+        ("workers", "N", "processes serving the port, each a replica (needs redis)"),
     ):
-        serve.add_argument(FLAGS[name], metavar=metavar, help=_flag_help(name, text))
-    serve.add_argument(
-        "--page-remote-images",
-        action="store_const",
-        const=True,
-        help=_flag_help("page_remote_images", "let the chat page load images from anywhere"),
-    )
-    serve.add_argument(
-        "--log-level",
-        metavar="{debug,info,warning,error}",
-        help=_flag_help("log_level", "least severe log level written"),
-    )
-    serve.add_argument(
-        "--log-format", metavar="{text,json}", help=_flag_help("log_format", "log line format")
-    )
-    serve.add_argument(
-        "--workers",
-        metavar="N",
-        help=_flag_help("workers", "processes serving the port, each a replica (needs redis)"),
-    )
+        # No metavar: a switch, given or not.
+        takes: dict[str, Any] = (
+            {"metavar": metavar} if metavar else {"action": "store_const", "const": True}
+        )
+        serve.add_argument(FLAGS[name], help=_flag_help(name, text), **takes)
     serve.add_argument(
         "--set",
         action="append",

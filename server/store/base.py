@@ -565,6 +565,15 @@ def position_of(event: TranscriptEvent) -> int | None:
     return None
 
 
+def check_idempotency_args(retention: int, ttl_s: float) -> None:
+    """A store's ``idempotency_retention`` must not be negative and its
+    ``idempotency_ttl_s`` must be positive."""
+    if retention < 0:
+        raise ValueError("idempotency_retention must be >= 0")
+    if ttl_s <= 0:
+        raise ValueError("idempotency_ttl_s must be > 0")
+
+
 def check_events_after_args(revision: int, limit: int | None) -> None:
     """``revision`` and ``limit`` of ``events_after`` must not be negative."""
     if revision < 0:

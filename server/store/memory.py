@@ -51,6 +51,7 @@ from server.store.base import (
     TranscriptNotFound,
     check_events_after_args,
     check_first_event,
+    check_idempotency_args,
     check_list_args,
     check_range_args,
     digest_of_log,
@@ -129,10 +130,7 @@ class MemoryStore:
         idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if idempotency_retention < 0:
-            raise ValueError("idempotency_retention must be >= 0")
-        if idempotency_ttl_s <= 0:
-            raise ValueError("idempotency_ttl_s must be > 0")
+        check_idempotency_args(idempotency_retention, idempotency_ttl_s)
         self.options = validated(options or MemoryOptions())
         self.idempotency_retention = idempotency_retention
         self.idempotency_ttl_s = idempotency_ttl_s

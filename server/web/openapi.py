@@ -67,6 +67,7 @@ _ID = Param("transcript_id", "path", "the transcript's id", _ID_SCHEMA, required
 _NAME = Param("name", "path", "the View's name", _NAME_SCHEMA, required=True)
 _INT = {"type": "integer", "minimum": 0}
 _PROBLEM = api.Problem
+_START = Param("start", "query", "index of the first message (default 0)", _INT)
 
 # The Durable Streams face (server.streams): the protocol's own headers and
 # problem+json errors; its bodies are the stream's bytes, of its content type.
@@ -80,6 +81,12 @@ _STREAM = Param(
 _DRAFT_PATH = "/v1/stream/transcripts/{transcript_id}/drafts/{draft_id}"
 _DRAFT_ID = Param("draft_id", "path", "the draft's id", _ID_SCHEMA, required=True)
 _ANY: tuple[str, dict[str, Any]] = ("*/*", {})
+#: Where a Durable Streams read begins and how it waits for more.
+_READ_FROM: Final = (
+    Param("offset", "query", "-1 (the start), now (the tail) or an offset"),
+    Param("live", "query", "long-poll or sse"),
+    Param("cursor", "query", "the last Stream-Cursor"),
+)
 
 
 #: The streams face's refusals: RFC 9457 problem documents, without the
@@ -107,6 +114,20 @@ def _plain(*statuses: int) -> dict[int, Any]:
 def _header(name: str, description: str, pattern: str | None = None) -> Param:
     schema = {"type": "string"} if pattern is None else {"type": "string", "pattern": pattern}
     return Param(name, "header", description, schema)
+
+
+def _preflight(path: str, params: tuple[Param, ...], summary: str) -> Operation:
+    """The CORS preflight of a streams path."""
+    return Operation("options", path, summary, {204: None, **_plain(400)}, params=params)
+
+
+def _read_only(path: str, params: tuple[Param, ...], why: str) -> tuple[Operation, ...]:
+    """The writes of a read-only stream, always 405 (``why``), and its preflight."""
+    refusals = tuple(
+        Operation(method, path, f"Always 405: {why}", _plain(400, 405), params=params)
+        for method in ("put", "post", "delete")
+    )
+    return (*refusals, _preflight(path, params, "A CORS preflight"))
 
 
 STREAM_OPERATIONS: Final = (
@@ -149,9 +170,7 @@ STREAM_OPERATIONS: Final = (
         {200: _ANY, 204: None, 304: None, **_plain(400, 404, 410)},
         params=(
             _STREAM,
-            Param("offset", "query", "-1 (the start), now (the tail) or an offset"),
-            Param("live", "query", "long-poll or sse"),
-            Param("cursor", "query", "the last Stream-Cursor"),
+            *_READ_FROM,
         ),
     ),
     Operation(
@@ -161,13 +180,7 @@ STREAM_OPERATIONS: Final = (
         {204: None, **_plain(400, 404, 405, 410)},
         params=(_STREAM,),
     ),
-    Operation(
-        "options",
-        "/v1/stream/{stream_path}",
-        "Durable Streams: a CORS preflight",
-        {204: None, **_plain(400)},
-        params=(_STREAM,),
-    ),
+    _preflight("/v1/stream/{stream_path}", (_STREAM,), "Durable Streams: a CORS preflight"),
     Operation(
         "get",
         "/v1/stream/transcripts/{transcript_id}",
@@ -178,29 +191,12 @@ STREAM_OPERATIONS: Final = (
             304: None,
             **_plain(400, 404, 410),
         },
-        params=(
-            _ID,
-            Param("offset", "query", "-1 (the start), now (the tail) or an offset"),
-            Param("live", "query", "long-poll or sse"),
-            Param("cursor", "query", "the last Stream-Cursor"),
-        ),
+        params=(_ID, *_READ_FROM),
     ),
-    *(
-        Operation(
-            method,
-            "/v1/stream/transcripts/{transcript_id}",
-            "Always 405: a transcript is written through /v1/transcripts/{id}/messages",
-            _plain(400, 405),
-            params=(_ID,),
-        )
-        for method in ("put", "post", "delete")
-    ),
-    Operation(
-        "options",
+    *_read_only(
         "/v1/stream/transcripts/{transcript_id}",
-        "A CORS preflight",
-        {204: None, **_plain(400)},
-        params=(_ID,),
+        (_ID,),
+        "a transcript is written through /v1/transcripts/{id}/messages",
     ),
     Operation(
         "get",
@@ -212,30 +208,10 @@ STREAM_OPERATIONS: Final = (
             204: None,
             **_plain(400, 404, 410),
         },
-        params=(
-            _ID,
-            _DRAFT_ID,
-            Param("offset", "query", "-1 (the start), now (the tail) or an offset"),
-            Param("live", "query", "long-poll or sse"),
-            Param("cursor", "query", "the last Stream-Cursor"),
-        ),
+        params=(_ID, _DRAFT_ID, *_READ_FROM),
     ),
-    *(
-        Operation(
-            method,
-            _DRAFT_PATH,
-            "Always 405: a draft is written with the WebSocket protocol's draft op",
-            _plain(400, 405),
-            params=(_ID, _DRAFT_ID),
-        )
-        for method in ("put", "post", "delete")
-    ),
-    Operation(
-        "options",
-        _DRAFT_PATH,
-        "A CORS preflight",
-        {204: None, **_plain(400)},
-        params=(_ID, _DRAFT_ID),
+    *_read_only(
+        _DRAFT_PATH, (_ID, _DRAFT_ID), "a draft is written with the WebSocket protocol's draft op"
     ),
 )
 
@@ -290,7 +266,7 @@ OPERATIONS: Final = (
         {200: TranscriptSnapshot, 400: _PROBLEM, 404: _PROBLEM},
         params=(
             _ID,
-            Param("start", "query", "index of the first message (default 0)", _INT),
+            _START,
             Param("end", "query", "index after the last message (default: the length)", _INT),
         ),
     ),
@@ -349,7 +325,7 @@ OPERATIONS: Final = (
         {200: api.MessageRange, 400: _PROBLEM, 404: _PROBLEM, 409: _PROBLEM},
         params=(
             _ID,
-            Param("start", "query", "index of the first message (default 0)", _INT),
+            _START,
             Param("end", "query", "index after the last message (default: start + 1000)", _INT),
             Param(
                 "epoch",

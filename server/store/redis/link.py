@@ -105,12 +105,23 @@ class RedisLink:
         self.where = address.where
         self.redis: aioredis.Redis | RedisCluster | None = None
 
-    def _tls(self) -> dict[str, Any]:
+    def _sockets(self) -> dict[str, Any]:
+        """What every connection to this Redis carries: timeouts and TLS."""
+        options = self.options
         return {
+            "socket_timeout": options.socket_timeout,
+            "socket_connect_timeout": options.socket_connect_timeout,
+        } | {
             name: value
             for name in ("ssl_cert_reqs", "ssl_ca_certs", "ssl_check_hostname")
-            if (value := getattr(self.options, name)) is not None
+            if (value := getattr(options, name)) is not None
         }
+
+    def _credentials(self) -> dict[str, Any]:
+        """Who connects and whether over TLS, for the clients not made from
+        the URL (which carries them)."""
+        address = self.address
+        return {"username": address.username, "password": address.password, "ssl": address.tls}
 
     def _retry(self, retries: int | None) -> Retry:
         return Retry(
@@ -125,11 +136,9 @@ class RedisLink:
             self.url,
             max_connections=size or options.max_connections,
             timeout=options.pool_wait_s,
-            socket_timeout=options.socket_timeout,
-            socket_connect_timeout=options.socket_connect_timeout,
             health_check_interval=options.health_check_interval,
             retry=self._retry(retries),
-            **self._tls(),
+            **self._sockets(),
         )
         return aioredis.Redis(connection_pool=pool)
 
@@ -137,36 +146,27 @@ class RedisLink:
         """redis-py's cluster client: it learns the slots from the nodes in
         the URL and follows MOVED/ASK; after a connection error it reads
         the slots again before each retry."""
-        options, address = self.options, self.address
+        options = self.options
         return RedisCluster(
-            startup_nodes=[ClusterNode(host, port) for host, port in address.nodes],
+            startup_nodes=[ClusterNode(host, port) for host, port in self.address.nodes],
             # Serve the slots that are up when one master is down.
             require_full_coverage=False,
-            username=address.username,
-            password=address.password,
-            ssl=address.tls,
             max_connections=options.max_connections,
-            socket_timeout=options.socket_timeout,
-            socket_connect_timeout=options.socket_connect_timeout,
             health_check_interval=options.health_check_interval,
             retry=self._retry(None),
-            **self._tls(),
+            **self._credentials(),
+            **self._sockets(),
         )
 
     def node_client(self, host: str, port: int) -> aioredis.Redis:
         """One connection to one cluster node, no retries (subscriptions)."""
-        options, address = self.options, self.address
         return aioredis.Redis(
             host=host,
             port=port,
-            username=address.username,
-            password=address.password,
-            ssl=address.tls,
-            socket_timeout=options.socket_timeout,
-            socket_connect_timeout=options.socket_connect_timeout,
             retry=self._retry(0),
             single_connection_client=True,
-            **self._tls(),
+            **self._credentials(),
+            **self._sockets(),
         )
 
     def subscriber(self, attempt: int) -> aioredis.Redis:

@@ -4,7 +4,8 @@ used on the store's worker thread."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
@@ -26,7 +27,6 @@ from server.store.base import (
     StoredState,
     StoredTranscript,
     TranscriptInfo,
-    TranscriptNotFound,
     digest_of_log,
     head_digest,
     messages_in,
@@ -34,6 +34,7 @@ from server.store.base import (
 )
 from server.store.options import SQLiteOptions
 from server.store.sqlite.database import connect
+from server.store.sqlite.schema import transcript_row
 
 __all__ = ["Reader"]
 
@@ -71,10 +72,18 @@ class Reader:
     def close(self) -> None:
         self.conn.close()
 
-    def load(self, transcript_id: str) -> StoredTranscript | None:
-        # One read transaction so the events and the keys are of one instant.
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read transaction: what the block reads is of one instant."""
         self.conn.execute("BEGIN")
         try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
+
+    def load(self, transcript_id: str) -> StoredTranscript | None:
+        # One read transaction so the events and the keys are of one instant.
+        with self.snapshot():
             row = self.conn.execute(
                 "SELECT epoch, created_at FROM transcripts WHERE id = ?", (transcript_id,)
             ).fetchone()
@@ -91,8 +100,6 @@ class Reader:
             return StoredTranscript(
                 transcript_id, row[0], row[1], tuple(decoded), self._keys(transcript_id), size
             )
-        finally:
-            self.conn.execute("COMMIT")
 
     def recorded(self, transcript_id: str, key: str) -> Receipt | None:
         return _recorded(self.conn, transcript_id, key, int(self.clock() * 1000) - self.ttl_ms)
@@ -100,14 +107,9 @@ class Reader:
     def events_after(
         self, transcript_id: str, revision: int, limit: int | None
     ) -> list[TranscriptEvent] | None:
-        self.conn.execute("BEGIN")
-        try:
-            row = self.conn.execute(
-                "SELECT revision FROM transcripts WHERE id = ?", (transcript_id,)
-            ).fetchone()
-            if row is None:
-                raise TranscriptNotFound(transcript_id)
-            if revision > row[0]:
+        with self.snapshot():
+            (newest,) = transcript_row(self.conn, "revision", transcript_id)
+            if revision > newest:
                 return None
             return [
                 self.decoder.decode(data)
@@ -117,12 +119,9 @@ class Reader:
                     (transcript_id, revision, -1 if limit is None else limit),
                 )
             ]
-        finally:
-            self.conn.execute("COMMIT")
 
     def load_recent(self, transcript_id: str, messages: int | None) -> StoredState | None:
-        self.conn.execute("BEGIN")
-        try:
+        with self.snapshot():
             row = self.conn.execute(
                 "SELECT epoch, created_at, revision, length, active_start, view_changes"
                 " FROM transcripts WHERE id = ?",
@@ -161,8 +160,6 @@ class Reader:
                 digest=self._digest(transcript_id, revision),
             )
             return StoredState(snapshot, created_at, self._keys(transcript_id))
-        finally:
-            self.conn.execute("COMMIT")
 
     def _digest(self, transcript_id: str, revision: int) -> str | None:
         """The digest at ``revision``: its event's (one row), computed from
@@ -186,20 +183,14 @@ class Reader:
         )
 
     def read_messages(self, transcript_id: str, start: int, end: int) -> StoredRange:
-        self.conn.execute("BEGIN")
-        try:
-            row = self.conn.execute(
-                "SELECT epoch, revision, length FROM transcripts WHERE id = ?", (transcript_id,)
-            ).fetchone()
-            if row is None:
-                raise TranscriptNotFound(transcript_id)
-            epoch, revision, length = row
+        with self.snapshot():
+            epoch, revision, length = transcript_row(
+                self.conn, "epoch, revision, length", transcript_id
+            )
             first, last = min(start, length), min(end, length)
             return StoredRange(
                 epoch, revision, length, first, self._messages(transcript_id, first, last)
             )
-        finally:
-            self.conn.execute("COMMIT")
 
     def _messages(self, transcript_id: str, start: int, end: int) -> tuple[Message, ...]:
         """Messages ``[start, end)`` from the appends that hold them (inside
@@ -233,8 +224,7 @@ class Reader:
         }
 
     def list_transcripts(self, after: str | None, limit: int) -> list[TranscriptInfo]:
-        self.conn.execute("BEGIN")
-        try:
+        with self.snapshot():
             rows = self.conn.execute(
                 "SELECT id, epoch, revision, length, created_at, updated_at, title"
                 " FROM transcripts WHERE id > ? ORDER BY id LIMIT ?",
@@ -253,8 +243,6 @@ class Reader:
                 )
                 for tid, epoch, rev, length, created, updated, title in rows
             ]
-        finally:
-            self.conn.execute("COMMIT")
 
     def _preview(self, transcript_id: str, version: tuple[str, int, int, int]) -> str | None:
         """The preview the newest append gives: made here, not on every

@@ -1,6 +1,7 @@
 """The transcripts' database file, ``transcripts.sqlite3``: its tables, the
 steps that migrate it (run by ``server.store.sqlite.database.migrate``) and
-how its errors map to the store's.
+how its errors map to the store's; ``transcript_row`` reads one row of
+``transcripts``.
 
 Tables::
 
@@ -34,24 +35,17 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
 from protocol.digest import genesis_digest, next_digest
 from protocol.summary import preview_of, title_of
-from protocol.types import (
-    MessagesAppended,
-    SegmentStarted,
-    TranscriptEvent,
-)
-from server.store.base import (
-    StoreError,
-    StoreUnavailable,
-)
+from protocol.types import MessagesAppended, SegmentStarted, TranscriptEvent
+from server.store.base import StoreError, StoreUnavailable, TranscriptNotFound
 from server.store.sqlite.database import Step
 
-__all__ = ["DATABASE_FILE", "MIGRATIONS", "SCHEMA_VERSION", "unavailable"]
+__all__ = ["DATABASE_FILE", "MIGRATIONS", "SCHEMA_VERSION", "transcript_row", "unavailable"]
 
 #: The database file inside the data folder.
 DATABASE_FILE: Final = "transcripts.sqlite3"
@@ -185,6 +179,17 @@ MIGRATIONS: Final[dict[int, tuple[Step, ...]]] = {
         "UPDATE transcripts SET preview = NULL",
     ),
 }
+
+
+def transcript_row(conn: sqlite3.Connection, columns: str, transcript_id: str) -> Any:
+    """These ``columns`` (SQL expressions) of the transcript's row in
+    ``transcripts``; ``TranscriptNotFound`` when there is none."""
+    row = conn.execute(
+        f"SELECT {columns} FROM transcripts WHERE id = ?", (transcript_id,)
+    ).fetchone()
+    if row is None:
+        raise TranscriptNotFound(transcript_id)
+    return row
 
 
 def unavailable(path: Path, err: sqlite3.Error) -> StoreError:

@@ -28,6 +28,7 @@ from server.store.base import (
     TranscriptInfo,
     check_events_after_args,
     check_first_event,
+    check_idempotency_args,
     check_list_args,
     check_range_args,
 )
@@ -82,10 +83,7 @@ class SQLiteStore:
         idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if idempotency_retention < 0:
-            raise ValueError("idempotency_retention must be >= 0")
-        if idempotency_ttl_s <= 0:
-            raise ValueError("idempotency_ttl_s must be > 0")
+        check_idempotency_args(idempotency_retention, idempotency_ttl_s)
         self.path = Path(path)
         self.options = validated(options or SQLiteOptions())
         self.idempotency_retention = idempotency_retention

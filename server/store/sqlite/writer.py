@@ -29,7 +29,13 @@ from server.store.base import (
 )
 from server.store.options import SQLiteOptions
 from server.store.sqlite.database import connect, migrate, rollback, use_wal
-from server.store.sqlite.schema import DATABASE_FILE, MIGRATIONS, SCHEMA_VERSION, unavailable
+from server.store.sqlite.schema import (
+    DATABASE_FILE,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    transcript_row,
+    unavailable,
+)
 
 __all__ = ["Write", "Writer", "append_writes"]
 
@@ -159,14 +165,9 @@ class Writer:
 
     def append(self, event: TranscriptEvent, key: str | None, now: int) -> AppendResult:
         tid = event.transcript_id
-        row = self.conn.execute(
-            "SELECT epoch, revision, length, title IS NULL, key_count"
-            " FROM transcripts WHERE id = ?",
-            (tid,),
-        ).fetchone()
-        if row is None:
-            raise TranscriptNotFound(tid)
-        epoch, revision, length, untitled, key_count = row
+        epoch, revision, length, untitled, key_count = transcript_row(
+            self.conn, "epoch, revision, length, title IS NULL, key_count", tid
+        )
         if event.epoch != epoch:
             raise RevisionMismatch(tid, event.revision - 1, revision)
         key_on_disk = False
