@@ -10,8 +10,8 @@ import pytest
 
 from server.store.redis import RedisStore
 from server.streams.fanout import Follower
-from server.streams.redis import RedisRegistry
-from server.streams.registry import Limits
+from server.streams.open import registry_for_store
+from server.streams.registry import Limits, StreamRegistry
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.redis
 BLOB = b"x" * 1000
 
 
-async def _create(registry: RedisRegistry, path: str, body: bytes) -> None:
+async def _create(registry: StreamRegistry, path: str, body: bytes) -> None:
     await registry.create(
         path, content_type="application/octet-stream", ttl_s=None, expires_at=None,
         expires_at_ts=None, body=body, closed=False, forked_from=None, fork_offset=None,
@@ -33,7 +33,7 @@ async def test_reads_keep_a_replica_within_its_limits(shared_redis: RedisServer)
     for store in stores:
         await store.open()
     limits = Limits(max_streams=5, max_bytes=6 * len(BLOB))
-    one, two = (RedisRegistry(store.parts, limits) for store in stores)
+    one, two = (registry_for_store(store, limits) for store in stores)
     try:
         for index in range(5):
             await _create(one, f"/a{index}", BLOB)
@@ -58,7 +58,7 @@ async def test_reads_keep_a_replica_within_its_limits(shared_redis: RedisServer)
         one.fanout.follow("/b1", reader)
         for index in range(5):
             await one.live(f"/a{index}")
-        assert "/b1" in one._streams
+        assert "/b1" in one.streams
     finally:
         for store in stores:
             await store.close()
