@@ -58,7 +58,7 @@ def registry(server: RunningServer) -> SharedPort:
 
 def waiting(server: RunningServer, path: str, readers: int) -> bool:
     """Long-polls waiting and SSE readers following (``server.streams.fanout``)."""
-    streams = registry(server)
+    streams = server.app.state.streams
     return len(streams._waiters.get(path, ())) + streams.fanout.count(path) >= readers
 
 

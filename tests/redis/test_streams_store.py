@@ -54,7 +54,7 @@ async def test_writes_retried_after_a_lost_answer_are_made_once(
         running_server(store=RedisStore(url)) as srv,
         httpx.AsyncClient(base_url=srv.url, timeout=20) as http,
     ):
-        part = registry(srv).redis  # the store's streams part: its scripts
+        part = registry(srv).store  # the store's streams part: its scripts
         for name in ("_create", "_update", "_remove", "_fork", "_unfork"):
             setattr(part, name, AnsweredTwice(getattr(part, name)))
         made = await http.put(path, headers=TEXT, content=b"one")
