@@ -1,8 +1,10 @@
-"""Durable Streams on Redis (one server or a Redis Cluster), shared by replicas.
+"""``SharedPort``: the port of Durable Streams on a store shared by replicas
+(Redis: one server or a Redis Cluster).
 
-Every replica answers from its own copy of the streams it is asked about, as
-the memory registry does (``server.streams.registry.StreamRegistry``, whose rules
-decide every request here too), but Redis holds the streams, not the copy:
+Every replica answers from its own copy of the streams it is asked about, in
+the one registry class (``server.streams.registry.StreamRegistry``, whose
+rules decide every request), but Redis holds the streams, not the copy; this
+port keeps the copy:
 
 - Before each request the copy of the stream (and of the sources a fork
   reads through) is brought up to date with one script (``RedisStreams.read``): the
@@ -24,13 +26,14 @@ Every read and write of Redis (each retried call answered once), the
 scripts, the keys and the subscription to the notices are the store's
 streams part, ``server.store.redis.streams`` (``RedisStreams``, built from
 the store's ``StoreLink`` as its drafts and presence parts are); this
-module decides on the copies.
+module keeps the copies, and reads and changes them only through the
+registry's ``server.streams.port.Copies`` face.
 
 The limits (``max_streams``, ``max_stream_bytes``) count what this replica
 holds in its copy: the streams it was asked about, each dropped once unused
 for ``IDLE_COPY_S`` (Redis keeps it). A read or a create that would take the
 copy past them first drops the least recently used copies nobody here reads
-or waits on (``_make_room``): reads on one replica cannot make it hold more
+or waits on (``make_room``): reads on one replica cannot make it hold more
 than its limits allow, only what its live readers and forks need.
 """
 
