@@ -5,7 +5,7 @@ Two measurements (docs/protocol.md, "Where streams live", quotes them):
 1. The registry alone, in this process, appending 100-byte messages with an
    idempotent producer: on no log (the memory store), on a
    ``SQLiteStreamLog`` with ``synchronous=normal`` and ``full``, and on a
-   private ``redis-server`` (``RedisRegistry``: a read and a write script each).
+   private ``redis-server`` (``SharedPort``: a read and a write script each).
 2. A real ``tsync serve`` (memory, SQLite, Redis) taking ``POST``s from
    ``--clients`` concurrent HTTP clients (one stream each) for ``--seconds``.
 
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.suppor
 from server.store.redis import RedisStore
 from server.store.sqlite.streams import SQLiteStreamLog
 from server.streams.log import StreamLog
-from server.streams.redis import RedisRegistry
+from server.streams.open import registry_for_store
 from server.streams.registry import Limits, StreamRegistry
 from tests.support.redis_server import RedisServer
 from tests.support.servers import ServerProcess
@@ -44,7 +44,7 @@ async def registry_rate(log: StreamLog | None, count: int, redis_url: str = "") 
     if redis_url:
         store = RedisStore(redis_url)
         await store.open()
-        registry = RedisRegistry(store.parts, Limits(max_bytes=1 << 40))
+        registry = registry_for_store(store, Limits(max_bytes=1 << 40))
     await registry.create(
         "/bench", content_type="text/plain", ttl_s=None, expires_at=None, expires_at_ts=None,
         body=b"", closed=False, forked_from=None, fork_offset=None, fork_sub_offset=0,

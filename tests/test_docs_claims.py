@@ -22,8 +22,8 @@ from server.store.open import open_store
 from server.store.sqlite.streams import STREAMS_FILE, SQLiteStreamLog
 from server.streams.log import NoLog
 from server.streams.open import log_for_store, registry_for_store
-from server.streams.redis import RedisRegistry
 from server.streams.registry import Limits, StreamRegistry
+from server.streams.shared import SharedPort
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -71,7 +71,7 @@ def test_streams_live_where_the_readme_says_for_each_store(tmp_path: Path) -> No
     assert type(registry_for_store(sqlite, Limits())) is StreamRegistry
     redis = open_store("redis://127.0.0.1:1/0")
     assert isinstance(log_for_store(redis), NoLog)
-    assert isinstance(registry_for_store(redis, Limits()), RedisRegistry)
+    assert isinstance(registry_for_store(redis, Limits()).port, SharedPort)
     memory = open_store("memory")
     assert isinstance(log_for_store(memory), NoLog)
     assert type(registry_for_store(memory, Limits())) is StreamRegistry

@@ -12,18 +12,27 @@
 Each may end in ``?name=value&...``: the backend's options
 (``server.store.options``), e.g. ``sqlite:./data?synchronous=full``. Unknown
 options are refused.
+
+The store's Durable Streams part is opened here too: ``shared_streams``
+(Redis, which keeps them) or ``streams_log`` (SQLite, which logs them);
+``server.streams.open`` gives the streams' registry the port each needs.
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from server.store.base import DEFAULT_IDEMPOTENCY_RETENTION, DEFAULT_IDEMPOTENCY_TTL_S, Store
 from server.store.memory import MemoryStore
 from server.store.options import MemoryOptions, SQLiteOptions, parse_query
 from server.store.sqlite import SQLiteStore
+from server.store.sqlite.streams import SQLiteStreamLog
 
-__all__ = ["open_store"]
+if TYPE_CHECKING:  # imported on use: the memory and SQLite stores need no Redis client
+    from server.store.redis.streams import RedisStreams
+
+__all__ = ["open_store", "shared_streams", "streams_log"]
 
 # Two or more characters, so that a Windows drive ("C:\\data") stays a path.
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
@@ -79,3 +88,25 @@ def open_store(
         idempotency_retention=idempotency_retention,
         idempotency_ttl_s=idempotency_ttl_s,
     )
+
+
+def shared_streams(store: Store) -> RedisStreams | None:
+    """The streams' part of a store shared by replicas, which keeps the
+    streams itself (Redis: ``RedisStreams``, built from the store's link; no
+    I/O, usable before the store is opened); ``None`` for the others."""
+    if store.name != "redis":
+        return None
+    from server.store.redis import RedisStore
+    from server.store.redis.streams import RedisStreams
+
+    assert isinstance(store, RedisStore)
+    return RedisStreams(store.parts)
+
+
+def streams_log(store: Store) -> SQLiteStreamLog | None:
+    """The log a store of the process's own writes its streams to, opened
+    (call once the store is open): the SQLite store's ``streams.sqlite3``;
+    ``None`` for the memory store (and a shared one: ``shared_streams``)."""
+    if isinstance(store, SQLiteStore):
+        return store.streams_log()
+    return None

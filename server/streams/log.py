@@ -8,11 +8,12 @@ when it cannot write it raises ``StreamError`` 503 and nothing was written,
 so the registry leaves memory as it was and the client may retry.
 
 - ``NoLog``: nothing is written (the ``memory`` store; on Redis the streams
-  live in Redis itself: ``server.streams.redis.RedisRegistry``).
+  live in Redis itself: ``server.streams.shared.SharedPort``).
 - ``server.store.sqlite.streams.SQLiteStreamLog``: a SQLite file in the data
   folder of the ``sqlite`` store.
 
-``server.streams.open.log_for_store`` picks the log of a store.
+``server.streams.open.log_for_store`` picks the log of a store; the registry
+writes to it through a ``server.streams.port.LogPort``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ __all__ = ["NoLog", "StreamLog"]
 
 
 class StreamLog(Protocol):
-    """The persistence port of ``server.streams.registry.StreamRegistry``.
+    """What a store of the process's own writes its streams to (the registry
+    reaches it through ``server.streams.port.LogPort``).
 
     A ``durable`` log holds every stream; the registry then holds copies of
     the streams it is asked about, each read with ``load_one`` on demand and

@@ -1,43 +1,49 @@
-"""Which streams' registry and log a store gets (as ``server.store.open``
-picks a store), without knowing its class: each store opens its own
-streams part.
+"""The streams' registry of a store and its port (as ``server.store.open``
+picks a store), without knowing the store's class: the store opens its own
+streams part (``server.store.open``) and the registry is given
+the port that part needs (``server.streams.port``):
 
-- The SQLite store: ``streams_log()``, its ``streams.sqlite3``
-  (``server.store.sqlite.streams``), attached to the registry at startup.
-- The Redis store: ``parts``, the link its parts are built from; the
-  registry is ``server.streams.redis.RedisRegistry`` over the store's
-  streams part (``server.store.redis.streams``), imported on use as the
-  store is (the memory and SQLite stores need no Redis client).
-- The memory store: nothing (``NoLog``): the registry holds its streams.
+- a part shared by replicas (Redis): ``server.streams.shared.SharedPort``,
+  made with the registry (it does no I/O until ``start``);
+- a log (the SQLite store's ``streams.sqlite3``): a ``LogPort``, attached at
+  startup once the store is open (``log_for_store``);
+- none (the memory store): a ``LogPort`` over ``NoLog``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from server.store.base import Store
+from server.store.open import shared_streams, streams_log
 from server.streams.log import NoLog, StreamLog
 from server.streams.registry import Limits, StreamRegistry
+from server.streams.shared import SharedPort
 
 __all__ = ["log_for_store", "registry_for_store"]
 
 
 def log_for_store(store: Store) -> StreamLog:
     """The streams' log beside ``store`` (opened: it reads and writes its
-    file from now on): the store's own (``streams_log``), or ``NoLog``."""
-    opened = getattr(store, "streams_log", None)
-    if callable(opened):
-        log: StreamLog = opened()
-        return log
-    return NoLog()
+    file from now on), for ``StreamRegistry.attach`` (which gives it a
+    ``LogPort``): the store's own, or ``NoLog`` (on a shared store the
+    registry keeps the port it was made with)."""
+    log: StreamLog | None = streams_log(store)
+    return log if log is not None else NoLog()
 
 
-def registry_for_store(store: Store, limits: Limits, *, resync_s: float = 1.0) -> StreamRegistry:
-    """The streams' registry of ``store``: on a shared store (Redis) one
-    that keeps the streams there, shared by every replica (``resync_s``: its
-    safety net for lost notices, ``server.streams.redis``); otherwise the
-    process's own (its log attached at startup, ``log_for_store``)."""
-    parts = getattr(store, "parts", None)
-    if store.name == "redis" and parts is not None:
-        from server.streams.redis import RedisRegistry
-
-        return RedisRegistry(parts, limits, resync_s=resync_s)
-    return StreamRegistry(limits)
+def registry_for_store(
+    store: Store,
+    limits: Limits,
+    *,
+    resync_s: float = 1.0,
+    clock: Callable[[], float] | None = None,
+) -> StreamRegistry:
+    """The streams' registry of ``store``: on a store shared by replicas
+    one whose port keeps the streams there (``resync_s``: its safety net for
+    lost notices, ``server.streams.shared``); otherwise the process's own
+    (its log attached at startup, ``log_for_store``)."""
+    shared = shared_streams(store)
+    if shared is not None:
+        return StreamRegistry(limits, clock, port=SharedPort(shared, resync_s=resync_s))
+    return StreamRegistry(limits, clock)

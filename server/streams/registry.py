@@ -8,37 +8,38 @@ step of the event loop (the protocol's per-producer serialization), and a
 reader woken by an append sees it. Readers of a live mode wait on their
 stream's own appends: a fork's waiters are never woken by its source.
 
-A shared store's registry (``server.streams.redis.RedisRegistry``) keeps
-these rules and this code, and fills in the hooks: ``_sync`` brings its copy
-of a stream up to date before a request is decided, the ``_write_*`` hooks
-write with a check that the copy was current, and a write that finds it
-stale raises ``Stale``: the request is decided again (``_decided``).
-
-The registry is the index every request is answered from. Each change is
-first decided without touching memory, then written to the registry's
-``StreamLog`` (``server.streams.log``: nothing for the memory store, a SQLite
-file for the SQLite store), and only then made in memory and answered: a
-change the log cannot write is refused (503) and leaves the stream as it
-was, and a change answered is in the log. A durable log (SQLite) holds every
-stream and the registry copies of those asked about, read on demand and let go
-past ``max_live_bytes`` (``_load``): ``attach`` only counts them.
+The registry holds a ``StreamPort`` (``server.streams.port``) of the store
+its streams live in, and no subclass: every store's streams are decided by
+this code. Each change is first decided without touching memory, then
+written through the port (``LogPort``: nothing for the memory store, the
+SQLite file of the SQLite store; ``server.streams.shared.SharedPort``: a
+shared store, Redis), and only then made in memory and answered: a change
+the store cannot write is refused (503) and leaves the stream as it was, and
+a change answered is in the store. A durable store holds every stream and
+the registry copies of those asked about, read on demand and let go past
+``max_live_bytes`` (``hold``): ``attach`` only counts them. On a shared
+store the port brings the copy of a stream up to date before a request is
+decided (``sync``) and writes with a check that the copy was current: a
+write that finds it stale raises ``Stale``, and the request is decided again
+(``_decided``); an append or close is first decided on the copy as it is,
+passed to the port as a ``Trust`` (``_optimistic``).
 
 Why one module of over 600 lines: the registry decides every request of the
 protocol (create, append with its producer rules, read, close, fork, expiry,
-delete) against one index, and the Redis registry reuses that code through
-hooks; split by request, the invariants they share (offsets, closure, the
-producers' sequences, the fork tree) would have to be checked across files.
+delete) against one index, whatever store holds the streams; split by
+request, the invariants they share (offsets, closure, the producers'
+sequences, the fork tree) would have to be checked across files.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final, TypeVar, cast
 
-from server.streams.fanout import MAX_TOTAL_QUEUED_BYTES, Fanout
+from server.streams.fanout import Fanout
 from server.streams.log import NoLog, StreamLog
 from server.streams.model import (
     PRODUCER_TTL_S,
@@ -52,6 +53,7 @@ from server.streams.model import (
     media_type,
     producer_bytes,
 )
+from server.streams.port import Limits, LogPort, Stale, StreamPort, Trust
 
 __all__ = ["Limits", "Stale", "StreamAppend", "StreamRegistry", "Wait"]
 
@@ -68,35 +70,6 @@ STALE_ATTEMPTS: Final = 50
 log = logging.getLogger("tsync.streams")
 
 _T = TypeVar("_T")
-
-
-class Stale(Exception):
-    """A shared store's write found that the stream changed since this
-    process's copy was read: nothing was written; decide again."""
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """What the streams of one process may hold (settings ``max_streams``,
-    ``max_stream_bytes``, ``max_stream_producers``, ``max_producer_id_bytes``
-    and ``max_fork_depth``), and the JSON values one append may bring
-    (``max_stream_append_values``)."""
-
-    max_streams: int = 10_000
-    max_bytes: int = 256 * 1024 * 1024
-    max_append_values: int = 10_000
-    #: What all live SSE readers may have queued together (``Fanout``).
-    max_sse_queued_bytes: int = MAX_TOTAL_QUEUED_BYTES
-    #: Idempotent producers heard from within ``PRODUCER_TTL_S``, per stream.
-    max_producers: int = 1024
-    #: The longest ``Producer-Id``, in UTF-8 bytes.
-    max_producer_id_bytes: int = 256
-    #: How many sources a fork may read through (its source, theirs...).
-    max_fork_depth: int = 64
-    #: What the copies of a durable log's streams may hold in memory
-    #: (setting ``max_live_bytes``, as for transcripts): past it the least
-    #: recently used ones nobody reads, waits on or forks are let go.
-    max_live_bytes: int = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,84 +95,88 @@ class Wait:
 
 
 class StreamRegistry:
-    """Every stream of the process by path, with expiry, forks and waiters."""
+    """Every stream of the process by path, with expiry, forks and waiters,
+    kept in the store its ``StreamPort`` writes to (``server.streams.port``)."""
 
     def __init__(
         self,
         limits: Limits | None = None,
         clock: Callable[[], float] | None = None,
         log: StreamLog | None = None,
+        *,
+        port: StreamPort | None = None,
     ):
         import time
 
         self.limits = limits or Limits()
         self.clock = clock or time.time
-        self._log: StreamLog = NoLog()
+        self.port: StreamPort = LogPort(NoLog())
         self._streams: dict[str, Stream] = {}
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         #: Live SSE readers, written to on each append (``server.streams.fanout``).
         self.fanout = Fanout(max_total_queued_bytes=self.limits.max_sse_queued_bytes)
         self._bytes = 0
-        #: A durable log holds the streams and ``_streams`` holds copies,
-        #: loaded on demand (``_load``): ``_count`` and ``_bytes`` count them
+        #: A durable store holds the streams and ``_streams`` holds copies,
+        #: loaded on demand (``hold``): ``_count`` and ``_bytes`` count them
         #: all, ``_copy_bytes`` the copies.
         self._lazy = False
         self._count = 0
         self._copy_bytes = 0
+        #: Paths a request is looking up now: their copies are not dropped.
+        self._pinned: dict[str, int] = {}
         #: Streams read from the log, and copies let go (tests, metrics).
         self.loads = 0
         self.evicted = 0
         self._letting_go = False
         self._swept = self.clock()
-        if log is not None:
+        self.port.bind(self)
+        if port is not None:
+            self.attach(port)
+        elif log is not None:
             self.attach(log)
 
-    def attach(self, log: StreamLog) -> None:
-        """Write every change to ``log`` from now on, and answer from what it
-        holds (instead of anything held before): a durable log's streams are
-        counted now and read one at a time when asked for. The log is the
-        registry's from now on: closed if it cannot be read (its error is
-        raised)."""
-        try:
-            count, held = log.totals()
-        except BaseException:
-            log.close()
-            raise
+    def attach(self, port: StreamPort | StreamLog) -> None:
+        """Keep the streams in ``port`` from now on (a ``StreamLog``: through
+        a ``LogPort``), and answer from what it holds (instead of anything
+        held before): a durable store's streams are counted now and read one
+        at a time when asked for. The port is the registry's from now on:
+        closed if it cannot be read (its error is raised). A log given to a
+        registry on a shared store is closed: the store keeps its streams."""
+        given = cast(StreamPort, port) if hasattr(port, "bind") else LogPort(port)
+        if self.port.shared and not given.shared:
+            given.close()  # the streams of a shared store are in the store
+            given = self.port
+        count, held = given.bind(self)
         self._streams = {}
-        self._lazy = log.durable
+        self._lazy = given.durable and not given.shared
         self._count, self._bytes, self._copy_bytes = count, held, 0
-        self._log = log
+        self.port = given
 
     def detach(self) -> None:
-        """Close the log (shutdown); the registry writes nowhere after this."""
-        log, self._log = self._log, NoLog()
-        log.close()
+        """Close the port (shutdown); the registry writes nowhere after this."""
+        port, self.port = self.port, LogPort(NoLog())
+        self.port.bind(self)
+        port.close()
 
     async def start(self) -> None:
-        """Begin what runs beside the requests (nothing here; a shared store's
-        registry listens to the other replicas' changes)."""
+        """Begin what runs beside the requests (on a shared store, listening
+        to the other replicas' changes)."""
+        await self.port.start()
 
     async def stop(self) -> None:
         """End what ``start`` began."""
+        await self.port.stop()
 
-    # --- the hooks of a shared store (``server.streams.redis``) -------------------------
-    #
-    # Here each is the log's synchronous write inside a coroutine that never
-    # suspends: every operation stays one step of the event loop. A shared
-    # store's registry answers from its copy, brought up to date first
-    # (``_sync``), and writes with a check that the copy was current (a
-    # ``Stale`` write is decided again on a fresh copy).
+    # --- the copies, as the port sees them (``server.streams.port.Copies``) ----------
 
-    async def _sync(self, path: str) -> None:
-        """Bring this process's copy of the stream at ``path`` up to date: on
-        a durable log, read it (and the sources it reads through) if it is
-        not held."""
-        if self._lazy:
-            self._load(path)
+    @property
+    def streams(self) -> dict[str, Stream]:
+        """The copies held, by path."""
+        return self._streams
 
-    def _load(self, path: str) -> None:
+    def hold(self, path: str, read: Callable[[str], Stream | None]) -> None:
         """Hold the stream at ``path`` and the sources it reads through,
-        each read from the log when not held. Past ``max_live_bytes`` the
+        each ``read`` from the store when not held. Past ``max_live_bytes`` the
         least recently used other copies are let go, once this step of the
         event loop is over (``_let_go``): an operation never loses a copy it
         is deciding on."""
@@ -209,7 +186,7 @@ class StreamRegistry:
             chain.add(current)
             stream = self._streams.get(current)
             if stream is None:
-                stream = self._log.load_one(current)
+                stream = read(current)
                 if stream is None:
                     return
                 self._streams[current] = stream
@@ -232,7 +209,7 @@ class StreamRegistry:
         idle = sorted(
             (stream.last_access, path)
             for path, stream in self._streams.items()
-            if path not in sources and not self._watched(path)
+            if path not in sources and not self.watched(path)
         )
         for _, path in idle:
             if self._copy_bytes <= self.limits.max_live_bytes:
@@ -240,53 +217,42 @@ class StreamRegistry:
             self._copy_bytes -= self._streams.pop(path).held
             self.evicted += 1
 
-    def _watched(self, path: str) -> bool:
+    def watched(self, path: str) -> bool:
         """Whether readers here wait on the stream at ``path`` (long-polls)
         or follow it (SSE, through the fan-out): its copy is kept."""
         return path in self._waiters or self.fanout.follows(path)
 
-    def _grow(self, delta: int) -> None:
+    def waited(self) -> set[str]:
+        """The paths readers here wait on or follow."""
+        return set(self._waiters) | set(self.fanout.paths())
+
+    def pinned(self, path: str) -> bool:
+        """Whether a request looks ``path`` up now."""
+        return path in self._pinned
+
+    def _pin(self, paths: list[str]) -> None:
+        for path in paths:
+            self._pinned[path] = self._pinned.get(path, 0) + 1
+
+    def _unpin(self, paths: list[str]) -> None:
+        for path in paths:
+            left = self._pinned.pop(path) - 1
+            if left:
+                self._pinned[path] = left
+
+    def grow(self, delta: int) -> None:
         """The streams hold ``delta`` bytes more (or less)."""
         self._bytes += delta
         self._copy_bytes += delta
 
-    async def _write_create(self, stream: Stream, source: Stream | None) -> None:
-        self._log.create(stream)
-
-    async def _write_update(self, stream: Stream, update: Update) -> bool:
-        """Write ``update``; ``True`` if it is still to be made in this
-        process's copy (``False``: the copy has it already)."""
-        self._log.update(stream.path, update)
-        return True
-
-    async def _write_soft_delete(self, stream: Stream) -> None:
-        self._log.soft_delete(stream.path)
-
-    async def _write_touch(self, stream: Stream, now: float) -> None:
-        self._log.touch(stream.path, now)
-
-    def _make_room(self, keep: str, streams: int = 0, size: int = 0) -> None:
-        """Drop what this process's copy need not hold (a shared store's
-        copies of streams nobody here uses) until it has room for
-        ``streams`` more and ``size`` more bytes within the limits; the
-        streams of a store of its own are all it holds: nothing to drop."""
-
-    async def _fork_paths(self, stream: Stream) -> list[str]:
-        """The paths of the forks that read through ``stream`` directly."""
-        if self._lazy:
-            return self._log.fork_paths(stream.path)
-        return [p for p, s in self._streams.items() if s.forked_from == stream.path]
-
-    async def _write_unfork(self, source: Stream, fork_path: str) -> None:
-        """Write that the fork at ``fork_path`` reads through ``source`` no
-        more (a shared store keeps its sources' forks: nothing here)."""
-
-    async def _write_detach(
-        self, fork: Stream, source: Stream, inherited: list[StreamMessage]
-    ) -> None:
-        """Write that ``fork`` holds ``inherited`` itself and reads through
-        ``source`` no more."""
-        self._log.detach(fork.path, inherited)
+    async def _sync(self, path: str, trust: Trust | None = None) -> None:
+        """Bring this process's copy of ``path`` up to date (the port's
+        ``sync``), the paths it reads through kept meanwhile."""
+        self._pin([path])
+        try:
+            await self.port.sync(path, trust)
+        finally:
+            self._unpin([path])
 
     # --- looking up ------------------------------------------------------------------
 
@@ -303,27 +269,39 @@ class StreamRegistry:
         """The stream at ``path`` (soft-deleted ones too; the caller answers
         410), or ``None``; an expired one is deleted (soft-deleted while
         forks read through it)."""
-        await self._sync(path)
-        now = self.clock()
-        await self._sweep(now)
-        stream = self._streams.get(path)
-        if stream is None or not stream.expired(now):
-            return stream
-        if stream.refs > 0:
-            stream.soft_deleted = True
-            return stream
-        await self._remove(path, expired=True)
-        return None
+        return await self._get(path, None)
+
+    async def _get(self, path: str, trust: Trust | None) -> Stream | None:
+        self._pin([path])
+        try:
+            await self._sync(path, trust)
+            now = self.clock()
+            await self._sweep(now)
+            stream = self._streams.get(path)
+            if stream is None or not stream.expired(now):
+                return stream
+            if stream.refs > 0:
+                stream.soft_deleted = True
+                return stream
+            await self.port.remove(path, True)
+            return None
+        finally:
+            self._unpin([path])
 
     async def still(self, stream: Stream) -> bool:
         """Whether ``stream`` is still the one at its path, not deleted or
-        expired (a live reader goes on reading it)."""
-        current = await self.get(stream.path)
+        expired (a live reader goes on reading it); a copy the port knows
+        current is not read again."""
+        trust = Trust(stream.path) if self.port.current(stream.path) else None
+        current = await self._get(stream.path, trust)
         return current is stream and not stream.soft_deleted
 
     async def live(self, path: str) -> Stream:
         """The stream a client may use: ``StreamError`` 404 or 410 otherwise."""
-        stream = await self.get(path)
+        return await self._live(path, None)
+
+    async def _live(self, path: str, trust: Trust | None) -> Stream:
+        stream = await self._get(path, trust)
         if stream is None:
             raise StreamError(404, "Stream not found")
         if stream.soft_deleted:
@@ -352,7 +330,7 @@ class StreamRegistry:
         ``values``: a JSON body's values, parsed already (off the loop)."""
         args = (content_type, ttl_s, expires_at, expires_at_ts, body, closed)
         fork = (forked_from, fork_offset, fork_sub_offset)
-        return await self._decided(lambda: self._create(path, *args, *fork, values))
+        return await self._decided(lambda _: self._create(path, *args, *fork, values))
 
     async def _create(
         self,
@@ -375,7 +353,7 @@ class StreamRegistry:
         existing = self._streams.get(path)
         if existing is not None:
             if existing.expired(now) and existing.refs == 0:
-                await self._remove(path, expired=True)
+                await self.port.remove(path, True)
             elif existing.soft_deleted or existing.expired(now):
                 existing.soft_deleted = True
                 raise StreamError(
@@ -402,7 +380,7 @@ class StreamRegistry:
                 if not same:
                     raise StreamError(409, "Stream already exists with different configuration")
                 return existing, False
-        self._make_room(path, streams=1)
+        self.port.make_room(path, 1, 0)
         if len(self) >= self.limits.max_streams:
             raise StreamError(
                 429,
@@ -461,11 +439,11 @@ class StreamRegistry:
                 self._check_room(path, message.held)
                 stream.push(message)
         stream.closed = closed
-        await self._write_create(stream, source)  # the new stream is in no index yet
+        await self.port.create(stream, source)  # the new stream is in no index yet
         if source is not None:
             source.refs += 1
         self._streams[path] = stream
-        self._grow(stream.held)
+        self.grow(stream.held)
         if self._lazy:
             self._count += 1
         return stream, True
@@ -486,17 +464,49 @@ class StreamRegistry:
 
     # --- writing -----------------------------------------------------------------------
 
-    async def _decided(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
+    async def _decided(
+        self, attempt: Callable[[Trust | None], Awaitable[_T]], trust: Trust | None = None
+    ) -> _T:
         """``attempt``, decided again on a fresh copy while a shared store
         finds the copy it was decided on stale."""
         for _ in range(STALE_ATTEMPTS):
             try:
-                return await attempt()
+                return await attempt(trust)
             except Stale:
                 continue
         raise StreamError(
             503, "the stream changed under every attempt: retry", {"retry-after": "1"}
         )
+
+    async def _optimistic(
+        self, path: str, attempt: Callable[[Trust | None], Awaitable[StreamAppend]]
+    ) -> StreamAppend:
+        """An append or close; on a shared store decided first on the copy
+        as it is, without reading the store: the write's check refuses it if
+        the copy was stale, and then it is decided again on a fresh copy. So
+        a replica that writes a stream alone pays one round trip per append,
+        not two. A decision that writes nothing (a refusal, a duplicate) is
+        only trusted once made on a fresh copy; so is any on a stream whose
+        expiry moves with other replicas' reads (a sliding TTL)."""
+        stream = self._streams.get(path)
+        if (
+            not self.port.shared
+            or stream is None
+            or stream.ttl_s is not None
+            or stream.soft_deleted
+        ):
+            return await self._decided(attempt)
+        trust = Trust(path)
+        result: StreamAppend | None
+        try:
+            result = await self._decided(attempt, trust)
+        except StreamError as error:
+            if error.status == 503:
+                raise  # the store failed: whether it wrote is not known, so no second try
+            result = None
+        if result is not None and (trust.wrote or trust.stale):
+            return result  # written, or decided on a fresh copy after a stale one
+        return await self._decided(attempt)
 
     async def append(
         self,
@@ -511,8 +521,11 @@ class StreamRegistry:
     ) -> StreamAppend:
         """Append ``body`` (``values``: a JSON body's values, parsed already
         off the loop), or close, or both."""
-        return await self._decided(
-            lambda: self._append(path, body, content_type, stream_seq, producer, close, values)
+        return await self._optimistic(
+            path,
+            lambda trust: self._append(
+                path, body, content_type, stream_seq, producer, close, values, trust
+            ),
         )
 
     async def _append(
@@ -524,9 +537,10 @@ class StreamRegistry:
         producer: tuple[str, int, int] | None,
         close: bool,
         values: tuple[str, ...] | None = None,
+        trust: Trust | None = None,
     ) -> StreamAppend:
         self._check_producer_id(producer)
-        stream = await self.live(path)
+        stream = await self._live(path, trust)
         now = self.clock()
         if stream.closed:
             if producer is not None and stream.closed_by == producer:
@@ -563,17 +577,17 @@ class StreamRegistry:
             producer=_producer_state(producer, outcome, now),
             held=stream.held + (message.held if message else 0) + new_state,
         )
-        await self._apply(stream, update)
+        await self._apply(stream, update, trust)
         return StreamAppend(stream, message=message, producer=outcome, closed_now=close)
 
-    async def _apply(self, stream: Stream, update: Update) -> None:
+    async def _apply(self, stream: Stream, update: Update, trust: Trust | None) -> None:
         """Write ``update`` to the log, then make it in memory and wake the
         stream's readers."""
-        if not await self._write_update(stream, update):
+        if not await self.port.update(stream, update, trust):
             return
         before, after = stream.held, stream.tail
         stream.apply(update)
-        self._grow(stream.held - before)
+        self.grow(stream.held - before)
         self._wake_waiters(stream.path)
         if update.message is not None:
             self.fanout.deliver(stream, update.message, after)
@@ -583,11 +597,13 @@ class StreamRegistry:
     async def close(self, path: str, producer: tuple[str, int, int] | None) -> StreamAppend:
         """A close-only request: idempotent; with producer headers, part of
         the producer's sequence."""
-        return await self._decided(lambda: self._close(path, producer))
+        return await self._optimistic(path, lambda trust: self._close(path, producer, trust))
 
-    async def _close(self, path: str, producer: tuple[str, int, int] | None) -> StreamAppend:
+    async def _close(
+        self, path: str, producer: tuple[str, int, int] | None, trust: Trust | None
+    ) -> StreamAppend:
         self._check_producer_id(producer)
-        stream = await self.live(path)
+        stream = await self._live(path, trust)
         now = self.clock()
         if producer is None:
             await self._apply(
@@ -595,6 +611,7 @@ class StreamRegistry:
                 Update(
                     stream.tail, now, True, stream.closed_by, stream.stream_seq, held=stream.held
                 ),
+                trust,
             )
             return StreamAppend(stream, closed_now=True)
         if stream.closed:
@@ -616,7 +633,7 @@ class StreamRegistry:
             producer=_producer_state(producer, outcome, now),
             held=stream.held + new_state,
         )
-        await self._apply(stream, update)
+        await self._apply(stream, update, trust)
         return StreamAppend(stream, producer=outcome, closed_now=True)
 
     async def delete(self, path: str, *, detach_forks: bool = False) -> None:
@@ -625,45 +642,46 @@ class StreamRegistry:
         (a soft-deleted one too) after each fork got a copy of what it read
         through it: the path is free for a new stream."""
         if detach_forks:
-            await self._decided(lambda: self._detach_and_delete(path))
+            await self._decided(lambda _: self._detach_and_delete(path))
             return
-        await self._decided(lambda: self._delete(path))
+        await self._decided(lambda _: self._delete(path))
 
     async def _detach_and_delete(self, path: str) -> None:
         stream = await self.get(path)
         if stream is None:
             raise StreamError(404, "Stream not found")
-        for fork_path in await self._fork_paths(stream):
+        for fork_path in await self.port.fork_paths(stream):
             await self._sync(fork_path)
             fork = self._streams.get(fork_path)
             if fork is None or fork.forked_from != stream.path:
-                await self._write_unfork(stream, fork_path)  # detached or gone already
+                await self.port.unfork(stream, fork_path)  # detached or gone already
                 continue
             inherited = [
                 m for s, cap in reversed(self._sources(fork, None)) for m in s.own_after(None, cap)
             ]
-            await self._write_detach(fork, stream, inherited)
+            await self.port.detach(fork, stream, inherited)
             fork.messages[:0] = inherited
             fork.offsets[:0] = [m.offset for m in inherited]
             added = sum(len(m.data) for m in inherited)
             fork.size += added
-            self._grow(added)
+            self.grow(added)
             fork.forked_from = None
             stream.refs = max(0, stream.refs - 1)
-        await self._remove(path)
+        await self.port.remove(path, False)
 
     async def _delete(self, path: str) -> None:
         stream = await self.live(path)
         if stream.refs > 0:
-            await self._write_soft_delete(stream)
+            await self.port.soft_delete(stream, None)
             stream.soft_deleted = True
-            self._wake(path)
+            self.wake(path)
             return
-        await self._remove(path)
+        await self.port.remove(path, False)
 
-    async def _remove(self, path: str, *, expired: bool = False) -> None:
+    def drop_held(self, path: str, expired: bool, write: Callable[[Sequence[str]], None]) -> None:
         """Delete for good, and the soft-deleted (or expired) sources only
-        this one kept. A deletion the log cannot write is refused; a removal
+        this one kept, their paths given to ``write`` first (a store of the
+        process's own: ``LogPort.remove``). A deletion the log cannot write is refused; a removal
         of an ``expired`` stream is made in memory all the same (the log's
         copy is expired too: it is removed when loaded again)."""
         stream = self._streams.get(path)
@@ -679,16 +697,16 @@ class StreamRegistry:
                 break
             doomed.append(source)
         try:
-            self._log.remove([s.path for s in doomed])
+            write([s.path for s in doomed])
         except StreamError:
             if not expired:
                 raise
         for gone in doomed:
             del self._streams[gone.path]
-            self._grow(-gone.held)
+            self.grow(-gone.held)
             if self._lazy:
                 self._count -= 1
-            self._wake(gone.path)
+            self.wake(gone.path)
             if gone.forked_from is not None:
                 source = self._streams.get(gone.forked_from)
                 if source is not None:
@@ -715,7 +733,7 @@ class StreamRegistry:
                 if now - state.updated > PRODUCER_TTL_S:
                     before = stream.producer_bytes
                     stream.drop_producer(key)
-                    self._grow(stream.producer_bytes - before)
+                    self.grow(stream.producer_bytes - before)
             if len(stream.producers) >= limit:
                 raise StreamError(
                     409, f"this stream has {limit} idempotent producers (max_stream_producers)"
@@ -723,7 +741,7 @@ class StreamRegistry:
         return producer_bytes(producer_id)
 
     def _check_room(self, path: str, size: int) -> None:
-        self._make_room(path, size=size)
+        self.port.make_room(path, 0, size)
         if self._bytes + size > self.limits.max_bytes:
             raise StreamError(
                 507, f"the streams of this server hold {self._bytes} bytes (max_stream_bytes)"
@@ -734,14 +752,8 @@ class StreamRegistry:
             return
         self._swept = now
         for path in [p for p, s in self._streams.items() if s.expired(now) and s.refs == 0]:
-            await self._remove(path, expired=True)
-        if not self._lazy:
-            return
-        for path in self._log.expired_paths(now):  # those not held
-            self._load(path)
-            stream = self._streams.get(path)
-            if stream is not None and stream.expired(now) and stream.refs == 0:
-                await self._remove(path, expired=True)
+            await self.port.remove(path, True)
+        await self.port.sweep(now)  # those not held, or idle
 
     # --- reading -----------------------------------------------------------------------
 
@@ -773,7 +785,7 @@ class StreamRegistry:
                 break
             cap = fork_offset if cap is None else min(cap, fork_offset)
             if self._lazy and source_path not in self._streams:
-                self._load(source_path)  # let go since the fork was looked up
+                self.hold(source_path, self.port.load_one)  # let go since the fork was looked up
             current = self._streams.get(source_path)
             if current is None or current.path in seen:
                 break
@@ -796,7 +808,7 @@ class StreamRegistry:
         if self._streams.get(stream.path) is not stream:
             return
         try:
-            await self._write_touch(stream, now)
+            await self.port.touch(stream, now)
         except StreamError as error:
             log.warning("a read of %s did not extend its TTL on disk: %s", stream.path, error)
             return
@@ -805,6 +817,7 @@ class StreamRegistry:
     async def wait(self, stream: Stream, offset: str, timeout: float) -> Wait:
         """Messages after ``offset``, waiting up to ``timeout`` seconds for
         this stream's own next append (or its close)."""
+        await self.port.before_wait(stream)
         if stream.fork_offset is not None and offset < stream.fork_offset:
             return Wait(self.read(stream, offset))
         found = self.read(stream, offset)
@@ -833,7 +846,7 @@ class StreamRegistry:
             found, timed_out=not found and not stream.closed, closed=not found and stream.closed
         )
 
-    def _wake(self, path: str) -> None:
+    def wake(self, path: str) -> None:
         self._wake_waiters(path)
         self.fanout.wake(path)
 

@@ -312,10 +312,10 @@ async def test_fork_chains_are_bounded_and_read_without_recursion(
         if store == "redis":
             # Once the sources are copied, a read of the chain is one script.
             streams = srv.app.state.streams
-            before = streams.reads
+            before = streams.port.reads
             again = await http.get(f"/v1/stream/c{depth}", params={"offset": "-1"})
             assert again.content == want
-            assert streams.reads - before <= 2, streams.reads - before
+            assert streams.port.reads - before <= 2, streams.port.reads - before
 
 
 def test_a_chain_deeper_than_the_recursion_limit_reads() -> None:

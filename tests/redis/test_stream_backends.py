@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from server.store.redis import RedisStore
-from server.streams.redis import RedisRegistry
+from server.streams.open import registry_for_store
 from server.streams.registry import Limits, StreamRegistry
 from tests.durable_streams.stream_backend_contract import StreamBackend, StreamBackendContract
 from tests.support.redis_cluster import RedisCluster
@@ -24,12 +24,12 @@ class RedisBackend:
 
     def __init__(self, url: str) -> None:
         self.url = f"{url}?prefix=c{uuid.uuid4().hex[:8]}:"
-        self.opened: list[tuple[RedisStore, RedisRegistry]] = []
+        self.opened: list[tuple[RedisStore, StreamRegistry]] = []
 
     async def open(self) -> StreamRegistry:
         store = RedisStore(self.url)
         await store.open()
-        registry = RedisRegistry(store.parts, Limits(), resync_s=0.2)
+        registry = registry_for_store(store, Limits(), resync_s=0.2)
         await registry.start()
         self.opened.append((store, registry))
         return registry

@@ -10,8 +10,9 @@ import pytest
 
 from server.store.redis import RedisStore
 from server.streams.fanout import Follower
-from server.streams.redis import RedisRegistry
-from server.streams.registry import Limits
+from server.streams.open import registry_for_store
+from server.streams.registry import SWEEP_EVERY_S, Limits, StreamRegistry
+from server.streams.shared import IDLE_COPY_S, SharedPort
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.redis
 BLOB = b"x" * 1000
 
 
-async def _create(registry: RedisRegistry, path: str, body: bytes) -> None:
+async def _create(registry: StreamRegistry, path: str, body: bytes) -> None:
     await registry.create(
         path, content_type="application/octet-stream", ttl_s=None, expires_at=None,
         expires_at_ts=None, body=body, closed=False, forked_from=None, fork_offset=None,
@@ -33,7 +34,7 @@ async def test_reads_keep_a_replica_within_its_limits(shared_redis: RedisServer)
     for store in stores:
         await store.open()
     limits = Limits(max_streams=5, max_bytes=6 * len(BLOB))
-    one, two = (RedisRegistry(store.parts, limits) for store in stores)
+    one, two = (registry_for_store(store, limits) for store in stores)
     try:
         for index in range(5):
             await _create(one, f"/a{index}", BLOB)
@@ -58,7 +59,41 @@ async def test_reads_keep_a_replica_within_its_limits(shared_redis: RedisServer)
         one.fanout.follow("/b1", reader)
         for index in range(5):
             await one.live(f"/a{index}")
-        assert "/b1" in one._streams
+        assert "/b1" in one.streams
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_a_copy_idle_past_idle_copy_s_is_dropped_and_read_again(
+    shared_redis: RedisServer,
+) -> None:
+    """The shared port's sweep drops copies nobody used for ``IDLE_COPY_S``
+    (Redis keeps them), keeps those a reader follows, and a later request
+    reads a dropped one again from Redis, whole."""
+    url = f"{shared_redis.url}?prefix=i{uuid.uuid4().hex[:8]}:"
+    store = RedisStore(url)
+    await store.open()
+    now = [1_000_000.0]
+    registry = registry_for_store(store, Limits(), clock=lambda: now[0])
+    port = registry.port
+    assert isinstance(port, SharedPort)
+    try:
+        await _create(registry, "/idle", BLOB)
+        await _create(registry, "/followed", BLOB)
+        followed = await registry.live("/followed")
+        reader = Follower(None, None, lambda s, m: b"", lambda s, o, c: b"", followed.tail)
+        registry.fanout.follow("/followed", reader)
+        held = registry.size
+        now[0] += IDLE_COPY_S + SWEEP_EVERY_S + 1
+        await registry.get("/other")  # a request sweeps
+        assert "/idle" not in registry.streams
+        assert "/followed" in registry.streams
+        assert registry.size == held - len(BLOB)
+        reads = port.reads
+        again = await registry.live("/idle")
+        assert port.reads == reads + 1
+        assert b"".join(m.data for m in registry.read(again, None)) == BLOB
+        assert "/idle" in registry.streams
+    finally:
+        await store.close()

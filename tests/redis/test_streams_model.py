@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from server.store.redis import RedisStore
-from server.streams.redis import RedisRegistry
+from server.streams.open import registry_for_store
 from server.streams.registry import Limits, StreamRegistry
 from tests.durable_streams.test_durability import (
     PATHS,
@@ -38,7 +38,7 @@ async def replay(url: str, ops: list[Any], where: list[int]) -> None:
     stores = [RedisStore(url), RedisStore(url)]
     for store in stores:
         await store.open()
-    replicas = [RedisRegistry(store.parts, Limits(), clock=clock) for store in stores]
+    replicas = [registry_for_store(store, Limits(), clock=clock) for store in stores]
     try:
         for index, operation in enumerate(ops):
             now[0] += 1

@@ -25,7 +25,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from server.store.redis import RedisStore
-from server.streams.redis import RedisRegistry
+from server.streams.shared import SharedPort
 from tests.redis.replicas import replicas
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
@@ -49,15 +49,16 @@ def store_url(request: pytest.FixtureRequest) -> str:
     return f"{backend.url}?prefix=s{uuid.uuid4().hex[:8]}:"
 
 
-def registry(server: RunningServer) -> RedisRegistry:
-    streams = server.app.state.streams
-    assert isinstance(streams, RedisRegistry)
-    return streams
+def registry(server: RunningServer) -> SharedPort:
+    """The port of the server's streams on the Redis store."""
+    port = server.app.state.streams.port
+    assert isinstance(port, SharedPort)
+    return port
 
 
 def waiting(server: RunningServer, path: str, readers: int) -> bool:
     """Long-polls waiting and SSE readers following (``server.streams.fanout``)."""
-    streams = registry(server)
+    streams = server.app.state.streams
     return len(streams._waiters.get(path, ())) + streams.fanout.count(path) >= readers
 
 
@@ -281,9 +282,11 @@ async def test_a_killed_cluster_master_costs_only_its_streams(redis_cluster: Red
         httpx.AsyncClient(base_url=b.url, timeout=40) as http_b,
     ):
         paths = (f"/v1/stream/s{i}" for i in itertools.count())
-        doomed = next(p for p in paths if redis_cluster.node_of(registry(a)._keys(p)[0]) is victim)
+        doomed = next(
+            p for p in paths if redis_cluster.node_of(registry(a).store.keys(p)[0]) is victim
+        )
         spared = next(
-            p for p in paths if redis_cluster.node_of(registry(a)._keys(p)[0]) is not victim
+            p for p in paths if redis_cluster.node_of(registry(a).store.keys(p)[0]) is not victim
         )
         await until(lambda: registry(b).subscribed > 0, timeout=10)
         for path in (doomed, spared):

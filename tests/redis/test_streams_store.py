@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from server.store.redis import RedisStore
 from server.store.redis.link import Script
-from server.streams.redis import RedisRegistry
+from server.streams.shared import SharedPort
 from tests.support.redis_server import RedisServer
 from tests.support.servers import RunningServer, running_server
 
@@ -25,10 +25,11 @@ pytestmark = pytest.mark.redis
 TEXT = {"content-type": "text/plain"}
 
 
-def registry(server: RunningServer) -> RedisRegistry:
-    streams = server.app.state.streams
-    assert isinstance(streams, RedisRegistry)
-    return streams
+def registry(server: RunningServer) -> SharedPort:
+    """The port of the server's streams on the Redis store."""
+    port = server.app.state.streams.port
+    assert isinstance(port, SharedPort)
+    return port
 
 
 class AnsweredTwice(Script):
@@ -53,7 +54,7 @@ async def test_writes_retried_after_a_lost_answer_are_made_once(
         running_server(store=RedisStore(url)) as srv,
         httpx.AsyncClient(base_url=srv.url, timeout=20) as http,
     ):
-        part = registry(srv).redis  # the store's streams part: its scripts
+        part = registry(srv).store  # the store's streams part: its scripts
         for name in ("_create", "_update", "_remove", "_fork", "_unfork"):
             setattr(part, name, AnsweredTwice(getattr(part, name)))
         made = await http.put(path, headers=TEXT, content=b"one")
@@ -112,7 +113,7 @@ async def test_a_stream_with_a_ttl_expires_in_redis_too(shared_redis: RedisServe
         assert (await http.put("/v1/stream/forever", headers=TEXT)).status_code == 201
         client = aioredis.Redis.from_url(shared_redis.url)
         try:
-            keys = registry(srv)._keys
+            keys = registry(srv).store.keys
             ttl_ms = await client.pttl(keys("/v1/stream/ttl")[0])
             assert 3600_000 < ttl_ms <= 3660_000
             assert await client.pttl(keys("/v1/stream/forever")[0]) == -1

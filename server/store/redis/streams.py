@@ -3,7 +3,8 @@ part of the store (built, as drafts and presence are, from its
 ``StoreLink``), which reads and writes each stream with one Lua script and
 listens to the notices of the other replicas' writes. The registry that
 decides the requests on copies of these streams is
-``server.streams.redis.RedisRegistry``.
+``server.streams.registry.StreamRegistry``, through its port
+``server.streams.shared.SharedPort``.
 
 - A read (``read``) brings a copy up to date: the messages past those it
   holds, the metadata, producers and forks.
