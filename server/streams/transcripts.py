@@ -47,13 +47,14 @@ from server.streams.http import (
     CLOSED,
     CURSOR,
     NEXT_OFFSET,
-    SECURITY,
+    SSE_HEADERS,
     UP_TO_DATE,
     StreamSettings,
     _answer,
     _preflight,
     _refused,
     _sse_data,
+    control_event,
     problem_of,
     read_params,
     response_cursor,
@@ -312,7 +313,7 @@ def _sse(
             if revision >= current:
                 control["upToDate"] = True
             # A data event and its control leave in one write.
-            yield data + b"event: control\n" + _sse_data(json.dumps(control, separators=(",", ":")))
+            yield data + control_event(json.dumps(control, separators=(",", ":")))
             if revision < current:
                 continue
             remaining = deadline - time.monotonic()
@@ -322,13 +323,7 @@ def _sse(
                 transcript_id, revision, min(remaining, settings.long_poll_s)
             )
 
-    headers = {
-        **SECURITY,
-        "content-type": "text/event-stream",
-        "cache-control": "no-cache",
-        "x-accel-buffering": "no",
-    }
-    return StreamingResponse(events(), headers=headers)
+    return StreamingResponse(events(), headers=SSE_HEADERS)
 
 
 # --- drafts ------------------------------------------------------------------------
@@ -456,7 +451,7 @@ def _draft_sse(
                 control["streamCursor"] = response_cursor(cursor)
             control["upToDate"] = True
             # A data event and its control leave in one write.
-            yield out + b"event: control\n" + _sse_data(json.dumps(control, separators=(",", ":")))
+            yield out + control_event(json.dumps(control, separators=(",", ":")))
             if closed:
                 return
             remaining = deadline - time.monotonic()
@@ -466,13 +461,7 @@ def _draft_sse(
                 transcript_id, draft_id, position, min(remaining, settings.long_poll_s)
             )
 
-    headers = {
-        **SECURITY,
-        "content-type": "text/event-stream",
-        "cache-control": "no-cache",
-        "x-accel-buffering": "no",
-    }
-    return StreamingResponse(events(), headers=headers)
+    return StreamingResponse(events(), headers=SSE_HEADERS)
 
 
 def _text_data(text: str) -> bytes:
