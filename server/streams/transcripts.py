@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
 import msgspec
@@ -101,22 +101,34 @@ def _hub(request: Request) -> Hub:
 
 
 async def endpoint(request: Request) -> Response:
+    transcript_id = request.path_params["transcript_id"]
+    return await _read_only(
+        request,
+        {"transcript": transcript_id},
+        "a transcript is read-only here: append with POST /v1/transcripts/{id}/messages",
+        lambda: _read(request, transcript_id),
+    )
+
+
+async def _read_only(
+    request: Request,
+    ids: dict[str, str],
+    read_only: str,
+    read: Callable[[], Awaitable[Response]],
+) -> Response:
+    """A read-only resource's answer: 400 unless each of ``ids`` (what it
+    names: the id) is an id, a CORS preflight for OPTIONS, ``read()`` for
+    GET and HEAD, 405 (``read_only`` says why) for anything else; a
+    ``StreamError`` or an error of the transcript API as its problem."""
     try:
-        if not _ID.fullmatch(request.path_params["transcript_id"]):
-            raise StreamError(400, "not a transcript id")
+        for what, value in ids.items():
+            if not _ID.fullmatch(value):
+                raise StreamError(400, f"not a {what} id")
         if request.method == "OPTIONS":
             return _preflight(request)
         if request.method not in ("GET", "HEAD"):
-            allow = {"allow": "GET, HEAD, OPTIONS"}
-            return _refused(
-                StreamError(
-                    405,
-                    "a transcript is read-only here:"
-                    " append with POST /v1/transcripts/{id}/messages",
-                    allow,
-                )
-            )
-        return await _read(request, request.path_params["transcript_id"])
+            return _refused(StreamError(405, read_only, {"allow": "GET, HEAD, OPTIONS"}))
+        return await read()
     except StreamError as error:
         return _refused(error)
     except Exception as exc:  # the transcript API's errors, as its problem documents
@@ -332,31 +344,14 @@ TEXT: Final = "text/plain; charset=utf-8"
 
 
 async def draft_endpoint(request: Request) -> Response:
-    try:
-        transcript_id = request.path_params["transcript_id"]
-        draft_id = request.path_params["draft_id"]
-        if not _ID.fullmatch(transcript_id):
-            raise StreamError(400, "not a transcript id")
-        if not _ID.fullmatch(draft_id):
-            raise StreamError(400, "not a draft id")
-        if request.method == "OPTIONS":
-            return _preflight(request)
-        if request.method not in ("GET", "HEAD"):
-            allow = {"allow": "GET, HEAD, OPTIONS"}
-            return _refused(
-                StreamError(
-                    405,
-                    "a draft is read-only here: write it with the WebSocket protocol's draft op",
-                    allow,
-                )
-            )
-        return await _read_draft(request, transcript_id, draft_id)
-    except StreamError as error:
-        return _refused(error)
-    except Exception as exc:  # the transcript API's errors, as its problem documents
-        if failure_for(exc) is None:
-            raise
-        return problem_of(exc)
+    transcript_id = request.path_params["transcript_id"]
+    draft_id = request.path_params["draft_id"]
+    return await _read_only(
+        request,
+        {"transcript": transcript_id, "draft": draft_id},
+        "a draft is read-only here: write it with the WebSocket protocol's draft op",
+        lambda: _read_draft(request, transcript_id, draft_id),
+    )
 
 
 async def _draft(
