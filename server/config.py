@@ -48,6 +48,8 @@ NonNegInt = Annotated[int, Meta(ge=0)]
 PosInt = Annotated[int, Meta(ge=1)]
 NonNegFloat = Annotated[float, Meta(ge=0)]
 PosFloat = Annotated[float, Meta(gt=0)]
+#: A setting that is text when set: never empty.
+Text = Annotated[str, Meta(min_length=1)]
 
 
 def _d(text: str, **constraints: Any) -> Meta:
@@ -74,7 +76,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = "sqlite:./data"
     token: Annotated[
-        Annotated[str, Meta(min_length=1)] | None,
+        Text | None,
         _d(
             "a static admin token (may do everything); with it, `jwt_secret` or `jwt_key` set, "
             "every request but the health, metrics, API descriptions and pages needs "
@@ -83,14 +85,14 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = None
     jwt_secret: Annotated[
-        Annotated[str, Meta(min_length=1)] | None,
+        Text | None,
         _d(
             "accept JWTs signed with HS256 and this secret (at least 32 bytes; `tsync token` "
             "mints development tokens with it)"
         ),
     ] = None
     jwt_key: Annotated[
-        Annotated[str, Meta(min_length=1)] | None,
+        Text | None,
         _d(
             "accept JWTs signed with RS256-512/PS256-512 (RSA key), ES256-512 (EC key) or EdDSA: "
             "the path of a PEM public key or a JWKS file (keys chosen by `kid`); needs the "
@@ -98,21 +100,21 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = None
     jwt_audience: Annotated[
-        Annotated[str, Meta(min_length=1)] | None,
+        Text | None,
         _d(
             "when set, a JWT must name it in its `aud` claim; when not, a JWT that has an "
             "`aud` is refused"
         ),
     ] = None
     auth_timeout_s: Annotated[
-        Annotated[float, Meta(gt=0)],
+        PosFloat,
         _d(
             "a WebSocket that connected without credentials to a server that needs them is "
             "closed with 4001 unless an `auth` op brings valid ones within this many seconds"
         ),
     ] = 10.0
     allowed_origins: Annotated[
-        Annotated[str, Meta(min_length=1)] | None,
+        Text | None,
         _d(
             "comma-separated web origins whose pages may open a WebSocket or send a "
             "state-changing request (`https://app.example.com`, `http://localhost:*`, `*` for "
@@ -122,7 +124,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = None
     allowed_hosts: Annotated[
-        Annotated[str, Meta(min_length=1)] | None,
+        Text | None,
         _d(
             "comma-separated host names a request's `Host` may name (`tsync.example.com`, "
             "`*.example.com`, `*` for any), besides `localhost` and loopback addresses on a "
@@ -133,7 +135,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = None
     cors_origins: Annotated[
-        Annotated[str, Meta(min_length=1)] | None,
+        Text | None,
         _d(
             "comma-separated web origins whose pages may call the HTTP API from their own "
             "origin (CORS; patterns as in `allowed_origins`); preflight requests are answered "
@@ -295,7 +297,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
     # --- HTTP connections (tsync serve; server.web.http_guard) ---
     http_header_timeout_s: Annotated[
-        Annotated[float, Meta(gt=0)],
+        PosFloat,
         _d(
             "seconds a client has to send a request's headers, from the moment it connects "
             "(or sends the first byte after a keep-alive pause); then 408 and closed "
@@ -303,7 +305,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 10.0
     http_body_timeout_s: Annotated[
-        Annotated[float, Meta(gt=0)],
+        PosFloat,
         _d(
             "seconds a request's body may take once its headers are in, extended by a second "
             "for every `http_body_min_rate` bytes received; then 408 and closed"
@@ -317,11 +319,11 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 1024.0
     http_keep_alive_s: Annotated[
-        Annotated[float, Meta(gt=0)],
+        PosFloat,
         _d("seconds an idle keep-alive HTTP connection stays open after a response"),
     ] = 5.0
     http_send_timeout_s: Annotated[
-        Annotated[float, Meta(gt=0)],
+        PosFloat,
         _d(
             "seconds a response may wait for a client that stopped reading it before the "
             "connection is cut (its memory is freed)"
@@ -401,7 +403,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 2000
     idle_ttl_s: Annotated[
-        Annotated[float, Meta(gt=0)],
+        PosFloat,
         _d("seconds an unsubscribed, unused transcript stays in memory"),
     ] = 60.0
     max_live_transcripts: Annotated[
@@ -421,7 +423,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 1 << 30
     idempotency_ttl_s: Annotated[
-        Annotated[float, Meta(gt=0)],
+        PosFloat,
         _d(
             "seconds every store remembers an idempotency key: a retry within this window "
             "gets the first ack, across restarts and crashes (the store is the authority; "
@@ -452,7 +454,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 1000
     draft_ttl_s: Annotated[
-        Annotated[float, Meta(gt=0)],
+        PosFloat,
         _d(
             "seconds a draft lives without an update before it expires (subscribers get its "
             "`expired` close); a closed draft's id is remembered as long (a late token is "
@@ -460,7 +462,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 30.0
     ai_reply_timeout_s: Annotated[
-        Annotated[float, Meta(gt=0)],
+        PosFloat,
         _d(
             "seconds `/v1/ai/chat` (the AI SDK's transports) waits for an agent to open the "
             "draft of a reply to a message it appended; none by then is an `error` frame"
@@ -526,7 +528,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 64 << 10
     presence_ttl_s: Annotated[
-        Annotated[float, Meta(gt=0)],
+        PosFloat,
         _d(
             "with a shared store (Redis): seconds a replica's presence entries live unless it "
             "renews them (it does every third of this); the members of a replica that stops "
@@ -534,7 +536,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 30.0
     backplane_resync_s: Annotated[
-        Annotated[float, Meta(gt=0)],
+        PosFloat,
         _d(
             "with a shared store (Redis): seconds between a replica's checks of its live "
             "copies (transcripts, and the Durable Streams its readers wait on) against the "
@@ -558,7 +560,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 8
     offload_budget_s: Annotated[
-        Annotated[float, Meta(gt=0)],
+        PosFloat,
         _d(
             "the longest one import or export may run; past it the worker is stopped and the "
             "request refused with 422 `too-costly` (the largest accepted body takes a few "
@@ -578,14 +580,14 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         bool, _d("WebSocket compression; off because it costs ~4 µs per delivery")
     ] = False
     graceful_shutdown_s: Annotated[
-        Annotated[float, Meta(gt=0)],
+        PosFloat,
         _d(
             "the longest a SIGTERM or Ctrl-C waits for WebSockets to drain (closed with 1001) "
             "and requests to finish before they are cut"
         ),
     ] = 10.0
     gil_switch_interval_ms: Annotated[
-        Annotated[float, Meta(gt=0)],
+        PosFloat,
         _d(
             "`sys.setswitchinterval` of the server process, set at startup: how soon a "
             "store's worker thread gets the GIL back from a busy event loop"

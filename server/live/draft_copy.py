@@ -58,29 +58,19 @@ PART_CHUNKS: Final = frozenset(
         "start-step",
     }
 )
-#: Chunks that leave the text of a reply's text parts as it is.
-_TEXT_KEPT: Final = frozenset(
+#: Chunks that leave the text of a reply's text parts as it is: every chunk
+#: that may add a part but a text part's start, and these.
+_TEXT_KEPT: Final = (PART_CHUNKS - {"text-start"}) | frozenset(
     {
         "text-end",
-        "reasoning-start",
         "reasoning-delta",
         "reasoning-end",
-        "tool-input-start",
         "tool-input-delta",
-        "tool-input-available",
-        "tool-input-error",
         "tool-approval-request",
         "tool-approval-response",
         "tool-output-available",
         "tool-output-error",
         "tool-output-denied",
-        "file",
-        "reasoning-file",
-        "source-url",
-        "source-document",
-        "custom",
-        "steering-message",
-        "start-step",
         "finish-step",
         "message-metadata",
         "finish",

@@ -211,18 +211,9 @@ class Drafts:
                 self._check_budget(draft_id, CLOSED_DRAFT_COST, None, 0)
                 self._remember(draft_id, "cancelled", now)
                 return Written(0, None)
-            if len(self.open) >= self.max_open:
-                raise Refused(
-                    codes.TOO_MANY_DRAFTS,
-                    f"transcript {self.transcript_id!r} has {len(self.open)} open drafts, the "
-                    f"most it may (max_drafts_per_transcript); commit, cancel or let one expire",
-                )
+            self._check_open_room()
             size = self._check_size(draft_id, 0, delta if delta is not None else text)
-            cost = OPEN_DRAFT_COST + size
-            self._check_budget(draft_id, cost, writer, cost)
-            draft = OpenDraft(self.transcript_id, draft_id, role or DEFAULT_ROLE, now)
-            self._charge(draft, writer, cost)
-            self.open[draft_id] = draft
+            draft = self._open(draft_id, role, writer, OPEN_DRAFT_COST + size, now)
             if delta is not None:
                 return Written(1, draft.appended(delta, size, now))
             return Written(1, draft.replaced(text or "", size, now))
@@ -300,12 +291,8 @@ class Drafts:
                 f"{self.max_parts} (max_draft_parts); the update was not applied",
             )
         if draft is None:
-            cost = OPEN_DRAFT_COST + UI_BYTES_HELD * size
-            self._check_budget(draft_id, cost, writer, cost)
-            draft = OpenDraft(self.transcript_id, draft_id, role or DEFAULT_ROLE, now)
+            draft = self._open(draft_id, role, writer, OPEN_DRAFT_COST + UI_BYTES_HELD * size, now)
             draft.ui, draft.ui_size = ui, size
-            self._charge(draft, writer, cost)
-            self.open[draft_id] = draft
             return Written(1, draft.folded(chunks, now))
         self._take_over(draft, writer, UI_BYTES_HELD * size)
         draft.ui, draft.ui_size = ui, size
@@ -412,6 +399,10 @@ class Drafts:
         remembered, or too many open."""
         self._check_not_closed(draft_id)
         self._check_closed_room(draft_id)
+        self._check_open_room()
+
+    def _check_open_room(self) -> None:
+        """Refuse one more open draft past ``max_open``."""
         if len(self.open) >= self.max_open:
             raise Refused(
                 codes.TOO_MANY_DRAFTS,
@@ -435,6 +426,17 @@ class Drafts:
     def _check_budget(self, draft_id: str, more: int, writer: str | None, mine: int) -> None:
         if self.budget is not None:
             self.budget.check(self.transcript_id, draft_id, more, writer, mine)
+
+    def _open(
+        self, draft_id: str, role: str | None, writer: str | None, cost: int, now: float
+    ) -> OpenDraft:
+        """Open ``draft_id`` for ``writer`` at ``cost`` (checked against the
+        budget first), empty: the caller gives it its first text or chunks."""
+        self._check_budget(draft_id, cost, writer, cost)
+        draft = OpenDraft(self.transcript_id, draft_id, role or DEFAULT_ROLE, now)
+        self._charge(draft, writer, cost)
+        self.open[draft_id] = draft
+        return draft
 
     def _charge(self, draft: OpenDraft, writer: str | None, cost: int) -> None:
         """Charge ``draft`` to ``writer`` at ``cost`` (0: release it)."""

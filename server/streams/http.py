@@ -741,16 +741,20 @@ def _page(messages: list[StreamMessage], limit: int) -> tuple[list[StreamMessage
     return messages, True
 
 
+#: The headers of every live SSE read (these streams' and a transcript's).
+SSE_HEADERS: Final = {
+    **SECURITY,
+    # Exactly this, no charset parameter: what EventSource and the protocol expect.
+    "content-type": "text/event-stream",
+    "cache-control": "no-cache",
+    "x-accel-buffering": "no",
+}
+
+
 def _sse(
     request: Request, registry: StreamRegistry, stream: Stream, start: str, cursor: str | None
 ) -> Response:
-    headers = {
-        **SECURITY,
-        # Exactly this, no charset parameter: what EventSource and the protocol expect.
-        "content-type": "text/event-stream",
-        "cache-control": "no-cache",
-        "x-accel-buffering": "no",
-    }
+    headers = dict(SSE_HEADERS)
     if _base64(stream):
         headers[SSE_ENCODING] = "base64"
     return _SseResponse(registry, stream, start, cursor, _settings(request), headers)
@@ -784,7 +788,12 @@ _CTRL: Final = b"event: control\n"
 
 def _sse_control_event(stream: Stream, offset: str, cursor: str | None) -> bytes:
     """The control event after the data event that ends at ``offset``."""
-    return _CTRL + _sse_data(_control(stream, offset, cursor))
+    return control_event(_control(stream, offset, cursor))
+
+
+def control_event(control: str) -> bytes:
+    """A control event whose data is ``control`` (its JSON)."""
+    return _CTRL + _sse_data(control)
 
 
 class _SseResponse(Response):
@@ -847,7 +856,7 @@ class _SseResponse(Response):
             return
         if not registry.read(stream, offset):  # nothing to catch up: say where it is
             offset = offset or stream.tail
-            await body(b"event: control\n" + _sse_data(_control(stream, offset, cursor)))
+            await body(_sse_control_event(stream, offset, cursor))
         # Catch up page by page (``read_chunk_bytes`` of messages each), each
         # page written once the reader took the one before (``send`` waits
         # for the socket to drain): a reader holds one page, however much it
@@ -912,15 +921,12 @@ class _SseResponse(Response):
             await registry.touch(stream)
             if stream.closed and follower.offset == stream.tail:
                 if not follower.closed_sent:
-                    control = _control(stream, follower.offset, cursor)
-                    await body(b"event: control\n" + _sse_data(control))
+                    await body(_sse_control_event(stream, follower.offset, cursor))
                 return
             if timed_out and not follower.pending:
                 if time.monotonic() >= deadline:
                     return
-                await body(
-                    b"event: control\n" + _sse_data(_control(stream, follower.offset, cursor))
-                )
+                await body(_sse_control_event(stream, follower.offset, cursor))
 
 
 def _send_count(pending: list[bytes]) -> int:

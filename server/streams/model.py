@@ -326,20 +326,6 @@ class Stream:
             data, format_offset(read_seq, position + FRAME_BYTES + len(data)), values
         )
 
-    def add(
-        self,
-        body: bytes,
-        *,
-        create: bool = False,
-        values: tuple[str, ...] | None = None,
-        max_values: int | None = None,
-    ) -> StreamMessage | None:
-        """Append the bytes of one request (see ``encode``)."""
-        message = self.encode(body, create=create, values=values, max_values=max_values)
-        if message is not None:
-            self.push(message)
-        return message
-
     def add_raw(self, data: bytes, values: tuple[str, ...] = ()) -> StreamMessage:
         message = self.next_message(data, values)
         self.push(message)

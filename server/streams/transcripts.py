@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
 import msgspec
@@ -47,13 +47,14 @@ from server.streams.http import (
     CLOSED,
     CURSOR,
     NEXT_OFFSET,
-    SECURITY,
+    SSE_HEADERS,
     UP_TO_DATE,
     StreamSettings,
     _answer,
     _preflight,
     _refused,
     _sse_data,
+    control_event,
     problem_of,
     read_params,
     response_cursor,
@@ -100,22 +101,34 @@ def _hub(request: Request) -> Hub:
 
 
 async def endpoint(request: Request) -> Response:
+    transcript_id = request.path_params["transcript_id"]
+    return await _read_only(
+        request,
+        {"transcript": transcript_id},
+        "a transcript is read-only here: append with POST /v1/transcripts/{id}/messages",
+        lambda: _read(request, transcript_id),
+    )
+
+
+async def _read_only(
+    request: Request,
+    ids: dict[str, str],
+    read_only: str,
+    read: Callable[[], Awaitable[Response]],
+) -> Response:
+    """A read-only resource's answer: 400 unless each of ``ids`` (what it
+    names: the id) is an id, a CORS preflight for OPTIONS, ``read()`` for
+    GET and HEAD, 405 (``read_only`` says why) for anything else; a
+    ``StreamError`` or an error of the transcript API as its problem."""
     try:
-        if not _ID.fullmatch(request.path_params["transcript_id"]):
-            raise StreamError(400, "not a transcript id")
+        for what, value in ids.items():
+            if not _ID.fullmatch(value):
+                raise StreamError(400, f"not a {what} id")
         if request.method == "OPTIONS":
             return _preflight(request)
         if request.method not in ("GET", "HEAD"):
-            allow = {"allow": "GET, HEAD, OPTIONS"}
-            return _refused(
-                StreamError(
-                    405,
-                    "a transcript is read-only here:"
-                    " append with POST /v1/transcripts/{id}/messages",
-                    allow,
-                )
-            )
-        return await _read(request, request.path_params["transcript_id"])
+            return _refused(StreamError(405, read_only, {"allow": "GET, HEAD, OPTIONS"}))
+        return await read()
     except StreamError as error:
         return _refused(error)
     except Exception as exc:  # the transcript API's errors, as its problem documents
@@ -312,7 +325,7 @@ def _sse(
             if revision >= current:
                 control["upToDate"] = True
             # A data event and its control leave in one write.
-            yield data + b"event: control\n" + _sse_data(json.dumps(control, separators=(",", ":")))
+            yield data + control_event(json.dumps(control, separators=(",", ":")))
             if revision < current:
                 continue
             remaining = deadline - time.monotonic()
@@ -322,13 +335,7 @@ def _sse(
                 transcript_id, revision, min(remaining, settings.long_poll_s)
             )
 
-    headers = {
-        **SECURITY,
-        "content-type": "text/event-stream",
-        "cache-control": "no-cache",
-        "x-accel-buffering": "no",
-    }
-    return StreamingResponse(events(), headers=headers)
+    return StreamingResponse(events(), headers=SSE_HEADERS)
 
 
 # --- drafts ------------------------------------------------------------------------
@@ -337,31 +344,14 @@ TEXT: Final = "text/plain; charset=utf-8"
 
 
 async def draft_endpoint(request: Request) -> Response:
-    try:
-        transcript_id = request.path_params["transcript_id"]
-        draft_id = request.path_params["draft_id"]
-        if not _ID.fullmatch(transcript_id):
-            raise StreamError(400, "not a transcript id")
-        if not _ID.fullmatch(draft_id):
-            raise StreamError(400, "not a draft id")
-        if request.method == "OPTIONS":
-            return _preflight(request)
-        if request.method not in ("GET", "HEAD"):
-            allow = {"allow": "GET, HEAD, OPTIONS"}
-            return _refused(
-                StreamError(
-                    405,
-                    "a draft is read-only here: write it with the WebSocket protocol's draft op",
-                    allow,
-                )
-            )
-        return await _read_draft(request, transcript_id, draft_id)
-    except StreamError as error:
-        return _refused(error)
-    except Exception as exc:  # the transcript API's errors, as its problem documents
-        if failure_for(exc) is None:
-            raise
-        return problem_of(exc)
+    transcript_id = request.path_params["transcript_id"]
+    draft_id = request.path_params["draft_id"]
+    return await _read_only(
+        request,
+        {"transcript": transcript_id, "draft": draft_id},
+        "a draft is read-only here: write it with the WebSocket protocol's draft op",
+        lambda: _read_draft(request, transcript_id, draft_id),
+    )
 
 
 async def _draft(
@@ -456,7 +446,7 @@ def _draft_sse(
                 control["streamCursor"] = response_cursor(cursor)
             control["upToDate"] = True
             # A data event and its control leave in one write.
-            yield out + b"event: control\n" + _sse_data(json.dumps(control, separators=(",", ":")))
+            yield out + control_event(json.dumps(control, separators=(",", ":")))
             if closed:
                 return
             remaining = deadline - time.monotonic()
@@ -466,13 +456,7 @@ def _draft_sse(
                 transcript_id, draft_id, position, min(remaining, settings.long_poll_s)
             )
 
-    headers = {
-        **SECURITY,
-        "content-type": "text/event-stream",
-        "cache-control": "no-cache",
-        "x-accel-buffering": "no",
-    }
-    return StreamingResponse(events(), headers=headers)
+    return StreamingResponse(events(), headers=SSE_HEADERS)
 
 
 def _text_data(text: str) -> bytes:

@@ -102,3 +102,17 @@ async def test_an_offset_of_a_deleted_history_is_gone() -> None:
         assert again.epoch != first.epoch
         gone = await http.get(URL, params={"offset": offset})
         assert gone.status_code == 410
+
+
+async def test_a_transcript_and_a_draft_refuse_bad_ids_and_answer_preflights() -> None:
+    async with running_server() as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        bad = await http.get("/v1/stream/transcripts/a%20b", params={"offset": "-1"})
+        assert bad.status_code == 400 and bad.json()["detail"] == "not a transcript id"
+        bad_draft = await http.get("/v1/stream/transcripts/t1/drafts/a%20b")
+        assert bad_draft.status_code == 400 and bad_draft.json()["detail"] == "not a draft id"
+        # An id is checked before the method.
+        assert (await http.put("/v1/stream/transcripts/a%20b")).status_code == 400
+        for url in (URL, URL + "/drafts/d1"):
+            preflight = await http.options(url)
+            assert preflight.status_code == 204
+            assert "GET" in preflight.headers["access-control-allow-methods"]
