@@ -106,16 +106,10 @@ def test_importing_a_package_loads_none_of_its_forbidden_ones(package: str) -> N
 
 # --- private names ---------------------------------------------------------------------
 
-#: Imports of another module's private name that other engineers remove in
-#: parallel (issue 41); each entry goes once its import is gone (a test checks
-#: that none is left over). (importer, module imported from, name).
-PRIVATE_ALLOWED: dict[tuple[str, str, str], str] = {
-    # server/streams/http.py is being rewritten; these helpers become public there.
-    ("server.streams.transcripts", "server.streams.http", "_answer"): "http.py rewrite",
-    ("server.streams.transcripts", "server.streams.http", "_preflight"): "http.py rewrite",
-    ("server.streams.transcripts", "server.streams.http", "_refused"): "http.py rewrite",
-    ("server.streams.transcripts", "server.streams.http", "_sse_data"): "http.py rewrite",
-}
+#: Imports of another module's private name let through, with why: none since
+#: issue 41 removed the last (an entry whose import is gone fails a test).
+#: (importer, module imported from, name).
+PRIVATE_ALLOWED: dict[tuple[str, str, str], str] = {}
 
 #: The packages held to it. Tests may look into the module they test.
 PRIVATE_RULE_PACKAGES = ("protocol", "server", "client_py")

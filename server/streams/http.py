@@ -165,7 +165,7 @@ def response_cursor(client_cursor: str | None) -> str:
     return str(previous + max(1, -(-jitter_s // CURSOR_INTERVAL_S)))
 
 
-def _answer(
+def stream_answer(
     status: int,
     headers: Mapping[str, str] | None = None,
     body: bytes | str = b"",
@@ -182,7 +182,7 @@ def _answer(
     return response
 
 
-def _refused(error: StreamError) -> Response:
+def refusal_answer(error: StreamError) -> Response:
     """A refusal as an ``application/problem+json`` document."""
     problem = {
         "type": "about:blank",
@@ -191,7 +191,7 @@ def _refused(error: StreamError) -> Response:
         "detail": error.reason,
     }
     body = json.dumps(problem, ensure_ascii=True).encode()
-    return _answer(error.status, error.headers, body, "application/problem+json")
+    return stream_answer(error.status, error.headers, body, "application/problem+json")
 
 
 def problem_of(exc: Exception) -> Response:
@@ -200,7 +200,7 @@ def problem_of(exc: Exception) -> Response:
     failure = failure_for(exc)
     assert failure is not None, exc
     body = json.dumps(failure.problem(), ensure_ascii=True).encode()
-    return _answer(failure.spec.http_status, None, body, "application/problem+json")
+    return stream_answer(failure.spec.http_status, None, body, "application/problem+json")
 
 
 def source_path(header: str) -> str:
@@ -264,22 +264,22 @@ async def endpoint(request: Request) -> Response:
             case "DELETE":
                 detach = _closed_header(request.headers.get(DETACH_FORKS))
                 await _registry(request).delete(path, detach_forks=detach)
-                return _answer(204)
+                return stream_answer(204)
             case "OPTIONS":
-                return _preflight(request)
+                return preflight_answer(request)
         allow = {"allow": "GET, HEAD, PUT, POST, DELETE, OPTIONS"}
-        return _refused(StreamError(405, "Method not allowed", allow))
+        return refusal_answer(StreamError(405, "Method not allowed", allow))
     except StreamError as error:
-        return _refused(error)
+        return refusal_answer(error)
     except Refused as refused:
         return problem_of(refused)
 
 
-def _preflight(request: Request) -> Response:
+def preflight_answer(request: Request) -> Response:
     """A CORS preflight: which methods and headers a page may use. Whether
     its origin may is the server's CORS setting (``cors_origins``), whose
     middleware answers preflights from allowed origins before this does."""
-    return _answer(
+    return stream_answer(
         204,
         {
             "access-control-allow-methods": "GET, HEAD, PUT, POST, DELETE, OPTIONS",
@@ -358,7 +358,7 @@ async def _create(request: Request, path: str) -> Response:
         answer["location"] = f"{request.url.scheme}://{request.url.netloc}{raw.decode('ascii')}"
     if stream.closed:
         answer[CLOSED] = "true"
-    return _answer(201 if created else 200, answer)
+    return stream_answer(201 if created else 200, answer)
 
 
 def _may_read(request: Request, name: str) -> None:
@@ -469,7 +469,7 @@ def _appended(
     stream = result.stream
     outcome = result.producer
     if result.refused_closed:
-        return _refused(
+        return refusal_answer(
             StreamError(409, "Stream is closed", {CLOSED: "true", NEXT_OFFSET: stream.tail})
         )
     if outcome is not None and outcome.status != "accepted":
@@ -483,15 +483,15 @@ def _appended(
                 if stream.closed:
                     headers[CLOSED] = "true"
                     headers[NEXT_OFFSET] = stream.tail
-                return _answer(204, headers)
+                return stream_answer(204, headers)
             case "stale_epoch":
                 stale = {PRODUCER_EPOCH: str(outcome.epoch)}
-                return _refused(StreamError(403, "Stale producer epoch", stale))
+                return refusal_answer(StreamError(403, "Stale producer epoch", stale))
             case "invalid_epoch_seq":
-                return _refused(StreamError(400, "New epoch must start with sequence 0"))
+                return refusal_answer(StreamError(400, "New epoch must start with sequence 0"))
             case _:
                 gap = {EXPECTED_SEQ: str(outcome.expected), RECEIVED_SEQ: str(outcome.seq)}
-                return _refused(StreamError(409, "Producer sequence gap", gap))
+                return refusal_answer(StreamError(409, "Producer sequence gap", gap))
     headers = {NEXT_OFFSET: result.message.offset if result.message else stream.tail}
     if producer is not None:
         headers[PRODUCER_EPOCH] = str(producer[1])
@@ -499,7 +499,7 @@ def _appended(
     if stream.closed:
         headers[CLOSED] = "true"
     # New data from a producer is 200 (its duplicates are 204); everything else 204.
-    return _answer(200 if producer is not None and body else 204, headers)
+    return stream_answer(200 if producer is not None and body else 204, headers)
 
 
 # --- metadata ----------------------------------------------------------------------------------
@@ -517,7 +517,7 @@ async def _head(request: Request, path: str) -> Response:
     if stream.expires_at is not None:
         headers[EXPIRES_AT] = stream.expires_at
     headers["etag"] = _etag(stream, "-1", stream.tail, stream.closed)
-    return _answer(200, headers)
+    return stream_answer(200, headers)
 
 
 def _etag(stream: Stream, start: str, end: str, closed: bool) -> str:
@@ -579,13 +579,13 @@ async def _read(request: Request, path: str) -> Response:
         headers = {NEXT_OFFSET: stream.tail, UP_TO_DATE: "true", "cache-control": "no-store"}
         if stream.closed:
             headers[CLOSED] = "true"
-        return _answer(200, headers, b"[]" if stream.json else b"", stream.content_type)
+        return stream_answer(200, headers, b"[]" if stream.json else b"", stream.content_type)
     if live == "long-poll":
         assert offset is not None  # (read_params)
         reply = await long_poll(registry, _settings(request), stream, offset, cursor)
         etag = reply.answer.etag
         if etag is not None and request.headers.get("if-none-match") == etag:
-            return _answer(304, {"etag": etag, **SECURITY})
+            return stream_answer(304, {"etag": etag, **SECURITY})
         return _Prepared(reply)
     position = stream.tail if offset == "now" else (None if offset in (None, "-1") else offset)
     messages, up_to_date = _page(
@@ -606,9 +606,9 @@ async def _read(request: Request, path: str) -> Response:
     etag = _etag(stream, offset or "-1", end, at_end)
     headers["etag"] = etag
     if request.headers.get("if-none-match") == etag:
-        return _answer(304, {"etag": etag, **SECURITY})
+        return stream_answer(304, {"etag": etag, **SECURITY})
     body = json_body(messages) if stream.json else b"".join(m.data for m in messages)
-    return _answer(200, headers, body, stream.content_type)
+    return stream_answer(200, headers, body, stream.content_type)
 
 
 #: Long-poll answers, each encoded once for every reader that asks for it.
@@ -704,7 +704,7 @@ async def fast_long_poll(state: Any, scope: Scope) -> Reply | Response | None:
         await registry.touch(stream)
         return await long_poll(registry, state.stream_settings, stream, offset, cursor)
     except StreamError as error:
-        return _refused(error)
+        return refusal_answer(error)
     except Refused as refused:
         return problem_of(refused)
 
@@ -780,7 +780,7 @@ def _sse_data_event(stream: Stream, message: StreamMessage) -> bytes:
         payload = base64.b64encode(message.data).decode()
     else:
         payload = message.data.decode("utf-8", errors="replace")
-    return b"event: data\n" + _sse_data(payload)
+    return b"event: data\n" + sse_data(payload)
 
 
 _CTRL: Final = b"event: control\n"
@@ -793,7 +793,7 @@ def _sse_control_event(stream: Stream, offset: str, cursor: str | None) -> bytes
 
 def control_event(control: str) -> bytes:
     """A control event whose data is ``control`` (its JSON)."""
-    return _CTRL + _sse_data(control)
+    return _CTRL + sse_data(control)
 
 
 class _SseResponse(Response):
@@ -954,7 +954,7 @@ def _control(stream: Stream, offset: str, cursor: str | None) -> str:
     return json.dumps(control, separators=(",", ":"))
 
 
-def _sse_data(payload: str) -> bytes:
+def sse_data(payload: str) -> bytes:
     """Every line of ``payload`` as its own ``data:`` line (CR, LF and CRLF
     all end a line in SSE: none can smuggle an event boundary in). A reader
     drops one space after the colon, so a line that starts with one gets one

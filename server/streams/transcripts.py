@@ -50,14 +50,14 @@ from server.streams.http import (
     SSE_HEADERS,
     UP_TO_DATE,
     StreamSettings,
-    _answer,
-    _preflight,
-    _refused,
-    _sse_data,
     control_event,
+    preflight_answer,
     problem_of,
     read_params,
+    refusal_answer,
     response_cursor,
+    sse_data,
+    stream_answer,
 )
 from server.streams.model import StreamError, valid_offset
 
@@ -125,12 +125,12 @@ async def _read_only(
             if not _ID.fullmatch(value):
                 raise StreamError(400, f"not a {what} id")
         if request.method == "OPTIONS":
-            return _preflight(request)
+            return preflight_answer(request)
         if request.method not in ("GET", "HEAD"):
-            return _refused(StreamError(405, read_only, {"allow": "GET, HEAD, OPTIONS"}))
+            return refusal_answer(StreamError(405, read_only, {"allow": "GET, HEAD, OPTIONS"}))
         return await read()
     except StreamError as error:
-        return _refused(error)
+        return refusal_answer(error)
     except Exception as exc:  # the transcript API's errors, as its problem documents
         if failure_for(exc) is None:
             raise
@@ -148,7 +148,7 @@ async def _read(request: Request, transcript_id: str) -> Response:
             "content-type": "application/json",
             "cache-control": "no-store",
         }
-        return _answer(200, headers)
+        return stream_answer(200, headers)
     given, live, cursor = read_params(request)
     offset = "-1" if given is None else given
     after = 0 if offset == "-1" else head.revision if offset == "now" else _revision(offset, epoch)
@@ -162,7 +162,7 @@ async def _read(request: Request, transcript_id: str) -> Response:
             UP_TO_DATE: "true",
             "cache-control": "no-store",
         }
-        return _answer(200, headers, b"[]", "application/json")
+        return stream_answer(200, headers, b"[]", "application/json")
     page = await _shared_page(hub, transcript_id, epoch, after)
     if live == "long-poll" and not page.count:
         await hub.reads.wait_change(transcript_id, after, settings.long_poll_s)
@@ -173,7 +173,7 @@ async def _read(request: Request, transcript_id: str) -> Response:
                 UP_TO_DATE: "true",
                 CURSOR: response_cursor(cursor),
             }
-            return _answer(204, headers)
+            return stream_answer(204, headers)
     end = page.end
     current = (await hub.reads.head(transcript_id)).revision
     headers = {NEXT_OFFSET: offset_of(epoch, end), "content-type": "application/json"}
@@ -186,8 +186,8 @@ async def _read(request: Request, transcript_id: str) -> Response:
     etag = f'"{transcript_id}:{epoch}:{after}:{end}"'
     headers["etag"] = etag
     if request.headers.get("if-none-match") == etag:
-        return _answer(304, {"etag": etag})
-    return _answer(200, headers, page.array, "application/json")
+        return stream_answer(304, {"etag": etag})
+    return stream_answer(200, headers, page.array, "application/json")
 
 
 async def _events(hub: Hub, transcript_id: str, after: int, limit: int) -> list[TranscriptEvent]:
@@ -238,7 +238,7 @@ class _Page:
 
     def sse_event(self) -> bytes:
         if self._event is None:
-            self._event = b"event: data\n" + _sse_data(self.array.decode())
+            self._event = b"event: data\n" + sse_data(self.array.decode())
         return self._event
 
 
@@ -377,7 +377,7 @@ async def _read_draft(request: Request, transcript_id: str, draft_id: str) -> Re
         headers["cache-control"] = "no-store"
         if closed:
             headers[CLOSED] = "true"
-        return _answer(200, headers)
+        return stream_answer(200, headers)
     given, live, cursor = read_params(request)
     offset = "-1" if given is None else given
     # An offset is a byte of the text: ``_revision``'s format and rules.
@@ -394,7 +394,7 @@ async def _read_draft(request: Request, transcript_id: str, draft_id: str) -> Re
     if live == "long-poll" and not data:
         if closed:
             headers = {NEXT_OFFSET: offset_of(epoch, end), UP_TO_DATE: "true", CLOSED: "true"}
-            return _answer(204, headers)
+            return stream_answer(204, headers)
         await hub.reads.wait_draft(transcript_id, draft_id, end, settings.long_poll_s)
         data, end, closed = await _draft(hub, transcript_id, draft_id, start)
         if start > end:  # rewritten meanwhile: it closed before this reader
@@ -405,7 +405,7 @@ async def _read_draft(request: Request, transcript_id: str, draft_id: str) -> Re
                 UP_TO_DATE: "true",
                 CURSOR: response_cursor(cursor),
             }
-            return _answer(204, headers)
+            return stream_answer(204, headers)
     headers = {NEXT_OFFSET: offset_of(epoch, end), UP_TO_DATE: "true", "content-type": TEXT}
     # Every answer reaches the text's end, which grows: nothing to cache.
     headers["cache-control"] = "no-store"
@@ -413,7 +413,7 @@ async def _read_draft(request: Request, transcript_id: str, draft_id: str) -> Re
         headers[CURSOR] = response_cursor(cursor)
     if closed:
         headers[CLOSED] = "true"
-    return _answer(200, headers, data, TEXT)
+    return stream_answer(200, headers, data, TEXT)
 
 
 def _draft_sse(
@@ -460,9 +460,9 @@ def _draft_sse(
 
 
 def _text_data(text: str) -> bytes:
-    """``_sse_data`` for a draft's text: each line after ``data: ``, since a
+    """``sse_data`` for a draft's text: each line after ``data: ``, since a
     reader drops one space after the colon (a token's own leading space
-    stays). ``_sse_data`` writes ``data:`` with none, as the conformance
+    stays). ``sse_data`` writes ``data:`` with none, as the conformance
     suite demands of every other stream."""
     lines = re.split(r"\r\n|\r|\n", text)
     return ("\n".join(f"data: {line}" for line in lines) + "\n\n").encode()

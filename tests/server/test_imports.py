@@ -250,30 +250,9 @@ def _private_imports(path: Path) -> list[str]:
     return found
 
 
-#: Private imports that are older than this rule, in modules other engineers
-#: own as this is written (issue 41 lists the first); each is to go, none to
-#: be added. The persistence floors have none.
-KNOWN_PRIVATE_IMPORTS = {
-    "server.streams.transcripts": {"_answer", "_preflight", "_refused", "_sse_data"},
-    "server.web.http_lmml": {"_hub", "_int_param", "_origin", "_transcript_id"},
-    "server.web.http_replies": {"_hub", "_origin", "_transcript_id"},
-    "server.web.http_views": {"_hub", "_int_param", "_origin", "_transcript_id"},
-}
-
-
 def test_no_server_module_imports_another_modules_private_name() -> None:
-    found = {
-        name: {dotted.rpartition(".")[2] for dotted in bad}
-        for name, path in MODULES.items()
-        if (bad := _private_imports(path))
-    }
-    new = {
-        name: names - KNOWN_PRIVATE_IMPORTS.get(name, set())
-        for name, names in found.items()
-        if names - KNOWN_PRIVATE_IMPORTS.get(name, set())
-    }
-    assert new == {}
-    assert not any(name.startswith("server.store") for name in found)
+    found = {name: bad for name, path in MODULES.items() if (bad := _private_imports(path))}
+    assert found == {}
 
 
 def test_the_private_import_check_would_notice_one(tmp_path: Path) -> None:
