@@ -8,6 +8,17 @@
 import type { UIMessageChunkLike, UIMessageLike, UIMessageState } from "./ui_stream.js";
 
 export type { UIMessageChunkLike, UIMessageLike } from "./ui_stream.js";
+
+/**
+ * A message to append with format "ui": an AI SDK UIMessage of any role (a user's turn as useChat
+ * sends it, or a reply), its id kept as the message's UI id.
+ */
+export interface UIMessageInput {
+  id: string;
+  role: "system" | "user" | "assistant";
+  metadata?: unknown;
+  parts: ReadonlyArray<{ type: string; [field: string]: unknown }>;
+}
 /** The AI SDK's fold of a reply with parts (also the package's "./ui-stream" entry). */
 export { UIMessageState, UIStreamError, fixJson, parsePartialJson } from "./ui_stream.js";
 
@@ -774,7 +785,7 @@ export class TsyncClient {
    */
   append(
     transcriptId: string,
-    messages: MessageInput[] | UIMessageLike[],
+    messages: MessageInput[] | UIMessageInput[],
     options?: {
       idempotencyKey?: string;
       expectedRevision?: number | null;

@@ -58,6 +58,7 @@ import type {
   Window,
   StoppedReply,
   UIMessageChunkLike,
+  UIMessageInput,
   UIMessageLike,
 } from "@transcript-sync/client";
 import { UIMessageState, UIStreamError, fixJson, parsePartialJson } from "@transcript-sync/client/ui-stream";
@@ -111,6 +112,9 @@ const ack: AppendAck = await client.append("chat-1", [{ role: "user", content: "
   expectedRevision: 3,
 });
 console.log(ack.start + ack.count);
+// A user's turn as useChat sends it (a UIMessage of role "user") appends as it is.
+const turn: UIMessageInput = { id: "u-1", role: "user", parts: [{ type: "text", text: "hi" }] };
+await client.append("chat-1", [turn], { format: "ui", idempotencyKey: turn.id });
 try {
   await client.append("chat-1", [{ role: "tool", content: [{ type: "text", text: "x" }], tool_call_id: "c" }]);
 } catch (err) {
