@@ -70,12 +70,24 @@ import h11
 import msgspec
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+try:  # httptools (C, llhttp) parses a request several times faster than h11.
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # pragma: no cover - a platform without its wheels
+    HttpToolsProtocol = None  # type: ignore[assignment, misc]
+
 from protocol import codes
 from server.config import ServerConfig
 from server.errors import Failure
 from server.extensions import HTTP_CONNECTION, RAW_BODY
 
-__all__ = ["HTTP_CONNECTION", "RAW_BODY", "GuardCounters", "RawBody", "guarded_protocol"]
+__all__ = [
+    "HTTP_CONNECTION",
+    "PARSERS",
+    "RAW_BODY",
+    "GuardCounters",
+    "RawBody",
+    "guarded_protocol",
+]
 
 
 #: Connections past the cap that may still ask for the health endpoints;
@@ -125,23 +137,38 @@ class GuardCounters:
     #: Live reads answered 503 because ``http_parked_share`` was taken.
     parked_refused: int = 0
     #: Connections past the cap still waiting for their headers, oldest first.
-    waiting: dict[_GuardedH11, None] = field(default_factory=dict)
+    waiting: dict[_Guard, None] = field(default_factory=dict)
     #: Admitted connections with no authenticated request yet.
-    unauthenticated: dict[_GuardedH11, None] = field(default_factory=dict)
+    unauthenticated: dict[_Guard, None] = field(default_factory=dict)
     #: Those of them waiting for a request's headers (not in a request), oldest first.
-    idle_unauthenticated: dict[_GuardedH11, None] = field(default_factory=dict)
+    idle_unauthenticated: dict[_Guard, None] = field(default_factory=dict)
     #: Authenticated connections kept alive with no byte of a next request yet.
-    idle_authenticated: dict[_GuardedH11, None] = field(default_factory=dict)
+    idle_authenticated: dict[_Guard, None] = field(default_factory=dict)
+
+
+#: The request parsers the guard runs on: ``auto`` is httptools when it is
+#: installed, else h11.
+PARSERS: Final = ("auto", "httptools", "h11")
 
 
 def guarded_protocol(
-    config: ServerConfig, counters: GuardCounters | None = None
-) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with ``config``'s deadlines and cap (pass it
-    as ``uvicorn.Config(http=...)``)."""
+    config: ServerConfig, counters: GuardCounters | None = None, parser: str = "auto"
+) -> type[asyncio.Protocol]:
+    """uvicorn's httptools (or h11) protocol with ``config``'s deadlines and
+    cap (pass it as ``uvicorn.Config(http=...)``). ``parser``: one of
+    ``PARSERS``; ``httptools`` when it is not installed is an error."""
     shared = GuardCounters() if counters is None else counters
+    if parser not in PARSERS:
+        raise ValueError(f"unknown HTTP parser {parser!r} (one of {', '.join(PARSERS)})")
+    base: type[_Guard]
+    if parser == "h11" or (parser == "auto" and HttpToolsProtocol is None):
+        base = _GuardedH11
+    elif HttpToolsProtocol is None:
+        raise ValueError("the httptools HTTP parser is not installed")
+    else:
+        base = _GuardedHttpTools
 
-    class Guarded(_GuardedH11):
+    class Guarded(base):  # type: ignore[valid-type, misc]
         header_timeout_s = config.http_header_timeout_s
         body_timeout_s = config.http_body_timeout_s
         body_min_rate = config.http_body_min_rate
@@ -184,7 +211,7 @@ class RawBody:
 
     __slots__ = ("_cycle", "_protocol")
 
-    def __init__(self, protocol: H11Protocol, cycle: Any) -> None:
+    def __init__(self, protocol: _Guard, cycle: Any) -> None:
         self._protocol = protocol
         self._cycle = cycle
 
@@ -210,13 +237,13 @@ class RawBody:
         """Send a whole answer the app encoded itself, in one write: the
         status line, the server's default headers (``date``, ``server``),
         ``head`` (header lines, each ending in CRLF), ``content-length`` and
-        ``body``. h11 is told of a response of that length, so that the
-        connection goes on as after any other answer, but encodes nothing
-        (``server.streams.longpoll`` shares one encoding among the readers
-        one append wakes). False, and nothing sent, when the answer cannot
-        go now (the response started, the client is gone, the transport is
-        paused): the app sends it through ASGI instead. ``status``: 200
-        or 204 (without a body)."""
+        ``body``. The parser's protocol is told of a response of that length,
+        so that the connection goes on as after any other answer, but encodes
+        nothing (``server.streams.longpoll`` shares one encoding among the
+        readers one append wakes). False, and nothing sent, when the answer
+        cannot go now (the response started, the client is gone, the
+        transport is paused): the app sends it through ASGI instead.
+        ``status``: 200 or 204 (without a body)."""
         cycle = self._cycle
         protocol = self._protocol
         if (
@@ -225,17 +252,13 @@ class RawBody:
             or protocol.cycle is not cycle
             or protocol.flow.write_paused
             or protocol.transport.is_closing()
+            or cycle.scope["method"] == "HEAD"
         ):
             return False
         length = str(len(body)).encode()
-        conn = protocol.conn
         # A 204 has no length (h11 frames it so, as uvicorn sends it).
         sized = status != 204
-        conn.send(_response_event(status, length if sized else None))
-        if body:
-            conn.send_with_data_passthrough(h11.Data(data=body))
-        conn.send(_END)
-        close = conn.our_state is h11.MUST_CLOSE or not cycle.keep_alive
+        close = protocol.answered(status, length if sized else None, body)
         cycle.response_started = True
         cycle.response_complete = True
         cycle.message_event.set()
@@ -253,7 +276,7 @@ class RawBody:
             )
         )
         if close:
-            conn.send(h11.ConnectionClosed())
+            protocol.closing_after_answer()
             protocol.transport.close()
         cycle.on_response()
         return True
@@ -293,7 +316,17 @@ def _default_head(headers: list[tuple[bytes, bytes]]) -> bytes:
     return encoded
 
 
-class _GuardedH11(H11Protocol):
+class _Guard(asyncio.Protocol):
+    """The guard, on either parser's protocol (``_GuardedH11``,
+    ``_GuardedHttpTools`` say how their parser's state reads)."""
+
+    # The uvicorn protocol's own (both have them).
+    transport: Any
+    cycle: Any
+    flow: Any
+    loop: Any
+    app: Any
+
     header_timeout_s: ClassVar[float]
     body_timeout_s: ClassVar[float]
     body_min_rate: ClassVar[float]
@@ -311,6 +344,24 @@ class _GuardedH11(H11Protocol):
     _admitted = False
     _authenticated = False
     _parked = False
+
+    # --- what each parser says -------------------------------------------------
+
+    def _reading(self) -> str:
+        """The client's side: ``waiting`` (for a request's headers),
+        ``body`` (sending one), ``in`` (a request is in)."""
+        raise NotImplementedError
+
+    def _http11(self) -> bool:
+        raise NotImplementedError
+
+    def answered(self, status: int, length: bytes | None, body: bytes) -> bool:
+        """Tell the parser's protocol of a whole answer written raw (of
+        ``length``); whether the connection closes after it."""
+        raise NotImplementedError
+
+    def closing_after_answer(self) -> None:
+        """The connection closes after a raw answer."""
 
     # --- counting ---------------------------------------------------------------
 
@@ -414,32 +465,29 @@ class _GuardedH11(H11Protocol):
                 self.counters.idle_authenticated[self] = None
             else:
                 self.counters.idle_unauthenticated[self] = None
-        super().on_response_complete()
+        super().on_response_complete()  # type: ignore[misc]
 
-    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+    def _upgraded(self) -> None:
         # From here on the connection is a WebSocket: ``max_connections``
         # and the WebSocket layer's pings look after it.
         self._disarm()
         self._uncount()
-        super().handle_websocket_upgrade(event)
 
     def _header_timeout(self) -> float:
         if self._over:
             return min(self.header_timeout_s, OVERFLOW_HEADER_TIMEOUT_S)
         return self.header_timeout_s
 
-    def handle_events(self) -> None:
-        before = self.cycle
-        super().handle_events()
+    def _new_cycle(self, before: Any) -> None:
         cycle = self.cycle
         if cycle is not None and cycle is not before:
             # In a request now (a pipelined one comes with no new data).
             self.counters.idle_unauthenticated.pop(self, None)
             self.counters.idle_authenticated.pop(self, None)
-            scope: dict[str, Any] = cycle.scope  # type: ignore[assignment]
+            scope: dict[str, Any] = cycle.scope
             extensions = scope.setdefault("extensions", {})
             extensions[HTTP_CONNECTION] = self
-            if self.conn.their_http_version == b"1.1":
+            if self._http11():
                 # A response to HTTP/1.1 without a length is sent chunked.
                 extensions[RAW_BODY] = RawBody(self, cycle)
 
@@ -447,7 +495,11 @@ class _GuardedH11(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.counters.idle_authenticated.pop(self, None)
-        if not self._phase and self.conn.their_state is h11.IDLE:
+        if (
+            not self._phase
+            and self._reading() == "waiting"
+            and (self.cycle is None or self.cycle.response_complete)
+        ):
             # The first byte of the next request on a kept-alive connection.
             self._arm("headers", self._header_timeout())
         elif self._phase == "body" and self.body_min_rate > 0:
@@ -455,13 +507,13 @@ class _GuardedH11(H11Protocol):
         super().data_received(data)
         if self.transport.get_protocol() is not self or self.transport.is_closing():
             return
-        state = self.conn.their_state
-        if state is h11.SEND_BODY:
+        state = self._reading()
+        if state == "body":
             if self._phase == "headers":
                 self._arm("body", self.body_timeout_s)
-        elif state is not h11.IDLE and self._phase in ("headers", "body"):
+        elif state != "waiting" and self._phase in ("headers", "body"):
             self._disarm()  # the request is in: the app's time is not the client's
-        if state is not h11.IDLE:
+        if state != "waiting":
             self.counters.waiting.pop(self, None)
             self.counters.idle_unauthenticated.pop(self, None)
 
@@ -514,6 +566,108 @@ class _GuardedH11(H11Protocol):
             cycle.disconnected = True
             cycle.message_event.set()
         self.transport.close()
+
+
+class _GuardedH11(_Guard, H11Protocol):
+    def _reading(self) -> str:
+        state = self.conn.their_state
+        if state is h11.IDLE:
+            return "waiting"
+        return "body" if state is h11.SEND_BODY else "in"
+
+    def _http11(self) -> bool:
+        return bool(self.conn.their_http_version == b"1.1")
+
+    def answered(self, status: int, length: bytes | None, body: bytes) -> bool:
+        conn = self.conn
+        conn.send(_response_event(status, length))
+        if body:
+            conn.send_with_data_passthrough(h11.Data(data=body))
+        conn.send(_END)
+        return conn.our_state is h11.MUST_CLOSE or not self.cycle.keep_alive
+
+    def closing_after_answer(self) -> None:
+        self.conn.send(h11.ConnectionClosed())
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        self._upgraded()
+        super().handle_websocket_upgrade(event)
+
+    def handle_events(self) -> None:
+        before = self.cycle
+        super().handle_events()
+        self._new_cycle(before)
+
+
+#: h11's bound on a request's head (uvicorn's default).
+_MAX_HEAD: Final = 16 * 1024
+
+if HttpToolsProtocol is not None:
+
+    class _GuardedHttpTools(_Guard, HttpToolsProtocol):
+        """httptools parses as the bytes come (a pipelined request too):
+        where the client is is kept from its callbacks."""
+
+        _state = "idle"  # "idle", "headers", "body", "done"
+        _head_bytes = 0
+
+        def _reading(self) -> str:
+            state = self._state
+            if state == "idle" or state == "headers":
+                return "waiting"
+            return "body" if state == "body" else "in"
+
+        def _http11(self) -> bool:
+            return bool(self.scope["http_version"] == "1.1")
+
+        def answered(self, status: int, length: bytes | None, body: bytes) -> bool:
+            return not self.cycle.keep_alive
+
+        def handle_websocket_upgrade(self) -> None:
+            self._upgraded()
+            super().handle_websocket_upgrade()
+
+        def on_message_begin(self) -> None:
+            self._state = "headers"
+            self._head_bytes = 0
+            super().on_message_begin()
+
+        def on_url(self, url: bytes) -> None:
+            self._count_head(len(url))
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._count_head(len(name) + len(value) + 4)
+            super().on_header(name, value)
+
+        def _count_head(self, n: int) -> None:
+            # h11 refuses a head past ``h11_max_incomplete_event_size``
+            # (400); llhttp has no bound of its own.
+            self._head_bytes += n
+            if self._head_bytes > (self.config.h11_max_incomplete_event_size or _MAX_HEAD):
+                raise ValueError("request head too large")  # a parser error: 400
+
+        def on_headers_complete(self) -> None:
+            self._state = "body"
+            before = self.cycle
+            super().on_headers_complete()
+            self._new_cycle(before)
+
+        def on_message_complete(self) -> None:
+            self._state = "done"
+            super().on_message_complete()
+
+        def on_response_complete(self) -> None:
+            queued = bool(self.pipeline)
+            if self._state == "done" and not queued:
+                self._state = "idle"
+            super().on_response_complete()
+            if queued:  # the next request (parsed already) goes on
+                self.counters.idle_unauthenticated.pop(self, None)
+                self.counters.idle_authenticated.pop(self, None)
+
+else:  # pragma: no cover
+    _GuardedHttpTools = None  # type: ignore[assignment, misc]
 
 
 class _ServeOnly:
