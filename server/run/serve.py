@@ -73,10 +73,10 @@ def _tsync_app(app: Any) -> TsyncApp | None:
     return None
 
 
-#: Which request parser ``tsync serve`` runs: ``auto`` (httptools when it
+#: Which request parser ``tsync serve`` runs (not ``TSYNC_``: not a setting): ``auto`` (httptools when it
 #: is installed, else h11), ``httptools`` or ``h11``; the guard's tests run
 #: on both. Not a setting of ``ServerConfig``: only a way to compare them.
-HTTP_PARSER_ENV = "TSYNC_HTTP_PARSER"
+HTTP_PARSER_ENV = "TRANSCRIPT_SYNC_HTTP_PARSER"
 
 
 def http_parser() -> str:

@@ -632,20 +632,16 @@ if HttpToolsProtocol is not None:
             self._head_bytes = 0
             super().on_message_begin()
 
-        def on_url(self, url: bytes) -> None:
-            self._count_head(len(url))
-            super().on_url(url)
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self._count_head(len(name) + len(value) + 4)
-            super().on_header(name, value)
-
-        def _count_head(self, n: int) -> None:
-            # h11 refuses a head past ``h11_max_incomplete_event_size``
-            # (400); llhttp has no bound of its own.
-            self._head_bytes += n
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._state != "headers" or self.transport.is_closing():
+                return
+            # h11 refuses an incomplete head past ``h11_max_incomplete_event_size``
+            # (400); httptools keeps a header's bytes until it ends, unbounded.
+            self._head_bytes += len(data)
             if self._head_bytes > (self.config.h11_max_incomplete_event_size or _MAX_HEAD):
-                raise ValueError("request head too large")  # a parser error: 400
+                self._disarm()
+                self.send_400_response("Invalid HTTP request received.")
 
         def on_headers_complete(self) -> None:
             self._state = "body"
