@@ -7,7 +7,9 @@ ends (chunked, or shorter than its ``Content-Length``) was held for as long
 as the client liked, and enough of them used up the process's file
 descriptors (``accept()`` then failed, and every failure was logged).
 
-``guarded_protocol(config)`` is uvicorn's h11 protocol with:
+``guarded_protocol(config)`` is uvicorn's httptools protocol (llhttp, in C;
+uvicorn's h11 protocol where httptools is not installed, or when asked for)
+with:
 
 - **a header deadline**: a request's headers must be complete within
   ``http_header_timeout_s`` of the connection opening (or of the first byte
@@ -47,8 +49,14 @@ extension ``RAW_BODY``, for HTTP/1.1 requests): chunks the app framed itself
 (``server.streams.fanout`` frames an SSE event once for all its readers)
 go straight to the transport while the response's chunked body is being
 sent and the transport takes data, with no ASGI ``send`` and no h11 event
-per reader. h11 keeps no state per chunk, so its own end of the body
-(``more_body: False``) still closes the response correctly.
+per reader. Neither protocol keeps state per chunk, so its own end of the
+body (``more_body: False``) still closes the response correctly.
+
+The guard is written once (``_Guard``) over what each parser says of the
+client's side: h11's states, httptools' callbacks (it parses every byte as
+it comes, a pipelined request's too). httptools keeps an unfinished header
+whatever its size: the guard refuses an incomplete head past h11's bound
+(``h11_max_incomplete_event_size``, 16 KiB) with the same 400.
 
 A deadline that passes before the response started answers 408 and closes;
 after, it just closes. Nothing is logged per connection (an attack would
