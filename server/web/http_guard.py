@@ -609,6 +609,38 @@ class _GuardedH11(_Guard, H11Protocol):
 
 #: h11's bound on a request's head (uvicorn's default).
 _MAX_HEAD: Final = 16 * 1024
+_BAD_REQUEST_BODY: Final = _problem(codes.INVALID_BODY, "the request is not valid HTTP/1.1")
+#: A body whose length is not known until its end (HTTP/1.0, no ``content-length``).
+_UNTIL_CLOSE: Final = 1 << 62
+
+
+def _length_known(headers: Any) -> bool:
+    return any(
+        name.lower() in (b"content-length", b"transfer-encoding") for name, _ in headers or ()
+    )
+
+
+def _close_delimited(cycle: Any) -> None:
+    """Answer an HTTP/1.0 request as h11 does when the app gives no length:
+    the body ends with the connection (uvicorn's httptools protocol would send
+    it chunked, which an HTTP/1.0 client does not read)."""
+    send = cycle.send
+    until_close = False
+
+    async def send_close_delimited(message: Any) -> None:
+        nonlocal until_close
+        if message["type"] == "http.response.start" and not cycle.response_started:
+            if not _length_known(message.get("headers")) and message["status"] not in (204, 304):
+                until_close = True
+                cycle.chunked_encoding = False
+                cycle.expected_content_length = _UNTIL_CLOSE
+                cycle.keep_alive = False
+        elif until_close and not message.get("more_body", False):
+            cycle.expected_content_length = len(message.get("body", b""))
+        await send(message)
+
+    cycle.send = send_close_delimited
+
 
 if HttpToolsProtocol is not None:
 
@@ -656,6 +688,27 @@ if HttpToolsProtocol is not None:
             before = self.cycle
             super().on_headers_complete()
             self._new_cycle(before)
+            cycle = self.cycle
+            if cycle is not before and cycle is not None and not self._http11():
+                _close_delimited(cycle)
+
+        def send_400_response(self, msg: str) -> None:
+            # As the app answers a request it cannot read (llhttp refuses
+            # some that h11 lets through to the app: a control character
+            # in a header's value).
+            self.transport.write(
+                b"".join(
+                    (
+                        b"HTTP/1.1 400 Bad Request\r\n",
+                        _default_head(self.server_state.default_headers),
+                        b"content-type: application/problem+json\r\n",
+                        b"connection: close\r\n",
+                        b"content-length: %d\r\n\r\n" % len(_BAD_REQUEST_BODY),
+                        _BAD_REQUEST_BODY,
+                    )
+                )
+            )
+            self.transport.close()
 
         def on_message_complete(self) -> None:
             self._state = "done"
