@@ -73,9 +73,10 @@ def _tsync_app(app: Any) -> TsyncApp | None:
     return None
 
 
-#: Which request parser ``tsync serve`` runs (not ``TSYNC_``: not a setting): ``auto`` (httptools when it
-#: is installed, else h11), ``httptools`` or ``h11``; the guard's tests run
-#: on both. Not a setting of ``ServerConfig``: only a way to compare them.
+#: Which request parser ``tsync serve`` runs: ``auto`` (httptools when it is
+#: installed, else h11), ``httptools`` or ``h11``; the guard's tests run on
+#: both. Not a setting of ``ServerConfig`` (so not ``TSYNC_``, which the app
+#: would call misspelt): only a way to compare them.
 HTTP_PARSER_ENV = "TRANSCRIPT_SYNC_HTTP_PARSER"
 
 
