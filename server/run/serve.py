@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import socket
 import sys
 import time
@@ -72,14 +73,26 @@ def _tsync_app(app: Any) -> TsyncApp | None:
     return None
 
 
+#: Which request parser ``tsync serve`` runs: ``auto`` (httptools when it is
+#: installed, else h11), ``httptools`` or ``h11``; the guard's tests run on
+#: both. Not a setting of ``ServerConfig`` (so not ``TSYNC_``, which the app
+#: would call misspelt): only a way to compare them.
+HTTP_PARSER_ENV = "TRANSCRIPT_SYNC_HTTP_PARSER"
+
+
+def http_parser() -> str:
+    return os.environ.get(HTTP_PARSER_ENV, "").strip().lower() or "auto"
+
+
 def uvicorn_config(config: ServerConfig, app: Any | None = None, **kwargs: Any) -> uvicorn.Config:
     """uvicorn's settings from ours (the WebSocket ones live in uvicorn)."""
     return uvicorn.Config(
         app if app is not None else create_app(config),
         host=config.host,
         port=config.port,
-        # h11 with deadlines and a connection cap (server.web.http_guard).
-        http=guarded_protocol(config),
+        # httptools (h11 where it is not installed) with deadlines and a
+        # connection cap (server.web.http_guard).
+        http=guarded_protocol(config, parser=http_parser()),
         timeout_keep_alive=config.http_keep_alive_s,  # type: ignore[arg-type]
         # uvicorn's sans-I/O protocol plus the raw frame write, a time limit
         # per inbound message and quiet invalid UTF-8 (server.web.ws_protocol);

@@ -7,7 +7,9 @@ ends (chunked, or shorter than its ``Content-Length``) was held for as long
 as the client liked, and enough of them used up the process's file
 descriptors (``accept()`` then failed, and every failure was logged).
 
-``guarded_protocol(config)`` is uvicorn's h11 protocol with:
+``guarded_protocol(config)`` is uvicorn's httptools protocol (llhttp, in C;
+uvicorn's h11 protocol where httptools is not installed, or when asked for)
+with:
 
 - **a header deadline**: a request's headers must be complete within
   ``http_header_timeout_s`` of the connection opening (or of the first byte
@@ -47,8 +49,14 @@ extension ``RAW_BODY``, for HTTP/1.1 requests): chunks the app framed itself
 (``server.streams.fanout`` frames an SSE event once for all its readers)
 go straight to the transport while the response's chunked body is being
 sent and the transport takes data, with no ASGI ``send`` and no h11 event
-per reader. h11 keeps no state per chunk, so its own end of the body
-(``more_body: False``) still closes the response correctly.
+per reader. Neither protocol keeps state per chunk, so its own end of the
+body (``more_body: False``) still closes the response correctly.
+
+The guard is written once (``_Guard``) over what each parser says of the
+client's side: h11's states, httptools' callbacks (it parses every byte as
+it comes, a pipelined request's too). httptools keeps an unfinished header
+whatever its size: the guard refuses an incomplete head past h11's bound
+(``h11_max_incomplete_event_size``, 16 KiB) with the same 400.
 
 A deadline that passes before the response started answers 408 and closes;
 after, it just closes. Nothing is logged per connection (an attack would
@@ -70,12 +78,24 @@ import h11
 import msgspec
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+try:  # httptools (C, llhttp) parses a request several times faster than h11.
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # pragma: no cover - a platform without its wheels
+    HttpToolsProtocol = None  # type: ignore[assignment, misc]
+
 from protocol import codes
 from server.config import ServerConfig
 from server.errors import Failure
 from server.extensions import HTTP_CONNECTION, RAW_BODY
 
-__all__ = ["HTTP_CONNECTION", "RAW_BODY", "GuardCounters", "RawBody", "guarded_protocol"]
+__all__ = [
+    "HTTP_CONNECTION",
+    "PARSERS",
+    "RAW_BODY",
+    "GuardCounters",
+    "RawBody",
+    "guarded_protocol",
+]
 
 
 #: Connections past the cap that may still ask for the health endpoints;
@@ -125,23 +145,38 @@ class GuardCounters:
     #: Live reads answered 503 because ``http_parked_share`` was taken.
     parked_refused: int = 0
     #: Connections past the cap still waiting for their headers, oldest first.
-    waiting: dict[_GuardedH11, None] = field(default_factory=dict)
+    waiting: dict[_Guard, None] = field(default_factory=dict)
     #: Admitted connections with no authenticated request yet.
-    unauthenticated: dict[_GuardedH11, None] = field(default_factory=dict)
+    unauthenticated: dict[_Guard, None] = field(default_factory=dict)
     #: Those of them waiting for a request's headers (not in a request), oldest first.
-    idle_unauthenticated: dict[_GuardedH11, None] = field(default_factory=dict)
+    idle_unauthenticated: dict[_Guard, None] = field(default_factory=dict)
     #: Authenticated connections kept alive with no byte of a next request yet.
-    idle_authenticated: dict[_GuardedH11, None] = field(default_factory=dict)
+    idle_authenticated: dict[_Guard, None] = field(default_factory=dict)
+
+
+#: The request parsers the guard runs on: ``auto`` is httptools when it is
+#: installed, else h11.
+PARSERS: Final = ("auto", "httptools", "h11")
 
 
 def guarded_protocol(
-    config: ServerConfig, counters: GuardCounters | None = None
-) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with ``config``'s deadlines and cap (pass it
-    as ``uvicorn.Config(http=...)``)."""
+    config: ServerConfig, counters: GuardCounters | None = None, parser: str = "auto"
+) -> type[asyncio.Protocol]:
+    """uvicorn's httptools (or h11) protocol with ``config``'s deadlines and
+    cap (pass it as ``uvicorn.Config(http=...)``). ``parser``: one of
+    ``PARSERS``; ``httptools`` when it is not installed is an error."""
     shared = GuardCounters() if counters is None else counters
+    if parser not in PARSERS:
+        raise ValueError(f"unknown HTTP parser {parser!r} (one of {', '.join(PARSERS)})")
+    base: type[_Guard]
+    if parser == "h11" or (parser == "auto" and HttpToolsProtocol is None):
+        base = _GuardedH11
+    elif HttpToolsProtocol is None:
+        raise ValueError("the httptools HTTP parser is not installed")
+    else:
+        base = _GuardedHttpTools
 
-    class Guarded(_GuardedH11):
+    class Guarded(base):  # type: ignore[valid-type, misc]
         header_timeout_s = config.http_header_timeout_s
         body_timeout_s = config.http_body_timeout_s
         body_min_rate = config.http_body_min_rate
@@ -184,7 +219,7 @@ class RawBody:
 
     __slots__ = ("_cycle", "_protocol")
 
-    def __init__(self, protocol: H11Protocol, cycle: Any) -> None:
+    def __init__(self, protocol: _Guard, cycle: Any) -> None:
         self._protocol = protocol
         self._cycle = cycle
 
@@ -210,13 +245,13 @@ class RawBody:
         """Send a whole answer the app encoded itself, in one write: the
         status line, the server's default headers (``date``, ``server``),
         ``head`` (header lines, each ending in CRLF), ``content-length`` and
-        ``body``. h11 is told of a response of that length, so that the
-        connection goes on as after any other answer, but encodes nothing
-        (``server.streams.longpoll`` shares one encoding among the readers
-        one append wakes). False, and nothing sent, when the answer cannot
-        go now (the response started, the client is gone, the transport is
-        paused): the app sends it through ASGI instead. ``status``: 200
-        or 204 (without a body)."""
+        ``body``. The parser's protocol is told of a response of that length,
+        so that the connection goes on as after any other answer, but encodes
+        nothing (``server.streams.longpoll`` shares one encoding among the
+        readers one append wakes). False, and nothing sent, when the answer
+        cannot go now (the response started, the client is gone, the
+        transport is paused): the app sends it through ASGI instead.
+        ``status``: 200 or 204 (without a body)."""
         cycle = self._cycle
         protocol = self._protocol
         if (
@@ -225,17 +260,13 @@ class RawBody:
             or protocol.cycle is not cycle
             or protocol.flow.write_paused
             or protocol.transport.is_closing()
+            or cycle.scope["method"] == "HEAD"
         ):
             return False
         length = str(len(body)).encode()
-        conn = protocol.conn
         # A 204 has no length (h11 frames it so, as uvicorn sends it).
         sized = status != 204
-        conn.send(_response_event(status, length if sized else None))
-        if body:
-            conn.send_with_data_passthrough(h11.Data(data=body))
-        conn.send(_END)
-        close = conn.our_state is h11.MUST_CLOSE or not cycle.keep_alive
+        close = protocol.answered(status, length if sized else None, body)
         cycle.response_started = True
         cycle.response_complete = True
         cycle.message_event.set()
@@ -253,7 +284,7 @@ class RawBody:
             )
         )
         if close:
-            conn.send(h11.ConnectionClosed())
+            protocol.closing_after_answer()
             protocol.transport.close()
         cycle.on_response()
         return True
@@ -293,7 +324,17 @@ def _default_head(headers: list[tuple[bytes, bytes]]) -> bytes:
     return encoded
 
 
-class _GuardedH11(H11Protocol):
+class _Guard(asyncio.Protocol):
+    """The guard, on either parser's protocol (``_GuardedH11``,
+    ``_GuardedHttpTools`` say how their parser's state reads)."""
+
+    # The uvicorn protocol's own (both have them).
+    transport: Any
+    cycle: Any
+    flow: Any
+    loop: Any
+    app: Any
+
     header_timeout_s: ClassVar[float]
     body_timeout_s: ClassVar[float]
     body_min_rate: ClassVar[float]
@@ -311,6 +352,24 @@ class _GuardedH11(H11Protocol):
     _admitted = False
     _authenticated = False
     _parked = False
+
+    # --- what each parser says -------------------------------------------------
+
+    def _reading(self) -> str:
+        """The client's side: ``waiting`` (for a request's headers),
+        ``body`` (sending one), ``in`` (a request is in)."""
+        raise NotImplementedError
+
+    def _http11(self) -> bool:
+        raise NotImplementedError
+
+    def answered(self, status: int, length: bytes | None, body: bytes) -> bool:
+        """Tell the parser's protocol of a whole answer written raw (of
+        ``length``); whether the connection closes after it."""
+        raise NotImplementedError
+
+    def closing_after_answer(self) -> None:
+        """The connection closes after a raw answer."""
 
     # --- counting ---------------------------------------------------------------
 
@@ -414,32 +473,29 @@ class _GuardedH11(H11Protocol):
                 self.counters.idle_authenticated[self] = None
             else:
                 self.counters.idle_unauthenticated[self] = None
-        super().on_response_complete()
+        super().on_response_complete()  # type: ignore[misc]
 
-    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+    def _upgraded(self) -> None:
         # From here on the connection is a WebSocket: ``max_connections``
         # and the WebSocket layer's pings look after it.
         self._disarm()
         self._uncount()
-        super().handle_websocket_upgrade(event)
 
     def _header_timeout(self) -> float:
         if self._over:
             return min(self.header_timeout_s, OVERFLOW_HEADER_TIMEOUT_S)
         return self.header_timeout_s
 
-    def handle_events(self) -> None:
-        before = self.cycle
-        super().handle_events()
+    def _new_cycle(self, before: Any) -> None:
         cycle = self.cycle
         if cycle is not None and cycle is not before:
             # In a request now (a pipelined one comes with no new data).
             self.counters.idle_unauthenticated.pop(self, None)
             self.counters.idle_authenticated.pop(self, None)
-            scope: dict[str, Any] = cycle.scope  # type: ignore[assignment]
+            scope: dict[str, Any] = cycle.scope
             extensions = scope.setdefault("extensions", {})
             extensions[HTTP_CONNECTION] = self
-            if self.conn.their_http_version == b"1.1":
+            if self._http11():
                 # A response to HTTP/1.1 without a length is sent chunked.
                 extensions[RAW_BODY] = RawBody(self, cycle)
 
@@ -447,7 +503,11 @@ class _GuardedH11(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.counters.idle_authenticated.pop(self, None)
-        if not self._phase and self.conn.their_state is h11.IDLE:
+        if (
+            not self._phase
+            and self._reading() == "waiting"
+            and (self.cycle is None or self.cycle.response_complete)
+        ):
             # The first byte of the next request on a kept-alive connection.
             self._arm("headers", self._header_timeout())
         elif self._phase == "body" and self.body_min_rate > 0:
@@ -455,13 +515,13 @@ class _GuardedH11(H11Protocol):
         super().data_received(data)
         if self.transport.get_protocol() is not self or self.transport.is_closing():
             return
-        state = self.conn.their_state
-        if state is h11.SEND_BODY:
+        state = self._reading()
+        if state == "body":
             if self._phase == "headers":
                 self._arm("body", self.body_timeout_s)
-        elif state is not h11.IDLE and self._phase in ("headers", "body"):
+        elif state != "waiting" and self._phase in ("headers", "body"):
             self._disarm()  # the request is in: the app's time is not the client's
-        if state is not h11.IDLE:
+        if state != "waiting":
             self.counters.waiting.pop(self, None)
             self.counters.idle_unauthenticated.pop(self, None)
 
@@ -514,6 +574,157 @@ class _GuardedH11(H11Protocol):
             cycle.disconnected = True
             cycle.message_event.set()
         self.transport.close()
+
+
+class _GuardedH11(_Guard, H11Protocol):
+    def _reading(self) -> str:
+        state = self.conn.their_state
+        if state is h11.IDLE:
+            return "waiting"
+        return "body" if state is h11.SEND_BODY else "in"
+
+    def _http11(self) -> bool:
+        return bool(self.conn.their_http_version == b"1.1")
+
+    def answered(self, status: int, length: bytes | None, body: bytes) -> bool:
+        conn = self.conn
+        conn.send(_response_event(status, length))
+        if body:
+            conn.send_with_data_passthrough(h11.Data(data=body))
+        conn.send(_END)
+        return conn.our_state is h11.MUST_CLOSE or not self.cycle.keep_alive
+
+    def closing_after_answer(self) -> None:
+        self.conn.send(h11.ConnectionClosed())
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        self._upgraded()
+        super().handle_websocket_upgrade(event)
+
+    def handle_events(self) -> None:
+        before = self.cycle
+        super().handle_events()
+        self._new_cycle(before)
+
+
+#: h11's bound on a request's head (uvicorn's default).
+_MAX_HEAD: Final = 16 * 1024
+_BAD_REQUEST_BODY: Final = _problem(codes.INVALID_BODY, "the request is not valid HTTP/1.1")
+#: A body whose length is not known until its end (HTTP/1.0, no ``content-length``).
+_UNTIL_CLOSE: Final = 1 << 62
+
+
+def _length_known(headers: Any) -> bool:
+    return any(
+        name.lower() in (b"content-length", b"transfer-encoding") for name, _ in headers or ()
+    )
+
+
+def _close_delimited(cycle: Any) -> None:
+    """Answer an HTTP/1.0 request as h11 does when the app gives no length:
+    the body ends with the connection (uvicorn's httptools protocol would send
+    it chunked, which an HTTP/1.0 client does not read)."""
+    send = cycle.send
+    until_close = False
+
+    async def send_close_delimited(message: Any) -> None:
+        nonlocal until_close
+        if message["type"] == "http.response.start" and not cycle.response_started:
+            if not _length_known(message.get("headers")) and message["status"] not in (204, 304):
+                until_close = True
+                cycle.chunked_encoding = False
+                cycle.expected_content_length = _UNTIL_CLOSE
+                cycle.keep_alive = False
+        elif until_close and not message.get("more_body", False):
+            cycle.expected_content_length = len(message.get("body", b""))
+        await send(message)
+
+    cycle.send = send_close_delimited
+
+
+if HttpToolsProtocol is not None:
+
+    class _GuardedHttpTools(_Guard, HttpToolsProtocol):
+        """httptools parses as the bytes come (a pipelined request too):
+        where the client is is kept from its callbacks."""
+
+        _state = "idle"  # "idle", "headers", "body", "done"
+        _head_bytes = 0
+
+        def _reading(self) -> str:
+            state = self._state
+            if state == "idle" or state == "headers":
+                return "waiting"
+            return "body" if state == "body" else "in"
+
+        def _http11(self) -> bool:
+            return bool(self.scope["http_version"] == "1.1")
+
+        def answered(self, status: int, length: bytes | None, body: bytes) -> bool:
+            return not self.cycle.keep_alive
+
+        def handle_websocket_upgrade(self) -> None:
+            self._upgraded()
+            super().handle_websocket_upgrade()
+
+        def on_message_begin(self) -> None:
+            self._state = "headers"
+            self._head_bytes = 0
+            super().on_message_begin()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._state != "headers" or self.transport.is_closing():
+                return
+            # h11 refuses an incomplete head past ``h11_max_incomplete_event_size``
+            # (400); httptools keeps a header's bytes until it ends, unbounded.
+            self._head_bytes += len(data)
+            if self._head_bytes > (self.config.h11_max_incomplete_event_size or _MAX_HEAD):
+                self._disarm()
+                self.send_400_response("Invalid HTTP request received.")
+
+        def on_headers_complete(self) -> None:
+            self._state = "body"
+            before = self.cycle
+            super().on_headers_complete()
+            self._new_cycle(before)
+            cycle = self.cycle
+            if cycle is not before and cycle is not None and not self._http11():
+                _close_delimited(cycle)
+
+        def send_400_response(self, msg: str) -> None:
+            # As the app answers a request it cannot read (llhttp refuses
+            # some that h11 lets through to the app: a control character
+            # in a header's value).
+            self.transport.write(
+                b"".join(
+                    (
+                        b"HTTP/1.1 400 Bad Request\r\n",
+                        _default_head(self.server_state.default_headers),
+                        b"content-type: application/problem+json\r\n",
+                        b"connection: close\r\n",
+                        b"content-length: %d\r\n\r\n" % len(_BAD_REQUEST_BODY),
+                        _BAD_REQUEST_BODY,
+                    )
+                )
+            )
+            self.transport.close()
+
+        def on_message_complete(self) -> None:
+            self._state = "done"
+            super().on_message_complete()
+
+        def on_response_complete(self) -> None:
+            queued = bool(self.pipeline)
+            if self._state == "done" and not queued:
+                self._state = "idle"
+            super().on_response_complete()
+            if queued:  # the next request (parsed already) goes on
+                self.counters.idle_unauthenticated.pop(self, None)
+                self.counters.idle_authenticated.pop(self, None)
+
+else:  # pragma: no cover
+    _GuardedHttpTools = None  # type: ignore[assignment, misc]
 
 
 class _ServeOnly:

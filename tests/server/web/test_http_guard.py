@@ -1,6 +1,9 @@
 """``tsync serve``'s HTTP protocol (``server.web.http_guard``) in process,
 where a test can reach the server's side of a connection: the shares of
-the HTTP cap when unauthenticated connections are all in requests."""
+the HTTP cap when unauthenticated connections are all in requests, on both
+request parsers (httptools, and h11 where httptools is missing). The guard's
+other tests (``tests/robustness/test_http_cap.py``, ``test_http_slow.py``,
+``tests/durable_streams/``) run on the parser ``TRANSCRIPT_SYNC_HTTP_PARSER`` names."""
 
 from __future__ import annotations
 
@@ -10,7 +13,13 @@ import socket
 from collections.abc import AsyncIterator
 
 import httpx
+import pytest
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from server.config import ServerConfig
+from server.run.serve import HTTP_PARSER_ENV
+from server.web.http_guard import guarded_protocol
 from tests.support.servers import RunningServer, running_server
 from tests.support.waiting import until
 
@@ -51,12 +60,68 @@ async def _stalled_reader(srv: RunningServer, port: int) -> asyncio.StreamWriter
     return writer
 
 
-async def test_public_answers_left_unread_do_not_keep_a_client_with_a_token_out() -> None:
+BASES = {"httptools": HttpToolsProtocol, "h11": H11Protocol}
+
+
+@pytest.fixture(params=sorted(BASES))
+def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``tsync serve``'s HTTP protocol on each parser."""
+    name: str = request.param
+    monkeypatch.setenv(HTTP_PARSER_ENV, name)
+    return name
+
+
+def test_httptools_is_the_default_and_h11_the_one_asked_for() -> None:
+    config = ServerConfig()
+    assert issubclass(guarded_protocol(config), HttpToolsProtocol)
+    assert issubclass(guarded_protocol(config, parser="httptools"), HttpToolsProtocol)
+    h11_guard = guarded_protocol(config, parser="h11")
+    assert issubclass(h11_guard, H11Protocol)
+    assert not issubclass(h11_guard, HttpToolsProtocol)
+    with pytest.raises(ValueError, match="unknown HTTP parser"):
+        guarded_protocol(config, parser="picohttp")
+
+
+async def _exchange(port: int, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        async with asyncio.timeout(10):
+            return await reader.read()  # the server closes
+    finally:
+        writer.close()
+
+
+async def test_a_head_past_the_bound_is_refused_and_a_trickle_times_out(parser: str) -> None:
+    """httptools has no bound of its own on a request's head: the guard puts
+    h11's (16 KiB) on it; a head that stops halfway gets the header deadline's 408."""
+    async with running_server(token=TOKEN, http_header_timeout_s=0.5) as srv:
+        assert isinstance(srv.server.server_state.connections, set)
+        assert issubclass(srv.server.config.http, BASES[parser])  # type: ignore[arg-type]
+        port = int(srv.url.rsplit(":", 1)[1])
+        # Sent without its end: h11 refuses an incomplete head past 16 KiB.
+        huge = b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nx-big: %s" % (b"a" * 40_000)
+        assert (await _exchange(port, huge)).startswith(b"HTTP/1.1 400 ")
+        half = b"GET /healthz HTTP/1.1\r\nhost: local"
+        assert (await _exchange(port, half)).startswith(b"HTTP/1.1 408 ")
+        counters = srv.server.config.http.counters  # type: ignore[attr-defined]
+        assert counters.header_timeouts == 1
+        # Kept alive, pipelined: both answered, in order, on one connection.
+        two = b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n" * 2
+        two += b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n"
+        answers = await _exchange(port, two)
+        assert answers.count(b"HTTP/1.1 200 ") == 3
+
+
+async def test_public_answers_left_unread_do_not_keep_a_client_with_a_token_out(
+    parser: str,
+) -> None:
     """The unauthenticated share (10 of 40) full of requests in flight whose
     answers their clients do not read, held for the send deadline: the
     oldest gives way to a new connection."""
     async with guarded() as srv:
         port = int(srv.url.rsplit(":", 1)[1])
+        assert issubclass(srv.server.config.http, BASES[parser])  # type: ignore[arg-type]
         writers = [await _stalled_reader(srv, port) for _ in range(CAP // 4)]
         counters = srv.server.config.http.counters  # type: ignore[attr-defined]
         assert not counters.idle_unauthenticated  # all in requests
