@@ -38,19 +38,7 @@ from tests.support.redis_server import RedisServer
 from tests.support.servers import RunningServer, ServerProcess, running_server
 from tests.support.wsclient import RawClient
 
-pytestmark = [
-    pytest.mark.slow,
-    # Under pytest-xdist, a server-side socket of one of this group's runs is
-    # collected unclosed now and then (twice in four runs of the whole suite,
-    # never with the group alone, with or without a collection after each
-    # test): not found yet, so its warning is let through here rather than
-    # failing whichever test the collector happens to run in. It is a leak to
-    # find, noted in the stop's report.
-    pytest.mark.filterwarnings(
-        "ignore:Exception ignored in. <(function _SelectorTransport.__del__|socket.socket)"
-        ":pytest.PytestUnraisableExceptionWarning"
-    ),
-]
+pytestmark = pytest.mark.slow
 
 #: A reply with reasoning and text, in the batches the agent sends.
 REPLY: list[list[dict[str, Any]]] = [
