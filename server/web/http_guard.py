@@ -65,6 +65,11 @@ write the log full); ``GuardCounters`` counts what happened.
 Under another ASGI server (``uvicorn server.app:app``, hypercorn) these
 deadlines are not there: put a proxy with its own timeouts in front (see
 ``docs/deploy.md``).
+
+Why one module of over 600 lines: the guard, its two parser bindings and the
+raw writes share one connection's state (its deadlines, its place in the cap,
+h11's or httptools' view of the request) and the order in which the parser's
+callbacks change it; apart, each binding would reach into the guard's state.
 """
 
 from __future__ import annotations
