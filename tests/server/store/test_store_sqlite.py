@@ -651,7 +651,9 @@ async def test_checkpoints_run_on_their_own_thread_and_the_wal_starts_over(
         for _ in range(5):
             count = store.checkpoints
             await store.append(appended(revision, revision - 1))
-            await until(lambda: store.checkpoints > count and store._checkpointing is None)
+            await until(
+                lambda count=count: store.checkpoints > count and store._checkpointing is None
+            )
             await store.append(appended(revision + 1, revision))
             revision += 2
             with contextlib.closing(raw(tmp_path)) as check:
@@ -665,7 +667,8 @@ async def test_checkpoints_run_on_their_own_thread_and_the_wal_starts_over(
         await store.close()
     assert _wal_size(tmp_path) == 0
     with raw(tmp_path) as check:
-        assert check.execute("SELECT count(*) FROM events").fetchone() == (revision - 1,)  # the last appended
+        last = revision - 1  # the last appended
+        assert check.execute("SELECT count(*) FROM events").fetchone() == (last,)
 
 
 async def test_the_writer_checkpoints_while_the_thread_fails(
