@@ -32,7 +32,6 @@ import json
 import os
 import re
 import time
-import traceback
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
@@ -43,6 +42,7 @@ from client_py.bench import host
 from client_py.bench.channel import Channel
 from client_py.bench.fastsocket import FastSocket
 from client_py.bench.histogram import LatencyHistogram
+from client_py.bench.reader_worker import serve_readers
 from client_py.bench.run import CURVE_PERCENTILES, SETTLE_S, BenchError, Live, WorkerPool
 from client_py.bench.sampler import ServerSampler
 from client_py.bench.workload import Workload
@@ -59,7 +59,6 @@ DRAFT_ID: Final = "reply"
 TOKEN_RE: Final = re.compile(rb"T(\d{19});(\d+);")
 SEQUENCE_RE: Final = re.compile(rb'"sequence": ?(\d+)')
 START_RE: Final = re.compile(rb'"type": ?"start"')
-CONNECT_CONCURRENCY: Final = 64
 PROGRESS_INTERVAL_S: Final = 0.5
 
 OPENING: Final = [
@@ -106,7 +105,7 @@ class Reader:
         self.ai = ai
         self.stats = stats
         self.socket: FastSocket | None = None
-        self.joined = asyncio.Event()
+        self.ready = asyncio.Event()
         self.done = asyncio.Event()
         self.next = 0
         self.sequence = -1
@@ -147,11 +146,11 @@ class Reader:
             if sequence != self.sequence + 1:
                 stats.gaps += 1
             self.sequence = sequence
-            self.joined.set()
-        elif not self.joined.is_set():
+            self.ready.set()
+        elif not self.ready.is_set():
             if b'"draftId"' not in data:
                 return  # the subscription's baseline
-            self.joined.set()
+            self.ready.set()
         # A draft frame carries a chunk's text twice (its ``delta`` and its
         # ``chunks``): each number counts once per frame.
         tokens = {int(m.group(2)): int(m.group(1)) for m in TOKEN_RE.finditer(data)}
@@ -210,33 +209,15 @@ class _Worker:
         self.missing = 0
 
     async def run(self) -> None:
-        self.channel.start()
-        progress = asyncio.create_task(self._progress())
-        try:
-            gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
-
-            async def one(reader: Reader) -> None:
-                async with gate:
-                    await reader.open()
-
-            async with asyncio.timeout(self.drain_timeout + 30):
-                await asyncio.gather(*(one(r) for r in self.readers))
-                await asyncio.gather(*(r.joined.wait() for r in self.readers))
-            self.channel.send("ready", {"connections": len(self.readers)})
-            while True:
-                kind, payload = await self.channel.recv()
-                if kind in ("stop", "eof"):
-                    break
-                if kind != "targets":
-                    raise ValueError(f"unknown command {kind!r}")
-                await self._drain(int(payload["chunks"]))
-                self.channel.send("result", self._result(int(payload["chunks"])))
-        except Exception as exc:
-            self.channel.send("failed", f"{exc!r}\n{traceback.format_exc(limit=4)}")
-        finally:
-            progress.cancel()
-            await asyncio.gather(*(r.close() for r in self.readers), return_exceptions=True)
-            self.channel.close()
+        await serve_readers(
+            self.channel,
+            self.readers,
+            owed_key="chunks",
+            timeout_s=self.drain_timeout + 30,
+            progress=self._progress(),
+            drain=self._drain,
+            result=self._result,
+        )
 
     async def _drain(self, owed: int) -> None:
         for reader in self.readers:

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import re
 import time
-import traceback
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from urllib.parse import quote, urlsplit
 from client_py.bench import host
 from client_py.bench.channel import Channel
 from client_py.bench.histogram import LatencyHistogram
+from client_py.bench.reader_worker import serve_readers
 from client_py.bench.workload import LIVE_MODES, Workload
 
 __all__ = ["LIVE_MODES", "LongPollReader", "ReaderStats", "ResponseParser", "SseReader", "main"]
@@ -48,7 +48,6 @@ __all__ = ["LIVE_MODES", "LongPollReader", "ReaderStats", "ResponseParser", "Sse
 VALUE_RE: Final = re.compile(rb'\{"t":(\d+),"w":\d+,"n":(\d+)')
 NEXT_OFFSET_RE: Final = re.compile(rb'"streamNextOffset":"([^"]*)"')
 CURSOR_RE: Final = re.compile(rb'"streamCursor":"([^"]*)"')
-CONNECT_CONCURRENCY: Final = 64
 PROGRESS_INTERVAL_S: Final = 0.5
 RECONNECT_PAUSE_S: Final = 0.05
 
@@ -453,33 +452,15 @@ class _Worker:
         ]
 
     async def run(self) -> None:
-        self.channel.start()
-        progress = asyncio.create_task(self._progress())
-        try:
-            gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
-
-            async def one(reader: _Reader) -> None:
-                async with gate:
-                    await reader.open()
-
-            async with asyncio.timeout(self.drain_timeout + 30):
-                await asyncio.gather(*(one(r) for r in self.readers))
-                await asyncio.gather(*(r.ready.wait() for r in self.readers))
-            self.channel.send("ready", {"connections": len(self.readers)})
-            while True:
-                kind, payload = await self.channel.recv()
-                if kind in ("stop", "eof"):
-                    break
-                if kind != "targets":
-                    raise ValueError(f"unknown command {kind!r}")
-                await self._drain(int(payload["values"]))
-                self.channel.send("result", self._result())
-        except Exception as exc:
-            self.channel.send("failed", f"{exc!r}\n{traceback.format_exc(limit=4)}")
-        finally:
-            progress.cancel()
-            await asyncio.gather(*(r.close() for r in self.readers), return_exceptions=True)
-            self.channel.close()
+        await serve_readers(
+            self.channel,
+            self.readers,
+            owed_key="values",
+            timeout_s=self.drain_timeout + 30,
+            progress=self._progress(),
+            drain=self._drain,
+            result=lambda owed: self._result(),
+        )
 
     async def _drain(self, owed: int) -> None:
         for reader in self.readers:

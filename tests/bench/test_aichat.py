@@ -26,13 +26,13 @@ async def test_a_draft_frame_counts_each_chunk_once_and_a_repeat_is_counted() ->
     stats = aichat.ReaderStats()
     reader = aichat.Reader("ws://x/v1/ws", "t", ai=False, stats=stats)
     reader.on_message(b'{"type":"baseline","seq":1}')
-    assert not reader.joined.is_set()
+    assert not reader.ready.is_set()
     now = time.time_ns()
     for n in (0, 1):
         chunk = token(now - 1_000_000, n)
         # The frame's delta and its chunks: the same text twice.
         reader.on_message(b'{"type":"draft","draftId":"reply","delta":' + chunk + b"," + chunk)
-    assert reader.joined.is_set()
+    assert reader.ready.is_set()
     assert (stats.delivered, stats.repeats, stats.gaps) == (2, 0, 0)
     reader.on_message(b'{"type":"draft","draftId":"reply","chunks":' + token(now, 1))
     reader.on_message(b'{"type":"draft","draftId":"reply","chunks":' + token(now, 3))
@@ -48,7 +48,7 @@ async def test_an_ai_chat_reader_checks_the_sequence() -> None:
     assert stats.errors == 0
     frame = b'{"type":"chunk","requestId":"r1","sequence":%d,"chunk":%s}'
     reader.on_message(frame % (0, b'{"type":"start"}'))
-    assert reader.joined.is_set()
+    assert reader.ready.is_set()
     reader.on_message(frame % (1, token(time.time_ns(), 0)))
     reader.on_message(frame % (3, token(time.time_ns(), 1)))  # sequence 2 never came
     reader.on_message(b'{"type": "error", "requestId": "r1", "errorText": "x"}')
