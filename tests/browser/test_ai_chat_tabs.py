@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import base64
 import os
-import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -182,10 +180,7 @@ class Agent:
 
 
 def readme_component() -> str:
-    text = (npm.PACKAGE / "README.md").read_text()
-    match = re.search(r"## useChat in every tab.*?```tsx\n(.*?)```", text, re.S)
-    assert match is not None, "client_js/README.md lost its useChat component"
-    return match.group(1)
+    return npm.readme_block("useChat in every tab", "useChat component")
 
 
 def bundle(folder: Path) -> None:
@@ -195,24 +190,7 @@ def bundle(folder: Path) -> None:
     (folder / "SyncedChat.tsx").write_text(readme_component())
     (folder / "main.jsx").write_text(MAIN)
     (folder / "index.html").write_text(HTML)
-    esbuild = npm.PROJECT / "node_modules" / ".bin" / "esbuild"
-    result = subprocess.run(
-        [
-            str(esbuild),
-            str(folder / "main.jsx"),
-            "--bundle",
-            "--format=esm",
-            "--jsx=automatic",
-            '--define:process.env.NODE_ENV="development"',
-            f"--outfile={folder / 'app.js'}",
-            "--log-level=warning",
-        ],
-        env={**os.environ, "NODE_PATH": str(npm.PROJECT / "node_modules")},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    npm.bundle_for_browser(folder / "main.jsx", folder / "app.js")
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import re
-import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -71,10 +69,7 @@ def static_site(folder: Path) -> Iterator[str]:
 
 
 def readme_component() -> str:
-    text = (npm.PACKAGE / "README.md").read_text()
-    match = re.search(r"## React\n.*?```tsx\n(.*?)```", text, re.S)
-    assert match is not None, "client_js/README.md lost its React component"
-    return match.group(1)
+    return npm.readme_block("React", "React component")
 
 
 def bundle(folder: Path) -> None:
@@ -83,24 +78,7 @@ def bundle(folder: Path) -> None:
     npm.install(npm.pack(folder))
     (folder / "LiveTranscript.tsx").write_text(readme_component())
     (folder / "main.jsx").write_text(MAIN)
-    esbuild = npm.PROJECT / "node_modules" / ".bin" / "esbuild"
-    result = subprocess.run(
-        [
-            str(esbuild),
-            str(folder / "main.jsx"),
-            "--bundle",
-            "--format=esm",
-            "--jsx=automatic",
-            '--define:process.env.NODE_ENV="development"',
-            f"--outfile={folder / 'app.js'}",
-            "--log-level=warning",
-        ],
-        env={**os.environ, "NODE_PATH": str(npm.PROJECT / "node_modules")},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    npm.bundle_for_browser(folder / "main.jsx", folder / "app.js")
 
 
 async def test_the_readme_component_renders_a_live_transcript_with_drafts(

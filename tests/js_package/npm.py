@@ -5,6 +5,8 @@ user gets it (``npm pack client_js`` installed into that project)."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -52,3 +54,34 @@ def install(tarball: Path) -> Path:
 def tarball_names(tarball: Path) -> set[str]:
     with tarfile.open(tarball) as archive:
         return {m.name.removeprefix("package/") for m in archive.getmembers()}
+
+
+def readme_block(heading: str, what: str) -> str:
+    """The first ```tsx block after the package README's ``## heading``."""
+    text = (PACKAGE / "README.md").read_text()
+    match = re.search(rf"## {re.escape(heading)}[^\n]*\n.*?```tsx\n(.*?)```", text, re.S)
+    assert match is not None, f"client_js/README.md lost its {what}"
+    return match.group(1)
+
+
+def bundle_for_browser(entry: Path, outfile: Path) -> None:
+    """``entry`` and everything it imports (React, the AI SDK, the packed
+    package from this project's node_modules) as one ES module, by esbuild."""
+    esbuild = PROJECT / "node_modules" / ".bin" / "esbuild"
+    result = subprocess.run(
+        [
+            str(esbuild),
+            str(entry),
+            "--bundle",
+            "--format=esm",
+            "--jsx=automatic",
+            '--define:process.env.NODE_ENV="development"',
+            f"--outfile={outfile}",
+            "--log-level=warning",
+        ],
+        env={**os.environ, "NODE_PATH": str(PROJECT / "node_modules")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
