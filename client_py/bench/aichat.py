@@ -45,6 +45,7 @@ from client_py.bench.histogram import LatencyHistogram
 from client_py.bench.reader_worker import serve_readers
 from client_py.bench.run import CURVE_PERCENTILES, SETTLE_S, BenchError, Live, WorkerPool
 from client_py.bench.sampler import ServerSampler
+from client_py.bench.stats import merge_answers
 from client_py.bench.workload import Workload
 from client_py.http import endpoints
 from protocol import wire
@@ -355,15 +356,7 @@ async def _leg(
     with contextlib.suppress(httpx.HTTPError):
         await http.delete(f"/v1/transcripts/{tid}")
 
-    counters: dict[str, int] = {}
-    latency = LatencyHistogram()
-    for answer in answers:
-        for name, count in answer["counters"].items():
-            if name == "last_apply_ns":
-                counters[name] = max(counters.get(name, 0), count)
-            else:
-                counters[name] = counters.get(name, 0) + count
-        latency.merge_encoded(answer["latency"])
+    counters, latency = merge_answers(answers)
     window_s = max(1e-9, (counters.get("last_apply_ns", 0) - first_send_ns) / 1e9)
     delivered = counters.get("delivered", 0)
     result.update(
@@ -382,17 +375,9 @@ async def _leg(
             "latency_curve_ms": latency.distribution_ms(list(CURVE_PERCENTILES)),
         }
     )
-    cpus = len(client_cpus) if client_cpus else (os.cpu_count() or 1)
-    cores = generator_cpu / max(generator_wall, 1e-9)
-    result["generator_cpu"] = {
-        "cpu_s": round(generator_cpu, 3),
-        "cores": round(cores, 3),
-        "cpus": cpus,
-        "pinned": sorted(client_cpus) if client_cpus else None,
-        "share": round(cores / cpus, 3),
-        "check": "chunk numbers",
-        "loop": host.loop_name(True),
-    }
+    result["generator_cpu"] = host.generator_cpu(
+        generator_cpu, generator_wall, client_cpus, "chunk numbers", True
+    )
     if cpu_used is not None:
         result["server_cpu"] = {
             "cpu_s": round(cpu_used, 3),

@@ -31,6 +31,7 @@ from client_py.bench import dsreaders, host
 from client_py.bench.histogram import LatencyHistogram
 from client_py.bench.run import CURVE_PERCENTILES, SETTLE_S, BenchError, Live, WorkerPool
 from client_py.bench.sampler import ServerSampler
+from client_py.bench.stats import merge_answers
 from client_py.bench.workload import Workload
 
 __all__ = ["run_streams", "value"]
@@ -207,15 +208,7 @@ async def run_streams(
         with contextlib.suppress(httpx.HTTPError):
             await client.delete(path)
 
-    counters: dict[str, int] = {}
-    latency = LatencyHistogram()
-    for answer in answers:
-        for name, count in answer["counters"].items():
-            if name == "last_apply_ns":
-                counters[name] = max(counters.get(name, 0), count)
-            else:
-                counters[name] = counters.get(name, 0) + count
-        latency.merge_encoded(answer["latency"])
+    counters, latency = merge_answers(answers)
     window_s = max(1e-9, (counters.get("last_apply_ns", 0) - first_send_ns) / 1e9)
     delivered = counters.get("delivered", 0)
     result.update(
@@ -240,17 +233,9 @@ async def run_streams(
         "reconnects": counters.get("reconnects", 0),
         "disconnects": counters.get("disconnects", 0),
     }
-    cpus = len(client_cpus) if client_cpus else (os.cpu_count() or 1)
-    cores = generator_cpu / max(generator_wall, 1e-9)
-    result["generator_cpu"] = {
-        "cpu_s": round(generator_cpu, 3),
-        "cores": round(cores, 3),
-        "cpus": cpus,
-        "pinned": sorted(client_cpus) if client_cpus else None,
-        "share": round(cores / cpus, 3),
-        "check": f"streams {workload.live}",
-        "loop": host.loop_name(True),
-    }
+    result["generator_cpu"] = host.generator_cpu(
+        generator_cpu, generator_wall, client_cpus, f"streams {workload.live}", True
+    )
     if cpu_used is not None and sampler is not None:
         result["server_cpu"] = {
             "cpu_s": round(cpu_used, 3),

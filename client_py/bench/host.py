@@ -135,3 +135,22 @@ def cpu_quota(
         except (OSError, ValueError):
             continue
     return None
+
+
+def generator_cpu(
+    cpu_s: float, wall_s: float, client_cpus: frozenset[int] | None, check: str, fast: bool = True
+) -> dict[str, Any]:
+    """The ``generator_cpu`` block of a result: the generator's CPU over a run
+    of ``wall_s`` seconds, as cores and as a share of the CPUs it may use
+    (a share near 1 is a saturated generator, whose latencies are its own)."""
+    cpus = len(client_cpus) if client_cpus else (os.cpu_count() or 1)
+    cores = cpu_s / max(wall_s, 1e-9)
+    return {
+        "cpu_s": round(cpu_s, 3),
+        "cores": round(cores, 3),
+        "cpus": cpus,
+        "pinned": sorted(client_cpus) if client_cpus else None,
+        "share": round(cores / cpus, 3),
+        "check": check,
+        "loop": loop_name(fast),
+    }

@@ -369,17 +369,13 @@ async def run_workload(
             },
         }
     )
-    cpus = len(client_cpus) if client_cpus else (os.cpu_count() or 1)
-    cores = generator_cpu / max(generator_wall, 1e-9)
-    result["generator_cpu"] = {
-        "cpu_s": round(generator_cpu, 3),
-        "cores": round(cores, 3),
-        "cpus": cpus,
-        "pinned": sorted(client_cpus) if client_cpus else None,
-        "share": round(cores / cpus, 3),
-        "check": "fast" if workload.fast else "full",
-        "loop": host.loop_name(workload.fast),
-    }
+    result["generator_cpu"] = host.generator_cpu(
+        generator_cpu,
+        generator_wall,
+        client_cpus,
+        "fast" if workload.fast else "full",
+        workload.fast,
+    )
     # The percentile curve of the on-time latency, for plots (HDR-style x axis).
     result["latency_curve_ms"] = on_time.latency.distribution_ms(list(CURVE_PERCENTILES))
     if cpu_used is not None and sampler is not None:

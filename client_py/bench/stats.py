@@ -5,6 +5,7 @@ and the subscriber that owns them import it without a cycle."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from client_py.bench.histogram import LatencyHistogram
 
@@ -67,3 +68,18 @@ class GroupStats:
         self.latency.merge_encoded(latency)
         if token_latency:
             self.token_latency.merge_encoded(token_latency)
+
+
+def merge_answers(answers: list[dict[str, Any]]) -> tuple[dict[str, int], LatencyHistogram]:
+    """The counters (summed; ``last_apply_ns``: the latest) and the latency
+    histogram of every worker's ``result`` answer, as one."""
+    counters: dict[str, int] = {}
+    latency = LatencyHistogram()
+    for answer in answers:
+        for name, count in answer["counters"].items():
+            if name == "last_apply_ns":
+                counters[name] = max(counters.get(name, 0), count)
+            else:
+                counters[name] = counters.get(name, 0) + count
+        latency.merge_encoded(answer["latency"])
+    return counters, latency
