@@ -63,7 +63,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from client_py.bench import host, report
+from client_py.bench import host, report, tsreaders
 from client_py.bench.channel import Channel
 from client_py.bench.fastpath import SENT
 from client_py.bench.histogram import LatencyHistogram
@@ -544,9 +544,13 @@ async def run_ceiling(
     ]
     sampler = ServerSampler(server_pid) if server_pid else None
     generator = ServerSampler(os.getpid())
-    pool = WorkerPool(ws_url, workload, live, client_cpus, target=worker_main)
+    # The same appends, read over the WebSocket or through the transcript's
+    # Durable Stream (``--live``).
+    http = workload.reads_transcript_streams
+    target = tsreaders.main if http else worker_main
+    pool = WorkerPool(ws_url, workload, live, client_cpus, target=target)
     try:
-        live.phase = f"connecting {workload.subscribers} subscribers"
+        live.phase = f"connecting {workload.subscribers} {workload.live} subscribers"
         await pool.start()
         for w in writers:
             w.socket = await RawSocket.connect(ws_url, w.on_data)
@@ -638,6 +642,21 @@ async def run_ceiling(
             },
         }
     )
+    if http:
+        # A transcript's Durable Stream: a skip or a repeat of a revision is a
+        # failure; a connection lost or an SSE response ended is not (the
+        # reader goes on from its offset, as the protocol means it to).
+        group = result["groups"]["on-time"]
+        group.update({k: merged[k] for k in ("repeats", "gaps", "invalid")})
+        frames = merged["frames"]
+        result["streams"] = {
+            "live": workload.live,
+            "path": tsreaders.stream_path(ids[0]),
+            "values_per_answer": round(delivered / frames, 2) if frames else None,
+            "requests": merged["requests"],
+            "reconnects": merged["reconnects"],
+            "disconnects": merged["disconnects"],
+        }
     cpus: float = len(client_cpus) if client_cpus else (os.cpu_count() or 1)
     quota = host.cpu_quota()  # a cgroup's cap (scripts/run_benchmarks.sh ceiling's workers)
     if quota is not None:
@@ -650,7 +669,7 @@ async def run_ceiling(
         "quota": quota,
         "pinned": sorted(client_cpus) if client_cpus else None,
         "share": round(cores / cpus, 3),
-        "check": "ceiling",
+        "check": "ceiling" if workload.live == "ws" else f"ceiling {workload.live}",
         "loop": host.loop_name(True),
     }
     if cpu_used is not None and sampler is not None:

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from client_py.bench.workload import DEFAULTS, LIVE_MODES, SCENARIOS, Workload
+from client_py.bench.workload import DEFAULTS, SCENARIOS, TRANSCRIPT_LIVE_MODES, Workload
 from client_py.http import endpoints
 
 if TYPE_CHECKING:
@@ -96,10 +96,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--live",
-        choices=LIVE_MODES,
-        default="sse",
-        help="streams: how the readers follow the Durable Stream (default %(default)s); "
-        "--subscribers readers, --rate values/s per writer, --url any Durable Streams server",
+        choices=TRANSCRIPT_LIVE_MODES,
+        help="streams: how the readers follow the Durable Stream (sse, the default, or "
+        "long-poll); --subscribers readers, --rate values/s per writer, --url any Durable "
+        "Streams server. fanout --ceiling: how the subscribers follow the transcript: ws (the "
+        "default), or sse or long-poll through /v1/stream/transcripts/{id}",
     )
     parser.add_argument("--procs", type=int, default=1, help="processes to spread subscribers over")
     parser.add_argument(
@@ -206,7 +207,7 @@ def workload_from(args: argparse.Namespace) -> Workload:
         fast=args.fast,
         tokens=args.tokens,
         pause_one=args.pause_one,
-        live=args.live,
+        live=args.live or "",
         ceiling=args.ceiling,
         latency_sample=args.latency_sample,
     )

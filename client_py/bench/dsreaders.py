@@ -31,6 +31,7 @@ import re
 import time
 from array import array
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Final
@@ -42,7 +43,15 @@ from client_py.bench.histogram import LatencyHistogram
 from client_py.bench.reader_worker import serve_readers
 from client_py.bench.workload import LIVE_MODES, Workload
 
-__all__ = ["LIVE_MODES", "LongPollReader", "ReaderStats", "ResponseParser", "SseReader", "main"]
+__all__ = [
+    "LIVE_MODES",
+    "LongPollReader",
+    "ReaderStats",
+    "ReadersWorker",
+    "ResponseParser",
+    "SseReader",
+    "main",
+]
 
 #: The start of every value the bench's writer appends (``dsrun.value``).
 VALUE_RE: Final = re.compile(rb'\{"t":(\d+),"w":\d+,"n":(\d+)')
@@ -157,6 +166,7 @@ class ReaderStats:
     delivered: int = 0  #: values received the first time
     expected: int = 0  #: values owed, summed over readers
     repeats: int = 0  #: values received again
+    gaps: int = 0  #: transcript events that skipped one (``tsreaders``)
     missing: int = 0  #: values owed and never received
     incomplete: int = 0  #: readers that did not get every value in time
     invalid: int = 0  #: answers that were not what the protocol says
@@ -434,35 +444,48 @@ def main(
     -> ``result``; ``stop`` closes everything."""
     if cpus:
         host.pin_self(cpus)
-    host.run(_Worker(base_url, workload, len(indices), conn).run(), fast=True)
+    host.run(ReadersWorker(base_url, workload, len(indices), conn).run(), fast=True)
 
 
-class _Worker:
-    def __init__(self, base_url: str, workload: Workload, count: int, conn: Connection) -> None:
+class ReadersWorker:
+    """A worker's readers, ``READERS[workload.live]`` of the workload's
+    stream unless ``readers`` says otherwise (``tsreaders``); what each is
+    owed is the ``owed_key`` of the ``targets`` command."""
+
+    owed_key = "values"
+
+    def __init__(
+        self,
+        base_url: str,
+        workload: Workload,
+        count: int,
+        conn: Connection,
+        readers: Callable[[str, int, ReaderStats], list[_Reader]] | None = None,
+    ) -> None:
         parts = urlsplit(base_url)
         self.channel = Channel(conn)
         self.stats = ReaderStats(subscribers=count)
         self.drain_timeout = workload.drain_timeout
-        reader = READERS[workload.live]
-        self.readers = [
-            reader(
-                parts.hostname or "127.0.0.1", parts.port or 80, workload.stream_path(), self.stats
-            )
-            for _ in range(count)
-        ]
+        host_, port = parts.hostname or "127.0.0.1", parts.port or 80
+        if readers is not None:
+            self.readers = readers(host_, port, self.stats)
+        else:
+            reader = READERS[workload.live]
+            path = workload.stream_path()
+            self.readers = [reader(host_, port, path, self.stats) for _ in range(count)]
 
     async def run(self) -> None:
         await serve_readers(
             self.channel,
             self.readers,
-            owed_key="values",
+            owed_key=self.owed_key,
             timeout_s=self.drain_timeout + 30,
             progress=self._progress(),
-            drain=self._drain,
-            result=lambda owed: self._result(),
+            drain=self.drain,
+            result=self.result,
         )
 
-    async def _drain(self, owed: int) -> None:
+    async def drain(self, owed: int) -> None:
         for reader in self.readers:
             reader.set_target(owed)
         with contextlib.suppress(TimeoutError):
@@ -475,7 +498,7 @@ class _Worker:
                 stats.incomplete += 1
                 stats.missing += owed - reader.count
 
-    def _result(self) -> dict[str, Any]:
+    def result(self, owed: int) -> dict[str, Any]:
         counters = self.stats.counters()
         # ``delivered`` counts first arrivals only: repeats are their own counter.
         counters["delivered"] = sum(r.count for r in self.readers)

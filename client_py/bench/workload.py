@@ -28,6 +28,10 @@ SCENARIOS: Final = (
 )
 #: How the readers of ``streams`` (Durable Streams) follow the stream.
 LIVE_MODES: Final = ("sse", "long-poll")
+#: How the subscribers of ``fanout --ceiling`` follow their transcript: over
+#: the WebSocket (``ws``), or as readers of its Durable Stream
+#: ``/v1/stream/transcripts/{id}`` (``client_py.bench.tsreaders``).
+TRANSCRIPT_LIVE_MODES: Final = ("ws", *LIVE_MODES)
 
 #: Sizes of each scenario when the command line does not say.
 DEFAULTS: Final[dict[str, dict[str, float | int | None]]] = {
@@ -80,8 +84,10 @@ class Workload:
     tokens: int = 50
     #: Seconds one subscriber stops reading, after its first token (stream).
     pause_one: float | None = None
-    #: How the readers of ``streams`` follow their stream: ``sse`` or ``long-poll``.
-    live: str = "sse"
+    #: How the readers of ``streams`` follow their stream: ``sse`` or
+    #: ``long-poll``; the subscribers of ``fanout --ceiling`` also ``ws``.
+    #: Empty: the scenario's own (``sse`` for ``streams``, else ``ws``).
+    live: str = ""
     #: The server's ceiling (``client_py.bench.ceiling``): precomputed appends,
     #: subscribers that count frames and read the last ``seq`` only.
     ceiling: bool = False
@@ -108,8 +114,18 @@ class Workload:
             raise ValueError("--pause-one takes seconds > 0, in the stream scenario only")
         if self.scenario == "stream" and self.rate is None:
             raise ValueError("the stream scenario needs --rate (tokens/s per writer)")
-        if self.live not in LIVE_MODES:
-            raise ValueError(f"--live is one of {', '.join(LIVE_MODES)}, not {self.live!r}")
+        if not self.live:
+            object.__setattr__(self, "live", "sse" if self.scenario == "streams" else "ws")
+        modes = LIVE_MODES if self.scenario == "streams" else TRANSCRIPT_LIVE_MODES
+        if self.live not in modes:
+            raise ValueError(f"--live is one of {', '.join(modes)}, not {self.live!r}")
+        if self.reads_transcript_streams and not (
+            self.scenario == "fanout" and self.ceiling and self.transcripts == 1
+        ):
+            raise ValueError(
+                "--live sse|long-poll reads a transcript's Durable Stream: "
+                "fanout --ceiling with one transcript only"
+            )
         if self.scenario == "aichat" and (self.rate is None or self.writers != 1):
             raise ValueError("the aichat scenario needs --rate (chunks/s) and one writer")
         if self.scenario == "streams" and (self.rate is None or self.writers < 1):
@@ -127,6 +143,12 @@ class Workload:
 
     def with_run_id(self, run_id: str) -> Workload:
         return dataclasses.replace(self, run_id=run_id)
+
+    @property
+    def reads_transcript_streams(self) -> bool:
+        """Whether the subscribers read ``/v1/stream/transcripts/{id}``
+        (``--live sse|long-poll`` outside the ``streams`` scenario)."""
+        return self.scenario != "streams" and self.live != "ws"
 
     @property
     def closed_loop(self) -> bool:
