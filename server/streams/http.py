@@ -67,9 +67,11 @@ __all__ = [
     "PREFIX",
     "ROUTE",
     "TRANSCRIPTS",
+    "Prepared",
     "StreamSettings",
     "fast_long_poll",
     "long_poll",
+    "parse_query",
     "routes",
 ]
 
@@ -586,7 +588,7 @@ async def _read(request: Request, path: str) -> Response:
         etag = reply.answer.etag
         if etag is not None and request.headers.get("if-none-match") == etag:
             return stream_answer(304, {"etag": etag, **SECURITY})
-        return _Prepared(reply)
+        return Prepared(reply)
     position = stream.tail if offset == "now" else (None if offset in (None, "-1") else offset)
     messages, up_to_date = _page(
         registry.read(stream, position), _settings(request).read_chunk_bytes
@@ -688,7 +690,7 @@ async def fast_long_poll(state: Any, scope: Scope) -> Reply | Response | None:
     if not 0 < len(name) <= MAX_PATH or _CONTROL.search(name):
         return None
     try:
-        offset, live, cursor = query_params(_query(scope["query_string"]))
+        offset, live, cursor = query_params(parse_query(scope["query_string"]))
     except StreamError:
         return None
     if live != "long-poll" or offset is None:
@@ -709,7 +711,7 @@ async def fast_long_poll(state: Any, scope: Scope) -> Reply | Response | None:
         return problem_of(refused)
 
 
-def _query(raw: bytes) -> QueryParams:
+def parse_query(raw: bytes) -> QueryParams:
     """``raw`` parsed as ``Request.query_params`` parses it; a query with
     nothing escaped (a reader's usual ``offset``, ``live`` and ``cursor``)
     split here, without ``urllib``'s work for what it does not have."""
@@ -719,7 +721,7 @@ def _query(raw: bytes) -> QueryParams:
     return QueryParams([part.partition("=")[::2] for part in text.split("&") if part])
 
 
-class _Prepared(Response):
+class Prepared(Response):
     """A long-poll answer already encoded (``long_poll``)."""
 
     def __init__(self, reply: Reply) -> None:

@@ -201,6 +201,7 @@ class FastPath:
         authenticator: Authenticator,
         metrics: Metrics,
         route: str,
+        transcripts: tuple[Read, str] | None = None,
     ) -> None:
         self.app = app
         self.read = read
@@ -210,20 +211,29 @@ class FastPath:
         self.authenticator = authenticator
         self.metrics = metrics
         self.route = route
+        #: The long-poll read of a transcript's stream (under ``reserved``,
+        #: whose rest is the transcript's id) and its route template; ``None``:
+        #: the app answers those.
+        self.transcripts = transcripts
         self._hosts: dict[tuple[bytes | None, object], bool] = {}
-        self._observers: dict[int, Callable[[float], None]] = {}
+        self._observers: dict[tuple[str, int], Callable[[float], None]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         if (
             scope["method"] != "GET"
             or not path.startswith(self.prefix)
-            or path.startswith(self.reserved)
             or _LONG_POLL not in scope["query_string"]
         ):
             await self.app(scope, receive, send)
             return
-        if not self._admit(scope, path[len(self.prefix) :]):
+        read, route, name = self.read, self.route, path[len(self.prefix) :]
+        if path.startswith(self.reserved):
+            if self.transcripts is None:
+                await self.app(scope, receive, send)
+                return
+            (read, route), name = self.transcripts, path[len(self.reserved) :]
+        if not self._admit(scope, name):
             FAST.handed_on += 1
             await self.app(scope, receive, send)
             return
@@ -231,7 +241,7 @@ class FastPath:
         status = 500
         handed = False
         try:
-            reply = await self.read(scope)
+            reply = await read(scope)
             if reply is None:
                 handed = True
                 FAST.handed_on += 1
@@ -249,7 +259,7 @@ class FastPath:
             raise
         finally:
             if not handed:
-                self._observe(scope, status, time.perf_counter() - began)
+                self._observe(scope, route, status, time.perf_counter() - began)
 
     def _admit(self, scope: Scope, name: str) -> bool:
         """Whether the app's middlewares would let this read through (with
@@ -284,12 +294,12 @@ class FastPath:
         scope[GRANT_KEY] = grant
         return True
 
-    def _observe(self, scope: Scope, status: int, seconds: float) -> None:
+    def _observe(self, scope: Scope, route: str, status: int, seconds: float) -> None:
         """What ``server.web.http_ops.RequestLog`` records of a request."""
-        observe = self._observers.get(status)
+        observe = self._observers.get((route, status))
         if observe is None:
-            observe = self._observers[status] = self.metrics.http_observer(
-                "GET", self.route, status
+            observe = self._observers[route, status] = self.metrics.http_observer(
+                "GET", route, status
             )
         observe(seconds)
         if access_log.isEnabledFor(logging.INFO):
@@ -298,12 +308,12 @@ class FastPath:
             access_log.info(
                 "%s %s %d %.1fms",
                 "GET",
-                self.route,
+                route,
                 status,
                 ms,
                 extra={
                     "method": "GET",
-                    "route": self.route,
+                    "route": route,
                     "status": status,
                     "duration_ms": ms,
                     "peer": f"{client[0]}:{client[1]}" if client else None,

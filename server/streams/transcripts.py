@@ -28,16 +28,18 @@ the draft's next update or close (``Hub.wait_draft``).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Scope
 
 from protocol.limits import ID_PATTERN
 from protocol.types import TranscriptEvent
@@ -47,21 +49,27 @@ from server.streams.http import (
     CLOSED,
     CURSOR,
     NEXT_OFFSET,
+    SECURITY,
     SSE_HEADERS,
+    TRANSCRIPTS,
     UP_TO_DATE,
+    Prepared,
     StreamSettings,
     control_event,
+    parse_query,
     preflight_answer,
     problem_of,
+    query_params,
     read_params,
     refusal_answer,
     response_cursor,
     sse_data,
     stream_answer,
 )
+from server.streams.longpoll import Answer, Reply, SharedAnswers
 from server.streams.model import StreamError, valid_offset
 
-__all__ = ["PAGES", "routes"]
+__all__ = ["PAGES", "ROUTE", "fast_long_poll", "long_poll", "routes"]
 
 _ID: Final = re.compile(ID_PATTERN)
 #: Events per answer at most (a catch-up read pages through a long history).
@@ -74,6 +82,7 @@ FIRST_READ: Final = 16
 _ENCODER: Final = msgspec.json.Encoder()
 
 
+@functools.lru_cache(maxsize=4096)
 def epoch_number(epoch: str) -> int:
     """The epoch as 16 decimal digits, the same on every replica."""
     digits = "".join(str(int(c, 16) % 10) for c in epoch if c in "0123456789abcdefABCDEF")
@@ -140,54 +149,107 @@ async def _read_only(
 async def _read(request: Request, transcript_id: str) -> Response:
     hub = _hub(request)
     settings: StreamSettings = request.app.state.stream_settings
-    head = await hub.reads.head(transcript_id)
-    epoch = head.epoch
     if request.method == "HEAD":
+        epoch, revision = await _where(hub, transcript_id)
         headers = {
-            NEXT_OFFSET: offset_of(epoch, head.revision),
+            NEXT_OFFSET: offset_of(epoch, revision),
             "content-type": "application/json",
             "cache-control": "no-store",
         }
         return stream_answer(200, headers)
     given, live, cursor = read_params(request)
+    if live == "long-poll":
+        assert given is not None  # (read_params)
+        reply = await long_poll(hub, settings, transcript_id, given, cursor)
+        etag = reply.answer.etag
+        if etag is not None and request.headers.get("if-none-match") == etag:
+            return stream_answer(304, {"etag": etag})
+        return Prepared(reply)
+    epoch, revision = await _where(hub, transcript_id)
     offset = "-1" if given is None else given
-    after = 0 if offset == "-1" else head.revision if offset == "now" else _revision(offset, epoch)
-    if after > head.revision:
-        raise StreamError(400, "an offset past the transcript's end")
+    after = _after(offset, epoch, revision)
     if live == "sse":
         return _sse(hub, settings, transcript_id, epoch, after, cursor)
-    if offset == "now" and live != "long-poll":
+    if offset == "now":
         headers = {
-            NEXT_OFFSET: offset_of(epoch, head.revision),
+            NEXT_OFFSET: offset_of(epoch, revision),
             UP_TO_DATE: "true",
             "cache-control": "no-store",
         }
         return stream_answer(200, headers, b"[]", "application/json")
     page = await _shared_page(hub, transcript_id, epoch, after)
-    if live == "long-poll" and not page.count:
-        await hub.reads.wait_change(transcript_id, after, settings.long_poll_s)
-        page = await _shared_page(hub, transcript_id, epoch, after)
-        if not page.count:
-            headers = {
-                NEXT_OFFSET: offset_of(epoch, after),
-                UP_TO_DATE: "true",
-                CURSOR: response_cursor(cursor),
-            }
-            return stream_answer(204, headers)
-    end = page.end
-    current = (await hub.reads.head(transcript_id)).revision
-    headers = {NEXT_OFFSET: offset_of(epoch, end), "content-type": "application/json"}
-    if end >= current:
+    headers = {NEXT_OFFSET: offset_of(epoch, page.end), "content-type": "application/json"}
+    if page.up_to_date:
         headers[UP_TO_DATE] = "true"
-    if live == "long-poll":
-        headers[CURSOR] = response_cursor(cursor)
-    else:
-        headers["cache-control"] = "private, max-age=60, stale-while-revalidate=300"
-    etag = f'"{transcript_id}:{epoch}:{after}:{end}"'
+    headers["cache-control"] = "private, max-age=60, stale-while-revalidate=300"
+    etag = page.etag
+    assert etag is not None
     headers["etag"] = etag
     if request.headers.get("if-none-match") == etag:
         return stream_answer(304, {"etag": etag})
-    return stream_answer(200, headers, page.array, "application/json")
+    return stream_answer(200, headers, page.body, "application/json")
+
+
+async def _where(hub: Hub, transcript_id: str) -> tuple[str, int]:
+    """The transcript's epoch and revision now (``TranscriptNotFound``)."""
+    transcript = (await hub.load(transcript_id)).transcript
+    return transcript.epoch, transcript.revision
+
+
+def _after(offset: str, epoch: str, revision: int) -> int:
+    """The revision a read from ``offset`` starts after (``StreamError``
+    400 or 410 for an offset that is none, or not of this transcript)."""
+    after = 0 if offset == "-1" else revision if offset == "now" else _revision(offset, epoch)
+    if after > revision:
+        raise StreamError(400, "an offset past the transcript's end")
+    return after
+
+
+async def long_poll(
+    hub: Hub, settings: StreamSettings, transcript_id: str, offset: str, cursor: str | None
+) -> Reply:
+    """A long-poll read of the transcript from ``offset``: the page after
+    it, waiting up to ``long_poll_s`` for the next change when there is
+    none. Every reader of the same page (the readers one change wakes)
+    gets the same answer, encoded once (``_Page``), but for its cursor;
+    the 204 of a wait that saw nothing likewise."""
+    epoch, revision = await _where(hub, transcript_id)
+    after = _after(offset, epoch, revision)
+    page = await _shared_page(hub, transcript_id, epoch, after)
+    if not page.count:
+        await hub.reads.wait_change(transcript_id, after, settings.long_poll_s)
+        page = await _shared_page(hub, transcript_id, epoch, after)
+        if not page.count:
+            key = (transcript_id, epoch, after)
+            nothing = NOTHING.get(key, None)
+            if nothing is None:
+                headers = {**SECURITY, NEXT_OFFSET: offset_of(epoch, after), UP_TO_DATE: "true"}
+                nothing = NOTHING.put(key, Answer(204, headers, b""))
+            return Reply(nothing, response_cursor(cursor))
+    return Reply(page, response_cursor(cursor))
+
+
+async def fast_long_poll(state: Any, scope: Scope) -> Reply | Response | None:
+    """A long-poll read of a transcript for ``server.streams.longpoll.FastPath``
+    (its rights checked): ``None``, before anything waited, when it is not
+    one this answers as the endpoint would (then the app answers it)."""
+    transcript_id: str = scope["path"][len(TRANSCRIPTS) :]
+    if not _ID.fullmatch(transcript_id):
+        return None
+    try:
+        offset, live, cursor = query_params(parse_query(scope["query_string"]))
+    except StreamError:
+        return None
+    if live != "long-poll" or offset is None:
+        return None
+    try:
+        return await long_poll(state.hub, state.stream_settings, transcript_id, offset, cursor)
+    except StreamError as error:
+        return refusal_answer(error)
+    except Exception as exc:  # the transcript API's errors, as its problem documents
+        if failure_for(exc) is None:
+            raise
+        return problem_of(exc)
 
 
 async def _events(hub: Hub, transcript_id: str, after: int, limit: int) -> list[TranscriptEvent]:
@@ -222,46 +284,44 @@ async def _page(hub: Hub, transcript_id: str, after: int) -> tuple[list[bytes], 
     return items, end
 
 
-class _Page:
+class _Page(Answer):
     """A page of a transcript's events, encoded once for every reader that
-    reads the same (``_shared_page``): the JSON array, and the SSE data
+    reads the same (``_shared_page``): the JSON array (``body``) and, as an
+    ``Answer``, the long-poll answer of it but for the cursor; the SSE data
     event made of it when an SSE reader asks."""
 
-    __slots__ = ("_event", "array", "count", "end", "epoch")
+    __slots__ = ("_event", "count", "end", "epoch", "up_to_date")
 
-    def __init__(self, array: bytes, count: int, end: int, epoch: str) -> None:
-        self.array = array
-        self.count = count
+    def __init__(
+        self, transcript_id: str, epoch: str, after: int, items: list[bytes], end: int, current: int
+    ) -> None:
+        self.count = len(items)
         self.end = end
         self.epoch = epoch
+        #: Whether it reaches the revision the transcript had when it was read.
+        self.up_to_date = end >= current
+        headers = {**SECURITY, NEXT_OFFSET: offset_of(epoch, end)}
+        headers["content-type"] = "application/json"
+        if self.up_to_date:
+            headers[UP_TO_DATE] = "true"
+        headers["etag"] = f'"{transcript_id}:{epoch}:{after}:{end}"'
+        super().__init__(200, headers, _array(items))
         self._event: bytes | None = None
 
     def sse_event(self) -> bytes:
         if self._event is None:
-            self._event = b"event: data\n" + sse_data(self.array.decode())
+            self._event = b"event: data\n" + sse_data(self.body.decode())
         return self._event
 
 
 #: Pages read lately, by transcript, epoch, start and the transcript's
 #: revision when read (a page of those is the same for every reader: the
-#: readers one change wakes all ask for it at once).
-_PAGES: dict[tuple[str, str, int, int], _Page] = {}
-
-
-class PageCounts:
-    """Pages encoded, and pages taken as they were (for the tests)."""
-
-    __slots__ = ("built", "shared")
-
-    def __init__(self) -> None:
-        self.built = 0
-        self.shared = 0
-
-
-PAGES: Final = PageCounts()
-MAX_PAGES: Final = 256
-MAX_PAGE_BYTES: Final = 8 * 1024 * 1024
-_page_bytes = 0
+#: readers one change wakes all ask for it at once); ``built`` and
+#: ``shared`` count them (for the tests).
+PAGES: Final = SharedAnswers(max_entries=256, max_bytes=8 * 1024 * 1024)
+#: The 204s of long-poll reads that waited for nothing, by transcript,
+#: epoch and start.
+NOTHING: Final = SharedAnswers(max_entries=256)
 
 
 async def _shared_page(hub: Hub, transcript_id: str, epoch: str, after: int) -> _Page:
@@ -269,22 +329,17 @@ async def _shared_page(hub: Hub, transcript_id: str, epoch: str, after: int) -> 
     reader (long-poll, SSE, the JS client's HTTP fallback) that reads the
     same while the transcript is at the same revision; a new revision (or
     epoch: the transcript made again) is another page."""
-    global _page_bytes
-    head = await hub.reads.head(transcript_id)
-    key = (transcript_id, head.epoch, after, head.revision)
-    page = _PAGES.get(key)
-    if page is not None and page.epoch == epoch:
-        PAGES.shared += 1
+    now, current = await _where(hub, transcript_id)
+    key = (transcript_id, now, after, current)
+    page = PAGES.get(key, None)
+    if isinstance(page, _Page) and page.epoch == epoch:
         return page
-    PAGES.built += 1
     items, end = await _page(hub, transcript_id, after)
-    page = _Page(_array(items), len(items), end, epoch)
-    if head.epoch != epoch or len(page.array) > MAX_PAGE_BYTES:
+    page = _Page(transcript_id, epoch, after, items, end, current)
+    if now != epoch:
+        PAGES.built += 1
         return page
-    _PAGES[key] = page
-    _page_bytes += len(page.array)
-    while len(_PAGES) > MAX_PAGES or _page_bytes > MAX_PAGE_BYTES:
-        _page_bytes -= len(_PAGES.pop(next(iter(_PAGES))).array)
+    PAGES.put(key, page)
     return page
 
 
@@ -308,7 +363,7 @@ def _sse(
             try:
                 page = await _shared_page(hub, transcript_id, epoch, revision)
                 revision = page.end
-                current = (await hub.reads.head(transcript_id)).revision
+                current = (await _where(hub, transcript_id))[1]
             except (StreamError, Refused):
                 return  # deleted or no longer held: the reader reconnects and is told
             data = b""
@@ -469,9 +524,11 @@ def _text_data(text: str) -> bytes:
 
 
 _METHODS: Final = ["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"]
+#: The route's template (what the request log and metrics name).
+ROUTE: Final = "/v1/stream/transcripts/{transcript_id}"
 
 routes: Final = [
-    Route("/v1/stream/transcripts/{transcript_id}", endpoint, methods=_METHODS),
+    Route(ROUTE, endpoint, methods=_METHODS),
     Route(
         "/v1/stream/transcripts/{transcript_id}/drafts/{draft_id}",
         draft_endpoint,

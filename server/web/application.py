@@ -364,6 +364,10 @@ def create_app(
         authenticator=authenticator,
         metrics=metrics,
         route=streams_http.ROUTE,
+        transcripts=(
+            functools.partial(streams_transcripts.fast_long_poll, app.state),
+            streams_transcripts.ROUTE,
+        ),
     )
     return TsyncApp(app, metrics, lifespan, long_poll_front)
 
