@@ -32,11 +32,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Any, Final, Generic, Protocol, TypeVar
 
-from server.streams.model import Stream, StreamMessage
-
-__all__ = ["Fanout", "Follower", "RawWrite"]
+__all__ = ["Fanout", "Follower", "Item", "RawWrite", "Source"]
 
 #: Bytes of events a reader that does not keep up may have queued before
 #: its response is ended (it reads again from its offset).
@@ -59,14 +57,36 @@ class RawWrite(Protocol):
     def raw_write(self, data: bytes) -> None: ...
 
 
+class Source(Protocol):
+    """What is followed: a Durable Stream (``server.streams.model.Stream``),
+    or a transcript's (``server.streams.transcripts``)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+
+class Item(Protocol):
+    """What is delivered: a message, or a transcript's page of events; the
+    offset after it."""
+
+    @property
+    def offset(self) -> str: ...
+
+
+S = TypeVar("S", bound=Source)
+M = TypeVar("M", bound=Item)
 #: ``(stream, message) -> data event bytes`` for one reader's kind (no cursor).
-Encode = Callable[[Stream, StreamMessage], bytes]
+Encode = Callable[[Any, Any], bytes]
 #: ``(stream, offset, cursor) -> control event bytes`` after a data event.
-Control = Callable[[Stream, str, str | None], bytes]
+Control = Callable[[Any, str, str | None], bytes]
 
 
-class Follower:
-    """One live reader of one stream, from ``offset`` on."""
+class Follower(Generic[S, M]):
+    """One live reader of one stream, from ``offset`` on; ``encode`` and
+    ``control`` take the ``S`` and ``M`` that its stream delivers."""
 
     __slots__ = (
         "closed_sent",
@@ -86,8 +106,8 @@ class Follower:
         self,
         raw: RawWrite | None,
         cursor: str | None,
-        encode: Encode,
-        control: Control,
+        encode: Callable[[S, M], bytes],
+        control: Callable[[S, str, str | None], bytes],
         offset: str,
     ):
         self.raw = raw
@@ -124,7 +144,7 @@ class Fanout:
     ) -> None:
         self.max_queued_bytes = max_queued_bytes
         self.max_total_queued_bytes = max_total_queued_bytes
-        self._followers: dict[str, set[Follower]] = {}
+        self._followers: dict[str, set[Follower[Any, Any]]] = {}
         self._count = 0
         #: The bytes queued for every reader together (an event queued for
         #: several counts for each).
@@ -144,14 +164,14 @@ class Fanout:
         """The bytes one reader may have queued now."""
         return min(self.max_queued_bytes, self.max_total_queued_bytes // max(1, self._count))
 
-    def follow(self, path: str, follower: Follower) -> None:
+    def follow(self, path: str, follower: Follower[Any, Any]) -> None:
         group = self._followers.setdefault(path, set())
         if follower not in group:
             group.add(follower)
             self._count += 1
             self.queued_bytes += follower.pending_bytes
 
-    def unfollow(self, path: str, follower: Follower) -> None:
+    def unfollow(self, path: str, follower: Follower[Any, Any]) -> None:
         group = self._followers.get(path)
         if group is not None and follower in group:
             group.discard(follower)
@@ -160,7 +180,7 @@ class Fanout:
             if not group:
                 del self._followers[path]
 
-    def queue(self, path: str, follower: Follower, events: list[bytes]) -> None:
+    def queue(self, path: str, follower: Follower[Any, Any], events: list[bytes]) -> None:
         """Queue ``events`` for ``follower``'s task (events it read itself)."""
         size = sum(len(event) for event in events)
         follower.pending += events
@@ -168,7 +188,7 @@ class Fanout:
         if follower in self._followers.get(path, ()):
             self.queued_bytes += size
 
-    def sent(self, path: str, follower: Follower, count: int) -> None:
+    def sent(self, path: str, follower: Follower[Any, Any], count: int) -> None:
         """The first ``count`` events queued for ``follower`` were sent."""
         size = sum(len(event) for event in follower.pending[:count])
         del follower.pending[:count]
@@ -188,7 +208,7 @@ class Fanout:
         """The streams readers follow."""
         return list(self._followers)
 
-    def deliver(self, stream: Stream, message: StreamMessage, after: str) -> None:
+    def deliver(self, stream: Source, message: Item, after: str) -> None:
         """``message`` was just appended to ``stream`` after offset
         ``after``: give it to every follower of the stream that is there
         (``stream`` is already updated: a closing append's control event
@@ -202,7 +222,7 @@ class Fanout:
         controls: dict[tuple[Control, str | None], bytes] = {}
         frames: dict[tuple[Encode, Control, str | None], bytes] = {}
         closed = stream.closed
-        cut: list[Follower] = []
+        cut: list[Follower[Any, Any]] = []
         raw_writes = queued = 0
         share = self.share()
         for follower in group:

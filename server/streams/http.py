@@ -31,7 +31,7 @@ import json
 import random
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 from typing import Any, Final, NamedTuple, Protocol, TypeVar
 from urllib.parse import unquote
@@ -48,7 +48,7 @@ from protocol.rights import Grant
 from server.auth import GRANT_KEY
 from server.errors import Refused, failure_for
 from server.extensions import RAW_BODY
-from server.streams.fanout import SEND_BYTES, Follower
+from server.streams.fanout import SEND_BYTES, Fanout, Follower
 from server.streams.longpoll import Answer, Reply, SharedAnswers
 from server.streams.model import (
     Stream,
@@ -67,6 +67,7 @@ __all__ = [
     "PREFIX",
     "ROUTE",
     "TRANSCRIPTS",
+    "FollowedSse",
     "Prepared",
     "StreamSettings",
     "fast_long_poll",
@@ -743,6 +744,9 @@ def _page(messages: list[StreamMessage], limit: int) -> tuple[list[StreamMessage
     return messages, True
 
 
+#: Sends bytes of a streamed answer's body (``FollowedSse``).
+Body = Callable[[bytes], Awaitable[None]]
+
 #: The headers of every live SSE read (these streams' and a transcript's).
 SSE_HEADERS: Final = {
     **SECURITY,
@@ -798,7 +802,93 @@ def control_event(control: str) -> bytes:
     return _CTRL + sse_data(control)
 
 
-class _SseResponse(Response):
+class FollowedSse(Response):
+    """A live SSE response whose events a ``Fanout`` writes (its
+    ``Follower``, made by ``follower``): the head sent, the reader's going
+    away watched, ``follow`` run (the subclass's reading), the follower let
+    go, the body ended. A generic stream's (``_SseResponse``) and a
+    transcript's (``server.streams.transcripts``)."""
+
+    def __init__(
+        self, fanout: Fanout, path: str, settings: StreamSettings, headers: dict[str, str]
+    ) -> None:
+        super().__init__(headers=headers)
+        # No Content-Length (Response would say 0): the body is sent chunked.
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        self.fanout = fanout
+        self.path = path
+        self.settings = settings
+        self.deadline = 0.0
+
+    def follower(self, raw: Any) -> Follower[Any, Any]:
+        """The follower of this reader (``raw``: its raw write, if any)."""
+        raise NotImplementedError
+
+    async def follow(self, body: Body, follower: Follower[Any, Any]) -> None:
+        """Catch up, then follow (``fanout.follow``) until the response ends;
+        ``body`` sends bytes of it."""
+        raise NotImplementedError
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        follower = self.follower(scope.get("extensions", {}).get(RAW_BODY))
+
+        async def disconnect() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            follower.gone = True
+            follower.wake.set()
+
+        async def body(data: bytes) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+
+        self.deadline = time.monotonic() + self.settings.sse_max_s
+        watcher = asyncio.create_task(disconnect())
+        try:
+            await self.follow(body, follower)
+        except StreamError:  # the store cannot answer now: the reader resumes later
+            pass
+        finally:
+            watcher.cancel()
+            self.fanout.unfollow(self.path, follower)
+        if not follower.gone:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def woken(self, follower: Follower[Any, Any]) -> bool | None:
+        """Wait until ``follower`` has something to do (or ``long_poll_s``,
+        for a keep-alive control event): whether the wait timed out;
+        ``None`` when the response ends now (past ``sse_max_s``, cut: what
+        is queued is dropped, the reader goes on from the last offset it
+        got in a new request, or the reader went away)."""
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        timed_out = False
+        try:
+            async with asyncio.timeout(min(remaining, self.settings.long_poll_s)):
+                await follower.wake.wait()
+        except TimeoutError:
+            timed_out = True
+        follower.wake.clear()
+        return None if follower.over() else timed_out
+
+    async def send_queued(self, body: Body, follower: Follower[Any, Any]) -> bool:
+        """Send what is queued for ``follower``; ``False`` when the response
+        ends now (cut, or the reader went away). Queued events stay queued
+        while they are sent, so that an event delivered meanwhile queues
+        behind them (not raw, ahead); sent in writes of about ``SEND_BYTES``
+        (a data event and its control event always together), each once the
+        reader took the one before."""
+        while follower.pending:
+            count = _send_count(follower.pending)
+            await body(b"".join(follower.pending[:count]))
+            self.fanout.sent(self.path, follower, count)
+            if follower.over():
+                return False
+        return True
+
+
+class _SseResponse(FollowedSse):
     """A live SSE read: what the reader missed, then each append as it is
     made, written by ``server.streams.fanout`` (encoded once for every
     reader); ends after ``sse_max_s``, when the stream is closed (after its
@@ -814,45 +904,18 @@ class _SseResponse(Response):
         settings: StreamSettings,
         headers: dict[str, str],
     ) -> None:
-        super().__init__(headers=headers)
-        # No Content-Length (Response would say 0): the body is sent chunked.
-        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        super().__init__(registry.fanout, stream.path, settings, headers)
         self.registry = registry
         self.stream = stream
         self.start = start
         self.cursor = cursor
-        self.settings = settings
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        raw = scope.get("extensions", {}).get(RAW_BODY)
-        follower = Follower(raw, self.cursor, _sse_data_event, _sse_control_event, self.start)
+    def follower(self, raw: Any) -> Follower[Any, Any]:
+        return Follower(raw, self.cursor, _sse_data_event, _sse_control_event, self.start)
 
-        async def disconnect() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            follower.gone = True
-            follower.wake.set()
-
-        watcher = asyncio.create_task(disconnect())
-        try:
-            await self._events(send, follower)
-        except StreamError:  # the store cannot answer now: the reader resumes later
-            pass
-        finally:
-            watcher.cancel()
-            self.registry.fanout.unfollow(self.stream.path, follower)
-        if not follower.gone:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    async def _events(self, send: Send, follower: Follower) -> None:
+    async def follow(self, body: Body, follower: Follower[Any, Any]) -> None:
         registry, stream, cursor = self.registry, self.stream, self.cursor
         fanout = registry.fanout
-
-        async def body(data: bytes) -> None:
-            await send({"type": "http.response.body", "body": data, "more_body": True})
-
-        deadline = time.monotonic() + self.settings.sse_max_s
         offset = None if self.start == "-1" else self.start
         if not await registry.still(stream):
             return
@@ -879,21 +942,8 @@ class _SseResponse(Response):
         follower.offset = tail
         registry.fanout.follow(stream.path, follower)
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            timed_out = False
-            try:
-                async with asyncio.timeout(min(remaining, self.settings.long_poll_s)):
-                    await follower.wake.wait()
-            except TimeoutError:
-                timed_out = True
-            follower.wake.clear()
-            if follower.over():
-                # Cut: what is queued is dropped; the reader goes on from
-                # the last offset it got, in a new request.
-                return
-            if not await registry.still(stream):
+            timed_out = await self.woken(follower)
+            if timed_out is None or not await registry.still(stream):
                 return
             # What the fan-out did not bring: appends another replica made
             # (a shared store's copy learns of them here). Queued behind
@@ -909,24 +959,15 @@ class _SseResponse(Response):
                 if not all_read:
                     follower.wake.set()
             del missed
-            while follower.pending:
-                # Queued events stay queued while they are sent, so that an
-                # append made meanwhile queues behind them (not raw, ahead);
-                # sent in writes of about ``SEND_BYTES`` (a data event and its
-                # control event always together), each once the reader took
-                # the one before.
-                count = _send_count(follower.pending)
-                await body(b"".join(follower.pending[:count]))
-                fanout.sent(stream.path, follower, count)
-                if follower.over():
-                    return
+            if not await self.send_queued(body, follower):
+                return
             await registry.touch(stream)
             if stream.closed and follower.offset == stream.tail:
                 if not follower.closed_sent:
                     await body(_sse_control_event(stream, follower.offset, cursor))
                 return
             if timed_out and not follower.pending:
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= self.deadline:
                     return
                 await body(_sse_control_event(stream, follower.offset, cursor))
 

@@ -28,10 +28,12 @@ the draft's next update or close (``Hub.wait_draft``).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import re
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
@@ -45,6 +47,7 @@ from protocol.limits import ID_PATTERN
 from protocol.types import TranscriptEvent
 from server.errors import Refused, failure_for
 from server.live.hub import Hub
+from server.streams.fanout import Fanout, Follower
 from server.streams.http import (
     CLOSED,
     CURSOR,
@@ -53,6 +56,8 @@ from server.streams.http import (
     SSE_HEADERS,
     TRANSCRIPTS,
     UP_TO_DATE,
+    Body,
+    FollowedSse,
     Prepared,
     StreamSettings,
     control_event,
@@ -68,6 +73,7 @@ from server.streams.http import (
 )
 from server.streams.longpoll import Answer, Reply, SharedAnswers
 from server.streams.model import StreamError, valid_offset
+from server.streams.registry import StreamRegistry
 
 __all__ = ["PAGES", "ROUTE", "fast_long_poll", "long_poll", "routes"]
 
@@ -169,7 +175,7 @@ async def _read(request: Request, transcript_id: str) -> Response:
     offset = "-1" if given is None else given
     after = _after(offset, epoch, revision)
     if live == "sse":
-        return _sse(hub, settings, transcript_id, epoch, after, cursor)
+        return _sse(request, hub, settings, transcript_id, epoch, after, cursor)
     if offset == "now":
         headers = {
             NEXT_OFFSET: offset_of(epoch, revision),
@@ -290,7 +296,7 @@ class _Page(Answer):
     ``Answer``, the long-poll answer of it but for the cursor; the SSE data
     event made of it when an SSE reader asks."""
 
-    __slots__ = ("_event", "count", "end", "epoch", "up_to_date")
+    __slots__ = ("_event", "count", "end", "epoch", "offset", "up_to_date")
 
     def __init__(
         self, transcript_id: str, epoch: str, after: int, items: list[bytes], end: int, current: int
@@ -298,9 +304,11 @@ class _Page(Answer):
         self.count = len(items)
         self.end = end
         self.epoch = epoch
+        #: The offset after it (``Stream-Next-Offset``).
+        self.offset = offset_of(epoch, end)
         #: Whether it reaches the revision the transcript had when it was read.
         self.up_to_date = end >= current
-        headers = {**SECURITY, NEXT_OFFSET: offset_of(epoch, end)}
+        headers = {**SECURITY, NEXT_OFFSET: self.offset}
         headers["content-type"] = "application/json"
         if self.up_to_date:
             headers[UP_TO_DATE] = "true"
@@ -348,7 +356,169 @@ def _array(items: list[bytes]) -> bytes:
     return b"[" + b",".join(items) + b"]"
 
 
+class _Followed:
+    """A transcript its SSE readers follow, in the generic streams' fan-out
+    (``server.streams.fanout``: each page of events written raw to every
+    reader in one step, its data event encoded once): ``path`` (under
+    ``TRANSCRIPTS``, which no generic stream has), the epoch read, and the
+    offset of the revision the transcript was at when the last page was
+    read (``tail``: a control event there says ``upToDate``). One task per
+    transcript waits for its changes (``_watch``), not one per reader."""
+
+    __slots__ = ("closed", "epoch", "path", "tail", "task", "transcript_id")
+
+    def __init__(self, transcript_id: str, epoch: str, revision: int) -> None:
+        self.transcript_id = transcript_id
+        self.path = TRANSCRIPTS + transcript_id
+        self.epoch = epoch
+        self.tail = offset_of(epoch, revision)
+        #: A transcript is never closed.
+        self.closed = False
+        self.task: asyncio.Task[None] | None = None
+
+
+#: The transcripts followed, by fan-out (one per server) and path.
+_FOLLOWED: weakref.WeakKeyDictionary[Fanout, dict[str, _Followed]] = weakref.WeakKeyDictionary()
+
+
+def _data_event(source: _Followed, page: _Page) -> bytes:
+    return page.sse_event()
+
+
+def _control(offset: str, cursor: str | None, up_to_date: bool) -> bytes:
+    control: dict[str, object] = {
+        "streamNextOffset": offset,
+        "streamCursor": response_cursor(cursor),
+    }
+    if up_to_date:
+        control["upToDate"] = True
+    return control_event(json.dumps(control, separators=(",", ":")))
+
+
+def _control_event(source: _Followed, offset: str, cursor: str | None) -> bytes:
+    return _control(offset, cursor, offset == source.tail)
+
+
+def _at(offset: str) -> int:
+    """The revision of one of this face's own offsets."""
+    return int(offset.partition("_")[2])
+
+
+async def _watch(hub: Hub, settings: StreamSettings, fanout: Fanout, source: _Followed) -> None:
+    """Deliver every change of ``source``'s transcript to its readers while
+    it has any: each page once, to every reader at the revision it starts
+    after (``Fanout.deliver``; the others are woken and read what they
+    missed themselves). Ends with the last reader, or when the transcript
+    is gone or made again (its readers are woken: they end)."""
+    path, transcript_id, epoch = source.path, source.transcript_id, source.epoch
+    revision = _at(source.tail)
+    try:
+        while fanout.follows(path):
+            await hub.reads.wait_change(transcript_id, revision, settings.long_poll_s)
+            now, current = await _where(hub, transcript_id)
+            if now != epoch:
+                fanout.wake(path)
+                return
+            while revision < current and fanout.follows(path):
+                page = await _shared_page(hub, transcript_id, epoch, revision)
+                if not page.count:
+                    break
+                source.tail = offset_of(epoch, max(current, page.end))
+                fanout.deliver(source, page, offset_of(epoch, revision))
+                revision = page.end
+    except (StreamError, Refused):
+        fanout.wake(path)  # deleted or no longer held: the readers end, and are told
+    finally:
+        followed = _FOLLOWED.get(fanout, {})
+        if followed.get(path) is source:
+            del followed[path]
+
+
+class _TranscriptSse(FollowedSse):
+    """A transcript read with ``live=sse``: the pages after ``after`` (each
+    sent once the reader took the one before), then each change as the
+    fan-out writes it."""
+
+    def __init__(
+        self,
+        hub: Hub,
+        fanout: Fanout,
+        settings: StreamSettings,
+        transcript_id: str,
+        epoch: str,
+        after: int,
+        cursor: str | None,
+    ) -> None:
+        super().__init__(fanout, TRANSCRIPTS + transcript_id, settings, dict(SSE_HEADERS))
+        self.hub = hub
+        self.transcript_id = transcript_id
+        self.epoch = epoch
+        self.after = after
+        self.cursor = cursor
+
+    def follower(self, raw: Any) -> Follower[_Followed, _Page]:
+        offset = offset_of(self.epoch, self.after)
+        return Follower(raw, self.cursor, _data_event, _control_event, offset)
+
+    async def follow(self, body: Body, follower: Follower[Any, Any]) -> None:
+        hub, transcript_id, epoch, cursor = self.hub, self.transcript_id, self.epoch, self.cursor
+        revision = self.after
+        try:
+            while True:
+                # One page (``PAGE_BYTES``) at a time: the next is read once
+                # the reader took this one (``body`` waits for it). A data
+                # event and its control leave in one write.
+                page = await _shared_page(hub, transcript_id, epoch, revision)
+                revision = page.end
+                data = page.sse_event() if page.count else b""
+                await body(data + _control(page.offset, cursor, page.up_to_date))
+                if page.up_to_date:
+                    break
+            follower.offset = offset_of(epoch, revision)
+            self._follow(follower, revision)
+            while True:
+                timed_out = await self.woken(follower)
+                if timed_out is None:
+                    return
+                # What the fan-out did not bring (it started after this
+                # reader's revision, or woke it for another reason): a page
+                # at a time, queued behind what is queued.
+                now, current = await _where(hub, transcript_id)
+                if now != epoch:
+                    return
+                offset = follower.offset
+                if _at(offset) < current:
+                    page = await _shared_page(hub, transcript_id, epoch, _at(offset))
+                    if page.count and follower.offset == offset:  # not delivered meanwhile
+                        follower.offset = page.offset
+                        events = [page.sse_event(), _control(page.offset, cursor, page.up_to_date)]
+                        self.fanout.queue(self.path, follower, events)
+                        if not page.up_to_date:
+                            follower.wake.set()
+                if not await self.send_queued(body, follower):
+                    return
+                if timed_out and not follower.pending:
+                    if time.monotonic() >= self.deadline:
+                        return
+                    offset = follower.offset
+                    await body(_control(offset, cursor, _at(offset) >= current))
+        except (StreamError, Refused):
+            return  # deleted or no longer held: the reader reconnects and is told
+
+    def _follow(self, follower: Follower[Any, Any], revision: int) -> None:
+        """Join the transcript's readers (its watching task started with the first)."""
+        fanout = self.fanout
+        fanout.follow(self.path, follower)
+        followed = _FOLLOWED.setdefault(fanout, {})
+        source = followed.get(self.path)
+        if source is None or source.epoch != self.epoch:
+            source = followed[self.path] = _Followed(self.transcript_id, self.epoch, revision)
+            source.task = asyncio.create_task(_watch(self.hub, self.settings, fanout, source))
+        follower.wake.set()  # a look at what it may have missed meanwhile
+
+
 def _sse(
+    request: Request,
     hub: Hub,
     settings: StreamSettings,
     transcript_id: str,
@@ -356,41 +526,8 @@ def _sse(
     after: int,
     cursor: str | None,
 ) -> Response:
-    async def events() -> AsyncIterator[bytes]:
-        revision = after
-        deadline = time.monotonic() + settings.sse_max_s
-        while True:
-            try:
-                page = await _shared_page(hub, transcript_id, epoch, revision)
-                revision = page.end
-                current = (await _where(hub, transcript_id))[1]
-            except (StreamError, Refused):
-                return  # deleted or no longer held: the reader reconnects and is told
-            data = b""
-            if page.count:
-                # One page (``PAGE_BYTES``) at a time: the next is read once
-                # the reader took this one (the response waits for it). The
-                # event is encoded once for the readers that read the same.
-                data = page.sse_event()
-            del page
-            control: dict[str, object] = {
-                "streamNextOffset": offset_of(epoch, revision),
-                "streamCursor": response_cursor(cursor),
-            }
-            if revision >= current:
-                control["upToDate"] = True
-            # A data event and its control leave in one write.
-            yield data + control_event(json.dumps(control, separators=(",", ":")))
-            if revision < current:
-                continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            await hub.reads.wait_change(
-                transcript_id, revision, min(remaining, settings.long_poll_s)
-            )
-
-    return StreamingResponse(events(), headers=SSE_HEADERS)
+    registry: StreamRegistry = request.app.state.streams
+    return _TranscriptSse(hub, registry.fanout, settings, transcript_id, epoch, after, cursor)
 
 
 # --- drafts ------------------------------------------------------------------------
