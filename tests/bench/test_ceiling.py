@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,6 +21,8 @@ from client_py.bench.ceiling import (
     stamp_offset,
     writer_frames,
 )
+from client_py.bench.dsreaders import ReaderStats
+from client_py.bench.tsreaders import TranscriptLongPoll
 from client_py.bench.workload import Workload
 from protocol import wire
 from tests.bench.test_smoke import bench, broadcast_baseline
@@ -211,3 +214,62 @@ def test_a_closed_loop_ceiling_run_sends_each_append_after_the_last_ack(tmp_path
     assert run["groups"]["on-time"]["delivered"] == run["groups"]["on-time"]["expected"] == 160
     # 4 subscribers, 64 asked for: every one times its 40 deliveries.
     assert run["latency_ms"]["count"] == 160 and run["latency_ms"]["p50"] > 0
+
+
+@pytest.mark.parametrize("live", ["ws", "sse", "long-poll"])
+def test_a_transcript_read_by_each_face_counts_every_event_once(tmp_path: Path, live: str) -> None:
+    """``fanout --ceiling --live``: the same appends on one transcript, read
+    over the WebSocket or through ``/v1/stream/transcripts/{id}``; every
+    reader gets every revision once, in order, and a few time them."""
+    out = tmp_path / "result.json"
+    with ServerProcess(store="memory", log_path=tmp_path / "log") as server:
+        assert server.proc is not None
+        done = bench(
+            "fanout", "--ceiling", "--live", live, "--url", server.url, "--subscribers", "6",
+            "--count", "60", "--rate", "60", "--procs", "2", "--latency-sample", "2",
+            "--server-pid", str(server.proc.pid), "--json", str(out),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    assert result["ok"] is True and result["workload"]["live"] == live
+    run = result["runs"][0]
+    assert run["failures"] == []
+    on_time = run["groups"]["on-time"]
+    assert run["writers"]["appends"] == run["writers"]["acks"] == 60
+    assert on_time["delivered"] == on_time["expected"] == 6 * 60
+    assert on_time["seq_gaps"] == on_time["incomplete"] == on_time["errors"] == 0
+    # Two of the six (one in each process) time their deliveries.
+    assert run["latency_ms"]["count"] == 2 * 60 and run["latency_ms"]["p50"] > 0
+    assert run["server_cpu"]["cpu_us_per_delivered"] is not None
+    if live == "ws":
+        assert run["generator_cpu"]["check"] == "ceiling" and "streams" not in run
+    else:
+        assert run["generator_cpu"]["check"] == f"ceiling {live}"
+        assert on_time["repeats"] == on_time["gaps"] == on_time["invalid"] == 0
+        assert run["streams"]["path"].startswith("/v1/stream/transcripts/bench-")
+        assert run["streams"]["values_per_answer"] >= 1
+
+
+def test_a_reader_counts_revisions_repeats_and_gaps() -> None:
+    stats = ReaderStats(subscribers=1)
+    reader = TranscriptLongPoll("127.0.0.1", 1, "/v1/stream/transcripts/t", stats, True)
+    event = b'{"transcriptId":"t","revision":%d,"change":{"messages":[{"metadata":{"t":%d}}]}}'
+    now = 2_000_000_000_000_000_000
+    assert reader._values(b"[" + event % (1, now - 2000) + b"," + event % (2, now) + b"]", now) == 2
+    assert reader._values(b"[" + event % (2, now) + b"]", now) == 1  # again: a repeat
+    reader.set_target(3)
+    assert not reader.done.is_set()
+    assert reader._values(b"[" + event % (4, now) + b"]", now) == 1  # 3 skipped: a gap
+    assert (reader.count, reader.revision, stats.repeats, stats.gaps) == (2, 4, 1, 1)
+    assert reader.done.is_set() and reader.out_of_order == 2
+    assert sorted(stats.latencies)[:2] == [0, 0] and max(stats.latencies) == 2
+
+
+def test_http_faces_are_for_one_transcripts_ceiling_only() -> None:
+    with pytest.raises(ValueError, match="one transcript"):
+        Workload("fanout", subscribers=1, writers=1, transcripts=2, count=1, live="sse",
+                 ceiling=True)  # fmt: skip
+    with pytest.raises(ValueError, match="--live"):
+        Workload("streams", subscribers=1, writers=1, transcripts=1, rate=1, live="ws")
+    assert Workload("fanout", subscribers=1, writers=1, transcripts=1).live == "ws"
+    assert Workload("streams", subscribers=1, writers=1, transcripts=1, rate=1).live == "sse"

@@ -8,10 +8,12 @@ in order and the stream's closing."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 
 import httpx
 
+import client_py
 from server.streams.fanout import Fanout, Follower
 from server.streams.model import Stream, StreamMessage
 from tests.support.servers import running_server
@@ -285,3 +287,53 @@ async def test_an_http_1_0_sse_reader_is_served_through_its_queue() -> None:
         fanout = srv.app.state.streams.fanout
         assert fanout.raw_count == 0 and fanout.queued_count == 3
         writer.close()
+
+
+async def test_transcript_sse_readers_share_each_change_through_the_fanout() -> None:
+    """A transcript's SSE readers follow the same fan-out: each change's
+    page encoded once for all of them and written raw; a reader that joins
+    behind catches up by itself, and then follows too."""
+    readers, appends = 6, 5
+    async with (
+        running_server() as srv,
+        httpx.AsyncClient(base_url=srv.url, timeout=20) as http,
+        client_py.connect(srv.url) as client,
+    ):
+        await client.create("fan", [{"role": "user", "content": "first"}])
+        url = "/v1/stream/transcripts/fan"
+        fanout = srv.app.state.streams.fanout
+        seen: list[list[int]] = [[] for _ in range(readers + 1)]
+
+        async def read(i: int, last: int) -> None:
+            params = {"offset": "-1", "live": "sse"}
+            async with http.stream("GET", url, params=params) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("data:["):
+                        seen[i] += [event["revision"] for event in json.loads(line[5:])]
+                        if seen[i][-1] >= last:
+                            return
+
+        tasks = [asyncio.create_task(read(i, 1 + appends)) for i in range(readers)]
+        await until(lambda: fanout.count("/v1/stream/transcripts/fan") == readers, timeout=20)
+        encoded, raw, queued = fanout.encoded_count, fanout.raw_count, fanout.queued_count
+
+        def reached(revision: int) -> bool:
+            return all(s[-1:] == [revision] for s in seen[:readers])
+
+        for n in range(appends):
+            await client.append("fan", [{"role": "user", "content": str(n)}])
+            await until(functools.partial(reached, n + 2), timeout=20)
+        async with asyncio.timeout(20):
+            await asyncio.gather(*tasks)
+        assert seen[:readers] == [list(range(1, appends + 2))] * readers
+        # One data event per change, whatever the number of readers.
+        assert fanout.encoded_count - encoded == appends
+        assert fanout.raw_count - raw > 0
+        assert fanout.raw_count - raw + fanout.queued_count - queued == appends * readers
+        # A late reader: the history first, then the next change as it comes.
+        late = asyncio.create_task(read(readers, 2 + appends))
+        await until(lambda: seen[readers][-1:] == [1 + appends], timeout=20)
+        await client.append("fan", [{"role": "user", "content": "last"}])
+        async with asyncio.timeout(20):
+            await late
+        assert seen[readers] == list(range(1, appends + 3))

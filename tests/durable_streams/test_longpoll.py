@@ -207,6 +207,7 @@ async def test_transcript_readers_of_one_revision_share_one_encoded_page() -> No
         head = await http.head(url)
         tail = head.headers["stream-next-offset"]
         built, shared = PAGES.built, PAGES.shared
+        answered = FAST.answered
         reads = [
             asyncio.create_task(http.get(url, params={"offset": tail, "live": "long-poll"}))
             for _ in range(READERS)
@@ -223,3 +224,7 @@ async def test_transcript_readers_of_one_revision_share_one_encoded_page() -> No
         # One page before the append, one after: each encoded once.
         assert PAGES.built - built == 2
         assert PAGES.shared - shared == 2 * READERS - 2
+        # Answered in front of the app, as a generic stream's long-poll.
+        assert FAST.answered - answered == READERS
+        assert answers[0].headers["stream-cursor"] and answers[0].headers["etag"]
+        assert answers[0].headers["x-content-type-options"] == "nosniff"
