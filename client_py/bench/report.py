@@ -225,7 +225,12 @@ def markdown(result: dict[str, Any]) -> str:
             f"of a {w['baseline_messages']}-message transcript; {w['size']} B messages."
         )
     if w.get("ceiling"):
-        shape += " Ceiling mode: precomputed appends, subscribers count frames only" + (
+        reads = (
+            "subscribers count frames only"
+            if w.get("live", "ws") == "ws"
+            else f"{w['live']} readers of /v1/stream/transcripts/{{id}} count revisions"
+        )
+        shape += f" Ceiling mode: precomputed appends, {reads}" + (
             f"; about {w['latency_sample']} of them time every delivery."
             if w.get("latency_sample")
             else "."
