@@ -72,6 +72,7 @@ __all__ = [
     "StreamSettings",
     "fast_long_poll",
     "long_poll",
+    "long_poll_query",
     "parse_query",
     "routes",
 ]
@@ -690,12 +691,10 @@ async def fast_long_poll(state: Any, scope: Scope) -> Reply | Response | None:
     name: str = scope["path"][len(PREFIX) :]
     if not 0 < len(name) <= MAX_PATH or _CONTROL.search(name):
         return None
-    try:
-        offset, live, cursor = query_params(parse_query(scope["query_string"]))
-    except StreamError:
+    query = long_poll_query(scope)
+    if query is None:
         return None
-    if live != "long-poll" or offset is None:
-        return None
+    offset, _, cursor = query
     if offset not in ("-1", "now") and not valid_offset(offset):
         return None
     registry: StreamRegistry = state.streams
@@ -710,6 +709,24 @@ async def fast_long_poll(state: Any, scope: Scope) -> Reply | Response | None:
         return refusal_answer(error)
     except Refused as refused:
         return problem_of(refused)
+
+
+class LongPollQuery(NamedTuple):
+    offset: str
+    live: str
+    cursor: str | None
+
+
+def long_poll_query(scope: Scope) -> LongPollQuery | None:
+    """The query of a long-poll read as ``read_params`` reads it; ``None``
+    for anything else, or anything it refuses (the app answers those)."""
+    try:
+        offset, live, cursor = query_params(parse_query(scope["query_string"]))
+    except StreamError:
+        return None
+    if live != "long-poll" or offset is None:
+        return None
+    return LongPollQuery(offset, live, cursor)
 
 
 def parse_query(raw: bytes) -> QueryParams:

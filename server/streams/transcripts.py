@@ -61,10 +61,9 @@ from server.streams.http import (
     Prepared,
     StreamSettings,
     control_event,
-    parse_query,
+    long_poll_query,
     preflight_answer,
     problem_of,
-    query_params,
     read_params,
     refusal_answer,
     response_cursor,
@@ -144,12 +143,21 @@ async def _read_only(
         if request.method not in ("GET", "HEAD"):
             return refusal_answer(StreamError(405, read_only, {"allow": "GET, HEAD, OPTIONS"}))
         return await read()
-    except StreamError as error:
-        return refusal_answer(error)
-    except Exception as exc:  # the transcript API's errors, as its problem documents
-        if failure_for(exc) is None:
+    except Exception as exc:
+        refusal = _refusal(exc)
+        if refusal is None:
             raise
-        return problem_of(exc)
+        return refusal
+
+
+def _refusal(exc: Exception) -> Response | None:
+    """A ``StreamError``, or an error of the transcript API, as its problem
+    document; ``None`` for anything else."""
+    if isinstance(exc, StreamError):
+        return refusal_answer(exc)
+    if failure_for(exc) is None:
+        return None
+    return problem_of(exc)
 
 
 async def _read(request: Request, transcript_id: str) -> Response:
@@ -242,20 +250,18 @@ async def fast_long_poll(state: Any, scope: Scope) -> Reply | Response | None:
     transcript_id: str = scope["path"][len(TRANSCRIPTS) :]
     if not _ID.fullmatch(transcript_id):
         return None
-    try:
-        offset, live, cursor = query_params(parse_query(scope["query_string"]))
-    except StreamError:
-        return None
-    if live != "long-poll" or offset is None:
+    query = long_poll_query(scope)
+    if query is None:
         return None
     try:
-        return await long_poll(state.hub, state.stream_settings, transcript_id, offset, cursor)
-    except StreamError as error:
-        return refusal_answer(error)
-    except Exception as exc:  # the transcript API's errors, as its problem documents
-        if failure_for(exc) is None:
+        return await long_poll(
+            state.hub, state.stream_settings, transcript_id, query.offset, query.cursor
+        )
+    except Exception as exc:
+        refusal = _refusal(exc)
+        if refusal is None:
             raise
-        return problem_of(exc)
+        return refusal
 
 
 async def _events(hub: Hub, transcript_id: str, after: int, limit: int) -> list[TranscriptEvent]:
