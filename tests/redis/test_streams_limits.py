@@ -8,9 +8,10 @@ import uuid
 
 import pytest
 
+from server.store.open import backend_of
 from server.store.redis import RedisStore
 from server.streams.fanout import Follower
-from server.streams.open import registry_for_store
+from server.streams.open import stream_port
 from server.streams.registry import SWEEP_EVERY_S, Limits, StreamRegistry
 from server.streams.shared import IDLE_COPY_S, SharedPort
 from tests.support.redis_server import RedisServer
@@ -34,7 +35,7 @@ async def test_reads_keep_a_replica_within_its_limits(shared_redis: RedisServer)
     for store in stores:
         await store.open()
     limits = Limits(max_streams=5, max_bytes=6 * len(BLOB))
-    one, two = (registry_for_store(store, limits) for store in stores)
+    one, two = (StreamRegistry(limits, port=stream_port(backend_of(store))) for store in stores)
     try:
         for index in range(5):
             await _create(one, f"/a{index}", BLOB)
@@ -75,7 +76,7 @@ async def test_a_copy_idle_past_idle_copy_s_is_dropped_and_read_again(
     store = RedisStore(url)
     await store.open()
     now = [1_000_000.0]
-    registry = registry_for_store(store, Limits(), clock=lambda: now[0])
+    registry = StreamRegistry(Limits(), lambda: now[0], port=stream_port(backend_of(store)))
     port = registry.port
     assert isinstance(port, SharedPort)
     try:
