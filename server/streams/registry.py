@@ -37,7 +37,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeVar, cast
+from typing import Final, NamedTuple, TypeVar, cast
 
 from server.streams.fanout import Fanout
 from server.streams.log import StreamLog
@@ -94,6 +94,27 @@ class StreamAppend:
     producer: ProducerOutcome | None = None
     closed_now: bool = False
     refused_closed: bool = False
+
+
+class _Sent(NamedTuple):
+    """What an append sends: its body and the headers that describe it."""
+
+    body: bytes
+    content_type: str | None
+    stream_seq: str | None
+    values: tuple[str, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """What a create asks for that a fork may fill in from its source."""
+
+    content_type: str | None
+    ttl_s: int | None
+    expires_at: str | None
+    expires_at_ts: float | None
+    fork_offset: str | None
+    values: tuple[str, ...] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,24 +413,22 @@ class StreamRegistry:
         """The stream at ``path``, made now (``True``) or already there with
         this configuration (``False``); ``StreamError`` 409 for another one.
         ``values``: a JSON body's values, parsed already (off the loop)."""
-        args = (content_type, ttl_s, expires_at, expires_at_ts, body, closed)
-        fork = (forked_from, fork_offset, fork_sub_offset)
-        return await self._decided(lambda _: self._create(path, *args, *fork, values))
+        asked = _Asked(content_type, ttl_s, expires_at, expires_at_ts, fork_offset, values)
+        new = (path, body, closed, forked_from, fork_sub_offset, asked)
+        return await self._decided(lambda _: self._create(*new))
 
     async def _create(
         self,
         path: str,
-        content_type: str | None,
-        ttl_s: int | None,
-        expires_at: str | None,
-        expires_at_ts: float | None,
         body: bytes,
         closed: bool,
         forked_from: str | None,
-        fork_offset: str | None,
         fork_sub_offset: int,
-        values: tuple[str, ...] | None = None,
+        asked: _Asked,
     ) -> tuple[Stream, bool]:
+        # Each attempt starts from what was asked (a fork fills in the rest).
+        content_type, ttl_s, expires_at = asked.content_type, asked.ttl_s, asked.expires_at
+        expires_at_ts, fork_offset = asked.expires_at_ts, asked.fork_offset
         await self._load(path)
         if forked_from is not None:
             await self._load(forked_from)
@@ -497,7 +516,7 @@ class StreamRegistry:
             stream.fork_sub_offset = fork_sub_offset
         if body:
             message = stream.encode(
-                body, create=True, values=values, max_values=self.limits.max_append_values
+                body, create=True, values=asked.values, max_values=self.limits.max_append_values
             )
             if message is not None:
                 self._check_room(path, message.held)
@@ -585,24 +604,20 @@ class StreamRegistry:
     ) -> StreamAppend:
         """Append ``body`` (``values``: a JSON body's values, parsed already
         off the loop), or close, or both."""
+        sent = _Sent(body, content_type, stream_seq, values)
         return await self._optimistic(
-            path,
-            lambda trust: self._append(
-                path, body, content_type, stream_seq, producer, close, values, trust
-            ),
+            path, lambda trust: self._append(path, sent, producer, close, trust)
         )
 
     async def _append(
         self,
         path: str,
-        body: bytes,
-        content_type: str | None,
-        stream_seq: str | None,
+        sent: _Sent,
         producer: tuple[str, int, int] | None,
         close: bool,
-        values: tuple[str, ...] | None = None,
-        trust: Trust | None = None,
+        trust: Trust | None,
     ) -> StreamAppend:
+        body, content_type, stream_seq, values = sent
         self._check_producer_id(producer)
         stream = await self._live(path, trust)
         now = self.clock()

@@ -45,19 +45,8 @@ import logging
 from typing import Any, Final
 
 from server.store.redis.streams import RedisStreams
+from server.streams import port
 from server.streams.model import Stream, StreamError, Update
-from server.streams.port import (
-    Apply,
-    Change,
-    Copies,
-    Create,
-    Detach,
-    SoftDelete,
-    Stale,
-    Touch,
-    Trust,
-    Unfork,
-)
 from server.tasks import cancel_and_wait
 
 __all__ = ["SharedPort"]
@@ -86,7 +75,7 @@ class SharedPort:
         self.store = store
         self.where = store.where
         self.resync_s = resync_s
-        self._copies: Copies | None = None
+        self._copies: port.Copies | None = None
         #: Notices received per path held or being read.
         self._noticed: dict[str, int] = {}
         #: Per path held: (subscriptions, notices) when its last read began;
@@ -104,11 +93,11 @@ class SharedPort:
         self.reads = 0
 
     @property
-    def copies(self) -> Copies:
+    def copies(self) -> port.Copies:
         assert self._copies is not None, "the port serves no registry yet"
         return self._copies
 
-    def bind(self, copies: Copies) -> tuple[int, int]:
+    def bind(self, copies: port.Copies) -> tuple[int, int]:
         """The copies are the registry's; the store's streams are counted
         only as this replica copies them (its limits bound its copy)."""
         self._copies = copies
@@ -132,7 +121,7 @@ class SharedPort:
 
     # --- bringing the copy up to date -----------------------------------------------
 
-    async def load(self, path: str, trust: Trust | None) -> None:
+    async def load(self, path: str, trust: port.Trust | None) -> None:
         if trust is not None and trust.if_current:
             await self._until_current(path)
             return
@@ -274,34 +263,34 @@ class SharedPort:
 
     # --- writes -------------------------------------------------------------------------
 
-    async def write(self, change: Change, trust: Trust | None) -> bool:
+    async def write(self, change: port.Change, trust: port.Trust | None) -> bool:
         match change:
-            case Create(stream, source):
+            case port.Create(stream, source):
                 if not await self.store.create(stream, source):
-                    raise Stale
+                    raise port.Stale
                 if stream.path in self.copies.streams:  # a read found it first: replaced
                     self._forget(stream.path)
-            case Apply(stream, update):
+            case port.Apply(stream, update):
                 return await self._apply(stream, update, trust)
-            case SoftDelete(stream):
+            case port.SoftDelete(stream):
                 state = self.store.state(stream, soft_deleted=True)
                 await self._cas(
                     stream, trust, state=state, last_access=stream.last_access, soft=True
                 )
-            case Touch(stream, now):
+            case port.Touch(stream, now):
                 await self.store.touch(stream, now)
-            case Unfork(source, fork_path):
+            case port.Unfork(source, fork_path):
                 await self.store.unfork(source.path, fork_path)
-            case Detach(fork, source, inherited):
+            case port.Detach(fork, source, inherited):
                 size = fork.size + sum(len(m.data) for m in inherited)
                 new_gen = await self.store.detach(fork, size, inherited)
                 if new_gen is None:
-                    raise Stale
+                    raise port.Stale
                 fork.gen, fork.version = new_gen, fork.version + 1
                 await self.store.unfork(source.path, fork.path)
         return True
 
-    async def _cas(self, stream: Stream, trust: Trust | None, **change: Any) -> bool:
+    async def _cas(self, stream: Stream, trust: port.Trust | None, **change: Any) -> bool:
         """Write one change of ``stream`` (``RedisStreams.update``'s
         arguments) if its copy is current (``Stale`` otherwise); ``True`` if
         the copy is still to be changed."""
@@ -310,7 +299,7 @@ class SharedPort:
         if not written:
             if trust is not None:
                 trust.stale = True  # decided again on a fresh copy
-            raise Stale
+            raise port.Stale
         if trust is not None:
             trust.wrote = True
         if self.copies.streams.get(stream.path) is not stream or stream.version != expected:
@@ -318,7 +307,7 @@ class SharedPort:
         stream.version = expected + 1
         return True
 
-    async def _apply(self, stream: Stream, update: Update, trust: Trust | None) -> bool:
+    async def _apply(self, stream: Stream, update: Update, trust: port.Trust | None) -> bool:
         size = stream.size + (update.message.held if update.message else 0)
         state = self.store.state(
             stream,
@@ -359,7 +348,7 @@ class SharedPort:
             if removed == -1:  # a fork came meanwhile
                 if expired or stream.path != path:
                     return
-                raise Stale
+                raise port.Stale
             self._forget(stream.path)
             if removed == 0 or stream.forked_from is None:
                 return  # another replica removed it (and did what follows)
