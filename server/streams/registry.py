@@ -238,28 +238,42 @@ class StreamRegistry:
                 self._copy_bytes += stream.held
                 self.loads += 1
             current = stream.forked_from
-        if self._copy_bytes > self.limits.max_live_bytes and not self._letting_go:
-            self._letting_go = True
-            try:
-                asyncio.get_running_loop().call_soon(self._let_go)
-            except RuntimeError:  # no loop (a script): at once
-                self._let_go()
+        self._let_go_soon()
+
+    def _let_go_soon(self) -> None:
+        """Past ``max_live_bytes``, let copies go once this step of the event
+        loop is over (``_let_go``); only copies the store keeps anyway (a
+        durable log, a shared store): the memory store's are the streams."""
+        if self._copy_bytes <= self.limits.max_live_bytes or self._letting_go:
+            return
+        if not (self._lazy or self.port.shared):
+            return
+        self._letting_go = True
+        try:
+            asyncio.get_running_loop().call_soon(self._let_go)
+        except RuntimeError:  # no loop (a script): at once
+            self._let_go()
 
     def _let_go(self) -> None:
         """Let the least recently used copies go until they hold at most
-        ``max_live_bytes``: not those readers wait on or follow, nor the
-        sources of a fork held (the log keeps them all)."""
+        ``max_live_bytes``: not those readers wait on or follow, nor those a
+        read is bringing up to date, nor the sources of a fork held (the
+        store keeps them all). A shared store's limits count the copies:
+        those let go no longer count."""
         self._letting_go = False
         sources = {s.forked_from for s in self._streams.values() if s.forked_from}
         idle = sorted(
             (stream.last_access, path)
             for path, stream in self._streams.items()
-            if path not in sources and not self.watched(path)
+            if path not in sources and not self.watched(path) and not self.pinned(path)
         )
         for _, path in idle:
             if self._copy_bytes <= self.limits.max_live_bytes:
                 return
-            self._copy_bytes -= self._streams.pop(path).held
+            held = self._streams.pop(path).held
+            self._copy_bytes -= held
+            if not self._lazy:
+                self._bytes -= held
             self.evicted += 1
 
     def watched(self, path: str) -> bool:
@@ -303,8 +317,9 @@ class StreamRegistry:
 
     def make_room(self, keep: str) -> None:
         """A copy was added (``keep``): on a shared store, let others go if
-        the copies are past the limits."""
+        the copies are past the limits or ``max_live_bytes``."""
         self._make_room(keep, 0, 0)
+        self._let_go_soon()
 
     def _make_room(self, keep: str, streams: int, size: int) -> None:
         """On a shared store the limits (``max_streams``, ``max_stream_bytes``)
@@ -529,6 +544,7 @@ class StreamRegistry:
         self.grow(stream.held)
         if self._lazy:
             self._count += 1
+        self._let_go_soon()
         return stream, True
 
     def _sub_offset_prefix(self, source: Stream, offset: str, sub: int) -> StreamMessage:

@@ -29,12 +29,13 @@ the store's ``StoreLink`` as its drafts and presence parts are); this
 module keeps the copies, and reads and changes them only through the
 registry's ``server.streams.port.Copies`` face.
 
-The limits (``max_streams``, ``max_stream_bytes``) count what this replica
-holds in its copy: the streams it was asked about, each dropped once unused
-for ``IDLE_COPY_S`` (Redis keeps it). A read or a create that would take the
-copy past them first drops the least recently used copies nobody here reads
-or waits on (``make_room``): reads on one replica cannot make it hold more
-than its limits allow, only what its live readers and forks need.
+Streams are read on demand: nothing is loaded at startup. Which copies to
+keep is the registry's policy, not the port's: as on a durable log, copies
+past ``max_live_bytes`` are let go (the least recently used that nobody
+here reads, waits on or forks; Redis keeps them), and the limits
+(``max_streams``, ``max_stream_bytes``), which count what this replica holds
+in its copy, first drop the least recently used idle copies to make room: a
+read of one replica cannot make it hold more than its limits allow.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Final
+from typing import Any
 
 from server.store.redis.streams import RedisStreams
 from server.streams import port
@@ -52,10 +53,6 @@ from server.tasks import cancel_and_wait
 __all__ = ["SharedPort"]
 
 log = logging.getLogger("tsync.streams")
-
-#: A copy of a stream that no request of this replica used for this long
-#: (seconds) and no reader waits on is dropped (read again when asked for).
-IDLE_COPY_S: Final = 300.0
 
 
 class SharedPort:
@@ -243,13 +240,14 @@ class SharedPort:
         stream.refs = forks
 
     async def sweep(self, now: float) -> None:
-        # Copies nobody here read or waited on for a while: the store has them.
+        # The registry lets copies go (past ``max_live_bytes`` or its limits):
+        # their marks go too, and the next read of one starts afresh.
         copies = self.copies
-        for path, stream in list(copies.streams.items()):
-            if copies.watched(path):
-                continue
-            if now - stream.last_access > IDLE_COPY_S:
-                self._forget(path)
+        for path in [p for p in self._synced if p not in copies.streams]:
+            del self._synced[path]
+        for path in [p for p in self._noticed if p not in copies.streams]:
+            if not copies.pinned(path):
+                del self._noticed[path]
 
     def _forget(self, path: str) -> None:
         """Drop the copy of a stream that is gone (or another incarnation)."""
