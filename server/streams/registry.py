@@ -15,14 +15,18 @@ written through the port (``LogPort``: nothing for the memory store, the
 SQLite file of the SQLite store; ``server.streams.shared.SharedPort``: a
 shared store, Redis), and only then made in memory and answered: a change
 the store cannot write is refused (503) and leaves the stream as it was, and
-a change answered is in the store. A durable store holds every stream and
+a change answered is in the store. The port is only the store's verbs
+(``load``, ``forks``, ``write`` of one change record, ``remove``, ``sweep``);
+every policy over the copies is here. A durable store holds every stream and
 the registry copies of those asked about, read on demand and let go past
-``max_live_bytes`` (``hold``): ``attach`` only counts them. On a shared
-store the port brings the copy of a stream up to date before a request is
-decided (``sync``) and writes with a check that the copy was current: a
-write that finds it stale raises ``Stale``, and the request is decided again
-(``_decided``); an append or close is first decided on the copy as it is,
-passed to the port as a ``Trust`` (``_optimistic``).
+``max_live_bytes`` (``hold``, ``_let_go``): ``attach`` only counts them; a
+shared store's copies are let go the same way, and make room within the
+limits, which count them (``_make_room``). Before a request is decided the
+port brings the copy of its stream up to date (``load``); it writes with a
+check that the copy was current: a write that finds it stale raises
+``Stale``, and the request is decided again (``_decided``); an append or
+close is first decided on the copy as it is, passed to the port as a
+``Trust`` (``_optimistic``).
 
 Why one module of over 600 lines: the registry decides every request of the
 protocol (create, append with its producer rules, read, close, fork, expiry,
@@ -180,8 +184,12 @@ class StreamRegistry:
         if self.port.shared and not given.shared:
             given.close()  # the streams of a shared store are in the store
             given = self.port
-        self._read = None
-        count, held = given.bind(self)
+        previous, self._read = self._read, None
+        try:
+            count, held = given.bind(self)
+        except BaseException:
+            self._read = previous
+            raise
         self._streams = {}
         self._lazy = self._read is not None
         self._count, self._bytes, self._copy_bytes = count, held, 0

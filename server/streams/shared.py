@@ -131,7 +131,7 @@ class SharedPort:
         (the readers woken by one read share it: none reads again on its
         own), or until no notice came during a read (the safety net reads
         it again)."""
-        while not self.current(path):
+        while not self._current(path):
             seen = self._noticed.get(path, 0)
             await self._sync(path)
             if not self._listening or self._noticed.get(path, 0) == seen:
@@ -175,7 +175,7 @@ class SharedPort:
             self._synced[path] = mark
         return changed
 
-    def current(self, path: str) -> bool:
+    def _current(self, path: str) -> bool:
         """Whether the copy holds every change announced so far: read since
         the last notice of it, and the notices subscribed all along since."""
         mark = (self.subscribed, self._noticed.get(path, 0))
