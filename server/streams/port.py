@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from server.streams.fanout import MAX_TOTAL_QUEUED_BYTES
 from server.streams.log import NoLog, StreamLog
@@ -103,49 +103,44 @@ class Trust:
 
 
 # --- the changes a port writes ---------------------------------------------------------
+# Named tuples: immutable, and cheap to make (one per append).
 
 
-@dataclass(frozen=True, slots=True)
-class Create:
+class Create(NamedTuple):
     """A new stream (a fork of ``source``: first counted among its forks)."""
 
     stream: Stream
     source: Stream | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Apply:
+class Apply(NamedTuple):
     """An accepted append or close of ``stream`` (``Update``)."""
 
     stream: Stream
     update: Update
 
 
-@dataclass(frozen=True, slots=True)
-class SoftDelete:
+class SoftDelete(NamedTuple):
     """``stream`` deleted while forks still read through it."""
 
     stream: Stream
 
 
-@dataclass(frozen=True, slots=True)
-class Touch:
+class Touch(NamedTuple):
     """A read moved ``stream``'s sliding TTL along to ``now``."""
 
     stream: Stream
     now: float
 
 
-@dataclass(frozen=True, slots=True)
-class Unfork:
+class Unfork(NamedTuple):
     """``fork_path`` reads through ``source`` no more (gone, or detached)."""
 
     source: Stream
     fork_path: str
 
 
-@dataclass(frozen=True, slots=True)
-class Detach:
+class Detach(NamedTuple):
     """``fork`` holds ``inherited`` (what it read through ``source``) itself."""
 
     fork: Stream
@@ -275,6 +270,7 @@ class LogPort:
             open_log = NoLog
         self._open: Callable[[], StreamLog] = open_log if callable(open_log) else lambda: open_log
         self._log: StreamLog | None = None
+        self._durable = False
         self._copies: Copies | None = None
 
     @property
@@ -292,6 +288,7 @@ class LogPort:
             log.close()
             raise
         self._copies = copies
+        self._durable = log.durable
         if log.durable:
             copies.read_from(log.load_one)
         return totals
@@ -315,7 +312,7 @@ class LogPort:
     # suspends: every operation of the registry stays one step of the loop.
 
     async def load(self, path: str, trust: Trust | None) -> None:
-        if self.log.durable:
+        if self._durable:
             self.copies.hold(path)
 
     async def forks(self, stream: Stream) -> list[str]:
@@ -324,12 +321,14 @@ class LogPort:
         return [p for p, s in self.copies.streams.items() if s.forked_from == stream.path]
 
     async def write(self, change: Change, trust: Trust | None) -> bool:
-        log = self.log
+        log = self._log
+        assert log is not None, "the port is not bound yet"
+        if type(change) is Apply:  # every append and close: no pattern to match
+            log.update(change.stream.path, change.update)
+            return True
         match change:
             case Create(stream):
                 log.create(stream)
-            case Apply(stream, update):
-                log.update(stream.path, update)
             case SoftDelete(stream):
                 log.soft_delete(stream.path)
             case Touch(stream, now):

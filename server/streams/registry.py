@@ -41,7 +41,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, NamedTuple, TypeVar, cast
+from typing import Final, TypeVar, cast
 
 from server.streams.fanout import Fanout
 from server.streams.log import StreamLog
@@ -100,13 +100,9 @@ class StreamAppend:
     refused_closed: bool = False
 
 
-class _Sent(NamedTuple):
-    """What an append sends: its body and the headers that describe it."""
-
-    body: bytes
-    content_type: str | None
-    stream_seq: str | None
-    values: tuple[str, ...] | None
+#: What an append sends: its body, content type, ``Stream-Seq`` and (JSON)
+#: values; a plain tuple (one per append).
+_Sent = tuple[bytes, str | None, str | None, tuple[str, ...] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -628,7 +624,7 @@ class StreamRegistry:
     ) -> StreamAppend:
         """Append ``body`` (``values``: a JSON body's values, parsed already
         off the loop), or close, or both."""
-        sent = _Sent(body, content_type, stream_seq, values)
+        sent: _Sent = (body, content_type, stream_seq, values)
         return await self._optimistic(
             path, lambda trust: self._append(path, sent, producer, close, trust)
         )
