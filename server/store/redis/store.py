@@ -40,6 +40,7 @@ from server.store.base import (
     PRESENCE_MARK,
     AppendResult,
     Head,
+    NewTranscript,
     Notice,
     Receipt,
     Recheck,
@@ -58,7 +59,6 @@ from server.store.base import (
     TranscriptInfo,
     TranscriptNotFound,
     check_events_after_args,
-    check_first_event,
     check_list_args,
     check_range_args,
     digest_of_log,
@@ -276,15 +276,7 @@ class RedisStore:
 
     # --- writes ---------------------------------------------------------------------
 
-    async def create(
-        self,
-        transcript_id: str,
-        epoch: str,
-        created_at: int,
-        first: TranscriptEvent | None = None,
-        *,
-        idempotency_key: str | None = None,
-    ) -> None:
+    async def create(self, new: NewTranscript) -> None:
         """Create a transcript, with its first event if given.
 
         The id enters the ``list`` index first (a separate key that may live
@@ -292,20 +284,20 @@ class RedisStore:
         index entry whose transcript does not exist is skipped by ``list``.
         """
         client = self._client()
-        check_first_event(transcript_id, epoch, first)
+        tid, epoch = new.transcript_id, new.epoch
         # A retried create is recognised by its token (the script), not a key.
-        args = self._event_args(first, idempotency_key or "", internal=False)
-        args[9], args[10], args[11] = self.channel_of(transcript_id), transcript_id, epoch
+        args = self._event_args(new.first, new.idempotency_key or "", internal=False)
+        args[9], args[10], args[11] = self.channel_of(tid), tid, epoch
         token = uuid.uuid4().hex
         try:
-            await client.zadd(self._index, {transcript_id: 0})
+            await client.zadd(self._index, {tid: 0})
             answer = await self._create(
-                client, self._keys(transcript_id), [epoch, created_at, token, *args]
+                client, self._keys(tid), [epoch, new.created_at, token, *args]
             )
         except FAILURES as err:
             raise self._unavailable(err) from err
         if answer[0] == b"exists":
-            raise TranscriptExists(transcript_id)
+            raise TranscriptExists(tid)
 
     async def append(
         self, event: TranscriptEvent, *, idempotency_key: str | None = None
