@@ -176,25 +176,15 @@ class Drafts:
 
     # --- local writes -----------------------------------------------------------------
 
-    def write(
-        self,
-        draft_id: str,
-        *,
-        now: float,
-        role: str | None = None,
-        delta: str | None = None,
-        text: str | None = None,
-        cancel: bool = False,
-        writer: str | None = None,
-        chunks: list[dict[str, Any]] | None = None,
-    ) -> Written:
+    def write(self, op: wire.Draft, *, now: float, writer: str | None = None) -> Written:
         """Apply one ``draft`` op (at most one of ``delta``, ``text``,
-        ``chunks``, ``cancel``: ``wire.check_draft_op`` refused the others)
-        that the connection ``writer`` sent. Raises ``Refused`` and then
-        changes nothing."""
+        ``chunks``, ``cancel``: ``wire.check_draft_op`` refused the others;
+        a ``stop`` is ``stop``'s) that the connection ``writer`` sent. Raises
+        ``Refused`` and then changes nothing."""
+        draft_id, role, delta, text = op.draft_id, op.role, op.delta, op.text
         self._check_not_stopped(draft_id)
-        if chunks is not None:
-            return self._write_chunks(draft_id, chunks, now=now, role=role, writer=writer)
+        if op.chunks is not None:
+            return self._write_chunks(draft_id, op.chunks, now=now, role=role, writer=writer)
         draft = self.open.get(draft_id)
         if draft is not None and draft.ui is not None and (delta is not None or text is not None):
             raise Refused(
@@ -205,7 +195,7 @@ class Drafts:
         if draft is None:
             self._check_not_closed(draft_id)
             self._check_closed_room(draft_id)
-            if cancel:
+            if op.cancel:
                 # Never opened here (its first token may still be on the way):
                 # remember it, so that a late token opens no ghost draft.
                 self._check_budget(draft_id, CLOSED_DRAFT_COST, None, 0)
@@ -217,7 +207,7 @@ class Drafts:
             if delta is not None:
                 return Written(1, draft.appended(delta, size, now))
             return Written(1, draft.replaced(text or "", size, now))
-        if cancel:
+        if op.cancel:
             return Written(draft.n, self._close(draft, "cancelled", None, now))
         if delta is not None:
             size = self._check_size(draft_id, draft.size, delta)

@@ -557,6 +557,17 @@ class SharedStore(Store, Protocol):
 # --- checks every backend makes ---------------------------------------------------------
 
 
+async def append_alone(
+    store: Store, event: TranscriptEvent, idempotency_key: str | None
+) -> AppendResult:
+    """``Store.append`` as ``append_many`` of one item: for a backend whose
+    appends all go in runs (one transaction, one round trip)."""
+    (outcome,) = await store.append_many([(event, idempotency_key)])
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
 def position_of(event: TranscriptEvent) -> int | None:
     """The stored length an event was planned for: an append's ``start``, a
     segment start's ``end``; ``None`` for a View change (it depends on no

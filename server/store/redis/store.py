@@ -58,6 +58,7 @@ from server.store.base import (
     TranscriptExists,
     TranscriptInfo,
     TranscriptNotFound,
+    append_alone,
     check_events_after_args,
     check_list_args,
     check_range_args,
@@ -310,10 +311,7 @@ class RedisStore:
         own call's token and answers it as stored (not as a duplicate: for
         this caller it is the one append it asked for).
         """
-        (outcome,) = await self.append_many([(event, idempotency_key)])
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
+        return await append_alone(self, event, idempotency_key)
 
     async def append_many(
         self, items: Sequence[tuple[TranscriptEvent, str | None]]

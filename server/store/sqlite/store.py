@@ -27,6 +27,7 @@ from server.store.base import (
     StoredTranscript,
     StoreUnavailable,
     TranscriptInfo,
+    append_alone,
     check_events_after_args,
     check_idempotency_args,
     check_list_args,
@@ -357,10 +358,7 @@ class SQLiteStore:
     async def append(
         self, event: TranscriptEvent, *, idempotency_key: str | None = None
     ) -> AppendResult:
-        (outcome,) = await self.append_many([(event, idempotency_key)])
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
+        return await append_alone(self, event, idempotency_key)
 
     async def append_many(
         self, items: Sequence[tuple[TranscriptEvent, str | None]]
