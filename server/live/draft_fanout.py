@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from protocol import codes, wire
-from server.live.drafts import DraftBudget, Drafts
+from server.live.drafts import DraftBudget, DraftRules, Drafts
 from server.live.frames import EncodedDraft
 from server.live.live_transcript import LiveTranscript
 from server.live.outbound import OutboundQueue
@@ -59,6 +59,15 @@ class DraftFanOut:
         #: The bytes every transcript's drafts hold (``max_draft_bytes``,
         #: ``max_connection_draft_bytes``).
         self.budget = DraftBudget(config.max_draft_bytes, config.max_connection_draft_bytes)
+        #: What every transcript's drafts keep to.
+        self.rules = DraftRules(
+            max_open=config.max_drafts_per_transcript,
+            max_bytes=config.max_message_bytes,
+            ttl=config.draft_ttl_s,
+            coalesce=config.draft_coalesce_s,
+            max_closed=config.max_closed_drafts,
+            max_parts=config.max_draft_parts,
+        )
         #: The drafts of transcripts let go from memory while they had open
         #: or recently closed drafts, by id: taken back when the transcript
         #: is loaded again, expired by the sweeper meanwhile.
@@ -90,17 +99,7 @@ class DraftFanOut:
             return given
         if parked is not None:
             return parked
-        config = self.hub.config
-        return Drafts(
-            transcript_id,
-            max_open=config.max_drafts_per_transcript,
-            max_bytes=config.max_message_bytes,
-            ttl=config.draft_ttl_s,
-            coalesce=config.draft_coalesce_s,
-            max_closed=config.max_closed_drafts,
-            budget=self.budget,
-            max_parts=config.max_draft_parts,
-        )
+        return Drafts(transcript_id, self.rules, self.budget)
 
     def park(self, live: LiveTranscript) -> None:
         """``live`` is let go from memory: send what its drafts hold, and keep

@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 
 from protocol.wire import Draft, DraftFrame, ErrorFrame, Increment
-from server.live.drafts import Drafts
+from server.live.drafts import DraftRules, Drafts
 from server.live.frames import EncodedDraft
 from server.tuning import CONTROL_FRAME_SLACK
 from tests.server.live.test_outbound import FakeRaw, event, make_queue, sent_all
 
 
 def registry(tid: str = "t") -> Drafts:
-    return Drafts(tid, max_open=16, max_bytes=1 << 20, ttl=30.0, max_closed=100_000)
+    return Drafts(tid, DraftRules(max_open=16, max_bytes=1 << 20, ttl=30.0, max_closed=100_000))
 
 
 def delta(d: Drafts, draft_id: str, text: str) -> EncodedDraft:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from protocol import codes, wire
 from protocol.drafts import DraftCopy
 from server.errors import Refused
-from server.live.drafts import DraftBudget, Drafts, Written
+from server.live.drafts import DraftBudget, DraftRules, Drafts, Written
 from server.live.frames import EncodedDraft
 from server.tuning import CLOSED_DRAFT_COST, OPEN_DRAFT_COST, REMOTE_DRAFT_GRACE_S
 
@@ -26,8 +26,8 @@ def frame_of(update: EncodedDraft | None, seq: int = 1, binary: bool = False) ->
     return frame
 
 
-def drafts(**kw: Any) -> Drafts:
-    return Drafts("t", **{"max_open": 4, "max_bytes": 32, "ttl": 10.0, **kw})
+def drafts(budget: DraftBudget | None = None, **rules: Any) -> Drafts:
+    return Drafts("t", DraftRules(**{"max_open": 4, "max_bytes": 32, "ttl": 10.0, **rules}), budget)
 
 
 def write(d: Drafts, draft_id: str, *, now: float, writer: str | None = None, **op: Any) -> Written:
