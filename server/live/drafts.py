@@ -207,11 +207,10 @@ class Drafts:
             if not delta:
                 draft.updated = now
                 return Written(draft.n, None)
-            coalesce = self.rules.coalesce
-            if coalesce and (draft.held or now - draft.sent_at < coalesce):
-                first = not draft.held
+            waits = self._coalesced(draft, now)
+            if waits is not None:
                 draft.hold(delta, size, now)
-                return Written(draft.n, None, draft.sent_at + coalesce if first else None)
+                return waits
             return Written(draft.n + 1, draft.appended(delta, size, now))
         if text is not None:
             size = self._check_size(draft_id, 0, text)
@@ -282,12 +281,21 @@ class Drafts:
         if not chunks:
             draft.updated = now
             return Written(draft.n, None)
-        coalesce = self.rules.coalesce
-        if coalesce and (draft.held or now - draft.sent_at < coalesce):
-            first = not draft.held
+        waits = self._coalesced(draft, now)
+        if waits is not None:
             draft.hold_chunks(chunks, now)
-            return Written(draft.n, None, draft.sent_at + coalesce if first else None)
+            return waits
         return Written(draft.n + 1, draft.folded(chunks, now))
+
+    def _coalesced(self, draft: OpenDraft, now: float) -> Written | None:
+        """What holding a delta (or chunks) written now answers, ``None`` when
+        it goes out at once: it waits with the others held since the draft's
+        last update, to go out ``DraftRules.coalesce`` after that update (the
+        first one held says when). The caller then holds it."""
+        coalesce = self.rules.coalesce
+        if not coalesce or (not draft.held and now - draft.sent_at >= coalesce):
+            return None
+        return Written(draft.n, None, None if draft.held else draft.sent_at + coalesce)
 
     def _check_not_stopped(self, draft_id: str) -> None:
         draft = self.open.get(draft_id)
