@@ -200,11 +200,7 @@ class RedisStore:
         client = self.link.open()
         if isinstance(client, RedisCluster):
             self._shards = ShardChannels(
-                client,
-                channel_of=self.channel_of,
-                connect=self.link.node_client,
-                decode=self._decode_notice,
-                where=self.where,
+                client, self.link, channel_of=self.channel_of, decode=self._decode_notice
             )
 
     async def close(self) -> None:
