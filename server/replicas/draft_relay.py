@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Final
 
 from protocol import wire
 from server.store.base import RelayedDraft, SharedDrafts, StoredDraft, StoreError
-from server.tasks import cancel_and_wait
+from server.tasks import Background
 
 if TYPE_CHECKING:
     from server.live.hub import Hub
@@ -144,26 +144,27 @@ class DraftRelay:
         self._recover_wake = asyncio.Event()
         #: ``final``s waiting for their revision, by transcript and draft.
         self._parked: dict[str, dict[str, wire.DraftFrame]] = {}
-        self._tasks: list[asyncio.Task[None]] = []
+        self._background = Background()
 
     @property
     def ttl(self) -> float:
         return self.hub.config.draft_ttl_s
 
     async def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self._relay_loop(), name="drafts-relay"),
-            asyncio.create_task(self._recover_loop(), name="drafts-recover"),
-            asyncio.create_task(self._keepalive_loop(), name="drafts-keepalive"),
-        ]
+        self._background.run(
+            {
+                "drafts-relay": self._relay_loop(),
+                "drafts-recover": self._recover_loop(),
+                "drafts-keepalive": self._keepalive_loop(),
+            }
+        )
 
     async def stop(self) -> None:
         """Stop relaying, after what is pending went out (a commit's ``final``
         of the last moments, say), waiting at most ``STOP_FLUSH_S``."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), STOP_FLUSH_S)
-        await cancel_and_wait(self._tasks)
-        self._tasks = []
+        await self._background.stop()
 
     # --- out ----------------------------------------------------------------------
 
