@@ -60,6 +60,7 @@ from server.store.base import (
     TranscriptNotFound,
     append_alone,
     check_events_after_args,
+    check_idempotency_args,
     check_list_args,
     check_range_args,
     digest_of_log,
@@ -135,8 +136,7 @@ class RedisStore:
             options = parse_query(RedisOptions, query, url=url)
         elif query:
             raise ValueError(f"store URL {url!r}: give the options in the URL or as RedisOptions")
-        if idempotency_retention < 0:
-            raise ValueError("idempotency_retention must be >= 0")
+        check_idempotency_args(idempotency_retention, idempotency_ttl_s)
         self.options = options = validated(options)
         if not address.tls and any(
             getattr(options, name) is not None

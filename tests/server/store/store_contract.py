@@ -440,6 +440,13 @@ class StoreContract:
         finally:
             await store.close()
 
+    def test_idempotency_settings_are_checked(self, store_backend: StoreBackend) -> None:
+        """Every backend refuses the same settings (``check_idempotency_args``)."""
+        with pytest.raises(ValueError, match="idempotency_retention"):
+            store_backend.make(idempotency_retention=-1)
+        with pytest.raises(ValueError, match="idempotency_ttl_s"):
+            store_backend.make(idempotency_ttl_s=0)
+
     # --- events_after ---------------------------------------------------------------
 
     async def test_events_after(self, store: Store) -> None:

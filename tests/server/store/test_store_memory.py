@@ -26,11 +26,6 @@ class TestMemoryStore(StoreContract):
         return MemoryBackend()
 
 
-def test_negative_retention_is_refused() -> None:
-    with pytest.raises(ValueError):
-        MemoryStore(idempotency_retention=-1)
-
-
 class SharedMemoryBackend:
     persistent = False
 
