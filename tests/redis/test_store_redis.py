@@ -256,6 +256,7 @@ def test_url_options() -> None:
     assert (options.max_connections, options.retries, options.health_check_interval) == (3, 4, 10)
     assert options.pool_wait_s == 0.5 and store.idempotency_retention == 7
     assert store.where == "redis at h:7000"
+    assert (store.address.username, store.address.password, store.address.db) == (None, "pw", 3)
     assert store.channel == "x:changes"
     assert "prefix" not in store.url and store.url.startswith("redis://:pw@h:7000/3")
     assert isinstance(open_store("rediss://h:7000/0"), RedisStore)
@@ -263,6 +264,7 @@ def test_url_options() -> None:
         "redis://h/0?stream_maxlen=x",
         "redis://h/0?retries=-1",
         "redis://h/0?decode_responses=1",  # unknown options are refused, not passed on
+        "redis://h/zero",  # the database is a number
         "http://h/0",
     ):
         with pytest.raises(ValueError):
