@@ -171,8 +171,8 @@ class Drafts:
     def write(self, op: wire.Draft, *, now: float, writer: str | None = None) -> Written:
         """Apply one ``draft`` op (at most one of ``delta``, ``text``,
         ``chunks``, ``cancel``: ``wire.check_draft_op`` refused the others;
-        a ``stop`` is ``stop``'s) that the connection ``writer`` sent. Raises
-        ``Refused`` and then changes nothing."""
+        an op with ``stop`` goes to ``stop``, not here) that the connection
+        ``writer`` sent. Raises ``Refused`` and then changes nothing."""
         draft_id, role, delta, text = op.draft_id, op.role, op.delta, op.text
         self._check_not_stopped(draft_id)
         if op.chunks is not None:

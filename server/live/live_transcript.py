@@ -132,7 +132,8 @@ class LiveTranscript:
         self._reading = asyncio.Lock()
         #: The transcript's drafts (``server.live.drafts``): never part of it.
         if drafts is None:
-            drafts = Drafts(self.id, DraftRules(16, limits.max_message_bytes, ttl=30.0))
+            rules = DraftRules(max_open=16, max_bytes=limits.max_message_bytes, ttl=30.0)
+            drafts = Drafts(self.id, rules)
         self.drafts = drafts
         #: ``final`` frames of drafts committed by events not delivered yet,
         #: by revision: they leave right behind their increment.
