@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from protocol.types import (
@@ -70,38 +71,30 @@ from server.store.base import (
 log = logging.getLogger("tsync.appends")
 
 
+def _future() -> asyncio.Future[AppendResult]:
+    future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+    # The caller may be gone (cancelled): its error is then nobody's.
+    future.add_done_callback(_retrieve)
+    return future
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+@dataclass(slots=True, eq=False)
 class PendingAppend:
     """An append waiting for its commit; ``future`` gets its result.
     ``draft_id``: the draft it commits (closed when it succeeds)."""
 
-    __slots__ = (
-        "draft_id",
-        "expected_revision",
-        "future",
-        "key",
-        "messages",
-        "origin",
-        "transport",
-    )
-
-    def __init__(
-        self,
-        messages: tuple[Message, ...],
-        expected_revision: int | None,
-        key: str | None,
-        origin: Origin | None,
-        transport: str,
-        draft_id: str | None = None,
-    ) -> None:
-        self.messages = messages
-        self.expected_revision = expected_revision
-        self.key = key
-        self.origin = origin
-        self.transport = transport
-        self.draft_id = draft_id
-        self.future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        # The caller may be gone (cancelled): its error is then nobody's.
-        self.future.add_done_callback(_retrieve)
+    messages: tuple[Message, ...]
+    expected_revision: int | None
+    key: str | None
+    origin: Origin | None
+    transport: str
+    draft_id: str | None = None
+    future: asyncio.Future[AppendResult] = field(init=False, default_factory=_future)
 
     def succeed(self, result: AppendResult) -> None:
         if not self.future.done():
@@ -110,11 +103,6 @@ class PendingAppend:
     def fail(self, exc: BaseException) -> None:
         if not self.future.done():
             self.future.set_exception(exc)
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 class AppendRequest(Protocol):

@@ -20,6 +20,7 @@ from protocol.types import (
 )
 from server.store.base import (
     AppendResult,
+    NewTranscript,
     Receipt,
     RevisionMismatch,
     StoreError,
@@ -133,27 +134,25 @@ class Writer:
 
     # --- the writes (each inside ``commit``'s transaction) --------------------
 
-    def create(
-        self,
-        transcript_id: str,
-        epoch: str,
-        created_at: int,
-        first: TranscriptEvent | None,
-        key: str | None,
-        now: int,
-    ) -> None:
-        exists = self.conn.execute(
-            "SELECT 1 FROM transcripts WHERE id = ?", (transcript_id,)
-        ).fetchone()
-        if exists:
-            raise TranscriptExists(transcript_id)
+    def create(self, new: NewTranscript, now: int) -> None:
+        tid = new.transcript_id
+        if self.conn.execute("SELECT 1 FROM transcripts WHERE id = ?", (tid,)).fetchone():
+            raise TranscriptExists(tid)
         self.conn.execute(
             "INSERT INTO transcripts (id, epoch, created_at, updated_at, revision, length)"
             " VALUES (?, ?, ?, ?, 0, 0)",
-            (transcript_id, epoch, created_at, created_at),
+            (tid, new.epoch, new.created_at, new.created_at),
         )
-        if first is not None:
-            self._accept(first, 0, key, now, untitled=True, key_count=0, key_on_disk=False)
+        if new.first is not None:
+            self._accept(
+                new.first,
+                0,
+                new.idempotency_key,
+                now,
+                untitled=True,
+                key_count=0,
+                key_on_disk=False,
+            )
 
     def delete(self, transcript_id: str) -> bool:
         deleted = self.conn.execute(
