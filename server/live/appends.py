@@ -211,6 +211,14 @@ class AppendCommitter:
         try:
             future = submit([(event, pending.key)])
             waited = not future.done()
+            if not waited:
+                # The store answered at once (memory): deliver at the next
+                # turn of the loop, from a callback queued before the
+                # capture's wake-up (``_accepted`` below), so that the buffer
+                # is empty when that wake-up looks and the pump is not woken
+                # for nothing (it was, once per append, when this task
+                # delivered after its ``sleep(0)``: the wake-up came first).
+                asyncio.get_running_loop().call_soon(live.deliver_pending)
             while not future.done():
                 try:
                     await asyncio.shield(future)
@@ -236,13 +244,12 @@ class AppendCommitter:
         if not waited:
             # The store answered at once (memory): still give the loop a step,
             # as the queue did, or a caller appending in a loop would starve
-            # the writers that drain what it delivers; and deliver after it,
-            # so that what the other appends of this step applied leaves
-            # with it, as one message per subscriber (a burst from one
-            # writer, pipelined, is as many inline appends in one step).
-            # Still before the ack.
+            # the writers that drain what it delivers; the delivery queued
+            # above runs in that step, so that what the other appends of
+            # this step applied leaves with it, as one message per
+            # subscriber (a burst from one writer, pipelined, is as many
+            # inline appends in one step). Still before the ack.
             await asyncio.sleep(0)
-            live.deliver_pending()
         return await pending.future  # done, unless requeued
 
     async def _queue(self, live: LiveTranscript, pending: PendingAppend) -> AppendResult:
