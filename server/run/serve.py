@@ -6,11 +6,19 @@ shutdown (the app closes and flushes its store there). ``TsyncServer`` first
 lets the app drain (``TsyncApp.drain``: ``/readyz`` says 503, new WebSockets
 are refused, queued frames get a moment to leave, then each connection is
 closed with 1001), all of it within ``graceful_shutdown_s``.
+
+Once started, ``tsync serve``'s process's objects so far (the modules, classes and
+functions of every library imported, the app, the store: about 70,000 of
+them) are moved out of the garbage collector's reach (``gc.freeze``): a
+full collection then walks what the connections and transcripts hold, not
+them. In the chat-room benchmark one such collection took 54 ms, 7 % of the
+server CPU of a 16 s run; frozen, the next ones walk a tenth as many objects.
 """
 
 from __future__ import annotations
 
 import errno
+import gc
 import logging
 import os
 import socket
@@ -46,11 +54,17 @@ class TsyncServer(uvicorn.Server):
         #: Log "Uvicorn running on ..." for sockets passed in (uvicorn does
         #: only for the ones it binds itself): ``tsync serve`` binds its own.
         self.announce = False
+        #: Freeze what startup made out of the collector's reach (``tsync
+        #: serve``'s process only: in a test process it would keep every
+        #: test's objects alive then from cycle collection).
+        self.freeze_gc = False
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.announce and sockets and self.started:
             self._log_started_message(sockets)
+        if self.started and self.freeze_gc:
+            freeze_startup_objects()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         began = time.monotonic()
@@ -62,6 +76,14 @@ class TsyncServer(uvicorn.Server):
         left = self.grace_s - (time.monotonic() - began)
         self.config.timeout_graceful_shutdown = max(0.1, left - self.grace_s * CLOSE_SHARE)  # type: ignore[assignment]
         await super().shutdown(sockets)
+
+
+def freeze_startup_objects() -> None:
+    """Collect what startup left for the collector, then keep every object
+    alive now out of later collections (the module's docstring says why):
+    the modules, classes and functions loaded for good are never garbage."""
+    gc.collect()
+    gc.freeze()
 
 
 def _tsync_app(app: Any) -> TsyncApp | None:
@@ -251,6 +273,7 @@ def run(config: ServerConfig) -> int:
     with sock:
         server = server_for(config)
         server.announce = True
+        server.freeze_gc = True
         try:
             server.run(sockets=[sock])
         except SystemExit as exc:

@@ -87,6 +87,7 @@ def _worker(config: ServerConfig, sock: socket.socket, index: int) -> None:
     from server.run import serve
 
     server = serve.server_for(config)
+    server.freeze_gc = True  # a process of its own, as ``tsync serve``'s
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
