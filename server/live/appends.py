@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from protocol.types import (
     Message,
@@ -100,8 +100,6 @@ class PendingAppend:
         self.transport = transport
         self.draft_id = draft_id
         self.future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        # The caller may be gone (cancelled): its error is then nobody's.
-        self.future.add_done_callback(_retrieve)
 
     def succeed(self, result: AppendResult) -> None:
         if not self.future.done():
@@ -110,11 +108,11 @@ class PendingAppend:
     def fail(self, exc: BaseException) -> None:
         if not self.future.done():
             self.future.set_exception(exc)
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
+            # The caller may be gone (cancelled): its error is then nobody's
+            # and must not be logged as never retrieved. Marked here rather
+            # than by a done callback, which the loop would schedule (a
+            # handle and a callback) for every append, failed or not.
+            self.future.exception()
 
 
 class AppendRequest(Protocol):
