@@ -28,10 +28,11 @@ View changes. Pure: no I/O (``hashlib`` and ``rfc8785`` only).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 import rfc8785
@@ -69,6 +70,9 @@ _WIDE = re.compile("[\ue000-\uffff]")
 _encode_sorted = msgspec.json.Encoder(order="sorted").encode
 _sha256 = hashlib.sha256
 _to_builtins = msgspec.to_builtins
+_copy = copy.copy
+_S = TypeVar("_S", bound=msgspec.Struct)
+_force_setattr = msgspec.structs.force_setattr
 
 
 def genesis_digest(transcript_id: str) -> str:
@@ -230,12 +234,23 @@ def _messages_as_jcs(change: MessagesAppended) -> MessagesAppended | None:
         if fixes:
             if rebuilt is None:
                 rebuilt = list(change.messages[:i])
-            rebuilt.append(msgspec.structs.replace(message, **fixes))
+            rebuilt.append(_with_fields(message, fixes))
         elif rebuilt is not None:
             rebuilt.append(message)
     if rebuilt is None:
         return change
-    return msgspec.structs.replace(change, messages=tuple(rebuilt))
+    return _with_fields(change, {"messages": tuple(rebuilt)})
+
+
+def _with_fields(struct: _S, fields: dict[str, Any]) -> _S:
+    """A shallow copy of ``struct`` with ``fields`` set, made only to be
+    encoded here: unlike ``msgspec.structs.replace`` it skips
+    ``__post_init__``, which would freeze the ``Raw`` numbers' dict again
+    (a copy of the metadata per message per append)."""
+    copied = _copy(struct)
+    for name, value in fields.items():
+        _force_setattr(copied, name, value)
+    return copied
 
 
 def _jcs_numbers(value: Any) -> Any:

@@ -26,6 +26,7 @@ from typing import Any
 from protocol.types import Message
 from server.model.transcript import Transcript
 from server.store import SQLiteStore
+from server.store.base import NewTranscript
 
 
 async def main(count: int, keys: bool, transcripts: int, rate: float) -> None:
@@ -59,7 +60,7 @@ async def main(count: int, keys: bool, transcripts: int, rate: float) -> None:
         setattr(store, "_checkpointed", timed_checkpointed)  # noqa: B010 (a bound method)
     models = [Transcript(id=f"t{i}", epoch="e") for i in range(transcripts)]
     for model in models:
-        await store.create(model.id, "e", 0, None)
+        await store.create(NewTranscript(model.id, "e", 0))
     writer.commit = timed
     loop = asyncio.get_running_loop()
     start = loop.time()

@@ -26,10 +26,11 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support
 
+from server.store.open import backend_of
 from server.store.redis import RedisStore
 from server.store.sqlite.streams import SQLiteStreamLog
 from server.streams.log import StreamLog
-from server.streams.open import registry_for_store
+from server.streams.open import stream_port
 from server.streams.registry import Limits, StreamRegistry
 from tests.support.redis_server import RedisServer
 from tests.support.servers import ServerProcess
@@ -44,7 +45,7 @@ async def registry_rate(log: StreamLog | None, count: int, redis_url: str = "") 
     if redis_url:
         store = RedisStore(redis_url)
         await store.open()
-        registry = registry_for_store(store, Limits(max_bytes=1 << 40))
+        registry = StreamRegistry(Limits(max_bytes=1 << 40), port=stream_port(backend_of(store)))
     await registry.create(
         "/bench", content_type="text/plain", ttl_s=None, expires_at=None, expires_at_ts=None,
         body=b"", closed=False, forked_from=None, fork_offset=None, fork_sub_offset=0,

@@ -47,6 +47,7 @@ import websockets  # noqa: E402
 import client_py  # noqa: E402
 from protocol import wire  # noqa: E402
 from protocol.types import Message, MessagesAppended, TranscriptEvent  # noqa: E402
+from server.store.base import NewTranscript  # noqa: E402
 from server.store.sqlite import SQLiteStore  # noqa: E402
 
 BATCH = 1000
@@ -65,7 +66,7 @@ async def write(folder: Path, transcripts: dict[str, int]) -> None:
     try:
         for tid, length in transcripts.items():
             epoch = "e-" + tid
-            await store.create(tid, epoch, 0)
+            await store.create(NewTranscript(tid, epoch, 0))
             events = []
             for revision, start in enumerate(range(0, length, BATCH), 1):
                 batch = tuple(message(start + i) for i in range(min(BATCH, length - start)))

@@ -48,6 +48,8 @@ NonNegInt = Annotated[int, Meta(ge=0)]
 PosInt = Annotated[int, Meta(ge=1)]
 NonNegFloat = Annotated[float, Meta(ge=0)]
 PosFloat = Annotated[float, Meta(gt=0)]
+#: A share of a whole, strictly between 0 and 1.
+Share = Annotated[float, Meta(gt=0, lt=1)]
 #: A setting that is text when set: never empty.
 Text = Annotated[str, Meta(min_length=1)]
 
@@ -340,7 +342,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 1000
     http_unauthenticated_share: Annotated[
-        Annotated[float, Meta(gt=0, lt=1)],
+        Share,
         _d(
             "share of `max_http_connections` that connections which have not yet sent a "
             "complete request with valid credentials (waiting for their headers, or with only "
@@ -352,7 +354,7 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         ),
     ] = 0.25
     http_parked_share: Annotated[
-        Annotated[float, Meta(gt=0, lt=1)],
+        Share,
         _d(
             "share of `max_http_connections` that parked live reads (Durable Streams "
             "`live=long-poll` and `live=sse`) may hold together; one more is answered 503 "

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, Final
 
-__all__ = ["STOP_WAIT_S", "cancel_and_wait"]
+__all__ = ["STOP_WAIT_S", "Background", "cancel_and_wait"]
 
 log = logging.getLogger("tsync.tasks")
 
@@ -37,3 +37,34 @@ async def cancel_and_wait(
         log.warning(
             "task %s did not stop within %.0f s; going on without it", task.get_name(), timeout
         )
+
+
+class Background:
+    """The background tasks of a part that runs beside what it is attached
+    to (a relay beside the hub or the presence registry).
+
+    ``attached`` keeps the call that detaches the part, ``run`` starts its
+    tasks; ``stop`` detaches it first (nothing new reaches it), then stops
+    every task the one way (``cancel_and_wait``). Stopping a part that
+    never started, or twice, does nothing more.
+    """
+
+    def __init__(self) -> None:
+        self.tasks: list[asyncio.Task[None]] = []
+        self._detach: Callable[[], None] | None = None
+
+    def attached(self, detach: Callable[[], None]) -> None:
+        """``detach`` undoes the part's attach: ``stop`` calls it first."""
+        self._detach = detach
+
+    def run(self, tasks: Mapping[str, Coroutine[Any, Any, None]]) -> None:
+        """Run each coroutine as a task of that name."""
+        self.tasks = [asyncio.create_task(coro, name=name) for name, coro in tasks.items()]
+
+    async def stop(self) -> None:
+        """Detach the part, then cancel its tasks and wait for them."""
+        detach, self._detach = self._detach, None
+        if detach is not None:
+            detach()
+        tasks, self.tasks = self.tasks, []
+        await cancel_and_wait(tasks)

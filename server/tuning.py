@@ -107,10 +107,24 @@ MAX_CONCURRENT_LOADS: Final = 16
 #: What ``Retry-After`` says when the server holds as many transcripts as it may.
 LIVE_FULL_RETRY_AFTER_S: Final = 1
 
-# --- the backplane (server.replicas.backplane) ---------------------------------------------------
+# --- the backplane (server.replicas: backplane, draft_relay) -----------------------------------
 
 #: Live copies the backplane brings up to date at once (each one a store read).
 BACKPLANE_CONCURRENCY: Final = 32
+
+#: First delay before the draft relay tries again after Redis refused
+#: (doubles up to 1 s).
+DRAFT_RELAY_RETRY_S: Final = 0.05
+#: Seconds the draft relay's ``stop`` waits for what is pending to be relayed.
+DRAFT_RELAY_STOP_FLUSH_S: Final = 1.0
+#: Draft updates relayed in one round trip at most.
+DRAFT_RELAY_BATCH: Final = 512
+#: Draft updates waiting to be relayed past which each draft's whole text goes
+#: instead (Redis slow or away): what waits is then one entry per draft.
+DRAFT_RELAY_BACKLOG: Final = 10_000
+#: Draft updates of one transcript held while its drafts are read back; past
+#: it they are dropped and the drafts read again.
+DRAFT_RECOVERY_BUFFER: Final = 1024
 
 # --- presence (server.live.presence) ---------------------------------------------------
 
@@ -140,3 +154,16 @@ REMOTE_DRAFT_GRACE_S: Final = 2.0
 DRAFT_SWEEPS_PER_TTL: Final = 4
 MIN_DRAFT_SWEEP_S: Final = 0.02
 DRAFT_SWEEP_BATCH: Final = 500
+
+# --- the offload workers (server.web.offload) ----------------------------------------------
+
+#: Jobs a worker process runs before it is replaced by a fresh one.
+OFFLOAD_JOBS_PER_WORKER: Final = 50
+#: How much lower the workers' CPU priority is than the server's (``nice``).
+OFFLOAD_WORKER_NICENESS: Final = 10
+#: What ``Retry-After`` says when the offload queue is full.
+OFFLOAD_FULL_RETRY_AFTER_S: Final = 1
+#: Messages encoded in one piece by ``encode_messages`` between yields.
+ENCODE_CHUNK_MESSAGES: Final = 64
+#: The longest ``encode_messages`` holds the loop before it yields.
+ENCODE_SLICE_S: Final = 0.005

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from client_py.bench.workload import SCENARIOS
-from server.store.open import open_store
+from server.store.open import open_backend
 from server.store.sqlite.streams import STREAMS_FILE, SQLiteStreamLog
 from server.streams.log import NoLog
-from server.streams.open import log_for_store, registry_for_store
+from server.streams.open import stream_port
+from server.streams.port import LogPort
 from server.streams.registry import Limits, StreamRegistry
 from server.streams.shared import SharedPort
 
@@ -59,22 +60,23 @@ def test_the_readme_says_where_durable_streams_live() -> None:
 
 def test_streams_live_where_the_readme_says_for_each_store(tmp_path: Path) -> None:
     """A file beside the SQLite store's data, Redis's own registry on Redis,
-    the process's registry and no log on memory (constructors do no I/O: no
-    Redis is needed)."""
-    sqlite = open_store(f"sqlite:{tmp_path}")
-    log = log_for_store(sqlite)
+    the process's registry and no log on memory: each store opened with its
+    streams part (constructors do no I/O: no Redis is needed, and the
+    SQLite log is opened when the registry binds its port)."""
+    sqlite = stream_port(open_backend(f"sqlite:{tmp_path}"))
+    assert isinstance(sqlite, LogPort)
+    assert not (tmp_path / STREAMS_FILE).exists()
+    registry = StreamRegistry(Limits(), port=sqlite)
     try:
-        assert isinstance(log, SQLiteStreamLog)
+        assert isinstance(sqlite.log, SQLiteStreamLog)
         assert (tmp_path / STREAMS_FILE).is_file()
     finally:
-        log.close()
-    assert type(registry_for_store(sqlite, Limits())) is StreamRegistry
-    redis = open_store("redis://127.0.0.1:1/0")
-    assert isinstance(log_for_store(redis), NoLog)
-    assert isinstance(registry_for_store(redis, Limits()).port, SharedPort)
-    memory = open_store("memory")
-    assert isinstance(log_for_store(memory), NoLog)
-    assert type(registry_for_store(memory, Limits())) is StreamRegistry
+        registry.detach()
+    assert isinstance(stream_port(open_backend("redis://127.0.0.1:1/0")), SharedPort)
+    memory = stream_port(open_backend("memory"))
+    assert isinstance(memory, LogPort)
+    StreamRegistry(Limits(), port=memory)
+    assert isinstance(memory.log, NoLog)
 
 
 def test_the_readme_bench_synopsis_names_every_scenario() -> None:

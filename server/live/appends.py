@@ -43,7 +43,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Protocol
+from dataclasses import dataclass, field
+from typing import Final, Protocol
 
 from protocol.types import (
     Message,
@@ -70,38 +71,22 @@ from server.store.base import (
 log = logging.getLogger("tsync.appends")
 
 
+def _future() -> asyncio.Future[AppendResult]:
+    return asyncio.get_running_loop().create_future()
+
+
+@dataclass(slots=True, eq=False)
 class PendingAppend:
     """An append waiting for its commit; ``future`` gets its result.
     ``draft_id``: the draft it commits (closed when it succeeds)."""
 
-    __slots__ = (
-        "draft_id",
-        "expected_revision",
-        "future",
-        "key",
-        "messages",
-        "origin",
-        "transport",
-    )
-
-    def __init__(
-        self,
-        messages: tuple[Message, ...],
-        expected_revision: int | None,
-        key: str | None,
-        origin: Origin | None,
-        transport: str,
-        draft_id: str | None = None,
-    ) -> None:
-        self.messages = messages
-        self.expected_revision = expected_revision
-        self.key = key
-        self.origin = origin
-        self.transport = transport
-        self.draft_id = draft_id
-        self.future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        # The caller may be gone (cancelled): its error is then nobody's.
-        self.future.add_done_callback(_retrieve)
+    messages: tuple[Message, ...]
+    expected_revision: int | None
+    key: str | None
+    origin: Origin | None
+    transport: str
+    draft_id: str | None = None
+    future: asyncio.Future[AppendResult] = field(init=False, default_factory=_future)
 
     def succeed(self, result: AppendResult) -> None:
         if not self.future.done():
@@ -110,11 +95,11 @@ class PendingAppend:
     def fail(self, exc: BaseException) -> None:
         if not self.future.done():
             self.future.set_exception(exc)
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
+            # The caller may be gone (cancelled): its error is then nobody's
+            # and must not be logged as never retrieved. Marked here rather
+            # than by a done callback, which the loop would schedule (a
+            # handle and a callback) for every append, failed or not.
+            self.future.exception()
 
 
 class AppendRequest(Protocol):
@@ -211,6 +196,14 @@ class AppendCommitter:
         try:
             future = submit([(event, pending.key)])
             waited = not future.done()
+            if not waited:
+                # The store answered at once (memory): deliver at the next
+                # turn of the loop, from a callback queued before the
+                # capture's wake-up (``_accepted`` below), so that the buffer
+                # is empty when that wake-up looks and the pump is not woken
+                # for nothing (it was, once per append, when this task
+                # delivered after its ``sleep(0)``: the wake-up came first).
+                asyncio.get_running_loop().call_soon(live.deliver_pending)
             while not future.done():
                 try:
                     await asyncio.shield(future)
@@ -236,13 +229,12 @@ class AppendCommitter:
         if not waited:
             # The store answered at once (memory): still give the loop a step,
             # as the queue did, or a caller appending in a loop would starve
-            # the writers that drain what it delivers; and deliver after it,
-            # so that what the other appends of this step applied leaves
-            # with it, as one message per subscriber (a burst from one
-            # writer, pipelined, is as many inline appends in one step).
-            # Still before the ack.
+            # the writers that drain what it delivers; the delivery queued
+            # above runs in that step, so that what the other appends of
+            # this step applied leaves with it, as one message per
+            # subscriber (a burst from one writer, pipelined, is as many
+            # inline appends in one step). Still before the ack.
             await asyncio.sleep(0)
-            live.deliver_pending()
         return await pending.future  # done, unless requeued
 
     async def _queue(self, live: LiveTranscript, pending: PendingAppend) -> AppendResult:

@@ -138,8 +138,9 @@ class EncodedMessages:
             state.revision,
             binary=self.binary,
             head=head,
-            chunks=self.chunks,
+            chunks=tuple(self.chunks),
             tail=tail,
+            separator=b"" if self.binary else b",",
             source=self,
         )
 

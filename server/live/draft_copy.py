@@ -230,7 +230,7 @@ class OpenDraft:
         self._buffer: bytearray | None = None
         self._text: str | None = ""
         self._text_frame: EncodedDraft | None = None
-        #: Deltas written since, not numbered yet (``Drafts.coalesce``): in
+        #: Deltas written since, not numbered yet (``DraftRules.coalesce``): in
         #: ``size``, not in ``text``; UTF-8, and their bytes.
         self._held = bytearray()
         self._held_size = 0

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from protocol import codes, wire
-from server.live.drafts import DraftBudget, Drafts
+from server.live.drafts import DraftBudget, DraftRules, Drafts
 from server.live.frames import EncodedDraft
 from server.live.live_transcript import LiveTranscript
 from server.live.outbound import OutboundQueue
@@ -59,6 +59,15 @@ class DraftFanOut:
         #: The bytes every transcript's drafts hold (``max_draft_bytes``,
         #: ``max_connection_draft_bytes``).
         self.budget = DraftBudget(config.max_draft_bytes, config.max_connection_draft_bytes)
+        #: What every transcript's drafts keep to.
+        self.rules = DraftRules(
+            max_open=config.max_drafts_per_transcript,
+            max_bytes=config.max_message_bytes,
+            ttl=config.draft_ttl_s,
+            coalesce=config.draft_coalesce_s,
+            max_closed=config.max_closed_drafts,
+            max_parts=config.max_draft_parts,
+        )
         #: The drafts of transcripts let go from memory while they had open
         #: or recently closed drafts, by id: taken back when the transcript
         #: is loaded again, expired by the sweeper meanwhile.
@@ -90,17 +99,7 @@ class DraftFanOut:
             return given
         if parked is not None:
             return parked
-        config = self.hub.config
-        return Drafts(
-            transcript_id,
-            max_open=config.max_drafts_per_transcript,
-            max_bytes=config.max_message_bytes,
-            ttl=config.draft_ttl_s,
-            coalesce=config.draft_coalesce_s,
-            max_closed=config.max_closed_drafts,
-            budget=self.budget,
-            max_parts=config.max_draft_parts,
-        )
+        return Drafts(transcript_id, self.rules, self.budget)
 
     def park(self, live: LiveTranscript) -> None:
         """``live`` is let go from memory: send what its drafts hold, and keep
@@ -118,21 +117,11 @@ class DraftFanOut:
             parked.drop()
 
     async def write(
-        self,
-        transcript_id: str,
-        draft_id: str,
-        *,
-        role: str | None = None,
-        delta: str | None = None,
-        text: str | None = None,
-        cancel: bool = False,
-        flush: bool = False,
-        writer: str | None = None,
-        chunks: list[dict[str, Any]] | None = None,
+        self, op: wire.Draft, *, writer: str | None = None, flush: bool = False
     ) -> tuple[int, int]:
-        """Apply one ``draft`` op (open, ``delta``, ``text``, ``cancel`` or a
-        keep-alive); returns the transcript's revision and the draft's ``n``.
-        Its frame goes to every subscriber (encoded once) and to
+        """Apply one ``draft`` op (open, ``delta``, ``text``, ``chunks``,
+        ``cancel`` or a keep-alive); returns the transcript's revision and the
+        draft's ``n``. Its frame goes to every subscriber (encoded once) and to
         the ``publisher``; a delta that came soon after the draft's last
         update waits up to ``draft_coalesce_s`` and goes out with the others
         that came meanwhile, as one update (``flush``: now, with this one).
@@ -140,31 +129,22 @@ class DraftFanOut:
         bytes (``max_connection_draft_bytes``). Raises ``Refused``
         (``too-many-drafts``, ``draft-too-large``, ``draft-closed``) and
         ``TranscriptNotFound``; a refused op changes nothing."""
-        live = await self.hub.load(transcript_id)
+        live = await self.hub.load(op.transcript_id)
         # No await from here on: the op and its fan-out are one step.
         now = time.monotonic()
-        written = live.drafts.write(
-            draft_id,
-            now=now,
-            role=role,
-            delta=delta,
-            text=text,
-            cancel=cancel,
-            writer=writer,
-            chunks=chunks,
-        )
+        written = live.drafts.write(op, now=now, writer=writer)
         live.touch()
         n = written.n
         if written.update is not None:
             self.send(live, written.update)
         if flush:
-            update = live.drafts.flush(draft_id, now)
+            update = live.drafts.flush(op.draft_id, now)
             if update is not None:
                 self.send(live, update)
                 n = update.frame.n
         elif written.flush_at is not None:
             asyncio.get_running_loop().call_later(
-                max(0.0, written.flush_at - now), self._flush_later, live, draft_id
+                max(0.0, written.flush_at - now), self._flush_later, live, op.draft_id
             )
         return live.transcript.revision, n
 

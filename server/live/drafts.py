@@ -65,6 +65,7 @@ in ``server.live.draft_copy``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from protocol import codes, wire
@@ -90,14 +91,17 @@ __all__ = [
     "UI_BYTES_HELD",
     "ClosedDraft",
     "DraftBudget",
+    "DraftRules",
     "Drafts",
     "OpenDraft",
     "Written",
 ]
 
 
-class Drafts:
-    """The open and recently closed drafts of one transcript.
+@dataclass(frozen=True, slots=True)
+class DraftRules:
+    """What every transcript's drafts keep to (the server's settings, one
+    object for all of them).
 
     ``max_open``: open drafts at once (``max_drafts_per_transcript``);
     ``max_bytes``: a draft's text in UTF-8 bytes (``max_message_bytes``);
@@ -106,48 +110,36 @@ class Drafts:
     this many seconds after the draft's latest update is held and goes out
     with the others held then as one update, ``coalesce`` after that update
     (``draft_coalesce_s``; 0: every delta is its own update);
-    ``max_parts``: parts of a reply with parts (``max_draft_parts``);
     ``max_closed``: closes remembered at once (``max_closed_drafts``): every
     close is remembered for the whole ``ttl``, and while this many are,
     opening a draft or cancelling one that is not open is refused instead
     (a commit and the close of an open draft are always remembered: a
-    writer cannot make the registry forget a close); ``budget``: the
-    server's ``DraftBudget`` (``None``: nothing is counted). Times are
-    ``time.monotonic()`` values passed in, so that tests drive the clock.
+    writer cannot make the registry forget a close); ``max_parts``: parts of
+    a reply with parts (``max_draft_parts``).
     """
 
-    __slots__ = (
-        "budget",
-        "closed",
-        "coalesce",
-        "max_bytes",
-        "max_closed",
-        "max_open",
-        "max_parts",
-        "open",
-        "transcript_id",
-        "ttl",
-    )
+    max_open: int
+    max_bytes: int
+    ttl: float
+    coalesce: float = 0.0
+    max_closed: int = 1024
+    max_parts: int = 1000
+
+
+class Drafts:
+    """The open and recently closed drafts of one transcript, kept to
+    ``rules``; ``budget``: the server's ``DraftBudget`` (``None``: nothing is
+    counted). Times are ``time.monotonic()`` values passed in, so that tests
+    drive the clock.
+    """
+
+    __slots__ = ("budget", "closed", "open", "rules", "transcript_id")
 
     def __init__(
-        self,
-        transcript_id: str,
-        *,
-        max_open: int,
-        max_bytes: int,
-        ttl: float,
-        coalesce: float = 0.0,
-        max_closed: int = 1024,
-        budget: DraftBudget | None = None,
-        max_parts: int = 1000,
+        self, transcript_id: str, rules: DraftRules, budget: DraftBudget | None = None
     ) -> None:
         self.transcript_id = transcript_id
-        self.max_parts = max_parts
-        self.max_open = max_open
-        self.max_bytes = max_bytes
-        self.ttl = ttl
-        self.coalesce = coalesce
-        self.max_closed = max_closed
+        self.rules = rules
         self.budget = budget
         self.open: dict[str, OpenDraft] = {}
         #: Closed drafts by id, oldest close first.
@@ -176,25 +168,15 @@ class Drafts:
 
     # --- local writes -----------------------------------------------------------------
 
-    def write(
-        self,
-        draft_id: str,
-        *,
-        now: float,
-        role: str | None = None,
-        delta: str | None = None,
-        text: str | None = None,
-        cancel: bool = False,
-        writer: str | None = None,
-        chunks: list[dict[str, Any]] | None = None,
-    ) -> Written:
+    def write(self, op: wire.Draft, *, now: float, writer: str | None = None) -> Written:
         """Apply one ``draft`` op (at most one of ``delta``, ``text``,
-        ``chunks``, ``cancel``: ``wire.check_draft_op`` refused the others)
-        that the connection ``writer`` sent. Raises ``Refused`` and then
-        changes nothing."""
+        ``chunks``, ``cancel``: ``wire.check_draft_op`` refused the others;
+        an op with ``stop`` goes to ``stop``, not here) that the connection
+        ``writer`` sent. Raises ``Refused`` and then changes nothing."""
+        draft_id, role, delta, text = op.draft_id, op.role, op.delta, op.text
         self._check_not_stopped(draft_id)
-        if chunks is not None:
-            return self._write_chunks(draft_id, chunks, now=now, role=role, writer=writer)
+        if op.chunks is not None:
+            return self._write_chunks(draft_id, op.chunks, now=now, role=role, writer=writer)
         draft = self.open.get(draft_id)
         if draft is not None and draft.ui is not None and (delta is not None or text is not None):
             raise Refused(
@@ -205,11 +187,11 @@ class Drafts:
         if draft is None:
             self._check_not_closed(draft_id)
             self._check_closed_room(draft_id)
-            if cancel:
+            if op.cancel:
                 # Never opened here (its first token may still be on the way):
                 # remember it, so that a late token opens no ghost draft.
                 self._check_budget(draft_id, CLOSED_DRAFT_COST, None, 0)
-                self._remember(draft_id, "cancelled", now)
+                self._remember(draft_id, ClosedDraft("cancelled", now))
                 return Written(0, None)
             self._check_open_room()
             size = self._check_size(draft_id, 0, delta if delta is not None else text)
@@ -217,7 +199,7 @@ class Drafts:
             if delta is not None:
                 return Written(1, draft.appended(delta, size, now))
             return Written(1, draft.replaced(text or "", size, now))
-        if cancel:
+        if op.cancel:
             return Written(draft.n, self._close(draft, "cancelled", None, now))
         if delta is not None:
             size = self._check_size(draft_id, draft.size, delta)
@@ -225,10 +207,10 @@ class Drafts:
             if not delta:
                 draft.updated = now
                 return Written(draft.n, None)
-            if self.coalesce and (draft.held or now - draft.sent_at < self.coalesce):
-                first = not draft.held
+            waits = self._coalesced(draft, now)
+            if waits is not None:
                 draft.hold(delta, size, now)
-                return Written(draft.n, None, draft.sent_at + self.coalesce if first else None)
+                return waits
             return Written(draft.n + 1, draft.appended(delta, size, now))
         if text is not None:
             size = self._check_size(draft_id, 0, text)
@@ -275,20 +257,20 @@ class Drafts:
                 codes.INVALID_FRAME, f"draft {draft_id!r}: {exc}; nothing was applied"
             ) from None
         size += len(CHUNKS_ENCODER.encode(chunks)) if chunks else 0
-        if size > self.max_bytes:
+        if size > self.rules.max_bytes:
             raise Refused(
                 codes.DRAFT_TOO_LARGE,
                 f"draft {draft_id!r} would be {size} bytes of chunks, over the limit of "
-                f"{self.max_bytes} (max_message_bytes); the update was not applied",
+                f"{self.rules.max_bytes} (max_message_bytes); the update was not applied",
             )
         parts = len(ui.parts) + sum(
             1 for c in held + chunks if c["type"] in PART_CHUNKS or c["type"].startswith("data-")
         )
-        if parts > self.max_parts:
+        if parts > self.rules.max_parts:
             raise Refused(
                 codes.DRAFT_TOO_LARGE,
                 f"draft {draft_id!r} would have {parts} parts, over the limit of "
-                f"{self.max_parts} (max_draft_parts); the update was not applied",
+                f"{self.rules.max_parts} (max_draft_parts); the update was not applied",
             )
         if draft is None:
             draft = self._open(draft_id, role, writer, OPEN_DRAFT_COST + UI_BYTES_HELD * size, now)
@@ -299,11 +281,21 @@ class Drafts:
         if not chunks:
             draft.updated = now
             return Written(draft.n, None)
-        if self.coalesce and (draft.held or now - draft.sent_at < self.coalesce):
-            first = not draft.held
+        waits = self._coalesced(draft, now)
+        if waits is not None:
             draft.hold_chunks(chunks, now)
-            return Written(draft.n, None, draft.sent_at + self.coalesce if first else None)
+            return waits
         return Written(draft.n + 1, draft.folded(chunks, now))
+
+    def _coalesced(self, draft: OpenDraft, now: float) -> Written | None:
+        """What holding a delta (or chunks) written now answers, ``None`` when
+        it goes out at once: it waits with the others held since the draft's
+        last update, to go out ``DraftRules.coalesce`` after that update (the
+        first one held says when). The caller then holds it."""
+        coalesce = self.rules.coalesce
+        if not coalesce or (not draft.held and now - draft.sent_at >= coalesce):
+            return None
+        return Written(draft.n, None, None if draft.held else draft.sent_at + coalesce)
 
     def _check_not_stopped(self, draft_id: str) -> None:
         draft = self.open.get(draft_id)
@@ -403,7 +395,7 @@ class Drafts:
 
     def _check_open_room(self) -> None:
         """Refuse one more open draft past ``max_open``."""
-        if len(self.open) >= self.max_open:
+        if len(self.open) >= self.rules.max_open:
             raise Refused(
                 codes.TOO_MANY_DRAFTS,
                 f"transcript {self.transcript_id!r} has {len(self.open)} open drafts, the "
@@ -452,7 +444,7 @@ class Drafts:
     def _check_closed_room(self, draft_id: str) -> None:
         """Refuse to open or cancel one more draft while ``max_closed``
         closes are remembered: no close is forgotten before ``ttl``."""
-        if len(self.closed) >= self.max_closed:
+        if len(self.closed) >= self.rules.max_closed:
             raise Refused(
                 codes.TOO_MANY_DRAFTS,
                 f"draft {draft_id!r}: transcript {self.transcript_id!r} remembers "
@@ -477,11 +469,11 @@ class Drafts:
         if not more:
             return size
         total = size + utf8_length(more)
-        if total > self.max_bytes:
+        if total > self.rules.max_bytes:
             raise Refused(
                 codes.DRAFT_TOO_LARGE,
                 f"draft {draft_id!r} would be {total} bytes of UTF-8, over the limit of "
-                f"{self.max_bytes} (max_message_bytes); the update was not applied",
+                f"{self.rules.max_bytes} (max_message_bytes); the update was not applied",
             )
         return total
 
@@ -492,7 +484,7 @@ class Drafts:
         draft = self.open.get(draft_id)
         if draft is None:
             if draft_id not in self.closed:
-                self._remember(draft_id, "final", now)
+                self._remember(draft_id, ClosedDraft("final", now))
             return None
         return self._close(draft, "final", revision, now)
 
@@ -503,21 +495,15 @@ class Drafts:
         self._charge(draft, None, 0)
         frame = draft.close_frame(state, revision)
         final = frame if state == "final" else None
-        self._remember(draft.draft_id, state, now, final, draft.stream(0)[0], draft.stopped_by)
+        self._remember(
+            draft.draft_id, ClosedDraft(state, now, final, draft.stream(0)[0], draft.stopped_by)
+        )
         return frame
 
-    def _remember(
-        self,
-        draft_id: str,
-        state: str,
-        now: float,
-        final: EncodedDraft | None = None,
-        text: bytes | None = None,
-        stopped_by: str | None = None,
-    ) -> None:
+    def _remember(self, draft_id: str, entry: ClosedDraft) -> None:
         closed = self.closed
         before = closed.pop(draft_id, None)
-        entry = closed[draft_id] = ClosedDraft(state, now, final, text, stopped_by)
+        closed[draft_id] = entry
         if self.budget is not None:
             self.budget.charge(None, entry.cost - (0 if before is None else before.cost))
 
@@ -564,13 +550,13 @@ class Drafts:
         local: list[EncodedDraft] = []
         remote: list[EncodedDraft] = []
         if self.open:
-            cutoff = now - self.ttl
+            cutoff = now - self.rules.ttl
             for draft in list(self.open.values()):
                 if draft.updated < (cutoff - REMOTE_DRAFT_GRACE_S if draft.remote else cutoff):
                     frame = self._close(draft, "expired", None, now)
                     (remote if draft.remote else local).append(frame)
         closed = self.closed
-        cutoff = now - self.ttl
+        cutoff = now - self.rules.ttl
         forgotten = 0
         while closed:
             first = next(iter(closed))
@@ -591,7 +577,7 @@ class Drafts:
         cannot hold, and a resume gets at most one per increment it brings."""
         frames = [draft.text_frame() for draft in self.open.values()]
         if resumed_from is not None and self.closed:
-            cutoff = now - self.ttl
+            cutoff = now - self.rules.ttl
             for closed in self.closed.values():
                 final = closed.final
                 if (
@@ -627,12 +613,12 @@ class Drafts:
                 if draft_id not in self.closed:
                     # Never open here: remembered all the same, so that a late
                     # token written to this replica opens no ghost draft.
-                    self._remember(draft_id, frame.state, now, final)
+                    self._remember(draft_id, ClosedDraft(frame.state, now, final))
                 return None
             del self.open[draft_id]
             self._charge(draft, None, 0)
             shared = final or EncodedDraft(frame)
-            self._remember(draft_id, frame.state, now, final, draft.stream(0)[0])
+            self._remember(draft_id, ClosedDraft(frame.state, now, final, draft.stream(0)[0]))
             return shared
         if draft is None:
             if draft_id in self.closed:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Final, Protocol
 
 from protocol import wire
@@ -162,58 +162,41 @@ class EncodedEvent:
         return b"".join((ws_header(TEXT, length), _INC_JSON_HEAD, seq_text, self.json_tail))
 
 
+@dataclass(slots=True, eq=False)
 class EncodedSnapshot:
     """A baseline: the snapshot's encoded head and tail around the
     transcript's messages, which are shared encoded chunks. One per revision
     and format, shared by every subscriber that subscribes then."""
 
-    __slots__ = (
-        "binary",
-        "chunks",
-        "head",
-        "revision",
-        "separator",
-        "size",
-        "source",
-        "tail",
-        "transcript_id",
-    )
     data = True
     baseline = True
     draft = False
 
-    def __init__(
-        self,
-        transcript_id: str,
-        revision: int,
-        *,
-        binary: bool,
-        head: bytes,
-        chunks: Sequence[bytes | memoryview],
-        tail: bytes,
-        separator: bytes | None = None,
-        source: object = None,
-    ) -> None:
-        self.transcript_id = transcript_id
-        #: The shared encoding the chunks belong to (``server.live.baselines``): a
-        #: queued baseline keeps it alive, and the next baseline finds it.
-        self.source = source
-        self.revision = revision
-        self.binary = binary
-        #: The frame up to ``seq`` is _BASELINE_HEAD; ``head`` follows ``seq``.
-        self.head = head
-        self.chunks = tuple(chunks)
-        self.tail = tail
-        #: Between chunks of messages: a comma in JSON (none for slices of one encoding).
-        self.separator = (b"" if binary else b",") if separator is None else separator
+    transcript_id: str
+    revision: int
+    _: KW_ONLY
+    binary: bool
+    #: The frame up to ``seq`` is _BASELINE_HEAD; ``head`` follows ``seq``.
+    head: bytes
+    chunks: tuple[bytes | memoryview, ...]
+    tail: bytes
+    #: Between chunks: a comma between JSON encodings of messages, none in
+    #: MessagePack or between slices of one encoding.
+    separator: bytes
+    #: The shared encoding the chunks belong to (``server.live.baselines``): a
+    #: queued baseline keeps it alive, and the next baseline finds it.
+    source: object = None
+    size: int = field(init=False)
+
+    def __post_init__(self) -> None:
         separators = len(self.separator) * max(0, len(self.chunks) - 1)
         self.size = (
-            len(_BASELINE_HEAD[binary])
+            len(_BASELINE_HEAD[self.binary])
             + SEQ_DIGITS
-            + len(head)
+            + len(self.head)
             + sum(len(c) for c in self.chunks)
             + separators
-            + len(tail)
+            + len(self.tail)
         )
 
     @classmethod
@@ -229,7 +212,7 @@ class EncodedSnapshot:
             snapshot.revision,
             binary=binary,
             head=BASELINE_MSGPACK_MID if binary else BASELINE_JSON_MID,
-            chunks=[encoded[i : i + step] for i in range(0, len(encoded), step)],
+            chunks=tuple(encoded[i : i + step] for i in range(0, len(encoded), step)),
             tail=b"" if binary else b"}",
             separator=b"",
         )

@@ -55,7 +55,7 @@ from protocol.limits import DEFAULT_LIMITS, MessageLimits
 from protocol.types import Message, TranscriptEvent, TranscriptSnapshot
 from protocol.views import Window
 from server.live.baselines import EncodedMessages
-from server.live.drafts import Drafts
+from server.live.drafts import DraftRules, Drafts
 from server.live.frames import EncodedDraft, EncodedEvent, EncodedSnapshot
 from server.live.outbound import OutboundQueue
 from server.model.changes import ChangeBuffer
@@ -132,7 +132,8 @@ class LiveTranscript:
         self._reading = asyncio.Lock()
         #: The transcript's drafts (``server.live.drafts``): never part of it.
         if drafts is None:
-            drafts = Drafts(self.id, max_open=16, max_bytes=limits.max_message_bytes, ttl=30.0)
+            rules = DraftRules(max_open=16, max_bytes=limits.max_message_bytes, ttl=30.0)
+            drafts = Drafts(self.id, rules)
         self.drafts = drafts
         #: ``final`` frames of drafts committed by events not delivered yet,
         #: by revision: they leave right behind their increment.

@@ -21,7 +21,7 @@ from protocol.views import InvalidView
 from server.live.appends import AppendCommitter, PendingAppend
 from server.live.ports import Registry
 from server.model.transcript import Transcript
-from server.store.base import AppendResult
+from server.store.base import AppendResult, NewTranscript
 
 __all__ = ["Writes", "now_ms"]
 
@@ -51,7 +51,7 @@ class Writes:
         epoch = uuid.uuid4().hex
         draft = Transcript(id=tid, epoch=epoch, limits=self.hub.config.message_limits)
         first = draft.prepare_append(parsed, origin=origin) if parsed else None
-        await self.hub.store.create(tid, epoch, now_ms(), first)
+        await self.hub.store.create(NewTranscript(tid, epoch, now_ms(), first))
         if first is not None:
             self.hub.metrics.appended("create", "messages-appended")
         return tid, epoch, 1 if first is not None else 0

@@ -66,7 +66,7 @@ from server.store.base import (
     SharedStore,
     StoreError,
 )
-from server.tasks import cancel_and_wait
+from server.tasks import Background
 from server.tuning import BACKPLANE_CONCURRENCY
 
 __all__ = ["Backplane", "BackplaneCounters", "SharedStore"]
@@ -112,8 +112,7 @@ class Backplane:
         self._pending: dict[str, Notice | None] = {}
         self._wake = asyncio.Event()
         self._limit = asyncio.Semaphore(concurrency)
-        self._tasks: list[asyncio.Task[None]] = []
-        self._detach: Callable[[], None] = _attached_to_nothing
+        self._background = Background()
         #: Drafts across replicas, when the store keeps them.
         self.drafts = DraftRelay(hub, store) if isinstance(store, SharedDrafts) else None
         #: Presence across replicas, when the store keeps it.
@@ -137,23 +136,22 @@ class Backplane:
         return None if self.drafts is None else self.drafts.publish
 
     async def start(self) -> None:
-        self._detach = self.hub.attach(self)
+        self._background.attached(self.hub.attach(self))
         self.store.watch([live.id for live in self.hub.copies()])
         if self.drafts is not None:
             await self.drafts.start()
         if self.presence is not None:
             await self.presence.start()
-        self._tasks = [
-            asyncio.create_task(self._listen(), name="backplane-listen"),
-            asyncio.create_task(self._work(), name="backplane-work"),
-            asyncio.create_task(self._safety_net(), name="backplane-resync"),
-        ]
+        self._background.run(
+            {
+                "backplane-listen": self._listen(),
+                "backplane-work": self._work(),
+                "backplane-resync": self._safety_net(),
+            }
+        )
 
     async def stop(self) -> None:
-        self._detach()
-        self._detach = _attached_to_nothing
-        await cancel_and_wait(self._tasks)
-        self._tasks = []
+        await self._background.stop()
         if self.drafts is not None:
             await self.drafts.stop()
         if self.presence is not None:
@@ -295,10 +293,6 @@ class Backplane:
             self.counters.syncs += 1
             if self.drafts is not None:
                 self.drafts.after_sync(live)
-
-
-def _attached_to_nothing() -> None:
-    """The detach of a backplane that is not attached to its hub."""
 
 
 def _covers(live: LiveTranscript, notice: Notice | None) -> bool:

@@ -10,7 +10,7 @@ The store keeps each open draft's text in an entry with a TTL and announces
 the update on the transcript's notice channel, from the same script. A delta
 the entry cannot take (an earlier relay failed, another replica wrote the
 draft last), a failed relay and a queue that grew past
-``DRAFT_RELAY_BACKLOG`` are repaired by relaying the draft's whole text
+``server.tuning.DRAFT_RELAY_BACKLOG`` are repaired by relaying the draft's whole text
 instead of what was pending. An update the entry is past (a writer that
 moved here mid-draft, before this replica had read it back) renumbers the
 copy here past the entry's update and relays its whole text. Keep-alives change no frame, so
@@ -55,11 +55,18 @@ import uuid
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from protocol import wire
 from server.store.base import RelayedDraft, SharedDrafts, StoredDraft, StoreError
-from server.tasks import cancel_and_wait
+from server.tasks import Background
+from server.tuning import (
+    DRAFT_RECOVERY_BUFFER,
+    DRAFT_RELAY_BACKLOG,
+    DRAFT_RELAY_BATCH,
+    DRAFT_RELAY_RETRY_S,
+    DRAFT_RELAY_STOP_FLUSH_S,
+)
 
 if TYPE_CHECKING:
     from server.live.hub import Hub
@@ -68,19 +75,6 @@ if TYPE_CHECKING:
 __all__ = ["DraftCounters", "DraftRelay"]
 
 log = logging.getLogger("tsync.backplane")
-
-#: First delay before relaying again after Redis refused (doubles up to 1 s).
-_RETRY_S: Final = 0.05
-#: Seconds ``stop`` waits for what is pending to be relayed.
-STOP_FLUSH_S: Final = 1.0
-#: Updates relayed in one round trip at most.
-DRAFT_RELAY_BATCH: Final = 512
-#: Updates waiting to be relayed past which each draft's whole text goes
-#: instead (Redis slow or away): what waits is then one entry per draft.
-DRAFT_RELAY_BACKLOG: Final = 10_000
-#: Updates of one transcript held while its drafts are read back; past it
-#: they are dropped and the drafts read again.
-DRAFT_RECOVERY_BUFFER: Final = 1024
 
 DraftKey = tuple[str, str]
 
@@ -144,26 +138,27 @@ class DraftRelay:
         self._recover_wake = asyncio.Event()
         #: ``final``s waiting for their revision, by transcript and draft.
         self._parked: dict[str, dict[str, wire.DraftFrame]] = {}
-        self._tasks: list[asyncio.Task[None]] = []
+        self._background = Background()
 
     @property
     def ttl(self) -> float:
         return self.hub.config.draft_ttl_s
 
     async def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self._relay_loop(), name="drafts-relay"),
-            asyncio.create_task(self._recover_loop(), name="drafts-recover"),
-            asyncio.create_task(self._keepalive_loop(), name="drafts-keepalive"),
-        ]
+        self._background.run(
+            {
+                "drafts-relay": self._relay_loop(),
+                "drafts-recover": self._recover_loop(),
+                "drafts-keepalive": self._keepalive_loop(),
+            }
+        )
 
     async def stop(self) -> None:
         """Stop relaying, after what is pending went out (a commit's ``final``
-        of the last moments, say), waiting at most ``STOP_FLUSH_S``."""
+        of the last moments, say), waiting at most ``DRAFT_RELAY_STOP_FLUSH_S``."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), STOP_FLUSH_S)
-        await cancel_and_wait(self._tasks)
-        self._tasks = []
+            await asyncio.wait_for(self._idle.wait(), DRAFT_RELAY_STOP_FLUSH_S)
+        await self._background.stop()
 
     # --- out ----------------------------------------------------------------------
 
@@ -235,7 +230,7 @@ class DraftRelay:
         )
 
     async def _relay_loop(self) -> None:
-        delay = _RETRY_S
+        delay = DRAFT_RELAY_RETRY_S
         while True:
             await self._ready.wait()
             self._ready.clear()
@@ -251,7 +246,7 @@ class DraftRelay:
             except StoreError as err:
                 self.counters.relay_failures += 1
                 log.log(
-                    logging.WARNING if delay == _RETRY_S else logging.DEBUG,
+                    logging.WARNING if delay == DRAFT_RELAY_RETRY_S else logging.DEBUG,
                     "drafts: relaying %d updates failed (%s); their drafts' texts go again",
                     len(batch),
                     err,
@@ -267,7 +262,7 @@ class DraftRelay:
                 await asyncio.sleep(1.0)
                 self._ready.set()
                 continue
-            delay = _RETRY_S
+            delay = DRAFT_RELAY_RETRY_S
             self.counters.relayed += len(batch)
             for update, (outcome, stored_n) in zip(batch, outcomes, strict=True):
                 if outcome == "stale":
@@ -436,7 +431,7 @@ class DraftRelay:
         self._recover_wake.set()
 
     async def _recover_loop(self) -> None:
-        delay = _RETRY_S
+        delay = DRAFT_RELAY_RETRY_S
         while True:
             await self._recover_wake.wait()
             self._recover_wake.clear()
@@ -449,7 +444,7 @@ class DraftRelay:
                 drafts = await self.store.drafts_of(ids)
             except Exception as err:  # StoreError, or a bug: the loop goes on
                 log.log(
-                    logging.WARNING if delay == _RETRY_S else logging.DEBUG,
+                    logging.WARNING if delay == DRAFT_RELAY_RETRY_S else logging.DEBUG,
                     "drafts: reading back the drafts of %d transcripts failed: %s",
                     len(ids),
                     err,
@@ -459,7 +454,7 @@ class DraftRelay:
                 delay = min(delay * 2, 1.0)
                 self._recover_wake.set()
                 continue
-            delay = _RETRY_S
+            delay = DRAFT_RELAY_RETRY_S
             for transcript_id in ids:
                 if transcript_id in self._to_recover:
                     continue  # asked again meanwhile: the next read applies all

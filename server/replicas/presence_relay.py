@@ -28,12 +28,12 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from protocol.wire import Member
 from server.live.presence import PresenceRegistry
 from server.store.base import RelayedPresence, SharedPresence, StoreError
-from server.tasks import cancel_and_wait
+from server.tasks import Background
 
 __all__ = ["PresenceBackplane"]
 
@@ -59,26 +59,21 @@ class PresenceBackplane:
         self._pending: dict[str, tuple[dict[str, Member], set[str]]] = {}
         self._to_read: set[str] = set()
         self._wake = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._background = Background()
         self._expiry: asyncio.TimerHandle | None = None
-        self._detach: Callable[[], None] = _attached_to_nothing
         #: Messages applied, reads made, members dropped with their replica.
         self.applied = 0
         self.reads = 0
         self.expired = 0
 
     async def start(self) -> None:
-        self._detach = self.registry.attach(self)
-        self._tasks = [
-            asyncio.create_task(self._write_loop(), name="presence-relay"),
-            asyncio.create_task(self._alive_loop(), name="presence-alive"),
-        ]
+        self._background.attached(self.registry.attach(self))
+        self._background.run(
+            {"presence-relay": self._write_loop(), "presence-alive": self._alive_loop()}
+        )
 
     async def stop(self) -> None:
-        self._detach()
-        self._detach = _attached_to_nothing
-        await cancel_and_wait(self._tasks)
-        self._tasks = []
+        await self._background.stop()
         if self._expiry is not None:
             self._expiry.cancel()
 
@@ -249,7 +244,3 @@ class PresenceBackplane:
         self._seen.pop(key, None)
         self.expired += 1
         self.registry.expire_remote(key[1], key[0])
-
-
-def _attached_to_nothing() -> None:
-    """The detach of a relay that is not attached to its registry."""

@@ -87,6 +87,7 @@ def _worker(config: ServerConfig, sock: socket.socket, index: int) -> None:
     from server.run import serve
 
     server = serve.server_for(config)
+    server.own_process = True
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:

@@ -122,6 +122,36 @@ class Receipt(msgspec.Struct, frozen=True):
         return cls(event.revision, change.start, 0)
 
 
+class NewTranscript(msgspec.Struct, frozen=True):
+    """What ``Store.create`` writes: a transcript's creation record (id,
+    epoch, creation time in ms) and, when it starts with messages, its first
+    event (revision 1) and that append's idempotency key, recorded with the
+    first event's receipt (without a first event the key is ignored).
+
+    Checks itself when made: a first event must be revision 1 (else
+    ``RevisionMismatch`` against 0); one of another id or epoch is a
+    caller's bug (``ValueError``).
+    """
+
+    transcript_id: str
+    epoch: str
+    created_at: int
+    first: TranscriptEvent | None = None
+    idempotency_key: str | None = None
+
+    def __post_init__(self) -> None:
+        first = self.first
+        if first is None:
+            return
+        if first.transcript_id != self.transcript_id or first.epoch != self.epoch:
+            raise ValueError(
+                f"first event belongs to {first.transcript_id!r}/{first.epoch!r}, "
+                f"not {self.transcript_id!r}/{self.epoch!r}"
+            )
+        if first.revision != 1 or position_of(first) not in (None, 0):
+            raise RevisionMismatch(self.transcript_id, first.revision - 1, 0)
+
+
 class StoredTranscript(msgspec.Struct, frozen=True):
     """Everything needed to bring a transcript back into memory.
 
@@ -389,17 +419,9 @@ class Store(Protocol):
     async def close(self) -> None:
         """Flush and release everything. Nothing acknowledged may be lost."""
 
-    async def create(
-        self,
-        transcript_id: str,
-        epoch: str,
-        created_at: int,
-        first: TranscriptEvent | None = None,
-        *,
-        idempotency_key: str | None = None,
-    ) -> None:
-        """Create a transcript, atomically with its first event if given
-        (initial messages are revision 1). Raises ``TranscriptExists``."""
+    async def create(self, new: NewTranscript) -> None:
+        """Create ``new.transcript_id``, atomically with its first event if
+        given. Raises ``TranscriptExists``."""
 
     async def load(self, transcript_id: str) -> StoredTranscript | None:
         """The whole transcript, or ``None`` if there is no such id."""
@@ -535,21 +557,15 @@ class SharedStore(Store, Protocol):
 # --- checks every backend makes ---------------------------------------------------------
 
 
-def check_first_event(transcript_id: str, epoch: str, first: TranscriptEvent | None) -> None:
-    """Refuse a first event that does not belong to the transcript being created.
-
-    A first event must be revision 1 (else ``RevisionMismatch`` against 0); one
-    of another id or epoch is a caller's bug (``ValueError``).
-    """
-    if first is None:
-        return
-    if first.transcript_id != transcript_id or first.epoch != epoch:
-        raise ValueError(
-            f"first event belongs to {first.transcript_id!r}/{first.epoch!r}, "
-            f"not {transcript_id!r}/{epoch!r}"
-        )
-    if first.revision != 1 or position_of(first) not in (None, 0):
-        raise RevisionMismatch(transcript_id, first.revision - 1, 0)
+async def append_alone(
+    store: Store, event: TranscriptEvent, idempotency_key: str | None
+) -> AppendResult:
+    """``Store.append`` as ``append_many`` of one item: for a backend whose
+    appends all go in runs (one transaction, one round trip)."""
+    (outcome,) = await store.append_many([(event, idempotency_key)])
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
 
 
 def position_of(event: TranscriptEvent) -> int | None:

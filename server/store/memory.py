@@ -38,6 +38,7 @@ from server.store.base import (
     LOADED_KEYS,
     AppendResult,
     Head,
+    NewTranscript,
     Notice,
     Receipt,
     RevisionMismatch,
@@ -50,7 +51,6 @@ from server.store.base import (
     TranscriptInfo,
     TranscriptNotFound,
     check_events_after_args,
-    check_first_event,
     check_idempotency_args,
     check_list_args,
     check_range_args,
@@ -150,29 +150,15 @@ class MemoryStore:
         if self._closed:
             raise StoreUnavailable("memory store is closed")
 
-    async def create(
-        self,
-        transcript_id: str,
-        epoch: str,
-        created_at: int,
-        first: TranscriptEvent | None = None,
-        *,
-        idempotency_key: str | None = None,
-    ) -> None:
-        """Create a transcript, with its first event (revision 1) if given.
-
-        ``idempotency_key`` is recorded with the first event's ack; without a
-        first event there is no ack and the key is ignored.
-        """
+    async def create(self, new: NewTranscript) -> None:
         self._check_open()
-        check_first_event(transcript_id, epoch, first)
-        if transcript_id in self._transcripts:
-            raise TranscriptExists(transcript_id)
-        entry = _Entry(epoch=epoch, created_at=created_at, updated_at=created_at)
-        self._transcripts[transcript_id] = entry
-        if first is not None:
-            self._accept(entry, first, idempotency_key)
-        self._changed(Notice(transcript_id, epoch, entry.revision))
+        if new.transcript_id in self._transcripts:
+            raise TranscriptExists(new.transcript_id)
+        entry = _Entry(epoch=new.epoch, created_at=new.created_at, updated_at=new.created_at)
+        self._transcripts[new.transcript_id] = entry
+        if new.first is not None:
+            self._accept(entry, new.first, new.idempotency_key)
+        self._changed(Notice(new.transcript_id, new.epoch, entry.revision))
 
     async def load(self, transcript_id: str) -> StoredTranscript | None:
         self._check_open()

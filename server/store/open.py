@@ -13,14 +13,17 @@ Each may end in ``?name=value&...``: the backend's options
 (``server.store.options``), e.g. ``sqlite:./data?synchronous=full``. Unknown
 options are refused.
 
-The store's Durable Streams part is opened here too: ``shared_streams``
-(Redis, which keeps them) or ``streams_log`` (SQLite, which logs them);
-``server.streams.open`` gives the streams' registry the port each needs.
+``open_backend`` opens the store and its Durable Streams part together
+(``Backend``: Redis's part keeps them, SQLite's logs them, the memory store
+has none); ``server.streams.open.stream_port`` makes the registry's port of
+that part.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from server.store.base import DEFAULT_IDEMPOTENCY_RETENTION, DEFAULT_IDEMPOTENCY_TTL_S, Store
@@ -32,7 +35,7 @@ from server.store.sqlite.streams import SQLiteStreamLog
 if TYPE_CHECKING:  # imported on use: the memory and SQLite stores need no Redis client
     from server.store.redis.streams import RedisStreams
 
-__all__ = ["open_store", "shared_streams", "streams_log"]
+__all__ = ["Backend", "backend_of", "open_backend", "open_store"]
 
 # Two or more characters, so that a Windows drive ("C:\\data") stays a path.
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
@@ -90,23 +93,46 @@ def open_store(
     )
 
 
-def shared_streams(store: Store) -> RedisStreams | None:
-    """The streams' part of a store shared by replicas, which keeps the
-    streams itself (Redis: ``RedisStreams``, built from the store's link; no
-    I/O, usable before the store is opened); ``None`` for the others."""
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """A store and its Durable Streams part, opened together (``open_backend``;
+    ``server.streams.open.stream_port`` makes the streams' port of it). At
+    most one part is set: the memory store has none (its streams are the
+    process's alone)."""
+
+    store: Store
+    #: The part of a store shared by replicas, which keeps the streams
+    #: itself (Redis: ``RedisStreams``, built from the store's link; no I/O,
+    #: usable before the store is opened).
+    shared_streams: RedisStreams | None = None
+    #: Opens the log a store of the process's own writes its streams to
+    #: (SQLite: ``streams.sqlite3``; call once the store is open).
+    streams_log: Callable[[], SQLiteStreamLog] | None = None
+
+
+def open_backend(
+    url: str,
+    *,
+    idempotency_retention: int = DEFAULT_IDEMPOTENCY_RETENTION,
+    idempotency_ttl_s: float = DEFAULT_IDEMPOTENCY_TTL_S,
+) -> Backend:
+    """The store ``url`` names (``open_store``: nothing opened yet) with its
+    streams part."""
+    return backend_of(
+        open_store(
+            url, idempotency_retention=idempotency_retention, idempotency_ttl_s=idempotency_ttl_s
+        )
+    )
+
+
+def backend_of(store: Store) -> Backend:
+    """``store`` with its streams part (for a store made elsewhere: a test's)."""
+    if isinstance(store, SQLiteStore):
+        return Backend(store, streams_log=store.streams_log)
     if store.name != "redis":
-        return None
+        return Backend(store)
     from server.store.redis import RedisStore
     from server.store.redis.streams import RedisStreams
 
     assert isinstance(store, RedisStore)
-    return RedisStreams(store.parts)
-
-
-def streams_log(store: Store) -> SQLiteStreamLog | None:
-    """The log a store of the process's own writes its streams to, opened
-    (call once the store is open): the SQLite store's ``streams.sqlite3``;
-    ``None`` for the memory store (and a shared one: ``shared_streams``)."""
-    if isinstance(store, SQLiteStore):
-        return store.streams_log()
-    return None
+    return Backend(store, shared_streams=RedisStreams(store.parts))

@@ -211,32 +211,45 @@ def redis_address(url: str) -> tuple[RedisAddress, str]:
     rest, _, query = rest.partition("?")
     netloc, _, path = rest.partition("/")
     userinfo, at, hosts = netloc.rpartition("@")
-    username = password = None
-    if at:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
+    username, password = _credentials(userinfo) if at else (None, None)
+    return (
+        RedisAddress(
+            cluster=cluster,
+            tls=tls,
+            nodes=_nodes(hosts, cluster, url),
+            username=username,
+            password=password,
+            db=_database(path, cluster, url),
+            url=url.partition("?")[0].partition("#")[0],
+        ),
+        query,
+    )
+
+
+def _credentials(userinfo: str) -> tuple[str | None, str | None]:
+    """The user name and the password of a URL's ``user:secret@`` (either may be absent)."""
+    user, colon, secret = userinfo.partition(":")
+    return unquote(user) or None, unquote(secret) if colon else None
+
+
+def _nodes(hosts: str, cluster: bool, url: str) -> tuple[tuple[str, int], ...]:
+    """The (host, port) of each of a URL's ``host:port,...`` (``localhost``
+    when none); several only on a cluster."""
     nodes = tuple(_host_port(part, url) for part in (hosts.split(",") if hosts else ["localhost"]))
     if not cluster and len(nodes) > 1:
         raise ValueError(f"store URL {url!r}: several hosts need redis+cluster://")
+    return nodes
+
+
+def _database(path: str, cluster: bool, url: str) -> int:
+    """The database number a URL's path names (0 when none; a cluster has only 0)."""
     db_text = path.strip("/") or "0"
     if not db_text.isdigit():
         raise ValueError(f"store URL {url!r}: the database must be a number, not {db_text!r}")
     db = int(db_text)
     if cluster and db != 0:
         raise ValueError(f"store URL {url!r}: a Redis Cluster has only database 0")
-    return (
-        RedisAddress(
-            cluster=cluster,
-            tls=tls,
-            nodes=nodes,
-            username=username,
-            password=password,
-            db=db,
-            url=url.partition("?")[0].partition("#")[0],
-        ),
-        query,
-    )
+    return db
 
 
 def _host_port(text: str, url: str) -> tuple[str, int]:

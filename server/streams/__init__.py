@@ -7,7 +7,11 @@ offset-addressed streams over plain HTTP, served at ``/v1/stream/{path}``.
   is answered from (one class for every store, holding its ``StreamPort``),
   and readers waiting for what comes next (long-poll and SSE).
 - ``server.streams.port``: ``StreamPort``, what the registry needs of a
-  store, and ``LogPort``, the port over a ``StreamLog``.
+  store (its verbs: ``load``, ``forks``, ``write`` of one change record,
+  ``remove``, ``sweep``, and the lifecycle), and ``LogPort``, the port over a
+  ``StreamLog``.
+- ``server.streams.open``: ``stream_port``, the port of the streams part
+  ``server.store.open.open_backend`` opened with its store.
 - ``server.streams.log``: ``StreamLog``, where a store of the process's own
   writes each change before it is answered (``NoLog`` for the memory store).
 - ``server.store.sqlite.streams``: ``SQLiteStreamLog``, the streams of the SQLite

@@ -73,7 +73,6 @@ __all__ = [
     "fast_long_poll",
     "long_poll",
     "long_poll_query",
-    "parse_query",
     "routes",
 ]
 
@@ -691,10 +690,11 @@ async def fast_long_poll(state: Any, scope: Scope) -> Reply | Response | None:
     name: str = scope["path"][len(PREFIX) :]
     if not 0 < len(name) <= MAX_PATH or _CONTROL.search(name):
         return None
-    query = long_poll_query(scope)
-    if query is None:
+    params = long_poll_query(scope["query_string"])
+    if params is None:
         return None
-    offset, _, cursor = query
+    offset, _, cursor = params
+    assert offset is not None
     if offset not in ("-1", "now") and not valid_offset(offset):
         return None
     registry: StreamRegistry = state.streams
@@ -711,32 +711,27 @@ async def fast_long_poll(state: Any, scope: Scope) -> Reply | Response | None:
         return problem_of(refused)
 
 
-class LongPollQuery(NamedTuple):
-    offset: str
-    live: str
-    cursor: str | None
-
-
-def long_poll_query(scope: Scope) -> LongPollQuery | None:
-    """The query of a long-poll read as ``read_params`` reads it; ``None``
-    for anything else, or anything it refuses (the app answers those)."""
-    try:
-        offset, live, cursor = query_params(parse_query(scope["query_string"]))
-    except StreamError:
+def long_poll_query(raw: bytes) -> ReadParams | None:
+    """A reader's usual long-poll query (``offset``, ``live=long-poll``,
+    ``cursor``; each at most once, nothing escaped, nothing else) as
+    ``query_params`` reads it, split here without a ``QueryParams``; ``None``
+    for anything else, which the app answers (or refuses) as always."""
+    if b"%" in raw or b"+" in raw:
         return None
-    if live != "long-poll" or offset is None:
+    offset = live = cursor = None
+    for part in raw.decode("latin-1").split("&"):
+        key, _, value = part.partition("=")
+        if key == "offset" and offset is None:
+            offset = value
+        elif key == "live" and live is None:
+            live = value
+        elif key == "cursor" and cursor is None:
+            cursor = value
+        else:
+            return None
+    if not offset or live != "long-poll" or (cursor is not None and len(cursor) > MAX_CURSOR):
         return None
-    return LongPollQuery(offset, live, cursor)
-
-
-def parse_query(raw: bytes) -> QueryParams:
-    """``raw`` parsed as ``Request.query_params`` parses it; a query with
-    nothing escaped (a reader's usual ``offset``, ``live`` and ``cursor``)
-    split here, without ``urllib``'s work for what it does not have."""
-    text = raw.decode("latin-1")
-    if "%" in text or "+" in text:
-        return QueryParams(raw)
-    return QueryParams([part.partition("=")[::2] for part in text.split("&") if part])
+    return ReadParams(offset, live, cursor)
 
 
 class Prepared(Response):

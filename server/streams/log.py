@@ -12,8 +12,9 @@ so the registry leaves memory as it was and the client may retry.
 - ``server.store.sqlite.streams.SQLiteStreamLog``: a SQLite file in the data
   folder of the ``sqlite`` store.
 
-``server.streams.open.log_for_store`` picks the log of a store; the registry
-writes to it through a ``server.streams.port.LogPort``.
+``server.store.open.open_backend`` opens a store with its log (opened when
+the registry binds it); the registry writes to it through a
+``server.streams.port.LogPort``.
 """
 
 from __future__ import annotations

@@ -4,30 +4,58 @@ the store its streams live in, and the port of a store that keeps them in a
 file).
 
 The registry decides every request on its copies of the streams (one class
-for every store); the port brings a copy up to date before a request is
-decided (``sync``), writes each change with a check that the copy was
-current (a stale copy raises ``Stale``: the request is decided again),
-removes, and, on a store shared by replicas, listens to their notices
-(``server.streams.shared.SharedPort``). A port reads and changes the copies
-only through ``Copies``, the registry's face for its port.
+for every store) and holds every policy over them (limits, which copies to
+let go, when to sweep); the port is the store's verbs, nine in all:
 
-A request the registry decides first on the copy as it is, without reading
-the store (an append or close on a shared store: ``Trust``), is passed to
-the port explicitly: the port skips that read, and records whether the write
-found the copy stale or wrote.
+- lifecycle: ``bind`` (serve a registry's ``Copies``; the store's totals),
+  ``start`` and ``stop`` (what runs beside the requests: a shared store's
+  notices), ``close``;
+- ``load(path, trust)``: bring the copy of one stream (and of the sources
+  its fork reads through) up to date before a request is decided on it;
+- ``forks(stream)``: the paths of the forks that read through it;
+- ``write(change, trust)``: one change (``Create``, ``Apply``,
+  ``SoftDelete``, ``Touch``, ``Unfork``, ``Detach``: small frozen records),
+  written with a check that the copy was current (a stale copy raises
+  ``Stale``: the request is decided again);
+- ``remove(path, expired)``: a stream gone for good (and the deleted sources
+  only it kept);
+- ``sweep(now)``: the expired streams the copies do not hold.
+
+A port reads and changes the copies only through ``Copies``, the registry's
+face for its port.
+
+A request the registry decides on the copy as it is, without reading the
+store (an append or close on a shared store), is passed to the port as a
+``Trust``: the port skips that read, and records whether the write found the
+copy stale or wrote. A ``Trust(path, if_current=True)`` asks the port to read
+only if the copy may have missed a change (a live reader about to wait).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from server.streams.fanout import MAX_TOTAL_QUEUED_BYTES
-from server.streams.log import StreamLog
+from server.streams.log import NoLog, StreamLog
 from server.streams.model import Stream, StreamMessage, Update
 
-__all__ = ["Copies", "Limits", "LogPort", "Stale", "StreamPort", "Trust"]
+__all__ = [
+    "Apply",
+    "Change",
+    "Copies",
+    "Create",
+    "Detach",
+    "Limits",
+    "LogPort",
+    "SoftDelete",
+    "Stale",
+    "StreamPort",
+    "Touch",
+    "Trust",
+    "Unfork",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,14 +90,65 @@ class Stale(Exception):
 class Trust:
     """A request decided on the copy of ``path`` as it is: ``stale`` once a
     write found that copy stale (it is read again from then on), ``wrote``
-    once its change is written."""
+    once its change is written. ``if_current``: the copy is trusted only
+    while the port knows it current (it heard of no change since its read)."""
 
-    __slots__ = ("path", "stale", "wrote")
+    __slots__ = ("if_current", "path", "stale", "wrote")
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, if_current: bool = False) -> None:
         self.path = path
+        self.if_current = if_current
         self.stale = False
         self.wrote = False
+
+
+# --- the changes a port writes ---------------------------------------------------------
+# Named tuples: immutable, and cheap to make (one per append).
+
+
+class Create(NamedTuple):
+    """A new stream (a fork of ``source``: first counted among its forks)."""
+
+    stream: Stream
+    source: Stream | None = None
+
+
+class Apply(NamedTuple):
+    """An accepted append or close of ``stream`` (``Update``)."""
+
+    stream: Stream
+    update: Update
+
+
+class SoftDelete(NamedTuple):
+    """``stream`` deleted while forks still read through it."""
+
+    stream: Stream
+
+
+class Touch(NamedTuple):
+    """A read moved ``stream``'s sliding TTL along to ``now``."""
+
+    stream: Stream
+    now: float
+
+
+class Unfork(NamedTuple):
+    """``fork_path`` reads through ``source`` no more (gone, or detached)."""
+
+    source: Stream
+    fork_path: str
+
+
+class Detach(NamedTuple):
+    """``fork`` holds ``inherited`` (what it read through ``source``) itself."""
+
+    fork: Stream
+    source: Stream
+    inherited: tuple[StreamMessage, ...]
+
+
+Change = Create | Apply | SoftDelete | Touch | Unfork | Detach
 
 
 class Copies(Protocol):
@@ -80,14 +159,9 @@ class Copies(Protocol):
     def limits(self) -> Limits: ...
 
     clock: Callable[[], float]
-    #: Copies let go (tests, metrics).
-    evicted: int
 
     @property
     def streams(self) -> dict[str, Stream]: ...
-
-    @property
-    def size(self) -> int: ...
 
     def grow(self, delta: int) -> None:
         """The streams hold ``delta`` bytes more (or less)."""
@@ -102,16 +176,30 @@ class Copies(Protocol):
         ...
 
     def pinned(self, path: str) -> bool:
-        """Whether a request looks ``path`` up now (its copy is kept)."""
+        """Whether a request (or the port) reads ``path`` now (its copy is kept)."""
         ...
+
+    def pin(self, paths: Sequence[str]) -> None:
+        """Keep the copies of ``paths`` until ``unpin`` (a read in flight)."""
+        ...
+
+    def unpin(self, paths: Sequence[str]) -> None: ...
 
     def waited(self) -> set[str]:
         """The paths readers here wait on or follow."""
         ...
 
-    def hold(self, path: str, read: Callable[[str], Stream | None]) -> None:
-        """Hold ``path`` and the sources it reads through, each ``read`` when
-        not held (a durable log's streams, loaded on demand)."""
+    def make_room(self, keep: str) -> None:
+        """A copy was added: let others go if the registry's limits say so."""
+        ...
+
+    def read_from(self, read: Callable[[str], Stream | None]) -> None:
+        """The store holds every stream: copies are read one at a time with
+        ``read`` when asked for (``hold``), and let go past ``max_live_bytes``."""
+        ...
+
+    def hold(self, path: str) -> None:
+        """Hold ``path`` and the sources it reads through (``read_from``)."""
         ...
 
     def drop_held(self, path: str, expired: bool, write: Callable[[Sequence[str]], None]) -> None:
@@ -127,50 +215,38 @@ class StreamPort(Protocol):
     #: again first (unless trusted), a write may be ``Stale``, and notices
     #: of the others' writes wake the readers here.
     shared: bool
-    #: The store holds every stream: the registry holds copies of those
-    #: asked about (``Copies.hold``) and counts the rest (``totals``).
-    durable: bool
 
     def bind(self, copies: Copies) -> tuple[int, int]:
-        """Serve ``copies`` from now on; how many streams the store holds,
-        and what they hold (``StreamError``/``OSError`` if it cannot tell)."""
+        """Serve ``copies`` from now on (a log is opened now); how many
+        streams the store holds, and what they hold, as the registry's limits
+        count them (``StreamError``/``OSError`` if it cannot tell)."""
         ...
 
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    def close(self) -> None: ...
-
-    def load_one(self, path: str) -> Stream | None:
-        """A durable store's stream, read at once (``None``: not there, or
-        read only by ``sync``)."""
+    async def start(self) -> None:
+        """Begin what runs beside the requests."""
         ...
 
-    async def sync(self, path: str, trust: Trust | None) -> None:
-        """Bring the copy of ``path`` (and of its fork's sources) up to date."""
+    async def stop(self) -> None:
+        """End what ``start`` began (before the store closes)."""
         ...
 
-    def make_room(self, keep: str, streams: int, size: int) -> None:
-        """Drop copies the store keeps anyway, for room within the limits."""
+    def close(self) -> None:
+        """Close what ``bind`` opened."""
         ...
 
-    async def fork_paths(self, stream: Stream) -> list[str]: ...
-
-    async def create(self, stream: Stream, source: Stream | None) -> None: ...
-
-    async def update(self, stream: Stream, update: Update, trust: Trust | None) -> bool:
-        """Write ``update``; ``True`` if the copy is still to be changed."""
+    async def load(self, path: str, trust: Trust | None) -> None:
+        """Bring the copy of ``path`` (and of its fork's sources) up to date:
+        read from the store unless ``trust`` says the copy will do."""
         ...
 
-    async def soft_delete(self, stream: Stream, trust: Trust | None) -> None: ...
+    async def forks(self, stream: Stream) -> list[str]:
+        """The paths of the forks that read through ``stream`` directly."""
+        ...
 
-    async def touch(self, stream: Stream, now: float) -> None: ...
-
-    async def unfork(self, source: Stream, fork_path: str) -> None: ...
-
-    async def detach(self, fork: Stream, source: Stream, inherited: list[StreamMessage]) -> None:
-        """``fork`` holds ``inherited`` itself and reads through ``source`` no more."""
+    async def write(self, change: Change, trust: Trust | None) -> bool:
+        """Write ``change`` if the copy it was decided on is current (else
+        ``Stale``: nothing written); ``True`` if the copy is still to be
+        changed (``False``: a read brought the change into it already)."""
         ...
 
     async def remove(self, path: str, expired: bool) -> None:
@@ -178,42 +254,49 @@ class StreamPort(Protocol):
         ...
 
     async def sweep(self, now: float) -> None:
-        """Expired (or idle) streams the copies do not hold, every sweep."""
-        ...
-
-    async def before_wait(self, stream: Stream) -> None:
-        """A reader is about to wait on ``stream``."""
-        ...
-
-    def current(self, path: str) -> bool:
-        """Whether the copy of ``path`` is known current (no read needed)."""
+        """Expired streams the copies do not hold, every sweep."""
         ...
 
 
 class LogPort:
     """The port of a store whose streams are this process's alone, each
-    change written to ``log`` (``NoLog``: the memory store; a SQLite file)."""
+    change written to a ``StreamLog`` (``NoLog``: the memory store; a SQLite
+    file), opened by ``open_log`` when bound."""
 
     shared = False
 
-    def __init__(self, log: StreamLog) -> None:
-        self.log = log
-        self.durable = log.durable
+    def __init__(self, open_log: Callable[[], StreamLog] | StreamLog | None = None) -> None:
+        if open_log is None:
+            open_log = NoLog
+        self._open: Callable[[], StreamLog] = open_log if callable(open_log) else lambda: open_log
+        self._log: StreamLog | None = None
+        self._durable = False
         self._copies: Copies | None = None
+
+    @property
+    def log(self) -> StreamLog:
+        assert self._log is not None, "the port is not bound yet"
+        return self._log
+
+    def bind(self, copies: Copies) -> tuple[int, int]:
+        if self._log is None:
+            self._log = self._open()
+        log = self._log
+        try:
+            totals = log.totals()
+        except BaseException:
+            log.close()
+            raise
+        self._copies = copies
+        self._durable = log.durable
+        if log.durable:
+            copies.read_from(log.load_one)
+        return totals
 
     @property
     def copies(self) -> Copies:
         assert self._copies is not None, "the port serves no registry yet"
         return self._copies
-
-    def bind(self, copies: Copies) -> tuple[int, int]:
-        try:
-            totals = self.log.totals()
-        except BaseException:
-            self.log.close()
-            raise
-        self._copies = copies
-        return totals
 
     async def start(self) -> None:
         pass
@@ -222,60 +305,49 @@ class LogPort:
         pass
 
     def close(self) -> None:
-        self.log.close()
-
-    def load_one(self, path: str) -> Stream | None:
-        return self.log.load_one(path)
+        if self._log is not None:
+            self._log.close()
 
     # Each is the log's synchronous write inside a coroutine that never
     # suspends: every operation of the registry stays one step of the loop.
 
-    async def sync(self, path: str, trust: Trust | None) -> None:
-        if self.durable:
-            self.copies.hold(path, self.log.load_one)
+    async def load(self, path: str, trust: Trust | None) -> None:
+        if self._durable:
+            self.copies.hold(path)
 
-    def make_room(self, keep: str, streams: int, size: int) -> None:
-        pass  # the streams of a store of its own are all it holds
-
-    async def fork_paths(self, stream: Stream) -> list[str]:
-        if self.durable:
+    async def forks(self, stream: Stream) -> list[str]:
+        if self.log.durable:
             return self.log.fork_paths(stream.path)
         return [p for p, s in self.copies.streams.items() if s.forked_from == stream.path]
 
-    async def create(self, stream: Stream, source: Stream | None) -> None:
-        self.log.create(stream)
-
-    async def update(self, stream: Stream, update: Update, trust: Trust | None) -> bool:
-        self.log.update(stream.path, update)
+    async def write(self, change: Change, trust: Trust | None) -> bool:
+        log = self._log
+        assert log is not None, "the port is not bound yet"
+        if type(change) is Apply:  # every append and close: no pattern to match
+            log.update(change.stream.path, change.update)
+            return True
+        match change:
+            case Create(stream):
+                log.create(stream)
+            case SoftDelete(stream):
+                log.soft_delete(stream.path)
+            case Touch(stream, now):
+                log.touch(stream.path, now)
+            case Detach(fork, _, inherited):
+                log.detach(fork.path, inherited)
+            case Unfork():
+                pass  # a log finds a stream's forks by their source
         return True
-
-    async def soft_delete(self, stream: Stream, trust: Trust | None) -> None:
-        self.log.soft_delete(stream.path)
-
-    async def touch(self, stream: Stream, now: float) -> None:
-        self.log.touch(stream.path, now)
-
-    async def unfork(self, source: Stream, fork_path: str) -> None:
-        pass
-
-    async def detach(self, fork: Stream, source: Stream, inherited: list[StreamMessage]) -> None:
-        self.log.detach(fork.path, inherited)
 
     async def remove(self, path: str, expired: bool) -> None:
         self.copies.drop_held(path, expired, self.log.remove)
 
     async def sweep(self, now: float) -> None:
-        if not self.durable:
+        if not self.log.durable:
             return
         copies = self.copies
         for path in self.log.expired_paths(now):  # those not held
-            copies.hold(path, self.log.load_one)
+            copies.hold(path)
             stream = copies.streams.get(path)
             if stream is not None and stream.expired(now) and stream.refs == 0:
                 copies.drop_held(path, True, self.log.remove)
-
-    async def before_wait(self, stream: Stream) -> None:
-        pass
-
-    def current(self, path: str) -> bool:
-        return True

@@ -15,14 +15,18 @@ written through the port (``LogPort``: nothing for the memory store, the
 SQLite file of the SQLite store; ``server.streams.shared.SharedPort``: a
 shared store, Redis), and only then made in memory and answered: a change
 the store cannot write is refused (503) and leaves the stream as it was, and
-a change answered is in the store. A durable store holds every stream and
+a change answered is in the store. The port is only the store's verbs
+(``load``, ``forks``, ``write`` of one change record, ``remove``, ``sweep``);
+every policy over the copies is here. A durable store holds every stream and
 the registry copies of those asked about, read on demand and let go past
-``max_live_bytes`` (``hold``): ``attach`` only counts them. On a shared
-store the port brings the copy of a stream up to date before a request is
-decided (``sync``) and writes with a check that the copy was current: a
-write that finds it stale raises ``Stale``, and the request is decided again
-(``_decided``); an append or close is first decided on the copy as it is,
-passed to the port as a ``Trust`` (``_optimistic``).
+``max_live_bytes`` (``hold``, ``_let_go``): ``attach`` only counts them; a
+shared store's copies are let go the same way, and make room within the
+limits, which count them (``_make_room``). Before a request is decided the
+port brings the copy of its stream up to date (``load``); it writes with a
+check that the copy was current: a write that finds it stale raises
+``Stale``, and the request is decided again (``_decided``); an append or
+close is first decided on the copy as it is, passed to the port as a
+``Trust`` (``_optimistic``).
 
 Why one module of over 600 lines: the registry decides every request of the
 protocol (create, append with its producer rules, read, close, fork, expiry,
@@ -40,7 +44,7 @@ from dataclasses import dataclass
 from typing import Final, TypeVar, cast
 
 from server.streams.fanout import Fanout
-from server.streams.log import NoLog, StreamLog
+from server.streams.log import StreamLog
 from server.streams.model import (
     PRODUCER_TTL_S,
     ZERO_OFFSET,
@@ -53,7 +57,19 @@ from server.streams.model import (
     media_type,
     producer_bytes,
 )
-from server.streams.port import Limits, LogPort, Stale, StreamPort, Trust
+from server.streams.port import (
+    Apply,
+    Create,
+    Detach,
+    Limits,
+    LogPort,
+    SoftDelete,
+    Stale,
+    StreamPort,
+    Touch,
+    Trust,
+    Unfork,
+)
 
 __all__ = ["Limits", "Stale", "StreamAppend", "StreamRegistry", "Wait"]
 
@@ -84,6 +100,23 @@ class StreamAppend:
     refused_closed: bool = False
 
 
+#: What an append sends: its body, content type, ``Stream-Seq`` and (JSON)
+#: values; a plain tuple (one per append).
+_Sent = tuple[bytes, str | None, str | None, tuple[str, ...] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """What a create asks for that a fork may fill in from its source."""
+
+    content_type: str | None
+    ttl_s: int | None
+    expires_at: str | None
+    expires_at_ts: float | None
+    fork_offset: str | None
+    values: tuple[str, ...] | None
+
+
 @dataclass(frozen=True, slots=True)
 class Wait:
     """What a live read waited for: messages, or none (``timed_out``, or the
@@ -110,15 +143,16 @@ class StreamRegistry:
 
         self.limits = limits or Limits()
         self.clock = clock or time.time
-        self.port: StreamPort = LogPort(NoLog())
+        self.port: StreamPort = LogPort()
         self._streams: dict[str, Stream] = {}
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         #: Live SSE readers, written to on each append (``server.streams.fanout``).
         self.fanout = Fanout(max_total_queued_bytes=self.limits.max_sse_queued_bytes)
         self._bytes = 0
         #: A durable store holds the streams and ``_streams`` holds copies,
-        #: loaded on demand (``hold``): ``_count`` and ``_bytes`` count them
-        #: all, ``_copy_bytes`` the copies.
+        #: each read with ``_read`` on demand (``hold``): ``_count`` and
+        #: ``_bytes`` count them all, ``_copy_bytes`` the copies.
+        self._read: Callable[[str], Stream | None] | None = None
         self._lazy = False
         self._count = 0
         self._copy_bytes = 0
@@ -146,15 +180,22 @@ class StreamRegistry:
         if self.port.shared and not given.shared:
             given.close()  # the streams of a shared store are in the store
             given = self.port
-        count, held = given.bind(self)
+        previous, self._read = self._read, None
+        try:
+            count, held = given.bind(self)
+        except BaseException:
+            self._read = previous
+            raise
         self._streams = {}
-        self._lazy = given.durable and not given.shared
+        self._lazy = self._read is not None
         self._count, self._bytes, self._copy_bytes = count, held, 0
         self.port = given
 
     def detach(self) -> None:
         """Close the port (shutdown); the registry writes nowhere after this."""
-        port, self.port = self.port, LogPort(NoLog())
+        port, self.port = self.port, LogPort()
+        self._read = None
+        self._lazy = False
         self.port.bind(self)
         port.close()
 
@@ -174,12 +215,20 @@ class StreamRegistry:
         """The copies held, by path."""
         return self._streams
 
-    def hold(self, path: str, read: Callable[[str], Stream | None]) -> None:
+    def read_from(self, read: Callable[[str], Stream | None]) -> None:
+        """The port's store holds every stream: copies are read with ``read``
+        one at a time, when asked for (``hold``)."""
+        self._read = read
+
+    def hold(self, path: str) -> None:
         """Hold the stream at ``path`` and the sources it reads through,
-        each ``read`` from the store when not held. Past ``max_live_bytes`` the
+        each read from the store when not held. Past ``max_live_bytes`` the
         least recently used other copies are let go, once this step of the
         event loop is over (``_let_go``): an operation never loses a copy it
         is deciding on."""
+        read = self._read
+        if read is None:
+            return
         current: str | None = path
         chain: set[str] = set()
         while current is not None and current not in chain:
@@ -193,28 +242,42 @@ class StreamRegistry:
                 self._copy_bytes += stream.held
                 self.loads += 1
             current = stream.forked_from
-        if self._copy_bytes > self.limits.max_live_bytes and not self._letting_go:
-            self._letting_go = True
-            try:
-                asyncio.get_running_loop().call_soon(self._let_go)
-            except RuntimeError:  # no loop (a script): at once
-                self._let_go()
+        self._let_go_soon()
+
+    def _let_go_soon(self) -> None:
+        """Past ``max_live_bytes``, let copies go once this step of the event
+        loop is over (``_let_go``); only copies the store keeps anyway (a
+        durable log, a shared store): the memory store's are the streams."""
+        if self._copy_bytes <= self.limits.max_live_bytes or self._letting_go:
+            return
+        if not (self._lazy or self.port.shared):
+            return
+        self._letting_go = True
+        try:
+            asyncio.get_running_loop().call_soon(self._let_go)
+        except RuntimeError:  # no loop (a script): at once
+            self._let_go()
 
     def _let_go(self) -> None:
         """Let the least recently used copies go until they hold at most
-        ``max_live_bytes``: not those readers wait on or follow, nor the
-        sources of a fork held (the log keeps them all)."""
+        ``max_live_bytes``: not those readers wait on or follow, nor those a
+        read is bringing up to date, nor the sources of a fork held (the
+        store keeps them all). A shared store's limits count the copies:
+        those let go no longer count."""
         self._letting_go = False
         sources = {s.forked_from for s in self._streams.values() if s.forked_from}
         idle = sorted(
             (stream.last_access, path)
             for path, stream in self._streams.items()
-            if path not in sources and not self.watched(path)
+            if path not in sources and not self.watched(path) and not self.pinned(path)
         )
         for _, path in idle:
             if self._copy_bytes <= self.limits.max_live_bytes:
                 return
-            self._copy_bytes -= self._streams.pop(path).held
+            held = self._streams.pop(path).held
+            self._copy_bytes -= held
+            if not self._lazy:
+                self._bytes -= held
             self.evicted += 1
 
     def watched(self, path: str) -> bool:
@@ -230,11 +293,13 @@ class StreamRegistry:
         """Whether a request looks ``path`` up now."""
         return path in self._pinned
 
-    def _pin(self, paths: list[str]) -> None:
+    def pin(self, paths: Sequence[str]) -> None:
+        """Keep the copies of ``paths`` (a request or the port reads them now)."""
         for path in paths:
             self._pinned[path] = self._pinned.get(path, 0) + 1
 
-    def _unpin(self, paths: list[str]) -> None:
+    def unpin(self, paths: Sequence[str]) -> None:
+        """End one ``pin`` of each of ``paths``."""
         for path in paths:
             left = self._pinned.pop(path) - 1
             if left:
@@ -245,14 +310,54 @@ class StreamRegistry:
         self._bytes += delta
         self._copy_bytes += delta
 
-    async def _sync(self, path: str, trust: Trust | None = None) -> None:
+    async def _load(self, path: str, trust: Trust | None = None) -> None:
         """Bring this process's copy of ``path`` up to date (the port's
-        ``sync``), the paths it reads through kept meanwhile."""
-        self._pin([path])
+        ``load``), the path kept meanwhile."""
+        self.pin([path])
         try:
-            await self.port.sync(path, trust)
+            await self.port.load(path, trust)
         finally:
-            self._unpin([path])
+            self.unpin([path])
+
+    def make_room(self, keep: str) -> None:
+        """A copy was added (``keep``): on a shared store, let others go if
+        the copies are past the limits or ``max_live_bytes``."""
+        self._make_room(keep, 0, 0)
+        self._let_go_soon()
+
+    def _make_room(self, keep: str, streams: int, size: int) -> None:
+        """On a shared store the limits (``max_streams``, ``max_stream_bytes``)
+        count this replica's copies: drop the least recently used ones that
+        nobody here needs now (no request or read looks them up, no reader
+        waits on them, no fork reads through them) until there is room for
+        ``streams`` more and ``size`` more bytes. The store keeps them: a
+        later read brings one back. A store of the process's own counts every
+        stream: nothing to drop."""
+        if not self.port.shared:
+            return
+        limits = self.limits
+
+        def within() -> bool:
+            return (
+                len(self._streams) + streams <= limits.max_streams
+                and self._bytes + size <= limits.max_bytes
+            )
+
+        if within():
+            return
+        idle = sorted(
+            (stream.last_access, path)
+            for path, stream in self._streams.items()
+            if path != keep
+            and stream.refs == 0
+            and not self.pinned(path)
+            and not self.watched(path)
+        )
+        for _, path in idle:
+            if within():
+                return
+            self.grow(-self._streams.pop(path).held)
+            self.evicted += 1
 
     # --- looking up ------------------------------------------------------------------
 
@@ -272,9 +377,9 @@ class StreamRegistry:
         return await self._get(path, None)
 
     async def _get(self, path: str, trust: Trust | None) -> Stream | None:
-        self._pin([path])
+        self.pin([path])
         try:
-            await self._sync(path, trust)
+            await self._load(path, trust)
             now = self.clock()
             await self._sweep(now)
             stream = self._streams.get(path)
@@ -286,14 +391,13 @@ class StreamRegistry:
             await self.port.remove(path, True)
             return None
         finally:
-            self._unpin([path])
+            self.unpin([path])
 
     async def still(self, stream: Stream) -> bool:
         """Whether ``stream`` is still the one at its path, not deleted or
         expired (a live reader goes on reading it); a copy the port knows
         current is not read again."""
-        trust = Trust(stream.path) if self.port.current(stream.path) else None
-        current = await self._get(stream.path, trust)
+        current = await self._get(stream.path, Trust(stream.path, if_current=True))
         return current is stream and not stream.soft_deleted
 
     async def live(self, path: str) -> Stream:
@@ -328,27 +432,25 @@ class StreamRegistry:
         """The stream at ``path``, made now (``True``) or already there with
         this configuration (``False``); ``StreamError`` 409 for another one.
         ``values``: a JSON body's values, parsed already (off the loop)."""
-        args = (content_type, ttl_s, expires_at, expires_at_ts, body, closed)
-        fork = (forked_from, fork_offset, fork_sub_offset)
-        return await self._decided(lambda _: self._create(path, *args, *fork, values))
+        asked = _Asked(content_type, ttl_s, expires_at, expires_at_ts, fork_offset, values)
+        new = (path, body, closed, forked_from, fork_sub_offset, asked)
+        return await self._decided(lambda _: self._create(*new))
 
     async def _create(
         self,
         path: str,
-        content_type: str | None,
-        ttl_s: int | None,
-        expires_at: str | None,
-        expires_at_ts: float | None,
         body: bytes,
         closed: bool,
         forked_from: str | None,
-        fork_offset: str | None,
         fork_sub_offset: int,
-        values: tuple[str, ...] | None = None,
+        asked: _Asked,
     ) -> tuple[Stream, bool]:
-        await self._sync(path)
+        # Each attempt starts from what was asked (a fork fills in the rest).
+        content_type, ttl_s, expires_at = asked.content_type, asked.ttl_s, asked.expires_at
+        expires_at_ts, fork_offset = asked.expires_at_ts, asked.fork_offset
+        await self._load(path)
         if forked_from is not None:
-            await self._sync(forked_from)
+            await self._load(forked_from)
         now = self.clock()
         existing = self._streams.get(path)
         if existing is not None:
@@ -380,7 +482,7 @@ class StreamRegistry:
                 if not same:
                     raise StreamError(409, "Stream already exists with different configuration")
                 return existing, False
-        self.port.make_room(path, 1, 0)
+        self._make_room(path, 1, 0)
         if len(self) >= self.limits.max_streams:
             raise StreamError(
                 429,
@@ -433,19 +535,20 @@ class StreamRegistry:
             stream.fork_sub_offset = fork_sub_offset
         if body:
             message = stream.encode(
-                body, create=True, values=values, max_values=self.limits.max_append_values
+                body, create=True, values=asked.values, max_values=self.limits.max_append_values
             )
             if message is not None:
                 self._check_room(path, message.held)
                 stream.push(message)
         stream.closed = closed
-        await self.port.create(stream, source)  # the new stream is in no index yet
+        await self.port.write(Create(stream, source), None)  # in no index yet
         if source is not None:
             source.refs += 1
         self._streams[path] = stream
         self.grow(stream.held)
         if self._lazy:
             self._count += 1
+        self._let_go_soon()
         return stream, True
 
     def _sub_offset_prefix(self, source: Stream, offset: str, sub: int) -> StreamMessage:
@@ -521,24 +624,20 @@ class StreamRegistry:
     ) -> StreamAppend:
         """Append ``body`` (``values``: a JSON body's values, parsed already
         off the loop), or close, or both."""
+        sent: _Sent = (body, content_type, stream_seq, values)
         return await self._optimistic(
-            path,
-            lambda trust: self._append(
-                path, body, content_type, stream_seq, producer, close, values, trust
-            ),
+            path, lambda trust: self._append(path, sent, producer, close, trust)
         )
 
     async def _append(
         self,
         path: str,
-        body: bytes,
-        content_type: str | None,
-        stream_seq: str | None,
+        sent: _Sent,
         producer: tuple[str, int, int] | None,
         close: bool,
-        values: tuple[str, ...] | None = None,
-        trust: Trust | None = None,
+        trust: Trust | None,
     ) -> StreamAppend:
+        body, content_type, stream_seq, values = sent
         self._check_producer_id(producer)
         stream = await self._live(path, trust)
         now = self.clock()
@@ -583,7 +682,7 @@ class StreamRegistry:
     async def _apply(self, stream: Stream, update: Update, trust: Trust | None) -> None:
         """Write ``update`` to the log, then make it in memory and wake the
         stream's readers."""
-        if not await self.port.update(stream, update, trust):
+        if not await self.port.write(Apply(stream, update), trust):
             return
         before, after = stream.held, stream.tail
         stream.apply(update)
@@ -650,16 +749,16 @@ class StreamRegistry:
         stream = await self.get(path)
         if stream is None:
             raise StreamError(404, "Stream not found")
-        for fork_path in await self.port.fork_paths(stream):
-            await self._sync(fork_path)
+        for fork_path in await self.port.forks(stream):
+            await self._load(fork_path)
             fork = self._streams.get(fork_path)
             if fork is None or fork.forked_from != stream.path:
-                await self.port.unfork(stream, fork_path)  # detached or gone already
+                await self.port.write(Unfork(stream, fork_path), None)  # detached or gone
                 continue
-            inherited = [
+            inherited = tuple(
                 m for s, cap in reversed(self._sources(fork, None)) for m in s.own_after(None, cap)
-            ]
-            await self.port.detach(fork, stream, inherited)
+            )
+            await self.port.write(Detach(fork, stream, inherited), None)
             fork.messages[:0] = inherited
             fork.offsets[:0] = [m.offset for m in inherited]
             added = sum(len(m.data) for m in inherited)
@@ -672,7 +771,7 @@ class StreamRegistry:
     async def _delete(self, path: str) -> None:
         stream = await self.live(path)
         if stream.refs > 0:
-            await self.port.soft_delete(stream, None)
+            await self.port.write(SoftDelete(stream), None)
             stream.soft_deleted = True
             self.wake(path)
             return
@@ -741,7 +840,7 @@ class StreamRegistry:
         return producer_bytes(producer_id)
 
     def _check_room(self, path: str, size: int) -> None:
-        self.port.make_room(path, 0, size)
+        self._make_room(path, 0, size)
         if self._bytes + size > self.limits.max_bytes:
             raise StreamError(
                 507, f"the streams of this server hold {self._bytes} bytes (max_stream_bytes)"
@@ -785,7 +884,7 @@ class StreamRegistry:
                 break
             cap = fork_offset if cap is None else min(cap, fork_offset)
             if self._lazy and source_path not in self._streams:
-                self.hold(source_path, self.port.load_one)  # let go since the fork was looked up
+                self.hold(source_path)  # let go since the fork was looked up
             current = self._streams.get(source_path)
             if current is None or current.path in seen:
                 break
@@ -808,7 +907,7 @@ class StreamRegistry:
         if self._streams.get(stream.path) is not stream:
             return
         try:
-            await self.port.touch(stream, now)
+            await self.port.write(Touch(stream, now), None)
         except StreamError as error:
             log.warning("a read of %s did not extend its TTL on disk: %s", stream.path, error)
             return
@@ -817,7 +916,12 @@ class StreamRegistry:
     async def wait(self, stream: Stream, offset: str, timeout: float) -> Wait:
         """Messages after ``offset``, waiting up to ``timeout`` seconds for
         this stream's own next append (or its close)."""
-        await self.port.before_wait(stream)
+        # A notice that came before the reader waits found no reader to
+        # wake: the copy is read again unless the port knows it current.
+        try:
+            await self.port.load(stream.path, Trust(stream.path, if_current=True))
+        except StreamError as err:
+            log.warning("a reader of %s waits on its copy: %s", stream.path, err)
         if stream.fork_offset is not None and offset < stream.fork_offset:
             return Wait(self.read(stream, offset))
         found = self.read(stream, offset)

@@ -29,12 +29,13 @@ the store's ``StoreLink`` as its drafts and presence parts are); this
 module keeps the copies, and reads and changes them only through the
 registry's ``server.streams.port.Copies`` face.
 
-The limits (``max_streams``, ``max_stream_bytes``) count what this replica
-holds in its copy: the streams it was asked about, each dropped once unused
-for ``IDLE_COPY_S`` (Redis keeps it). A read or a create that would take the
-copy past them first drops the least recently used copies nobody here reads
-or waits on (``make_room``): reads on one replica cannot make it hold more
-than its limits allow, only what its live readers and forks need.
+Streams are read on demand: nothing is loaded at startup. Which copies to
+keep is the registry's policy, not the port's: as on a durable log, copies
+past ``max_live_bytes`` are let go (the least recently used that nobody
+here reads, waits on or forks; Redis keeps them), and the limits
+(``max_streams``, ``max_stream_bytes``), which count what this replica holds
+in its copy, first drop the least recently used idle copies to make room: a
+read of one replica cannot make it hold more than its limits allow.
 """
 
 from __future__ import annotations
@@ -42,20 +43,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Final
+from typing import Any
 
 from server.store.redis.streams import RedisStreams
-from server.streams.model import Stream, StreamError, StreamMessage, Update
-from server.streams.port import Copies, Stale, Trust
+from server.streams import port
+from server.streams.model import Stream, StreamError, Update
 from server.tasks import cancel_and_wait
 
 __all__ = ["SharedPort"]
 
 log = logging.getLogger("tsync.streams")
-
-#: A copy of a stream that no request of this replica used for this long
-#: (seconds) and no reader waits on is dropped (read again when asked for).
-IDLE_COPY_S: Final = 300.0
 
 
 class SharedPort:
@@ -69,20 +66,18 @@ class SharedPort:
     """
 
     shared = True
-    durable = True
 
     def __init__(self, store: RedisStreams, *, resync_s: float = 1.0) -> None:
         #: The store's streams part: every read and write of the store.
         self.store = store
         self.where = store.where
         self.resync_s = resync_s
-        self._copies: Copies | None = None
+        self._copies: port.Copies | None = None
         #: Notices received per path held or being read.
         self._noticed: dict[str, int] = {}
         #: Per path held: (subscriptions, notices) when its last read began;
         #: equal to the present ones, the copy holds every change announced.
         self._synced: dict[str, tuple[int, int]] = {}
-        self._syncing: dict[str, int] = {}
         #: Subscribed to the notices now.
         self._listening = False
         #: Paths whose waiting readers need a fresh copy (the worker reads them).
@@ -95,18 +90,15 @@ class SharedPort:
         self.reads = 0
 
     @property
-    def copies(self) -> Copies:
+    def copies(self) -> port.Copies:
         assert self._copies is not None, "the port serves no registry yet"
         return self._copies
 
-    def bind(self, copies: Copies) -> tuple[int, int]:
+    def bind(self, copies: port.Copies) -> tuple[int, int]:
         """The copies are the registry's; the store's streams are counted
         only as this replica copies them (its limits bound its copy)."""
         self._copies = copies
         return 0, 0
-
-    def load_one(self, path: str) -> Stream | None:
-        return None  # read asynchronously (``sync``)
 
     def close(self) -> None:
         pass  # the store's connection is the store's
@@ -126,9 +118,26 @@ class SharedPort:
 
     # --- bringing the copy up to date -----------------------------------------------
 
-    async def sync(self, path: str, trust: Trust | None) -> None:
+    async def load(self, path: str, trust: port.Trust | None) -> None:
+        if trust is not None and trust.if_current:
+            await self._until_current(path)
+            return
         if trust is not None and trust.path == path and not trust.stale:
             return
+        await self._sync(path)
+
+    async def _until_current(self, path: str) -> None:
+        """Read the copy of ``path`` until it holds every change announced
+        (the readers woken by one read share it: none reads again on its
+        own), or until no notice came during a read (the safety net reads
+        it again)."""
+        while not self._current(path):
+            seen = self._noticed.get(path, 0)
+            await self._sync(path)
+            if not self._listening or self._noticed.get(path, 0) == seen:
+                break
+
+    async def _sync(self, path: str) -> None:
         copies = self.copies
         seen = [path]
         try:
@@ -142,7 +151,7 @@ class SharedPort:
             while stream is not None and stream.forked_from and stream.forked_from not in seen:
                 source_path = stream.forked_from
                 seen.append(source_path)
-                self._syncing[source_path] = self._syncing.get(source_path, 0) + 1
+                copies.pin([source_path])
                 if stream.fork_offset is not None:
                     cap = stream.fork_offset if cap is None else min(cap, stream.fork_offset)
                 source = copies.streams.get(source_path)
@@ -151,64 +160,26 @@ class SharedPort:
                     source = copies.streams.get(source_path)
                 stream = source
         finally:
-            self._unsync(seen[1:])
-
-    def _unsync(self, paths: list[str]) -> None:
-        for path in paths:
-            left = self._syncing.pop(path) - 1
-            if left:
-                self._syncing[path] = left
-
-    def make_room(self, keep: str, streams: int, size: int) -> None:
-        """Drop the least recently used copies that nobody here needs now
-        (no request looks them up, no reader waits on them, no fork reads
-        through them) until the copy is within this replica's limits, with
-        room for ``streams`` more and ``size`` more bytes. The store keeps
-        them: a later read brings one back."""
-        copies = self.copies
-        limits = copies.limits
-
-        def within() -> bool:
-            return (
-                len(copies.streams) + streams <= limits.max_streams
-                and copies.size + size <= limits.max_bytes
-            )
-
-        if within():
-            return
-        idle = sorted(
-            (stream.last_access, path)
-            for path, stream in copies.streams.items()
-            if path != keep
-            and stream.refs == 0
-            and not copies.pinned(path)
-            and path not in self._syncing
-            and not copies.watched(path)
-        )
-        for _, path in idle:
-            if within():
-                return
-            copies.evicted += 1
-            self._forget(path)
+            copies.unpin(seen[1:])
 
     async def _sync_one(self, path: str) -> bool:
         """Read the stream at ``path`` into the copy; wake its readers if it
         changed (``True``)."""
         mark = (self.subscribed, self._noticed.get(path, 0))
-        self._syncing[path] = self._syncing.get(path, 0) + 1
+        self.copies.pin([path])
         try:
             changed = await self._read_copy(path)
         finally:
-            self._unsync([path])
+            self.copies.unpin([path])
         if path in self.copies.streams:
             self._synced[path] = mark
         return changed
 
-    def current(self, path: str) -> bool:
+    def _current(self, path: str) -> bool:
         """Whether the copy holds every change announced so far: read since
         the last notice of it, and the notices subscribed all along since."""
         mark = (self.subscribed, self._noticed.get(path, 0))
-        return self._listening and self._synced.get(path) == mark
+        return self._listening and self._synced.get(path) == mark and path in self.copies.streams
 
     async def _read_copy(self, path: str) -> bool:
         self.reads += 1
@@ -246,7 +217,7 @@ class SharedPort:
             copies.streams[path] = stream
             copies.grow(stream.size)
             changed = True
-            self.make_room(path, 0, 0)
+            copies.make_room(path)
         for name, value in found.state.items():
             setattr(stream, name, value)
         stream.gen, stream.version = gen, ver
@@ -269,13 +240,14 @@ class SharedPort:
         stream.refs = forks
 
     async def sweep(self, now: float) -> None:
-        # Copies nobody here read or waited on for a while: the store has them.
+        # The registry lets copies go (past ``max_live_bytes`` or its limits):
+        # their marks go too, and the next read of one starts afresh.
         copies = self.copies
-        for path, stream in list(copies.streams.items()):
-            if copies.watched(path):
-                continue
-            if now - stream.last_access > IDLE_COPY_S:
-                self._forget(path)
+        for path in [p for p in self._synced if p not in copies.streams]:
+            del self._synced[path]
+        for path in [p for p in self._noticed if p not in copies.streams]:
+            if not copies.pinned(path):
+                del self._noticed[path]
 
     def _forget(self, path: str) -> None:
         """Drop the copy of a stream that is gone (or another incarnation)."""
@@ -289,13 +261,34 @@ class SharedPort:
 
     # --- writes -------------------------------------------------------------------------
 
-    async def create(self, stream: Stream, source: Stream | None) -> None:
-        if not await self.store.create(stream, source):
-            raise Stale
-        if stream.path in self.copies.streams:  # a read found it first: this copy replaces it
-            self._forget(stream.path)
+    async def write(self, change: port.Change, trust: port.Trust | None) -> bool:
+        match change:
+            case port.Create(stream, source):
+                if not await self.store.create(stream, source):
+                    raise port.Stale
+                if stream.path in self.copies.streams:  # a read found it first: replaced
+                    self._forget(stream.path)
+            case port.Apply(stream, update):
+                return await self._apply(stream, update, trust)
+            case port.SoftDelete(stream):
+                state = self.store.state(stream, soft_deleted=True)
+                await self._cas(
+                    stream, trust, state=state, last_access=stream.last_access, soft=True
+                )
+            case port.Touch(stream, now):
+                await self.store.touch(stream, now)
+            case port.Unfork(source, fork_path):
+                await self.store.unfork(source.path, fork_path)
+            case port.Detach(fork, source, inherited):
+                size = fork.size + sum(len(m.data) for m in inherited)
+                new_gen = await self.store.detach(fork, size, inherited)
+                if new_gen is None:
+                    raise port.Stale
+                fork.gen, fork.version = new_gen, fork.version + 1
+                await self.store.unfork(source.path, fork.path)
+        return True
 
-    async def _cas(self, stream: Stream, trust: Trust | None, **change: Any) -> bool:
+    async def _cas(self, stream: Stream, trust: port.Trust | None, **change: Any) -> bool:
         """Write one change of ``stream`` (``RedisStreams.update``'s
         arguments) if its copy is current (``Stale`` otherwise); ``True`` if
         the copy is still to be changed."""
@@ -304,7 +297,7 @@ class SharedPort:
         if not written:
             if trust is not None:
                 trust.stale = True  # decided again on a fresh copy
-            raise Stale
+            raise port.Stale
         if trust is not None:
             trust.wrote = True
         if self.copies.streams.get(stream.path) is not stream or stream.version != expected:
@@ -312,7 +305,7 @@ class SharedPort:
         stream.version = expected + 1
         return True
 
-    async def update(self, stream: Stream, update: Update, trust: Trust | None) -> bool:
+    async def _apply(self, stream: Stream, update: Update, trust: port.Trust | None) -> bool:
         size = stream.size + (update.message.held if update.message else 0)
         state = self.store.state(
             stream,
@@ -332,26 +325,8 @@ class SharedPort:
             producer=update.producer,
         )
 
-    async def soft_delete(self, stream: Stream, trust: Trust | None) -> None:
-        state = self.store.state(stream, soft_deleted=True)
-        await self._cas(stream, trust, state=state, last_access=stream.last_access, soft=True)
-
-    async def fork_paths(self, stream: Stream) -> list[str]:
+    async def forks(self, stream: Stream) -> list[str]:
         return await self.store.fork_paths(stream.path)
-
-    async def unfork(self, source: Stream, fork_path: str) -> None:
-        await self.store.unfork(source.path, fork_path)
-
-    async def detach(self, fork: Stream, source: Stream, inherited: list[StreamMessage]) -> None:
-        size = fork.size + sum(len(m.data) for m in inherited)
-        new_gen = await self.store.detach(fork, size, inherited)
-        if new_gen is None:
-            raise Stale
-        fork.gen, fork.version = new_gen, fork.version + 1
-        await self.store.unfork(source.path, fork.path)
-
-    async def touch(self, stream: Stream, now: float) -> None:
-        await self.store.touch(stream, now)
 
     async def remove(self, path: str, expired: bool) -> None:
         """Delete the stream for good, then take it out of its source's forks,
@@ -371,7 +346,7 @@ class SharedPort:
             if removed == -1:  # a fork came meanwhile
                 if expired or stream.path != path:
                     return
-                raise Stale
+                raise port.Stale
             self._forget(stream.path)
             if removed == 0 or stream.forked_from is None:
                 return  # another replica removed it (and did what follows)
@@ -389,23 +364,9 @@ class SharedPort:
 
     # --- live readers -------------------------------------------------------------------
 
-    async def before_wait(self, stream: Stream) -> None:
-        # A notice that came before the reader waits found no reader to wake:
-        # the copy is read again unless it holds every change announced (the
-        # readers woken by one read share it: none reads again on its own).
-        while not self.current(stream.path):
-            seen = self._noticed.get(stream.path, 0)
-            try:
-                await self.sync(stream.path, None)
-            except StreamError as err:
-                log.warning("a reader of %s waits on its copy: %s", stream.path, err)
-                break
-            if not self._listening or self._noticed.get(stream.path, 0) == seen:
-                break  # no notices now: the safety net reads it again
-
     def _noticed_change(self, path: str) -> None:
         copies = self.copies
-        if path in copies.streams or path in self._syncing:
+        if path in copies.streams or copies.pinned(path):
             self._noticed[path] = self._noticed.get(path, 0) + 1
         if copies.watched(path):
             self._pending.add(path)

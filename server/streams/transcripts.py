@@ -250,8 +250,8 @@ async def fast_long_poll(state: Any, scope: Scope) -> Reply | Response | None:
     transcript_id: str = scope["path"][len(TRANSCRIPTS) :]
     if not _ID.fullmatch(transcript_id):
         return None
-    query = long_poll_query(scope)
-    if query is None:
+    query = long_poll_query(scope["query_string"])
+    if query is None or query.offset is None:
         return None
     try:
         return await long_poll(

@@ -47,11 +47,11 @@ from server.live.hub import Hub
 from server.metrics import Metrics
 from server.replicas.backplane import Backplane
 from server.store.base import Store, StoreError
-from server.store.open import open_store
+from server.store.open import backend_of, open_backend
 from server.streams import http as streams_http
 from server.streams import transcripts as streams_transcripts
 from server.streams.longpoll import FastPath
-from server.streams.open import log_for_store, registry_for_store
+from server.streams.open import stream_port
 from server.streams.registry import Limits, StreamRegistry
 from server.web import (
     ai_chat,
@@ -204,15 +204,16 @@ def create_app(
     """
     if config is None:
         config = _config_from_environment()
-    the_store = (
-        store
+    backend = (
+        backend_of(store)
         if store is not None
-        else open_store(
+        else open_backend(
             config.store,
             idempotency_retention=config.idempotency_retention,
             idempotency_ttl_s=config.idempotency_ttl_s,
         )
     )
+    the_store = backend.store
     if configure_logging:
         logs.configure(config.log_level, config.log_format)
     metrics = Metrics()
@@ -236,7 +237,7 @@ def create_app(
             raise StartupFailed(f"cannot open the {the_store.name} store: {exc}") from None
         streams: StreamRegistry = app.state.streams
         try:
-            streams.attach(log_for_store(the_store))
+            streams.attach(stream_port(backend, resync_s=config.backplane_resync_s))
         except (StoreError, OSError) as exc:
             await the_store.close()
             raise StartupFailed(
@@ -323,10 +324,9 @@ def create_app(
     )
     app.state.config = config
     app.state.metrics = metrics
-    # Durable on the SQLite store (its log is attached at startup); in Redis
-    # on the Redis store, shared by its replicas.
-    app.state.streams = registry_for_store(
-        the_store,
+    # Durable on the SQLite store, in Redis on the Redis store (shared by its
+    # replicas): the store's streams part is attached at startup.
+    app.state.streams = StreamRegistry(
         Limits(
             max_streams=config.max_streams,
             max_bytes=config.max_stream_bytes,
@@ -337,7 +337,6 @@ def create_app(
             max_fork_depth=config.max_fork_depth,
             max_live_bytes=config.max_live_bytes,
         ),
-        resync_s=config.backplane_resync_s,
     )
     app.state.stream_settings = streams_http.StreamSettings(
         long_poll_s=config.stream_long_poll_s,

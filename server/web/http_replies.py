@@ -34,7 +34,7 @@ import msgspec
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from protocol import api, codes
+from protocol import api, codes, wire
 from protocol.sse import SSEDecoder, SSETooLong
 from protocol.validation import validate_id
 from server.errors import Refused
@@ -148,7 +148,7 @@ class _Reply:
     async def write(self, batch: list[dict[str, Any]]) -> None:
         if batch:
             await self.hub.drafts.write(
-                self.transcript_id, self.draft_id, chunks=batch, writer=self.writer
+                wire.Draft(self.transcript_id, self.draft_id, chunks=batch), writer=self.writer
             )
             self.opened = True
 
@@ -159,7 +159,7 @@ class _Reply:
         # Closed already (stopped, committed, expired): nothing to cancel.
         with contextlib.suppress(Refused):
             await self.hub.drafts.write(
-                self.transcript_id, self.draft_id, cancel=True, writer=self.writer
+                wire.Draft(self.transcript_id, self.draft_id, cancel=True), writer=self.writer
             )
 
 

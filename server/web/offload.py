@@ -25,8 +25,8 @@ Here they run in worker processes (``pebble.ProcessPool``):
 
 Offload start on first use (a server that never imports or exports a large
 file starts none) from a ``forkserver`` (never a fork of this multi-threaded
-process), and each is replaced after ``JOBS_PER_WORKER`` jobs so that a large
-one does not keep its memory forever.
+process), and each is replaced after ``server.tuning.OFFLOAD_JOBS_PER_WORKER``
+jobs so that a large one does not keep its memory forever.
 """
 
 from __future__ import annotations
@@ -46,23 +46,13 @@ from pebble import ProcessPool
 
 from protocol import codes
 from protocol.types import Message
+from server import tuning
 from server.errors import Refused
 
 __all__ = ["Offload", "encode_messages"]
 
 log = logging.getLogger("tsync.offload")
 T = TypeVar("T")
-
-#: Jobs a worker process runs before it is replaced by a fresh one.
-JOBS_PER_WORKER: Final = 50
-#: How much lower the workers' CPU priority is than the server's (``nice``).
-WORKER_NICENESS: Final = 10
-#: What ``Retry-After`` says when the queue is full.
-RETRY_AFTER_S: Final = 1
-#: Messages encoded in one piece by ``encode_messages`` between yields.
-ENCODE_CHUNK: Final = 64
-#: The longest ``encode_messages`` holds the loop before it yields.
-ENCODE_SLICE_S: Final = 0.005
 
 
 class Offload:
@@ -89,7 +79,7 @@ class Offload:
         # No process starts before the first job is scheduled.
         self._pool = ProcessPool(
             max_workers=self.processes,
-            max_tasks=JOBS_PER_WORKER,
+            max_tasks=tuning.OFFLOAD_JOBS_PER_WORKER,
             initializer=_lower_priority,
             context=context,
         )
@@ -106,7 +96,7 @@ class Offload:
             raise Refused(
                 codes.UNAVAILABLE,
                 f"the server is busy with {self._jobs} imports and exports; retry shortly",
-                retryAfter=RETRY_AFTER_S,
+                retryAfter=tuning.OFFLOAD_FULL_RETRY_AFTER_S,
             )
         self._jobs += 1
         started = time.perf_counter()
@@ -155,7 +145,7 @@ def _lower_priority() -> None:
     """In each worker: yield the CPU to the event loop when cores are scarce
     (a busy machine schedules the loop's process first)."""
     with contextlib.suppress(OSError, AttributeError):
-        os.nice(WORKER_NICENESS)
+        os.nice(tuning.OFFLOAD_WORKER_NICENESS)
 
 
 def _cancel_scheduled(scheduling: asyncio.Future[Any]) -> None:
@@ -180,16 +170,16 @@ _encode = msgspec.msgpack.Encoder().encode
 
 async def encode_messages(messages: Sequence[Message]) -> tuple[list[bytes], int]:
     """``messages`` as MessagePack chunks for a worker, and their size. The
-    loop is given back every ``ENCODE_SLICE_S``: a transcript of any length
-    is encoded without a stall longer than one chunk's encoding."""
+    loop is given back every ``server.tuning.ENCODE_SLICE_S``: a transcript of
+    any length is encoded without a stall longer than one chunk's encoding."""
     chunks: list[bytes] = []
     size = 0
     slice_began = time.perf_counter()
-    for start in range(0, len(messages), ENCODE_CHUNK):
-        chunk = _encode(messages[start : start + ENCODE_CHUNK])
+    for start in range(0, len(messages), tuning.ENCODE_CHUNK_MESSAGES):
+        chunk = _encode(messages[start : start + tuning.ENCODE_CHUNK_MESSAGES])
         chunks.append(chunk)
         size += len(chunk)
-        if time.perf_counter() - slice_began > ENCODE_SLICE_S:
+        if time.perf_counter() - slice_began > tuning.ENCODE_SLICE_S:
             await asyncio.sleep(0)
             slice_began = time.perf_counter()
     return chunks, size

@@ -435,15 +435,9 @@ class OpHandler:
             case wire.Draft():
                 try:
                     revision, n = await hub.drafts.write(
-                        op.transcript_id,
-                        op.draft_id,
-                        role=op.role,
-                        delta=op.delta,
-                        text=op.text,
-                        cancel=op.cancel,
-                        chunks=op.chunks,
-                        flush=op.ref is not None,  # its ack's n counts every delta sent
+                        op,
                         writer=queue.id,
+                        flush=op.ref is not None,  # its ack's n counts every delta sent
                     )
                 except Refused as stopping:
                     # A token for a draft being stopped: the stop tells the writer,

@@ -307,7 +307,7 @@ def state(registry: StreamRegistry, paths: Any = ()) -> dict[str, Any]:
     """Everything a registry holds that a log must give back (``paths``: the
     streams to read first, on a registry that reads them on demand)."""
     for path in paths:
-        registry.hold(path, registry.port.load_one)
+        registry.hold(path)
 
     def one(s: Stream) -> tuple[Any, ...]:
         return (

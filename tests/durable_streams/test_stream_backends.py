@@ -158,3 +158,43 @@ async def test_a_file_of_version_1_counts_what_each_stream_holds_once_migrated(
         assert {path: (await migrated.live(path)).held for path in held} == held
     finally:
         migrated.detach()
+
+
+def _public(cls: type) -> set[str]:
+    return {name for name in dir(cls) if not name.startswith("_")}
+
+
+def test_each_port_is_the_store_verbs_alone() -> None:
+    """Issue 41: the port is small (the lifecycle, ``load``, ``forks``,
+    ``write``, ``remove``, ``sweep``) and each port offers it and nothing the
+    registry could call besides (its policy stays in the registry)."""
+    from server.streams.port import LogPort, StreamPort
+    from server.streams.shared import SharedPort
+
+    verbs = {"bind", "start", "stop", "close", "load", "forks", "write", "remove", "sweep"}
+    assert _public(StreamPort) - {"shared"} == verbs
+    assert verbs <= _public(LogPort)
+    assert verbs <= _public(SharedPort)
+    # What else each shows is its own state, not a verb the registry uses.
+    assert _public(LogPort) - verbs == {"shared", "log", "copies"}
+    assert not {"make_room", "before_wait", "current", "sync", "load_one"} & _public(SharedPort)
+
+
+async def test_a_sqlite_port_opens_its_log_when_bound(tmp_path: Path) -> None:
+    """``open_backend`` opens nothing: the log is opened when a registry binds
+    the port, counted then, and its streams read on demand."""
+    from server.store.open import open_backend
+    from server.streams.open import stream_port
+
+    first = StreamRegistry(Limits(), log=SQLiteStreamLog(tmp_path))
+    await create(first, "/a", b"hello")
+    first.detach()
+    port = stream_port(open_backend(f"sqlite:{tmp_path}"))
+    registry = StreamRegistry(Limits())
+    assert len(registry) == 0
+    registry.attach(port)
+    try:
+        assert len(registry) == 1 and registry.streams == {}
+        assert text(registry, await registry.live("/a")) == b"hello"
+    finally:
+        registry.detach()

@@ -52,7 +52,7 @@ async def test_a_missed_notice_is_repaired_by_the_safety_net(shared_redis: Redis
         follower = Follower("t")
         await follower.attach(b.ws_url)
         # B stops hearing notices (as if pub/sub dropped them all).
-        backplane_of(b)._tasks[0].cancel()
+        backplane_of(b)._background.tasks[0].cancel()
         for i in range(3):
             assert (await append(http, a.url, "t", [f"m{i}"])).status_code == 201
         await check_converged([follower], await authoritative(url, "t"), timeout=5)
@@ -131,7 +131,7 @@ async def test_a_new_epoch_found_by_the_safety_net_rebaselines_subscribers(
         # the delete and the creation, "not-found" would have been the right
         # answer for its subscriber: the race this test once lost under load.)
         await backplane_of(b).start()
-        backplane_of(b)._tasks[0].cancel()
+        backplane_of(b)._background.tasks[0].cancel()
         # ... and still gives its subscriber the new transcript, as a baseline.
         stored = await authoritative(url, "t")
         assert stored.epoch == second_epoch != first_epoch

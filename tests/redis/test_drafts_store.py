@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from server.store.base import Notice, Recheck, RelayedDraft
+from server.store.base import NewTranscript, Notice, Recheck, RelayedDraft
 from server.store.redis import RedisStore
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
@@ -120,7 +120,7 @@ async def test_updates_are_announced_in_order_with_the_change_notices(
                 item = await anext(notices)
                 if (item is None and not store.cluster) or isinstance(item, Recheck):
                     break
-            await store.create("t", "e1", 0)
+            await store.create(NewTranscript("t", "e1", 0))
             await store.relay_drafts(
                 [update(1, delta="a", origin="r1"), update(2, delta="b", origin="r1")], 30
             )

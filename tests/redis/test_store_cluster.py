@@ -15,6 +15,7 @@ import redis
 from server.store import (
     AppendResult,
     Head,
+    NewTranscript,
     Notice,
     Receipt,
     Recheck,
@@ -134,7 +135,9 @@ async def test_a_notice_is_published_only_on_the_node_of_its_transcript(
         for pubsub in listeners:
             pubsub.subscribe(cluster_store.channel)
             assert pubsub.get_message(timeout=1)["type"] == "subscribe"
-        await cluster_store.create(tid, EPOCH, CREATED_AT, appended(1, 0, transcript_id=tid))
+        await cluster_store.create(
+            NewTranscript(tid, EPOCH, CREATED_AT, appended(1, 0, transcript_id=tid))
+        )
         assert await _next(notices) == Notice(tid, EPOCH, 1)
         for pubsub in listeners:
             assert pubsub.get_message(timeout=0.2) is None
@@ -157,7 +160,7 @@ async def test_appends_of_many_transcripts_in_one_call_reach_every_node(
     nodes = {shared_cluster.node_of(cluster_store._keys(tid)[0]).port for tid in ids}
     assert len(nodes) == 3
     for tid in ids:
-        await cluster_store.create(tid, EPOCH, CREATED_AT)
+        await cluster_store.create(NewTranscript(tid, EPOCH, CREATED_AT))
     outcomes = await cluster_store.append_many(
         [(appended(1, 0, transcript_id=tid), None) for tid in ids]
     )
@@ -172,7 +175,7 @@ async def test_a_script_cache_lost_by_a_node_is_filled_again(
 ) -> None:
     # What a restarted node (or a new one after a failover) looks like: no
     # scripts. EVALSHA answers NOSCRIPT; the store sends the script itself.
-    await cluster_store.create("t1", EPOCH, CREATED_AT, appended(1, 0))
+    await cluster_store.create(NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0)))
     node = shared_cluster.node_of(cluster_store._keys("t1")[0])
     with redis.Redis(port=node.port) as client:
         client.script_flush()
@@ -204,7 +207,9 @@ async def test_a_killed_master_makes_only_its_transcripts_unavailable(
     try:
         assert await _next(notices) is None
         for tid in [*doomed, *spared]:
-            await store.create(tid, EPOCH, CREATED_AT, appended(1, 0, transcript_id=tid))
+            await store.create(
+                NewTranscript(tid, EPOCH, CREATED_AT, appended(1, 0, transcript_id=tid))
+            )
         watcher.watch([*doomed, *spared])
         rechecked: set[str] = set()
         while rechecked != {*doomed, *spared}:
@@ -228,7 +233,7 @@ async def test_a_killed_master_makes_only_its_transcripts_unavailable(
             t for t in (f"n{i}" for i in range(40))
             if redis_cluster.node_of(store._keys(t)[0]) is not victim
         )  # fmt: skip
-        await store.create(new, EPOCH, CREATED_AT)
+        await store.create(NewTranscript(new, EPOCH, CREATED_AT))
         heads = await store.heads([*doomed, *spared])
         assert set(heads) == set(spared)  # the victim's are left out, not guessed
         assert all(heads[tid] == Head(EPOCH, 2) for tid in spared)
@@ -258,6 +263,6 @@ async def test_a_killed_master_makes_only_its_transcripts_unavailable(
 async def test_unknown_and_deleted_transcripts(cluster_store: RedisStore) -> None:
     with pytest.raises(TranscriptNotFound):
         await cluster_store.events_after("nope", 0)
-    await cluster_store.create("d1", EPOCH, CREATED_AT)
+    await cluster_store.create(NewTranscript("d1", EPOCH, CREATED_AT))
     assert await cluster_store.delete("d1")
     assert await cluster_store.heads(["d1"]) == {"d1": None}

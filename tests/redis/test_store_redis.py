@@ -16,6 +16,7 @@ from protocol.types import ViewChanged
 from server.model.transcript import Transcript
 from server.store import (
     AppendResult,
+    NewTranscript,
     Notice,
     Receipt,
     StoreUnavailable,
@@ -83,7 +84,7 @@ async def test_a_trimmed_stream_still_loads_whole(shared_redis: RedisServer) -> 
     await store.open()
     try:
         events = [appended(r, r - 1) for r in range(1, 251)]
-        await store.create("t1", EPOCH, CREATED_AT, events[0])
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT, events[0]))
         for event in events[1:]:
             await store.append(event)
         # MAXLEN ~ trims whole stream nodes: the start is gone, the end is there.
@@ -103,7 +104,7 @@ async def test_no_stream_means_every_catch_up_reloads(shared_redis: RedisServer)
     )
     await store.open()
     try:
-        await store.create("t1", EPOCH, CREATED_AT, appended(1, 0))
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0)))
         assert await store.events_after("t1", 0) is None
         assert await store.events_after("t1", 1) == []
         loaded = await store.load("t1")
@@ -118,7 +119,7 @@ async def test_a_repeated_script_without_caller_key_appends_once(
 ) -> None:
     # What redis-py does after a timeout: send the same script again. The
     # generated key is the same for both sends of one call.
-    await redis_store.create("t1", EPOCH, CREATED_AT)
+    await redis_store.create(NewTranscript("t1", EPOCH, CREATED_AT))
     fixed = uuid.UUID(int=7)
     monkeypatch.setattr("server.store.redis.store.uuid.uuid4", lambda: fixed)
     first = await redis_store.append(appended(1, 0, 2))
@@ -131,7 +132,7 @@ async def test_a_repeated_script_without_caller_key_appends_once(
 
 
 async def test_generated_keys_are_bounded(redis_store: RedisStore) -> None:
-    await redis_store.create("t1", EPOCH, CREATED_AT)
+    await redis_store.create(NewTranscript("t1", EPOCH, CREATED_AT))
     for r in range(1, INTERNAL_KEY_RETENTION + 11):
         await redis_store.append(appended(r, r - 1))
     client = redis_store._client()
@@ -140,7 +141,9 @@ async def test_generated_keys_are_bounded(redis_store: RedisStore) -> None:
 
 
 async def test_every_key_of_a_transcript_carries_its_hash_tag(redis_store: RedisStore) -> None:
-    await redis_store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k")
+    await redis_store.create(
+        NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k")
+    )
     await redis_store.append(appended(2, 1))
     await redis_store.append(segment_started(3, 0, 1, 2))
     await redis_store.append(view_event(4, ViewChanged("v", 0, None)))
@@ -163,7 +166,7 @@ async def test_a_retried_create_is_not_refused(redis_store: RedisStore) -> None:
         )
         assert answer == [b"ok"]
     with pytest.raises(TranscriptExists):
-        await redis_store.create("t1", EPOCH, CREATED_AT)
+        await redis_store.create(NewTranscript("t1", EPOCH, CREATED_AT))
 
 
 async def test_unreachable_redis_is_unavailable_with_a_clear_message() -> None:
@@ -173,7 +176,7 @@ async def test_unreachable_redis_is_unavailable_with_a_clear_message() -> None:
         calls = [
             store.load("t1"),
             store.append(appended(1, 0)),
-            store.create("t1", EPOCH, CREATED_AT),
+            store.create(NewTranscript("t1", EPOCH, CREATED_AT)),
             store.events_after("t1", 0),
             store.list(),
             store.delete("t1"),
@@ -191,7 +194,7 @@ async def test_a_paused_redis_times_out_and_a_resent_append_lands_once(
     store = RedisStore(redis_server.url, RedisOptions(socket_timeout=0.2, retries=2))
     await store.open()
     try:
-        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
         client = store._client()
         redis_server.pause()
         try:
@@ -226,7 +229,7 @@ async def test_notices_after_every_subscription_and_change(redis_server: RedisSe
     try:
         async with asyncio.timeout(10):
             assert await anext(notices) is None  # subscribed
-            await store.create("t1", EPOCH, CREATED_AT)
+            await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
             assert await anext(notices) == Notice("t1", EPOCH, 0)
             await store.append(appended(1, 0))
             assert await anext(notices) == Notice("t1", EPOCH, 1)
@@ -235,7 +238,7 @@ async def test_notices_after_every_subscription_and_change(redis_server: RedisSe
             # Redis restarts: the subscription comes back by itself, announced.
             redis_server.restart()
             assert await anext(notices) is None
-            await store.create("t1", "e2", CREATED_AT)
+            await store.create(NewTranscript("t1", "e2", CREATED_AT))
             assert await anext(notices) == Notice("t1", "e2", 0)
     finally:
         await notices.aclose()
@@ -253,6 +256,7 @@ def test_url_options() -> None:
     assert (options.max_connections, options.retries, options.health_check_interval) == (3, 4, 10)
     assert options.pool_wait_s == 0.5 and store.idempotency_retention == 7
     assert store.where == "redis at h:7000"
+    assert (store.address.username, store.address.password, store.address.db) == (None, "pw", 3)
     assert store.channel == "x:changes"
     assert "prefix" not in store.url and store.url.startswith("redis://:pw@h:7000/3")
     assert isinstance(open_store("rediss://h:7000/0"), RedisStore)
@@ -260,6 +264,7 @@ def test_url_options() -> None:
         "redis://h/0?stream_maxlen=x",
         "redis://h/0?retries=-1",
         "redis://h/0?decode_responses=1",  # unknown options are refused, not passed on
+        "redis://h/zero",  # the database is a number
         "http://h/0",
     ):
         with pytest.raises(ValueError):
@@ -275,7 +280,7 @@ async def test_a_transcript_stored_before_the_index_is_indexed_on_first_read(
     the list's title and preview) is indexed once, atomically, by the first
     ranged read; appends made in between are kept."""
     events = [appended(1, 0, 3), appended(2, 3, 2), segment_started(3, 0, 4, 5), appended(4, 5, 4)]
-    await redis_store.create("t1", EPOCH, CREATED_AT)
+    await redis_store.create(NewTranscript("t1", EPOCH, CREATED_AT))
     for event in events:
         await redis_store.append(event)
     client = redis_store._client()
@@ -352,7 +357,7 @@ async def test_a_run_resent_after_a_cut_connection_lands_once_and_is_no_duplicat
         store = RedisStore(relay.url, RedisOptions(prefix=f"t{next(_prefixes)}:", retries=2))
         await store.open()
         try:
-            await store.create("t1", EPOCH, CREATED_AT)
+            await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
             run = [(appended(1, 0, 2), "k1"), (appended(2, 2), None), (appended(3, 3), "k3")]
             relay.armed = True
             outcomes = await store.append_many(run)
@@ -383,7 +388,7 @@ async def test_a_repeated_run_script_answers_what_the_first_did(
 ) -> None:
     # The same two sends, on one connection: the second finds the run stored
     # by the first (one token, the same generated keys).
-    await redis_store.create("t1", EPOCH, CREATED_AT)
+    await redis_store.create(NewTranscript("t1", EPOCH, CREATED_AT))
     numbers = itertools.count()
     monkeypatch.setattr("server.store.redis.store.uuid.uuid4", lambda: uuid.UUID(int=next(numbers)))
     run = [(appended(1, 0), None), (appended(2, 1), "k"), (appended(3, 2, 2), None)]
@@ -409,7 +414,7 @@ async def test_a_resent_run_longer_than_the_generated_keys_kept_lands_once(
 ) -> None:
     # The run's own later appends pruned its first generated keys: the
     # second send still recognises those appends, stored as these very events.
-    await redis_store.create("t1", EPOCH, CREATED_AT)
+    await redis_store.create(NewTranscript("t1", EPOCH, CREATED_AT))
     numbers = itertools.count()
     monkeypatch.setattr("server.store.redis.store.uuid.uuid4", lambda: uuid.UUID(int=next(numbers)))
     run = [(appended(r, r - 1), None) for r in range(1, INTERNAL_KEY_RETENTION + 11)]

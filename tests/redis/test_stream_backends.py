@@ -8,8 +8,9 @@ import uuid
 
 import pytest
 
+from server.store.open import backend_of
 from server.store.redis import RedisStore
-from server.streams.open import registry_for_store
+from server.streams.open import stream_port
 from server.streams.registry import Limits, StreamRegistry
 from tests.durable_streams.stream_backend_contract import StreamBackend, StreamBackendContract
 from tests.support.redis_cluster import RedisCluster
@@ -29,7 +30,7 @@ class RedisBackend:
     async def open(self) -> StreamRegistry:
         store = RedisStore(self.url)
         await store.open()
-        registry = registry_for_store(store, Limits(), resync_s=0.2)
+        registry = StreamRegistry(Limits(), port=stream_port(backend_of(store), resync_s=0.2))
         await registry.start()
         self.opened.append((store, registry))
         return registry

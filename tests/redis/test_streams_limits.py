@@ -8,12 +8,14 @@ import uuid
 
 import pytest
 
+from server.store.open import backend_of
 from server.store.redis import RedisStore
 from server.streams.fanout import Follower
-from server.streams.open import registry_for_store
+from server.streams.open import stream_port
 from server.streams.registry import SWEEP_EVERY_S, Limits, StreamRegistry
-from server.streams.shared import IDLE_COPY_S, SharedPort
+from server.streams.shared import SharedPort
 from tests.support.redis_server import RedisServer
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.redis
 
@@ -34,7 +36,7 @@ async def test_reads_keep_a_replica_within_its_limits(shared_redis: RedisServer)
     for store in stores:
         await store.open()
     limits = Limits(max_streams=5, max_bytes=6 * len(BLOB))
-    one, two = (registry_for_store(store, limits) for store in stores)
+    one, two = (StreamRegistry(limits, port=stream_port(backend_of(store))) for store in stores)
     try:
         for index in range(5):
             await _create(one, f"/a{index}", BLOB)
@@ -65,35 +67,42 @@ async def test_reads_keep_a_replica_within_its_limits(shared_redis: RedisServer)
             await store.close()
 
 
-async def test_a_copy_idle_past_idle_copy_s_is_dropped_and_read_again(
+async def test_copies_past_max_live_bytes_are_let_go_and_read_again(
     shared_redis: RedisServer,
 ) -> None:
-    """The shared port's sweep drops copies nobody used for ``IDLE_COPY_S``
-    (Redis keeps them), keeps those a reader follows, and a later request
-    reads a dropped one again from Redis, whole."""
+    """As on a durable log, a replica's copies past ``max_live_bytes`` are
+    let go, least recently used first (Redis keeps them), except those a
+    reader follows; a later request reads one again from Redis, whole, and
+    the port's marks of the copies let go are swept."""
     url = f"{shared_redis.url}?prefix=i{uuid.uuid4().hex[:8]}:"
     store = RedisStore(url)
     await store.open()
     now = [1_000_000.0]
-    registry = registry_for_store(store, Limits(), clock=lambda: now[0])
+    limits = Limits(max_live_bytes=int(2.5 * len(BLOB)))
+    registry = StreamRegistry(limits, lambda: now[0], port=stream_port(backend_of(store)))
     port = registry.port
     assert isinstance(port, SharedPort)
     try:
-        await _create(registry, "/idle", BLOB)
         await _create(registry, "/followed", BLOB)
         followed = await registry.live("/followed")
         reader = Follower(None, None, lambda s, m: b"", lambda s, o, c: b"", followed.tail)
         registry.fanout.follow("/followed", reader)
-        held = registry.size
-        now[0] += IDLE_COPY_S + SWEEP_EVERY_S + 1
-        await registry.get("/other")  # a request sweeps
-        assert "/idle" not in registry.streams
+        for index in range(4):
+            now[0] += 1
+            await _create(registry, f"/idle{index}", BLOB)
+        await until(lambda: registry.size <= limits.max_live_bytes)
         assert "/followed" in registry.streams
-        assert registry.size == held - len(BLOB)
+        assert "/idle3" in registry.streams  # the most recent
+        assert "/idle0" not in registry.streams and registry.evicted >= 2
         reads = port.reads
-        again = await registry.live("/idle")
+        again = await registry.live("/idle0")
         assert port.reads == reads + 1
         assert b"".join(m.data for m in registry.read(again, None)) == BLOB
-        assert "/idle" in registry.streams
+        assert "/idle0" in registry.streams
+        await until(lambda: registry.size <= limits.max_live_bytes)
+        assert not set(port._synced) <= set(registry.streams)  # marks of copies let go
+        now[0] += SWEEP_EVERY_S + 1
+        await registry.get("/other")  # a request sweeps
+        assert set(port._synced) <= set(registry.streams)
     finally:
         await store.close()

@@ -14,8 +14,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from server.store.open import backend_of
 from server.store.redis import RedisStore
-from server.streams.open import registry_for_store
+from server.streams.open import stream_port
 from server.streams.registry import Limits, StreamRegistry
 from tests.durable_streams.test_durability import (
     PATHS,
@@ -38,7 +39,9 @@ async def replay(url: str, ops: list[Any], where: list[int]) -> None:
     stores = [RedisStore(url), RedisStore(url)]
     for store in stores:
         await store.open()
-    replicas = [registry_for_store(store, Limits(), clock=clock) for store in stores]
+    replicas = [
+        StreamRegistry(Limits(), clock, port=stream_port(backend_of(store))) for store in stores
+    ]
     try:
         for index, operation in enumerate(ops):
             now[0] += 1

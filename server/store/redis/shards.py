@@ -26,12 +26,11 @@ import logging
 from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any, Final
 
-import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import SlotNotCoveredError
 
 from server.store.base import Notice, Recheck, RelayedDraft, RelayedPresence
-from server.store.redis.link import FAILURES, resubscribed
+from server.store.redis.link import FAILURES, RedisLink, resubscribed
 
 __all__ = ["ShardChannels"]
 
@@ -42,32 +41,31 @@ log = logging.getLogger("tsync.store.redis")
 #: its Recheck covers whatever was published before).
 POLL_S: Final = 0.05
 
-Connect = Callable[[str, int], aioredis.Redis]
 Decode = Callable[[bytes], Notice | RelayedDraft | RelayedPresence | None]
 
 
 class ShardChannels:
     """The watched transcripts' sharded channels, subscribed on their nodes.
 
-    ``channel_of(id)`` names a transcript's channel; ``connect(host, port)``
-    makes a client of one node (no retries, one connection); ``decode``
-    reads a notice or a relayed draft update (``None`` for a malformed one).
+    ``cluster``: the store's client, which reads who owns which slot;
+    ``link``: the store's link, whose ``node_client`` makes a client of one
+    node (no retries, one connection) and ``where`` names it in logs;
+    ``channel_of(id)`` names a transcript's channel; ``decode`` reads a
+    notice or a relayed draft update (``None`` for a malformed one).
     """
 
     def __init__(
         self,
         cluster: RedisCluster,
+        link: RedisLink,
         *,
         channel_of: Callable[[str], str],
-        connect: Connect,
         decode: Decode,
-        where: str,
     ) -> None:
         self.cluster = cluster
+        self.link = link
         self.channel_of = channel_of
-        self.connect = connect
         self.decode = decode
-        self.where = where
         self.watched: set[str] = set()
         #: Watched transcripts whose subscription is confirmed and standing.
         self.confirmed: set[str] = set()
@@ -142,7 +140,7 @@ class ShardChannels:
                 log.log(
                     logging.WARNING if failures == 1 else logging.DEBUG,
                     "backplane: %s: cannot read the cluster's slots (%s); trying again",
-                    self.where,
+                    self.link.where,
                     err,
                 )
                 await asyncio.sleep(min(delay * 2**failures, 1.0))
@@ -207,9 +205,9 @@ class _NodeListener:
     async def _run(self) -> None:
         async with contextlib.aclosing(
             resubscribed(
-                lambda attempt: self.owner.connect(self.host, self.port),
+                lambda attempt: self.owner.link.node_client(self.host, self.port),
                 self._session,
-                what=f"backplane: {self.owner.where} node {self.name}",
+                what=f"backplane: {self.owner.link.where} node {self.name}",
                 delay=self.base_delay,
                 lost_note="its transcripts' notices resume when it is back",
             )

@@ -40,6 +40,7 @@ from server.store.base import (
     PRESENCE_MARK,
     AppendResult,
     Head,
+    NewTranscript,
     Notice,
     Receipt,
     Recheck,
@@ -57,8 +58,9 @@ from server.store.base import (
     TranscriptExists,
     TranscriptInfo,
     TranscriptNotFound,
+    append_alone,
     check_events_after_args,
-    check_first_event,
+    check_idempotency_args,
     check_list_args,
     check_range_args,
     digest_of_log,
@@ -134,8 +136,7 @@ class RedisStore:
             options = parse_query(RedisOptions, query, url=url)
         elif query:
             raise ValueError(f"store URL {url!r}: give the options in the URL or as RedisOptions")
-        if idempotency_retention < 0:
-            raise ValueError("idempotency_retention must be >= 0")
+        check_idempotency_args(idempotency_retention, idempotency_ttl_s)
         self.options = options = validated(options)
         if not address.tls and any(
             getattr(options, name) is not None
@@ -199,11 +200,7 @@ class RedisStore:
         client = self.link.open()
         if isinstance(client, RedisCluster):
             self._shards = ShardChannels(
-                client,
-                channel_of=self.channel_of,
-                connect=self.link.node_client,
-                decode=self._decode_notice,
-                where=self.where,
+                client, self.link, channel_of=self.channel_of, decode=self._decode_notice
             )
 
     async def close(self) -> None:
@@ -276,15 +273,7 @@ class RedisStore:
 
     # --- writes ---------------------------------------------------------------------
 
-    async def create(
-        self,
-        transcript_id: str,
-        epoch: str,
-        created_at: int,
-        first: TranscriptEvent | None = None,
-        *,
-        idempotency_key: str | None = None,
-    ) -> None:
+    async def create(self, new: NewTranscript) -> None:
         """Create a transcript, with its first event if given.
 
         The id enters the ``list`` index first (a separate key that may live
@@ -292,20 +281,20 @@ class RedisStore:
         index entry whose transcript does not exist is skipped by ``list``.
         """
         client = self._client()
-        check_first_event(transcript_id, epoch, first)
+        tid, epoch = new.transcript_id, new.epoch
         # A retried create is recognised by its token (the script), not a key.
-        args = self._event_args(first, idempotency_key or "", internal=False)
-        args[9], args[10], args[11] = self.channel_of(transcript_id), transcript_id, epoch
+        args = self._event_args(new.first, new.idempotency_key or "", internal=False)
+        args[9], args[10], args[11] = self.channel_of(tid), tid, epoch
         token = uuid.uuid4().hex
         try:
-            await client.zadd(self._index, {transcript_id: 0})
+            await client.zadd(self._index, {tid: 0})
             answer = await self._create(
-                client, self._keys(transcript_id), [epoch, created_at, token, *args]
+                client, self._keys(tid), [epoch, new.created_at, token, *args]
             )
         except FAILURES as err:
             raise self._unavailable(err) from err
         if answer[0] == b"exists":
-            raise TranscriptExists(transcript_id)
+            raise TranscriptExists(tid)
 
     async def append(
         self, event: TranscriptEvent, *, idempotency_key: str | None = None
@@ -318,10 +307,7 @@ class RedisStore:
         own call's token and answers it as stored (not as a duplicate: for
         this caller it is the one append it asked for).
         """
-        (outcome,) = await self.append_many([(event, idempotency_key)])
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
+        return await append_alone(self, event, idempotency_key)
 
     async def append_many(
         self, items: Sequence[tuple[TranscriptEvent, str | None]]

@@ -77,6 +77,30 @@ local function expire_all(gc)
 end
 """
 
+# Shared head of every script that writes one change of a stream decided on
+# a copy (``ARGV[1]`` the call's token, ``ARGV[2]``/``ARGV[3]`` the copy's gen
+# and ver): ``stale`` is nil when the copy is current, else the reply (2: this
+# call wrote before, a retry, and left the stream at gen ``done_gen``; 0:
+# stale); ``written`` remembers the call, moves the expiry and tells the replicas.
+_CHECKED = (
+    _EXPIRE
+    + f"""
+local function stale(done_gen)
+  local cur = redis.call('HMGET', KEYS[1], 'gen', 'ver')
+  if cur[1] == ARGV[2] and cur[2] == ARGV[3] then return nil end
+  if cur[1] == done_gen and redis.call('LPOS', KEYS[5], ARGV[1]) then return 2 end
+  return 0
+end
+local function written(gc, channel, path)
+  redis.call('LPUSH', KEYS[5], ARGV[1])
+  redis.call('LTRIM', KEYS[5], 0, {CALLS_KEPT - 1})
+  expire_all(gc)
+  redis.call('PUBLISH', channel, path)
+  return 1
+end
+"""
+)
+
 # KEYS meta msgs prod forks; ARGV gen count ver -> {} (none) or
 # {gen, ver, access, s, messages past count (all for another gen), producers, forks};
 # s (nil), messages and producers are left out when gen and ver are the caller's
@@ -115,22 +139,15 @@ return 1
 # path message producer-id producer -> 1 written, 2 written by this call
 # before (a retry), 0 stale (another gen or ver)
 _UPDATE = (
-    _EXPIRE
-    + f"""
-local cur = redis.call('HMGET', KEYS[1], 'gen', 'ver')
-if cur[1] ~= ARGV[2] or cur[2] ~= ARGV[3] then
-  if cur[1] == ARGV[2] and redis.call('LPOS', KEYS[5], ARGV[1]) then return 2 end
-  return 0
-end
+    _CHECKED
+    + """
+local refused = stale(ARGV[2])
+if refused then return refused end
 if ARGV[10] ~= '' then redis.call('RPUSH', KEYS[2], ARGV[10]) end
 if ARGV[11] ~= '' then redis.call('HSET', KEYS[3], ARGV[11], ARGV[12]) end
 redis.call('HSET', KEYS[1], 'ver', tonumber(ARGV[3]) + 1, 'access', ARGV[4], 's', ARGV[5],
            'gc', ARGV[6], 'soft', ARGV[7])
-redis.call('LPUSH', KEYS[5], ARGV[1])
-redis.call('LTRIM', KEYS[5], 0, {CALLS_KEPT - 1})
-expire_all(ARGV[6])
-redis.call('PUBLISH', ARGV[8], ARGV[9])
-return 1
+return written(ARGV[6], ARGV[8], ARGV[9])
 """
 )
 
@@ -185,21 +202,14 @@ return redis.call('SCARD', KEYS[4])
 # 2 written by this call before (a retry), 0 stale. A new gen: every replica's
 # copy is read again whole (its messages moved).
 _DETACH = (
-    _EXPIRE
-    + f"""
-local cur = redis.call('HMGET', KEYS[1], 'gen', 'ver')
-if cur[1] ~= ARGV[2] or cur[2] ~= ARGV[3] then
-  if cur[1] == ARGV[4] and redis.call('LPOS', KEYS[5], ARGV[1]) then return 2 end
-  return 0
-end
+    _CHECKED
+    + """
+local refused = stale(ARGV[4])
+if refused then return refused end
 for i = #ARGV, 9, -1 do redis.call('LPUSH', KEYS[2], ARGV[i]) end
 redis.call('HSET', KEYS[1], 'gen', ARGV[4], 'ver', tonumber(ARGV[3]) + 1, 's', ARGV[5],
            'gc', ARGV[6])
-redis.call('LPUSH', KEYS[5], ARGV[1])
-redis.call('LTRIM', KEYS[5], 0, {CALLS_KEPT - 1})
-expire_all(ARGV[6])
-redis.call('PUBLISH', ARGV[7], ARGV[8])
-return 1
+return written(ARGV[6], ARGV[7], ARGV[8])
 """
 )
 

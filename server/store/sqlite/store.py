@@ -20,14 +20,15 @@ from server.store.base import (
     DEFAULT_IDEMPOTENCY_RETENTION,
     DEFAULT_IDEMPOTENCY_TTL_S,
     AppendResult,
+    NewTranscript,
     Receipt,
     StoredRange,
     StoredState,
     StoredTranscript,
     StoreUnavailable,
     TranscriptInfo,
+    append_alone,
     check_events_after_args,
-    check_first_event,
     check_idempotency_args,
     check_list_args,
     check_range_args,
@@ -345,27 +346,11 @@ class SQLiteStore:
 
     # --- Store -----------------------------------------------------------------
 
-    async def create(
-        self,
-        transcript_id: str,
-        epoch: str,
-        created_at: int,
-        first: TranscriptEvent | None = None,
-        *,
-        idempotency_key: str | None = None,
-    ) -> None:
-        """Create a transcript, with its first event (revision 1) if given.
-
-        ``idempotency_key`` is recorded with the first event's receipt;
-        without a first event there is no receipt and the key is ignored.
-        """
-        check_first_event(transcript_id, epoch, first)
+    async def create(self, new: NewTranscript) -> None:
         writer = self._writer
         if writer is None:
             raise StoreUnavailable(f"sqlite store {self.path} is not open")
-        await self._write(
-            lambda now: writer.create(transcript_id, epoch, created_at, first, idempotency_key, now)
-        )
+        await self._write(lambda now: writer.create(new, now))
 
     async def load(self, transcript_id: str) -> StoredTranscript | None:
         return await self._read(lambda reader: reader.load(transcript_id))
@@ -373,10 +358,7 @@ class SQLiteStore:
     async def append(
         self, event: TranscriptEvent, *, idempotency_key: str | None = None
     ) -> AppendResult:
-        (outcome,) = await self.append_many([(event, idempotency_key)])
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
+        return await append_alone(self, event, idempotency_key)
 
     async def append_many(
         self, items: Sequence[tuple[TranscriptEvent, str | None]]

@@ -270,26 +270,21 @@ class SQLiteStreamLog:
         return self._reading("the totals", read)
 
     def expired_paths(self, now: float) -> list[str]:
-        return self._reading(
+        return self._paths(
             "the expired streams",
-            lambda: [
-                path
-                for (path,) in self.conn.execute(
-                    "SELECT path FROM streams WHERE expires_at_ts <= ?"
-                    " OR (ttl_s IS NOT NULL AND last_access + ttl_s <= ?)",
-                    (now, now),
-                )
-            ],
+            "WHERE expires_at_ts <= ? OR (ttl_s IS NOT NULL AND last_access + ttl_s <= ?)",
+            (now, now),
         )
 
     def fork_paths(self, path: str) -> list[str]:
+        return self._paths("the forks", "WHERE forked_from = ?", (path,))
+
+    def _paths(self, what: str, where: str, args: tuple[object, ...]) -> list[str]:
+        """The paths of the streams ``where`` selects."""
         return self._reading(
-            "the forks",
+            what,
             lambda: [
-                fork
-                for (fork,) in self.conn.execute(
-                    "SELECT path FROM streams WHERE forked_from = ?", (path,)
-                )
+                path for (path,) in self.conn.execute(f"SELECT path FROM streams {where}", args)
             ],
         )
 

@@ -20,6 +20,7 @@ from protocol.types import (
 )
 from server.store.base import (
     AppendResult,
+    NewTranscript,
     Receipt,
     RevisionMismatch,
     StoreError,
@@ -133,27 +134,25 @@ class Writer:
 
     # --- the writes (each inside ``commit``'s transaction) --------------------
 
-    def create(
-        self,
-        transcript_id: str,
-        epoch: str,
-        created_at: int,
-        first: TranscriptEvent | None,
-        key: str | None,
-        now: int,
-    ) -> None:
-        exists = self.conn.execute(
-            "SELECT 1 FROM transcripts WHERE id = ?", (transcript_id,)
-        ).fetchone()
-        if exists:
-            raise TranscriptExists(transcript_id)
+    def create(self, new: NewTranscript, now: int) -> None:
+        tid = new.transcript_id
+        if self.conn.execute("SELECT 1 FROM transcripts WHERE id = ?", (tid,)).fetchone():
+            raise TranscriptExists(tid)
         self.conn.execute(
             "INSERT INTO transcripts (id, epoch, created_at, updated_at, revision, length)"
             " VALUES (?, ?, ?, ?, 0, 0)",
-            (transcript_id, epoch, created_at, created_at),
+            (tid, new.epoch, new.created_at, new.created_at),
         )
-        if first is not None:
-            self._accept(first, 0, key, now, untitled=True, key_count=0, key_on_disk=False)
+        if new.first is not None:
+            self._accept(
+                new.first,
+                0,
+                new.idempotency_key,
+                now,
+                untitled=True,
+                key_count=0,
+                key_on_disk=False,
+            )
 
     def delete(self, transcript_id: str) -> bool:
         deleted = self.conn.execute(
@@ -165,22 +164,27 @@ class Writer:
 
     def append(self, event: TranscriptEvent, key: str | None, now: int) -> AppendResult:
         tid = event.transcript_id
-        epoch, revision, length, untitled, key_count = transcript_row(
-            self.conn, "epoch, revision, length, title IS NULL, key_count", tid
-        )
+        found: Any = None
+        if key is None:
+            epoch, revision, length, untitled, key_count = transcript_row(
+                self.conn, "epoch, revision, length, title IS NULL, key_count", tid
+            )
+        else:
+            # The row and the key's record in one statement (one execute less
+            # per append: every client sends a key).
+            row = self.conn.execute(_ROW_AND_KEY, (key, tid)).fetchone()
+            if row is None:
+                raise TranscriptNotFound(tid)
+            epoch, revision, length, untitled, key_count = row[:5]
+            if row[5] is not None:  # the key's revision: never NULL when recorded
+                found = row[5:]
         if event.epoch != epoch:
             raise RevisionMismatch(tid, event.revision - 1, revision)
         key_on_disk = False
-        if key is not None:
-            found = self.conn.execute(
-                "SELECT revision, start, count, created_at FROM idempotency"
-                " WHERE transcript_id = ? AND key = ?",
-                (tid, key),
-            ).fetchone()
-            if found is not None:
-                if found[3] >= now - self.ttl_ms:
-                    return AppendResult(Receipt(*found[:3]), duplicate=True)
-                key_on_disk = True  # expired, not swept yet: replaced, still counted
+        if found is not None:
+            if found[3] >= now - self.ttl_ms:
+                return AppendResult(Receipt(*found[:3]), duplicate=True)
+            key_on_disk = True  # expired, not swept yet: replaced, still counted
         if event.revision != revision + 1 or position_of(event) not in (None, length):
             raise RevisionMismatch(tid, event.revision - 1, revision)
         receipt = self._accept(
@@ -296,6 +300,16 @@ class Writer:
                 "UPDATE transcripts SET key_count = key_count - ? WHERE id = ?",
                 [(count, tid) for tid, count in expired],
             )
+
+
+#: The transcript's row (as ``Writer.append`` reads it) and its record of a key,
+#: if any (``idempotency.revision`` is NULL only when there is none).
+_ROW_AND_KEY = (
+    "SELECT t.epoch, t.revision, t.length, t.title IS NULL, t.key_count,"
+    " i.revision, i.start, i.count, i.created_at"
+    " FROM transcripts AS t LEFT JOIN idempotency AS i ON i.transcript_id = t.id AND i.key = ?"
+    " WHERE t.id = ?"
+)
 
 
 def append_writes(

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.wire import DraftFrame, ErrorFrame, Increment
-from server.live.drafts import Drafts
+from protocol.wire import Draft, DraftFrame, ErrorFrame, Increment
+from server.live.drafts import DraftRules, Drafts
 from server.live.frames import EncodedDraft
 from server.tuning import CONTROL_FRAME_SLACK
 from tests.server.live.test_outbound import FakeRaw, event, make_queue, sent_all
 
 
 def registry(tid: str = "t") -> Drafts:
-    return Drafts(tid, max_open=16, max_bytes=1 << 20, ttl=30.0, max_closed=100_000)
+    return Drafts(tid, DraftRules(max_open=16, max_bytes=1 << 20, ttl=30.0, max_closed=100_000))
 
 
 def delta(d: Drafts, draft_id: str, text: str) -> EncodedDraft:
-    update = d.write(draft_id, now=0, delta=text).update
+    update = d.write(Draft(d.transcript_id, draft_id, delta=text), now=0).update
     assert update is not None
     return update
 
@@ -90,7 +90,7 @@ async def test_a_commit_sends_the_increment_and_the_final_in_one_message() -> No
     queue = make_queue(raw)
     d = registry()
     queue.push_resume("t", 0, [])
-    d.write("a", now=0, delta="hi")
+    d.write(Draft(d.transcript_id, "a", delta="hi"), now=0)
     final = d.commit("a", 1, now=0)
     assert final is not None
     queue.push_increments([event(1)], [final])
@@ -183,8 +183,8 @@ async def test_a_client_that_lets_draft_closes_pile_up_past_the_slack_is_closed(
     raw.paused = True
     i = 0
     while not queue.closed and i < 10_000:
-        d.write(f"d{i}", now=0, delta="x")
-        closed = d.write(f"d{i}", now=0, cancel=True).update
+        d.write(Draft(d.transcript_id, f"d{i}", delta="x"), now=0)
+        closed = d.write(Draft(d.transcript_id, f"d{i}", cancel=True), now=0).update
         assert closed is not None
         queue.push_draft(closed)
         i += 1
@@ -205,7 +205,7 @@ async def test_catch_up_frames_never_close_a_client_however_many() -> None:
     raw.paused = True
     finals = []
     for i in range(2 + CONTROL_FRAME_SLACK + 10):
-        d.write(f"d{i}", now=0, delta="x")
+        d.write(Draft(d.transcript_id, f"d{i}", delta="x"), now=0)
         final = d.commit(f"d{i}", i + 1, now=0)
         assert final is not None
         finals.append(final)

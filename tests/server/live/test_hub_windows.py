@@ -17,7 +17,7 @@ from protocol.wire import Baseline, ErrorFrame, Increment, accept_transcript_upd
 from server.config import ServerConfig
 from server.live.hub import Hub
 from server.live.subscriptions import Subscriptions
-from server.store.base import StoredRange
+from server.store.base import NewTranscript, StoredRange
 from server.store.memory import MemoryStore
 from server.tuning import BASELINE_READ_FIRST
 from tests.server.live.test_hub import connect
@@ -53,7 +53,7 @@ def message(i: int) -> Message:
 async def long_transcript(store: MemoryStore, tid: str, length: int, batch: int = 1000) -> str:
     """``tid`` with ``length`` messages, written to the store directly."""
     epoch = "e-" + tid
-    await store.create(tid, epoch, 0)
+    await store.create(NewTranscript(tid, epoch, 0))
     for revision, start in enumerate(range(0, length, batch), 1):
         count = min(batch, length - start)
         change = MessagesAppended(start, tuple(message(start + i) for i in range(count)))
@@ -177,7 +177,7 @@ async def test_a_transcript_no_longer_held_whole_lets_its_encoded_messages_go(
     """Whole baselines share encoded chunks while every message is held; once
     the oldest are let go, so are the chunks, and whole baselines join the
     store's older messages like any other."""
-    await store.create("t", "e", 0)
+    await store.create(NewTranscript("t", "e", 0))
     hub = await make_hub(store, live_messages=20)
     try:
         conn, sock = connect(hub, "c")
@@ -201,7 +201,7 @@ async def test_a_transcript_no_longer_held_whole_lets_its_encoded_messages_go(
 
 
 async def test_memory_follows_the_working_set_as_messages_arrive(store: CountingStore) -> None:
-    await store.create("t", "e", 0)
+    await store.create(NewTranscript("t", "e", 0))
     hub = await make_hub(store, live_messages=20)
     try:
         conn, sock = connect(hub, "c")

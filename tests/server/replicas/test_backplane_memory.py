@@ -59,7 +59,7 @@ async def test_the_safety_net_repairs_missed_notices() -> None:
         async with await RawClient.connect(b.ws_url) as client:
             await client.send(op="subscribe", transcriptId="t")
             await client.expect(wire.Baseline)
-            backplane_of(b)._tasks[0].cancel()  # B hears no notice any more
+            backplane_of(b)._background.tasks[0].cancel()  # B hears no notice any more
             await a.hub.writes.append("t", [user("missed")])
             increment = await client.expect(wire.Increment)
             assert increment.event.revision == 1

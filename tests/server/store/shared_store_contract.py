@@ -19,6 +19,7 @@ from typing import Protocol
 import pytest
 
 from server.store import Head, Notice, Recheck, RevisionMismatch, SharedStore, StoreUnavailable
+from server.store.base import NewTranscript
 from tests.server.store.store_contract import CREATED_AT, EPOCH, appended
 
 
@@ -77,14 +78,18 @@ class SharedStoreContract:
         try:
             assert await _next(notices) is None  # listening: check every copy
             await _watching(b, notices, "t1", "t2")
-            await a.create("t1", EPOCH, CREATED_AT)
+            await a.create(NewTranscript("t1", EPOCH, CREATED_AT))
             assert await _next(notices) == Notice("t1", EPOCH, 0)
             await a.append(appended(1, 0))
             assert await _next(notices) == Notice("t1", EPOCH, 1)
             await b.append_many([(appended(2, 1), "k"), (appended(3, 2), None)])
             assert await _next(notices) == Notice("t1", EPOCH, 2)
             assert await _next(notices) == Notice("t1", EPOCH, 3)
-            await a.create("t2", "e2", CREATED_AT, appended(1, 0, transcript_id="t2", epoch="e2"))
+            await a.create(
+                NewTranscript(
+                    "t2", "e2", CREATED_AT, appended(1, 0, transcript_id="t2", epoch="e2")
+                )
+            )
             assert await _next(notices) == Notice("t2", "e2", 1)
             await a.delete("t1")
             assert await _next(notices) == Notice("t1", "", 0)
@@ -95,7 +100,7 @@ class SharedStoreContract:
         self, replicas: tuple[SharedStore, SharedStore]
     ) -> None:
         a, b = replicas
-        await a.create("t1", EPOCH, CREATED_AT)
+        await a.create(NewTranscript("t1", EPOCH, CREATED_AT))
         notices = b.notices()
         try:
             assert await _next(notices) is None
@@ -114,7 +119,7 @@ class SharedStoreContract:
         self, replicas: tuple[SharedStore, SharedStore]
     ) -> None:
         a, b = replicas
-        await a.create("t1", EPOCH, CREATED_AT)
+        await a.create(NewTranscript("t1", EPOCH, CREATED_AT))
         notices = b.notices()
         try:
             assert await _next(notices) is None
@@ -131,7 +136,7 @@ class SharedStoreContract:
     ) -> None:
         a, b = replicas
         assert await b.heads([]) == {}
-        await a.create("t1", EPOCH, CREATED_AT, appended(1, 0))
+        await a.create(NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0)))
         await a.append(appended(2, 1))
         assert await b.heads(["t1", "nope"]) == {"t1": Head(EPOCH, 2), "nope": None}
         await a.delete("t1")

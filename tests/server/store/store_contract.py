@@ -40,6 +40,7 @@ from protocol.types import (
 from server.model.transcript import Transcript
 from server.store import (
     AppendResult,
+    NewTranscript,
     Receipt,
     RevisionMismatch,
     Store,
@@ -169,12 +170,12 @@ class StoreContract:
             await store.events_after("nope", 0)
 
     async def test_create_empty(self, store: Store) -> None:
-        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
         assert await store.load("t1") == StoredTranscript("t1", EPOCH, CREATED_AT, (), {}, 0)
         assert await store.events_after("t1", 0) == []
         assert await store.list() == [TranscriptInfo("t1", EPOCH, 0, 0, CREATED_AT, CREATED_AT)]
         with pytest.raises(TranscriptExists) as caught:
-            await store.create("t1", "other", CREATED_AT)
+            await store.create(NewTranscript("t1", "other", CREATED_AT))
         assert caught.value.transcript_id == "t1"
         loaded = await store.load("t1")
         assert loaded is not None
@@ -182,7 +183,7 @@ class StoreContract:
 
     async def test_create_with_first_event(self, store: Store) -> None:
         first = appended(1, 0, 3)
-        await store.create("t1", EPOCH, CREATED_AT, first, idempotency_key="k1")
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT, first, idempotency_key="k1"))
         loaded = await store.load("t1")
         assert loaded is not None
         # ``size``: about the event's encoding, whatever the backend's format.
@@ -199,18 +200,22 @@ class StoreContract:
 
     async def test_create_refuses_a_foreign_first_event(self, store: Store) -> None:
         with pytest.raises(RevisionMismatch) as caught:
-            await store.create("t1", EPOCH, CREATED_AT, appended(2, 0))
+            await store.create(NewTranscript("t1", EPOCH, CREATED_AT, appended(2, 0)))
         assert caught.value.current == 0
         with pytest.raises(ValueError):
-            await store.create("t1", EPOCH, CREATED_AT, appended(1, 0, transcript_id="t2"))
+            await store.create(
+                NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0, transcript_id="t2"))
+            )
         with pytest.raises(ValueError):
-            await store.create("t1", EPOCH, CREATED_AT, appended(1, 0, epoch="other"))
+            await store.create(
+                NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0, epoch="other"))
+            )
         assert await store.load("t1") is None
 
     # --- append -------------------------------------------------------------------
 
     async def test_append_in_order(self, store: Store) -> None:
-        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
         events = [
             appended(1, 0, 2),
             appended(2, 2, 1),
@@ -235,7 +240,7 @@ class StoreContract:
         )
 
     async def test_append_many_keeps_order_and_reports_each_outcome(self, store: Store) -> None:
-        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
         await store.append(appended(1, 0), idempotency_key="seen")
         outcomes = await store.append_many(
             [(appended(2, 1), "a"), (appended(3, 2, 2), None), (appended(4, 4), "b")],
@@ -257,7 +262,7 @@ class StoreContract:
     async def test_an_append_not_at_the_stored_position_is_refused(self, store: Store) -> None:
         # The next revision, but planned on another history (a length of 1,
         # not 2): storing it would put message 1 at index 1 a second time.
-        await store.create("t1", EPOCH, CREATED_AT, appended(1, 0, 2))
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0, 2)))
         for wrong in (appended(2, 1), appended(2, 3), segment_started(2, 0, 1, 1)):
             with pytest.raises(RevisionMismatch) as caught:
                 await store.append(wrong, idempotency_key="k")
@@ -265,7 +270,9 @@ class StoreContract:
             [outcome] = await store.append_many([(wrong, None)])
             assert isinstance(outcome, RevisionMismatch) and outcome.current == 1
         with pytest.raises(RevisionMismatch):
-            await store.create("t2", EPOCH, CREATED_AT, appended(1, 1, transcript_id="t2"))
+            await store.create(
+                NewTranscript("t2", EPOCH, CREATED_AT, appended(1, 1, transcript_id="t2"))
+            )
         assert await store.load("t2") is None
         loaded = await store.load("t1")
         assert loaded is not None and [e.revision for e in loaded.events] == [1]
@@ -281,7 +288,7 @@ class StoreContract:
         """Another replica's append lands before a run planned without it:
         the run's first append no longer fits, and nothing after it may land,
         even one whose revision and position happen to fit again (equal sizes)."""
-        await store.create("t1", EPOCH, CREATED_AT, appended(1, 0))
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0)))
         other = Origin(context_id="the other replica")
         await store.append(appended(2, 1, overtaking, origin=other))
         run = [(appended(2, 1), "a"), (appended(3, 2), None), (appended(4, 3), "c")]
@@ -327,8 +334,8 @@ class StoreContract:
     async def test_append_many_stops_only_the_transcript_of_a_refused_append(
         self, store: Store
     ) -> None:
-        await store.create("t1", EPOCH, CREATED_AT)
-        await store.create("t2", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
+        await store.create(NewTranscript("t2", EPOCH, CREATED_AT))
         outcomes = await store.append_many(
             [
                 (appended(2, 0), None),  # t1 is at 0: refused
@@ -346,7 +353,7 @@ class StoreContract:
         assert all(isinstance(o, TranscriptNotFound) for o in outcomes)
 
     async def test_revision_mismatch_carries_current(self, store: Store) -> None:
-        await store.create("t1", EPOCH, CREATED_AT, appended(1, 0))
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0)))
         for wrong in (appended(3, 1), appended(1, 1)):
             with pytest.raises(RevisionMismatch) as caught:
                 await store.append(wrong, idempotency_key=f"k{wrong.revision}")
@@ -360,15 +367,15 @@ class StoreContract:
         assert result == AppendResult(Receipt(2, 1, 1))
 
     async def test_event_of_another_epoch_is_refused(self, store: Store) -> None:
-        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
         with pytest.raises(RevisionMismatch) as caught:
             await store.append(appended(1, 0, epoch="stale"))
         assert caught.value.current == 0
         assert await store.events_after("t1", 0) == []
 
     async def test_idempotent_retry_returns_first_ack(self, store: Store) -> None:
-        await store.create("t1", EPOCH, CREATED_AT)
-        await store.create("t2", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
+        await store.create(NewTranscript("t2", EPOCH, CREATED_AT))
         first = await store.append(appended(1, 0, 2), idempotency_key="k")
         assert first == AppendResult(Receipt(1, 0, 2), duplicate=False)
         # The same request again, and a retry built after a reload (next revision).
@@ -388,7 +395,9 @@ class StoreContract:
         store = store_backend.make(idempotency_retention=3)
         await store.open()
         try:
-            await store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k1")
+            await store.create(
+                NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k1")
+            )
             for r in (2, 3, 4):
                 await store.append(appended(r, r - 1), idempotency_key=f"k{r}")
             await store.append(appended(5, 4))  # no key: prunes nothing
@@ -409,7 +418,9 @@ class StoreContract:
         store = store_backend.make()
         await store.open()
         try:
-            await store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k1")
+            await store.create(
+                NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k1")
+            )
             await store.append(appended(2, 1), idempotency_key="k2")
             assert await store.recorded("t1", "k1") == Receipt(1, 0, 1)
             assert await store.recorded("t1", "k2") == Receipt(2, 1, 1)
@@ -422,18 +433,25 @@ class StoreContract:
         store = store_backend.make(idempotency_retention=0)
         await store.open()
         try:
-            await store.create("t1", EPOCH, CREATED_AT)
+            await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
             await store.append(appended(1, 0), idempotency_key="k")
             result = await store.append(appended(2, 1), idempotency_key="k")
             assert result == AppendResult(Receipt(2, 1, 1))
         finally:
             await store.close()
 
+    def test_idempotency_settings_are_checked(self, store_backend: StoreBackend) -> None:
+        """Every backend refuses the same settings (``check_idempotency_args``)."""
+        with pytest.raises(ValueError, match="idempotency_retention"):
+            store_backend.make(idempotency_retention=-1)
+        with pytest.raises(ValueError, match="idempotency_ttl_s"):
+            store_backend.make(idempotency_ttl_s=0)
+
     # --- events_after ---------------------------------------------------------------
 
     async def test_events_after(self, store: Store) -> None:
         events = [appended(r, r - 1) for r in range(1, 6)]
-        await store.create("t1", EPOCH, CREATED_AT, events[0])
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT, events[0]))
         for e in events[1:]:
             await store.append(e)
         assert await store.events_after("t1", 0) == events
@@ -451,7 +469,7 @@ class StoreContract:
 
     async def test_list_orders_by_id_with_after_and_limit(self, store: Store) -> None:
         for tid in ("b", "d", "a", "c", "a.1"):
-            await store.create(tid, EPOCH, CREATED_AT)
+            await store.create(NewTranscript(tid, EPOCH, CREATED_AT))
         await store.append(appended(1, 0, 2, transcript_id="c"))
 
         async def ids(**kwargs: Any) -> list[str]:
@@ -468,8 +486,10 @@ class StoreContract:
         assert (c.revision, c.length) == (1, 2)
 
     async def test_delete(self, store: Store) -> None:
-        await store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k")
-        await store.create("t2", EPOCH, CREATED_AT)
+        await store.create(
+            NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k")
+        )
+        await store.create(NewTranscript("t2", EPOCH, CREATED_AT))
         assert await store.delete("t1") is True
         assert await store.load("t1") is None
         assert await store.delete("t1") is False
@@ -477,7 +497,7 @@ class StoreContract:
         with pytest.raises(TranscriptNotFound):
             await store.append(appended(2, 1))
         # Created again: a new history, nothing of the old one (not its keys).
-        await store.create("t1", "e2", CREATED_AT + 5)
+        await store.create(NewTranscript("t1", "e2", CREATED_AT + 5))
         assert await store.load("t1") == StoredTranscript("t1", "e2", CREATED_AT + 5, (), {}, 0)
         result = await store.append(appended(1, 0, epoch="e2"), idempotency_key="k")
         assert not result.duplicate
@@ -492,7 +512,7 @@ class StoreContract:
             TranscriptEvent("t1", EPOCH, 2, CREATED_AT + 1, SegmentStarted(0, 1, 2), origin),
             TranscriptEvent("t1", EPOCH, 3, CREATED_AT + 2, MessagesAppended(2, msgs[2:])),
         ]
-        await store.create("t1", EPOCH, CREATED_AT, events[0])
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT, events[0]))
         await store.append(events[1])
         await store.append(events[2])
         loaded = await store.load("t1")
@@ -528,7 +548,7 @@ class StoreContract:
         store = store_backend.make()
         await store.open()
         try:
-            await store.create("t1", EPOCH, CREATED_AT)
+            await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
             empty = await store.load_recent("t1", messages=1)
             assert empty is not None and empty.snapshot.digest == genesis_digest("t1")
             for event in events:
@@ -552,7 +572,7 @@ class StoreContract:
         """Events written before digests existed (or by hand) carry none:
         the digest at the revision is computed from the log."""
         events = [appended(1, 0, 2), segment_started(2, 0, 1, 2), appended(3, 2, 1)]
-        await store.create("t1", EPOCH, CREATED_AT, events[0])
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT, events[0]))
         for event in events[1:]:
             await store.append(event)
         state = await store.load_recent("t1", messages=1)
@@ -562,7 +582,7 @@ class StoreContract:
     # --- concurrency ------------------------------------------------------------------
 
     async def test_one_winner_per_revision(self, store: Store) -> None:
-        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
         outcomes = await asyncio.gather(
             *(store.append(appended(1, 0, origin=Origin(f"c{i}"))) for i in range(20)),
             return_exceptions=True,
@@ -577,7 +597,7 @@ class StoreContract:
         assert len(loaded.events) == 1
 
     async def test_concurrent_writers_never_lose_or_repeat(self, store: Store) -> None:
-        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
         writers, per_writer = 8, 5
 
         async def writer(name: str) -> list[int]:
@@ -606,7 +626,7 @@ class StoreContract:
                 assert loaded.events[r - 1].origin == Origin(f"w{i}")
 
     async def test_concurrent_retries_of_one_key_append_once(self, store: Store) -> None:
-        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
         results = await asyncio.gather(
             *(store.append(appended(1, 0, 2), idempotency_key="k") for _ in range(10))
         )
@@ -617,7 +637,7 @@ class StoreContract:
     async def test_a_refused_append_does_not_fail_concurrent_ones(self, store: Store) -> None:
         ids = [f"t{i}" for i in range(10)]
         for tid in ids:
-            await store.create(tid, EPOCH, CREATED_AT)
+            await store.create(NewTranscript(tid, EPOCH, CREATED_AT))
         batch = [store.append(appended(1, 0, transcript_id=tid)) for tid in ids]
         batch.insert(3, store.append(appended(5, 0, transcript_id="t3")))
         batch.insert(6, store.append(appended(1, 0, transcript_id="missing")))
@@ -634,7 +654,7 @@ class StoreContract:
     async def test_closed_store_is_unavailable(self, store_backend: StoreBackend) -> None:
         store = store_backend.make()
         await store.open()
-        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
         await store.close()
         with pytest.raises(StoreUnavailable):
             await store.load("t1")
@@ -646,8 +666,10 @@ class StoreContract:
             pytest.skip("this backend keeps nothing across close")
         store = store_backend.make()
         await store.open()
-        await store.create("t1", EPOCH, CREATED_AT, appended(1, 0, 2), idempotency_key="k1")
-        await store.create("t2", "e2", CREATED_AT + 1)
+        await store.create(
+            NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0, 2), idempotency_key="k1")
+        )
+        await store.create(NewTranscript("t2", "e2", CREATED_AT + 1))
         length = 2
         for r in range(2, 6):
             await store.append(appended(r, length, r % 3 + 1), idempotency_key=f"k{r}")
@@ -671,7 +693,7 @@ class StoreContract:
     async def _long(self, store: Store) -> list[TranscriptEvent]:
         """t1: 10 appends of 1..3 messages, two segment starts and View
         changes in between; returns the events."""
-        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
         events: list[TranscriptEvent] = []
         length, active = 0, 0
         revision = 0
@@ -736,7 +758,7 @@ class StoreContract:
     async def test_deleted_and_created_again_reads_the_new_history(self, store: Store) -> None:
         await self._long(store)
         assert await store.delete("t1")
-        await store.create("t1", "e2", CREATED_AT, appended(1, 0, 2, epoch="e2"))
+        await store.create(NewTranscript("t1", "e2", CREATED_AT, appended(1, 0, 2, epoch="e2")))
         state = await store.load_recent("t1", messages=10)
         assert state is not None
         assert (state.epoch, state.snapshot.length, state.snapshot.views) == ("e2", 2, ())

@@ -8,6 +8,7 @@ import pytest
 
 from protocol.types import Message, MessagesAppended, TranscriptEvent
 from server.store import MemoryStore, Notice, SharedMemoryStore, SharedStore, Store
+from server.store.base import NewTranscript
 from tests.server.store.shared_store_contract import SharedBackend, SharedStoreContract
 from tests.server.store.store_contract import StoreBackend, StoreContract
 
@@ -23,11 +24,6 @@ class TestMemoryStore(StoreContract):
     @pytest.fixture
     def store_backend(self) -> StoreBackend:
         return MemoryBackend()
-
-
-def test_negative_retention_is_refused() -> None:
-    with pytest.raises(ValueError):
-        MemoryStore(idempotency_retention=-1)
 
 
 class SharedMemoryBackend:
@@ -63,7 +59,7 @@ async def test_a_listener_that_falls_behind_is_told_to_check_everything() -> Non
     await store.open()
     notices = store.notices()
     assert await anext(notices) is None
-    await store.create("t1", "e", 0)
+    await store.create(NewTranscript("t1", "e", 0))
     for r in range(1, 6):
         await store.append(
             TranscriptEvent("t1", "e", r, 0, MessagesAppended(r - 1, (Message("user", "x"),)))
@@ -81,7 +77,7 @@ async def test_idempotency_keys_expire_after_the_ttl() -> None:
     now = [1000.0]
     store = MemoryStore(idempotency_ttl_s=60, clock=lambda: now[0])
     await store.open()
-    await store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k")
+    await store.create(NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k"))
     now[0] += 59
     assert (await store.append(appended(2, 1), idempotency_key="k")).duplicate
     assert await store.recorded("t1", "k") == Receipt(1, 0, 1)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from server.store import MemoryStore, SQLiteOptions, SQLiteStore, open_store
+from server.store.base import NewTranscript
 
 
 def test_memory() -> None:
@@ -39,7 +40,7 @@ async def test_an_opened_store_from_a_url_works(tmp_path: Path) -> None:
     store = open_store(f"sqlite:{tmp_path}")
     await store.open()
     try:
-        await store.create("t1", "e1", 0)
+        await store.create(NewTranscript("t1", "e1", 0))
         assert [i.transcript_id for i in await store.list()] == ["t1"]
     finally:
         await store.close()

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from protocol.types import Message, MessagesAppended, Origin, TranscriptEvent
 from server.store import MemoryStore, SQLiteStore, Store
-from server.store.base import AppendResult, RevisionMismatch
+from server.store.base import AppendResult, NewTranscript, RevisionMismatch
 from tests.server.store.store_contract import CREATED_AT, EPOCH
 
 REPLICAS = 3
@@ -56,7 +56,7 @@ async def play(store: Store, plan: list[Step]) -> None:
     step (see the module docstring), close it."""
     await store.open()
     try:
-        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
         views = [(0, 0)] * REPLICAS  # (revision, length) each replica last saw
         for n, (replica, sizes, catch_up) in enumerate(plan):
             stored = await store.load("t1")

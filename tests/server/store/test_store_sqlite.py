@@ -24,6 +24,7 @@ from protocol.types import MessagesAppended, Origin, SegmentStarted, TranscriptE
 from server.model.transcript import Transcript
 from server.store import (
     MemoryStore,
+    NewTranscript,
     RevisionMismatch,
     SQLiteStore,
     Store,
@@ -82,7 +83,7 @@ async def test_creates_the_folder_and_a_wal_database(tmp_path: Path) -> None:
     folder = tmp_path / "deep" / "data"
     store = SQLiteStore(folder)
     await store.open()
-    await store.create("t1", EPOCH, CREATED_AT, appended(1, 0))
+    await store.create(NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0)))
     await store.close()
     assert (folder / DATABASE_FILE).is_file()
     conn = raw(folder)
@@ -119,7 +120,9 @@ async def test_a_second_store_on_the_same_folder_sees_the_data(tmp_path: Path) -
     await first.open()
     await second.open()
     try:
-        await first.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k")
+        await first.create(
+            NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k")
+        )
         loaded = await second.load("t1")
         assert loaded is not None
         assert loaded.events == (appended(1, 0),)
@@ -137,7 +140,7 @@ async def test_a_second_store_on_the_same_folder_sees_the_data(tmp_path: Path) -
 async def test_another_process_reads_what_was_acknowledged(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path)
     await store.open()
-    await store.create("t1", EPOCH, CREATED_AT, appended(1, 0, 2))
+    await store.create(NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0, 2)))
     await store.append(appended(2, 2, 3))
     # Still open: a reader in another process must see committed data anyway.
     script = textwrap.dedent(
@@ -170,12 +173,12 @@ async def test_sigkill_loses_nothing_acknowledged(tmp_path: Path) -> None:
         f"""
         import asyncio, sys
         from protocol.types import Message, MessagesAppended, TranscriptEvent
-        from server.store import SQLiteStore
+        from server.store import NewTranscript, SQLiteStore
 
         async def main():
             store = SQLiteStore({str(tmp_path)!r})
             await store.open()
-            await store.create("t1", "e1", 0)
+            await store.create(NewTranscript("t1", "e1", 0))
             revision = 0
             while True:
                 event = TranscriptEvent("t1", "e1", revision + 1, 0,
@@ -230,14 +233,14 @@ async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
 async def test_a_locked_database_is_unavailable_and_recovers(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path, SQLiteOptions(busy_timeout_s=0.05))
     await store.open()
-    await store.create("t1", EPOCH, CREATED_AT)
+    await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
     other = raw(tmp_path)
     try:
         other.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
         outcomes = await asyncio.gather(
             store.append(appended(1, 0)),
             store.append(appended(1, 0, transcript_id="missing")),
-            store.create("t2", EPOCH, CREATED_AT),
+            store.create(NewTranscript("t2", EPOCH, CREATED_AT)),
             return_exceptions=True,
         )
         for outcome in outcomes:
@@ -260,7 +263,9 @@ async def test_idempotency_keys_expire_after_the_ttl(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path, idempotency_ttl_s=60, clock=lambda: now[0])
     await store.open()
     try:
-        await store.create("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="old")
+        await store.create(
+            NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="old")
+        )
         now[0] += 30
         await store.append(appended(2, 1), idempotency_key="new")
         assert (await store.append(appended(3, 2), idempotency_key="old")).duplicate
@@ -280,7 +285,7 @@ async def test_expired_keys_are_swept_from_disk(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path, idempotency_ttl_s=60, clock=lambda: now[0])
     await store.open()
     try:
-        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
         for r in range(1, 4):
             await store.append(appended(r, r - 1), idempotency_key=f"k{r}")
         now[0] += 3600
@@ -308,7 +313,7 @@ async def test_concurrent_appends_share_commits(tmp_path: Path) -> None:
 async def _concurrent_appends_share_commits(store: SQLiteStore) -> None:
     ids = [f"t{i}" for i in range(50)]
     for tid in ids:
-        await store.create(tid, EPOCH, CREATED_AT)
+        await store.create(NewTranscript(tid, EPOCH, CREATED_AT))
     commits, writes = store.commits, store.committed_writes
     results = await asyncio.gather(*(store.append(appended(1, 0, transcript_id=t)) for t in ids))
     assert all(r.receipt.revision == 1 for r in results)
@@ -319,8 +324,8 @@ async def _concurrent_appends_share_commits(store: SQLiteStore) -> None:
 async def test_close_commits_queued_appends(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path, SQLiteOptions(max_batch=4))
     await store.open()
-    await store.create("t1", EPOCH, CREATED_AT)
-    await store.create("t2", EPOCH, CREATED_AT)
+    await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
+    await store.create(NewTranscript("t2", EPOCH, CREATED_AT))
     # gather starts its tasks in order: both appends are queued before close runs.
     one, two, _ = await asyncio.gather(
         store.append(appended(1, 0, transcript_id="t1")),
@@ -375,7 +380,9 @@ async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) ->
                 try:
                     if op == "create":
                         first = appended(1, 0, 2, transcript_id=tid, epoch=epoch) if key else None
-                        await store.create(tid, epoch, step, first, idempotency_key=key)
+                        await store.create(
+                            NewTranscript(tid, epoch, step, first, idempotency_key=key)
+                        )
                         result: object = "created"
                     elif op == "delete":
                         result = await store.delete(tid)
@@ -434,8 +441,8 @@ async def test_a_big_load_stalls_neither_the_loop_nor_appends_to_another_transcr
     size = 40_000
     store = SQLiteStore(tmp_path)
     await store.open()
-    await store.create("big", EPOCH, CREATED_AT)
-    await store.create("other", EPOCH, CREATED_AT)
+    await store.create(NewTranscript("big", EPOCH, CREATED_AT))
+    await store.create(NewTranscript("other", EPOCH, CREATED_AT))
     for first in range(1, size + 1, 1000):
         batch = [
             (appended(r, r - 1, transcript_id="big"), None) for r in range(first, first + 1000)
@@ -637,7 +644,7 @@ async def test_checkpoints_run_on_their_own_thread_and_the_wal_starts_over(
     try:
         assert store._writer is not None
         assert store._writer.conn.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
-        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
         revision = 1
         while store.checkpoints < 2 and revision < 3000:
             await store.append(appended(revision, revision - 1))
@@ -684,7 +691,7 @@ async def test_the_writer_checkpoints_while_the_thread_fails(
     try:
         assert store._writer is not None
         writer = store._writer.conn
-        await store.create("t1", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
         works = Checkpointer.catch_up
 
         def fails(self: Checkpointer) -> tuple[int, bool, bool]:
@@ -717,8 +724,8 @@ async def test_a_write_that_fails_midway_is_undone_whole(tmp_path: Path, max_bat
     store = SQLiteStore(tmp_path, SQLiteOptions(max_batch=max_batch))
     await store.open()
     try:
-        await store.create("t1", EPOCH, CREATED_AT)
-        await store.create("t2", EPOCH, CREATED_AT)
+        await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
+        await store.create(NewTranscript("t2", EPOCH, CREATED_AT))
         with contextlib.closing(raw(tmp_path)) as other:
             other.execute("INSERT INTO segments VALUES ('t1', 1, 0, 0)")
         broken, fine = await asyncio.gather(
