@@ -12,14 +12,21 @@ at 10,000 x 5 appends/s (``docs/benchmarks.md``, target 3). Here:
   ``VISITS`` times per ping interval and a burst of connections made at once
   is spread round-robin over the sets (their pings too).
 - **Any inbound data is an answer.** The connection sets its
-  ``keepalive_heard`` flag on each socket read (one attribute store): a
-  connection heard from since the last visit is alive and is not pinged. A
-  connection silent for ``VISITS - 1`` visits in a row (between 3/4 and one
-  interval) gets a ping, a pre-built empty ping frame written raw (server
-  frames are not masked); if nothing at all comes back within the timeout it
-  is closed with 1011, as uvicorn does. The pong itself needs no matching:
-  it is inbound data. A connection whose reading the server paused (the app
-  is behind on its messages) cannot be heard and is not judged meanwhile.
+  ``keepalive_heard`` flag on each socket read and ``keepalive_wrote`` on
+  each write of the app's (one attribute store each). A connection both
+  heard from and written to at every visit is alive and its proxies see
+  traffic both ways: it is not pinged. One that went ``VISITS - 1`` visits
+  in a row (between 3/4 and one interval) without both gets a ping, a
+  pre-built empty ping frame written raw (server frames are not masked); if
+  nothing at all comes back within the timeout it is closed with 1011, as
+  uvicorn does. So an idle subscriber, or one that only receives, is pinged
+  once per interval as before; a client that talks and is answered is not
+  pinged at all; and a client that talks but is never answered (a draft
+  streamed without ``ref``) still gets a frame from the server every
+  interval, which a proxy's read timeout (nginx's ``proxy_read_timeout``)
+  needs. The pong needs no matching: it is inbound data. A connection whose
+  reading the server paused (the app is behind on its messages) cannot be
+  heard and is not judged meanwhile.
 - **Pongs skip the parser.** A socket read that is exactly one empty pong
   (six bytes: ``0x8A 0x80`` and the client's mask), arriving where the
   parser waits for the next frame, is taken as the sign of life it is and
@@ -80,6 +87,8 @@ class Keeper(Protocol):
 
     #: Set by the connection on every socket read; cleared by the visit.
     keepalive_heard: bool
+    #: Set by the connection on every write of the app's; cleared by the visit.
+    keepalive_wrote: bool
     #: Visits in a row that heard nothing (the wheel's).
     keepalive_quiet: int
     #: The tick by which a ping must be answered; 0: no ping outstanding.
@@ -142,7 +151,7 @@ class KeepAliveWheel:
         slot = self.next_slot
         self.next_slot = (slot + 1) % self.slices
         conn.keepalive_slot = slot
-        conn.keepalive_heard = True
+        conn.keepalive_heard = conn.keepalive_wrote = True
         conn.keepalive_quiet = 0
         conn.keepalive_deadline = 0
         wheel = self.wheel[slot]
@@ -172,18 +181,22 @@ class KeepAliveWheel:
         ping: list[Keeper] = []
         last_quiet = VISITS - 1
         for conn in self.wheel[tick % self.slices]:
-            if conn.keepalive_heard:
+            heard, wrote = conn.keepalive_heard, conn.keepalive_wrote
+            conn.keepalive_wrote = False
+            if heard:
                 conn.keepalive_heard = False
-                conn.keepalive_quiet = 0
                 conn.keepalive_deadline = 0
             elif conn.keepalive_deadline:
-                pass  # its ping's deadline decides
+                continue  # its ping's deadline decides
             elif not conn.keepalive_listening():
+                heard = True  # not read by the server: nothing to judge
+            if heard and wrote:
                 conn.keepalive_quiet = 0
             elif conn.keepalive_quiet + 1 < last_quiet:
                 conn.keepalive_quiet += 1
             else:
                 conn.keepalive_quiet = 0
+                conn.keepalive_wrote = True  # the ping: the next visit sees a write
                 ping.append(conn)
         if ping and self.timeout_ticks:
             deadline = tick + self.timeout_ticks

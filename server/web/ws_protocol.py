@@ -45,9 +45,10 @@ four things to uvicorn's ``WebSocketsSansIOProtocol``:
 - **A cheaper keep-alive.** uvicorn's two timers, random payload and
   ``websockets`` frame per ping and connection give way to one timer for
   all the loop's connections (``server.web.keepalive``): a pre-built ping
-  written raw, only to a connection the server has not heard from for about
-  an interval (any inbound data is a sign of life), and closed with 1011,
-  as uvicorn does, when nothing comes back within the timeout.
+  written raw to a connection the server has not both heard from and
+  written to for about an interval (any inbound data is a sign of life), a
+  bare pong not parsed, and a close with 1011, as uvicorn's, when nothing
+  comes back within the timeout.
 - **Fewer read pauses.** uvicorn stops reading the socket after each message
   until the app takes it; here reading stops once ``INBOUND_QUEUED_MESSAGES``
   messages (or one of ``INBOUND_PAUSE_BYTES``) wait, which spares two
@@ -120,6 +121,7 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
         "keepalive_heard",
         "keepalive_quiet",
         "keepalive_slot",
+        "keepalive_wrote",
     )
 
     #: Seconds a message may take from its first byte to its last; set by
@@ -160,7 +162,7 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
         #: The loop's keep-alive while this connection is kept (after the
         #: handshake), and its state there (``server.web.keepalive.Keeper``).
         self._keepalive: KeepAlive | None = None
-        self.keepalive_heard = True
+        self.keepalive_heard = self.keepalive_wrote = True
         self.keepalive_quiet = 0
         self.keepalive_deadline = 0
         self.keepalive_slot = 0
@@ -177,12 +179,14 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def raw_write(self, data: bytes) -> None:
         """Write whole, already framed WebSocket frames (call only when ready)."""
+        self.keepalive_wrote = True
         self.transport.write(data)
 
     def raw_writelines(self, parts: Sequence[bytes | memoryview]) -> None:
         """Write one frame as its pieces: the transport keeps the buffers by
         reference (uvloop), so a baseline's shared chunk is never copied per
         connection (call only when ready)."""
+        self.keepalive_wrote = True
         self.transport.writelines(parts)
 
     async def raw_writable(self) -> bool:
@@ -222,6 +226,7 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
     # --- where the raw write opens and closes ------------------------------------------
 
     async def send(self, message: Any) -> None:
+        self.keepalive_wrote = True
         kind = message["type"]
         if kind == "websocket.close":
             self._raw_close()

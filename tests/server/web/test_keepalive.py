@@ -44,6 +44,7 @@ class Conn:
     """A connection as the wheel sees it."""
 
     keepalive_heard: bool = True
+    keepalive_wrote: bool = True
     keepalive_quiet: int = 0
     keepalive_deadline: int = 0
     keepalive_slot: int = 0
@@ -60,15 +61,21 @@ class Conn:
 
 
 def run(
-    wheel: KeepAliveWheel, ticks: int, talk: frozenset[Conn] = frozenset()
+    wheel: KeepAliveWheel,
+    ticks: int,
+    talk: frozenset[Conn] = frozenset(),
+    answer: frozenset[Conn] = frozenset(),
 ) -> tuple[dict[Keeper, list[int]], dict[Keeper, int]]:
     """``ticks`` ticks; the ticks of each ping and the tick of each close, per
-    connection. Connections in ``talk`` send something every tick."""
+    connection. Connections in ``talk`` send something every tick, and those
+    in ``answer`` are written to every tick."""
     pinged: dict[Keeper, list[int]] = {}
     closed: dict[Keeper, int] = {}
     for _ in range(ticks):
         for conn in talk:
             conn.keepalive_heard = True
+        for conn in answer:
+            conn.keepalive_wrote = True
         ping, expired = wheel.tick()
         for keeper in ping:
             pinged.setdefault(keeper, []).append(wheel.ticks)
@@ -109,14 +116,33 @@ def test_an_answered_ping_keeps_the_connection_and_the_next_comes_an_interval_la
     assert len(pings) >= 5 and gaps == {per_interval}
 
 
-def test_a_connection_that_talks_is_never_pinged_and_one_not_read_is_never_judged() -> None:
+def test_who_is_pinged_and_closed() -> None:
     wheel = KeepAliveWheel(interval_s=1.0, timeout_s=0.5)
-    talking, unread, silent = Conn(), Conn(listening=False), Conn()
-    for conn in (talking, unread, silent):
+    per_interval = round(1.0 / wheel.tick_s)
+    talking, unanswered, receiving, unread, silent = (
+        Conn(),
+        Conn(),
+        Conn(),
+        Conn(listening=False),
+        Conn(),
+    )
+    for conn in (talking, unanswered, receiving, unread, silent):
         wheel.add(conn)
-    pinged, closed = run(wheel, 10 * round(1.0 / wheel.tick_s), talk=frozenset({talking}))
-    assert talking not in pinged and unread not in pinged
-    assert set(closed) == {silent}
+    pinged, closed = run(
+        wheel,
+        10 * per_interval,
+        talk=frozenset({talking, unanswered}),
+        answer=frozenset({talking, receiving, unread}),
+    )
+    # Talks and is answered: alive, and its proxies see traffic both ways.
+    assert talking not in pinged
+    # Talks and is never written to: a ping every interval all the same (a
+    # proxy's read timeout needs the server to send something).
+    assert len(pinged[unanswered]) >= 9
+    # Only receives, and never answers the ping: closed like the silent one.
+    assert receiving in pinged and set(closed) == {receiving, silent}
+    # Not read by the server (and written to): nothing to judge.
+    assert unread not in pinged and unread not in closed
 
 
 def test_connections_made_at_once_are_spread_over_the_interval() -> None:
