@@ -54,6 +54,7 @@ from websockets.protocol import Protocol as WebSocketProtocol
 from websockets.streams import StreamReader
 
 __all__ = [
+    "MAX_SLICES",
     "PING_FRAME",
     "TICK_S",
     "VISITS",
@@ -73,13 +74,17 @@ BARE_PONG_HEAD: Final = b"\x8a\x80"
 #: Where ``websockets``' parser waits between two frames (``Protocol.parse``
 #: asks ``reader.at_eof()`` first); anywhere else it is inside a frame.
 _BETWEEN_FRAMES: Final = StreamReader.at_eof.__code__
-#: Visits of each connection per ping interval: a connection silent for
-#: ``VISITS - 1`` visits in a row is pinged (silent for 3/4 to 1 interval).
+#: Visits of each connection per ping interval: a connection not both heard
+#: from and written to at ``VISITS - 1`` visits in a row is pinged (so after
+#: 3/4 to 1 interval).
 VISITS: Final = 4
 #: About how often the timer runs (one slice of the wheel per tick): a tenth
 #: of a second keeps each tick's share of 10,000 connections small (a few
 #: hundred visits, and their pings, spread evenly over the interval).
 TICK_S: Final = 0.1
+#: At most this many slices (a minute of ticks): a ping interval of an hour
+#: ticks every 1.5 s rather than holding 9,000 sets.
+MAX_SLICES: Final = 600
 
 
 class Keeper(Protocol):
@@ -89,7 +94,7 @@ class Keeper(Protocol):
     keepalive_heard: bool
     #: Set by the connection on every write of the app's; cleared by the visit.
     keepalive_wrote: bool
-    #: Visits in a row that heard nothing (the wheel's).
+    #: Visits in a row that found it not both heard from and written to.
     keepalive_quiet: int
     #: The tick by which a ping must be answered; 0: no ping outstanding.
     keepalive_deadline: int
@@ -136,7 +141,7 @@ class KeepAliveWheel:
         self.interval_s = interval_s
         self.timeout_s = timeout_s or None
         revolution = interval_s / VISITS
-        self.slices = max(1, round(revolution / TICK_S))
+        self.slices = max(1, min(MAX_SLICES, round(revolution / TICK_S)))
         self.tick_s = revolution / self.slices
         #: Ticks a ping may wait for an answer (0: no timeout, pings only).
         self.timeout_ticks = math.ceil(timeout_s / self.tick_s) if timeout_s else 0

@@ -24,6 +24,7 @@ from websockets.uri import parse_uri
 from websockets.utils import apply_mask
 
 from server.web.keepalive import (
+    MAX_SLICES,
     PING_FRAME,
     VISITS,
     KeepAliveWheel,
@@ -154,6 +155,14 @@ def test_connections_made_at_once_are_spread_over_the_interval() -> None:
     per_tick = [len(ping) for ping, _ in (wheel.tick() for _ in range(wheel.slices * VISITS))]
     # Every connection pinged once, a slice's share per tick, not all at once.
     assert sum(per_tick) == 10_000 and max(per_tick) == 10_000 // wheel.slices
+
+
+def test_a_long_interval_ticks_less_often_rather_than_holding_more_slices() -> None:
+    wheel = KeepAliveWheel(interval_s=3600.0, timeout_s=20.0)
+    assert wheel.slices == MAX_SLICES and wheel.tick_s == 3600.0 / VISITS / MAX_SLICES
+    assert wheel.timeout_ticks * wheel.tick_s >= 20.0
+    short = KeepAliveWheel(interval_s=0.2, timeout_s=0.3)
+    assert short.slices == 1 and short.tick_s == 0.05 and short.timeout_ticks == 6
 
 
 def test_a_later_ping_is_not_cut_short_by_an_earlier_deadline() -> None:
