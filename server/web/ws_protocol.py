@@ -11,8 +11,9 @@ four things to uvicorn's ``WebSocketsSansIOProtocol``:
   writer-task wake-up per message. ``raw_ready()`` says whether a write may
   go out now: the handshake is done, no close was sent or received, and the
   transport is not paused (its buffer is under the high-water mark).
-  Everything else (the handshake, pings and pongs, the closing handshake)
-  still goes through uvicorn and ``websockets`` and is written whole, so
+  Everything else (the handshake, pongs to the client's pings, the closing
+  handshake) still goes through uvicorn and ``websockets``, and the
+  keep-alive's pings are one pre-built frame; all are written whole, so
   frames never interleave: the app writes only whole frames (or whole
   fragments of a message, between which control frames may go).
   Under another ASGI server the extension is absent and the app sends

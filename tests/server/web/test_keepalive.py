@@ -32,7 +32,7 @@ from server.web.keepalive import (
     is_bare_pong,
     keepalive_for,
 )
-from server.web.ws_protocol import TsyncWebSocketProtocol
+from server.web.ws_protocol import UVICORN_KEEPALIVE_STATE, TsyncWebSocketProtocol
 from tests.support.rawsocket import RawSocket
 from tests.support.servers import RunningServer, running_server
 from tests.support.waiting import until
@@ -317,6 +317,8 @@ async def test_a_peer_that_reads_nothing_is_closed_and_its_keepalive_let_go() ->
         try:
             (protocol,) = srv.server.server_state.connections
             assert isinstance(protocol, TsyncWebSocketProtocol)
+            # uvicorn's own keep-alive state is let go with the handshake.
+            assert not set(UVICORN_KEEPALIVE_STATE) & set(vars(protocol))
             keepalive = keepalive_for(asyncio.get_running_loop(), INTERVAL_S, TIMEOUT_S)
             assert keepalive.wheel.size == 1
             timeouts = keepalive.timeouts
