@@ -47,6 +47,7 @@ setting (dropped again when its last connection goes).
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from typing import Any, Final, Protocol
 
@@ -64,6 +65,8 @@ __all__ = [
     "is_bare_pong",
     "keepalive_for",
 ]
+
+log = logging.getLogger("tsync.ws")
 
 #: A ping with no payload, as a server sends it (FIN, opcode 9, unmasked,
 #: length 0). Its pong carries no payload either: six bytes from the client.
@@ -250,11 +253,21 @@ class KeepAlive:
     def _tick(self) -> None:
         self._timer = None
         ping, expired = self.wheel.tick()
+        # One connection that fails here must not stop every other's
+        # keep-alive (nor leave a deadline on a ping that never went).
         for conn in expired:
             self.timeouts += 1
-            conn.keepalive_timeout()
+            try:
+                conn.keepalive_timeout()
+            except Exception:
+                log.exception("closing a connection that did not answer its ping failed")
         for conn in ping:
-            if conn.keepalive_ping():
+            try:
+                sent = conn.keepalive_ping()
+            except Exception:
+                log.exception("writing a keep-alive ping failed")
+                sent = False
+            if sent:
                 self.pings += 1
             else:
                 conn.keepalive_deadline = 0

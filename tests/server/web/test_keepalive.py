@@ -14,6 +14,7 @@ import itertools
 import time
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from websockets.client import ClientProtocol
@@ -27,6 +28,7 @@ from server.web.keepalive import (
     MAX_SLICES,
     PING_FRAME,
     VISITS,
+    KeepAlive,
     KeepAliveWheel,
     Keeper,
     is_bare_pong,
@@ -184,6 +186,42 @@ def test_a_later_ping_is_not_cut_short_by_an_earlier_deadline() -> None:
     third_ping = wheel.ticks - wheel.timeout_ticks
     assert expired == [conn] and answered == 2
     assert third_ping > 2 * per_interval
+
+
+class Failing(Conn):
+    def keepalive_ping(self) -> bool:
+        raise OSError("the transport broke")
+
+
+@dataclass(eq=False)
+class Counted(Conn):
+    pinged: asyncio.Event | None = None
+    count: int = 0
+
+    def keepalive_ping(self) -> bool:
+        self.count += 1
+        assert self.pinged is not None
+        if self.count >= 3:
+            self.pinged.set()
+        self.keepalive_heard = True  # answers at once
+        return True
+
+
+async def test_one_connection_failing_does_not_stop_the_others_keepalive(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    keepalive = KeepAlive(asyncio.get_running_loop(), interval_s=0.08, timeout_s=0.05)
+    good = Counted(pinged=asyncio.Event())
+    keepalive.add(Failing())
+    keepalive.add(good)
+    try:
+        async with asyncio.timeout(5):
+            await good.pinged.wait()  # type: ignore[union-attr]
+    finally:
+        for conn in list(keepalive.wheel.wheel[0] | keepalive.wheel.wheel[-1]):
+            keepalive.discard(conn)
+    assert good.count >= 3 and keepalive.pings >= 3
+    assert "writing a keep-alive ping failed" in caplog.text
 
 
 # --- a pong needs no parsing --------------------------------------------------------------
