@@ -76,7 +76,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--closed-loop", action="store_true", help="each writer appends as soon as its ack is back"
     )
     span = parser.add_mutually_exclusive_group()
-    span.add_argument("--duration", type=float, help="seconds of appending")
+    span.add_argument(
+        "--duration",
+        type=float,
+        help="seconds of appending (idle: seconds every connection is held subscribed, "
+        "sending nothing, while the server's CPU is measured)",
+    )
     span.add_argument("--count", type=int, help="appends in total (over all writers)")
     parser.add_argument("--size", type=int, default=200, help="bytes per message (default 200)")
     parser.add_argument(

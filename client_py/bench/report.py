@@ -157,6 +157,8 @@ METRICS: tuple[tuple[str, str, str, bool], ...] = (
     ("time to subscribe every connection", "idle.subscribe_s", "s", False),
     ("server CPU per subscribe", "idle.server_cpu_us_per_subscribe", "µs", False),
     ("generator CPU while subscribing", "idle.generator_cores_subscribing", "cores", False),
+    ("server CPU while holding (idle --duration)", "idle.server_cores_holding", "cores", False),
+    ("server CPU per connection held", "idle.server_cpu_us_per_connection_s", "µs/s", False),
 )
 
 
@@ -192,6 +194,8 @@ def markdown(result: dict[str, Any]) -> str:
     )
     if result["scenario"] == "idle":
         shape = f"{w['subscribers']} idle connections over {w['procs']} process(es)."
+        if w.get("duration"):
+            shape = shape[:-1] + f", held subscribed for {w['duration']:g} s."
     elif result["scenario"] == "stream":
         span = f"{w['duration']:g} s" if w.get("duration") else f"{w.get('count')} drafts"
         shape = (

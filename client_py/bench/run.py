@@ -27,6 +27,7 @@ from websockets.asyncio.client import connect
 from client_py.bench import host, worker
 from client_py.bench.channel import Channel
 from client_py.bench.histogram import LatencyHistogram
+from client_py.bench.idle import hold
 from client_py.bench.sampler import ServerSampler
 from client_py.bench.stats import GroupStats
 from client_py.bench.subscriber import Subscriber
@@ -574,4 +575,6 @@ async def _idle(
             "kb_per_subscribed_connection": round((rss_subscribed - rss_before) / n / 1024, 2),
         }
     )
+    if workload.duration:
+        out.update(await hold(sampler, generator, client_cpus, n, workload.duration))
     return out

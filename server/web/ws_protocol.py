@@ -11,8 +11,9 @@ four things to uvicorn's ``WebSocketsSansIOProtocol``:
   writer-task wake-up per message. ``raw_ready()`` says whether a write may
   go out now: the handshake is done, no close was sent or received, and the
   transport is not paused (its buffer is under the high-water mark).
-  Everything else (the handshake, pings and pongs, the closing handshake)
-  still goes through uvicorn and ``websockets`` and is written whole, so
+  Everything else (the handshake, pongs to the client's pings, the closing
+  handshake) still goes through uvicorn and ``websockets``, and the
+  keep-alive's pings are one pre-built frame; all are written whole, so
   frames never interleave: the app writes only whole frames (or whole
   fragments of a message, between which control frames may go).
   Under another ASGI server the extension is absent and the app sends
@@ -42,6 +43,13 @@ four things to uvicorn's ``WebSocketsSansIOProtocol``:
   ``Inbox`` and ``Writable`` (a list and a future made only while someone
   waits), and the request and response go once the handshake is answered:
   about 5 KiB less per idle connection (``docs/benchmarks.md``).
+- **A cheaper keep-alive.** uvicorn's two timers, random payload and
+  ``websockets`` frame per ping and connection give way to one timer for
+  all the loop's connections (``server.web.keepalive``): a pre-built ping
+  written raw to a connection the server has not both heard from and
+  written to for about an interval (any inbound data is a sign of life),
+  and a close with 1011, as uvicorn's, when nothing
+  comes back within the timeout.
 - **Fewer read pauses.** uvicorn stops reading the socket after each message
   until the app takes it; here reading stops once ``INBOUND_QUEUED_MESSAGES``
   messages (or one of ``INBOUND_PAUSE_BYTES``) wait, which spares two
@@ -73,10 +81,21 @@ from server.tuning import (
     INBOUND_PAUSE_BYTES,
     INBOUND_QUEUED_MESSAGES,
 )
+from server.web.keepalive import PING_FRAME, KeepAlive, keepalive_for
 
 __all__ = ["RAW_FRAMES", "TsyncWebSocketProtocol", "protocol_class"]
 
 log = logging.getLogger("tsync.ws")
+
+#: What uvicorn's ``__init__`` sets for its own keep-alive, which this class
+#: replaces (``start_keepalive``): let go with the handshake.
+UVICORN_KEEPALIVE_STATE = (
+    "ping_timer",
+    "pong_timer",
+    "pending_ping_payload",
+    "ping_sent_at",
+    "last_ping_rtt",
+)
 
 
 class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
@@ -93,11 +112,17 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
         "_fragment_tokens",
         "_fragments",
         "_holding",
+        "_keepalive",
         "_message_timer",
         "_parsed",
         "_paused",
         "_raw_open",
         "_resumed",
+        "keepalive_deadline",
+        "keepalive_heard",
+        "keepalive_quiet",
+        "keepalive_slot",
+        "keepalive_wrote",
     )
 
     #: Seconds a message may take from its first byte to its last; set by
@@ -135,6 +160,13 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
         self._fragments = 0
         self._fragment_tokens = self.max_fragments_per_s
         self._fragment_time = self.loop.time()
+        #: The loop's keep-alive while this connection is kept (after the
+        #: handshake), and its state there (``server.web.keepalive.Keeper``).
+        self._keepalive: KeepAlive | None = None
+        self.keepalive_heard = self.keepalive_wrote = True
+        self.keepalive_quiet = 0
+        self.keepalive_deadline = 0
+        self.keepalive_slot = 0
 
     # --- the raw frame write (used by server.live.outbound) -------------------------------
 
@@ -148,12 +180,14 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def raw_write(self, data: bytes) -> None:
         """Write whole, already framed WebSocket frames (call only when ready)."""
+        self.keepalive_wrote = True
         self.transport.write(data)
 
     def raw_writelines(self, parts: Sequence[bytes | memoryview]) -> None:
         """Write one frame as its pieces: the transport keeps the buffers by
         reference (uvloop), so a baseline's shared chunk is never copied per
         connection (call only when ready)."""
+        self.keepalive_wrote = True
         self.transport.writelines(parts)
 
     async def raw_writable(self) -> bool:
@@ -193,6 +227,7 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
     # --- where the raw write opens and closes ------------------------------------------
 
     async def send(self, message: Any) -> None:
+        self.keepalive_wrote = True
         kind = message["type"]
         if kind == "websocket.close":
             self._raw_close()
@@ -213,6 +248,10 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
             return
         request.headers.clear()
         self.request = self.response = None  # type: ignore[assignment]
+        # uvicorn's per-connection keep-alive state: unused here (one timer
+        # for all, server.web.keepalive).
+        for name in UVICORN_KEEPALIVE_STATE:
+            self.__dict__.pop(name, None)
         # Past ~30 attributes CPython gives an instance a dict table sized for
         # growth (1.6 KiB here); a copy is sized for what it holds (0.8 KiB).
         self.__dict__ = dict(self.__dict__)
@@ -235,8 +274,36 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
         self._stop_message_timer()
         super().handle_parser_exception()
 
+    # --- the keep-alive (server.web.keepalive: one timer for every connection) ----------
+
+    def start_keepalive(self) -> None:
+        # uvicorn calls this once the handshake's response is written.
+        if self.ping_interval and self._keepalive is None:
+            self._keepalive = keepalive_for(self.loop, self.ping_interval, self.ping_timeout)
+            self._keepalive.add(self)
+
+    def stop_keepalive(self) -> None:
+        keepalive, self._keepalive = self._keepalive, None
+        if keepalive is not None:
+            keepalive.discard(self)
+
+    def keepalive_listening(self) -> bool:
+        return not (self.read_paused or self._holding)
+
+    def keepalive_ping(self) -> bool:
+        if self.close_sent or self.transport.is_closing():
+            return False
+        self.transport.write(PING_FRAME)
+        return True
+
+    def handle_pong(self, event: Any) -> None:
+        # Any inbound data counts as the answer (``data_received`` noted it);
+        # the payload is not compared and no timer is touched.
+        pass
+
     def keepalive_timeout(self) -> None:
         self._raw_close()
+        self.stop_keepalive()
         super().keepalive_timeout()
 
     def shutdown(self) -> None:
@@ -254,6 +321,7 @@ class TsyncWebSocketProtocol(WebSocketsSansIOProtocol):
     # --- inbound: a time limit per message, quiet invalid UTF-8 ------------------------
 
     def data_received(self, data: bytes) -> None:
+        self.keepalive_heard = True  # a sign of life (server.web.keepalive)
         if self._holding:
             # Still parsing an earlier read: this one waits behind it.
             self._backlog += data

@@ -226,6 +226,32 @@ def test_idle_reports_memory_and_the_time_to_connect_and_subscribe(tmp_path: Pat
     assert "time to subscribe every connection" in done.stdout
 
 
+def test_idle_with_a_duration_holds_the_connections_and_reports_the_servers_cpu(
+    tmp_path: Path,
+) -> None:
+    """``idle --duration S``: every connection held subscribed and idle for S
+    seconds, the server's CPU meanwhile (its keep-alive, pinging every 0.2 s)."""
+    out = tmp_path / "result.json"
+    with ServerProcess(
+        store="memory", args=["--set", "ping_interval_s=0.2"], log_path=tmp_path / "log"
+    ) as server:
+        assert server.proc is not None
+        done = bench(
+            "idle", "--subscribers", "40", "--fast", "--duration", "1.5",
+            "--url", server.url, "--server-pid", str(server.proc.pid), "--json", str(out),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    idle = json.loads(out.read_text())["runs"][0]["idle"]
+    assert idle["hold_s"] == pytest.approx(1.5, abs=0.5)
+    assert idle["server_cores_holding"] >= 0 and idle["generator_share_holding"] >= 0
+    # (rounded to 4 places: 0.00005 cores over 40 connections is 1.25 µs)
+    assert idle["server_cpu_us_per_connection_s"] == pytest.approx(
+        idle["server_cores_holding"] * 1e6 / 40, abs=1.5
+    )
+    assert "server CPU per connection held" in done.stdout
+    assert "held subscribed for 1.5 s" in done.stdout
+
+
 def test_the_cost_curve_table_takes_ratios_within_each_run(tmp_path: Path) -> None:
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
