@@ -17,21 +17,19 @@ names its source as a URL path, percent-decoded once the same way
 (``source_path``), and creating a fork needs the right to read its source.
 
 Why one module of over 600 lines: the protocol's HTTP surface (every method,
-header, status code, ETag and cursor rule, and the catch-up, long-poll and SSE
-reads) is one contract that the official conformance suite checks as a whole;
-the decisions behind it live in the registry (``memory``, ``redis``) and the
-live readers' delivery in ``fanout``.
+status code and ETag rule, and the catch-up and long-poll reads) is one
+contract that the official conformance suite checks as a whole; its names and
+shared rules are in ``headers``, the live SSE read in ``sse``, the decisions
+behind it in the registry (``registry``) and the live readers' delivery in
+``fanout``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import random
 import re
-import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from typing import Any, Final, NamedTuple, Protocol, TypeVar
 from urllib.parse import unquote
@@ -41,14 +39,39 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Scope
 
 from protocol import codes, rights
 from protocol.rights import Grant
 from server.auth import GRANT_KEY
 from server.errors import Refused, failure_for
-from server.extensions import RAW_BODY
-from server.streams.fanout import SEND_BYTES, Fanout, Follower
+from server.streams.headers import (
+    CATCH_UP_CACHE,
+    CLOSED,
+    DETACH_FORKS,
+    EXPECTED_SEQ,
+    EXPIRES_AT,
+    FORK_OFFSET,
+    FORK_SUB_OFFSET,
+    FORKED_FROM,
+    MAX_CURSOR,
+    MAX_PATH,
+    NEXT_OFFSET,
+    PREFIX,
+    PRODUCER_EPOCH,
+    PRODUCER_ID,
+    PRODUCER_SEQ,
+    RECEIVED_SEQ,
+    REQUEST_HEADERS,
+    SECURITY,
+    SEQ,
+    SSE_ENCODING,
+    TRANSCRIPTS,
+    TTL,
+    UP_TO_DATE,
+    StreamSettings,
+    response_cursor,
+)
 from server.streams.longpoll import Answer, Reply, SharedAnswers
 from server.streams.model import (
     Stream,
@@ -57,17 +80,16 @@ from server.streams.model import (
     is_json,
     json_body,
     json_values_job,
-    media_type,
     parse_expires_at,
     valid_offset,
 )
 from server.streams.registry import StreamAppend, StreamRegistry
+from server.streams.sse import SSE_HEADERS, StreamSse, base64_encoded, page_of
 
 __all__ = [
     "PREFIX",
     "ROUTE",
     "TRANSCRIPTS",
-    "FollowedSse",
     "Prepared",
     "StreamSettings",
     "fast_long_poll",
@@ -76,96 +98,17 @@ __all__ = [
     "routes",
 ]
 
-PREFIX: Final = "/v1/stream/"
-TRANSCRIPTS: Final = PREFIX + "transcripts/"
-#: The longest stream path (after the prefix), in characters.
-MAX_PATH: Final = 1024
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
-
-NEXT_OFFSET: Final = "Stream-Next-Offset"
-UP_TO_DATE: Final = "Stream-Up-To-Date"
-CLOSED: Final = "Stream-Closed"
-CURSOR: Final = "Stream-Cursor"
-TTL: Final = "Stream-TTL"
-EXPIRES_AT: Final = "Stream-Expires-At"
-SEQ: Final = "Stream-Seq"
-PRODUCER_ID: Final = "Producer-Id"
-PRODUCER_EPOCH: Final = "Producer-Epoch"
-PRODUCER_SEQ: Final = "Producer-Seq"
-EXPECTED_SEQ: Final = "Producer-Expected-Seq"
-RECEIVED_SEQ: Final = "Producer-Received-Seq"
-FORKED_FROM: Final = "Stream-Forked-From"
-FORK_OFFSET: Final = "Stream-Fork-Offset"
-FORK_SUB_OFFSET: Final = "Stream-Fork-Sub-Offset"
-SSE_ENCODING: Final = "Stream-SSE-Data-Encoding"
-#: ``DELETE`` with ``true``: forks get a copy of what they read through the
-#: stream, which is deleted at once (its path free), not soft-deleted.
-DETACH_FORKS: Final = "Stream-Detach-Forks"
-
-#: What a browser may send and read (CORS), for the answers to preflights.
-REQUEST_HEADERS: Final = (
-    "content-type, authorization, if-none-match, stream-seq, stream-ttl, stream-expires-at, "
-    "stream-closed, producer-id, producer-epoch, producer-seq, stream-forked-from, "
-    "stream-fork-offset, stream-fork-sub-offset, stream-detach-forks"
-)
-EXPOSED_HEADERS: Final = (
-    "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, "
-    "Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, "
-    "Producer-Expected-Seq, Producer-Received-Seq, ETag, Content-Type, Location"
-)
-SECURITY: Final = {
-    "x-content-type-options": "nosniff",
-    "cross-origin-resource-policy": "cross-origin",
-}
-CATCH_UP_CACHE: Final = "public, max-age=60, stale-while-revalidate=300"
 #: A JSON-mode body up to this size is parsed on the loop (a few ms at
 #: most); a larger one in a worker process (``server.web.offload``), which
 #: counts its values before encoding any (``max_stream_append_values``).
 JSON_INLINE_BYTES: Final = 256 * 1024
-
 # ASCII digits only (``int()`` takes other scripts' digits too), and few
 # enough for ``int()`` (it refuses over 4,300) and for what they count.
 _DECIMAL: Final = re.compile(r"0|[1-9][0-9]{0,15}")
 _INTEGER: Final = re.compile(r"[0-9]{1,20}")
-#: The longest ``cursor`` a read may carry (this server's are 6-7 digits).
-MAX_CURSOR: Final = 20
 _CONTENT_TYPE: Final = re.compile(r"[\w.+-]+/[\w.+-]+")
 MAX_SAFE_INTEGER: Final = 2**53 - 1
-
-#: The protocol's cursor clock: 20-second intervals since 2024-10-09T00:00Z.
-CURSOR_EPOCH_S: Final = 1728432000
-CURSOR_INTERVAL_S: Final = 20
-
-
-class StreamSettings:
-    """What the face needs besides the registry (from ``ServerConfig``)."""
-
-    def __init__(
-        self,
-        *,
-        long_poll_s: float = 20.0,
-        sse_max_s: float = 60.0,
-        max_body_bytes: int = 16 * 1024 * 1024,
-        read_chunk_bytes: int = 1024 * 1024,
-    ) -> None:
-        self.long_poll_s = long_poll_s
-        self.sse_max_s = sse_max_s
-        self.max_body_bytes = max_body_bytes
-        self.read_chunk_bytes = read_chunk_bytes
-
-
-def response_cursor(client_cursor: str | None) -> str:
-    """The interval number now, or (when the client already has it or a
-    later one) past the client's by 1-3600 seconds of jitter, so cursors
-    never go back and a CDN never loops on a cached empty answer."""
-    current = int((time.time() - CURSOR_EPOCH_S) // CURSOR_INTERVAL_S)
-    if not client_cursor or not _INTEGER.fullmatch(client_cursor):
-        return str(current)
-    previous = int(client_cursor)
-    if previous < current:
-        return str(current)
-    jitter_s = random.randint(1, 3600)
-    return str(previous + max(1, -(-jitter_s // CURSOR_INTERVAL_S)))
 
 
 def stream_answer(
@@ -591,7 +534,7 @@ async def _read(request: Request, path: str) -> Response:
             return stream_answer(304, {"etag": etag, **SECURITY})
         return Prepared(reply)
     position = stream.tail if offset == "now" else (None if offset in (None, "-1") else offset)
-    messages, up_to_date = _page(
+    messages, up_to_date = page_of(
         registry.read(stream, position), _settings(request).read_chunk_bytes
     )
     end = messages[-1].offset if messages else (position or stream.tail)
@@ -655,18 +598,18 @@ async def long_poll(
     key = (stream.path, offset, position, last, stream.tail, stream.closed)
     answer = ANSWERS.get(key, stream)
     if answer is None:
-        answer = ANSWERS.put(key, _long_poll_page(stream, offset, position, messages, settings))
+        answer = ANSWERS.put(key, _long_pollpage_of(stream, offset, position, messages, settings))
     return Reply(answer, response_cursor(cursor))
 
 
-def _long_poll_page(
+def _long_pollpage_of(
     stream: Stream,
     offset: str,
     position: str | None,
     messages: list[StreamMessage],
     settings: StreamSettings,
 ) -> Answer:
-    page, up_to_date = _page(messages, settings.read_chunk_bytes)
+    page, up_to_date = page_of(messages, settings.read_chunk_bytes)
     end = page[-1].offset if page else (position or stream.tail)
     headers = {**SECURITY, NEXT_OFFSET: end}
     if stream.content_type:
@@ -745,281 +688,13 @@ class Prepared(Response):
         self.raw_headers = reply.answer.asgi_headers(reply.cursor)
 
 
-def _page(messages: list[StreamMessage], limit: int) -> tuple[list[StreamMessage], bool]:
-    """At most ``limit`` bytes of whole messages (at least one); whether that
-    was all of them (``Stream-Up-To-Date``)."""
-    size = 0
-    for index, message in enumerate(messages):
-        size += len(message.data)
-        if size > limit and index > 0:
-            return messages[:index], False
-    return messages, True
-
-
-#: Sends bytes of a streamed answer's body (``FollowedSse``).
-Body = Callable[[bytes], Awaitable[None]]
-
-#: The headers of every live SSE read (these streams' and a transcript's).
-SSE_HEADERS: Final = {
-    **SECURITY,
-    # Exactly this, no charset parameter: what EventSource and the protocol expect.
-    "content-type": "text/event-stream",
-    "cache-control": "no-cache",
-    "x-accel-buffering": "no",
-}
-
-
 def _sse(
     request: Request, registry: StreamRegistry, stream: Stream, start: str, cursor: str | None
 ) -> Response:
     headers = dict(SSE_HEADERS)
-    if _base64(stream):
+    if base64_encoded(stream):
         headers[SSE_ENCODING] = "base64"
-    return _SseResponse(registry, stream, start, cursor, _settings(request), headers)
-
-
-def _base64(stream: Stream) -> bool:
-    kind = media_type(stream.content_type)
-    return not (kind.startswith("text/") or kind == "application/json")
-
-
-def _sse_event(stream: Stream, message: StreamMessage, cursor: str | None) -> bytes:
-    """One message's data event and the control event after it, together:
-    a reader never sees one without the other in a read."""
-    return _sse_data_event(stream, message) + _sse_control_event(stream, message.offset, cursor)
-
-
-def _sse_data_event(stream: Stream, message: StreamMessage) -> bytes:
-    """One message's data event: the same for every reader (the fan-out
-    encodes it once, whatever the readers' cursors)."""
-    if stream.json:
-        payload = json_body([message]).decode()
-    elif _base64(stream):
-        payload = base64.b64encode(message.data).decode()
-    else:
-        payload = message.data.decode("utf-8", errors="replace")
-    return b"event: data\n" + sse_data(payload)
-
-
-_CTRL: Final = b"event: control\n"
-
-
-def _sse_control_event(stream: Stream, offset: str, cursor: str | None) -> bytes:
-    """The control event after the data event that ends at ``offset``."""
-    return control_event(_control(stream, offset, cursor))
-
-
-def control_event(control: str) -> bytes:
-    """A control event whose data is ``control`` (its JSON)."""
-    return _CTRL + sse_data(control)
-
-
-class FollowedSse(Response):
-    """A live SSE response whose events a ``Fanout`` writes (its
-    ``Follower``, made by ``follower``): the head sent, the reader's going
-    away watched, ``follow`` run (the subclass's reading), the follower let
-    go, the body ended. A generic stream's (``_SseResponse``) and a
-    transcript's (``server.streams.transcripts``)."""
-
-    def __init__(
-        self, fanout: Fanout, path: str, settings: StreamSettings, headers: dict[str, str]
-    ) -> None:
-        super().__init__(headers=headers)
-        # No Content-Length (Response would say 0): the body is sent chunked.
-        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
-        self.fanout = fanout
-        self.path = path
-        self.settings = settings
-        self.deadline = 0.0
-
-    def follower(self, raw: Any) -> Follower[Any, Any]:
-        """The follower of this reader (``raw``: its raw write, if any)."""
-        raise NotImplementedError
-
-    async def follow(self, body: Body, follower: Follower[Any, Any]) -> None:
-        """Catch up, then follow (``fanout.follow``) until the response ends;
-        ``body`` sends bytes of it."""
-        raise NotImplementedError
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        follower = self.follower(scope.get("extensions", {}).get(RAW_BODY))
-
-        async def disconnect() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            follower.gone = True
-            follower.wake.set()
-
-        async def body(data: bytes) -> None:
-            await send({"type": "http.response.body", "body": data, "more_body": True})
-
-        self.deadline = time.monotonic() + self.settings.sse_max_s
-        watcher = asyncio.create_task(disconnect())
-        try:
-            await self.follow(body, follower)
-        except StreamError:  # the store cannot answer now: the reader resumes later
-            pass
-        finally:
-            watcher.cancel()
-            self.fanout.unfollow(self.path, follower)
-        if not follower.gone:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    async def woken(self, follower: Follower[Any, Any]) -> bool | None:
-        """Wait until ``follower`` has something to do (or ``long_poll_s``,
-        for a keep-alive control event): whether the wait timed out;
-        ``None`` when the response ends now (past ``sse_max_s``, cut: what
-        is queued is dropped, the reader goes on from the last offset it
-        got in a new request, or the reader went away)."""
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            return None
-        timed_out = False
-        try:
-            async with asyncio.timeout(min(remaining, self.settings.long_poll_s)):
-                await follower.wake.wait()
-        except TimeoutError:
-            timed_out = True
-        follower.wake.clear()
-        return None if follower.over() else timed_out
-
-    async def send_queued(self, body: Body, follower: Follower[Any, Any]) -> bool:
-        """Send what is queued for ``follower``; ``False`` when the response
-        ends now (cut, or the reader went away). Queued events stay queued
-        while they are sent, so that an event delivered meanwhile queues
-        behind them (not raw, ahead); sent in writes of about ``SEND_BYTES``
-        (a data event and its control event always together), each once the
-        reader took the one before."""
-        while follower.pending:
-            count = _send_count(follower.pending)
-            await body(b"".join(follower.pending[:count]))
-            self.fanout.sent(self.path, follower, count)
-            if follower.over():
-                return False
-        return True
-
-
-class _SseResponse(FollowedSse):
-    """A live SSE read: what the reader missed, then each append as it is
-    made, written by ``server.streams.fanout`` (encoded once for every
-    reader); ends after ``sse_max_s``, when the stream is closed (after its
-    final control event), deleted or expired, when the store cannot answer,
-    or when the reader falls too far behind (it reads again from its offset)."""
-
-    def __init__(
-        self,
-        registry: StreamRegistry,
-        stream: Stream,
-        start: str,
-        cursor: str | None,
-        settings: StreamSettings,
-        headers: dict[str, str],
-    ) -> None:
-        super().__init__(registry.fanout, stream.path, settings, headers)
-        self.registry = registry
-        self.stream = stream
-        self.start = start
-        self.cursor = cursor
-
-    def follower(self, raw: Any) -> Follower[Any, Any]:
-        return Follower(raw, self.cursor, _sse_data_event, _sse_control_event, self.start)
-
-    async def follow(self, body: Body, follower: Follower[Any, Any]) -> None:
-        registry, stream, cursor = self.registry, self.stream, self.cursor
-        fanout = registry.fanout
-        offset = None if self.start == "-1" else self.start
-        if not await registry.still(stream):
-            return
-        if not registry.read(stream, offset):  # nothing to catch up: say where it is
-            offset = offset or stream.tail
-            await body(_sse_control_event(stream, offset, cursor))
-        # Catch up page by page (``read_chunk_bytes`` of messages each), each
-        # page written once the reader took the one before (``send`` waits
-        # for the socket to drain): a reader holds one page, however much it
-        # has to read and however slowly. Nothing waits between the last
-        # read and following.
-        while True:
-            if not await registry.still(stream):
-                return
-            messages, _ = _page(registry.read(stream, offset), self.settings.read_chunk_bytes)
-            if not messages:
-                break
-            offset = messages[-1].offset
-            await body(b"".join([_sse_event(stream, m, cursor) for m in messages]))
-            del messages
-        tail = offset or stream.tail
-        if stream.closed and tail == stream.tail:
-            return
-        follower.offset = tail
-        registry.fanout.follow(stream.path, follower)
-        while True:
-            timed_out = await self.woken(follower)
-            if timed_out is None or not await registry.still(stream):
-                return
-            # What the fan-out did not bring: appends another replica made
-            # (a shared store's copy learns of them here). Queued behind
-            # anything already queued, so that the order holds; a page at
-            # a time (the next once it is sent).
-            missed, all_read = _page(
-                registry.read(stream, follower.offset), self.settings.read_chunk_bytes
-            )
-            if missed:
-                follower.offset = missed[-1].offset
-                follower.closed_sent = stream.closed and follower.offset == stream.tail
-                fanout.queue(stream.path, follower, [_sse_event(stream, m, cursor) for m in missed])
-                if not all_read:
-                    follower.wake.set()
-            del missed
-            if not await self.send_queued(body, follower):
-                return
-            await registry.touch(stream)
-            if stream.closed and follower.offset == stream.tail:
-                if not follower.closed_sent:
-                    await body(_sse_control_event(stream, follower.offset, cursor))
-                return
-            if timed_out and not follower.pending:
-                if time.monotonic() >= self.deadline:
-                    return
-                await body(_sse_control_event(stream, follower.offset, cursor))
-
-
-def _send_count(pending: list[bytes]) -> int:
-    """How many of the queued events go in the next write: about
-    ``SEND_BYTES`` (one event larger alone), and never a data event
-    without the control event after it."""
-    count = size = 0
-    for event in pending:
-        if count and size + len(event) > SEND_BYTES and not event.startswith(_CTRL):
-            break
-        count += 1
-        size += len(event)
-    return count
-
-
-def _control(stream: Stream, offset: str, cursor: str | None) -> str:
-    control: dict[str, object] = {"streamNextOffset": offset}
-    if stream.closed and offset == stream.tail:
-        control["streamClosed"] = True
-        control["upToDate"] = True
-    else:
-        control["streamCursor"] = response_cursor(cursor)
-        if offset == stream.tail:
-            control["upToDate"] = True
-    return json.dumps(control, separators=(",", ":"))
-
-
-def sse_data(payload: str) -> bytes:
-    """Every line of ``payload`` as its own ``data:`` line (CR, LF and CRLF
-    all end a line in SSE: none can smuggle an event boundary in). A reader
-    drops one space after the colon, so a line that starts with one gets one
-    more (``data:  upon`` reads `` upon``); others are written ``data:line``
-    as the conformance suite expects."""
-    lines = re.split(r"\r\n|\r|\n", payload)
-    return (
-        "\n".join(f"data: {line}" if line.startswith(" ") else f"data:{line}" for line in lines)
-        + "\n\n"
-    ).encode()
+    return StreamSse(registry, stream, start, cursor, _settings(request), headers)
 
 
 class _AnyPath(Convertor[str]):

@@ -24,6 +24,13 @@ closed when the draft is committed, cancelled or expires, and also when a
 append-only): then at the bytes the old and the new text share
 (``server.live.drafts.OpenDraft.stream_closed``). Long-poll and SSE readers wake on
 the draft's next update or close (``Hub.wait_draft``).
+
+Why one module of over 600 lines: a transcript's events and its drafts are
+one read-only face, read under the same offsets (the epoch number and a
+position), rights (``_read_only``), refusals and long-poll and SSE rules; the
+protocol's names are in ``server.streams.headers``, the SSE machinery in
+``server.streams.sse`` and the shared long-poll answers in
+``server.streams.longpoll``.
 """
 
 from __future__ import annotations
@@ -48,31 +55,29 @@ from protocol.types import TranscriptEvent
 from server.errors import Refused, failure_for
 from server.live.hub import Hub
 from server.streams.fanout import Fanout, Follower
-from server.streams.http import (
+from server.streams.headers import (
     CLOSED,
     CURSOR,
     NEXT_OFFSET,
     SECURITY,
-    SSE_HEADERS,
     TRANSCRIPTS,
     UP_TO_DATE,
-    Body,
-    FollowedSse,
-    Prepared,
     StreamSettings,
-    control_event,
+    response_cursor,
+)
+from server.streams.http import (
+    Prepared,
     long_poll_query,
     preflight_answer,
     problem_of,
     read_params,
     refusal_answer,
-    response_cursor,
-    sse_data,
     stream_answer,
 )
 from server.streams.longpoll import Answer, Reply, SharedAnswers
 from server.streams.model import StreamError, valid_offset
 from server.streams.registry import StreamRegistry
+from server.streams.sse import SSE_HEADERS, Body, FollowedSse, control_event, sse_data
 
 __all__ = ["PAGES", "ROUTE", "fast_long_poll", "long_poll", "routes"]
 

@@ -125,7 +125,8 @@ async def test_an_sse_catch_up_is_written_a_page_at_a_time() -> None:
     ``read_chunk_bytes`` (1 MiB) and one message more at most, the next
     written once the one before was taken; the control events' offsets
     follow each other to the stream's end. (It was one write of it all.)"""
-    from server.streams.http import StreamSettings, _SseResponse
+    from server.streams.headers import StreamSettings
+    from server.streams.sse import StreamSse
 
     registry = StreamRegistry(Limits())
     await registry.create(
@@ -138,7 +139,7 @@ async def test_an_sse_catch_up_is_written_a_page_at_a_time() -> None:
             stream_seq=None, producer=None, close=index == 95,
         )  # fmt: skip
     stream = await registry.live("/s")
-    response = _SseResponse(registry, stream, "-1", None, StreamSettings(), {})
+    response = StreamSse(registry, stream, "-1", None, StreamSettings(), {})
     bodies: list[bytes] = []
     taken = asyncio.Event()
 
@@ -251,7 +252,7 @@ def test_a_queue_is_sent_in_bounded_writes_that_keep_each_event_whole() -> None:
     """A reader's task sends its queue in writes of about 64 KiB (it sent
     all of it, up to 4 MiB, in one copy of its own), and never a data
     event without its control event."""
-    from server.streams.http import _send_count
+    from server.streams.sse import _send_count
 
     data, big, control = (
         b"event: data\ndata:x\n\n",

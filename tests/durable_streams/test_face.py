@@ -184,7 +184,7 @@ def test_json_with_a_lone_surrogate_is_refused_not_a_500() -> None:
 
 
 def test_an_sse_line_keeps_its_leading_space_and_others_stay_as_the_suite_expects() -> None:
-    from server.streams.http import sse_data
+    from server.streams.sse import sse_data
 
     framed = sse_data(" upon\nline2\r\n  two")
     assert framed == b"data:  upon\ndata:line2\ndata:   two\n\n"

@@ -129,7 +129,7 @@ def test_readers_with_distinct_cursors_share_each_data_event() -> None:
     appends of 64 KiB: each append's data event is encoded once and every
     queue holds that one object (it was one encoding per cursor: 300 copies
     of each event, 4 MiB queued per reader)."""
-    from server.streams.http import _sse_control_event, _sse_data_event
+    from server.streams.sse import _sse_control_event, _sse_data_event
 
     s = Stream(path="/v1/stream/b", content_type="application/octet-stream", created_at=0.0,
                last_access=0.0)  # fmt: skip
