@@ -286,7 +286,15 @@ class DraftWriter:
         A reply with parts commits its ``UIMessage`` (``message``, with
         ``fields`` laid over it: ``metadata``, say) as ``format="ui"``: the
         stored messages are what ``protocol.ui_messages.from_ui_message``
-        makes of it, and ``GET .../ui-messages`` gives it back."""
+        makes of it, and ``GET .../ui-messages`` gives it back.
+
+        A draft a reader stopped was committed by the stop: its commit
+        returns that commit's receipt (``stopped``), whether the stop's
+        notice came before the commit was asked for or crossed it."""
+        if self.stopped_at is not None and self.state == "failed":
+            from client_py.http import Receipt
+
+            return Receipt(self.transcript_id, self.stopped_at, stopped=True)
         self._check_open()
         message: dict[str, Any]
         if self.ui is not None:

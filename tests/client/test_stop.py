@@ -12,6 +12,7 @@ from typing import Any
 import client_py
 from protocol.wire import Ack, ErrorFrame
 from tests.support.servers import running_server
+from tests.support.waiting import until
 from tests.support.wsclient import RawClient
 
 TIMEOUT = 10
@@ -52,6 +53,27 @@ async def test_a_stop_ends_client_stream_and_keeps_what_was_said() -> None:
         said = snapshot.messages[1]
         assert said.metadata == {"stopped": True}
         assert isinstance(said.content, str) and said.content.startswith("0 1 2 ")
+
+
+async def test_a_commit_after_the_stops_notice_returns_the_stops_commit() -> None:
+    """The writer heard of the stop before it committed: its commit stores
+    nothing more and returns the stop's receipt, as when the two cross."""
+    async with (
+        running_server(draft_coalesce_s=0) as srv,
+        client_py.connect(srv.ws_url) as writer,
+    ):
+        await writer.create("t")
+        async with writer.draft("t", draft_id="d1") as draft:
+            await draft.write("partial")
+            await draft.sync()
+            async with await RawClient.connect(srv.ws_url) as stopper:
+                await stopper.send(op="draft", transcriptId="t", draftId="d1", stop=True, ref="s")
+                ack = await stopper.expect(Ack)
+            await until(lambda: draft.stopped_at is not None)
+            receipt = await draft.commit({"content": "partial and the rest"})
+        assert receipt.stopped and receipt.revision == ack.revision
+        snapshot = await writer.get("t")
+        assert [m.content for m in snapshot.messages] == ["partial"]
 
 
 async def test_a_commit_that_crossed_a_stop_returns_the_stops_commit() -> None:
