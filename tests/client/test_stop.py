@@ -9,6 +9,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 import client_py
 from protocol.wire import Ack, ErrorFrame
 from tests.support.servers import running_server
@@ -55,9 +57,11 @@ async def test_a_stop_ends_client_stream_and_keeps_what_was_said() -> None:
         assert isinstance(said.content, str) and said.content.startswith("0 1 2 ")
 
 
-async def test_a_commit_after_the_stops_notice_returns_the_stops_commit() -> None:
-    """The writer heard of the stop before it committed: its commit stores
-    nothing more and returns the stop's receipt, as when the two cross."""
+@pytest.mark.parametrize("notice_first", [True, False], ids=["notice-first", "racing"])
+async def test_a_commit_after_a_stop_returns_the_stops_commit(notice_first: bool) -> None:
+    """The commit stores nothing more and returns the stop's receipt,
+    whether the writer heard of the stop before it committed (``notice-first``)
+    or the two race (the commit may cross the stop's notice)."""
     async with (
         running_server(draft_coalesce_s=0) as srv,
         client_py.connect(srv.ws_url) as writer,
@@ -69,25 +73,8 @@ async def test_a_commit_after_the_stops_notice_returns_the_stops_commit() -> Non
             async with await RawClient.connect(srv.ws_url) as stopper:
                 await stopper.send(op="draft", transcriptId="t", draftId="d1", stop=True, ref="s")
                 ack = await stopper.expect(Ack)
-            await until(lambda: draft.stopped_at is not None)
-            receipt = await draft.commit({"content": "partial and the rest"})
-        assert receipt.stopped and receipt.revision == ack.revision
-        snapshot = await writer.get("t")
-        assert [m.content for m in snapshot.messages] == ["partial"]
-
-
-async def test_a_commit_that_crossed_a_stop_returns_the_stops_commit() -> None:
-    async with (
-        running_server(draft_coalesce_s=0) as srv,
-        client_py.connect(srv.ws_url) as writer,
-    ):
-        await writer.create("t")
-        async with writer.draft("t", draft_id="d1") as draft:
-            await draft.write("partial")
-            await draft.sync()
-            async with await RawClient.connect(srv.ws_url) as stopper:
-                await stopper.send(op="draft", transcriptId="t", draftId="d1", stop=True, ref="s")
-                ack = await stopper.expect(Ack)
+            if notice_first:
+                await until(lambda: draft.stopped_at is not None)
             receipt = await draft.commit({"content": "partial and the rest"})
         assert receipt.stopped and receipt.revision == ack.revision
         snapshot = await writer.get("t")
