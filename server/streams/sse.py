@@ -146,8 +146,13 @@ class FollowedSse(Response):
         finally:
             watcher.cancel()
             self.fanout.unfollow(self.path, follower)
+            self.released()
         if not follower.gone:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def released(self) -> None:
+        """This reader no longer follows the stream (called once, after
+        ``fanout.unfollow``): what the last reader's going lets go of."""
 
     async def woken(self, follower: Follower[Any, Any]) -> bool | None:
         """Wait until ``follower`` has something to do (or ``long_poll_s``,

@@ -527,6 +527,17 @@ class _TranscriptSse(FollowedSse):
             source.task = asyncio.create_task(_watch(self.hub, self.settings, fanout, source))
         follower.wake.set()  # a look at what it may have missed meanwhile
 
+    def released(self) -> None:
+        """The last reader gone: its transcript's watching task ends now, not
+        when its wait for a change times out (``long_poll_s`` later). Taken out
+        of ``_FOLLOWED`` at once, so that a reader joining next starts a new one."""
+        fanout = self.fanout
+        if fanout.follows(self.path):
+            return
+        source = _FOLLOWED.get(fanout, {}).pop(self.path, None)
+        if source is not None and source.task is not None:
+            source.task.cancel()
+
 
 def _sse(
     request: Request,

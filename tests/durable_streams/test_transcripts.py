@@ -12,6 +12,7 @@ import httpx
 import client_py
 from server.streams.transcripts import offset_of
 from tests.support.servers import running_server
+from tests.support.waiting import until
 
 URL = "/v1/stream/transcripts/t1"
 
@@ -87,6 +88,36 @@ async def test_a_long_poll_wakes_on_the_next_append_and_sse_follows() -> None:
         await asyncio.wait_for(follower, 10)
         data = [json.loads(line[5:]) for line in sse_lines if line.startswith("data:[")]
         assert [e["revision"] for batch in data for e in batch] == [1, 2]
+
+
+def watching() -> list[asyncio.Task[object]]:
+    """The transcripts' watching tasks (one per transcript with SSE readers)."""
+    return [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "_watch"]  # type: ignore[union-attr]
+
+
+async def test_the_watching_task_ends_with_the_last_sse_reader_and_starts_again() -> None:
+    # long_poll_s is the watcher's wait for a change: it must not outlive its
+    # readers by that long.
+    async with (
+        running_server(stream_long_poll_s=60.0) as srv,
+        httpx.AsyncClient(base_url=srv.url, timeout=20) as http,
+        client_py.connect(srv.url) as client,
+    ):
+        await client.create("t1", [user("a")])
+
+        async def read_until(text: str) -> None:
+            params = {"offset": "-1", "live": "sse"}
+            async with http.stream("GET", URL, params=params) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("data:") and f'"{text}"' in line:
+                        return
+
+        for text in ("b", "c"):
+            reader = asyncio.create_task(read_until(text))
+            await until(lambda: len(watching()) == 1)
+            await client.append("t1", [user(text)])
+            await asyncio.wait_for(reader, 10)
+            await until(lambda: not watching())
 
 
 async def test_an_offset_of_a_deleted_history_is_gone() -> None:
