@@ -20,11 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.digest import history_digest
-from protocol.types import MessagesAppended, Origin, SegmentStarted, TranscriptEvent
+from protocol.types import MessagesAppended, Origin, SegmentStarted, TranscriptEvent, ViewChanged
 from server.model.transcript import Transcript
 from server.store import (
     MemoryStore,
     NewTranscript,
+    Receipt,
     RevisionMismatch,
     SQLiteStore,
     Store,
@@ -42,6 +43,7 @@ from tests.server.store.store_contract import (
     appended,
     message,
     segment_started,
+    view_event,
 )
 from tests.support.waiting import until
 
@@ -280,7 +282,12 @@ async def test_idempotency_keys_expire_after_the_ttl(tmp_path: Path) -> None:
         await store.close()
 
 
-async def test_expired_keys_are_swept_from_disk(tmp_path: Path) -> None:
+async def test_an_expired_key_stays_in_its_row_and_a_new_row_records_it_again(
+    tmp_path: Path,
+) -> None:
+    """Since schema 5 a key lives in the row of the event its append made:
+    nothing sweeps it; once expired it is ignored, and an append with it
+    again records it in its own row (the newest row of a key counts)."""
     now = [1000.0]
     store = SQLiteStore(tmp_path, idempotency_ttl_s=60, clock=lambda: now[0])
     await store.open()
@@ -289,16 +296,75 @@ async def test_expired_keys_are_swept_from_disk(tmp_path: Path) -> None:
         for r in range(1, 4):
             await store.append(appended(r, r - 1), idempotency_key=f"k{r}")
         now[0] += 3600
-        await store.append(appended(4, 3))
+        assert await store.recorded("t1", "k1") is None
+        loaded = await store.load("t1")
+        assert loaded is not None and loaded.idempotency == {}
+        again = await store.append(appended(4, 3), idempotency_key="k1")
+        assert not again.duplicate
+        assert await store.recorded("t1", "k1") == again.receipt == Receipt(4, 3, 1)
+        assert (await store.append(appended(5, 4), idempotency_key="k1")).receipt == again.receipt
     finally:
         await store.close()
-    conn = raw(tmp_path)
+    with raw(tmp_path) as conn:
+        assert conn.execute(
+            "SELECT revision, key, key_seq FROM events ORDER BY revision"
+        ).fetchall() == [(1, "k1", 1), (2, "k2", 2), (3, "k3", 3), (4, "k1", 4)]
+        assert conn.execute("SELECT key_count FROM transcripts").fetchall() == [(4,)]
+        assert (
+            conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'idempotency%'").fetchall()
+            == []
+        )
+
+
+async def test_a_key_past_the_retention_is_not_honoured_and_a_delete_leaves_no_key(
+    tmp_path: Path,
+) -> None:
+    """The retention is kept at lookup, not by deleting rows: a key not among
+    the transcript's newest ``idempotency_retention`` is not honoured (nor
+    loaded), across a reopen; a deleted transcript leaves no keyed row, and
+    one created again under its id starts counting from one."""
+    store = SQLiteStore(tmp_path, idempotency_retention=2)
+    await store.open()
     try:
-        assert conn.execute("SELECT count(*) FROM idempotency").fetchone() == (0,)
-        # The row's count of keys follows the sweep (retention relies on it).
-        assert conn.execute("SELECT key_count FROM transcripts").fetchall() == [(0,)]
+        await store.create(
+            NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k1")
+        )
+        await store.append(appended(2, 1), idempotency_key="k2")
+        await store.append(appended(3, 2))  # no key: does not count
+        assert (await store.append(appended(4, 2), idempotency_key="k1")).duplicate
+        await store.append(appended(4, 3), idempotency_key="k3")
+        assert await store.recorded("t1", "k1") is None
+        assert await store.recorded("t1", "k2") == Receipt(2, 1, 1)
+        again = await store.append(appended(5, 4, 2), idempotency_key="k1")
+        assert not again.duplicate and again.receipt == Receipt(5, 4, 2)
+        assert await store.recorded("t1", "k2") is None
     finally:
-        conn.close()
+        await store.close()
+    store = SQLiteStore(tmp_path, idempotency_retention=2)
+    await store.open()
+    try:
+        loaded = await store.load("t1")
+        assert loaded is not None
+        assert loaded.idempotency == {"k3": Receipt(4, 3, 1), "k1": Receipt(5, 4, 2)}
+        state = await store.load_recent("t1", messages=1)
+        assert state is not None and state.idempotency == loaded.idempotency
+        assert (await store.append(appended(6, 6), idempotency_key="k1")).receipt == Receipt(
+            5, 4, 2
+        )
+        assert await store.delete("t1")
+        with raw(tmp_path) as conn:
+            assert conn.execute("SELECT count(*) FROM events WHERE key IS NOT NULL").fetchone() == (
+                0,
+            )
+        await store.create(
+            NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k1")
+        )
+        assert await store.recorded("t1", "k1") == Receipt(1, 0, 1)
+    finally:
+        await store.close()
+    with raw(tmp_path) as conn:
+        assert conn.execute("SELECT key, key_seq FROM events").fetchall() == [("k1", 1)]
+        assert conn.execute("SELECT key_count FROM transcripts").fetchall() == [(1,)]
 
 
 async def test_concurrent_appends_share_commits(tmp_path: Path) -> None:
@@ -416,13 +482,19 @@ async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) ->
     finally:
         await memory.close()
         await sqlite.close()
-    # Each row's count of keys is the count on disk (retention relies on it).
+    # Each row's count of keys is the keys its events hold, numbered 1, 2, ...
+    # in revision order (retention relies on it).
     with raw(Path(folder)) as conn:
         counted = conn.execute(
-            "SELECT key_count, (SELECT count(*) FROM idempotency WHERE transcript_id = id)"
+            "SELECT key_count, (SELECT count(*) FROM events WHERE transcript_id = id"
+            " AND key IS NOT NULL), (SELECT group_concat(key_seq) FROM (SELECT key_seq"
+            " FROM events WHERE transcript_id = id AND key IS NOT NULL ORDER BY revision))"
             " FROM transcripts"
         ).fetchall()
-    assert all(mine == real for mine, real in counted), counted
+    assert all(
+        count == rows and (seqs or "") == ",".join(str(n) for n in range(1, count + 1))
+        for count, rows, seqs in counted
+    ), counted
 
 
 @settings(max_examples=40, deadline=None)
@@ -539,7 +611,7 @@ async def test_a_version_1_database_is_indexed_by_the_migration(tmp_path: Path) 
     await store.open()
     try:
         with raw(folder) as check:
-            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         whole = Transcript.restore(events)
         state = await store.load_recent("t1", messages=3)
         assert state is not None and state.snapshot == whole.snapshot(start=6)
@@ -607,7 +679,7 @@ async def test_a_version_3_database_counts_its_keys_and_drops_its_previews(
     await store.open()
     try:
         with raw(folder) as check:
-            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
             assert check.execute("SELECT key_count, preview FROM transcripts").fetchall() == [
                 (3, None)
             ]
@@ -620,6 +692,153 @@ async def test_a_version_3_database_counts_its_keys_and_drops_its_previews(
         assert (await store.append(appended(5, 7), idempotency_key="k2")).duplicate
         [info] = await store.list()
         assert info.preview == "message 6"
+    finally:
+        await store.close()
+
+
+async def test_a_version_4_database_keeps_every_key_in_its_events_rows(tmp_path: Path) -> None:
+    """A data folder written with the keys in a table of their own (schema
+    4) opens: every key it held moves into the row of its event, with its
+    receipt, its age and its place in the retention; a retry of each is
+    answered as before, the expired and the pruned ones are not, and the
+    retention goes on from there. The table and its indexes are gone."""
+    from server.store.sqlite.schema import MIGRATIONS
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    conn = sqlite3.connect(folder / DATABASE_FILE, isolation_level=None)
+    for version in (0, 1, 2, 3):
+        for step in MIGRATIONS[version]:
+            if callable(step):
+                step(conn)
+            else:
+                conn.execute(step)
+    conn.execute("PRAGMA user_version=4")
+    now_ms = 5_000_000
+    encoder = msgspec.msgpack.Encoder()
+    # t1: six keyed changes (an append of two, a segment start, a view change
+    # among them) of which the retention (3) kept the newest three on disk;
+    # t2: two keys, the first expired; t3: none.
+    histories = {
+        "t1": [
+            appended(1, 0, transcript_id="t1"),
+            appended(2, 1, transcript_id="t1"),
+            appended(3, 2, 2, transcript_id="t1"),
+            segment_started(4, 0, 4, 4),
+            view_event(5, ViewChanged("pinned", 1, 3)),
+            appended(6, 4, 3, transcript_id="t1"),
+        ],
+        "t2": [appended(1, 0, transcript_id="t2"), appended(2, 1, 2, transcript_id="t2")],
+        "t3": [appended(1, 0, transcript_id="t3")],
+    }
+    kept = {"t1": [4, 5, 6], "t2": [1, 2], "t3": []}
+    receipts: dict[tuple[str, str], Receipt] = {}
+    for tid, events in histories.items():
+        last = events[-1]
+        assert isinstance(last.change, MessagesAppended)
+        conn.execute(
+            "INSERT INTO transcripts (id, epoch, created_at, updated_at, revision, length,"
+            " active_start, key_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                tid,
+                EPOCH,
+                CREATED_AT,
+                last.occurred_at,
+                last.revision,
+                last.change.end,
+                4 if tid == "t1" else 0,
+                len(kept[tid]),
+            ),
+        )
+        for event in events:
+            change = event.change
+            if isinstance(change, SegmentStarted):
+                conn.execute(
+                    "INSERT INTO segments VALUES (?, ?, ?, ?)",
+                    (tid, event.revision, change.previous_start, change.end),
+                )
+            elif isinstance(change, ViewChanged):
+                conn.execute(
+                    "INSERT INTO views VALUES (?, ?, ?, ?)",
+                    (tid, change.name, change.start, change.end),
+                )
+            conn.execute(
+                "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+                (
+                    tid,
+                    event.revision,
+                    event.occurred_at,
+                    encoder.encode(event),
+                    change.end if isinstance(change, MessagesAppended) else None,
+                ),
+            )
+            if event.revision in kept[tid]:
+                receipt = Receipt.for_event(event)
+                expired = (tid, event.revision) == ("t2", 1)
+                conn.execute(
+                    "INSERT INTO idempotency VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        tid,
+                        f"{tid}-k{event.revision}",
+                        receipt.revision,
+                        receipt.start,
+                        receipt.count,
+                        now_ms - (61_000 if expired else 1_000),
+                    ),
+                )
+                if not expired:
+                    receipts[tid, f"{tid}-k{event.revision}"] = receipt
+    conn.close()
+
+    now = [now_ms / 1000]
+    store = SQLiteStore(folder, idempotency_retention=3, idempotency_ttl_s=60, clock=lambda: now[0])
+    await store.open()
+    try:
+        with raw(folder) as check:
+            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+            assert (
+                check.execute(
+                    "SELECT name FROM sqlite_master WHERE name LIKE 'idempotency%'"
+                ).fetchall()
+                == []
+            )
+            assert check.execute(
+                "SELECT id, key_count FROM transcripts ORDER BY id"
+            ).fetchall() == [("t1", 3), ("t2", 2), ("t3", 0)]
+            assert check.execute(
+                "SELECT transcript_id, revision, key, key_seq FROM events"
+                " WHERE key IS NOT NULL ORDER BY transcript_id, revision"
+            ).fetchall() == [
+                ("t1", 4, "t1-k4", 1),
+                ("t1", 5, "t1-k5", 2),
+                ("t1", 6, "t1-k6", 3),
+                ("t2", 1, "t2-k1", 1),
+                ("t2", 2, "t2-k2", 2),
+            ]
+        # Every key still honoured answers its receipt, looked up and retried.
+        assert receipts[("t1", "t1-k4")] == Receipt(4, 4, 0)
+        assert receipts[("t1", "t1-k6")] == Receipt(6, 4, 3)
+        for (tid, key), receipt in receipts.items():
+            assert await store.recorded(tid, key) == receipt, key
+            length = (await store.read_messages(tid, 0, 0)).length
+            result = await store.append(appended(9, length, transcript_id=tid), idempotency_key=key)
+            assert result.duplicate and result.receipt == receipt, key
+        loaded = await store.load("t1")
+        assert loaded is not None and loaded.idempotency == {
+            key: receipt for (tid, key), receipt in receipts.items() if tid == "t1"
+        }
+        # The expired one and the pruned ones are not.
+        for tid, key in (("t2", "t2-k1"), ("t1", "t1-k1"), ("t1", "t1-k3")):
+            assert await store.recorded(tid, key) is None, key
+        # The retention goes on from the migrated keys: one more key drops the oldest.
+        result = await store.append(appended(7, 7, transcript_id="t1"), idempotency_key="t1-k7")
+        assert not result.duplicate
+        assert await store.recorded("t1", "t1-k4") is None
+        assert await store.recorded("t1", "t1-k5") == receipts[("t1", "t1-k5")]
+        # And so does the TTL.
+        now[0] += 60
+        assert await store.recorded("t2", "t2-k2") is None
+        assert await store.recorded("t1", "t1-k7") == result.receipt
     finally:
         await store.close()
 
