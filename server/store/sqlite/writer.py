@@ -212,31 +212,34 @@ class Writer:
         receipt = Receipt.for_event(event)
         sets = "revision = ?, length = ?, updated_at = ?"
         params: list[Any] = [event.revision, length, event.occurred_at]
-        key_at = key_start = key_seq = None
+        data = self.encoder.encode(event)
         if key is not None and self.retention > 0:
             # In the event's row, with its ordinal: it is honoured while among
             # the newest `retention` (``key_receipt``); nothing is deleted for that.
             key_count += 1
-            key_at, key_start, key_seq = now, receipt.start, key_count
+            self.conn.execute(
+                "INSERT INTO events (transcript_id, revision, occurred_at, data, msg_end,"
+                " key, key_at, key_start, key_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    tid,
+                    event.revision,
+                    event.occurred_at,
+                    data,
+                    msg_end,
+                    key,
+                    now,
+                    receipt.start,
+                    key_count,
+                ),
+            )
             sets += ", key_count = ?"
             params.append(key_count)
         else:
-            key = None
-        self.conn.execute(
-            "INSERT INTO events (transcript_id, revision, occurred_at, data, msg_end,"
-            " key, key_at, key_start, key_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                tid,
-                event.revision,
-                event.occurred_at,
-                self.encoder.encode(event),
-                msg_end,
-                key,
-                key_at,
-                key_start,
-                key_seq,
-            ),
-        )
+            self.conn.execute(
+                "INSERT INTO events (transcript_id, revision, occurred_at, data, msg_end)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (tid, event.revision, event.occurred_at, data, msg_end),
+            )
         if isinstance(change, MessagesAppended):
             # The title is the first user message's: made until there is one,
             # then never again. The preview is made when listed (``Reader``).
