@@ -411,10 +411,12 @@ async def test_close_commits_queued_appends(tmp_path: Path) -> None:
 
 # --- SQLite behaves exactly like MemoryStore ----------------------------------------
 
-# Weighted so that runs reach retention pruning, retries and stale revisions.
+# Weighted so that runs reach retention pruning, retries, stale revisions and
+# expiry ("tick": 30 s pass; a key is honoured at exactly the TTL, two ticks
+# after it, and expired at the third).
 _ops = st.lists(
     st.tuples(
-        st.sampled_from(["append"] * 6 + ["segment", "create", "create", "delete"]),
+        st.sampled_from(["append"] * 6 + ["segment", "create", "create", "delete", "tick"]),
         st.sampled_from(["a", "a", "a", "b"]),
         st.sampled_from([0, 0, 0, 0, 1, -1]),  # offset from the right revision
         st.sampled_from([None, "k1", "k2", "k3", "k4"]),
@@ -430,17 +432,25 @@ def _outcome(result: object) -> object:
 
 
 async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) -> None:
-    memory = MemoryStore(idempotency_retention=2)
-    sqlite = SQLiteStore(folder, idempotency_retention=2)
+    now = [1000.0]
+    memory = MemoryStore(idempotency_retention=2, idempotency_ttl_s=60, clock=lambda: now[0])
+    sqlite = SQLiteStore(
+        folder, idempotency_retention=2, idempotency_ttl_s=60, clock=lambda: now[0]
+    )
     stores: tuple[Store, Store] = (memory, sqlite)
     await memory.open()
     await sqlite.open()
     generation = {"a": 0, "b": 0}
     try:
         for step, (op, tid, offset, key) in enumerate(ops):
+            if op == "tick":
+                now[0] += 30
+                continue
             epoch = f"e{generation[tid]}"
-            loaded = await memory.load(tid)
-            revision = max(1, (loaded.revision if loaded else 0) + 1 + offset)
+            # At the stored length: only the revision's offset refuses a change.
+            state = await memory.load_recent(tid, messages=0)
+            revision = max(1, (state.snapshot.revision if state else 0) + 1 + offset)
+            length = state.snapshot.length if state else 0
             outcomes = []
             for store in stores:
                 try:
@@ -456,7 +466,7 @@ async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) ->
                         event = (
                             appended(
                                 revision,
-                                step,
+                                length,
                                 step % 3 + 1,
                                 transcript_id=tid,
                                 epoch=epoch,
@@ -464,7 +474,13 @@ async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) ->
                             )
                             if op == "append"
                             else TranscriptEvent(
-                                tid, epoch, revision, step, SegmentStarted(0, step, step)
+                                tid,
+                                epoch,
+                                revision,
+                                step,
+                                SegmentStarted(state.snapshot.active_start, length, length)
+                                if state
+                                else SegmentStarted(0, 0, 0),
                             )
                         )
                         result = await store.append(event, idempotency_key=key)
@@ -478,6 +494,8 @@ async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) ->
                 generation[tid] += 1
         for tid in ("a", "b"):
             assert await memory.load(tid) == await sqlite.load(tid)
+            for key in ("k1", "k2", "k3", "k4"):
+                assert await memory.recorded(tid, key) == await sqlite.recorded(tid, key)
         assert await memory.list() == await sqlite.list()
     finally:
         await memory.close()
@@ -497,7 +515,7 @@ async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) ->
     ), counted
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_ops)
 def test_sqlite_matches_memory(ops: list[tuple[str, str, int, str | None]]) -> None:
     with tempfile.TemporaryDirectory() as folder:
