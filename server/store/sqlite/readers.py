@@ -49,9 +49,15 @@ _KEYED = (
 )
 
 #: The transcript's keyed events, newest first (``Reader._keys`` stops at the
-#: first no longer honoured).
+#: first no longer honoured), along its events (the primary key's index) ...
 _KEYS = (
     f"SELECT key, {KEY_COLUMNS} FROM events"
+    " WHERE transcript_id = ? AND key IS NOT NULL ORDER BY revision DESC"
+)
+#: ... or, when it has few, through ``events_by_key`` and sorted: a long
+#: transcript with a few keys is not read whole for them.
+_FEW_KEYS = (
+    f"SELECT key, {KEY_COLUMNS} FROM events INDEXED BY events_by_key"
     " WHERE transcript_id = ? AND key IS NOT NULL ORDER BY revision DESC"
 )
 
@@ -234,12 +240,17 @@ class Reader:
 
         Read newest first up to the first key no longer honoured: the keys
         are recorded in revision order, so every older one is expired or
-        past the retention too (the events read are those of about the TTL,
-        not the whole transcript's)."""
+        past the retention too. ``key_count`` is how many keyed rows there
+        are: up to ``LOADED_KEYS`` they are read through their index; past
+        that, the events newest first (with keys that many, the events read
+        are mostly keyed ones, back to the first key expired or past the
+        retention, not the whole transcript)."""
         (key_count,) = transcript_row(self.conn, "key_count", transcript_id)
+        if key_count == 0:
+            return {}
         since = self._since_ms()
         newest: list[tuple[str, Receipt]] = []
-        rows = self.conn.execute(_KEYS, (transcript_id,))
+        rows = self.conn.execute(_FEW_KEYS if key_count <= LOADED_KEYS else _KEYS, (transcript_id,))
         for key, *found in rows:
             receipt = key_receipt(found, key_count, self.retention, since)
             if receipt is None:

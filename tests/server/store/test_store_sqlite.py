@@ -367,6 +367,45 @@ async def test_a_key_past_the_retention_is_not_honoured_and_a_delete_leaves_no_k
         assert conn.execute("SELECT key_count FROM transcripts").fetchall() == [(1,)]
 
 
+async def test_the_keys_loaded_with_many_keys_are_the_memory_stores(tmp_path: Path) -> None:
+    """Past ``LOADED_KEYS`` keyed rows the loaded keys are read along the
+    events, newest first, up to the first past the retention or expired:
+    the same keys, in the same order, as the memory store loads."""
+    now = [1000.0]
+    memory = MemoryStore(idempotency_retention=900, idempotency_ttl_s=60, clock=lambda: now[0])
+    sqlite = SQLiteStore(
+        tmp_path, idempotency_retention=900, idempotency_ttl_s=60, clock=lambda: now[0]
+    )
+    stores: tuple[Store, Store] = (memory, sqlite)
+    for store in stores:
+        await store.open()
+    try:
+        for store in stores:
+            await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
+        for first in range(1, 1801, 100):
+            # Every third append has no key: 1,200 keyed rows in all.
+            batch = [
+                (appended(r, r - 1), None if r % 3 == 0 else f"k{r}")
+                for r in range(first, first + 100)
+            ]
+            for store in stores:
+                assert not any(isinstance(o, Exception) for o in await store.append_many(batch))
+            now[0] += 3
+        for keys in (900, 600):  # bound by the retention, then by the TTL
+            if keys == 600:
+                now[0] += 33  # the 9 oldest batches' keys expire
+            loaded = [await store.load("t1") for store in stores]
+            recent = [await store.load_recent("t1", messages=1) for store in stores]
+            assert loaded[0] is not None and loaded[1] is not None
+            assert recent[0] is not None and recent[1] is not None
+            assert list(loaded[1].idempotency.items()) == list(loaded[0].idempotency.items())
+            assert recent[1].idempotency == recent[0].idempotency == loaded[0].idempotency
+            assert len(loaded[0].idempotency) == keys
+    finally:
+        for store in stores:
+            await store.close()
+
+
 async def test_concurrent_appends_share_commits(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "data")
     await store.open()
