@@ -203,7 +203,7 @@ MIGRATIONS: Final[dict[int, tuple[Step, ...]]] = {
     4: (
         # The key moves into the row of the event its append made: a keyed
         # commit writes one index page for it instead of a table and three
-        # indexes (about 9 WAL pages a commit -> 5).
+        # indexes (8.9 WAL pages a keyed commit -> 5.7, scripts/bench_sqlite_pages.py).
         "ALTER TABLE events ADD COLUMN key TEXT",
         "ALTER TABLE events ADD COLUMN key_at INTEGER",
         "ALTER TABLE events ADD COLUMN key_start INTEGER",
