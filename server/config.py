@@ -435,8 +435,9 @@ class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     idempotency_retention: Annotated[
         NonNegInt,
         _d(
-            "most idempotency keys a store keeps per transcript (the newest), a bound on the "
-            "space one transcript's keys take within `idempotency_ttl_s`"
+            "most idempotency keys a store honours per transcript (the newest); in memory and "
+            "Redis also a bound on the space one transcript's keys take within "
+            "`idempotency_ttl_s` (SQLite keeps each key in its event's row)"
         ),
     ] = DEFAULT_IDEMPOTENCY_RETENTION
     max_drafts_per_transcript: Annotated[

@@ -140,6 +140,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-pid", type=int, help="sample this process's CPU and RSS")
     parser.add_argument("--compare-pid", type=int, help="the baseline server's process id")
     parser.add_argument(
+        "--keys",
+        action="store_true",
+        help="every append carries an idempotency key, as the clients' do (default: none)",
+    )
+    parser.add_argument(
         "--fast",
         action="store_true",
         help="subscribers check seq and revision continuity from each frame's envelope only "
@@ -215,6 +220,7 @@ def workload_from(args: argparse.Namespace) -> Workload:
         live=args.live or "",
         ceiling=args.ceiling,
         latency_sample=args.latency_sample,
+        keys=args.keys,
     )
 
 

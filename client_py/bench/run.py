@@ -291,7 +291,14 @@ async def run_workload(
     wstats = WriterStats()
     writers = [
         # Another replica's URL: every delivery crosses the store (Redis).
-        Writer(writer_url or ws_url, workload.writer_transcript(w), w, workload.size, wstats)
+        Writer(
+            writer_url or ws_url,
+            workload.writer_transcript(w),
+            w,
+            workload.size,
+            wstats,
+            key_prefix=f"{workload.run_id}-w" if workload.keys else "",
+        )
         for w in range(workload.writers)
     ]
     try:

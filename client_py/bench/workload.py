@@ -94,6 +94,9 @@ class Workload:
     #: Ceiling mode: about this many subscribers (every ``latency_every()``-th
     #: of each process's) time each delivery from ``metadata.t``; 0: none.
     latency_sample: int = 64
+    #: Every append carries an idempotency key, as the clients' do (a keyed
+    #: append makes the store record the key too).
+    keys: bool = False
     run_id: str = dataclasses.field(default_factory=lambda: secrets.token_hex(4))
 
     def __post_init__(self) -> None:
@@ -244,10 +247,14 @@ def commit_op(
     ).encode()
 
 
-def append_op(transcript_id: str, ref: int, content: str, sent_ns: int, writer: int) -> bytes:
+def append_op(
+    transcript_id: str, ref: int, content: str, sent_ns: int, writer: int, key: str = ""
+) -> bytes:
     """The ``append`` op of one message carrying its send time (built by hand:
-    the generator must not spend its time in an encoder)."""
+    the generator must not spend its time in an encoder); with ``key`` (a
+    JSON-safe string), its idempotency key."""
+    keyed = f'"idempotencyKey":"{key}",' if key else ""
     return (
-        f'{{"op":"append","transcriptId":"{transcript_id}","ref":{ref},"messages":'
+        f'{{"op":"append","transcriptId":"{transcript_id}","ref":{ref},{keyed}"messages":'
         f'[{{"role":"user","content":"{content}","metadata":{{"t":{sent_ns},"w":{writer}}}}}]}}'
     ).encode()

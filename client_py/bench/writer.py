@@ -52,9 +52,19 @@ class Writer:
     """Appends one-message batches of ``size`` bytes to one transcript."""
 
     def __init__(
-        self, url: str, transcript_id: str, index: int, size: int, stats: WriterStats
+        self,
+        url: str,
+        transcript_id: str,
+        index: int,
+        size: int,
+        stats: WriterStats,
+        *,
+        key_prefix: str = "",
     ) -> None:
+        """``key_prefix``: when set, every append carries the idempotency key
+        ``<key_prefix><index>-<ref>``."""
         self.url = url
+        self.key_prefix = key_prefix
         self.transcript_id = transcript_id
         self.index = index
         self.stats = stats
@@ -94,7 +104,12 @@ class Writer:
         ref = self._next_ref
         now = time.time_ns()
         op = append_op(
-            self.transcript_id, ref, self.content, now if sent_ns is None else sent_ns, self.index
+            self.transcript_id,
+            ref,
+            self.content,
+            now if sent_ns is None else sent_ns,
+            self.index,
+            f"{self.key_prefix}{self.index}-{ref}" if self.key_prefix else "",
         )
         await self._send_append(ref, now, op, wait=wait)
 

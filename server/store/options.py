@@ -74,8 +74,9 @@ class SQLiteOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         float,
         Meta(
             gt=0,
-            description="seconds between deletions of expired idempotency keys (an expired key "
-            "is ignored on lookup before that; this only bounds disk use)",
+            description="no effect since schema 5 (accepted so that existing URLs still "
+            "work): idempotency keys live in their events' rows and are no longer deleted; "
+            "an expired key is ignored on lookup",
         ),
     ] = 60.0
     checkpoint_pages: Annotated[

@@ -300,3 +300,27 @@ def test_the_cost_curve_table_takes_ratios_within_each_run(tmp_path: Path) -> No
     assert "| **median of the ratios** | | | **2.75x** |" in table
     plot_bench.plot_curve(tmp_path, tmp_path)
     assert (tmp_path / "bench-cost-curve.png").stat().st_size > 10_000
+
+
+def test_keys_make_every_append_carry_an_idempotency_key(tmp_path: Path) -> None:
+    """``--keys``: the appends carry idempotency keys, as the clients' do, so
+    that the store records one per append (what a keyed commit costs)."""
+    import sqlite3
+
+    out = tmp_path / "result.json"
+    data = tmp_path / "data"
+    with ServerProcess(store=f"sqlite:{data}", log_path=tmp_path / "log") as server:
+        done = bench(
+            "chatroom", "--subscribers", "4", "--transcripts", "2", "--writers", "2",
+            "--rate", "20", "--duration", "2", "--keys", "--json", str(out),
+            env={"TSYNC_URL": server.url},
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = json.loads(out.read_text())["runs"][0]
+    appends = run["writers"]["appends"]
+    assert appends == run["writers"]["acks"] > 0
+    with contextlib.closing(sqlite3.connect(data / "transcripts.sqlite3")) as conn:
+        keyed, distinct = conn.execute(
+            "SELECT count(*), count(DISTINCT key) FROM events WHERE key IS NOT NULL"
+        ).fetchone()
+    assert keyed == distinct == appends

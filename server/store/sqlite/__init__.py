@@ -18,10 +18,12 @@ Three connections, one per thread, none ever shared; a module each:
   takes tens of microseconds with ``normal`` (measured: less than handing it
   to a thread, which costs two trips through the loop and the GIL), about a
   millisecond with ``full``; the loop pays it once per batch. An append is
-  five statements (BEGIN, the row, the event, one UPDATE of the row, COMMIT;
-  two more with an idempotency key, three past the retention): the
-  listing's preview is made when listed, the title only until there is one,
-  and the keys are counted in the row, so no append scans them.
+  five statements (BEGIN, the row, the event, one UPDATE of the row, COMMIT),
+  with or without an idempotency key: the key is looked up with the row
+  (one SELECT) and written in the event's own row (its ordinal counted in
+  the transcript's row, so that the retention needs neither a scan nor a
+  DELETE); the listing's preview is made when listed, the title only until
+  there is one.
 - **Checkpoints** (copying the WAL into the database file) run on a thread
   of their own (``Checkpointer``), not after a commit on the loop's thread
   (SQLite's default: up to ~10 ms every ~1,000 pages): every

@@ -3,7 +3,6 @@ used on the store's worker thread."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,7 +33,7 @@ from server.store.base import (
 )
 from server.store.options import SQLiteOptions
 from server.store.sqlite.database import connect
-from server.store.sqlite.schema import transcript_row
+from server.store.sqlite.schema import KEY_COLUMNS, key_receipt, transcript_row
 
 __all__ = ["Reader"]
 
@@ -42,15 +41,25 @@ __all__ = ["Reader"]
 _PREVIEWS_KEPT: Final = 10_000
 
 
-def _recorded(
-    conn: sqlite3.Connection, transcript_id: str, key: str, since_ms: int
-) -> Receipt | None:
-    row = conn.execute(
-        "SELECT revision, start, count FROM idempotency"
-        " WHERE transcript_id = ? AND key = ? AND created_at >= ?",
-        (transcript_id, key, since_ms),
-    ).fetchone()
-    return None if row is None else Receipt(*row)
+#: The newest event recorded with a key, and its transcript's count of keys
+#: (through ``events_by_key``).
+_KEYED = (
+    f"SELECT {KEY_COLUMNS}, (SELECT key_count FROM transcripts WHERE id = transcript_id)"
+    " FROM events WHERE transcript_id = ? AND key = ? ORDER BY rowid DESC LIMIT 1"
+)
+
+#: The transcript's keyed events, newest first (``Reader._keys`` stops at the
+#: first no longer honoured), along its events (the primary key's index) ...
+_KEYS = (
+    f"SELECT key, {KEY_COLUMNS} FROM events"
+    " WHERE transcript_id = ? AND key IS NOT NULL ORDER BY revision DESC"
+)
+#: ... or, when it has few, through ``events_by_key`` and sorted: a long
+#: transcript with a few keys is not read whole for them.
+_FEW_KEYS = (
+    f"SELECT key, {KEY_COLUMNS} FROM events INDEXED BY events_by_key"
+    " WHERE transcript_id = ? AND key IS NOT NULL ORDER BY revision DESC"
+)
 
 
 class Reader:
@@ -58,10 +67,16 @@ class Reader:
     store's worker thread only."""
 
     def __init__(
-        self, path: Path, options: SQLiteOptions, ttl_ms: int, clock: Callable[[], float]
+        self,
+        path: Path,
+        options: SQLiteOptions,
+        retention: int,
+        ttl_ms: int,
+        clock: Callable[[], float],
     ) -> None:
         self.conn = connect(path, options.busy_timeout_s)
         self.conn.execute("PRAGMA query_only=ON")
+        self.retention = retention
         self.ttl_ms = ttl_ms
         self.clock = clock
         self.decoder = msgspec.msgpack.Decoder(TranscriptEvent)
@@ -102,7 +117,14 @@ class Reader:
             )
 
     def recorded(self, transcript_id: str, key: str) -> Receipt | None:
-        return _recorded(self.conn, transcript_id, key, int(self.clock() * 1000) - self.ttl_ms)
+        row = self.conn.execute(_KEYED, (transcript_id, key)).fetchone()
+        if row is None:
+            return None
+        return key_receipt(row[:5], row[5], self.retention, self._since_ms())
+
+    def _since_ms(self) -> int:
+        """Keys recorded before this are expired."""
+        return int(self.clock() * 1000) - self.ttl_ms
 
     def events_after(
         self, transcript_id: str, revision: int, limit: int | None
@@ -212,16 +234,32 @@ class Reader:
         return messages_in(events, start, end)
 
     def _keys(self, transcript_id: str) -> dict[str, Receipt]:
-        """The newest ``LOADED_KEYS`` keys not expired, oldest first (the hub's
-        memory; older ones are looked up with ``recorded``)."""
-        newest = self.conn.execute(
-            "SELECT key, revision, start, count FROM idempotency"
-            " WHERE transcript_id = ? AND created_at >= ? ORDER BY revision DESC LIMIT ?",
-            (transcript_id, int(self.clock() * 1000) - self.ttl_ms, LOADED_KEYS),
-        ).fetchall()
-        return {
-            key: Receipt(revision, start, count) for key, revision, start, count in reversed(newest)
-        }
+        """The newest ``LOADED_KEYS`` keys still honoured, oldest first (the
+        hub's memory; older ones are looked up with ``recorded``), inside the
+        caller's read transaction.
+
+        Read newest first up to the first key no longer honoured: the keys
+        are recorded in revision order, so every older one is expired or
+        past the retention too. ``key_count`` is how many keyed rows there
+        are: up to ``LOADED_KEYS`` they are read through their index; past
+        that, the events newest first (with keys that many, the events read
+        are mostly keyed ones, back to the first key expired or past the
+        retention, not the whole transcript)."""
+        (key_count,) = transcript_row(self.conn, "key_count", transcript_id)
+        if key_count == 0:
+            return {}
+        since = self._since_ms()
+        newest: list[tuple[str, Receipt]] = []
+        rows = self.conn.execute(_FEW_KEYS if key_count <= LOADED_KEYS else _KEYS, (transcript_id,))
+        for key, *found in rows:
+            receipt = key_receipt(found, key_count, self.retention, since)
+            if receipt is None:
+                break
+            newest.append((key, receipt))
+            if len(newest) >= LOADED_KEYS:
+                break
+        rows.close()
+        return dict(reversed(newest))
 
     def list_transcripts(self, after: str | None, limit: int) -> list[TranscriptInfo]:
         with self.snapshot():

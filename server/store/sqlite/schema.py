@@ -8,18 +8,31 @@ Tables::
     transcripts (id PK, epoch, created_at, updated_at, revision, length,
                  active_start, view_changes, title, preview, key_count)
                  preview: NULL since version 4 (made when listed, from the
-                 newest append); key_count: the rows of ``idempotency``
-    events      (transcript_id, revision, occurred_at, data, msg_end)
-                                                               PK (transcript_id, revision)
+                 newest append); key_count: the idempotency keys the
+                 transcript ever recorded (since version 5)
+    events      (transcript_id, revision, occurred_at, data, msg_end,
+                 key, key_at, key_start, key_seq)              PK (transcript_id, revision)
                  data = the TranscriptEvent as msgspec MessagePack; msg_end = one
                  past the last message an append added (NULL for other changes),
                  indexed: the events holding messages [a, b) are the appends
-                 with msg_end > a, in msg_end order, up to the first reaching b
+                 with msg_end > a, in msg_end order, up to the first reaching b;
+                 key = the idempotency key of the append that made the event
+                 (NULL without one), key_at = when it was recorded (the
+                 writer's clock, ms), key_start = its receipt's start (the
+                 count is msg_end - key_start, 0 for other changes), key_seq
+                 = its ordinal among the transcript's keys (1, 2, ...),
+                 indexed by (transcript_id, key) where there is one
     segments    (transcript_id, revision, start, end)           PK (transcript_id, revision)
                  every closed segment, by the revision that closed it
     views       (transcript_id, name, start, end)               PK (transcript_id, name)
-    idempotency (transcript_id, key, revision, start, count, created_at)
-                                                               PK (transcript_id, key)
+
+A key is honoured (``key_receipt``) while it is younger than the TTL and
+among the transcript's newest ``retention`` keys (``key_count - key_seq <
+retention``); the newest row of a (transcript, key) is the one that counts
+(a key may be recorded again once expired or past the retention). Nothing
+is deleted to enforce either: since version 5 a key costs a few bytes of
+the event row that is kept anyway and one index entry, where its own table
+and three indexes (versions 1-4) made a keyed commit write four more pages.
 
 So ``load_recent`` and ``read_messages`` read the state from ``transcripts``,
 ``segments`` and ``views`` and only the events that hold the messages asked
@@ -34,6 +47,7 @@ the new columns and tables).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -42,16 +56,24 @@ import msgspec
 from protocol.digest import genesis_digest, next_digest
 from protocol.summary import preview_of, title_of
 from protocol.types import MessagesAppended, SegmentStarted, TranscriptEvent
-from server.store.base import StoreError, StoreUnavailable, TranscriptNotFound
+from server.store.base import Receipt, StoreError, StoreUnavailable, TranscriptNotFound
 from server.store.sqlite.database import Step
 
-__all__ = ["DATABASE_FILE", "MIGRATIONS", "SCHEMA_VERSION", "transcript_row", "unavailable"]
+__all__ = [
+    "DATABASE_FILE",
+    "KEY_COLUMNS",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "key_receipt",
+    "transcript_row",
+    "unavailable",
+]
 
 #: The database file inside the data folder.
 DATABASE_FILE: Final = "transcripts.sqlite3"
 
 #: The schema version this code writes; kept in ``PRAGMA user_version``.
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 
 def index_history(conn: sqlite3.Connection) -> None:
@@ -178,6 +200,30 @@ MIGRATIONS: Final[dict[int, tuple[Step, ...]]] = {
         # The preview is made when listed, from the newest append.
         "UPDATE transcripts SET preview = NULL",
     ),
+    4: (
+        # The key moves into the row of the event its append made: a keyed
+        # commit writes one index page for it instead of a table and three
+        # indexes (8.9 WAL pages a keyed commit -> 5.7, scripts/bench_sqlite_pages.py).
+        "ALTER TABLE events ADD COLUMN key TEXT",
+        "ALTER TABLE events ADD COLUMN key_at INTEGER",
+        "ALTER TABLE events ADD COLUMN key_start INTEGER",
+        "ALTER TABLE events ADD COLUMN key_seq INTEGER",
+        # The retention kept at most the newest `retention` keys: numbered in
+        # revision order they are all within it, as they were.
+        """UPDATE events SET key = i.key, key_at = i.created_at, key_start = i.start,
+            key_seq = i.seq
+        FROM (SELECT transcript_id, key, revision, start, created_at,
+                row_number() OVER (PARTITION BY transcript_id ORDER BY revision) AS seq
+            FROM idempotency) AS i
+        WHERE events.transcript_id = i.transcript_id AND events.revision = i.revision""",
+        "UPDATE transcripts SET key_count = (SELECT count(*) FROM events"
+        " WHERE transcript_id = transcripts.id AND key IS NOT NULL)",
+        "DROP INDEX idempotency_by_age",
+        "DROP INDEX idempotency_by_revision",
+        "DROP TABLE idempotency",
+        # After the backfill: one index build instead of one update per row.
+        "CREATE INDEX events_by_key ON events (transcript_id, key) WHERE key IS NOT NULL",
+    ),
 }
 
 
@@ -190,6 +236,23 @@ def transcript_row(conn: sqlite3.Connection, columns: str, transcript_id: str) -
     if row is None:
         raise TranscriptNotFound(transcript_id)
     return row
+
+
+#: What ``key_receipt`` reads of the event row recorded with a key.
+KEY_COLUMNS: Final = "revision, key_start, msg_end, key_at, key_seq"
+
+
+def key_receipt(
+    found: Sequence[Any], key_count: int, retention: int, since_ms: int
+) -> Receipt | None:
+    """The receipt a key's newest row (``KEY_COLUMNS``) answers, or ``None``
+    when the key is no longer honoured: recorded before ``since_ms`` (older
+    than the TTL) or not among the transcript's newest ``retention`` keys
+    (``key_count``: the keys it ever recorded)."""
+    revision, start, msg_end, at, seq = found
+    if at < since_ms or key_count - seq >= retention:
+        return None
+    return Receipt(revision, start, 0 if msg_end is None else msg_end - start)
 
 
 def unavailable(path: Path, err: sqlite3.Error) -> StoreError:

@@ -142,10 +142,11 @@ class SQLiteStore:
         except sqlite3.Error as err:
             raise unavailable(self.path, err) from err
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-reader")
-        ttl_ms = writer.ttl_ms
+        retention, ttl_ms = writer.retention, writer.ttl_ms
         try:
             self._reader = await asyncio.get_running_loop().run_in_executor(
-                executor, lambda: Reader(writer.path, self.options, ttl_ms, self._clock)
+                executor,
+                lambda: Reader(writer.path, self.options, retention, ttl_ms, self._clock),
             )
         except BaseException as err:
             writer.close()

@@ -32,8 +32,10 @@ from server.store.options import SQLiteOptions
 from server.store.sqlite.database import connect, migrate, rollback, use_wal
 from server.store.sqlite.schema import (
     DATABASE_FILE,
+    KEY_COLUMNS,
     MIGRATIONS,
     SCHEMA_VERSION,
+    key_receipt,
     transcript_row,
     unavailable,
 )
@@ -61,10 +63,8 @@ class Writer:
         self.conn = connect(self.path, options.busy_timeout_s)
         self.retention = retention
         self.ttl_ms = int(ttl_s * 1000)
-        self.sweep_interval_ms = int(options.key_sweep_interval_s * 1000)
         self.clock = clock
         self.encoder = msgspec.msgpack.Encoder()
-        self.last_sweep_ms = 0
         try:
             use_wal(self.conn, options.synchronous, what=f"sqlite store {self.path}")
             # Checkpoints run on the store's checkpoint thread (``Checkpointer``),
@@ -121,7 +121,6 @@ class Writer:
                         self.conn.execute("RELEASE one_write")
                         results.append(outcome)
                     outcomes.append(results)
-            self._sweep_expired_keys(now)
             self.conn.execute("COMMIT")
         except BaseException:
             self._rollback()
@@ -144,57 +143,42 @@ class Writer:
             (tid, new.epoch, new.created_at, new.created_at),
         )
         if new.first is not None:
-            self._accept(
-                new.first,
-                0,
-                new.idempotency_key,
-                now,
-                untitled=True,
-                key_count=0,
-                key_on_disk=False,
-            )
+            self._accept(new.first, 0, new.idempotency_key, now, untitled=True, key_count=0)
 
     def delete(self, transcript_id: str) -> bool:
         deleted = self.conn.execute(
             "DELETE FROM transcripts WHERE id = ?", (transcript_id,)
         ).rowcount
-        for table in ("events", "idempotency", "segments", "views"):
+        for table in ("events", "segments", "views"):
             self.conn.execute(f"DELETE FROM {table} WHERE transcript_id = ?", (transcript_id,))
         return deleted > 0
 
     def append(self, event: TranscriptEvent, key: str | None, now: int) -> AppendResult:
         tid = event.transcript_id
-        found: Any = None
+        found: Receipt | None = None
         if key is None:
             epoch, revision, length, untitled, key_count = transcript_row(
                 self.conn, "epoch, revision, length, title IS NULL, key_count", tid
             )
         else:
-            # The row and the key's record in one statement (one execute less
-            # per append: every client sends a key).
+            # The row and the key's newest event in one statement (one execute
+            # less per append: every client sends a key).
             row = self.conn.execute(_ROW_AND_KEY, (key, tid)).fetchone()
             if row is None:
                 raise TranscriptNotFound(tid)
             epoch, revision, length, untitled, key_count = row[:5]
-            if row[5] is not None:  # the key's revision: never NULL when recorded
-                found = row[5:]
+            if row[5] is not None:  # the event's revision: never NULL when found
+                found = key_receipt(row[5:], key_count, self.retention, now - self.ttl_ms)
         if event.epoch != epoch:
             raise RevisionMismatch(tid, event.revision - 1, revision)
-        key_on_disk = False
         if found is not None:
-            if found[3] >= now - self.ttl_ms:
-                return AppendResult(Receipt(*found[:3]), duplicate=True)
-            key_on_disk = True  # expired, not swept yet: replaced, still counted
+            return AppendResult(found, duplicate=True)
+        # (A key found expired or past the retention is recorded again, in
+        # this event's row: the newest row of a key is the one that counts.)
         if event.revision != revision + 1 or position_of(event) not in (None, length):
             raise RevisionMismatch(tid, event.revision - 1, revision)
         receipt = self._accept(
-            event,
-            length,
-            key,
-            now,
-            untitled=bool(untitled),
-            key_count=key_count,
-            key_on_disk=key_on_disk,
+            event, length, key, now, untitled=bool(untitled), key_count=key_count
         )
         return AppendResult(receipt)
 
@@ -216,24 +200,46 @@ class Writer:
         *,
         untitled: bool,
         key_count: int,
-        key_on_disk: bool,
     ) -> Receipt:
-        """Write an event already checked to be the next one, and its key,
-        with one UPDATE of the transcript's row. ``untitled``: the row has no
-        title yet; ``key_count``: its keys on disk; ``key_on_disk``: ``key``
-        is one of them (expired, to be replaced)."""
+        """Write an event already checked to be the next one, with its key in
+        its row, and one UPDATE of the transcript's row. ``untitled``: the row
+        has no title yet; ``key_count``: the keys it ever recorded."""
         tid = event.transcript_id
         change = event.change
         msg_end: int | None = None
         if isinstance(change, MessagesAppended):
             length = msg_end = change.end
-        self.conn.execute(
-            "INSERT INTO events (transcript_id, revision, occurred_at, data, msg_end)"
-            " VALUES (?, ?, ?, ?, ?)",
-            (tid, event.revision, event.occurred_at, self.encoder.encode(event), msg_end),
-        )
+        receipt = Receipt.for_event(event)
         sets = "revision = ?, length = ?, updated_at = ?"
         params: list[Any] = [event.revision, length, event.occurred_at]
+        data = self.encoder.encode(event)
+        if key is not None and self.retention > 0:
+            # In the event's row, with its ordinal: it is honoured while among
+            # the newest `retention` (``key_receipt``); nothing is deleted for that.
+            key_count += 1
+            self.conn.execute(
+                "INSERT INTO events (transcript_id, revision, occurred_at, data, msg_end,"
+                " key, key_at, key_start, key_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    tid,
+                    event.revision,
+                    event.occurred_at,
+                    data,
+                    msg_end,
+                    key,
+                    now,
+                    receipt.start,
+                    key_count,
+                ),
+            )
+            sets += ", key_count = ?"
+            params.append(key_count)
+        else:
+            self.conn.execute(
+                "INSERT INTO events (transcript_id, revision, occurred_at, data, msg_end)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (tid, event.revision, event.occurred_at, data, msg_end),
+            )
         if isinstance(change, MessagesAppended):
             # The title is the first user message's: made until there is one,
             # then never again. The preview is made when listed (``Reader``).
@@ -260,54 +266,19 @@ class Writer:
                     "DELETE FROM views WHERE transcript_id = ? AND name = ?", (tid, change.name)
                 )
             sets += ", view_changes = view_changes + 1"
-        receipt = Receipt.for_event(event)
-        if key is not None and self.retention > 0:
-            # REPLACE: the key may still be on disk, expired but not yet swept.
-            self.conn.execute(
-                "INSERT OR REPLACE INTO idempotency"
-                " (transcript_id, key, revision, start, count, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (tid, key, receipt.revision, receipt.start, receipt.count, now),
-            )
-            if not key_on_disk:
-                key_count += 1
-            if key_count > self.retention:
-                # Keep the newest `retention` keys (by revision): drop the oldest.
-                self.conn.execute(
-                    "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency"
-                    " WHERE transcript_id = ? ORDER BY revision LIMIT ?)",
-                    (tid, key_count - self.retention),
-                )
-                key_count = self.retention
-            sets += ", key_count = ?"
-            params.append(key_count)
         params.append(tid)
         self.conn.execute(f"UPDATE transcripts SET {sets} WHERE id = ?", params)
         return receipt
 
-    def _sweep_expired_keys(self, now: int) -> None:
-        if now - self.last_sweep_ms < self.sweep_interval_ms:
-            return
-        self.last_sweep_ms = now
-        expired = self.conn.execute(
-            "SELECT transcript_id, count(*) FROM idempotency WHERE created_at < ?"
-            " GROUP BY transcript_id",
-            (now - self.ttl_ms,),
-        ).fetchall()
-        if expired:
-            self.conn.execute("DELETE FROM idempotency WHERE created_at < ?", (now - self.ttl_ms,))
-            self.conn.executemany(
-                "UPDATE transcripts SET key_count = key_count - ? WHERE id = ?",
-                [(count, tid) for tid, count in expired],
-            )
 
-
-#: The transcript's row (as ``Writer.append`` reads it) and its record of a key,
-#: if any (``idempotency.revision`` is NULL only when there is none).
+#: The transcript's row (as ``Writer.append`` reads it) and the newest event
+#: recorded with a key, if any (its ``KEY_COLUMNS``, the first NULL only when
+#: there is none), found through ``events_by_key``.
 _ROW_AND_KEY = (
     "SELECT t.epoch, t.revision, t.length, t.title IS NULL, t.key_count,"
-    " i.revision, i.start, i.count, i.created_at"
-    " FROM transcripts AS t LEFT JOIN idempotency AS i ON i.transcript_id = t.id AND i.key = ?"
+    f" {', '.join('e.' + c for c in KEY_COLUMNS.split(', '))}"
+    " FROM transcripts AS t LEFT JOIN events AS e ON e.rowid = (SELECT rowid FROM events"
+    " WHERE transcript_id = t.id AND key = ? ORDER BY rowid DESC LIMIT 1)"
     " WHERE t.id = ?"
 )
 

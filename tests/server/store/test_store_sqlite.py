@@ -20,11 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.digest import history_digest
-from protocol.types import MessagesAppended, Origin, SegmentStarted, TranscriptEvent
+from protocol.types import MessagesAppended, Origin, SegmentStarted, TranscriptEvent, ViewChanged
 from server.model.transcript import Transcript
 from server.store import (
     MemoryStore,
     NewTranscript,
+    Receipt,
     RevisionMismatch,
     SQLiteStore,
     Store,
@@ -42,6 +43,7 @@ from tests.server.store.store_contract import (
     appended,
     message,
     segment_started,
+    view_event,
 )
 from tests.support.waiting import until
 
@@ -280,7 +282,12 @@ async def test_idempotency_keys_expire_after_the_ttl(tmp_path: Path) -> None:
         await store.close()
 
 
-async def test_expired_keys_are_swept_from_disk(tmp_path: Path) -> None:
+async def test_an_expired_key_stays_in_its_row_and_a_new_row_records_it_again(
+    tmp_path: Path,
+) -> None:
+    """Since schema 5 a key lives in the row of the event its append made:
+    nothing sweeps it; once expired it is ignored, and an append with it
+    again records it in its own row (the newest row of a key counts)."""
     now = [1000.0]
     store = SQLiteStore(tmp_path, idempotency_ttl_s=60, clock=lambda: now[0])
     await store.open()
@@ -289,16 +296,114 @@ async def test_expired_keys_are_swept_from_disk(tmp_path: Path) -> None:
         for r in range(1, 4):
             await store.append(appended(r, r - 1), idempotency_key=f"k{r}")
         now[0] += 3600
-        await store.append(appended(4, 3))
+        assert await store.recorded("t1", "k1") is None
+        loaded = await store.load("t1")
+        assert loaded is not None and loaded.idempotency == {}
+        again = await store.append(appended(4, 3), idempotency_key="k1")
+        assert not again.duplicate
+        assert await store.recorded("t1", "k1") == again.receipt == Receipt(4, 3, 1)
+        assert (await store.append(appended(5, 4), idempotency_key="k1")).receipt == again.receipt
     finally:
         await store.close()
-    conn = raw(tmp_path)
+    with raw(tmp_path) as conn:
+        assert conn.execute(
+            "SELECT revision, key, key_seq FROM events ORDER BY revision"
+        ).fetchall() == [(1, "k1", 1), (2, "k2", 2), (3, "k3", 3), (4, "k1", 4)]
+        assert conn.execute("SELECT key_count FROM transcripts").fetchall() == [(4,)]
+        assert (
+            conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'idempotency%'").fetchall()
+            == []
+        )
+
+
+async def test_a_key_past_the_retention_is_not_honoured_and_a_delete_leaves_no_key(
+    tmp_path: Path,
+) -> None:
+    """The retention is kept at lookup, not by deleting rows: a key not among
+    the transcript's newest ``idempotency_retention`` is not honoured (nor
+    loaded), across a reopen; a deleted transcript leaves no keyed row, and
+    one created again under its id starts counting from one."""
+    store = SQLiteStore(tmp_path, idempotency_retention=2)
+    await store.open()
     try:
-        assert conn.execute("SELECT count(*) FROM idempotency").fetchone() == (0,)
-        # The row's count of keys follows the sweep (retention relies on it).
-        assert conn.execute("SELECT key_count FROM transcripts").fetchall() == [(0,)]
+        await store.create(
+            NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k1")
+        )
+        await store.append(appended(2, 1), idempotency_key="k2")
+        await store.append(appended(3, 2))  # no key: does not count
+        assert (await store.append(appended(4, 2), idempotency_key="k1")).duplicate
+        await store.append(appended(4, 3), idempotency_key="k3")
+        assert await store.recorded("t1", "k1") is None
+        assert await store.recorded("t1", "k2") == Receipt(2, 1, 1)
+        again = await store.append(appended(5, 4, 2), idempotency_key="k1")
+        assert not again.duplicate and again.receipt == Receipt(5, 4, 2)
+        assert await store.recorded("t1", "k2") is None
     finally:
-        conn.close()
+        await store.close()
+    store = SQLiteStore(tmp_path, idempotency_retention=2)
+    await store.open()
+    try:
+        loaded = await store.load("t1")
+        assert loaded is not None
+        assert loaded.idempotency == {"k3": Receipt(4, 3, 1), "k1": Receipt(5, 4, 2)}
+        state = await store.load_recent("t1", messages=1)
+        assert state is not None and state.idempotency == loaded.idempotency
+        assert (await store.append(appended(6, 6), idempotency_key="k1")).receipt == Receipt(
+            5, 4, 2
+        )
+        assert await store.delete("t1")
+        with raw(tmp_path) as conn:
+            assert conn.execute("SELECT count(*) FROM events WHERE key IS NOT NULL").fetchone() == (
+                0,
+            )
+        await store.create(
+            NewTranscript("t1", EPOCH, CREATED_AT, appended(1, 0), idempotency_key="k1")
+        )
+        assert await store.recorded("t1", "k1") == Receipt(1, 0, 1)
+    finally:
+        await store.close()
+    with raw(tmp_path) as conn:
+        assert conn.execute("SELECT key, key_seq FROM events").fetchall() == [("k1", 1)]
+        assert conn.execute("SELECT key_count FROM transcripts").fetchall() == [(1,)]
+
+
+async def test_the_keys_loaded_with_many_keys_are_the_memory_stores(tmp_path: Path) -> None:
+    """Past ``LOADED_KEYS`` keyed rows the loaded keys are read along the
+    events, newest first, up to the first past the retention or expired:
+    the same keys, in the same order, as the memory store loads."""
+    now = [1000.0]
+    memory = MemoryStore(idempotency_retention=900, idempotency_ttl_s=60, clock=lambda: now[0])
+    sqlite = SQLiteStore(
+        tmp_path, idempotency_retention=900, idempotency_ttl_s=60, clock=lambda: now[0]
+    )
+    stores: tuple[Store, Store] = (memory, sqlite)
+    for store in stores:
+        await store.open()
+    try:
+        for store in stores:
+            await store.create(NewTranscript("t1", EPOCH, CREATED_AT))
+        for first in range(1, 1801, 100):
+            # Every third append has no key: 1,200 keyed rows in all.
+            batch = [
+                (appended(r, r - 1), None if r % 3 == 0 else f"k{r}")
+                for r in range(first, first + 100)
+            ]
+            for store in stores:
+                assert not any(isinstance(o, Exception) for o in await store.append_many(batch))
+            now[0] += 3
+        for keys in (900, 600):  # bound by the retention, then by the TTL
+            if keys == 600:
+                now[0] += 33  # the 9 oldest batches' keys expire
+            loaded = [await store.load("t1") for store in stores]
+            recent = [await store.load_recent("t1", messages=1) for store in stores]
+            assert loaded[0] is not None and loaded[1] is not None
+            assert recent[0] is not None and recent[1] is not None
+            assert list(loaded[1].idempotency.items()) == list(loaded[0].idempotency.items())
+            assert recent[1].idempotency == recent[0].idempotency == loaded[0].idempotency
+            assert len(loaded[0].idempotency) == keys
+    finally:
+        for store in stores:
+            await store.close()
 
 
 async def test_concurrent_appends_share_commits(tmp_path: Path) -> None:
@@ -345,10 +450,12 @@ async def test_close_commits_queued_appends(tmp_path: Path) -> None:
 
 # --- SQLite behaves exactly like MemoryStore ----------------------------------------
 
-# Weighted so that runs reach retention pruning, retries and stale revisions.
+# Weighted so that runs reach retention pruning, retries, stale revisions and
+# expiry ("tick": 30 s pass; a key is honoured at exactly the TTL, two ticks
+# after it, and expired at the third).
 _ops = st.lists(
     st.tuples(
-        st.sampled_from(["append"] * 6 + ["segment", "create", "create", "delete"]),
+        st.sampled_from(["append"] * 6 + ["segment", "create", "create", "delete", "tick"]),
         st.sampled_from(["a", "a", "a", "b"]),
         st.sampled_from([0, 0, 0, 0, 1, -1]),  # offset from the right revision
         st.sampled_from([None, "k1", "k2", "k3", "k4"]),
@@ -364,17 +471,25 @@ def _outcome(result: object) -> object:
 
 
 async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) -> None:
-    memory = MemoryStore(idempotency_retention=2)
-    sqlite = SQLiteStore(folder, idempotency_retention=2)
+    now = [1000.0]
+    memory = MemoryStore(idempotency_retention=2, idempotency_ttl_s=60, clock=lambda: now[0])
+    sqlite = SQLiteStore(
+        folder, idempotency_retention=2, idempotency_ttl_s=60, clock=lambda: now[0]
+    )
     stores: tuple[Store, Store] = (memory, sqlite)
     await memory.open()
     await sqlite.open()
     generation = {"a": 0, "b": 0}
     try:
         for step, (op, tid, offset, key) in enumerate(ops):
+            if op == "tick":
+                now[0] += 30
+                continue
             epoch = f"e{generation[tid]}"
-            loaded = await memory.load(tid)
-            revision = max(1, (loaded.revision if loaded else 0) + 1 + offset)
+            # At the stored length: only the revision's offset refuses a change.
+            state = await memory.load_recent(tid, messages=0)
+            revision = max(1, (state.snapshot.revision if state else 0) + 1 + offset)
+            length = state.snapshot.length if state else 0
             outcomes = []
             for store in stores:
                 try:
@@ -390,7 +505,7 @@ async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) ->
                         event = (
                             appended(
                                 revision,
-                                step,
+                                length,
                                 step % 3 + 1,
                                 transcript_id=tid,
                                 epoch=epoch,
@@ -398,7 +513,13 @@ async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) ->
                             )
                             if op == "append"
                             else TranscriptEvent(
-                                tid, epoch, revision, step, SegmentStarted(0, step, step)
+                                tid,
+                                epoch,
+                                revision,
+                                step,
+                                SegmentStarted(state.snapshot.active_start, length, length)
+                                if state
+                                else SegmentStarted(0, 0, 0),
                             )
                         )
                         result = await store.append(event, idempotency_key=key)
@@ -412,20 +533,28 @@ async def _run_both(ops: list[tuple[str, str, int, str | None]], folder: str) ->
                 generation[tid] += 1
         for tid in ("a", "b"):
             assert await memory.load(tid) == await sqlite.load(tid)
+            for key in ("k1", "k2", "k3", "k4"):
+                assert await memory.recorded(tid, key) == await sqlite.recorded(tid, key)
         assert await memory.list() == await sqlite.list()
     finally:
         await memory.close()
         await sqlite.close()
-    # Each row's count of keys is the count on disk (retention relies on it).
+    # Each row's count of keys is the keys its events hold, numbered 1, 2, ...
+    # in revision order (retention relies on it).
     with raw(Path(folder)) as conn:
         counted = conn.execute(
-            "SELECT key_count, (SELECT count(*) FROM idempotency WHERE transcript_id = id)"
+            "SELECT key_count, (SELECT count(*) FROM events WHERE transcript_id = id"
+            " AND key IS NOT NULL), (SELECT group_concat(key_seq) FROM (SELECT key_seq"
+            " FROM events WHERE transcript_id = id AND key IS NOT NULL ORDER BY revision))"
             " FROM transcripts"
         ).fetchall()
-    assert all(mine == real for mine, real in counted), counted
+    assert all(
+        count == rows and (seqs or "") == ",".join(str(n) for n in range(1, count + 1))
+        for count, rows, seqs in counted
+    ), counted
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_ops)
 def test_sqlite_matches_memory(ops: list[tuple[str, str, int, str | None]]) -> None:
     with tempfile.TemporaryDirectory() as folder:
@@ -539,7 +668,7 @@ async def test_a_version_1_database_is_indexed_by_the_migration(tmp_path: Path) 
     await store.open()
     try:
         with raw(folder) as check:
-            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         whole = Transcript.restore(events)
         state = await store.load_recent("t1", messages=3)
         assert state is not None and state.snapshot == whole.snapshot(start=6)
@@ -607,7 +736,7 @@ async def test_a_version_3_database_counts_its_keys_and_drops_its_previews(
     await store.open()
     try:
         with raw(folder) as check:
-            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
             assert check.execute("SELECT key_count, preview FROM transcripts").fetchall() == [
                 (3, None)
             ]
@@ -620,6 +749,153 @@ async def test_a_version_3_database_counts_its_keys_and_drops_its_previews(
         assert (await store.append(appended(5, 7), idempotency_key="k2")).duplicate
         [info] = await store.list()
         assert info.preview == "message 6"
+    finally:
+        await store.close()
+
+
+async def test_a_version_4_database_keeps_every_key_in_its_events_rows(tmp_path: Path) -> None:
+    """A data folder written with the keys in a table of their own (schema
+    4) opens: every key it held moves into the row of its event, with its
+    receipt, its age and its place in the retention; a retry of each is
+    answered as before, the expired and the pruned ones are not, and the
+    retention goes on from there. The table and its indexes are gone."""
+    from server.store.sqlite.schema import MIGRATIONS
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    conn = sqlite3.connect(folder / DATABASE_FILE, isolation_level=None)
+    for version in (0, 1, 2, 3):
+        for step in MIGRATIONS[version]:
+            if callable(step):
+                step(conn)
+            else:
+                conn.execute(step)
+    conn.execute("PRAGMA user_version=4")
+    now_ms = 5_000_000
+    encoder = msgspec.msgpack.Encoder()
+    # t1: six keyed changes (an append of two, a segment start, a view change
+    # among them) of which the retention (3) kept the newest three on disk;
+    # t2: two keys, the first expired; t3: none.
+    histories = {
+        "t1": [
+            appended(1, 0, transcript_id="t1"),
+            appended(2, 1, transcript_id="t1"),
+            appended(3, 2, 2, transcript_id="t1"),
+            segment_started(4, 0, 4, 4),
+            view_event(5, ViewChanged("pinned", 1, 3)),
+            appended(6, 4, 3, transcript_id="t1"),
+        ],
+        "t2": [appended(1, 0, transcript_id="t2"), appended(2, 1, 2, transcript_id="t2")],
+        "t3": [appended(1, 0, transcript_id="t3")],
+    }
+    kept = {"t1": [4, 5, 6], "t2": [1, 2], "t3": []}
+    receipts: dict[tuple[str, str], Receipt] = {}
+    for tid, events in histories.items():
+        last = events[-1]
+        assert isinstance(last.change, MessagesAppended)
+        conn.execute(
+            "INSERT INTO transcripts (id, epoch, created_at, updated_at, revision, length,"
+            " active_start, key_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                tid,
+                EPOCH,
+                CREATED_AT,
+                last.occurred_at,
+                last.revision,
+                last.change.end,
+                4 if tid == "t1" else 0,
+                len(kept[tid]),
+            ),
+        )
+        for event in events:
+            change = event.change
+            if isinstance(change, SegmentStarted):
+                conn.execute(
+                    "INSERT INTO segments VALUES (?, ?, ?, ?)",
+                    (tid, event.revision, change.previous_start, change.end),
+                )
+            elif isinstance(change, ViewChanged):
+                conn.execute(
+                    "INSERT INTO views VALUES (?, ?, ?, ?)",
+                    (tid, change.name, change.start, change.end),
+                )
+            conn.execute(
+                "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+                (
+                    tid,
+                    event.revision,
+                    event.occurred_at,
+                    encoder.encode(event),
+                    change.end if isinstance(change, MessagesAppended) else None,
+                ),
+            )
+            if event.revision in kept[tid]:
+                receipt = Receipt.for_event(event)
+                expired = (tid, event.revision) == ("t2", 1)
+                conn.execute(
+                    "INSERT INTO idempotency VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        tid,
+                        f"{tid}-k{event.revision}",
+                        receipt.revision,
+                        receipt.start,
+                        receipt.count,
+                        now_ms - (61_000 if expired else 1_000),
+                    ),
+                )
+                if not expired:
+                    receipts[tid, f"{tid}-k{event.revision}"] = receipt
+    conn.close()
+
+    now = [now_ms / 1000]
+    store = SQLiteStore(folder, idempotency_retention=3, idempotency_ttl_s=60, clock=lambda: now[0])
+    await store.open()
+    try:
+        with raw(folder) as check:
+            assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+            assert (
+                check.execute(
+                    "SELECT name FROM sqlite_master WHERE name LIKE 'idempotency%'"
+                ).fetchall()
+                == []
+            )
+            assert check.execute(
+                "SELECT id, key_count FROM transcripts ORDER BY id"
+            ).fetchall() == [("t1", 3), ("t2", 2), ("t3", 0)]
+            assert check.execute(
+                "SELECT transcript_id, revision, key, key_seq FROM events"
+                " WHERE key IS NOT NULL ORDER BY transcript_id, revision"
+            ).fetchall() == [
+                ("t1", 4, "t1-k4", 1),
+                ("t1", 5, "t1-k5", 2),
+                ("t1", 6, "t1-k6", 3),
+                ("t2", 1, "t2-k1", 1),
+                ("t2", 2, "t2-k2", 2),
+            ]
+        # Every key still honoured answers its receipt, looked up and retried.
+        assert receipts[("t1", "t1-k4")] == Receipt(4, 4, 0)
+        assert receipts[("t1", "t1-k6")] == Receipt(6, 4, 3)
+        for (tid, key), receipt in receipts.items():
+            assert await store.recorded(tid, key) == receipt, key
+            length = (await store.read_messages(tid, 0, 0)).length
+            result = await store.append(appended(9, length, transcript_id=tid), idempotency_key=key)
+            assert result.duplicate and result.receipt == receipt, key
+        loaded = await store.load("t1")
+        assert loaded is not None and loaded.idempotency == {
+            key: receipt for (tid, key), receipt in receipts.items() if tid == "t1"
+        }
+        # The expired one and the pruned ones are not.
+        for tid, key in (("t2", "t2-k1"), ("t1", "t1-k1"), ("t1", "t1-k3")):
+            assert await store.recorded(tid, key) is None, key
+        # The retention goes on from the migrated keys: one more key drops the oldest.
+        result = await store.append(appended(7, 7, transcript_id="t1"), idempotency_key="t1-k7")
+        assert not result.duplicate
+        assert await store.recorded("t1", "t1-k4") is None
+        assert await store.recorded("t1", "t1-k5") == receipts[("t1", "t1-k5")]
+        # And so does the TTL.
+        now[0] += 60
+        assert await store.recorded("t2", "t2-k2") is None
+        assert await store.recorded("t1", "t1-k7") == result.receipt
     finally:
         await store.close()
 
