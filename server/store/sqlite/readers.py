@@ -42,10 +42,11 @@ _PREVIEWS_KEPT: Final = 10_000
 
 
 #: The newest event recorded with a key, and its transcript's count of keys
-#: (through ``events_by_key``).
+#: (through ``events_by_key``, newest by revision: as ``writer._ROW_AND_KEY``).
 _KEYED = (
     f"SELECT {KEY_COLUMNS}, (SELECT key_count FROM transcripts WHERE id = transcript_id)"
-    " FROM events WHERE transcript_id = ? AND key = ? ORDER BY rowid DESC LIMIT 1"
+    " FROM events INDEXED BY events_by_key WHERE transcript_id = ? AND key = ?"
+    " ORDER BY revision DESC LIMIT 1"
 )
 
 #: The transcript's keyed events, newest first (``Reader._keys`` stops at the

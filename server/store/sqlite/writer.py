@@ -273,12 +273,15 @@ class Writer:
 
 #: The transcript's row (as ``Writer.append`` reads it) and the newest event
 #: recorded with a key, if any (its ``KEY_COLUMNS``, the first NULL only when
-#: there is none), found through ``events_by_key``.
+#: there is none), found through ``events_by_key``: newest by revision, not
+#: rowid (VACUUM may renumber rowids), and INDEXED BY, or the planner may walk
+#: the transcript's events by revision looking for the key.
 _ROW_AND_KEY = (
     "SELECT t.epoch, t.revision, t.length, t.title IS NULL, t.key_count,"
     f" {', '.join('e.' + c for c in KEY_COLUMNS.split(', '))}"
     " FROM transcripts AS t LEFT JOIN events AS e ON e.rowid = (SELECT rowid FROM events"
-    " WHERE transcript_id = t.id AND key = ? ORDER BY rowid DESC LIMIT 1)"
+    " INDEXED BY events_by_key"
+    " WHERE transcript_id = t.id AND key = ? ORDER BY revision DESC LIMIT 1)"
     " WHERE t.id = ?"
 )
 
