@@ -166,6 +166,12 @@ class Metrics(Protocol):
 
 #: ``(scope) -> Reply``, a ``Response`` (a refusal), or ``None`` (the app answers).
 Read = Callable[[Scope], Awaitable[Reply | Response | None]]
+#: ``(scope) -> Reply`` ready now, or ``None`` (``Read`` answers), with no
+#: side effect that matters (``server.streams.transcripts.ready_long_poll``).
+Ready = Callable[[Scope], Reply | None]
+#: Headers whose request goes through the app's wrappers (uvicorn's proxy
+#: headers rewrite the scope's client and scheme): never answered at once.
+_WRAPPED_HEADERS: Final = frozenset((b"x-forwarded-for", b"x-forwarded-proto", b"forwarded"))
 
 
 class FastCounts:
@@ -202,6 +208,7 @@ class FastPath:
         metrics: Metrics,
         route: str,
         transcripts: tuple[Read, str] | None = None,
+        ready: Ready | None = None,
     ) -> None:
         self.app = app
         self.read = read
@@ -215,6 +222,9 @@ class FastPath:
         #: whose rest is the transcript's id) and its route template; ``None``:
         #: the app answers those.
         self.transcripts = transcripts
+        #: A transcript's long-poll answer when it is ready at once
+        #: (``answer_now``); ``None``: every one goes through ``read``.
+        self.ready = ready if transcripts is not None else None
         self._hosts: dict[tuple[bytes | None, object], bool] = {}
         self._observers: dict[tuple[str, int], Callable[[float], None]] = {}
 
@@ -260,6 +270,42 @@ class FastPath:
         finally:
             if not handed:
                 self._observe(scope, route, status, time.perf_counter() - began)
+
+    def answer_now(self, scope: Scope, write: RawAnswer) -> bool:
+        """Answer a transcript's long-poll read whose answer is ready (the
+        readers one append woke asked for the page one of them built), with
+        ``write`` (``RawBody.raw_answer``), from the HTTP protocol as the
+        request's last byte is parsed: no task, no ASGI call, no wait. The
+        same checks, answer, metrics and log as ``__call__``'s; False, and
+        nothing sent, for anything else (the protocol runs the app as always).
+        ``scope`` is the request's as uvicorn made it: the app's wrappers
+        have not seen it (a request with proxy headers goes their way)."""
+        ready = self.ready
+        if ready is None or self.transcripts is None:
+            return False
+        path: str = scope["path"]
+        if (
+            scope["method"] != "GET"
+            or not path.startswith(self.reserved)
+            or _LONG_POLL not in scope["query_string"]
+        ):
+            return False
+        for header, _ in scope["headers"]:
+            if header in _WRAPPED_HEADERS:
+                return False
+        began = time.perf_counter()
+        reply = ready(scope)
+        if reply is None or not self._admit(scope, path[len(self.reserved) :]):
+            return False
+        answer, cursor = reply
+        head = answer.head
+        if cursor is not None:
+            head += b"stream-cursor: %s\r\n" % cursor.encode("latin-1")
+        if not write(answer.status, head, answer.body):
+            return False
+        FAST.answered += 1
+        self._observe(scope, self.transcripts[1], answer.status, time.perf_counter() - began)
+        return True
 
     def _admit(self, scope: Scope, name: str) -> bool:
         """Whether the app's middlewares would let this read through (with

@@ -79,7 +79,7 @@ from server.streams.model import StreamError, valid_offset
 from server.streams.registry import StreamRegistry
 from server.streams.sse import SSE_HEADERS, Body, FollowedSse, control_event, sse_data
 
-__all__ = ["PAGES", "ROUTE", "fast_long_poll", "long_poll", "routes"]
+__all__ = ["PAGES", "ROUTE", "fast_long_poll", "long_poll", "ready_long_poll", "routes"]
 
 _ID: Final = re.compile(ID_PATTERN)
 #: Events per answer at most (a catch-up read pages through a long history).
@@ -103,6 +103,7 @@ def offset_of(epoch: str, revision: int) -> str:
     return f"{epoch_number(epoch):016d}_{revision:016d}"
 
 
+@functools.lru_cache(maxsize=1024)  # (every reader at one place sends the same offset)
 def _revision(offset: str, epoch: str) -> int:
     """The revision an offset names; ``StreamError`` 400 if it is no offset,
     410 if it belongs to another incarnation of the transcript."""
@@ -267,6 +268,34 @@ async def fast_long_poll(state: Any, scope: Scope) -> Reply | Response | None:
         if refusal is None:
             raise
         return refusal
+
+
+def ready_long_poll(state: Any, scope: Scope) -> Reply | None:
+    """The answer ``fast_long_poll`` would give at once, when it is built
+    already (``PAGES``: another reader of the same offset asked first) and
+    nothing needs waiting for, loading or refusing; else ``None`` (the
+    request goes the async way). Nothing is changed but the transcript's
+    place among those held (as a read touches it): ``FastPath.answer_now``
+    writes it from the HTTP protocol itself, with no task per request."""
+    transcript_id: str = scope["path"][len(TRANSCRIPTS) :]
+    query = long_poll_query(scope["query_string"])
+    if query is None or query.offset is None:
+        return None
+    live = state.hub.held(transcript_id)  # (only a valid id is ever held)
+    if live is None:
+        return None
+    transcript = live.transcript
+    epoch, revision = transcript.epoch, transcript.revision
+    try:
+        after = _after(query.offset, epoch, revision)
+    except StreamError:
+        return None  # (the async way answers the refusal)
+    if after >= revision:
+        return None  # it waits
+    page = PAGES.get((transcript_id, epoch, after, revision), None)
+    if not isinstance(page, _Page) or page.epoch != epoch or not page.count:
+        return None
+    return Reply(page, response_cursor(query.cursor))
 
 
 async def _events(hub: Hub, transcript_id: str, after: int, limit: int) -> list[TranscriptEvent]:

@@ -128,6 +128,10 @@ class TsyncApp:
         logged = http_ops.RequestLog(starlette, metrics, starlette.routes)
         # In front of it all: the long-poll reads' own path (server.streams.longpoll).
         self._http = http_front(logged) if http_front is not None else logged
+        #: A request answered from the HTTP protocol itself when its answer
+        #: is ready, with no task (``FastPath.answer_now``, called by
+        #: ``server.web.http_guard``); ``None``: every request runs the app.
+        self.answer_now: Callable[[Any, Any], bool] | None = getattr(self._http, "answer_now", None)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -367,6 +371,7 @@ def create_app(
             functools.partial(streams_transcripts.fast_long_poll, app.state),
             streams_transcripts.ROUTE,
         ),
+        ready=functools.partial(streams_transcripts.ready_long_poll, app.state),
     )
     return TsyncApp(app, metrics, lifespan, long_poll_front)
 

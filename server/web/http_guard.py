@@ -82,6 +82,7 @@ from typing import Any, ClassVar, Final
 
 import h11
 import msgspec
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 try:  # httptools (C, llhttp) parses a request several times faster than h11.
@@ -684,14 +685,70 @@ def _close_delimited(cycle: Any) -> None:
     cycle.send = send_close_delimited
 
 
+def _answerer(app: Any) -> Callable[[Any, Any], bool] | None:
+    """The app's ``answer_now(scope, raw_answer) -> bool`` (``TsyncApp``'s:
+    a request whose answer is ready, answered with no task), under uvicorn's
+    proxy headers (which leave alone a request that has none of theirs;
+    ``answer_now`` lets those through the app). ``None`` under anything
+    else, or when the app has none."""
+    if isinstance(app, ProxyHeadersMiddleware):
+        app = app.app
+    answer_now = getattr(app, "answer_now", None)
+    return answer_now if callable(answer_now) else None
+
+
 if HttpToolsProtocol is not None:
 
     class _GuardedHttpTools(_Guard, HttpToolsProtocol):
         """httptools parses as the bytes come (a pipelined request too):
-        where the client is is kept from its callbacks."""
+        where the client is is kept from its callbacks.
+
+        A ``GET`` with no body whose answer the app has ready
+        (``answer_now``: the long-poll readers one append woke) is answered
+        as its last byte is parsed, with no task and no ASGI call: its task
+        is held back when its headers are in (``_start_asgi_task``), and
+        started only if the app cannot answer it at once."""
 
         _state = "idle"  # "idle", "headers", "body", "done"
         _head_bytes = 0
+        #: In ``on_headers_complete`` (where a request's task may be held back).
+        _heading = False
+        #: The request whose task was held back: ``(cycle, app)``.
+        _held: tuple[Any, Any] | None = None
+        _answer_now: Callable[[Any, Any], bool] | None = None
+        _answer_now_known = False
+
+        def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+            if (
+                self._heading
+                and app is self.app
+                and not self._over
+                and cycle.scope["method"] == "GET"
+                and self._http11()
+                and not _length_known(cycle.scope["headers"])
+                and self._answerer() is not None
+            ):
+                self._held = (cycle, app)  # (its last byte comes in this same parse)
+                return
+            super()._start_asgi_task(cycle, app)
+
+        def _answerer(self) -> Callable[[Any, Any], bool] | None:
+            if not self._answer_now_known:
+                self._answer_now_known = True
+                self._answer_now = _answerer(self.app)
+            return self._answer_now
+
+        def _answered_now(self, cycle: Any) -> bool:
+            """Whether the app answered the held request itself."""
+            raw = cycle.scope.get("extensions", {}).get(RAW_BODY)
+            answer_now = self._answer_now
+            if raw is None or answer_now is None:
+                return False
+            try:
+                return bool(answer_now(cycle.scope, raw.raw_answer))
+            except Exception:  # its task answers (or logs) what went wrong
+                self.logger.exception("answering a request at once failed")
+                return cycle.response_started is True
 
         def _reading(self) -> str:
             state = self._state
@@ -728,7 +785,11 @@ if HttpToolsProtocol is not None:
         def on_headers_complete(self) -> None:
             self._state = "body"
             before = self.cycle
-            super().on_headers_complete()
+            self._heading = True
+            try:
+                super().on_headers_complete()
+            finally:
+                self._heading = False
             self._new_cycle(before)
             cycle = self.cycle
             if cycle is not before and cycle is not None and not self._http11():
@@ -755,6 +816,18 @@ if HttpToolsProtocol is not None:
         def on_message_complete(self) -> None:
             self._state = "done"
             super().on_message_complete()
+            held = self._held
+            if held is not None:
+                self._held = None
+                self.loop.call_soon(self._answer_held, *held)
+
+        def _answer_held(self, cycle: Any, app: Any) -> None:
+            if not self._answered_now(cycle):
+                super()._start_asgi_task(cycle, app)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._held = None
+            super().connection_lost(exc)
 
         def on_response_complete(self) -> None:
             # uvicorn's own, but for its keep-alive timer (one made and
