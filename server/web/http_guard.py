@@ -255,6 +255,23 @@ class RawBody:
         """Write whole chunks, framed (``size CRLF data CRLF``) by the caller."""
         self._protocol.transport.write(data)
 
+    def run_app(self) -> None:
+        """Run the app for the request after all (a request the app took
+        from the protocol, ``answer_now``, and cannot answer raw: its
+        transport is paused); nothing when it is answered or the client is
+        gone."""
+        cycle = self._cycle()
+        protocol = self._protocol
+        if (
+            cycle is None
+            or cycle.response_started
+            or cycle.disconnected
+            or protocol.cycle is not cycle
+            or protocol.transport.is_closing()
+        ):
+            return
+        protocol.run_app(cycle)
+
     def raw_answer(self, status: int, head: bytes, body: bytes) -> bool:
         """Send a whole answer the app encoded itself, in one write: the
         status line, the server's default headers (``date``, ``server``),
@@ -506,6 +523,11 @@ class _Guard(asyncio.Protocol):
         self._stop_timer()
         self._uncount()
 
+    def run_app(self, cycle: Any) -> None:
+        """Start the app's task for ``cycle`` (``RawBody.run_app``): only a
+        protocol whose ``answer_now`` takes requests has one."""
+        raise NotImplementedError
+
     def _header_timeout(self) -> float:
         if self._over:
             return min(self.header_timeout_s, OVERFLOW_HEADER_TIMEOUT_S)
@@ -732,6 +754,9 @@ if HttpToolsProtocol is not None:
                 return
             super()._start_asgi_task(cycle, app)
 
+        def run_app(self, cycle: Any) -> None:
+            HttpToolsProtocol._start_asgi_task(self, cycle, self.app)
+
         def _answerer(self) -> Callable[[Any, Any], bool] | None:
             if not self._answer_now_known:
                 self._answer_now_known = True
@@ -745,7 +770,7 @@ if HttpToolsProtocol is not None:
             if raw is None or answer_now is None:
                 return False
             try:
-                return bool(answer_now(cycle.scope, raw.raw_answer))
+                return bool(answer_now(cycle.scope, raw))
             except Exception:  # its task answers (or logs) what went wrong
                 self.logger.exception("answering a request at once failed")
                 return cycle.response_started is True
