@@ -150,6 +150,8 @@ class RawRequest(Protocol):
 
     def run_app(self) -> None: ...
 
+    def pin(self) -> object: ...
+
 
 class Parked:
     """A long-poll read its protocol handed over (``FastPath.answer_now``)
@@ -158,7 +160,7 @@ class Parked:
     write (``answer``), or handed back to the app (``hand_back``: its task
     answers it as always) when that cannot be."""
 
-    __slots__ = ("began", "cursor", "deadline", "front", "raw", "route", "scope")
+    __slots__ = ("began", "cursor", "deadline", "front", "pinned", "raw", "route", "scope")
 
     def __init__(
         self, front: FastPath, scope: Scope, raw: RawRequest, route: str, cursor: str | None
@@ -166,6 +168,9 @@ class Parked:
         self.front = front
         self.scope = scope
         self.raw = raw
+        #: The request itself (its cycle), which nothing else may hold while
+        #: it waits (the raw request holds it weakly).
+        self.pinned = raw.pin()
         self.route = route
         #: The client's cursor (the answer's is made when it is sent).
         self.cursor = cursor

@@ -80,7 +80,16 @@ from server.streams.model import StreamError, valid_offset
 from server.streams.registry import StreamRegistry
 from server.streams.sse import SSE_HEADERS, Body, FollowedSse, control_event, sse_data
 
-__all__ = ["PAGES", "ROUTE", "fast_long_poll", "long_poll", "ready_long_poll", "routes"]
+__all__ = [
+    "PAGES",
+    "ROUTE",
+    "WAITING",
+    "fast_long_poll",
+    "hand_back_parked",
+    "long_poll",
+    "ready_long_poll",
+    "routes",
+]
 
 _ID: Final = re.compile(ID_PATTERN)
 #: Events per answer at most (a catch-up read pages through a long history).
@@ -285,6 +294,8 @@ def ready_long_poll(state: Any, scope: Scope) -> Reply | Wait | None:
     the transcript's place among those held (as a read touches it):
     ``FastPath.answer_now`` answers from the HTTP protocol itself, with no
     task per request."""
+    if state.lifecycle.draining:
+        return None  # (a task each: the server's shutdown waits for them, then cancels them)
     transcript_id: str = scope["path"][len(TRANSCRIPTS) :]
     query = long_poll_query(scope["query_string"])
     if query is None or query.offset is None:
@@ -319,6 +330,14 @@ def ready_long_poll(state: Any, scope: Scope) -> Reply | Wait | None:
 #: The long-poll reads parked at a transcript's end, by transcript, epoch
 #: and revision (``ready_long_poll``).
 WAITING: Final[dict[tuple[str, str, int], _Waiting]] = {}
+
+
+def hand_back_parked() -> None:
+    """Every parked read to the app (at shutdown, once the app drains: each
+    gets a task, which the server's graceful shutdown waits for and then
+    cancels, as any request's)."""
+    for waiting in list(WAITING.values()):
+        waiting.hand_back()
 
 
 def _park(state: Any, key: tuple[str, str, int], parked: Parked) -> None:
@@ -356,6 +375,15 @@ class _Waiting:
     def _leave(self) -> None:
         if WAITING.get(self.key) is self:
             del WAITING[self.key]
+
+    def hand_back(self) -> None:
+        self._leave()
+        parked = list(self.parked)
+        self.parked.clear()
+        if self.task is not None:
+            self.task.cancel()
+        for each in parked:
+            each.hand_back()
 
     async def _wait(self) -> None:
         hub, (transcript_id, epoch, after) = self.hub, self.key

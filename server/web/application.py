@@ -178,6 +178,8 @@ class TsyncApp:
         and is then closed with 1001 (going away). Every step is bounded by
         ``timeout``: a client that does not read cannot hold it up."""
         self.lifecycle.draining = True
+        # Long-poll reads parked with no task get one (new ones too, now).
+        streams_transcripts.hand_back_parked()
         hub: Hub | None = getattr(self.state, "hub", None)
         if hub is None or not hub.subscriptions.connections:
             return

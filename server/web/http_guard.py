@@ -82,6 +82,7 @@ from typing import Any, ClassVar, Final
 
 import h11
 import msgspec
+from uvicorn.middleware.message_logger import MessageLoggerMiddleware
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -255,6 +256,12 @@ class RawBody:
         """Write whole chunks, framed (``size CRLF data CRLF``) by the caller."""
         self._protocol.transport.write(data)
 
+    def pin(self) -> object:
+        """The request's cycle, for whoever keeps the request while it waits
+        with no task (``server.streams.longpoll.Parked``): this holds it
+        weakly, and once a pipelined request came after it, nothing else does."""
+        return self._cycle()
+
     def run_app(self) -> None:
         """Run the app for the request after all (a request the app took
         from the protocol, ``answer_now``, and cannot answer raw: its
@@ -266,10 +273,11 @@ class RawBody:
             cycle is None
             or cycle.response_started
             or cycle.disconnected
-            or protocol.cycle is not cycle
             or protocol.transport.is_closing()
         ):
             return
+        # (Even when a pipelined request came after it: as uvicorn runs a
+        # request whose cycle is no longer the protocol's.)
         protocol.run_app(cycle)
 
     def raw_answer(self, status: int, head: bytes, body: bytes) -> bool:
@@ -708,11 +716,14 @@ def _close_delimited(cycle: Any) -> None:
 
 
 def _answerer(app: Any) -> Callable[[Any, Any], bool] | None:
-    """The app's ``answer_now(scope, raw_answer) -> bool`` (``TsyncApp``'s:
-    a request whose answer is ready, answered with no task), under uvicorn's
-    proxy headers (which leave alone a request that has none of theirs;
-    ``answer_now`` lets those through the app). ``None`` under anything
-    else, or when the app has none."""
+    """The app's ``answer_now(scope, raw) -> bool`` (``TsyncApp``'s: a
+    request taken with no task), under uvicorn's proxy headers (which leave
+    alone a request that has none of theirs; ``answer_now`` lets those
+    through the app) and its trace log of ASGI messages (at log level
+    ``trace``: a request taken is not in it). ``None`` under anything else,
+    or when the app has none."""
+    if isinstance(app, MessageLoggerMiddleware):  # (trace logs: it only logs)
+        app = app.app
     if isinstance(app, ProxyHeadersMiddleware):
         app = app.app
     answer_now = getattr(app, "answer_now", None)
