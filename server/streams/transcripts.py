@@ -392,8 +392,7 @@ class _Waiting:
         try:
             while parked:
                 left = parked[0].deadline - loop.time()
-                if left > 0:
-                    await hub.reads.wait_change(transcript_id, after, left)
+                changed = left > 0 and await hub.reads.wait_change(transcript_id, after, left)
                 page = await _shared_page(hub, transcript_id, epoch, after)
                 if page.count:
                     self._leave()
@@ -401,8 +400,10 @@ class _Waiting:
                         each.answer(Reply(page, response_cursor(each.cursor)))
                     parked.clear()
                     return
+                # A change with nothing to read (as ``long_poll`` answers it):
+                # a 204 for all; else for those whose wait ran out.
+                due = len(parked) if changed else 0
                 now = loop.time() + _DEADLINE_SLACK_S
-                due = 0
                 while due < len(parked) and parked[due].deadline <= now:
                     due += 1
                 if due:
