@@ -326,6 +326,17 @@ class FastPath:
             if not handed:
                 self._observe(scope, route, status, time.perf_counter() - began)
 
+    def may_take(self, scope: Scope) -> bool:
+        """Whether ``answer_now`` may take this request (a transcript's
+        long-poll read, from its method, path and query alone); the HTTP
+        protocol starts any other's task as its headers are in."""
+        return (
+            self.ready is not None
+            and scope["method"] == "GET"
+            and scope["path"].startswith(self.reserved)
+            and _LONG_POLL in scope["query_string"]
+        )
+
     def answer_now(self, scope: Scope, raw: RawRequest) -> bool:
         """Take a transcript's long-poll read from the HTTP protocol as its
         last byte is parsed, with no task and no ASGI call: answered at once

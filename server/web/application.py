@@ -128,10 +128,10 @@ class TsyncApp:
         logged = http_ops.RequestLog(starlette, metrics, starlette.routes)
         # In front of it all: the long-poll reads' own path (server.streams.longpoll).
         self._http = http_front(logged) if http_front is not None else logged
-        #: A request answered from the HTTP protocol itself when its answer
-        #: is ready, with no task (``FastPath.answer_now``, called by
+        #: What takes requests from the HTTP protocol itself, with no task
+        #: (``FastPath``: ``may_take``, ``answer_now``; a ``Taker`` of
         #: ``server.web.http_guard``); ``None``: every request runs the app.
-        self.answer_now: Callable[[Any, Any], bool] | None = getattr(self._http, "answer_now", None)
+        self.taker: Any = self._http if hasattr(self._http, "answer_now") else None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         kind = scope["type"]

@@ -78,7 +78,7 @@ import asyncio
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Protocol
 
 import h11
 import msgspec
@@ -715,19 +715,33 @@ def _close_delimited(cycle: Any) -> None:
     cycle.send = send_close_delimited
 
 
-def _answerer(app: Any) -> Callable[[Any, Any], bool] | None:
-    """The app's ``answer_now(scope, raw) -> bool`` (``TsyncApp``'s: a
-    request taken with no task), under uvicorn's proxy headers (which leave
-    alone a request that has none of theirs; ``answer_now`` lets those
-    through the app) and its trace log of ASGI messages (at log level
-    ``trace``: a request taken is not in it). ``None`` under anything else,
-    or when the app has none."""
+class Taker(Protocol):
+    """What an app offers to take requests from the protocol, with no task
+    (``server.streams.longpoll.FastPath``: a transcript's long-poll)."""
+
+    def may_take(self, scope: Any) -> bool:
+        """Whether ``answer_now`` may take the request (its method, path and
+        query say): else its task starts as its headers are in."""
+        ...
+
+    def answer_now(self, scope: Any, raw: RawBody) -> bool:
+        """Take the request as its last byte is parsed (answered, or kept
+        to answer with ``raw``); False: its task runs the app."""
+        ...
+
+
+def _taker(app: Any) -> Taker | None:
+    """The app's ``Taker`` (``TsyncApp.taker``), under uvicorn's proxy
+    headers (which leave alone a request that has none of theirs; the taker
+    lets those through the app) and its trace log of ASGI messages (at log
+    level ``trace``: a request taken is not in it). ``None`` under anything
+    else, or when the app has none."""
     if isinstance(app, MessageLoggerMiddleware):  # (trace logs: it only logs)
         app = app.app
     if isinstance(app, ProxyHeadersMiddleware):
         app = app.app
-    answer_now = getattr(app, "answer_now", None)
-    return answer_now if callable(answer_now) else None
+    taker: Taker | None = getattr(app, "taker", None)
+    return taker
 
 
 if HttpToolsProtocol is not None:
@@ -748,8 +762,8 @@ if HttpToolsProtocol is not None:
         _heading = False
         #: The request whose task was held back: ``(cycle, app)``.
         _held: tuple[Any, Any] | None = None
-        _answer_now: Callable[[Any, Any], bool] | None = None
-        _answer_now_known = False
+        _taker: Taker | None = None
+        _taker_known = False
 
         def _start_asgi_task(self, cycle: Any, app: Any) -> None:
             if (
@@ -759,7 +773,8 @@ if HttpToolsProtocol is not None:
                 and cycle.scope["method"] == "GET"
                 and self._http11()
                 and not _length_known(cycle.scope["headers"])
-                and self._answerer() is not None
+                and (taker := self._app_taker()) is not None
+                and taker.may_take(cycle.scope)
             ):
                 self._held = (cycle, app)  # (its last byte comes in this same parse)
                 return
@@ -768,20 +783,20 @@ if HttpToolsProtocol is not None:
         def run_app(self, cycle: Any) -> None:
             HttpToolsProtocol._start_asgi_task(self, cycle, self.app)
 
-        def _answerer(self) -> Callable[[Any, Any], bool] | None:
-            if not self._answer_now_known:
-                self._answer_now_known = True
-                self._answer_now = _answerer(self.app)
-            return self._answer_now
+        def _app_taker(self) -> Taker | None:
+            if not self._taker_known:
+                self._taker_known = True
+                self._taker = _taker(self.app)
+            return self._taker
 
         def _answered_now(self, cycle: Any) -> bool:
             """Whether the app answered the held request itself."""
             raw = cycle.scope.get("extensions", {}).get(RAW_BODY)
-            answer_now = self._answer_now
-            if raw is None or answer_now is None:
+            taker = self._taker
+            if raw is None or taker is None:
                 return False
             try:
-                return bool(answer_now(cycle.scope, raw))
+                return bool(taker.answer_now(cycle.scope, raw))
             except Exception:  # its task answers (or logs) what went wrong
                 self.logger.exception("answering a request at once failed")
                 return cycle.response_started is True
