@@ -168,6 +168,18 @@ class Hub:
 
     # --- the registry -------------------------------------------------------------
 
+    def held(self, transcript_id: str) -> LiveTranscript | None:
+        """The transcript if it is in memory now (touched, as ``load``
+        touches it), else ``None``: no load, no wait (a read answered
+        without a task, ``server.streams.transcripts.ready_long_poll``)."""
+        if transcript_id in self._deleting:
+            return None
+        live = self.live.get(transcript_id)
+        if live is not None:
+            live.touch()
+            self.live[transcript_id] = self.live.pop(transcript_id)
+        return live
+
     async def load(self, transcript_id: str) -> LiveTranscript:
         """The transcript in memory, loaded from the store unless it is there
         already (one load at a time per id). Raises ``TranscriptNotFound``.

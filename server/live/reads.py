@@ -177,6 +177,24 @@ class Reads:
             return found if limit is None else found[:limit]
         return await self.hub.store.events_after(transcript_id, revision, limit=limit)
 
+    def events_held(
+        self, live: LiveTranscript, revision: int, limit: int
+    ) -> list[TranscriptEvent] | None:
+        """``events_after`` of a transcript held in memory (``Hub.held``)
+        when its window holds them: no load, no store read, no wait (a read
+        answered at once: ``server.streams.transcripts.ready_long_poll``);
+        ``None`` when they must be read from the store, or are no longer held."""
+        current = live.transcript.revision
+        if revision > current:
+            return None
+        if revision == current:
+            return []
+        live.deliver_pending()
+        start = live.window_start()
+        if start is None or start > revision + 1:
+            return None
+        return [item.event for item in live.recent_events if item.revision > revision][:limit]
+
     async def wait_change(self, transcript_id: str, revision: int, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the transcript to move past
         ``revision`` (here or, through the backplane, on another replica);

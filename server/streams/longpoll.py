@@ -39,7 +39,7 @@ from server.errors import Refused
 from server.extensions import HTTP_CONNECTION, RAW_BODY
 from server.logs import SAID
 
-__all__ = ["FAST", "Answer", "FastPath", "Reply", "SharedAnswers", "send_answer"]
+__all__ = ["FAST", "Answer", "FastPath", "Parked", "Reply", "SharedAnswers", "Wait", "send_answer"]
 
 access_log = logging.getLogger("tsync.access")
 
@@ -143,6 +143,56 @@ class RawAnswer(Protocol):
     def __call__(self, status: int, head: bytes, body: bytes) -> bool: ...
 
 
+class RawRequest(Protocol):
+    """``server.web.http_guard.RawBody``: what ``FastPath.answer_now`` uses."""
+
+    def raw_answer(self, status: int, head: bytes, body: bytes) -> bool: ...
+
+    def run_app(self) -> None: ...
+
+    def pin(self) -> object: ...
+
+
+class Parked:
+    """A long-poll read its protocol handed over (``FastPath.answer_now``)
+    while it waits, with no task of its own: those parked at one place are
+    answered together (``server.streams.transcripts``), each with one raw
+    write (``answer``), or handed back to the app (``hand_back``: its task
+    answers it as always) when that cannot be."""
+
+    __slots__ = ("began", "cursor", "deadline", "front", "pinned", "raw", "route", "scope")
+
+    def __init__(
+        self, front: FastPath, scope: Scope, raw: RawRequest, route: str, cursor: str | None
+    ) -> None:
+        self.front = front
+        self.scope = scope
+        self.raw = raw
+        #: The request itself (its cycle), which nothing else may hold while
+        #: it waits (the raw request holds it weakly).
+        self.pinned = raw.pin()
+        self.route = route
+        #: The client's cursor (the answer's is made when it is sent).
+        self.cursor = cursor
+        self.began = time.perf_counter()
+        #: When it is answered with nothing, in the loop's time (set by whoever parks it).
+        self.deadline = 0.0
+
+    def answer(self, reply: Reply) -> None:
+        self.front.answer_parked(self, reply)
+
+    def hand_back(self) -> None:
+        self.raw.run_app()
+
+
+class Wait(NamedTuple):
+    """A read that waits (``Ready``'s answer): ``join`` parks it with the
+    others waiting for the same; ``cursor`` is the client's."""
+
+    join: Callable[[Parked], None]
+    cursor: str | None
+
+
 async def send_answer(scope: Scope, send: Send, reply: Reply) -> None:
     """``reply`` in one raw write if the server offers one, else through ASGI."""
     answer, cursor = reply
@@ -166,16 +216,27 @@ class Metrics(Protocol):
 
 #: ``(scope) -> Reply``, a ``Response`` (a refusal), or ``None`` (the app answers).
 Read = Callable[[Scope], Awaitable[Reply | Response | None]]
+#: ``(scope) -> Reply`` ready now, a ``Wait`` (nothing to answer yet), or
+#: ``None`` (``Read`` answers), with no side effect that matters
+#: (``server.streams.transcripts.ready_long_poll``).
+Ready = Callable[[Scope], Reply | Wait | None]
+#: Headers whose request goes through the app's wrappers (uvicorn's proxy
+#: headers rewrite the scope's client and scheme): never answered at once.
+_WRAPPED_HEADERS: Final = frozenset((b"x-forwarded-for", b"x-forwarded-proto", b"forwarded"))
 
 
 class FastCounts:
     """What ``FastPath`` did (for the tests and the benchmark's notes)."""
 
-    __slots__ = ("answered", "handed_on")
+    __slots__ = ("answered", "at_once", "handed_on", "parked")
 
     def __init__(self) -> None:
         #: Long-poll reads answered here.
         self.answered = 0
+        #: Of those, answered from the HTTP protocol (``answer_now``) as
+        #: they came, and parked there with no task to wait.
+        self.at_once = 0
+        self.parked = 0
         #: Long-poll reads handed to the app (refused, or not the common kind).
         self.handed_on = 0
 
@@ -202,6 +263,7 @@ class FastPath:
         metrics: Metrics,
         route: str,
         transcripts: tuple[Read, str] | None = None,
+        ready: Ready | None = None,
     ) -> None:
         self.app = app
         self.read = read
@@ -215,6 +277,9 @@ class FastPath:
         #: whose rest is the transcript's id) and its route template; ``None``:
         #: the app answers those.
         self.transcripts = transcripts
+        #: A transcript's long-poll answer when it is ready at once
+        #: (``answer_now``); ``None``: every one goes through ``read``.
+        self.ready = ready if transcripts is not None else None
         self._hosts: dict[tuple[bytes | None, object], bool] = {}
         self._observers: dict[tuple[str, int], Callable[[float], None]] = {}
 
@@ -260,6 +325,74 @@ class FastPath:
         finally:
             if not handed:
                 self._observe(scope, route, status, time.perf_counter() - began)
+
+    def may_take(self, scope: Scope) -> bool:
+        """Whether ``answer_now`` may take this request (a transcript's
+        long-poll read, from its method, path and query alone); the HTTP
+        protocol starts any other's task as its headers are in."""
+        return (
+            self.ready is not None
+            and scope["method"] == "GET"
+            and scope["path"].startswith(self.reserved)
+            and _LONG_POLL in scope["query_string"]
+        )
+
+    def answer_now(self, scope: Scope, raw: RawRequest) -> bool:
+        """Take a transcript's long-poll read from the HTTP protocol as its
+        last byte is parsed, with no task and no ASGI call: answered at once
+        (one raw write, ``raw.raw_answer``) when its answer is built already
+        (the readers one append woke ask for the page one of them built), or
+        parked with the readers waiting at the same place (``Parked``,
+        answered together when the transcript changes or the wait ends). The
+        same checks, answers, metrics and log as ``__call__``'s; False, and
+        nothing done, for anything else (the protocol runs the app as
+        always). ``scope`` is the request's as uvicorn made it: the app's
+        wrappers have not seen it (a request with proxy headers goes their
+        way)."""
+        ready, transcripts = self.ready, self.transcripts
+        if ready is None or transcripts is None:
+            return False
+        path: str = scope["path"]
+        if (
+            scope["method"] != "GET"
+            or not path.startswith(self.reserved)
+            or _LONG_POLL not in scope["query_string"]
+        ):
+            return False
+        for header, _ in scope["headers"]:
+            if header in _WRAPPED_HEADERS:
+                return False
+        got = ready(scope)
+        if got is None or not self._admit(scope, path[len(self.reserved) :]):
+            return False
+        if isinstance(got, Wait):
+            FAST.parked += 1
+            got.join(Parked(self, scope, raw, transcripts[1], got.cursor))
+            return True
+        began = time.perf_counter()
+        answer, cursor = got
+        head = answer.head
+        if cursor is not None:
+            head += b"stream-cursor: %s\r\n" % cursor.encode("latin-1")
+        if not raw.raw_answer(answer.status, head, answer.body):
+            return False
+        FAST.answered += 1
+        FAST.at_once += 1
+        self._observe(scope, transcripts[1], answer.status, time.perf_counter() - began)
+        return True
+
+    def answer_parked(self, parked: Parked, reply: Reply) -> None:
+        """Answer a ``Parked`` read with one raw write, else hand it back
+        to the app (its transport is paused: the app's task sends it)."""
+        answer, cursor = reply
+        head = answer.head
+        if cursor is not None:
+            head += b"stream-cursor: %s\r\n" % cursor.encode("latin-1")
+        if not parked.raw.raw_answer(answer.status, head, answer.body):
+            parked.hand_back()  # (nothing, when the client is gone)
+            return
+        FAST.answered += 1
+        self._observe(parked.scope, parked.route, answer.status, time.perf_counter() - parked.began)
 
     def _admit(self, scope: Scope, name: str) -> bool:
         """Whether the app's middlewares would let this read through (with

@@ -54,6 +54,7 @@ from protocol.limits import ID_PATTERN
 from protocol.types import TranscriptEvent
 from server.errors import Refused, failure_for
 from server.live.hub import Hub
+from server.live.live_transcript import LiveTranscript
 from server.streams.fanout import Fanout, Follower
 from server.streams.headers import (
     CLOSED,
@@ -74,12 +75,21 @@ from server.streams.http import (
     refusal_answer,
     stream_answer,
 )
-from server.streams.longpoll import Answer, Reply, SharedAnswers
+from server.streams.longpoll import Answer, Parked, Reply, SharedAnswers, Wait
 from server.streams.model import StreamError, valid_offset
 from server.streams.registry import StreamRegistry
 from server.streams.sse import SSE_HEADERS, Body, FollowedSse, control_event, sse_data
 
-__all__ = ["PAGES", "ROUTE", "fast_long_poll", "long_poll", "routes"]
+__all__ = [
+    "PAGES",
+    "ROUTE",
+    "WAITING",
+    "fast_long_poll",
+    "hand_back_parked",
+    "long_poll",
+    "ready_long_poll",
+    "routes",
+]
 
 _ID: Final = re.compile(ID_PATTERN)
 #: Events per answer at most (a catch-up read pages through a long history).
@@ -103,6 +113,7 @@ def offset_of(epoch: str, revision: int) -> str:
     return f"{epoch_number(epoch):016d}_{revision:016d}"
 
 
+@functools.lru_cache(maxsize=1024)  # (every reader at one place sends the same offset)
 def _revision(offset: str, epoch: str) -> int:
     """The revision an offset names; ``StreamError`` 400 if it is no offset,
     410 if it belongs to another incarnation of the transcript."""
@@ -239,13 +250,18 @@ async def long_poll(
         await hub.reads.wait_change(transcript_id, after, settings.long_poll_s)
         page = await _shared_page(hub, transcript_id, epoch, after)
         if not page.count:
-            key = (transcript_id, epoch, after)
-            nothing = NOTHING.get(key, None)
-            if nothing is None:
-                headers = {**SECURITY, NEXT_OFFSET: offset_of(epoch, after), UP_TO_DATE: "true"}
-                nothing = NOTHING.put(key, Answer(204, headers, b""))
-            return Reply(nothing, response_cursor(cursor))
+            return Reply(_nothing(transcript_id, epoch, after), response_cursor(cursor))
     return Reply(page, response_cursor(cursor))
+
+
+def _nothing(transcript_id: str, epoch: str, after: int) -> Answer:
+    """The 204 of a wait from ``after`` that saw nothing, encoded once."""
+    key = (transcript_id, epoch, after)
+    nothing = NOTHING.get(key, None)
+    if nothing is None:
+        headers = {**SECURITY, NEXT_OFFSET: offset_of(epoch, after), UP_TO_DATE: "true"}
+        nothing = NOTHING.put(key, Answer(204, headers, b""))
+    return nothing
 
 
 async def fast_long_poll(state: Any, scope: Scope) -> Reply | Response | None:
@@ -269,6 +285,146 @@ async def fast_long_poll(state: Any, scope: Scope) -> Reply | Response | None:
         return refusal
 
 
+def ready_long_poll(state: Any, scope: Scope) -> Reply | Wait | None:
+    """The answer ``fast_long_poll`` would give at once, when it is built
+    already (``PAGES``: another reader of the same offset asked first) and
+    nothing needs loading or refusing; a ``Wait`` when the read is at the
+    transcript's end (it waits, parked with the others there: ``_Waiting``);
+    else ``None`` (the request goes the async way). Nothing is changed but
+    the transcript's place among those held (as a read touches it):
+    ``FastPath.answer_now`` answers from the HTTP protocol itself, with no
+    task per request."""
+    if state.lifecycle.draining:
+        return None  # (a task each: the server's shutdown waits for them, then cancels them)
+    transcript_id: str = scope["path"][len(TRANSCRIPTS) :]
+    query = long_poll_query(scope["query_string"])
+    if query is None or query.offset is None:
+        return None
+    live = state.hub.held(transcript_id)  # (only a valid id is ever held)
+    if live is None:
+        return None
+    transcript = live.transcript
+    epoch, revision = transcript.epoch, transcript.revision
+    try:
+        after = _after(query.offset, epoch, revision)
+    except StreamError:
+        return None  # (the async way answers the refusal)
+    if after >= revision:
+        return Wait(functools.partial(_park, state, (transcript_id, epoch, after)), query.cursor)
+    key = (transcript_id, epoch, after, revision)
+    page = PAGES.get(key, None)
+    if not isinstance(page, _Page) or page.epoch != epoch:
+        # The first reader of this page builds it (as ``_shared_page``
+        # does), when the transcript's window holds it.
+        found = _page_now(state.hub, live, after)
+        if found is None:
+            return None
+        items, end = found
+        page = _Page(transcript_id, epoch, after, items, end, revision)
+        PAGES.put(key, page)
+    if not page.count:
+        return None
+    return Reply(page, response_cursor(query.cursor))
+
+
+#: The long-poll reads parked at a transcript's end, by transcript, epoch
+#: and revision (``ready_long_poll``).
+WAITING: Final[dict[tuple[str, str, int], _Waiting]] = {}
+
+
+def hand_back_parked() -> None:
+    """Every parked read to the app (at shutdown, once the app drains: each
+    gets a task, which the server's graceful shutdown waits for and then
+    cancels, as any request's)."""
+    for waiting in list(WAITING.values()):
+        waiting.hand_back()
+
+
+def _park(state: Any, key: tuple[str, str, int], parked: Parked) -> None:
+    waiting = WAITING.get(key)
+    if waiting is None:
+        waiting = WAITING[key] = _Waiting(state.hub, key)
+    waiting.join(parked, state.stream_settings.long_poll_s)
+
+
+class _Waiting:
+    """The long-poll reads parked at one transcript's end, with one task
+    waiting for them all (not a task and a wait per reader): when the
+    transcript moves on, every one of them gets the page after (built once)
+    in one pass; a read whose ``long_poll_s`` ran out first gets the 204, as
+    ``long_poll`` answers. Anything else (the transcript deleted, its
+    events no longer held) hands every read back to the app, whose
+    ``long_poll`` answers it."""
+
+    __slots__ = ("hub", "key", "parked", "task")
+
+    def __init__(self, hub: Hub, key: tuple[str, str, int]) -> None:
+        self.hub = hub
+        self.key = key
+        #: In the order they came: the order of their deadlines.
+        self.parked: list[Parked] = []
+        self.task: asyncio.Task[None] | None = None
+
+    def join(self, parked: Parked, wait_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        parked.deadline = loop.time() + wait_s
+        self.parked.append(parked)
+        if self.task is None:
+            self.task = loop.create_task(self._wait())
+
+    def _leave(self) -> None:
+        if WAITING.get(self.key) is self:
+            del WAITING[self.key]
+
+    def hand_back(self) -> None:
+        self._leave()
+        parked = list(self.parked)
+        self.parked.clear()
+        if self.task is not None:
+            self.task.cancel()
+        for each in parked:
+            each.hand_back()
+
+    async def _wait(self) -> None:
+        hub, (transcript_id, epoch, after) = self.hub, self.key
+        parked = self.parked
+        loop = asyncio.get_running_loop()
+        try:
+            while parked:
+                left = parked[0].deadline - loop.time()
+                changed = left > 0 and await hub.reads.wait_change(transcript_id, after, left)
+                page = await _shared_page(hub, transcript_id, epoch, after)
+                if page.count:
+                    self._leave()
+                    for each in parked:
+                        each.answer(Reply(page, response_cursor(each.cursor)))
+                    parked.clear()
+                    return
+                # A change with nothing to read (as ``long_poll`` answers it):
+                # a 204 for all; else for those whose wait ran out.
+                due = len(parked) if changed else 0
+                now = loop.time() + _DEADLINE_SLACK_S
+                while due < len(parked) and parked[due].deadline <= now:
+                    due += 1
+                if due:
+                    nothing = _nothing(transcript_id, epoch, after)
+                    for each in parked[:due]:
+                        each.answer(Reply(nothing, response_cursor(each.cursor)))
+                    del parked[:due]
+        except Exception:
+            self._leave()
+            for each in parked:
+                each.hand_back()
+            parked.clear()
+        finally:
+            self._leave()
+
+
+#: A parked read whose wait ends this soon is answered with the others
+#: (the loop's timers may fire a clock tick early).
+_DEADLINE_SLACK_S: Final = 0.001
+
+
 async def _events(hub: Hub, transcript_id: str, after: int, limit: int) -> list[TranscriptEvent]:
     events = await hub.reads.events_after(transcript_id, after, limit=limit)
     if events is None:
@@ -276,29 +432,57 @@ async def _events(hub: Hub, transcript_id: str, after: int, limit: int) -> list[
     return events
 
 
-async def _page(hub: Hub, transcript_id: str, after: int) -> tuple[list[bytes], int]:
+class _PageItems:
     """The events after revision ``after``, each encoded, up to
-    ``PAGE_BYTES`` (past the first) and ``PAGE_EVENTS``; and the revision
-    of the last. Read a few at a time first, then as many as the sizes seen
-    say fit: a page of large events never reads a thousand of them."""
-    items: list[bytes] = []
-    size = 0
-    end = after
-    want = FIRST_READ
-    while len(items) < PAGE_EVENTS:
-        want = min(want, PAGE_EVENTS - len(items))
-        events = await _events(hub, transcript_id, end, want)
+    ``PAGE_BYTES`` (past the first) and ``PAGE_EVENTS``, and the revision
+    of the last (``end``), as they are read: a few at a time first, then as
+    many as the sizes seen say fit (``want``), so that a page of large
+    events never reads a thousand of them."""
+
+    __slots__ = ("end", "items", "size", "want")
+
+    def __init__(self, after: int) -> None:
+        self.items: list[bytes] = []
+        self.size = 0
+        self.end = after
+        self.want = min(FIRST_READ, PAGE_EVENTS)
+
+    def add(self, events: list[TranscriptEvent]) -> bool:
+        """Take the events read (``want`` asked for); whether the page is
+        complete (else read ``want`` more after ``end``)."""
+        items = self.items
         for event in events:
             item = _ENCODER.encode(event)
-            if items and size + len(item) > PAGE_BYTES:
-                return items, end
+            if items and self.size + len(item) > PAGE_BYTES:
+                return True
             items.append(item)
-            size += len(item)
-            end = event.revision
-        if len(events) < want:
-            break
-        want = max(1, (PAGE_BYTES - size) // max(1, size // len(items)) + 1)
-    return items, end
+            self.size += len(item)
+            self.end = event.revision
+        if len(events) < self.want or len(items) >= PAGE_EVENTS:
+            return True
+        want = max(1, (PAGE_BYTES - self.size) // max(1, self.size // len(items)) + 1)
+        self.want = min(want, PAGE_EVENTS - len(items))
+        return False
+
+
+async def _page(hub: Hub, transcript_id: str, after: int) -> tuple[list[bytes], int]:
+    """``_PageItems`` read through the hub (its window, else the store)."""
+    page = _PageItems(after)
+    while not page.add(await _events(hub, transcript_id, page.end, page.want)):
+        pass
+    return page.items, page.end
+
+
+def _page_now(hub: Hub, live: LiveTranscript, after: int) -> tuple[list[bytes], int] | None:
+    """``_page``, when the transcript's window in memory holds it all (no
+    read waits); else ``None``."""
+    page = _PageItems(after)
+    while True:
+        events = hub.reads.events_held(live, page.end, page.want)
+        if events is None:
+            return None
+        if page.add(events):
+            return page.items, page.end
 
 
 class _Page(Answer):

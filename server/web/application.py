@@ -128,6 +128,10 @@ class TsyncApp:
         logged = http_ops.RequestLog(starlette, metrics, starlette.routes)
         # In front of it all: the long-poll reads' own path (server.streams.longpoll).
         self._http = http_front(logged) if http_front is not None else logged
+        #: What takes requests from the HTTP protocol itself, with no task
+        #: (``FastPath``: ``may_take``, ``answer_now``; a ``Taker`` of
+        #: ``server.web.http_guard``); ``None``: every request runs the app.
+        self.taker: Any = self._http if hasattr(self._http, "answer_now") else None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -174,6 +178,8 @@ class TsyncApp:
         and is then closed with 1001 (going away). Every step is bounded by
         ``timeout``: a client that does not read cannot hold it up."""
         self.lifecycle.draining = True
+        # Long-poll reads parked with no task get one (new ones too, now).
+        streams_transcripts.hand_back_parked()
         hub: Hub | None = getattr(self.state, "hub", None)
         if hub is None or not hub.subscriptions.connections:
             return
@@ -367,6 +373,7 @@ def create_app(
             functools.partial(streams_transcripts.fast_long_poll, app.state),
             streams_transcripts.ROUTE,
         ),
+        ready=functools.partial(streams_transcripts.ready_long_poll, app.state),
     )
     return TsyncApp(app, metrics, lifespan, long_poll_front)
 

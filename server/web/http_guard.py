@@ -78,10 +78,12 @@ import asyncio
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Protocol
 
 import h11
 import msgspec
+from uvicorn.middleware.message_logger import MessageLoggerMiddleware
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 try:  # httptools (C, llhttp) parses a request several times faster than h11.
@@ -253,6 +255,30 @@ class RawBody:
     def raw_write(self, data: bytes) -> None:
         """Write whole chunks, framed (``size CRLF data CRLF``) by the caller."""
         self._protocol.transport.write(data)
+
+    def pin(self) -> object:
+        """The request's cycle, for whoever keeps the request while it waits
+        with no task (``server.streams.longpoll.Parked``): this holds it
+        weakly, and once a pipelined request came after it, nothing else does."""
+        return self._cycle()
+
+    def run_app(self) -> None:
+        """Run the app for the request after all (a request the app took
+        from the protocol, ``answer_now``, and cannot answer raw: its
+        transport is paused); nothing when it is answered or the client is
+        gone."""
+        cycle = self._cycle()
+        protocol = self._protocol
+        if (
+            cycle is None
+            or cycle.response_started
+            or cycle.disconnected
+            or protocol.transport.is_closing()
+        ):
+            return
+        # (Even when a pipelined request came after it: as uvicorn runs a
+        # request whose cycle is no longer the protocol's.)
+        protocol.run_app(cycle)
 
     def raw_answer(self, status: int, head: bytes, body: bytes) -> bool:
         """Send a whole answer the app encoded itself, in one write: the
@@ -505,6 +531,11 @@ class _Guard(asyncio.Protocol):
         self._stop_timer()
         self._uncount()
 
+    def run_app(self, cycle: Any) -> None:
+        """Start the app's task for ``cycle`` (``RawBody.run_app``): only a
+        protocol whose ``answer_now`` takes requests has one."""
+        raise NotImplementedError
+
     def _header_timeout(self) -> float:
         if self._over:
             return min(self.header_timeout_s, OVERFLOW_HEADER_TIMEOUT_S)
@@ -684,14 +715,91 @@ def _close_delimited(cycle: Any) -> None:
     cycle.send = send_close_delimited
 
 
+class Taker(Protocol):
+    """What an app offers to take requests from the protocol, with no task
+    (``server.streams.longpoll.FastPath``: a transcript's long-poll)."""
+
+    def may_take(self, scope: Any) -> bool:
+        """Whether ``answer_now`` may take the request (its method, path and
+        query say): else its task starts as its headers are in."""
+        ...
+
+    def answer_now(self, scope: Any, raw: RawBody) -> bool:
+        """Take the request as its last byte is parsed (answered, or kept
+        to answer with ``raw``); False: its task runs the app."""
+        ...
+
+
+def _taker(app: Any) -> Taker | None:
+    """The app's ``Taker`` (``TsyncApp.taker``), under uvicorn's proxy
+    headers (which leave alone a request that has none of theirs; the taker
+    lets those through the app) and its trace log of ASGI messages (at log
+    level ``trace``: a request taken is not in it). ``None`` under anything
+    else, or when the app has none."""
+    if isinstance(app, MessageLoggerMiddleware):  # (trace logs: it only logs)
+        app = app.app
+    if isinstance(app, ProxyHeadersMiddleware):
+        app = app.app
+    taker: Taker | None = getattr(app, "taker", None)
+    return taker
+
+
 if HttpToolsProtocol is not None:
 
     class _GuardedHttpTools(_Guard, HttpToolsProtocol):
         """httptools parses as the bytes come (a pipelined request too):
-        where the client is is kept from its callbacks."""
+        where the client is is kept from its callbacks.
+
+        A ``GET`` with no body whose answer the app has ready
+        (``answer_now``: the long-poll readers one append woke) is answered
+        as its last byte is parsed, with no task and no ASGI call: its task
+        is held back when its headers are in (``_start_asgi_task``), and
+        started only if the app cannot answer it at once."""
 
         _state = "idle"  # "idle", "headers", "body", "done"
         _head_bytes = 0
+        #: In ``on_headers_complete`` (where a request's task may be held back).
+        _heading = False
+        #: The request whose task was held back: ``(cycle, app)``.
+        _held: tuple[Any, Any] | None = None
+        _taker: Taker | None = None
+        _taker_known = False
+
+        def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+            if (
+                self._heading
+                and app is self.app
+                and not self._over
+                and cycle.scope["method"] == "GET"
+                and self._http11()
+                and not _length_known(cycle.scope["headers"])
+                and (taker := self._app_taker()) is not None
+                and taker.may_take(cycle.scope)
+            ):
+                self._held = (cycle, app)  # (its last byte comes in this same parse)
+                return
+            super()._start_asgi_task(cycle, app)
+
+        def run_app(self, cycle: Any) -> None:
+            HttpToolsProtocol._start_asgi_task(self, cycle, self.app)
+
+        def _app_taker(self) -> Taker | None:
+            if not self._taker_known:
+                self._taker_known = True
+                self._taker = _taker(self.app)
+            return self._taker
+
+        def _answered_now(self, cycle: Any) -> bool:
+            """Whether the app answered the held request itself."""
+            raw = cycle.scope.get("extensions", {}).get(RAW_BODY)
+            taker = self._taker
+            if raw is None or taker is None:
+                return False
+            try:
+                return bool(taker.answer_now(cycle.scope, raw))
+            except Exception:  # its task answers (or logs) what went wrong
+                self.logger.exception("answering a request at once failed")
+                return cycle.response_started is True
 
         def _reading(self) -> str:
             state = self._state
@@ -728,7 +836,11 @@ if HttpToolsProtocol is not None:
         def on_headers_complete(self) -> None:
             self._state = "body"
             before = self.cycle
-            super().on_headers_complete()
+            self._heading = True
+            try:
+                super().on_headers_complete()
+            finally:
+                self._heading = False
             self._new_cycle(before)
             cycle = self.cycle
             if cycle is not before and cycle is not None and not self._http11():
@@ -755,6 +867,18 @@ if HttpToolsProtocol is not None:
         def on_message_complete(self) -> None:
             self._state = "done"
             super().on_message_complete()
+            held = self._held
+            if held is not None:
+                self._held = None
+                self.loop.call_soon(self._answer_held, *held)
+
+        def _answer_held(self, cycle: Any, app: Any) -> None:
+            if not self._answered_now(cycle):
+                super()._start_asgi_task(cycle, app)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._held = None
+            super().connection_lost(exc)
 
         def on_response_complete(self) -> None:
             # uvicorn's own, but for its keep-alive timer (one made and

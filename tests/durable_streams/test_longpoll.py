@@ -12,10 +12,11 @@ from typing import Any
 
 import httpx
 import jwt
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from server.streams.http import ANSWERS
 from server.streams.longpoll import FAST
-from server.streams.transcripts import PAGES
+from server.streams.transcripts import PAGES, WAITING
 from tests.support.servers import running_server
 from tests.support.waiting import until
 
@@ -28,6 +29,12 @@ def _parked(srv: Any) -> int:
     """Live reads the server's HTTP protocol counts as parked now."""
     counters = srv.server.config.http_protocol_class.counters
     return int(counters.parked)
+
+
+def _taken(srv: Any) -> bool:
+    """Whether the server's HTTP protocol lets the app take a transcript's
+    long-poll with no task (httptools; not h11: ``TRANSCRIPT_SYNC_HTTP_PARSER``)."""
+    return issubclass(srv.server.config.http_protocol_class, HttpToolsProtocol)
 
 
 def _token(**claims: object) -> str:
@@ -207,24 +214,254 @@ async def test_transcript_readers_of_one_revision_share_one_encoded_page() -> No
         head = await http.head(url)
         tail = head.headers["stream-next-offset"]
         built, shared = PAGES.built, PAGES.shared
-        answered = FAST.answered
+        answered, parked = FAST.answered, FAST.parked
         reads = [
             asyncio.create_task(http.get(url, params={"offset": tail, "live": "long-poll"}))
             for _ in range(READERS)
         ]
         message = {"messages": [{"role": "user", "content": "hello"}]}
-        # Each reader reads the (empty) page at its offset, then parks.
-        await until(lambda: PAGES.built + PAGES.shared - built - shared >= READERS, timeout=10)
+        # Each reader is at the transcript's end: parked by the HTTP protocol
+        # with the others, no page read (the app's long-poll, under h11, reads
+        # the empty page at its offset, then parks).
+        await until(
+            lambda: FAST.parked - parked + PAGES.built + PAGES.shared - built - shared >= READERS,
+            timeout=10,
+        )
+        at_end = FAST.parked - parked
+        assert at_end in (0, READERS)
         appended = await http.post(f"/v1/transcripts/{tid}/messages", json=message)
         assert appended.status_code == 201, appended.text
         answers = await asyncio.gather(*reads)
         assert [a.status_code for a in answers] == [200] * READERS
         assert len({a.content for a in answers}) == 1
         assert b"hello" in answers[0].content
-        # One page before the append, one after: each encoded once.
-        assert PAGES.built - built == 2
-        assert PAGES.shared - shared == 2 * READERS - 2
+        if at_end:
+            # The page after the append, encoded once, for all of them.
+            assert (PAGES.built - built, PAGES.shared - shared) == (1, 0)
+        else:
+            # One page before the append, one after: each encoded once.
+            assert PAGES.built - built == 2
+            assert PAGES.shared - shared == 2 * READERS - 2
         # Answered in front of the app, as a generic stream's long-poll.
         assert FAST.answered - answered == READERS
         assert answers[0].headers["stream-cursor"] and answers[0].headers["etag"]
         assert answers[0].headers["x-content-type-options"] == "nosniff"
+
+
+# --- a transcript's long-poll taken by the HTTP protocol (no task per read) ---
+
+
+LIMITS = httpx.Limits(max_connections=20)
+
+
+def _answers(sock: socket.socket, count: int) -> list[tuple[bytes, bytes]]:
+    """``count`` answers read off ``sock`` (pipelined ones may come in one
+    segment): each one's head and body (by its length)."""
+    data = b""
+    answers: list[tuple[bytes, bytes]] = []
+    while len(answers) < count:
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        if sep and len(rest) >= length:
+            answers.append((head, rest[:length]))
+            data = rest[length:]
+            continue
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    assert data == b""
+    return answers
+
+
+def _head_lines(head: bytes) -> list[bytes]:
+    """An answer's head but for what differs from one answer to the next."""
+    return sorted(
+        line
+        for line in head.split(b"\r\n")
+        if not line.lower().startswith((b"date:", b"stream-cursor:"))
+    )
+
+
+async def _transcript(http: httpx.AsyncClient, tid: str, *contents: str) -> tuple[str, str]:
+    """A transcript with ``contents`` appended: its stream's URL and its first offset."""
+    assert (await http.post("/v1/transcripts", json={"id": tid})).status_code == 201
+    url = f"/v1/stream/transcripts/{tid}"
+    start = (await http.head(url, params={"offset": "-1"})).headers["stream-next-offset"]
+    for content in contents:
+        message = {"messages": [{"role": "user", "content": content}]}
+        assert (await http.post(f"/v1/transcripts/{tid}/messages", json=message)).status_code == 201
+    return url, start
+
+
+async def test_a_ready_read_is_answered_at_once_with_the_apps_very_answer() -> None:
+    """A read whose page the transcript's window holds is answered from the
+    HTTP protocol as it arrives (no task), byte for byte as the async way
+    answers it (the same read with a proxy header, which goes that way),
+    pipelined reads in order, and the connection goes on as after any other
+    answer."""
+    async with (
+        running_server() as srv,
+        httpx.AsyncClient(base_url=srv.url, timeout=10) as http,
+    ):
+        url, start = await _transcript(http, "lp-at-once", "one", "two")
+        port = int(srv.url.rsplit(":", 1)[1])
+        request = f"GET {url}?offset={start}&live=long-poll HTTP/1.1\r\nhost: localhost\r\n"
+
+        def exchange() -> list[tuple[bytes, bytes]]:
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                # One at once; then one the async way; then two pipelined
+                # in one write and a health check (the first's cycle is not
+                # the protocol's any more when it is answered: the async way).
+                sock.sendall((request + "\r\n").encode())
+                answers = _answers(sock, 1)
+                sock.sendall((request + "x-forwarded-for: 10.0.0.1\r\n\r\n").encode())
+                answers += _answers(sock, 1)
+                health = b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n"
+                sock.sendall((request + "\r\n" + request + "\r\n").encode() + health)
+                answers += _answers(sock, 3)
+            return answers
+
+        at_once, answered = FAST.at_once, FAST.answered
+        first, through_app, second, third, health = await asyncio.to_thread(exchange)
+        assert FAST.at_once - at_once == (1 if _taken(srv) else 0)
+        assert FAST.answered - answered == 4
+        assert second[1] == third[1] and _head_lines(second[0]) == _head_lines(third[0])
+        for head, body in (first, second, through_app):
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert body == b"[" + body[1:]  # (a JSON array)
+            assert b'"one"' in body and b'"two"' in body
+        assert first[1] == second[1] == through_app[1]
+        assert _head_lines(first[0]) == _head_lines(second[0]) == _head_lines(through_app[0])
+        assert b"\r\nstream-cursor: " in first[0]
+        assert health[0].startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+async def test_readers_parked_at_the_end_are_answered_together_or_with_a_204() -> None:
+    """Readers at the transcript's end are parked by the HTTP protocol (no
+    task each), each with its own deadline: those whose wait ran out get the
+    app's 204, the others the page after the next append, all in one pass;
+    the parked share of the connection cap is given back."""
+    async with (
+        running_server(stream_long_poll_s=1.0) as srv,
+        httpx.AsyncClient(
+            base_url=srv.url, timeout=10, limits=httpx.Limits(max_connections=20)
+        ) as http,
+    ):
+        url, start = await _transcript(http, "lp-parked")
+        live = {"offset": start, "live": "long-poll"}
+        parked, answered = FAST.parked, FAST.answered
+        early = asyncio.create_task(http.get(url, params=live))
+        await until(lambda: _parked(srv) == 1, timeout=5)
+        assert FAST.parked - parked == (1 if _taken(srv) else 0)
+        began = time.monotonic()
+        quiet = await early  # nothing came: its wait ran out
+        assert time.monotonic() - began >= 0.5
+        assert quiet.status_code == 204
+        assert quiet.headers["stream-next-offset"] == start
+        assert quiet.headers["stream-up-to-date"] == "true"
+        assert int(quiet.headers["stream-cursor"]) > 0
+        through_app = await http.get(url, params=live, headers={"x-forwarded-for": "10.0.0.1"})
+        assert through_app.status_code == 204
+        assert {k: v for k, v in quiet.headers.items() if k not in ("date", "stream-cursor")} == {
+            k: v for k, v in through_app.headers.items() if k not in ("date", "stream-cursor")
+        }
+
+        reads = [asyncio.create_task(http.get(url, params=live)) for _ in range(5)]
+        await until(lambda: _parked(srv) == 5, timeout=5)
+        assert FAST.parked - parked == (6 if _taken(srv) else 0)
+        message = {"messages": [{"role": "user", "content": "hello"}]}
+        assert (
+            await http.post(f"/v1/transcripts/{tid_of(url)}/messages", json=message)
+        ).status_code == 201
+        answers = await asyncio.gather(*reads)
+        assert [a.status_code for a in answers] == [200] * 5
+        assert len({a.content for a in answers}) == 1 and b"hello" in answers[0].content
+        assert FAST.answered - answered == 7
+        await until(lambda: _parked(srv) == 0, timeout=5)
+
+
+def tid_of(url: str) -> str:
+    return url.rsplit("/", 1)[1]
+
+
+async def test_a_parked_read_of_a_deleted_transcript_gets_the_apps_answer() -> None:
+    """When a parked read's wait fails (its transcript deleted), it is
+    handed back to the app, which answers it as always; a reader that went
+    away meanwhile is simply forgotten."""
+    async with (
+        running_server() as srv,
+        httpx.AsyncClient(base_url=srv.url, timeout=10) as http,
+    ):
+        url, start = await _transcript(http, "lp-deleted")
+        port = int(srv.url.rsplit(":", 1)[1])
+        parked = FAST.parked
+        gone = socket.create_connection(("127.0.0.1", port), timeout=10)
+        gone.sendall(
+            f"GET {url}?offset={start}&live=long-poll HTTP/1.1\r\nhost: localhost\r\n\r\n".encode()
+        )
+        read = asyncio.create_task(http.get(url, params={"offset": start, "live": "long-poll"}))
+        await until(lambda: _parked(srv) == 2, timeout=5)
+        assert FAST.parked - parked == (2 if _taken(srv) else 0)
+        gone.close()
+        await until(lambda: _parked(srv) == 1, timeout=5)
+        assert (await http.delete(f"/v1/transcripts/{tid_of(url)}")).status_code == 204
+        answer = await read
+        after = await http.get(url, params={"offset": start, "live": "long-poll"})
+        assert answer.status_code == after.status_code == 404
+        assert answer.headers["content-type"] == "application/problem+json"
+        await until(lambda: _parked(srv) == 0, timeout=5)
+
+
+async def test_a_parked_read_with_a_request_pipelined_behind_it_answers_both_in_order() -> None:
+    """A parked read whose client pipelined another request behind it is
+    no longer its connection's current request when the append comes: it is
+    handed back to the app, which sends it, and then the next one goes."""
+    async with (
+        running_server() as srv,
+        httpx.AsyncClient(base_url=srv.url, timeout=10) as http,
+    ):
+        url, start = await _transcript(http, "lp-pipelined")
+        port = int(srv.url.rsplit(":", 1)[1])
+        parked, answered = FAST.parked, FAST.answered
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        with sock:
+            read = f"GET {url}?offset={start}&live=long-poll HTTP/1.1\r\nhost: localhost\r\n\r\n"
+            health = "GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n"
+            sock.sendall((read + health).encode())
+            await until(lambda: _parked(srv) == 1, timeout=5)
+            assert FAST.parked - parked == (1 if _taken(srv) else 0)
+            message = {"messages": [{"role": "user", "content": "behind"}]}
+            appended = await http.post(f"/v1/transcripts/{tid_of(url)}/messages", json=message)
+            assert appended.status_code == 201
+            (head, body), (health_head, _) = await asyncio.to_thread(_answers, sock, 2)
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b'"behind"' in body
+        assert health_head.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert FAST.answered - answered == 1
+        await until(lambda: _parked(srv) == 0, timeout=5)
+
+
+async def test_reads_parked_at_shutdown_get_a_task_each_and_the_shutdowns_answer() -> None:
+    """The server's shutdown hands every parked read back to the app (a
+    task each), so that it answers them, or cancels them past its grace, as
+    any request in flight: no reader is left hanging on a parked read."""
+    sock = None
+    async with (
+        running_server(graceful_shutdown_s=1.0) as srv,
+        httpx.AsyncClient(base_url=srv.url, timeout=10) as http,
+    ):
+        url, start = await _transcript(http, "lp-shutdown")
+        port = int(srv.url.rsplit(":", 1)[1])
+        parked = FAST.parked
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        read = f"GET {url}?offset={start}&live=long-poll HTTP/1.1\r\nhost: localhost\r\n\r\n"
+        sock.sendall(read.encode())
+        await until(lambda: _parked(srv) == 1, timeout=5)
+        assert FAST.parked - parked == len(WAITING) == (1 if _taken(srv) else 0)
+    assert not WAITING
+    with sock:
+        answer = await asyncio.to_thread(sock.recv, 65536)
+    assert answer.startswith(b"HTTP/1.1 5")
