@@ -268,17 +268,21 @@ class RawBody:
         transport is paused); nothing when it is answered or the client is
         gone."""
         cycle = self._cycle()
-        protocol = self._protocol
-        if (
-            cycle is None
-            or cycle.response_started
-            or cycle.disconnected
-            or protocol.transport.is_closing()
-        ):
+        if self._settled(cycle):
             return
         # (Even when a pipelined request came after it: as uvicorn runs a
         # request whose cycle is no longer the protocol's.)
-        protocol.run_app(cycle)
+        self._protocol.run_app(cycle)
+
+    def _settled(self, cycle: Any) -> bool:
+        """Whether the request needs nothing more: collected, answered, or
+        its client gone."""
+        return (
+            cycle is None
+            or cycle.response_started
+            or cycle.disconnected
+            or self._protocol.transport.is_closing()
+        )
 
     def raw_answer(self, status: int, head: bytes, body: bytes) -> bool:
         """Send a whole answer the app encoded itself, in one write: the
@@ -294,12 +298,9 @@ class RawBody:
         cycle = self._cycle()
         protocol = self._protocol
         if (
-            cycle is None
-            or cycle.response_started
-            or cycle.disconnected
+            self._settled(cycle)
             or protocol.cycle is not cycle
             or protocol.flow.write_paused
-            or protocol.transport.is_closing()
             or cycle.scope["method"] == "HEAD"
         ):
             return False
