@@ -149,23 +149,7 @@ async def test_refusals_are_still_the_apps() -> None:
 
 def _answer(sock: socket.socket) -> tuple[bytes, bytes]:
     """One answer read off ``sock``: its head and its body (by its length)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk
-        body += chunk
-    assert len(body) == length, (head, body)
-    return head, body
+    return _answers(sock, 1)[0]
 
 
 async def test_the_raw_answer_keeps_the_connection_alive_or_closes_it_as_asked() -> None:
