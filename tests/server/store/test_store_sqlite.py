@@ -632,20 +632,30 @@ async def test_a_big_load_stalls_neither_the_loop_nor_appends_to_another_transcr
     assert appended_meanwhile > 1
 
 
+def _database_at(folder: Path, version: int) -> sqlite3.Connection:
+    """A store's database file in ``folder`` at schema ``version``, as the
+    code of that version left it (its migrations run by hand)."""
+    from server.store.sqlite.schema import MIGRATIONS
+
+    folder.mkdir()
+    conn = sqlite3.connect(folder / DATABASE_FILE, isolation_level=None)
+    for current in range(version):
+        for step in MIGRATIONS[current]:
+            if callable(step):
+                step(conn)
+            else:
+                conn.execute(step)
+    conn.execute(f"PRAGMA user_version={version}")
+    return conn
+
+
 async def test_a_version_1_database_is_indexed_by_the_migration(tmp_path: Path) -> None:
     """A data folder written before issue 18 (schema 1: events only) is
     migrated in place: message positions, segments, titles and previews are
     read from the stored events once, and nothing is lost; then (schema 3)
     every event gets the digest at its revision (issue 29)."""
-    from server.store.sqlite.schema import MIGRATIONS
-
     folder = tmp_path / "data"
-    folder.mkdir()
-    conn = sqlite3.connect(folder / DATABASE_FILE, isolation_level=None)
-    for statement in MIGRATIONS[0]:
-        assert isinstance(statement, str)
-        conn.execute(statement)
-    conn.execute("PRAGMA user_version=1")
+    conn = _database_at(folder, 1)
     events = [
         appended(1, 0, 3),
         appended(2, 3, 2),
@@ -701,18 +711,8 @@ async def test_a_version_3_database_counts_its_keys_and_drops_its_previews(
     transcript's keys are counted once (an append then knows without a scan
     whether its key passes the retention), and the stored previews give way
     to the ones made when listed, from the newest append."""
-    from server.store.sqlite.schema import MIGRATIONS
-
     folder = tmp_path / "data"
-    folder.mkdir()
-    conn = sqlite3.connect(folder / DATABASE_FILE, isolation_level=None)
-    for version in (0, 1, 2):
-        for step in MIGRATIONS[version]:
-            if callable(step):
-                step(conn)
-            else:
-                conn.execute(step)
-    conn.execute("PRAGMA user_version=3")
+    conn = _database_at(folder, 3)
     events = [appended(1, 0, 3), appended(2, 3, 2), appended(3, 5, 1)]
     encoder = msgspec.msgpack.Encoder()
     conn.execute(
@@ -759,18 +759,8 @@ async def test_a_version_4_database_keeps_every_key_in_its_events_rows(tmp_path:
     receipt, its age and its place in the retention; a retry of each is
     answered as before, the expired and the pruned ones are not, and the
     retention goes on from there. The table and its indexes are gone."""
-    from server.store.sqlite.schema import MIGRATIONS
-
     folder = tmp_path / "data"
-    folder.mkdir()
-    conn = sqlite3.connect(folder / DATABASE_FILE, isolation_level=None)
-    for version in (0, 1, 2, 3):
-        for step in MIGRATIONS[version]:
-            if callable(step):
-                step(conn)
-            else:
-                conn.execute(step)
-    conn.execute("PRAGMA user_version=4")
+    conn = _database_at(folder, 4)
     now_ms = 5_000_000
     encoder = msgspec.msgpack.Encoder()
     # t1: six keyed changes (an append of two, a segment start, a view change
