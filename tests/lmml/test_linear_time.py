@@ -80,7 +80,7 @@ def _best(run: Callable[[], object], repeat: int) -> float:
 
 
 def _doubling_ratio(
-    run: Callable[[int], Callable[[], object]], size: int = SIZE, attempts: int = 4
+    run: Callable[[int], Callable[[], object]], size: int = SIZE, attempts: int = 8
 ) -> float:
     """CPU time at 2N over CPU time at N, each the best of several runs.
 
