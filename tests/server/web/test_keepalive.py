@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -244,16 +246,25 @@ def pings(frames: list[Frame]) -> int:
     return sum(f.opcode is Opcode.PING for f in frames)
 
 
-async def test_a_peer_that_stops_answering_is_closed_within_interval_plus_timeout() -> None:
+@asynccontextmanager
+async def peer() -> AsyncIterator[tuple[RunningServer, RawSocket]]:
+    """A server pinging every ``INTERVAL_S`` and one raw WebSocket to it
+    (aborted at the end), which answers nothing unless told to."""
     async with running_server(ping_interval_s=INTERVAL_S, ping_timeout_s=TIMEOUT_S) as srv:
-        # Reads everything and answers nothing (RawSocket.read never sends).
         raw = await RawSocket.connect(srv.ws_url)
-        silent_from = time.monotonic()
         try:
-            frames = await raw.read(timeout=5 * (INTERVAL_S + TIMEOUT_S))
-            took = time.monotonic() - silent_from
+            yield srv, raw
         finally:
             raw.abort()
+
+
+async def test_a_peer_that_stops_answering_is_closed_within_interval_plus_timeout() -> None:
+    # Reads everything and answers nothing (RawSocket.read never sends).
+    async with peer() as (srv, raw):
+        silent_from = time.monotonic()
+        frames = await raw.read(timeout=5 * (INTERVAL_S + TIMEOUT_S))
+        took = time.monotonic() - silent_from
+        raw.abort()  # (again at the end: aborting is idempotent)
         assert raw.proto is not None and raw.proto.close_rcvd is not None
         assert (raw.proto.close_rcvd.code, raw.proto.close_rcvd.reason) == (
             1011,
@@ -268,58 +279,46 @@ async def test_a_peer_that_stops_answering_is_closed_within_interval_plus_timeou
 
 
 async def test_a_peer_that_reads_nothing_is_closed_and_its_keepalive_let_go() -> None:
-    async with running_server(ping_interval_s=INTERVAL_S, ping_timeout_s=TIMEOUT_S) as srv:
-        raw = await RawSocket.connect(srv.ws_url)  # and never reads
-        try:
-            (protocol,) = srv.server.server_state.connections
-            assert isinstance(protocol, TsyncWebSocketProtocol)
-            # uvicorn's own keep-alive state is let go with the handshake.
-            assert not set(UVICORN_KEEPALIVE_STATE) & set(vars(protocol))
-            keepalive = keepalive_for(asyncio.get_running_loop(), INTERVAL_S, TIMEOUT_S)
-            assert keepalive.wheel.size == 1
-            timeouts = keepalive.timeouts
-            await until_gone(srv, timeout=INTERVAL_S + TIMEOUT_S + 2)
-            assert keepalive.timeouts == timeouts + 1 and keepalive.wheel.size == 0
-        finally:
-            raw.abort()
+    async with peer() as (srv, _):  # whose peer never reads
+        (protocol,) = srv.server.server_state.connections
+        assert isinstance(protocol, TsyncWebSocketProtocol)
+        # uvicorn's own keep-alive state is let go with the handshake.
+        assert not set(UVICORN_KEEPALIVE_STATE) & set(vars(protocol))
+        keepalive = keepalive_for(asyncio.get_running_loop(), INTERVAL_S, TIMEOUT_S)
+        assert keepalive.wheel.size == 1
+        timeouts = keepalive.timeouts
+        await until_gone(srv, timeout=INTERVAL_S + TIMEOUT_S + 2)
+        assert keepalive.timeouts == timeouts + 1 and keepalive.wheel.size == 0
 
 
 async def test_a_live_idle_peer_stays_open_over_several_intervals() -> None:
-    async with running_server(ping_interval_s=INTERVAL_S, ping_timeout_s=TIMEOUT_S) as srv:
-        raw = await RawSocket.connect(srv.ws_url)
-        try:
-            # Answer each ping (the client protocol queued its pong) and
-            # send nothing else, until five pings came: over 4 intervals.
-            async with asyncio.timeout(10 * INTERVAL_S):
-                while pings(raw.frames) < 5:
-                    seen = len(raw.frames)
-                    await raw.read(until=lambda frames, seen=seen: len(frames) > seen)
-                    raw.flush()
-                    assert raw.proto is not None and raw.proto.close_rcvd is None
-            assert all(f.opcode is Opcode.PING for f in raw.frames)
-            raw.send_op(op="ping", ref="still-here")
-            frames = await raw.read(until=lambda frames: frames[-1].opcode is Opcode.TEXT)
-            assert b'"still-here"' in frames[-1].data
-        finally:
-            raw.abort()
+    async with peer() as (_, raw):
+        # Answer each ping (the client protocol queued its pong) and
+        # send nothing else, until five pings came: over 4 intervals.
+        async with asyncio.timeout(10 * INTERVAL_S):
+            while pings(raw.frames) < 5:
+                seen = len(raw.frames)
+                await raw.read(until=lambda frames, seen=seen: len(frames) > seen)
+                raw.flush()
+                assert raw.proto is not None and raw.proto.close_rcvd is None
+        assert all(f.opcode is Opcode.PING for f in raw.frames)
+        raw.send_op(op="ping", ref="still-here")
+        frames = await raw.read(until=lambda frames: frames[-1].opcode is Opcode.TEXT)
+        assert b'"still-here"' in frames[-1].data
 
 
 async def test_a_peer_that_talks_more_often_than_the_interval_is_not_pinged() -> None:
-    async with running_server(ping_interval_s=INTERVAL_S, ping_timeout_s=TIMEOUT_S) as srv:
-        raw = await RawSocket.connect(srv.ws_url)
-        try:
-            # An op every third of an interval, for four intervals; between
-            # two, read whatever comes.
-            for ref in range(12):
-                raw.send_op(op="ping", ref=ref)
-                await raw.read(timeout=INTERVAL_S / 3)
-            assert raw.proto is not None and raw.proto.close_rcvd is None
-            assert pings(raw.frames) == 0
-            answers = [f for f in raw.frames if f.opcode is Opcode.TEXT]
-            assert len(answers) == 12
-            assert len(srv.server.server_state.connections) == 1
-        finally:
-            raw.abort()
+    async with peer() as (srv, raw):
+        # An op every third of an interval, for four intervals; between
+        # two, read whatever comes.
+        for ref in range(12):
+            raw.send_op(op="ping", ref=ref)
+            await raw.read(timeout=INTERVAL_S / 3)
+        assert raw.proto is not None and raw.proto.close_rcvd is None
+        assert pings(raw.frames) == 0
+        answers = [f for f in raw.frames if f.opcode is Opcode.TEXT]
+        assert len(answers) == 12
+        assert len(srv.server.server_state.connections) == 1
 
 
 async def until_gone(srv: RunningServer, timeout: float = 5.0) -> None:
