@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -201,19 +202,27 @@ def test_a_bad_window_is_a_usage_error() -> None:
     assert "--window 'last:5'" in done.stderr
 
 
+def _idle(
+    tmp_path: Path, args: list[str], server_args: list[str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """``tsync bench idle --fast ARGS`` against a memory server started with
+    ``server_args``: the finished command and its run's ``idle`` figures."""
+    out = tmp_path / "result.json"
+    with ServerProcess(store="memory", args=server_args or [], log_path=tmp_path / "log") as server:
+        assert server.proc is not None
+        done = bench(
+            "idle", *args, "--fast", "--url", server.url,
+            "--server-pid", str(server.proc.pid), "--json", str(out),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done, json.loads(out.read_text())["runs"][0]["idle"]
+
+
 def test_idle_reports_memory_and_the_time_to_connect_and_subscribe(tmp_path: Path) -> None:
     """The cost curve's figures (issue 42): RSS per connection, the wall time
     to connect and to subscribe them all, the server's CPU per subscribe and
     the generator's meanwhile."""
-    out = tmp_path / "result.json"
-    with ServerProcess(store="memory", log_path=tmp_path / "log") as server:
-        assert server.proc is not None
-        done = bench(
-            "idle", "--subscribers", "60", "--procs", "2", "--fast",
-            "--url", server.url, "--server-pid", str(server.proc.pid), "--json", str(out),
-        )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    idle = json.loads(out.read_text())["runs"][0]["idle"]
+    done, idle = _idle(tmp_path, ["--subscribers", "60", "--procs", "2"])
     assert idle["connections"] == 60
     assert idle["connect_s"] > 0 and idle["subscribe_s"] > 0
     # (subscribe_s is rounded to the ms: 0.0005 s over 60 connections is 8.3 µs)
@@ -231,17 +240,9 @@ def test_idle_with_a_duration_holds_the_connections_and_reports_the_servers_cpu(
 ) -> None:
     """``idle --duration S``: every connection held subscribed and idle for S
     seconds, the server's CPU meanwhile (its keep-alive, pinging every 0.2 s)."""
-    out = tmp_path / "result.json"
-    with ServerProcess(
-        store="memory", args=["--set", "ping_interval_s=0.2"], log_path=tmp_path / "log"
-    ) as server:
-        assert server.proc is not None
-        done = bench(
-            "idle", "--subscribers", "40", "--fast", "--duration", "1.5",
-            "--url", server.url, "--server-pid", str(server.proc.pid), "--json", str(out),
-        )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    idle = json.loads(out.read_text())["runs"][0]["idle"]
+    done, idle = _idle(
+        tmp_path, ["--subscribers", "40", "--duration", "1.5"], ["--set", "ping_interval_s=0.2"]
+    )
     assert idle["hold_s"] == pytest.approx(1.5, abs=0.5)
     assert idle["server_cores_holding"] >= 0 and idle["generator_share_holding"] >= 0
     # (rounded to 4 places: 0.00005 cores over 40 connections is 1.25 µs)
