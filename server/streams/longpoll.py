@@ -72,6 +72,12 @@ class Answer:
         #: readers of that very stream (not one made again at its path).
         self.stream = stream
 
+    def raw_head(self, cursor: str | None) -> bytes:
+        """``head`` with the reader's cursor, for a raw write."""
+        if cursor is None:
+            return self.head
+        return self.head + b"stream-cursor: %s\r\n" % cursor.encode("latin-1")
+
     def asgi_headers(self, cursor: str | None) -> list[tuple[bytes, bytes]]:
         headers = list(self.headers)
         if cursor is not None:
@@ -197,12 +203,8 @@ async def send_answer(scope: Scope, send: Send, reply: Reply) -> None:
     """``reply`` in one raw write if the server offers one, else through ASGI."""
     answer, cursor = reply
     raw: RawAnswer | None = getattr(scope.get("extensions", {}).get(RAW_BODY), "raw_answer", None)
-    if raw is not None:
-        head = answer.head
-        if cursor is not None:
-            head += b"stream-cursor: %s\r\n" % cursor.encode("latin-1")
-        if raw(answer.status, head, answer.body):
-            return
+    if raw is not None and raw(answer.status, answer.raw_head(cursor), answer.body):
+        return
     headers = answer.asgi_headers(cursor)
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": answer.body, "more_body": False})
@@ -371,10 +373,7 @@ class FastPath:
             return True
         began = time.perf_counter()
         answer, cursor = got
-        head = answer.head
-        if cursor is not None:
-            head += b"stream-cursor: %s\r\n" % cursor.encode("latin-1")
-        if not raw.raw_answer(answer.status, head, answer.body):
+        if not raw.raw_answer(answer.status, answer.raw_head(cursor), answer.body):
             return False
         FAST.answered += 1
         FAST.at_once += 1
@@ -385,10 +384,7 @@ class FastPath:
         """Answer a ``Parked`` read with one raw write, else hand it back
         to the app (its transport is paused: the app's task sends it)."""
         answer, cursor = reply
-        head = answer.head
-        if cursor is not None:
-            head += b"stream-cursor: %s\r\n" % cursor.encode("latin-1")
-        if not parked.raw.raw_answer(answer.status, head, answer.body):
+        if not parked.raw.raw_answer(answer.status, answer.raw_head(cursor), answer.body):
             parked.hand_back()  # (nothing, when the client is gone)
             return
         FAST.answered += 1
