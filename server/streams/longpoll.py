@@ -352,15 +352,9 @@ class FastPath:
         wrappers have not seen it (a request with proxy headers goes their
         way)."""
         ready, transcripts = self.ready, self.transcripts
-        if ready is None or transcripts is None:
+        if ready is None or transcripts is None or not self.may_take(scope):
             return False
         path: str = scope["path"]
-        if (
-            scope["method"] != "GET"
-            or not path.startswith(self.reserved)
-            or _LONG_POLL not in scope["query_string"]
-        ):
-            return False
         for header, _ in scope["headers"]:
             if header in _WRAPPED_HEADERS:
                 return False
