@@ -92,7 +92,9 @@ async def test_a_long_poll_wakes_on_the_next_append_and_sse_follows() -> None:
 
 def watching() -> list[asyncio.Task[object]]:
     """The transcripts' watching tasks (one per transcript with SSE readers)."""
-    return [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "_watch"]  # type: ignore[union-attr]
+    # (getattr: some tasks run an object that has no ``__qualname__``, e.g. an
+    # async generator's athrow)
+    return [t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__qualname__", "") == "_watch"]
 
 
 async def test_the_watching_task_ends_with_the_last_sse_reader_and_starts_again() -> None:

@@ -627,8 +627,10 @@ async def test_a_big_load_stalls_neither_the_loop_nor_appends_to_another_transcr
         f"{appended_meanwhile} appends to another transcript meanwhile"
     )
     # Generous: a held lock or a held GIL stalls for the whole load (280-340 ms
-    # before), not for a slice of it; a busy machine raises the floor.
-    assert worst < max(0.1, 2 * ambient)
+    # before), not for a slice of it; a busy machine raises the floor (in a
+    # loaded CI run the load took 886 ms and the loop lagged 167 ms once), so
+    # the bound also allows half the load's own time.
+    assert worst < max(0.1, 2 * ambient, took / 2)
     assert appended_meanwhile > 1
 
 
